@@ -1,0 +1,37 @@
+"""nsight-core: run code under NVIDIA Nsight Systems and find out where the GPU time went.
+
+The public API: :class:`Session` (run a command under nsys; open regions inside it), :func:`range`
+(a region of the current session, a no-op outside one), :func:`load_stats` (typed statistics of a
+capture or of recorded CSVs), :data:`DEFAULT_REPORTS`, and the :class:`NsightError` family.
+"""
+
+from nsight_core.capture import Capture
+from nsight_core.errors import (
+    NsightError,
+    NsysCommandError,
+    NsysNotFoundError,
+    NsysPermissionError,
+    StatsError,
+)
+from nsight_core.nsys import find_nsys
+from nsight_core.session import Region, RunResult, Session, range
+from nsight_core.stats.load import load_stats
+from nsight_core.stats.models import ProfileStats
+from nsight_core.stats.reports import DEFAULT_REPORTS
+
+__all__ = [
+    "DEFAULT_REPORTS",
+    "Capture",
+    "NsightError",
+    "NsysCommandError",
+    "NsysNotFoundError",
+    "NsysPermissionError",
+    "ProfileStats",
+    "Region",
+    "RunResult",
+    "Session",
+    "StatsError",
+    "find_nsys",
+    "load_stats",
+    "range",
+]

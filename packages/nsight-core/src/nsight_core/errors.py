@@ -1,0 +1,46 @@
+"""The one exception family of nsight-core.
+
+Every failure a user can hit derives from :class:`NsightError`, so a caller (the Flyte adapter, a
+script, the CLI) can catch profiling problems without catching its own bugs. Messages say what failed
+and what to do about it.
+"""
+
+from __future__ import annotations
+
+PERMISSION_REMEDIES = (
+    "nsys was denied the access it needs. Remedies: "
+    "(1) for the osrt trace domain, give the container CAP_SYS_ADMIN and an unconfined AppArmor "
+    "profile (in Flyte: pod_template=flyte.PodTemplate().allow_nested_sandboxing(), which needs the "
+    "kubernetes package), or drop 'osrt' from trace; "
+    "(2) for ERR_NVGPUCTRPERM, a cluster administrator sets the NVIDIA driver option "
+    "NVreg_RestrictProfilingToAdminUsers=0 on the GPU nodes. "
+    "The cuda, nvtx, cudnn and cublas domains need no extra permissions."
+)
+
+_PERMISSION_MARKERS = ("ERR_NVGPUCTRPERM", "insufficient privileges", "permission denied")
+
+
+class NsightError(Exception):
+    """Base class of every error nsight-core raises on purpose."""
+
+
+class NsysNotFoundError(NsightError):
+    """No usable nsys binary was found."""
+
+
+class NsysCommandError(NsightError):
+    """An nsys command failed, timed out, or did not do what it reported."""
+
+
+class NsysPermissionError(NsysCommandError):
+    """nsys ran but was refused the privileges it needs; the message carries the remedies."""
+
+
+class StatsError(NsightError):
+    """A report file or export could not be read."""
+
+
+def is_permission_failure(text: str) -> bool:
+    """True when nsys output names one of the known permission failures."""
+    lowered = text.lower()
+    return any(marker.lower() in lowered for marker in _PERMISSION_MARKERS)

@@ -1,0 +1,104 @@
+"""Typed rows and the per-capture statistics object.
+
+These models are the boundary between parsing and everything after it (analysis, rendering, the
+JSON the CLI prints, users' own tests), so field names are stable and unit-suffixed: a reader never
+has to guess whether a number is ns or MB.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str = Field(description="Kernel, API function, memory operation or NVTX range, exactly as nsys wrote it")
+    instances: int = Field(description="Instances, calls or count, whichever the report counts")
+
+
+class TimeRow(_Row):
+    """One row of a time summary report (kernels, API calls, memory-op times, NVTX ranges)."""
+
+    time_pct: float = Field(description="Share of the report's total time, in percent")
+    total_time_ns: int
+    avg_ns: float
+    med_ns: float
+    min_ns: int
+    max_ns: int
+    stddev_ns: float
+
+
+class KernelRow(TimeRow):
+    """A CUDA kernel (cuda_gpu_kern_sum / gpukernsum)."""
+
+
+class ApiCallRow(TimeRow):
+    """A CUDA runtime/driver API function (cuda_api_sum / cudaapisum)."""
+
+
+class MemoryTimeRow(TimeRow):
+    """A memory operation kind by time (cuda_gpu_mem_time_sum / gpumemtimesum)."""
+
+
+class NvtxRangeRow(TimeRow):
+    """An NVTX push/pop range (nvtx_pushpop_sum / nvtxppsum)."""
+
+    style: str | None = Field(default=None, description="Range style, where the nsys version reports it")
+
+
+class MemorySizeRow(_Row):
+    """A memory operation kind by size (cuda_gpu_mem_size_sum / gpumemsizesum)."""
+
+    total_mb: float
+    avg_mb: float
+    med_mb: float
+    min_mb: float
+    max_mb: float
+    stddev_mb: float
+
+
+class ProfileStats(BaseModel):
+    """Everything `nsys stats` said about one capture: typed rows, other reports, skipped reports.
+
+    Every requested report ends up in exactly one place: a typed list, ``other`` (any report this
+    package has no model for, kept as rows of strings/numbers), or ``skipped`` with the reason.
+    """
+
+    kernels: list[KernelRow] = Field(default_factory=list)
+    api_calls: list[ApiCallRow] = Field(default_factory=list)
+    memory_time: list[MemoryTimeRow] = Field(default_factory=list)
+    memory_size: list[MemorySizeRow] = Field(default_factory=list)
+    nvtx_ranges: list[NvtxRangeRow] = Field(default_factory=list)
+    other: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
+    skipped: dict[str, str] = Field(default_factory=dict, description="report name -> why it has no rows")
+    reports: list[str] = Field(default_factory=list, description="The requested report names, in order")
+
+    def frame(self, table: str) -> pl.DataFrame:
+        """One typed table or `other` report as a Polars frame (for analyses and users' own code)."""
+        rows: list[Any]
+        if table in self.other:
+            return pl.DataFrame(self.other[table], infer_schema_length=None)
+        rows = getattr(self, table)
+        model = _TABLE_MODELS[table]
+        if not rows:
+            return pl.DataFrame(schema={name: _POLARS_TYPES[f.annotation] for name, f in model.model_fields.items()})
+        return pl.DataFrame([row.model_dump() for row in rows])
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.kernels or self.api_calls or self.memory_time or self.memory_size
+                    or self.nvtx_ranges or any(self.other.values()))
+
+
+_TABLE_MODELS: dict[str, type[_Row]] = {
+    "kernels": KernelRow,
+    "api_calls": ApiCallRow,
+    "memory_time": MemoryTimeRow,
+    "memory_size": MemorySizeRow,
+    "nvtx_ranges": NvtxRangeRow,
+}
+_POLARS_TYPES: dict[Any, Any] = {str: pl.String, int: pl.Int64, float: pl.Float64, str | None: pl.String}

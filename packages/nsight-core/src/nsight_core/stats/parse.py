@@ -1,0 +1,158 @@
+"""nsys CSV output -> Polars frames -> typed rows.
+
+nsys does not write RFC 4180 CSV: it wraps a field in double quotes only when it contains a comma
+and never escapes quotes inside it (a range named `"x,y"` comes out as `""x,y""`). Names are the
+last column of every summary report, so a row is split on its first N-1 commas and the remainder is
+the name, unwrapped once when nsys wrapped it. That keeps commas, quotes, `<`/`>`, unicode and
+leading/trailing spaces exactly as the user wrote them.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from nsight_core.errors import StatsError
+from nsight_core.stats.models import (
+    ApiCallRow,
+    KernelRow,
+    MemorySizeRow,
+    MemoryTimeRow,
+    NvtxRangeRow,
+    ProfileStats,
+)
+from nsight_core.stats.reports import header_field, table_of
+
+_ROW_MODELS = {
+    "kernels": KernelRow,
+    "api_calls": ApiCallRow,
+    "memory_time": MemoryTimeRow,
+    "memory_size": MemorySizeRow,
+    "nvtx_ranges": NvtxRangeRow,
+}
+_TEXT_HEADERS = {"name", "range", "operation"}
+
+
+def _split_row(line: str, columns: int, name_last: bool) -> list[str]:
+    if name_last:
+        fields = line.split(",", columns - 1)
+        if len(fields) == columns:
+            name = fields[-1]
+            if len(name) >= 2 and name[0] == name[-1] == '"' and "," in name:
+                fields[-1] = name[1:-1]
+            return fields
+    fields = next(csv.reader([line]))
+    return fields
+
+
+def read_frame(report: str, text: str) -> pl.DataFrame:
+    """The CSV text nsys wrote for REPORT as a frame of strings, headers as nsys wrote them."""
+    lines = [line for line in text.split("\n") if line.strip("\r")]
+    lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+    if not lines:
+        return pl.DataFrame()
+    header = next(csv.reader([lines[0]]))
+    name_last = "".join(header[-1].split()).lower() in _TEXT_HEADERS
+    columns: list[list[str]] = [[] for _ in header]
+    for number, line in enumerate(lines[1:], start=2):
+        fields = _split_row(line, len(header), name_last)
+        if len(fields) != len(header):
+            raise StatsError(
+                f"report {report}: line {number} has {len(fields)} fields where the header has "
+                f"{len(header)}: {line[:200]!r}. The file is not an nsys stats CSV or was cut short."
+            )
+        for column, value in zip(columns, fields, strict=True):
+            column.append(value)
+    unique = _unique_headers(header)
+    return pl.DataFrame({name: pl.Series(name, values, dtype=pl.String) for name, values in zip(unique, columns, strict=True)})
+
+
+def _unique_headers(header: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    unique = []
+    for name in header:
+        count = seen.get(name, 0)
+        seen[name] = count + 1
+        unique.append(name if count == 0 else f"{name} ({count + 1})")
+    return unique
+
+
+def typed_frame(report: str, raw: pl.DataFrame) -> pl.DataFrame:
+    """Rename nsys headers to model fields and cast numbers, with a clear error on bad values."""
+    table = table_of(report)
+    size_report = table == "memory_size"
+    exprs: list[pl.Expr] = []
+    for header in raw.columns:
+        mapped = header_field(header, size_report)
+        if mapped is None:
+            continue
+        field, integer, scale = mapped
+        column = pl.col(header)
+        if field in {"name", "style"}:
+            exprs.append(column.alias(field))
+            continue
+        number = column.str.strip_chars().replace("", None).cast(pl.Float64, strict=False)
+        bad = raw.filter(number.is_null() & column.str.strip_chars().ne("") & column.is_not_null())
+        if bad.height:
+            raise StatsError(
+                f"report {report}: column {header!r} has a value that is not a number: "
+                f"{bad[header][0]!r}. The file is not an nsys stats CSV, or it is corrupt."
+            )
+        number = (number * scale).fill_null(0.0)
+        exprs.append((number.round(0).cast(pl.Int64) if integer else number).alias(field))
+    return raw.select(exprs)
+
+
+def parse_report(report: str, text: str) -> tuple[str | None, list[Any]]:
+    """Parse one report's CSV text into (table name, typed rows) or (None, generic dict rows)."""
+    raw = read_frame(report, text)
+    table = table_of(report)
+    if table is None:
+        return None, _generic_rows(raw)
+    frame = typed_frame(report, raw)
+    model = _ROW_MODELS[table]
+    missing = {f for f, info in model.model_fields.items() if info.is_required()} - set(frame.columns)
+    if missing:
+        raise StatsError(
+            f"report {report}: columns for {sorted(missing)} are missing (headers: {raw.columns}). "
+            "This nsys version writes a layout nsight-core does not know; please report it."
+        )
+    return table, [model.model_validate(row) for row in frame.iter_rows(named=True)]
+
+
+def _generic_rows(raw: pl.DataFrame) -> list[dict[str, Any]]:
+    """Rows of a report without a model: numeric columns as numbers, the rest as exact strings."""
+    columns: list[pl.Series] = []
+    for name in raw.columns:
+        series = raw[name]
+        stripped = series.str.strip_chars()
+        as_int = stripped.cast(pl.Int64, strict=False)
+        as_float = stripped.cast(pl.Float64, strict=False)
+        non_empty = stripped.ne("").sum()
+        if non_empty and as_int.is_not_null().sum() == non_empty:
+            columns.append(as_int)
+        elif non_empty and as_float.is_not_null().sum() == non_empty:
+            columns.append(as_float)
+        else:
+            columns.append(series)
+    return pl.DataFrame(columns).to_dicts() if columns else []
+
+
+def add_report(stats: ProfileStats, report: str, text: str) -> None:
+    """Parse REPORT's CSV text into STATS; an empty file is a skipped report, not an error."""
+    if not text.strip():
+        stats.skipped.setdefault(report, "no data: nsys wrote an empty report (nothing of this kind was traced)")
+        return
+    table, rows = parse_report(report, text)
+    if table is None:
+        stats.other[report] = rows
+    else:
+        getattr(stats, table).extend(rows)
+
+
+def read_csv_text(path: Path) -> str:
+    """Read a report file as text; nsys writes UTF-8, and a bad byte must not lose the whole file."""
+    return path.read_bytes().decode("utf-8", errors="replace")

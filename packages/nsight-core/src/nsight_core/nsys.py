@@ -172,7 +172,8 @@ class Nsys:
 
     def stats(self, sqlite: Path, reports: Sequence[str], prefix: Path) -> NsysResult:
         """One `nsys stats` call writing PREFIX_<report>.csv for every report."""
-        return self._run(["stats", "-r", ",".join(reports), "-f", "csv", "-o", str(prefix), str(sqlite)], EXPORT_TIMEOUT, "nsys stats")
+        args = ["stats", "-r", ",".join(reports), "-f", "csv", "-o", str(prefix), str(sqlite)]
+        return self._run(args, EXPORT_TIMEOUT, "nsys stats")
 
     @functools.cached_property
     def available_reports(self) -> frozenset[str]:

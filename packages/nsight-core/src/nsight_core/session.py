@@ -13,13 +13,15 @@ import itertools
 import logging
 import os
 import re
+import sys
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, Self
+from typing import Literal, NoReturn, Self
 
 from pydantic import BaseModel
 
@@ -284,6 +286,33 @@ def _current_session() -> Session | None:
         return _current
 
 
-def range(name: str, on_capture: Callable[[Capture], None] | None = None) -> Region:  # noqa: A001
+def range(name: str, on_capture: Callable[[Capture], None] | None = None) -> Region:
     """Record the block as its own capture when this process runs in an nsight session; else do nothing."""
     return Region(Session.current(), name, on_capture)
+
+
+def default_output_dir(session_name: str) -> Path:
+    """Where a launched session writes its reports when nobody said: a temp folder per session."""
+    return Path(tempfile.gettempdir()) / "nsight" / session_name
+
+
+def exec_launch(argv: Sequence[str], *, name: str, trace: Sequence[str] | str = DEFAULT_TRACE,
+                sample: str | None = None, output_dir: str | Path | None = None) -> NoReturn:
+    """Replace this process with ARGV under `nsys launch`, or with ARGV alone when that cannot work.
+
+    This is what a container runtime re-execs into (Flyte's exec wrapper): a missing nsys or a bad
+    setting must cost the profile, never the job, so every failure here falls back to running ARGV
+    unprofiled after one warning line.
+    """
+    if not argv:
+        raise ValueError("no command to launch: give the program and its arguments after --.")
+    command, env = list(argv), dict(os.environ)
+    try:
+        session = Session(name, trace=trace, sample=sample,
+                          output_dir=output_dir or default_output_dir(sanitize(name)))
+        command, env = session.command(argv, "manual"), session.child_env()
+        session.output_dir.mkdir(parents=True, exist_ok=True)
+    except (NsightError, ValueError, OSError) as exc:
+        print(f"nsight: WARNING: profiling is off for this run, {argv[0]} runs unprofiled: {exc}",
+              file=sys.stderr, flush=True)
+    os.execvpe(command[0], command, env)

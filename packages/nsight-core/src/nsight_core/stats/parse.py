@@ -67,7 +67,8 @@ def read_frame(report: str, text: str) -> pl.DataFrame:
         for column, value in zip(columns, fields, strict=True):
             column.append(value)
     unique = _unique_headers(header)
-    return pl.DataFrame({name: pl.Series(name, values, dtype=pl.String) for name, values in zip(unique, columns, strict=True)})
+    series = (pl.Series(name, values, dtype=pl.String) for name, values in zip(unique, columns, strict=True))
+    return pl.DataFrame(list(series))
 
 
 def _unique_headers(header: list[str]) -> list[str]:

@@ -1,0 +1,37 @@
+# The two commands of the README: `make demo` and `make test`. Both create the environment with uv
+# (installing uv with pip when it is missing) and install nsys with scripts/install-nsys.sh when no
+# usable nsys is found (the same lookup nsight-core uses: $NSIGHT_NSYS, PATH, the installer's folder).
+SHELL := /bin/bash
+UV := $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
+PY := .venv/bin/python
+
+.PHONY: help env nsys test lint demo bench clean
+
+help:
+	@echo "make demo   profile a small real workload and print where its trace, stats and report are"
+	@echo "make test   lint and run the whole test suite against real nsys and the real Flyte runtime"
+	@echo "make bench  measure stats parsing and rendering speed; numbers go to bench/RESULTS.md"
+
+env:
+	@command -v uv >/dev/null 2>&1 || python3 -m uv --version >/dev/null 2>&1 || python3 -m pip install -q uv
+	@$(UV) sync --locked --quiet
+
+nsys: env
+	@$(PY) -c "import nsight_core; nsight_core.find_nsys()" 2>/dev/null || bash scripts/install-nsys.sh
+	@$(PY) -c "import nsight_core; n = nsight_core.find_nsys(); print(f'nsys {n.version}: {n.path}')"
+
+lint: env
+	@.venv/bin/ruff check .
+
+test: nsys lint
+	@bash scripts/install-chromium.sh
+	$(PY) -m pytest
+
+demo: nsys
+	@bash scripts/demo.sh
+
+bench: nsys
+	$(PY) bench/bench.py
+
+clean:
+	rm -rf nsight-runs tests/artifacts .pytest_cache

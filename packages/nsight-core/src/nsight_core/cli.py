@@ -1,0 +1,127 @@
+"""The `nsight` command: argument parsing and printing only; the work happens in the library."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from nsight_core.errors import NsightError
+from nsight_core.render.text import render_text
+from nsight_core.session import DEFAULT_TRACE, Session, exec_launch
+from nsight_core.stats.load import load_stats
+from nsight_core.stats.reports import DEFAULT_REPORTS
+
+log = logging.getLogger("nsight")
+
+
+def _csv_list(value: str) -> list[str]:
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"{value!r} is empty: give one or more names separated by commas")
+    return items
+
+
+def _command(args: argparse.Namespace) -> list[str]:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise NsightError("no command given: put the program to run after --, e.g. `nsight run -- python train.py`.")
+    return command
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    session = Session(trace=args.trace, sample=args.sample, output_dir=args.output)
+    result = session.run(_command(args), capture=args.capture)
+    for report in result.reports:
+        print(report)
+    if not result.reports:
+        hint = ("the command opened no nsight_core.range() block" if args.capture == "manual"
+                else "nsys wrote no report (see its messages above)")
+        print(f"nsight: no .nsys-rep was written to {result.output_dir}: {hint}.", file=sys.stderr)
+    return result.returncode
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    stats = load_stats(args.path, args.reports)
+    if args.json:
+        print(stats.model_dump_json(exclude={"reports"}, indent=2))
+    else:
+        sys.stdout.write(render_text(stats))
+    return 0
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    exec_launch(_command(args), name=args.session, trace=args.trace, sample=args.sample,
+                output_dir=args.output_dir)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nsight",
+        description="Profile programs with NVIDIA Nsight Systems and summarise where the GPU time went.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="show progress and debug messages")
+    commands = parser.add_subparsers(dest="name", required=True, metavar="COMMAND")
+
+    run = commands.add_parser(
+        "run", help="run a command under nsys and print the .nsys-rep files it wrote",
+        description="Run CMD under nsys. --capture process records the whole run; --capture manual records "
+        "only the nsight_core.range() blocks CMD opens, one .nsys-rep per block. Prints the report paths, "
+        "one per line, and exits with CMD's exit code.")
+    run.add_argument("--trace", type=_csv_list, default=list(DEFAULT_TRACE),
+                     help="nsys trace domains, comma-separated (default: %(default)s; CPU-only machines: nvtx,osrt)")
+    run.add_argument("--sample", default=None, help="CPU sampling passed to nsys --sample, e.g. none or cpu "
+                     "(default: nsys' own)")
+    run.add_argument("--capture", choices=("process", "manual"), default="process",
+                     help="what to record (default: %(default)s)")
+    run.add_argument("-o", "--output", type=Path, default=None,
+                     help="folder for the reports (default: a new folder under ./nsight-runs/)")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    run.set_defaults(func=cmd_run)
+
+    stats = commands.add_parser(
+        "stats", help="summarise a capture: kernels, CUDA API, memory operations, NVTX ranges",
+        description="PATH is a .nsys-rep, a .sqlite export, or recorded CSVs (DIR or DIR/PREFIX holding "
+        "PREFIX_<report>.csv). A .nsys-rep is exported to SQLite once and all reports run in one nsys call.")
+    stats.add_argument("path", type=Path, help=".nsys-rep, .sqlite, or a directory of recorded CSVs")
+    stats.add_argument("--reports", type=_csv_list, default=None,
+                       help=f"nsys report names, comma-separated (default: {','.join(DEFAULT_REPORTS)}; "
+                       "any nsys report name is accepted)")
+    stats.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    stats.set_defaults(func=cmd_stats)
+
+    launch = commands.add_parser(
+        "launch", help="exec a command inside a new nsys session (what a container runtime wraps with)",
+        description="Replace this process with `nsys launch` of CMD in a session named NAME; the command then "
+        "records regions with nsight_core.range(). When nsys cannot be used, warn once and run CMD "
+        "unprofiled: profiling never stops the job.")
+    launch.add_argument("--session", required=True, help="session name (sanitised to [A-Za-z0-9._-])")
+    launch.add_argument("--trace", type=_csv_list, default=list(DEFAULT_TRACE),
+                        help="nsys trace domains, comma-separated (default: %(default)s)")
+    launch.add_argument("--sample", default=None, help="CPU sampling for each collection (nsys --sample)")
+    launch.add_argument("--output-dir", type=Path, default=None,
+                        help="folder for region reports (default: $TMPDIR/nsight/<session>)")
+    launch.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    launch.set_defaults(func=cmd_launch)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="nsight: %(message)s",
+                        stream=sys.stderr)
+    try:
+        return int(args.func(args))
+    except NsightError as exc:
+        print(f"nsight: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -132,7 +132,8 @@ class Session:
         command = self.command(argv, capture)
         self.output_dir.mkdir(parents=True, exist_ok=True)
         before = set(self.output_dir.glob("*.nsys-rep"))
-        returncode = run_command(command, env=self.child_env(), timeout=timeout)
+        env = self.child_env() if capture == "manual" else None
+        returncode = run_command(command, env=env, timeout=timeout)
         reports = sorted(set(self.output_dir.glob("*.nsys-rep")) - before, key=lambda p: p.stat().st_mtime)
         return RunResult(returncode=returncode, output_dir=self.output_dir, reports=reports)
 

@@ -17,8 +17,10 @@ _TITLES = {
 _MAX_NAME = 80
 
 
-def _ns(value: float) -> str:
+def _ns(value: float | None) -> str:
     """A duration in the unit a person reads fastest, keeping three significant digits or more."""
+    if value is None:
+        return "-"
     for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
         if abs(value) >= scale:
             return f"{value / scale:,.3f} {unit}"

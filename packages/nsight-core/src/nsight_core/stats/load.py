@@ -3,6 +3,7 @@ a directory of recorded CSVs (how users unit-test analyses without nsys or a GPU
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,6 +13,8 @@ from nsight_core.nsys import Nsys, find_nsys
 from nsight_core.stats.models import ProfileStats
 from nsight_core.stats.parse import add_report, read_csv_text
 from nsight_core.stats.reports import DEFAULT_REPORTS, aliases, canonical
+
+log = logging.getLogger("nsight")
 
 _KNOWN_SUFFIXES = sorted({name for report in DEFAULT_REPORTS for name in aliases(report)}, key=len, reverse=True)
 _PROCESSING = re.compile(r"Processing \[.*?\] with \[(?P<script>.*?)\] to \[(?P<out>.*?)\]\.\.\.\s*(?P<status>.*)")
@@ -23,6 +26,7 @@ def sqlite_for(report_file: Path, nsys: Nsys | None = None) -> Path:
     sqlite = report_file.with_suffix(".sqlite")
     if sqlite.exists() and sqlite.stat().st_mtime >= report_file.stat().st_mtime:
         return sqlite
+    log.info("exporting %s to SQLite (once per capture; large traces take a while)", report_file)
     (nsys or find_nsys()).export_sqlite(report_file, sqlite)
     return sqlite
 
@@ -55,6 +59,7 @@ def stats_from_nsys(path: Path, reports: Sequence[str] = DEFAULT_REPORTS, nsys: 
     prefix = sqlite.with_suffix("")
     for name in run_names.values():
         Path(f"{prefix}_{name}.csv").unlink(missing_ok=True)
+    log.info("running %d nsys stats reports on %s", len(set(run_names.values())), sqlite)
     result = nsys.stats(sqlite, list(dict.fromkeys(run_names.values())), prefix)
     messages = _messages_by_report(result.output)
     for report, name in run_names.items():
@@ -99,11 +104,15 @@ def _split_name(stem: str, prefixes: set[str]) -> tuple[str, str] | None:
     return None
 
 
-def recorded_captures(directory: Path) -> dict[str, dict[str, Path]]:
-    """Recorded CSVs in DIRECTORY grouped as {prefix: {report: file}} (`<prefix>_<report>.csv`)."""
+def recorded_captures(directory: Path, prefix: str | None = None) -> dict[str, dict[str, Path]]:
+    """Recorded CSVs in DIRECTORY grouped as {prefix: {report: file}} (`<prefix>_<report>.csv`).
+
+    Default report names identify the prefixes; a file of any other report joins the longest known
+    prefix it starts with (PREFIX, when the caller names one).
+    """
     files = sorted(directory.glob("*.csv"))
     groups: dict[str, dict[str, Path]] = {}
-    prefixes: set[str] = set()
+    prefixes: set[str] = {prefix} if prefix else set()
     pending: list[Path] = []
     for file in files:
         split = _split_name(file.stem, set())
@@ -128,7 +137,7 @@ def stats_from_csv_dir(path: Path, reports: Sequence[str] | None = None) -> Prof
     directory, prefix = (path, None) if path.is_dir() else (path.parent, path.name)
     if not directory.is_dir():
         raise StatsError(f"{path} is neither a directory of recorded CSVs nor DIR/PREFIX of one.")
-    groups = recorded_captures(directory)
+    groups = recorded_captures(directory, prefix)
     if prefix is None:
         if len(groups) != 1:
             found = ", ".join(sorted(groups)) or "none"

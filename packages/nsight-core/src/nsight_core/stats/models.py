@@ -26,7 +26,7 @@ class TimeRow(_Row):
     time_pct: float = Field(description="Share of the report's total time, in percent")
     total_time_ns: int
     avg_ns: float
-    med_ns: float
+    med_ns: float | None = Field(default=None, description="None where the nsys version reports no median")
     min_ns: int
     max_ns: int
     stddev_ns: float
@@ -55,7 +55,7 @@ class MemorySizeRow(_Row):
 
     total_mb: float
     avg_mb: float
-    med_mb: float
+    med_mb: float | None = Field(default=None, description="None where the nsys version reports no median")
     min_mb: float
     max_mb: float
     stddev_mb: float
@@ -101,4 +101,5 @@ _TABLE_MODELS: dict[str, type[_Row]] = {
     "memory_size": MemorySizeRow,
     "nvtx_ranges": NvtxRangeRow,
 }
-_POLARS_TYPES: dict[Any, Any] = {str: pl.String, int: pl.Int64, float: pl.Float64, str | None: pl.String}
+_POLARS_TYPES: dict[Any, Any] = {str: pl.String, int: pl.Int64, float: pl.Float64, str | None: pl.String,
+                                 float | None: pl.Float64}

@@ -1,0 +1,52 @@
+"""Shared test fixtures: the real nsys, the project's Python, the recorded H200 capture."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from nsight_core import find_nsys
+from nsight_core.nsys import Nsys
+
+REPO = Path(__file__).resolve().parent.parent
+H200 = REPO.parent / "shared" / "fixtures" / "h200-torch-mlp"
+
+
+@pytest.fixture(scope="session")
+def nsys() -> Nsys:
+    """The real nsys. `make test` installs it; a missing nsys is a failed setup, not a skip."""
+    return find_nsys()
+
+
+@pytest.fixture(scope="session")
+def python() -> str:
+    return sys.executable
+
+
+@pytest.fixture(scope="session")
+def h200() -> Path:
+    if not H200.is_dir():
+        pytest.fail(f"the recorded H200 capture is missing: {H200}")
+    return H200
+
+
+@pytest.fixture
+def h200_copy(h200: Path, tmp_path: Path) -> Path:
+    """A writable copy of the H200 fixture (exports land beside the .nsys-rep; the fixture is read-only)."""
+    target = tmp_path / "h200"
+    shutil.copytree(h200, target)
+    for path in target.iterdir():
+        path.chmod(0o644)
+    return target
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No inherited nsight session variables, so a test decides itself whether it runs in a session."""
+    for name in list(os.environ):
+        if name.startswith("NSIGHT_"):
+            monkeypatch.delenv(name)

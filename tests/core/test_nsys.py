@@ -1,0 +1,128 @@
+"""Finding nsys, its failures, `nsight launch`'s fallback, and stats from real exports."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from nsight_core import NsysNotFoundError, NsysPermissionError, Session, load_stats
+from nsight_core.nsys import Nsys, find_nsys
+
+
+def _fake_nsys(directory: Path, body: str) -> Path:
+    """A stand-in nsys, only for faults the real one cannot be made to produce here."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fake = directory / "nsys"
+    fake.write_text("#!/bin/sh\n" + body)
+    fake.chmod(0o755)
+    return fake
+
+
+def _no_nsys_env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NSIGHT_")}
+    env["PATH"] = os.path.dirname(sys.executable) + ":/usr/bin:/bin"
+    env["NSIGHT_NSYS_PREFIX"] = str(tmp_path / "nowhere")
+    return env
+
+
+def test_missing_nsys_error_names_all_three_places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in _no_nsys_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("NSIGHT_NSYS", str(tmp_path / "missing-nsys"))
+    with pytest.raises(NsysNotFoundError) as info:
+        find_nsys()
+    message = str(info.value)
+    assert "$NSIGHT_NSYS" in message and "nsys on PATH" in message and "installer location" in message
+    assert "scripts/install-nsys.sh" in message
+
+
+def test_nsight_nsys_variable_wins(tmp_path: Path, nsys: Nsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    link = tmp_path / "bin" / "nsys"
+    link.parent.mkdir()
+    link.symlink_to(nsys.path)
+    monkeypatch.setenv("NSIGHT_NSYS", str(link))
+    assert find_nsys().path == link
+
+
+def test_permission_failure_carries_the_remedies(tmp_path: Path) -> None:
+    fake = _fake_nsys(tmp_path / "bin", 'case "$1" in --version) echo "NVIDIA Nsight Systems version 2023.4.4.54";;\n'
+                      '*) echo "ERROR: ERR_NVGPUCTRPERM - insufficient privileges" >&2; exit 1;; esac\n')
+    nsys = Nsys(fake, "2023.4.4.54")
+    with pytest.raises(NsysPermissionError) as info:
+        nsys.stop("any")
+    message = str(info.value)
+    assert "allow_nested_sandboxing" in message
+    assert "NVreg_RestrictProfilingToAdminUsers=0" in message
+    assert "osrt" in message
+
+
+def test_launch_without_nsys_runs_the_command_unprofiled(tmp_path: Path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text("import nsight_core\nwith nsight_core.range('r'):\n    print('job ran')\n")
+    done = subprocess.run([sys.executable, "-m", "nsight_core.cli", "launch", "--session", "s1", "--",
+                           sys.executable, str(script)], env=_no_nsys_env(tmp_path), capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0
+    assert done.stdout.strip() == "job ran"
+    warnings = [line for line in done.stderr.splitlines() if "WARNING" in line]
+    assert len(warnings) == 1 and "runs unprofiled" in warnings[0] and "No usable nsys" in warnings[0]
+
+
+@pytest.mark.nsys
+def test_launch_with_nsys_records_regions(tmp_path: Path, nsys: Nsys) -> None:
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""
+        import nvtx, nsight_core
+        with nsight_core.range("region one"):
+            with nvtx.annotate("x"):
+                pass
+        print("job ran")
+    """))
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "nsight_core.cli", "launch", "--session", "run-1/action a0",
+                           "--trace", "nvtx", "--output-dir", str(out), "--", sys.executable, str(script)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "job ran" in done.stdout
+    assert sorted(p.name for p in out.glob("*.nsys-rep")) == ["region_one.nsys-rep"]
+
+
+@pytest.mark.nsys
+def test_stats_of_the_h200_trace_equal_its_recorded_csvs(h200_copy: Path, nsys: Nsys) -> None:
+    recorded = {}
+    with (h200_copy / "training_cuda_gpu_kern_sum.csv").open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            recorded[row["Name"]] = (int(row["Instances"]), int(row["Total Time (ns)"]))
+    target = h200_copy / "fresh"
+    target.mkdir()
+    (h200_copy / "training.nsys-rep").rename(target / "training.nsys-rep")
+    stats = load_stats(target / "training.nsys-rep")
+    assert {k.name: (k.instances, k.total_time_ns) for k in stats.kernels} == recorded
+    assert len(stats.nvtx_ranges) == 20 and stats.skipped == {}
+    exports = list(target.glob("*.sqlite"))
+    assert [p.name for p in exports] == ["training.sqlite"]
+    mtime = exports[0].stat().st_mtime_ns
+    again = load_stats(target / "training.nsys-rep", ["cuda_api_sum", "nvtxppsum", "no_such_report"])
+    assert exports[0].stat().st_mtime_ns == mtime, "the export must be reused, not redone"
+    assert again.api_calls and len(again.nvtx_ranges) == 20
+    assert again.skipped == {"no_such_report": "unknown report: this nsys (2023.4.4.54) has no report named "
+                                                "'no_such_report'"}
+
+
+@pytest.mark.nsys
+def test_cpu_capture_skips_cuda_reports_with_reason(tmp_path: Path, nsys: Nsys) -> None:
+    script = tmp_path / "job.py"
+    script.write_text("import nvtx, nsight_core\nwith nsight_core.range('r'):\n    nvtx.push_range('p')\n"
+                      "    nvtx.pop_range()\n")
+    result = Session(trace=("nvtx",), output_dir=tmp_path / "o").run([sys.executable, str(script)])
+    stats = load_stats(result.reports[0])
+    assert [(r.name, r.instances) for r in stats.nvtx_ranges] == [("p", 1)]
+    assert set(stats.skipped) == {"cuda_gpu_kern_sum", "cuda_gpu_mem_time_sum", "cuda_gpu_mem_size_sum",
+                                  "cuda_api_sum"}
+    assert "does not contain CUDA" in stats.skipped["cuda_gpu_kern_sum"]

@@ -1,0 +1,177 @@
+"""Sessions against the real nsys: regions, whole-process capture, and the traps nsys sets."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from nsight_core import NsysCommandError, Session
+from nsight_core.nsys import Nsys
+from nsight_core.session import ENV_SESSION, sanitize
+
+pytestmark = pytest.mark.nsys
+
+REGIONS = textwrap.dedent("""
+    import time, nvtx, nsight_core
+    for region, count in (("first", 3), ("second", 5)):
+        with nsight_core.range(region):
+            for _ in range(count):
+                with nvtx.annotate(region + "_step"):
+                    time.sleep(0.002)
+            nvtx.mark("never a range")
+    print("workload done")
+""")
+
+
+def nsight(*args: str, cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "nsight_core.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, check=check, timeout=240)
+
+
+def _script(tmp_path: Path, body: str) -> Path:
+    script = tmp_path / "work.py"
+    script.write_text(body)
+    return script
+
+
+def _nvtx_counts(report: str) -> dict[str, int]:
+    data = json.loads(nsight("stats", report, "--json", "--reports", "nvtx_pushpop_sum").stdout)
+    return {row["name"]: row["instances"] for row in data["nvtx_ranges"]}
+
+
+def test_manual_capture_two_regions_exact_nvtx_counts(tmp_path: Path, nsys: Nsys) -> None:
+    script = _script(tmp_path, REGIONS)
+    out = tmp_path / "out"
+    done = nsight("run", "--capture", "manual", "--trace", "nvtx,osrt", "--sample", "none", "-o", str(out),
+                  "--", sys.executable, str(script))
+    reports = [line for line in done.stdout.splitlines() if line.endswith(".nsys-rep")]
+    assert "workload done" in done.stdout
+    assert [Path(r).name for r in reports] == ["first.nsys-rep", "second.nsys-rep"]
+    assert _nvtx_counts(reports[0]) == {"first_step": 3}
+    assert _nvtx_counts(reports[1]) == {"second_step": 5}
+
+
+def test_process_capture_records_the_whole_run(tmp_path: Path, nsys: Nsys) -> None:
+    script = _script(tmp_path, REGIONS)
+    done = nsight("run", "--capture", "process", "--trace", "nvtx", "--sample", "none", "-o", str(tmp_path / "o"),
+                  "--", sys.executable, str(script))
+    # nsys profile prints its own progress on stdout too; our lines are whole paths.
+    reports = [line for line in done.stdout.splitlines() if line.startswith(str(tmp_path))]
+    assert len(reports) == 1 and reports[0].endswith(".nsys-rep")
+    assert _nvtx_counts(reports[0]) == {"first_step": 3, "second_step": 5}
+
+
+def test_run_exits_with_the_commands_exit_code(tmp_path: Path, nsys: Nsys) -> None:
+    script = _script(tmp_path, "import sys; sys.exit(3)\n")
+    done = nsight("run", "--capture", "manual", "--trace", "nvtx", "-o", str(tmp_path / "o"), "--",
+                  sys.executable, str(script), check=False)
+    assert done.returncode == 3
+    assert "opened no nsight_core.range() block" in done.stderr
+
+
+def test_same_name_regions_never_overwrite(tmp_path: Path, nsys: Nsys) -> None:
+    script = _script(tmp_path, textwrap.dedent("""
+        import nvtx, nsight_core
+        for i in range(3):
+            with nsight_core.range("step"):
+                for _ in range(i + 1):
+                    with nvtx.annotate("work"):
+                        pass
+    """))
+    result = Session(trace=("nvtx",), sample="none", output_dir=tmp_path / "o").run([sys.executable, str(script)])
+    assert [p.name for p in result.reports] == ["step.nsys-rep", "step.1.nsys-rep", "step.2.nsys-rep"]
+    assert [_nvtx_counts(str(p)) for p in result.reports] == [{"work": 1}, {"work": 2}, {"work": 3}]
+
+
+def test_nested_region_retries_then_runs_unprofiled(tmp_path: Path, nsys: Nsys) -> None:
+    script = _script(tmp_path, textwrap.dedent("""
+        import logging, time, nvtx, nsight_core
+        logging.basicConfig(level=logging.WARNING)
+        with nsight_core.range("outer"):
+            t0 = time.monotonic()
+            with nsight_core.range("inner"):
+                with nvtx.annotate("inside_inner"):
+                    pass
+            print(f"inner waited {time.monotonic() - t0:.1f}")
+    """))
+    done = subprocess.run(
+        [sys.executable, "-m", "nsight_core.cli", "run", "--capture", "manual", "--trace", "nvtx", "-o",
+         str(tmp_path / "o"), "--", sys.executable, str(script)], capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    waited = float(done.stdout.split("inner waited ")[1].split()[0])
+    assert 6.0 <= waited <= 12.0
+    assert "could not start collection" in done.stderr
+    reports = [line for line in done.stdout.splitlines() if line.endswith(".nsys-rep")]
+    assert [Path(r).name for r in reports] == ["outer.nsys-rep"]
+    assert _nvtx_counts(reports[0]) == {"inside_inner": 1}
+
+
+def test_start_in_a_session_that_does_not_exist_is_refused(tmp_path: Path, nsys: Nsys,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """`nsys start` on an unknown session exits 0 and records nothing; we must notice."""
+    session = Session("no-such-session-anywhere", trace=("nvtx",), output_dir=tmp_path, nsys=nsys)
+    with pytest.raises(NsysCommandError, match="does not exist"):
+        session.start("region")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_range_outside_a_session_is_a_noop(clean_env: None) -> None:
+    import nsight_core
+
+    assert ENV_SESSION not in os.environ
+    with nsight_core.range("anything") as region:
+        pass
+    assert region.capture is None and region.session is None
+
+
+def test_async_range_outside_a_session_is_a_noop(clean_env: None) -> None:
+    import asyncio
+
+    import nsight_core
+
+    async def block() -> nsight_core.Region:
+        async with nsight_core.range("anything") as region:
+            return region
+
+    assert asyncio.run(block()).capture is None
+
+
+def test_async_regions_record(tmp_path: Path, nsys: Nsys) -> None:
+    script = _script(tmp_path, textwrap.dedent("""
+        import asyncio, nvtx, nsight_core
+        async def main():
+            async with nsight_core.range("async region"):
+                with nvtx.annotate("a"):
+                    await asyncio.sleep(0.01)
+        asyncio.run(main())
+    """))
+    result = Session(trace=("nvtx",), output_dir=tmp_path / "o").run([sys.executable, str(script)])
+    assert [p.name for p in result.reports] == ["async_region.nsys-rep"]
+    assert _nvtx_counts(str(result.reports[0])) == {"a": 1}
+
+
+@pytest.mark.parametrize(("raw", "clean"), [
+    ("run/123 action:0", "run_123_action_0"),
+    ("$(rm -rf /); echo", "rm_-rf_echo"),
+    ("../../etc/passwd", "etc_passwd"),
+    ("ünïcode", "n_code"),
+    ("", "nsight"),
+    ("...", "nsight"),
+])
+def test_sanitize(raw: str, clean: str) -> None:
+    assert sanitize(raw) == clean
+
+
+def test_start_takes_seconds_not_minutes(tmp_path: Path, nsys: Nsys) -> None:
+    """A guard on the lifecycle, not a benchmark: a tiny region must not hit the retry loop."""
+    script = _script(tmp_path, "import nsight_core\nwith nsight_core.range('r'):\n    pass\n")
+    t0 = time.monotonic()
+    Session(trace=("nvtx",), output_dir=tmp_path / "o").run([sys.executable, str(script)])
+    assert time.monotonic() - t0 < 6.0

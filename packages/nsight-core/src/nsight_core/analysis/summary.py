@@ -1,0 +1,158 @@
+"""The summary tiles at the top of a capture's report.
+
+Each tile is one number a user asks first ("how long, how busy, how many kernels, how much copied").
+A tile never shows a made-up zero: when its data is missing it carries the reason instead (report
+skipped by nsys, not requested, or only recorded CSVs without the event trace).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from nsight_core.analysis.kernels import nccl_share
+from nsight_core.analysis.timeline import TraceSummary
+from nsight_core.stats.models import ProfileStats
+from nsight_core.stats.reports import canonical
+
+NEEDS_TRACE = "needs the event trace: recorded CSVs have totals only; pass the .nsys-rep or .sqlite export"
+MB = 1_000_000
+
+# (tile label, the operation name nsys writes in cuda_gpu_mem_*_sum)
+COPY_KINDS: tuple[tuple[str, str], ...] = (
+    ("Host-to-Device copies", "[CUDA memcpy Host-to-Device]"),
+    ("Device-to-Host copies", "[CUDA memcpy Device-to-Host]"),
+    ("Device-to-Device copies", "[CUDA memcpy Device-to-Device]"),
+    ("Memsets", "[CUDA memset]"),
+)
+
+
+class Tile(BaseModel):
+    """One summary number, formatted, with the raw value and either a detail line or why it is missing."""
+
+    label: str
+    value: str | None = Field(default=None, description="Formatted value; None when missing")
+    number: float | None = Field(default=None, description="The raw value (ns, bytes, count or 0..1)")
+    detail: str = ""
+    missing: str | None = Field(default=None, description="Why there is no value")
+
+
+def format_ns(ns: float) -> str:
+    """A duration in the largest unit that keeps it >= 1 (ns, µs, ms, s)."""
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if abs(ns) >= scale:
+            return f"{ns / scale:,.2f} {unit}"
+    return f"{ns:,.0f} ns"
+
+
+def format_bytes(count: float) -> str:
+    """A byte count in decimal units, as nsys reports MB."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= scale:
+            return f"{count / scale:,.2f} {unit}"
+    return f"{count:,.0f} B"
+
+
+def _report_missing(stats: ProfileStats, report: str) -> str:
+    """Why REPORT has no rows: nsys' own reason, or that it was not requested."""
+    for name, reason in stats.skipped.items():
+        if canonical(name.split(":", 1)[0]) == report:
+            return f"{report}: {reason}"
+    if not any(canonical(name.split(":", 1)[0]) == report for name in stats.reports):
+        return f"{report} was not requested"
+    return f"{report} has no rows"
+
+
+def summary_tiles(stats: ProfileStats, trace: TraceSummary | None) -> list[Tile]:
+    """All tiles of one capture, in display order."""
+    return [
+        *_trace_tiles(trace),
+        *_kernel_tiles(stats, trace),
+        *_memory_tiles(stats),
+        _nvtx_tile(stats, trace),
+        _api_tile(stats),
+    ]
+
+
+def _trace_tiles(trace: TraceSummary | None) -> list[Tile]:
+    if trace is None:
+        return [Tile(label=label, missing=NEEDS_TRACE) for label in ("Capture span", "GPU kernel time", "GPU busy")]
+    if trace.first_event_ns is None:
+        empty = "the export holds no traced events"
+        return [Tile(label=label, missing=empty) for label in ("Capture span", "GPU kernel time", "GPU busy")]
+    recorded = f"; collection ran {format_ns(trace.recorded_ns)}" if trace.recorded_ns else ""
+    span = Tile(label="Capture span", value=format_ns(trace.span_ns), number=trace.span_ns,
+                detail=f"first to last traced event{recorded}")
+    if not trace.kernel_count:
+        reason = "no CUDA kernels in the trace (trace=cuda off, or no GPU work ran)"
+        return [span, Tile(label="GPU kernel time", missing=reason), Tile(label="GPU busy", missing=reason)]
+    gpus = f" across {trace.devices} GPUs" if trace.devices > 1 else ""
+    kernel_time = Tile(
+        label="GPU kernel time", value=format_ns(trace.kernel_busy_ns), number=trace.kernel_busy_ns,
+        detail=f"union of kernel intervals{gpus}; summed per kernel: {format_ns(trace.kernel_sum_ns)}",
+    )
+    fraction = trace.busy_fraction or 0.0
+    busy = Tile(label="GPU busy", value=f"{fraction:.1%}", number=fraction,
+                detail=f"kernel time / capture span{gpus}")
+    return [span, kernel_time, busy]
+
+
+def _kernel_tiles(stats: ProfileStats, trace: TraceSummary | None) -> list[Tile]:
+    if not stats.kernels:
+        reason = _report_missing(stats, "cuda_gpu_kern_sum")
+        if trace is not None and trace.kernel_count:
+            return [Tile(label="Kernel launches", value=f"{trace.kernel_count:,}", number=trace.kernel_count,
+                         detail="from the event trace"), Tile(label="Distinct kernels", missing=reason)]
+        return [Tile(label="Kernel launches", missing=reason), Tile(label="Distinct kernels", missing=reason)]
+    launches = sum(row.instances for row in stats.kernels)
+    nccl = nccl_share(stats.frame("kernels"))
+    return [
+        Tile(label="Kernel launches", value=f"{launches:,}", number=launches),
+        Tile(label="Distinct kernels", value=f"{len(stats.kernels):,}", number=len(stats.kernels)),
+        Tile(label="NCCL share", value=f"{nccl.share:.1%}", number=nccl.share,
+             detail=f"{nccl.nccl_kernels} NCCL kernels, {format_ns(nccl.nccl_time_ns)} of summed kernel time"
+             if nccl.nccl_kernels else "no NCCL kernels ran (no multi-GPU communication)"),
+    ]
+
+
+def _memory_tiles(stats: ProfileStats) -> list[Tile]:
+    sizes = {row.name: row for row in stats.memory_size}
+    times = {row.name: row for row in stats.memory_time}
+    if not sizes and not times:
+        reason = _report_missing(stats, "cuda_gpu_mem_size_sum")
+        return [Tile(label=label, missing=reason) for label, _ in COPY_KINDS]
+    known = {operation for _, operation in COPY_KINDS}
+    kinds = [*COPY_KINDS, *((name.strip("[]").removeprefix("CUDA "), name)
+                            for name in dict.fromkeys([*sizes, *times]) if name not in known)]
+    tiles = []
+    for label, operation in kinds:
+        size, time = sizes.get(operation), times.get(operation)
+        counted = size or time
+        if counted is None:
+            tiles.append(Tile(label=label, value="none", number=0, detail="none in this capture"))
+            continue
+        count = counted.instances
+        value = format_bytes(size.total_mb * MB) if size else "size not reported"
+        took = f", {format_ns(time.total_time_ns)} on the GPU" if time else ""
+        tiles.append(Tile(label=label, value=value, number=size.total_mb * MB if size else None,
+                          detail=f"{count:,} operation{'' if count == 1 else 's'}{took}"))
+    return tiles
+
+
+def _nvtx_tile(stats: ProfileStats, trace: TraceSummary | None) -> Tile:
+    if stats.nvtx_ranges:
+        count = sum(row.instances for row in stats.nvtx_ranges)
+        return Tile(label="NVTX range instances", value=f"{count:,}", number=count,
+                    detail=f"{len(stats.nvtx_ranges):,} distinct range names")
+    if trace is not None and trace.nvtx_total:
+        return Tile(label="NVTX range instances", value=f"{trace.nvtx_total:,}", number=trace.nvtx_total,
+                    detail="from the event trace")
+    return Tile(label="NVTX range instances", missing=_report_missing(stats, "nvtx_pushpop_sum"))
+
+
+def _api_tile(stats: ProfileStats) -> Tile:
+    if not stats.api_calls:
+        return Tile(label="CUDA API time", missing=_report_missing(stats, "cuda_api_sum"))
+    total = sum(row.total_time_ns for row in stats.api_calls)
+    calls = sum(row.instances for row in stats.api_calls)
+    return Tile(label="CUDA API time", value=format_ns(total), number=total,
+                detail=f"{calls:,} calls of {len(stats.api_calls)} functions, CPU time in the CUDA API")

@@ -1,0 +1,91 @@
+"""One capture, everything the GPU Profile report shows about it.
+
+A capture is exported to SQLite ONCE: `nsys stats` runs on that export (the per-name tables) and
+the event trace is read from the same file (span, GPU busy time, timeline). Recorded CSV
+directories have no export, so their profile has stats only and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from nsight_core.analysis.summary import Tile, summary_tiles
+from nsight_core.analysis.timeline import TraceSummary, summarize_trace
+from nsight_core.errors import StatsError
+from nsight_core.stats.load import load_stats, recorded_captures, sqlite_for
+from nsight_core.stats.models import ProfileStats
+from nsight_core.stats.reports import DEFAULT_REPORTS
+from nsight_core.stats.trace import read_trace
+
+REPORT_SUFFIXES = frozenset({".nsys-rep", ".qdrep"})
+EXPORT_SUFFIX = ".sqlite"
+CSV_NOTE = (
+    "Recorded CSVs hold per-name totals only: the capture span, GPU busy time and timeline need the "
+    "event trace (pass the .nsys-rep or its .sqlite export)."
+)
+
+
+class CaptureProfile(BaseModel):
+    """The data of one report section: a capture's stats, its event-trace summary and notes."""
+
+    title: str
+    source: str = Field(description="The file or directory the profile was built from")
+    stats: ProfileStats
+    trace: TraceSummary | None = Field(default=None, description="None for recorded CSVs (no event trace)")
+    notes: list[str] = Field(default_factory=list, description="Plain-text lines shown below the charts")
+
+    @property
+    def tiles(self) -> list[Tile]:
+        """The summary tiles of this capture."""
+        return summary_tiles(self.stats, self.trace)
+
+
+def build_profile(
+    path: str | Path,
+    reports: Sequence[str] = DEFAULT_REPORTS,
+    title: str | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> CaptureProfile:
+    """Profile of PATH: a .nsys-rep/.qdrep, its .sqlite export, or recorded CSVs (DIR or DIR/PREFIX).
+
+    PROGRESS, when given, is told before each step that can take long (the export, `nsys stats`).
+    """
+    path = Path(path)
+    say = progress or (lambda _message: None)
+    if path.suffix in REPORT_SUFFIXES or path.suffix == EXPORT_SUFFIX:
+        if not path.is_file():
+            raise StatsError(f"{path} does not exist.")
+        sqlite = path
+        if path.suffix in REPORT_SUFFIXES:
+            say(f"exporting {path} to SQLite")
+            sqlite = sqlite_for(path)
+        say(f"running nsys stats on {sqlite}")
+        stats = load_stats(sqlite, reports)
+        trace = summarize_trace(read_trace(sqlite))
+        return CaptureProfile(title=title or path.stem, source=str(path), stats=stats, trace=trace)
+    stats = load_stats(path, reports)
+    return CaptureProfile(
+        title=title or path.name,
+        source=str(path),
+        stats=stats,
+        notes=[CSV_NOTE],
+    )
+
+
+def capture_paths(path: str | Path) -> list[Path]:
+    """The captures PATH names: itself, or each recorded prefix of a directory holding several.
+
+    A directory of recorded CSVs from several regions (`training_*.csv`, `evaluation_*.csv`) becomes
+    one `DIR/PREFIX` per region, so one command reports them all.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        return [path]
+    prefixes = sorted(recorded_captures(path))
+    if len(prefixes) <= 1:
+        return [path]
+    return [path / prefix for prefix in prefixes]

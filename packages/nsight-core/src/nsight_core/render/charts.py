@@ -1,0 +1,202 @@
+"""The report's charts as Vega-Lite specs (built with Altair, rendered in the browser by vega-embed).
+
+Every chart function takes one capture's data and returns a :class:`ChartSpec`: the spec, or the
+reason there is nothing to draw, so the page can say why a chart is absent instead of leaving a hole.
+Charts carry only the rows they draw (top N, bucketed timeline), which keeps a page for a capture
+with thousands of kernels small.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import altair as alt
+import polars as pl
+from pydantic import BaseModel
+
+from nsight_core.analysis.kernels import unique_short_names
+from nsight_core.analysis.timeline import TraceSummary
+from nsight_core.profile import CSV_NOTE, CaptureProfile
+from nsight_core.stats.models import ProfileStats
+
+TOP_N = 20
+WIDTH = 640
+NS_PER_MS = 1e6
+
+
+class ChartSpec(BaseModel):
+    """A titled chart: a Vega-Lite spec, or why the capture has nothing to draw."""
+
+    title: str
+    spec: dict[str, Any] | None = None
+    missing: str | None = None
+
+
+def capture_charts(profile: CaptureProfile) -> list[ChartSpec]:
+    """All charts of one capture, in display order."""
+    stats = profile.stats
+    return [
+        top_kernels_chart(stats),
+        nvtx_totals_chart(stats),
+        nvtx_distribution_chart(stats),
+        memory_chart(stats),
+        timeline_chart(profile.trace),
+    ]
+
+
+def _spec(chart: alt.TopLevelMixin) -> dict[str, Any]:
+    return chart.configure_view(stroke=None).to_dict()
+
+
+def _bar_height(rows: int) -> int:
+    return max(60, 22 * rows)
+
+
+def top_kernels_chart(stats: ProfileStats, top: int = TOP_N) -> ChartSpec:
+    """Kernels by total GPU time: short names on the axis, the full demangled name on hover."""
+    title = f"Top {top} kernels by total GPU time"
+    if not stats.kernels:
+        return ChartSpec(title=title, missing="no kernel summary (cuda_gpu_kern_sum) for this capture")
+    frame = stats.frame("kernels").sort("total_time_ns", descending=True).head(top)
+    frame = frame.with_columns(
+        pl.Series("kernel", unique_short_names(frame["name"].to_list())),
+        (pl.col("total_time_ns") / NS_PER_MS).alias("total_ms"),
+        (pl.col("avg_ns") / 1e3).alias("avg_us"),
+    ).select("kernel", "name", "total_ms", "instances", "avg_us", "time_pct")
+    chart = alt.Chart(alt.Data(values=frame.to_dicts())).mark_bar().encode(
+        x=alt.X("total_ms:Q", title="Total time (ms)"),
+        y=alt.Y("kernel:N", sort="-x", title=None, axis=alt.Axis(labelLimit=320)),
+        tooltip=[
+            alt.Tooltip("name:N", title="Kernel"),
+            alt.Tooltip("total_ms:Q", title="Total (ms)", format=",.3f"),
+            alt.Tooltip("instances:Q", title="Launches", format=","),
+            alt.Tooltip("avg_us:Q", title="Average (µs)", format=",.2f"),
+            alt.Tooltip("time_pct:Q", title="Share of kernel time (%)", format=".1f"),
+        ],
+    ).properties(width=WIDTH, height=_bar_height(frame.height))
+    return ChartSpec(title=title, spec=_spec(chart))
+
+
+def nvtx_totals_chart(stats: ProfileStats, top: int = TOP_N) -> ChartSpec:
+    """NVTX ranges by total time (the user's own names for the phases of their code)."""
+    title = f"NVTX ranges by total time (top {top})"
+    if not stats.nvtx_ranges:
+        return ChartSpec(title=title, missing="no NVTX push/pop ranges (nvtx_pushpop_sum) in this capture")
+    frame = (
+        stats.frame("nvtx_ranges").sort("total_time_ns", descending=True).head(top)
+        .with_columns((pl.col("total_time_ns") / NS_PER_MS).alias("total_ms"))
+        .select("name", "total_ms", "instances")
+    )
+    chart = alt.Chart(alt.Data(values=frame.to_dicts())).mark_bar(color="#76b900").encode(
+        x=alt.X("total_ms:Q", title="Total time (ms)"),
+        y=alt.Y("name:N", sort="-x", title=None, axis=alt.Axis(labelLimit=320)),
+        tooltip=[
+            alt.Tooltip("name:N", title="Range"),
+            alt.Tooltip("total_ms:Q", title="Total (ms)", format=",.3f"),
+            alt.Tooltip("instances:Q", title="Instances", format=","),
+        ],
+    ).properties(width=WIDTH, height=_bar_height(frame.height))
+    return ChartSpec(title=title, spec=_spec(chart))
+
+
+def nvtx_distribution_chart(stats: ProfileStats, top: int = TOP_N) -> ChartSpec:
+    """For ranges that ran more than once: min..max of instance durations, median and mean marked."""
+    title = "Instance durations of repeated NVTX ranges"
+    frame = stats.frame("nvtx_ranges").filter(pl.col("instances") > 1)
+    if not frame.height:
+        return ChartSpec(title=title, missing="no NVTX range ran more than once")
+    frame = (
+        frame.sort("total_time_ns", descending=True).head(top)
+        .with_columns(
+            *((pl.col(f"{stat}_ns") / NS_PER_MS).alias(f"{stat}_ms") for stat in ("min", "med", "avg", "max"))
+        )
+        .select("name", "instances", "min_ms", "med_ms", "avg_ms", "max_ms")
+    )
+    base = alt.Chart(alt.Data(values=frame.to_dicts())).encode(
+        y=alt.Y("name:N", title=None, sort=alt.EncodingSortField("max_ms", order="descending"),
+                axis=alt.Axis(labelLimit=320)),
+        tooltip=[
+            alt.Tooltip("name:N", title="Range"),
+            alt.Tooltip("instances:Q", title="Instances", format=","),
+            *(alt.Tooltip(f"{stat}_ms:Q", title=f"{label} (ms)", format=",.3f")
+              for stat, label in (("min", "Min"), ("med", "Median"), ("avg", "Mean"), ("max", "Max"))),
+        ],
+    )
+    chart = alt.layer(
+        base.mark_rule(strokeWidth=3, color="#9aa5b1").encode(
+            x=alt.X("min_ms:Q", title="Instance duration (ms): min to max, | median, ● mean"), x2="max_ms:Q"),
+        base.mark_tick(color="#1f2933", thickness=2, size=16).encode(x="med_ms:Q"),
+        base.mark_point(color="#76b900", filled=True, size=60).encode(x="avg_ms:Q"),
+    ).properties(width=WIDTH, height=_bar_height(frame.height))
+    return ChartSpec(title=title, spec=_spec(chart))
+
+
+def memory_chart(stats: ProfileStats) -> ChartSpec:
+    """Memory operations by kind: bytes moved and GPU time, side by side."""
+    title = "Memory operations"
+    if not stats.memory_size and not stats.memory_time:
+        return ChartSpec(title=title, missing="no memory copies or memsets were traced in this capture")
+    sizes = stats.frame("memory_size").select("name", (pl.col("total_mb")).alias("value"), "instances")
+    times = stats.frame("memory_time").select(
+        "name", (pl.col("total_time_ns") / NS_PER_MS).alias("value"), "instances")
+    charts = [
+        alt.Chart(alt.Data(values=frame.to_dicts()), title=label).mark_bar(color=color).encode(
+            x=alt.X("value:Q", title=axis),
+            y=alt.Y("name:N", sort="-x", title=None, axis=alt.Axis(labelLimit=260)),
+            tooltip=[alt.Tooltip("name:N", title="Operation"), alt.Tooltip("value:Q", title=axis, format=",.3f"),
+                     alt.Tooltip("instances:Q", title="Operations", format=",")],
+        ).properties(width=WIDTH // 2 - 80, height=_bar_height(frame.height))
+        for frame, label, axis, color in (
+            (sizes, "Bytes moved", "Total (MB)", "#4c78a8"),
+            (times, "GPU time", "Total time (ms)", "#f58518"),
+        )
+        if frame.height
+    ]
+    return ChartSpec(title=title, spec=_spec(alt.hconcat(*charts)))
+
+
+def timeline_chart(trace: TraceSummary | None) -> ChartSpec:
+    """Kernel and copy busy fraction per time bucket across the capture, NVTX ranges along the same axis."""
+    title = "GPU activity over the capture"
+    if trace is None:
+        return ChartSpec(title=title, missing=CSV_NOTE)
+    if not trace.timeline:
+        return ChartSpec(title=title, missing="the export holds no traced events")
+    buckets = pl.DataFrame([bucket.model_dump() for bucket in trace.timeline]).with_columns(
+        (pl.col("start_ns") / NS_PER_MS).alias("start_ms"),
+        (pl.col("end_ns") / NS_PER_MS).alias("end_ms"),
+    ).select("start_ms", "end_ms", "kernel_fraction", "copy_fraction")
+    x_scale = alt.Scale(domain=[0, trace.span_ns / NS_PER_MS])
+    data = alt.Data(values=buckets.to_dicts())
+    lanes = [
+        alt.Chart(data).mark_rect(color=color).encode(
+            x=alt.X("start_ms:Q", title=None, scale=x_scale),
+            x2="end_ms:Q",
+            y=alt.Y(f"{field}:Q", title=label, axis=alt.Axis(format="%", tickCount=2), scale=alt.Scale(domain=[0, 1])),
+            tooltip=[alt.Tooltip("start_ms:Q", title="From (ms)", format=",.3f"),
+                     alt.Tooltip("end_ms:Q", title="To (ms)", format=",.3f"),
+                     alt.Tooltip(f"{field}:Q", title=f"{label} busy", format=".1%")],
+        ).properties(width=WIDTH, height=90)
+        for field, label, color in (("kernel_fraction", "Kernels", "#76b900"),
+                                    ("copy_fraction", "Copies", "#4c78a8"))
+    ]
+    axis_title = "Time since the first traced event (ms)"
+    if not trace.nvtx:
+        lanes[-1] = lanes[-1].encode(x=alt.X("start_ms:Q", title=axis_title, scale=x_scale))
+        return ChartSpec(title=title, spec=_spec(alt.vconcat(*lanes, spacing=4)))
+    ranges = pl.DataFrame([instance.model_dump() for instance in trace.nvtx]).with_columns(
+        (pl.col("start_ns") / NS_PER_MS).alias("start_ms"),
+        (pl.col("end_ns") / NS_PER_MS).alias("end_ms"),
+        ((pl.col("end_ns") - pl.col("start_ns")) / NS_PER_MS).alias("duration_ms"),
+    ).select("name", "depth", "start_ms", "end_ms", "duration_ms")
+    levels = int(ranges["depth"].max() or 0) + 1
+    nvtx = alt.Chart(alt.Data(values=ranges.to_dicts())).mark_rect(stroke="white", strokeWidth=0.5).encode(
+        x=alt.X("start_ms:Q", title=axis_title, scale=x_scale),
+        x2="end_ms:Q",
+        y=alt.Y("depth:O", title="NVTX"),
+        color=alt.Color("name:N", legend=None, scale=alt.Scale(scheme="tableau20")),
+        tooltip=[alt.Tooltip("name:N", title="Range"),
+                 alt.Tooltip("start_ms:Q", title="Start (ms)", format=",.3f"),
+                 alt.Tooltip("duration_ms:Q", title="Duration (ms)", format=",.3f")],
+    ).properties(width=WIDTH, height=26 * levels)
+    return ChartSpec(title=title, spec=_spec(alt.vconcat(*lanes, nvtx, spacing=4)))

@@ -1,0 +1,244 @@
+"""The GPU Profile report as HTML: a fragment for a Flyte report tab, or a standalone page.
+
+Design constraints, each one a user-visible failure when broken:
+- Offline: clusters are often air-gapped, so vega, vega-lite and vega-embed come from the installed
+  vl-convert-python package and are embedded once per fragment, never fetched.
+- Names are hostile: kernel names carry `<`/`>` from templates and NVTX names are arbitrary user
+  text, so every name goes through html.escape, and chart specs are embedded as JSON with `<`, `>`
+  and `&` escaped so no name can close a script element.
+- Several captures (or several fragments) on one page: every element id carries a per-render random
+  prefix, the styles are scoped to `.nsight-report`, and the JavaScript bundle installs itself only
+  when `window.vegaEmbed` is not there yet.
+- Size: tables longer than MAX_TABLE_ROWS are cut with a note, and charts hold only what they draw.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import json
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import altair as alt
+import polars as pl
+import vl_convert
+
+from nsight_core.analysis.summary import Tile
+from nsight_core.profile import CaptureProfile
+from nsight_core.render.charts import ChartSpec, capture_charts
+from nsight_core.stats.reports import table_of
+
+MAX_TABLE_ROWS = 200
+
+_STYLE = """
+.nsight-report{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1f2933;max-width:1100px}
+.nsight-report h2{font-size:1.35rem;margin:1.6rem 0 .2rem;border-bottom:2px solid #76b900;padding-bottom:.2rem}
+.nsight-report h3{font-size:1.05rem;margin:1.2rem 0 .4rem}
+.nsight-report .nsr-source{color:#616e7c;font-size:.85rem;margin:0 0 .8rem;word-break:break-all}
+.nsight-report .nsr-tiles{display:grid;grid-template-columns:repeat(auto-fill,minmax(190px,1fr));gap:.6rem}
+.nsight-report .nsr-tile{border:1px solid #d9e2ec;border-radius:6px;padding:.55rem .7rem;background:#f8fafc}
+.nsight-report .nsr-tile-label{font-size:.78rem;color:#52606d;text-transform:uppercase;letter-spacing:.03em}
+.nsight-report .nsr-tile-value{font-size:1.35rem;font-weight:600;margin:.15rem 0}
+.nsight-report .nsr-tile-detail{font-size:.78rem;color:#616e7c}
+.nsight-report .nsr-tile.nsr-missing .nsr-tile-value{color:#9aa5b1;font-size:1rem}
+.nsight-report .nsr-missing-text{font-size:.78rem;color:#7b8794;font-style:italic}
+.nsight-report figure{margin:.8rem 0 1.2rem}
+.nsight-report figcaption{font-weight:600;margin-bottom:.3rem}
+.nsight-report .nsr-nodata{color:#7b8794;font-style:italic;margin:.2rem 0}
+.nsight-report table{border-collapse:collapse;font-size:.82rem;margin:.3rem 0 .6rem}
+.nsight-report th,.nsight-report td{border:1px solid #d9e2ec;padding:.2rem .45rem;text-align:left;vertical-align:top}
+.nsight-report th{background:#eef2f7;cursor:pointer;user-select:none;white-space:nowrap}
+.nsight-report th[aria-sort=ascending]::after{content:" \\25B2"}
+.nsight-report th[aria-sort=descending]::after{content:" \\25BC"}
+.nsight-report td.nsr-num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+.nsight-report td.nsr-text{max-width:560px;word-break:break-all}
+.nsight-report .nsr-cut,.nsight-report .nsr-notes{font-size:.85rem;color:#52606d}
+.nsight-report .nsr-notes li{word-break:break-all}
+"""
+
+_SCRIPT = """
+(function (root) {
+  root.querySelectorAll("[data-nsr-spec]").forEach(function (element) {
+    var spec = JSON.parse(document.getElementById(element.getAttribute("data-nsr-spec")).textContent);
+    vegaEmbed(element, spec, {renderer: "svg", actions: false}).catch(function (error) {
+      element.textContent = "This chart could not be drawn: " + error;
+      console.error(error);
+    });
+  });
+  root.querySelectorAll("table.nsr-sortable").forEach(function (table) {
+    var headers = table.querySelectorAll("th");
+    headers.forEach(function (header, column) {
+      header.addEventListener("click", function () {
+        var descending = header.getAttribute("aria-sort") !== "descending";
+        headers.forEach(function (other) { other.removeAttribute("aria-sort"); });
+        header.setAttribute("aria-sort", descending ? "descending" : "ascending");
+        var body = table.tBodies[0];
+        var rows = Array.prototype.slice.call(body.rows);
+        rows.sort(function (a, b) {
+          var x = a.cells[column], y = b.cells[column];
+          var nx = parseFloat(x.getAttribute("data-v")), ny = parseFloat(y.getAttribute("data-v"));
+          var order = (isNaN(nx) || isNaN(ny)) ? x.textContent.localeCompare(y.textContent) : nx - ny;
+          return descending ? -order : order;
+        });
+        rows.forEach(function (row) { body.appendChild(row); });
+      });
+    });
+  });
+})(document.getElementById(%s));
+"""
+
+
+@functools.cache
+def vega_bundle() -> str:
+    """vega + vega-lite + vega-embed as one script, from the installed vl-convert-python (no network)."""
+    vl_version = "_".join(alt.SCHEMA_VERSION.split(".")[:2])
+    return vl_convert.javascript_bundle(vl_version=vl_version)
+
+
+def script_json(value: Any) -> str:
+    """JSON that is safe inside a <script> element: no `<`, `>` or `&` can end or open a tag."""
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    return (text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def render_fragment(profiles: Sequence[CaptureProfile], notes: Sequence[str] = ()) -> str:
+    """The report as a self-contained HTML fragment: one section per capture, then NOTES.
+
+    Safe to put inside any page (a Flyte report tab) and to repeat on one page.
+    """
+    ids = _Ids()
+    root = ids.next("report")
+    sections = "".join(_section(profile, ids) for profile in profiles)
+    if not profiles:
+        sections = '<p class="nsr-nodata">No capture was recorded, so there is nothing to report.</p>'
+    bundle = vega_bundle()
+    return (
+        f'<div class="nsight-report" id="{root}"><style>{_STYLE}</style>{sections}{_notes(notes)}'
+        f'<script>if (!window.vegaEmbed) {{ (function () {{\n{bundle}\n}})(); }}</script>'
+        f"<script>{_SCRIPT % script_json(root)}</script></div>"
+    )
+
+
+def render_page(profiles: Sequence[CaptureProfile], title: str = "GPU Profile", notes: Sequence[str] = ()) -> str:
+    """The report as a standalone HTML document (what `nsight report` writes)."""
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{html.escape(title)}</title>"
+        "</head><body style=\"margin:1.2rem 2rem\">"
+        f"<h1 style=\"font-family:system-ui,sans-serif\">{html.escape(title)}</h1>"
+        f"{render_fragment(profiles, notes)}</body></html>\n"
+    )
+
+
+class _Ids:
+    """Element ids unique on any page: a random prefix per render, a counter within it."""
+
+    def __init__(self) -> None:
+        self._prefix = "nsr-" + uuid.uuid4().hex[:10]
+        self._count = 0
+
+    def next(self, kind: str) -> str:
+        self._count += 1
+        return f"{self._prefix}-{kind}-{self._count}"
+
+
+def _section(profile: CaptureProfile, ids: _Ids) -> str:
+    section_id = ids.next("section")
+    charts = "".join(_chart(chart, ids) for chart in capture_charts(profile))
+    return (
+        f'<section class="nsr-section" id="{section_id}">'
+        f"<h2>{html.escape(profile.title)}</h2>"
+        f'<p class="nsr-source">Source: {html.escape(profile.source)}</p>'
+        f'<div class="nsr-tiles">{"".join(_tile(tile) for tile in profile.tiles)}</div>'
+        f"{charts}{_notes(profile.notes)}{_tables(profile)}</section>"
+    )
+
+
+def _tile(tile: Tile) -> str:
+    label = f'<div class="nsr-tile-label">{html.escape(tile.label)}</div>'
+    if tile.value is None:
+        return (
+            f'<div class="nsr-tile nsr-missing">{label}<div class="nsr-tile-value">no data</div>'
+            f'<div class="nsr-missing-text">{html.escape(tile.missing or "")}</div></div>'
+        )
+    return (
+        f'<div class="nsr-tile">{label}<div class="nsr-tile-value">{html.escape(tile.value)}</div>'
+        f'<div class="nsr-tile-detail">{html.escape(tile.detail)}</div></div>'
+    )
+
+
+def _chart(chart: ChartSpec, ids: _Ids) -> str:
+    caption = f"<figcaption>{html.escape(chart.title)}</figcaption>"
+    if chart.spec is None:
+        missing = html.escape(chart.missing or "")
+        return f'<figure class="nsr-chart">{caption}<p class="nsr-nodata">{missing}</p></figure>'
+    chart_id = ids.next("chart")
+    return (
+        f'<figure class="nsr-chart">{caption}<div class="nsr-vega" id="{chart_id}" data-nsr-spec="{chart_id}-spec">'
+        f'</div><script type="application/json" id="{chart_id}-spec">{script_json(chart.spec)}</script></figure>'
+    )
+
+
+def _notes(notes: Sequence[str]) -> str:
+    if not notes:
+        return ""
+    items = "".join(f"<li>{html.escape(note)}</li>" for note in notes)
+    return f'<ul class="nsr-notes">{items}</ul>'
+
+
+def _report_frames(profile: CaptureProfile) -> Iterator[tuple[str, pl.DataFrame]]:
+    """(report, rows) for every requested report that has rows, in the requested order."""
+    stats = profile.stats
+    for report in stats.reports:
+        if report in stats.skipped:
+            continue
+        if report in stats.other:
+            yield report, stats.frame(report)
+            continue
+        table = table_of(report)
+        if table is not None:
+            yield report, stats.frame(table)
+
+
+def _tables(profile: CaptureProfile) -> str:
+    parts = ['<h3>Detail tables</h3>']
+    for report, frame in _report_frames(profile):
+        parts.append(f"<h3>{html.escape(report)}</h3>{_table(frame)}")
+    if profile.stats.skipped:
+        items = "".join(
+            f"<li><b>{html.escape(report)}</b>: {html.escape(reason)}</li>"
+            for report, reason in profile.stats.skipped.items()
+        )
+        parts.append(f'<h3>Skipped reports</h3><ul class="nsr-skipped">{items}</ul>')
+    return "".join(parts)
+
+
+def _table(frame: pl.DataFrame) -> str:
+    if not frame.height:
+        return '<p class="nsr-nodata">The report has no rows.</p>'
+    shown = frame.head(MAX_TABLE_ROWS)
+    numeric = {name for name, dtype in shown.schema.items() if dtype.is_numeric()}
+    head = "".join(f'<th scope="col">{html.escape(name)}</th>' for name in shown.columns)
+    rows = "".join(
+        "<tr>" + "".join(_cell(value, name in numeric) for name, value in row.items()) + "</tr>"
+        for row in shown.iter_rows(named=True)
+    )
+    cut = ""
+    if frame.height > shown.height:
+        cut = (
+            f'<p class="nsr-cut">Showing the first {shown.height:,} of {frame.height:,} rows, in the order '
+            "nsys wrote them (largest total first). The full report is in the CSV beside the capture.</p>"
+        )
+    return f'<table class="nsr-sortable"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>{cut}'
+
+
+def _cell(value: object, numeric: bool) -> str:
+    if value is None:
+        return "<td></td>"
+    if numeric and isinstance(value, int | float):
+        text = f"{value:,}" if isinstance(value, int) else f"{value:,.3f}".rstrip("0").rstrip(".")
+        return f'<td class="nsr-num" data-v="{value!r}">{text}</td>'
+    return f'<td class="nsr-text">{html.escape(str(value))}</td>'

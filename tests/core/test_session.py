@@ -175,3 +175,10 @@ def test_start_takes_seconds_not_minutes(tmp_path: Path, nsys: Nsys) -> None:
     t0 = time.monotonic()
     Session(trace=("nvtx",), output_dir=tmp_path / "o").run([sys.executable, str(script)])
     assert time.monotonic() - t0 < 6.0
+
+
+def test_importing_nsight_core_stays_light() -> None:
+    """A profiled training process imports nsight_core for its regions; it must not drag in Polars/Altair."""
+    code = "import sys, nsight_core; print(sorted(m for m in ('polars', 'altair') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

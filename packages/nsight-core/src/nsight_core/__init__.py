@@ -3,7 +3,15 @@
 The public API: :class:`Session` (run a command under nsys; open regions inside it), :func:`range`
 (a region of the current session, a no-op outside one), :func:`load_stats` (typed statistics of a
 capture or of recorded CSVs), :data:`DEFAULT_REPORTS`, and the :class:`NsightError` family.
+
+The statistics names load Polars on first use, not at import: a training script that only opens
+regions should not pay for the analysis stack.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from nsight_core.capture import Capture
 from nsight_core.errors import (
@@ -15,9 +23,20 @@ from nsight_core.errors import (
 )
 from nsight_core.nsys import find_nsys
 from nsight_core.session import Region, RunResult, Session, range
-from nsight_core.stats.load import load_stats
-from nsight_core.stats.models import ProfileStats
 from nsight_core.stats.reports import DEFAULT_REPORTS
+
+if TYPE_CHECKING:
+    from nsight_core.stats.load import load_stats
+    from nsight_core.stats.models import ProfileStats
+
+_LAZY = {"load_stats": "nsight_core.stats.load", "ProfileStats": "nsight_core.stats.models"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'nsight_core' has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_REPORTS",

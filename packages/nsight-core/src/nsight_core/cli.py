@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nsight_core.errors import NsightError
+from nsight_core.profile import build_profile, capture_paths
+from nsight_core.render.html import render_page
 from nsight_core.render.text import render_text
 from nsight_core.session import DEFAULT_TRACE, Session, exec_launch
 from nsight_core.stats.load import load_stats
@@ -54,6 +56,20 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    paths = [capture for path in args.paths for capture in capture_paths(path)]
+    profiles = []
+    for path in paths:
+        log.info("reading %s", path)
+        profiles.append(build_profile(path, args.reports or DEFAULT_REPORTS))
+    try:
+        args.output.write_text(render_page(profiles, title=args.title), encoding="utf-8")
+    except OSError as exc:
+        raise NsightError(f"cannot write the report to {args.output}: {exc.strerror or exc}") from exc
+    print(args.output)
+    return 0
+
+
 def cmd_launch(args: argparse.Namespace) -> int:
     exec_launch(_command(args), name=args.session, trace=args.trace, sample=args.sample,
                 output_dir=args.output_dir)
@@ -93,6 +109,22 @@ def build_parser() -> argparse.ArgumentParser:
                        "any nsys report name is accepted)")
     stats.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     stats.set_defaults(func=cmd_stats)
+
+    report = commands.add_parser(
+        "report", help="write the GPU Profile page (summary, charts, detail tables) for one or more captures",
+        description="Write one HTML page with a section per capture: summary tiles (span, GPU busy from the "
+        "union of kernel intervals, launches, copies, NVTX, CUDA API), charts and the detail table of every "
+        "report. PATH is a .nsys-rep, a .sqlite export, or a directory of recorded CSVs (one section per "
+        "recorded prefix). A .nsys-rep is exported to SQLite beside it, once. The page needs no network.")
+    report.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                        help=".nsys-rep, .sqlite, or a directory of recorded CSVs")
+    report.add_argument("-o", "--output", type=Path, default=Path("report.html"),
+                        help="the HTML file to write (default: %(default)s)")
+    report.add_argument("--reports", type=_csv_list, default=None,
+                        help=f"nsys report names, comma-separated (default: {','.join(DEFAULT_REPORTS)}; "
+                        "any nsys report name gets a detail table)")
+    report.add_argument("--title", default="GPU Profile", help="page title (default: %(default)s)")
+    report.set_defaults(func=cmd_report)
 
     launch = commands.add_parser(
         "launch", help="exec a command inside a new nsys session (what a container runtime wraps with)",

@@ -7,7 +7,7 @@ directories have no export, so their profile has stats only and says so.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -47,23 +47,16 @@ def build_profile(
     path: str | Path,
     reports: Sequence[str] = DEFAULT_REPORTS,
     title: str | None = None,
-    *,
-    progress: Callable[[str], None] | None = None,
 ) -> CaptureProfile:
     """Profile of PATH: a .nsys-rep/.qdrep, its .sqlite export, or recorded CSVs (DIR or DIR/PREFIX).
 
-    PROGRESS, when given, is told before each step that can take long (the export, `nsys stats`).
+    The export and `nsys stats` log their progress (logger "nsight"), which the CLI shows on stderr.
     """
     path = Path(path)
-    say = progress or (lambda _message: None)
     if path.suffix in REPORT_SUFFIXES or path.suffix == EXPORT_SUFFIX:
         if not path.is_file():
             raise StatsError(f"{path} does not exist.")
-        sqlite = path
-        if path.suffix in REPORT_SUFFIXES:
-            say(f"exporting {path} to SQLite")
-            sqlite = sqlite_for(path)
-        say(f"running nsys stats on {sqlite}")
+        sqlite = sqlite_for(path) if path.suffix in REPORT_SUFFIXES else path
         stats = load_stats(sqlite, reports)
         trace = summarize_trace(read_trace(sqlite))
         return CaptureProfile(title=title or path.stem, source=str(path), stats=stats, trace=trace)

@@ -1,0 +1,75 @@
+"""Recording part of a task: ``nsys.range(name)`` around the code under investigation.
+
+With ``@nsys_profile(capture="manual")`` the task runs inside an nsys session that records nothing
+until a block like this starts a collection. Each run of a block is its own capture: its own
+.nsys-rep, its own ``Nsight region: <name>`` section in the GPU Profile tab, and its own traced step
+holding the trace. Write ``async with`` in an ``async def`` task and ``with`` in a ``def`` task.
+
+Outside a profiled run (a local ``flyte.run``, nsys missing from the image) the block runs as plain
+code. Starting and stopping go through nsight-core's ``Region``, which never raises for profiling: a
+nested block retries for about seven seconds, logs ``could not start collection`` and runs
+unprofiled inside the collection already running.
+"""
+
+from __future__ import annotations
+
+import logging
+from types import TracebackType
+from typing import Self
+
+from flyteplugins.nsight import _flyte_io
+from nsight_core import Region
+
+log = logging.getLogger("flyteplugins.nsight")
+
+
+class ProfiledRange:
+    """One recorded block. The sync and async protocols differ only in how they wait."""
+
+    def __init__(self, name: str, title: str) -> None:
+        self.name = name
+        self.title = title
+        self._state: _flyte_io.Profiling | None = None
+        self._region: Region | None = None
+
+    def _open(self) -> Region | None:
+        self._state = _flyte_io.active.get()
+        if self._state is None:
+            log.debug("nsys.range(%r): this task run is not profiled (a local run, or not under nsys "
+                      "launch); the block runs unprofiled", self.name)
+            return None
+        self._region = self._state.session.range(self.name)
+        return self._region
+
+    def __enter__(self) -> Self:
+        region = self._open()
+        if region is not None:
+            region.__enter__()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._region is None or self._state is None:
+            return
+        self._region.__exit__(exc_type, exc, tb)
+        if self._region.capture is not None:
+            _flyte_io.publish_sync(self._state, self._region.capture, self.title)
+
+    async def __aenter__(self) -> Self:
+        region = self._open()
+        if region is not None:
+            await region.__aenter__()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        if self._region is None or self._state is None:
+            return
+        await self._region.__aexit__(exc_type, exc, tb)
+        if self._region.capture is not None:
+            await _flyte_io.publish(self._state, self._region.capture, self.title)
+
+
+def range(name: str) -> ProfiledRange:
+    """Record the block as its own capture, titled ``Nsight region: <name>`` in the GPU Profile tab."""
+    return ProfiledRange(name, f"Nsight region: {name}")

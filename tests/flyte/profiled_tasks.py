@@ -1,0 +1,78 @@
+"""Tasks the tests run through `a0`. CPU machines: trace nvtx and osrt (no CUDA here)."""
+
+import os
+import time
+
+import flyte
+from flyte.clustered import ClusteredTaskEnvironment
+
+from flyteplugins.nsight import nsys, nsys_profile, nvtx
+
+CPU_TRACE = ("nvtx", "osrt")
+
+env = flyte.TaskEnvironment(name="nsight_tests")
+cluster = ClusteredTaskEnvironment(name="nsight_cluster", replicas=2, nproc_per_node=1)
+
+
+def work(steps: int, prefix: str = "step") -> int:
+    """Labelled CPU work: STEPS NVTX ranges named <prefix>_<i>."""
+    total = 0
+    for i in range(steps):
+        with nvtx.range(f"{prefix}_{i}"):
+            time.sleep(0.01)
+            total += i
+    return total
+
+
+@nsys_profile(trace=CPU_TRACE)
+@env.task
+async def whole_task(steps: int) -> int:
+    nvtx.mark("start")
+    return work(steps)
+
+
+@nsys_profile(trace=CPU_TRACE, capture="manual")
+@env.task
+async def regions_async(steps: int) -> int:
+    work(2, "warmup")
+    async with nsys.range("training"):
+        total = work(steps, "train")
+    async with nsys.range("evaluation"):
+        total += work(2, "eval")
+    return total
+
+
+@nsys_profile(trace=CPU_TRACE, capture="manual")
+@env.task
+def regions_sync(steps: int) -> int:
+    work(2, "warmup")
+    with nsys.range("training"):
+        total = work(steps, "train")
+    with nsys.range("evaluation"):
+        total += work(2, "eval")
+    return total
+
+
+class TrainingDiverged(RuntimeError):
+    """The task's own error, which must reach error.pb unchanged."""
+
+
+@nsys_profile(trace=CPU_TRACE)
+@env.task
+async def diverges(steps: int) -> int:
+    work(steps)
+    raise TrainingDiverged(f"loss is nan after {steps} steps")
+
+
+@nsys_profile(trace=CPU_TRACE)
+@cluster.task
+async def clustered(steps: int) -> str:
+    work(steps)
+    return f"rank {os.environ.get('RANK')} done"
+
+
+@nsys_profile(trace=CPU_TRACE, capture="manual")
+@env.task
+async def nested(steps: int) -> int:
+    async with nsys.range("outer"), nsys.range("inner"):
+        return work(steps)

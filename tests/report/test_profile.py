@@ -1,0 +1,118 @@
+"""build_profile on real captures: the H200 fixture's numbers, recorded CSVs, and a CPU-only capture."""
+
+from __future__ import annotations
+
+import csv
+import sqlite3
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from nsight_core.analysis.summary import Tile
+from nsight_core.nsys import Nsys
+from nsight_core.profile import CaptureProfile, build_profile, capture_paths
+from nsight_core.session import Session
+
+pytestmark = pytest.mark.nsys
+
+
+def tile(profile: CaptureProfile, label: str) -> Tile:
+    return next(t for t in profile.tiles if t.label == label)
+
+
+def union_length(rows: list[tuple[int, int]]) -> int:
+    """Plain-Python interval union: an independent check of the Polars implementation."""
+    total, reach = 0, None
+    for start, end in sorted(rows):
+        if reach is None or start > reach:
+            total += end - start
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return total
+
+
+def csv_instances(path: Path, column: str) -> int:
+    with path.open() as handle:
+        return sum(int(row[column]) for row in csv.DictReader(handle))
+
+
+def test_h200_training_tiles_match_the_export_and_the_recorded_csvs(h200_copy: Path, nsys: Nsys) -> None:
+    recorded_kernels = csv_instances(h200_copy / "training_cuda_gpu_kern_sum.csv", "Instances")
+    profile = build_profile(h200_copy / "training.nsys-rep")
+    with sqlite3.connect(h200_copy / "training.sqlite") as db:
+        kernels = db.execute("SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall()
+        bounds = [db.execute(f"SELECT MIN(start), MAX(end) FROM {table}").fetchone() for table in (
+            "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+            "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")]
+    span = max(end for _, end in bounds) - min(start for start, _ in bounds)
+    busy = union_length(kernels)
+
+    assert tile(profile, "Capture span").number == span
+    assert tile(profile, "GPU kernel time").number == busy
+    assert tile(profile, "GPU busy").number == pytest.approx(busy / span)
+    assert tile(profile, "GPU busy").value == f"{busy / span:.1%}"
+    assert tile(profile, "Kernel launches").number == recorded_kernels == len(kernels) == 361
+    assert tile(profile, "Distinct kernels").number == 14
+    assert tile(profile, "NVTX range instances").number == 20
+    assert tile(profile, "Host-to-Device copies").value == "67.11 MB"
+    assert tile(profile, "Device-to-Host copies").value == "67.11 MB"
+    assert tile(profile, "Device-to-Device copies").detail.startswith("20 operations")
+    assert tile(profile, "Memsets").detail.startswith("40 operations")
+    assert tile(profile, "NCCL share").number == 0.0
+    assert profile.trace is not None and profile.trace.devices == 1
+    assert [i.name for i in profile.trace.nvtx] == [f"step_{n}" for n in range(20)]
+    # The busy timeline adds up to the same union (buckets partition the span).
+    assert sum((b.end_ns - b.start_ns) * b.kernel_fraction for b in profile.trace.timeline) == pytest.approx(busy)
+
+
+def test_one_export_per_capture(h200_copy: Path, nsys: Nsys) -> None:
+    build_profile(h200_copy / "evaluation.nsys-rep")
+    export = h200_copy / "evaluation.sqlite"
+    first = export.stat().st_mtime_ns
+    again = build_profile(h200_copy / "evaluation.nsys-rep", title="again")
+    assert export.stat().st_mtime_ns == first
+    assert again.title == "again"
+    assert tile(again, "Kernel launches").number == csv_instances(
+        h200_copy / "evaluation_cuda_gpu_kern_sum.csv", "Instances")
+
+
+def test_sqlite_export_gives_the_same_profile(h200_copy: Path, nsys: Nsys) -> None:
+    from_rep = build_profile(h200_copy / "training.nsys-rep")
+    from_sqlite = build_profile(h200_copy / "training.sqlite")
+    assert from_sqlite.tiles == from_rep.tiles
+
+
+def test_recorded_csvs_say_which_tiles_need_the_trace(h200: Path) -> None:
+    paths = capture_paths(h200)
+    assert paths == [h200 / "evaluation", h200 / "training"]
+    profile = build_profile(paths[0])
+    assert profile.trace is None
+    for label in ("Capture span", "GPU kernel time", "GPU busy"):
+        assert tile(profile, label).value is None
+        assert "event trace" in (tile(profile, label).missing or "")
+    assert tile(profile, "Kernel launches").number == 20
+    assert "empty report" in (tile(profile, "Host-to-Device copies").missing or "")
+    assert any("event trace" in note for note in profile.notes)
+
+
+def test_cpu_only_capture_has_no_cuda_tables_and_says_so(tmp_path: Path, nsys: Nsys) -> None:
+    script = tmp_path / "cpu.py"
+    script.write_text(textwrap.dedent("""
+        import time, nvtx
+        for _ in range(3):
+            with nvtx.annotate("cpu_step"):
+                time.sleep(0.01)
+    """))
+    result = Session(trace=("nvtx",), sample="none", output_dir=tmp_path / "out").run(
+        [sys.executable, str(script)], capture="process")
+    assert result.returncode == 0 and len(result.reports) == 1
+    profile = build_profile(result.reports[0])
+    assert profile.trace is not None and profile.trace.kernel_count == 0
+    assert tile(profile, "NVTX range instances").number == 3
+    assert "no CUDA kernels" in (tile(profile, "GPU kernel time").missing or "")
+    assert "does not contain CUDA" in (tile(profile, "Kernel launches").missing or "")
+    assert tile(profile, "Capture span").number and tile(profile, "Capture span").number > 20_000_000

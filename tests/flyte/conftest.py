@@ -15,6 +15,7 @@ import subprocess
 import sys
 import uuid
 from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -130,3 +131,58 @@ def without_nsys(tmp_path: Path) -> dict[str, str]:
     empty.mkdir()
     path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if not (Path(p) / "nsys").exists())
     return {"PATH": f"{BIN}{os.pathsep}{path}", INSTALL_PREFIX_ENV: str(empty), ENV_NSYS: ""}
+
+
+class _Tables(HTMLParser):
+    """Every <table> of a page as (heading before it, header cells, rows of cell texts)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: list[tuple[str, list[str], list[list[str]]]] = []
+        self.headings: list[str] = []
+        self._text: list[str] | None = None
+        self._row: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in ("h2", "h3", "th", "td"):
+            self._text = []
+        elif tag == "table":
+            self.tables.append((self.headings[-1] if self.headings else "", [], []))
+        elif tag == "tr":
+            self._row = []
+
+    def handle_endtag(self, tag: str) -> None:
+        text = "".join(self._text or []).strip()
+        if tag in ("h2", "h3"):
+            self.headings.append(text)
+        elif tag == "th":
+            self.tables[-1][1].append(text)
+        elif tag == "td" and self._row is not None:
+            self._row.append(text)
+        elif tag == "tr" and self._row:
+            self.tables[-1][2].append(self._row)
+            self._row = None
+        if tag in ("h2", "h3", "th", "td"):
+            self._text = None
+
+    def handle_data(self, data: str) -> None:
+        if self._text is not None:
+            self._text.append(data)
+
+
+def parse_report(page: str) -> _Tables:
+    parser = _Tables()
+    parser.feed(page)
+    return parser
+
+
+def nvtx_counts(page: str) -> list[dict[str, int]]:
+    """Per capture section, in order: NVTX range name -> instances, from the nvtx_pushpop_sum tables."""
+    counts = []
+    for heading, header, rows in parse_report(page).tables:
+        if heading != "nvtx_pushpop_sum":
+            continue
+        name_col = next(i for i, h in enumerate(header) if h.lower() in ("name", "range"))
+        count_col = next(i for i, h in enumerate(header) if h.lower() in ("instances", "count", "num_calls"))
+        counts.append({row[name_col].lstrip(":"): int(row[count_col].replace(",", "")) for row in rows})
+    return counts

@@ -68,7 +68,9 @@ async def diverges(steps: int) -> int:
 @cluster.task
 async def clustered(steps: int) -> str:
     work(steps)
-    return f"rank {os.environ.get('RANK')} done"
+    message = f"rank {os.environ.get('RANK')} done"
+    print(message, flush=True)  # only rank 0 uploads outputs; every rank logs
+    return message
 
 
 @nsys_profile(trace=CPU_TRACE, capture="manual")

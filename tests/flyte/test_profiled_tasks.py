@@ -1,0 +1,98 @@
+"""Profiled tasks through the real `a0` entrypoint under real nsys (trace nvtx,osrt on CPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import HERE, nvtx_counts, parse_report
+
+pytestmark = [pytest.mark.flyte, pytest.mark.nsys]
+
+MODULE = "profiled_tasks"
+STEPS = 6
+
+
+def assert_trace_file(path: Path, raw: Path) -> None:
+    """A complete .nsys-rep copied into the action's raw data (what the UI lets you download)."""
+    assert path.suffix == ".nsys-rep"
+    assert path.is_relative_to(raw), f"{path} is not under the raw data path {raw}"
+    assert path.stat().st_size > 10_000
+
+
+def test_whole_task_profile(run_action):
+    unprofiled = __import__(MODULE).work(STEPS)
+    result = run_action(HERE, MODULE, "whole_task", {"steps": STEPS})
+
+    assert result.error is None, result.stderr
+    assert result.output == unprofiled
+    page = result.report
+    assert "GPU Profile" in page
+    assert [s for s in parse_report(page).headings if s.startswith("Nsight")] == ["Nsight task: whole_task"]
+    assert nvtx_counts(page) == [{f"step_{i}": 1 for i in range(STEPS)}]
+    [trace] = result.traces_named("capture_report_file")
+    assert_trace_file(trace, result.workdir / "raw")
+    assert "WARNING" not in result.stderr.replace("WARNING Flyte runtime", "")
+
+
+@pytest.mark.parametrize("task", ["regions_async", "regions_sync"])
+def test_manual_regions(run_action, task):
+    result = run_action(HERE, MODULE, task, {"steps": STEPS})
+
+    assert result.error is None, result.stderr
+    assert result.output == __import__(MODULE).work(STEPS, "train") + __import__(MODULE).work(2, "eval")
+    page = result.report
+    headings = [s for s in parse_report(page).headings if s.startswith("Nsight")]
+    assert headings == ["Nsight region: training", "Nsight region: evaluation"]
+    assert nvtx_counts(page) == [{f"train_{i}": 1 for i in range(STEPS)}, {"eval_0": 1, "eval_1": 1}]
+    step = "capture_report_file" if task == "regions_async" else "capture_report_file_sync"
+    traces = result.traces_named(step)
+    assert [t.stem for t in traces] == ["training", "evaluation"]
+    for trace in traces:
+        assert_trace_file(trace, result.workdir / "raw")
+
+
+def test_failing_task_keeps_its_error_and_its_profile(run_action):
+    result = run_action(HERE, MODULE, "diverges", {"steps": STEPS})
+
+    assert result.output is None
+    assert result.error is not None, result.stderr
+    assert result.error.error.code == "TrainingDiverged"
+    assert result.error.error.message == f"loss is nan after {STEPS} steps"
+    assert nvtx_counts(result.report) == [{f"step_{i}": 1 for i in range(STEPS)}]
+    [trace] = result.traces_named("capture_report_file")
+    assert_trace_file(trace, result.workdir / "raw")
+
+
+def test_missing_nsys_runs_unprofiled_with_one_warning(run_action, without_nsys):
+    result = run_action(HERE, MODULE, "whole_task", {"steps": STEPS}, env=without_nsys)
+
+    assert result.error is None, result.stderr
+    assert result.output == __import__(MODULE).work(STEPS)
+    warnings = [line for line in result.stderr.splitlines() if "nsight: WARNING" in line]
+    assert len(warnings) == 1 and "runs unprofiled" in warnings[0], result.stderr
+    assert "GPU Profile" not in result.report
+    assert result.traces == []
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_clustered_worker(run_action, rank):
+    result = run_action(HERE, MODULE, "clustered", {"steps": STEPS},
+                        env={"FLYTE_CLUSTERED_WORKER": "1", "RANK": rank})
+
+    assert result.returncode == 0 and result.error is None, result.stderr
+    assert f"rank {rank} done" in result.stderr
+    assert result.traces == []  # a clustered worker has no controller, so no traced step
+    raw = result.workdir / "raw"
+    uploaded = list(raw.rglob("*.nsys-rep"))
+    if rank == "1":  # not wrapped by the runtime: no session, no capture, nothing in the report
+        assert result.output is None  # flyte uploads outputs from rank 0 only
+        assert not (result.workdir / "tmp" / "nsight").exists()
+        assert "GPU Profile" not in result.report
+        assert uploaded == []
+        return
+    assert result.output == "rank 0 done"
+    [trace] = uploaded
+    assert_trace_file(trace, raw)
+    assert nvtx_counts(result.report) == [{f"step_{i}": 1 for i in range(STEPS)}]
+    assert f"trace (.nsys-rep) uploaded to {trace}" in result.report

@@ -76,7 +76,8 @@ class _Marks(HTMLParser):
                 return
 
     def handle_data(self, data: str) -> None:
-        if "could not be drawn" in data:
+        in_code = bool(self._stack) and self._stack[-1][0] in {"script", "style"}
+        if not in_code and "could not be drawn" in data:
             self.failed.append(data)
 
 

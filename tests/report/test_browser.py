@@ -1,0 +1,83 @@
+"""The report in headless Chromium, as a person opens it: no console errors, every chart drawn.
+
+Screenshots go to tests/artifacts/ (report-h200.png is the one the README shows, refreshed with
+`cp tests/artifacts/report-h200.png docs/`).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import Chromium, PageLoad, write_recorded
+from flyte.report._report import Report
+from test_html import HOSTILE_NVTX, hostile_profile
+from test_size import many_kernels
+
+from nsight_core.nsys import Nsys
+from nsight_core.profile import build_profile
+from nsight_core.render.html import render_fragment, render_page
+
+pytestmark = pytest.mark.browser
+
+
+def assert_drawn(load: PageLoad, page: str) -> None:
+    """Nothing on the console, and every chart container in PAGE holds an SVG with marks."""
+    assert load.console == []
+    expected = len(re.findall(r'class="nsr-vega"', page))
+    marks = load.chart_marks()
+    assert len(marks) == expected > 0
+    assert all(count > 0 for count in marks.values()), marks
+    assert load.screenshot.stat().st_size > 20_000
+
+
+def test_h200_report(h200_copy: Path, chromium: Chromium, artifacts: Path, nsys: Nsys) -> None:
+    profiles = [build_profile(h200_copy / f"{region}.nsys-rep") for region in ("training", "evaluation")]
+    page = render_page(profiles, title="GPU Profile: H200 torch MLP")
+    html_file = artifacts / "report-h200.html"
+    html_file.write_text(page)
+    load = chromium.load(html_file, artifacts / "report-h200.png", width=1100, height=1900)
+    assert_drawn(load, page)
+    # Five charts a section, one of each explained instead: training repeats no NVTX range, and
+    # evaluation copies no memory.
+    assert len(load.chart_marks()) == 8
+    assert "no NVTX range ran more than once" in page and "no memory copies or memsets" in page
+
+
+def test_flyte_report_tab(h200_copy: Path, tmp_path: Path, chromium: Chromium, artifacts: Path,
+                          nsys: Nsys) -> None:
+    """The fragment inside Flyte's own report template, two regions and a note, as the adapter writes it."""
+    profiles = [
+        build_profile(h200_copy / "training.nsys-rep", title="Nsight region: training"),
+        hostile_profile(tmp_path),
+    ]
+    report = Report(name="report")
+    report.get_tab("GPU Profile").replace(render_fragment(profiles, ["training: trace (.nsys-rep) uploaded "
+                                                                     "to s3://bucket/<x>/training.nsys-rep"]))
+    page = report.get_final_report()
+    assert isinstance(page, str)
+    html_file = artifacts / "report-flyte.html"
+    html_file.write_text(page)
+    load = chromium.load(html_file, artifacts / "report-flyte.png")
+    assert_drawn(load, page)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in load.dom
+    assert HOSTILE_NVTX not in load.dom
+    assert "s3://bucket/&lt;x&gt;/training.nsys-rep" in load.dom
+
+
+def test_ten_thousand_kernels(tmp_path: Path, chromium: Chromium, artifacts: Path) -> None:
+    page = render_page([build_profile(many_kernels(tmp_path))])
+    html_file = artifacts / "report-10k-kernels.html"
+    html_file.write_text(page)
+    assert_drawn(chromium.load(html_file, artifacts / "report-10k-kernels.png"), page)
+
+
+def test_recorded_csvs_only(tmp_path: Path, chromium: Chromium, artifacts: Path) -> None:
+    path = write_recorded(tmp_path, "csv", kernels=[("void k<int>(T1)", 500, 2)], nvtx=[("step", 100, 2)])
+    page = render_page([build_profile(path)])
+    html_file = artifacts / "report-csv-only.html"
+    html_file.write_text(page)
+    load = chromium.load(html_file, artifacts / "report-csv-only.png")
+    assert_drawn(load, page)
+    assert "needs the event trace" in load.dom

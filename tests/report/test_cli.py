@@ -1,0 +1,65 @@
+"""`nsight report` as a user runs it: real nsys, progress on stderr, clear errors, no tracebacks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nsight_core.nsys import Nsys
+
+pytestmark = pytest.mark.nsys
+
+
+def nsight(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "nsight_core.cli", *args], capture_output=True, text=True,
+                          timeout=300, cwd=cwd, stdin=subprocess.DEVNULL)
+
+
+def test_report_of_a_capture_and_a_recorded_directory(h200_copy: Path, tmp_path: Path, nsys: Nsys) -> None:
+    recorded = tmp_path / "recorded"
+    recorded.mkdir()
+    for csv in h200_copy.glob("*.csv"):
+        (recorded / csv.name).write_bytes(csv.read_bytes())
+    out = tmp_path / "page.html"
+    done = nsight("report", str(h200_copy / "training.nsys-rep"), str(recorded), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(out)
+    assert "export" in done.stderr.lower() and "Traceback" not in done.stderr
+    page = out.read_text()
+    assert [title for title in ("<h2>training</h2>", "<h2>evaluation</h2>") if title in page] == [
+        "<h2>training</h2>", "<h2>evaluation</h2>"]
+    assert page.count('<section class="nsr-section"') == 3  # the capture, then each recorded prefix
+    assert "41.7%" in page  # GPU busy of the H200 training region, from the union of kernel intervals
+
+
+def test_any_report_name_gets_a_table_and_unknown_ones_a_reason(h200_copy: Path, tmp_path: Path, nsys: Nsys) -> None:
+    out = tmp_path / "page.html"
+    done = nsight("report", str(h200_copy / "evaluation.nsys-rep"), "-o", str(out),
+                  "--reports", "cuda_gpu_kern_sum,cuda_kern_exec_sum,no_such_report")
+    assert done.returncode == 0, done.stderr
+    page = out.read_text()
+    assert "<h3>cuda_kern_exec_sum</h3><table" in page
+    assert "<b>no_such_report</b>: unknown report" in page
+
+
+def test_missing_input_is_a_clear_error(tmp_path: Path) -> None:
+    done = nsight("report", str(tmp_path / "nope.nsys-rep"), "-o", str(tmp_path / "x.html"))
+    assert done.returncode == 1
+    assert done.stderr.strip().endswith("nope.nsys-rep does not exist.")
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_unwritable_output_is_a_clear_error(h200: Path, tmp_path: Path) -> None:
+    done = nsight("report", str(h200 / "evaluation"), "-o", str(tmp_path / "no" / "dir" / "x.html"))
+    assert done.returncode == 1
+    assert "cannot write the report" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_help_explains_the_inputs() -> None:
+    done = nsight("report", "--help")
+    assert done.returncode == 0
+    assert ".nsys-rep" in done.stdout and "recorded CSVs" in done.stdout and "-o OUTPUT" in done.stdout

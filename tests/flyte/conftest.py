@@ -24,7 +24,6 @@ from flyte._internal.runtime.convert import convert_from_native_to_inputs, conve
 from flyte._internal.runtime.io import load_outputs
 from flyteidl2.core.execution_pb2 import ErrorDocument
 
-from nsight_core import find_nsys
 from nsight_core.nsys import ENV_NSYS, INSTALL_PREFIX_ENV
 
 HERE = Path(__file__).resolve().parent
@@ -77,11 +76,6 @@ def a0(tmp_path_factory: pytest.TempPathFactory) -> Path:
     script.write_text(f"#!{sys.executable}\n" + (HERE / "a0_shim.py").read_text())
     script.chmod(0o755)
     return script
-
-
-@pytest.fixture(scope="session")
-def nsys_path() -> str:
-    return str(find_nsys().path)
 
 
 @pytest.fixture

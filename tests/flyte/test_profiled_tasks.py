@@ -96,3 +96,41 @@ def test_clustered_worker(run_action, rank):
     assert_trace_file(trace, raw)
     assert nvtx_counts(result.report) == [{f"step_{i}": 1 for i in range(STEPS)}]
     assert f"trace (.nsys-rep) uploaded to {trace}" in result.report
+
+
+def test_nested_range_runs_unprofiled_inside_the_outer_one(run_action):
+    result = run_action(HERE, MODULE, "nested", {"steps": STEPS})
+
+    assert result.error is None, result.stderr
+    assert result.output == __import__(MODULE).work(STEPS)
+    assert "could not start collection for region 'inner'" in result.stderr
+    headings = [s for s in parse_report(result.report).headings if s.startswith("Nsight")]
+    assert headings == ["Nsight region: outer"]
+    assert nvtx_counts(result.report) == [{f"step_{i}": 1 for i in range(STEPS)}]
+
+
+FAULTS = {
+    "start fails": ("echo 'Error: collection could not be started' >&2", "nsys start for region"),
+    "no permission": ("echo 'ERR_NVGPUCTRPERM: insufficient privileges' >&2",
+                      "NVreg_RestrictProfilingToAdminUsers=0"),
+}
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_nsys_start_failure_runs_unprofiled_with_one_warning(run_action, tmp_path, fault):
+    """A fake nsys only injects the fault: everything but `nsys start` is the real nsys."""
+    from nsight_core import find_nsys
+
+    script, expected = FAULTS[fault]
+    fake = tmp_path / "fake-nsys"
+    fake.write_text(f'#!/bin/sh\nif [ "$1" = start ]; then {script}; exit 1; fi\n'
+                    f'exec {find_nsys().path} "$@"\n')
+    fake.chmod(0o755)
+    result = run_action(HERE, MODULE, "whole_task", {"steps": STEPS}, env={"NSIGHT_NSYS": str(fake)})
+
+    assert result.error is None, result.stderr
+    assert result.output == __import__(MODULE).work(STEPS)
+    warnings = [line for line in result.stderr.splitlines() if "could not start collection" in line]
+    assert len(warnings) == 1, result.stderr
+    assert expected in result.stderr
+    assert "GPU Profile" not in result.report and result.traces == []

@@ -13,14 +13,11 @@ unprofiled inside the collection already running.
 
 from __future__ import annotations
 
-import logging
 from types import TracebackType
 from typing import Self
 
 from flyteplugins.nsight import _flyte_io
 from nsight_core import Region
-
-log = logging.getLogger("flyteplugins.nsight")
 
 
 class ProfiledRange:
@@ -34,9 +31,7 @@ class ProfiledRange:
 
     def _open(self) -> Region | None:
         self._state = _flyte_io.active.get()
-        if self._state is None:
-            log.debug("nsys.range(%r): this task run is not profiled (a local run, or not under nsys "
-                      "launch); the block runs unprofiled", self.name)
+        if self._state is None:  # the task already logged, once, why this run is unprofiled
             return None
         self._region = self._state.session.range(self.name)
         return self._region

@@ -41,7 +41,7 @@ def test_any_report_name_gets_a_table_and_unknown_ones_a_reason(h200_copy: Path,
                   "--reports", "cuda_gpu_kern_sum,cuda_kern_exec_sum,no_such_report")
     assert done.returncode == 0, done.stderr
     page = out.read_text()
-    assert "<h3>cuda_kern_exec_sum</h3><table" in page
+    assert "<h3>cuda_kern_exec_sum</h3><div class=\"nsr-table-wrap\"><table" in page
     assert "<b>no_such_report</b>: unknown report" in page
 
 

@@ -13,6 +13,7 @@ import pytest
 from nsight_core.analysis.summary import Tile
 from nsight_core.nsys import Nsys
 from nsight_core.profile import CaptureProfile, build_profile, capture_paths
+from nsight_core.render.charts import timeline_chart
 from nsight_core.session import Session
 
 pytestmark = pytest.mark.nsys
@@ -64,6 +65,7 @@ def test_h200_training_tiles_match_the_export_and_the_recorded_csvs(h200_copy: P
     assert tile(profile, "Memsets").detail.startswith("40 operations")
     assert tile(profile, "NCCL share").number == 0.0
     assert profile.trace is not None and profile.trace.devices == 1
+    assert profile.trace.copy_count == 22 + 40  # memcpy rows + memset rows in the export
     assert [i.name for i in profile.trace.nvtx] == [f"step_{n}" for n in range(20)]
     # The busy timeline adds up to the same union (buckets partition the span).
     assert sum((b.end_ns - b.start_ns) * b.kernel_fraction for b in profile.trace.timeline) == pytest.approx(busy)
@@ -116,3 +118,7 @@ def test_cpu_only_capture_has_no_cuda_tables_and_says_so(tmp_path: Path, nsys: N
     assert "no CUDA kernels" in (tile(profile, "GPU kernel time").missing or "")
     assert "does not contain CUDA" in (tile(profile, "Kernel launches").missing or "")
     assert tile(profile, "Capture span").number and tile(profile, "Capture span").number > 20_000_000
+    # The timeline shows what there is: the NVTX lane only, no empty kernel or copy lanes.
+    timeline = timeline_chart(profile.trace).spec
+    assert timeline is not None and [lane["mark"]["type"] for lane in timeline["vconcat"]] == ["rect"]
+    assert timeline["vconcat"][0]["encoding"]["y"]["title"] == "NVTX"

@@ -41,6 +41,7 @@ class TraceSummary(BaseModel):
     kernel_count: int
     kernel_sum_ns: int = Field(description="Summed kernel durations; overlapping kernels counted twice")
     kernel_busy_ns: int = Field(description="Union of kernel intervals per GPU; overlap counted once")
+    copy_count: int = Field(description="Memory copies and memsets")
     timeline: list[TimelineBucket]
     nvtx: list[NvtxInstance] = Field(description="The longest MAX_TIMELINE_RANGES range instances")
     nvtx_total: int = Field(description="All closed NVTX range instances in the trace")
@@ -67,6 +68,7 @@ def summarize_trace(frames: TraceFrames, buckets: int = TIMELINE_BUCKETS) -> Tra
         kernel_count=kernels.height,
         kernel_sum_ns=int((kernels["end_ns"] - kernels["start_ns"]).sum()) if kernels.height else 0,
         kernel_busy_ns=busy_ns(kernels),
+        copy_count=frames.memcpy.height + frames.memset.height,
         timeline=busy_timeline(frames, first, first + span, buckets) if first is not None else [],
         nvtx=nvtx_instances(frames.nvtx, first or 0),
         nvtx_total=frames.nvtx.height,

@@ -33,14 +33,14 @@ class ChartSpec(BaseModel):
 
 
 def capture_charts(profile: CaptureProfile) -> list[ChartSpec]:
-    """All charts of one capture, in display order."""
+    """All charts of one capture, in display order: the overview over time first, then the breakdowns."""
     stats = profile.stats
     return [
+        timeline_chart(profile.trace),
         top_kernels_chart(stats),
         nvtx_totals_chart(stats),
         nvtx_distribution_chart(stats),
         memory_chart(stats),
-        timeline_chart(profile.trace),
     ]
 
 
@@ -160,8 +160,8 @@ def timeline_chart(trace: TraceSummary | None) -> ChartSpec:
     title = "GPU activity over the capture"
     if trace is None:
         return ChartSpec(title=title, missing=CSV_NOTE)
-    if not trace.timeline:
-        return ChartSpec(title=title, missing="the export holds no traced events")
+    if not trace.timeline or not (trace.kernel_count or trace.copy_count or trace.nvtx):
+        return ChartSpec(title=title, missing="the trace holds no kernels, memory operations or NVTX ranges")
     buckets = pl.DataFrame([bucket.model_dump() for bucket in trace.timeline]).with_columns(
         (pl.col("start_ns") / NS_PER_MS).alias("start_ms"),
         (pl.col("end_ns") / NS_PER_MS).alias("end_ms"),
@@ -177,8 +177,9 @@ def timeline_chart(trace: TraceSummary | None) -> ChartSpec:
                      alt.Tooltip("end_ms:Q", title="To (ms)", format=",.3f"),
                      alt.Tooltip(f"{field}:Q", title=f"{label} busy", format=".1%")],
         ).properties(width=WIDTH, height=90)
-        for field, label, color in (("kernel_fraction", "Kernels", "#76b900"),
-                                    ("copy_fraction", "Copies", "#4c78a8"))
+        for field, label, color, count in (("kernel_fraction", "Kernels", "#76b900", trace.kernel_count),
+                                           ("copy_fraction", "Copies", "#4c78a8", trace.copy_count))
+        if count
     ]
     axis_title = "Time since the first traced event (ms)"
     if not trace.nvtx:

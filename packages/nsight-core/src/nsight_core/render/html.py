@@ -47,6 +47,7 @@ _STYLE = """
 .nsight-report figure{margin:.8rem 0 1.2rem}
 .nsight-report figcaption{font-weight:600;margin-bottom:.3rem}
 .nsight-report .nsr-nodata{color:#7b8794;font-style:italic;margin:.2rem 0}
+.nsight-report .nsr-table-wrap{overflow-x:auto;max-width:100%}
 .nsight-report table{border-collapse:collapse;font-size:.82rem;margin:.3rem 0 .6rem}
 .nsight-report th,.nsight-report td{border:1px solid #d9e2ec;padding:.2rem .45rem;text-align:left;vertical-align:top}
 .nsight-report th{background:#eef2f7;cursor:pointer;user-select:none;white-space:nowrap}
@@ -232,7 +233,10 @@ def _table(frame: pl.DataFrame) -> str:
             f'<p class="nsr-cut">Showing the first {shown.height:,} of {frame.height:,} rows, in the order '
             "nsys wrote them (largest total first). The full report is in the CSV beside the capture.</p>"
         )
-    return f'<table class="nsr-sortable"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>{cut}'
+    return (
+        f'<div class="nsr-table-wrap"><table class="nsr-sortable"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{rows}</tbody></table></div>{cut}"
+    )
 
 
 def _cell(value: object, numeric: bool) -> str:

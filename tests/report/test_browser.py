@@ -81,3 +81,32 @@ def test_recorded_csvs_only(tmp_path: Path, chromium: Chromium, artifacts: Path)
     load = chromium.load(html_file, artifacts / "report-csv-only.png")
     assert_drawn(load, page)
     assert "needs the event trace" in load.dom
+
+
+CLICK_SORT = """
+<script>
+  var table = document.querySelector("table.nsr-sortable");
+  var header = Array.prototype.find.call(table.querySelectorAll("th"), function (th) {
+    return th.textContent === "instances"; });
+  header.click();
+  var result = document.createElement("pre");
+  result.id = "sorted";
+  result.textContent = Array.prototype.map.call(table.tBodies[0].rows, function (row) {
+    return row.cells[0].textContent; }).join("|");
+  document.body.appendChild(result);
+</script>
+"""
+
+
+def test_clicking_a_header_sorts_the_table(tmp_path: Path, chromium: Chromium, artifacts: Path) -> None:
+    path = write_recorded(tmp_path, "sort", kernels=[("big_few", 9000, 1), ("mid_many", 5000, 50),
+                                                      ("small_some", 100, 7)])
+    page = render_page([build_profile(path, reports=["cuda_gpu_kern_sum"])])
+    assert page.index("big_few") < page.index("mid_many")  # nsys order: by total time
+    html_file = artifacts / "report-sort.html"
+    body, end = page.rsplit("</body>", 1)
+    html_file.write_text(body + CLICK_SORT + "</body>" + end)
+    load = chromium.load(html_file, artifacts / "report-sort.png")
+    assert load.console == []
+    sorted_rows = re.search(r'<pre id="sorted">(.*?)</pre>', load.dom)
+    assert sorted_rows is not None and sorted_rows.group(1) == "mid_many|small_some|big_few"

@@ -38,6 +38,10 @@ ENV_TRACE = "NSIGHT_TRACE"
 
 DEFAULT_TRACE: tuple[str, ...] = ("cuda", "nvtx")
 START_RETRY_SECONDS = 7.0
+# `nsys start` returns before CUDA/NVTX collection is live in the target: on an H200 a region that
+# began at once lost its first NVTX ranges and, right after another region, everything; 20 ms of
+# waiting gave exact counts (bench/GPU.md). The margin is cheap next to a start (~0.3 s there).
+START_SETTLE_SECONDS = 0.25
 _START_RETRY_INTERVAL = 0.5
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _REPORT_SUFFIXES = (".nsys-rep", ".qdstrm", ".qdrep")
@@ -187,6 +191,7 @@ class Session:
                         else result.output[-1000:]
                     raise NsysCommandError(f"nsys start for region {region!r} failed: {reason}")
                 time.sleep(_START_RETRY_INTERVAL)
+            time.sleep(START_SETTLE_SECONDS)
             self._collecting = region
             self._base = base
             self._started_at = time.monotonic()

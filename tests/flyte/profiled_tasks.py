@@ -9,6 +9,7 @@ from flyte.clustered import ClusteredTaskEnvironment
 from flyteplugins.nsight import nsys, nsys_profile, nvtx
 
 CPU_TRACE = ("nvtx", "osrt")
+HOSTILE = "<img src=x onerror=alert(1)> & co"  # a user's NVTX name must show as text, never as markup
 
 env = flyte.TaskEnvironment(name="nsight_tests")
 cluster = ClusteredTaskEnvironment(name="nsight_cluster", replicas=2, nproc_per_node=1)
@@ -28,7 +29,8 @@ def work(steps: int, prefix: str = "step") -> int:
 @env.task
 async def whole_task(steps: int) -> int:
     nvtx.mark("start")
-    return work(steps)
+    with nvtx.range(HOSTILE):
+        return work(steps)
 
 
 @nsys_profile(trace=CPU_TRACE, capture="manual")
@@ -73,7 +75,7 @@ async def clustered(steps: int) -> str:
     return message
 
 
-@nsys_profile(trace=CPU_TRACE, capture="manual")
+@nsys_profile(trace=CPU_TRACE, capture="manual", attach_report=False)
 @env.task
 async def nested(steps: int) -> int:
     async with nsys.range("outer"), nsys.range("inner"):

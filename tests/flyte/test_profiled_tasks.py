@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from conftest import HERE, nvtx_counts, parse_report
+from profiled_tasks import HOSTILE
 
 pytestmark = [pytest.mark.flyte, pytest.mark.nsys]
 
@@ -29,7 +30,8 @@ def test_whole_task_profile(run_action):
     page = result.report
     assert "GPU Profile" in page
     assert [s for s in parse_report(page).headings if s.startswith("Nsight")] == ["Nsight task: whole_task"]
-    assert nvtx_counts(page) == [{f"step_{i}": 1 for i in range(STEPS)}]
+    assert nvtx_counts(page) == [{**{f"step_{i}": 1 for i in range(STEPS)}, HOSTILE: 1}]
+    assert HOSTILE not in page  # escaped
     [trace] = result.traces_named("capture_report_file")
     assert_trace_file(trace, result.workdir / "raw")
     assert "WARNING" not in result.stderr.replace("WARNING Flyte runtime", "")
@@ -99,6 +101,7 @@ def test_clustered_worker(run_action, rank):
 
 
 def test_nested_range_runs_unprofiled_inside_the_outer_one(run_action):
+    """Also attach_report=False: the profile is rendered, but no traced step carries the trace."""
     result = run_action(HERE, MODULE, "nested", {"steps": STEPS})
 
     assert result.error is None, result.stderr
@@ -107,6 +110,7 @@ def test_nested_range_runs_unprofiled_inside_the_outer_one(run_action):
     headings = [s for s in parse_report(result.report).headings if s.startswith("Nsight")]
     assert headings == ["Nsight region: outer"]
     assert nvtx_counts(result.report) == [{f"step_{i}": 1 for i in range(STEPS)}]
+    assert result.traces == []
 
 
 FAULTS = {

@@ -80,3 +80,10 @@ async def clustered(steps: int) -> str:
 async def nested(steps: int) -> int:
     async with nsys.range("outer"), nsys.range("inner"):
         return work(steps)
+
+
+@nsys_profile(trace=CPU_TRACE, capture="manual")
+@env.task
+async def plain_with_in_async(steps: int) -> int:
+    with nsys.range("training"):  # should be `async with` here
+        return work(steps)

@@ -138,3 +138,13 @@ def test_nsys_start_failure_runs_unprofiled_with_one_warning(run_action, tmp_pat
     assert len(warnings) == 1, result.stderr
     assert expected in result.stderr
     assert "GPU Profile" not in result.report and result.traces == []
+
+
+def test_plain_with_in_an_async_task_reports_but_does_not_hang(run_action):
+    result = run_action(HERE, MODULE, "plain_with_in_async", {"steps": STEPS})
+
+    assert result.error is None, result.stderr
+    assert result.output == __import__(MODULE).work(STEPS)
+    assert nvtx_counts(result.report) == [{f"step_{i}": 1 for i in range(STEPS)}]
+    assert result.traces == []
+    assert "write `async with nsys.range(...)` there" in result.stderr

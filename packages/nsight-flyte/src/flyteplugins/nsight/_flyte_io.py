@@ -95,10 +95,27 @@ def _attaches(state: Profiling) -> bool:
     return state.attach_report and not state.clustered
 
 
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 def publish_sync(state: Profiling, capture: Capture, title: str) -> None:
-    """Report and attach CAPTURE from synchronous code (a `with nsys.range` block in a def task)."""
+    """Report and attach CAPTURE from synchronous code (a `with nsys.range` block in a def task).
+
+    A plain `with` inside an async def task lands here on the task's event loop, where flyte's
+    blocking flush and sync traced step would deadlock: the tab is still updated (flyte writes it
+    when the task ends) but the trace is left unattached, with a warning saying how to fix it.
+    """
     try:
         _summarize(state, capture, title)
+        if _on_event_loop():
+            log.warning("nsys.range(%r) ran as a plain `with` in an async def task, so its trace is not "
+                        "attached: write `async with nsys.range(...)` there", capture.region)
+            return
         flyte.report.flush()
         if _attaches(state):
             capture_report_file_sync(str(capture.path))

@@ -7,7 +7,7 @@ from collections import Counter
 from html.parser import HTMLParser
 from pathlib import Path
 
-from conftest import write_recorded
+from report_helpers import write_recorded
 
 from nsight_core.profile import build_profile
 from nsight_core.render.html import render_fragment, render_page

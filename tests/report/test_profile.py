@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from nsight_core.analysis.summary import Tile
+from nsight_core.analysis.timeline import summarize_trace
 from nsight_core.nsys import Nsys
 from nsight_core.profile import CaptureProfile, build_profile, capture_paths
 from nsight_core.render.charts import timeline_chart
 from nsight_core.session import Session
+from nsight_core.stats.trace import read_trace
 
 pytestmark = pytest.mark.nsys
 
@@ -116,9 +118,36 @@ def test_cpu_only_capture_has_no_cuda_tables_and_says_so(tmp_path: Path, nsys: N
     assert profile.trace is not None and profile.trace.kernel_count == 0
     assert tile(profile, "NVTX range instances").number == 3
     assert "no CUDA kernels" in (tile(profile, "GPU kernel time").missing or "")
-    assert "does not contain CUDA" in (tile(profile, "Kernel launches").missing or "")
+    assert tile(profile, "Kernel launches").missing == (
+        "cuda_gpu_kern_sum: no data: the capture does not contain CUDA kernel data.")
     assert tile(profile, "Capture span").number and tile(profile, "Capture span").number > 20_000_000
     # The timeline shows what there is: the NVTX lane only, no empty kernel or copy lanes.
     timeline = timeline_chart(profile.trace).spec
     assert timeline is not None and [lane["mark"]["type"] for lane in timeline["vconcat"]] == ["rect"]
     assert timeline["vconcat"][0]["encoding"]["y"]["title"] == "NVTX"
+
+
+def test_partial_export_reads_as_no_data_and_keeps_the_span_in_the_collection_window(tmp_path: Path) -> None:
+    """An export with no CUPTI tables (CPU-only) and a blocking OS call that began before collection."""
+    export = tmp_path / "cpu.sqlite"
+    with sqlite3.connect(export) as db:
+        db.execute("CREATE TABLE ANALYSIS_DETAILS (globalVid INTEGER, duration INTEGER, startTime INTEGER, "
+                   "stopTime INTEGER)")
+        db.execute("INSERT INTO ANALYSIS_DETAILS VALUES (1, 300000000, 5000000000, 5300000000)")
+        db.execute("CREATE TABLE OSRT_API (start INTEGER, end INTEGER)")
+        db.executemany("INSERT INTO OSRT_API VALUES (?, ?)", [(-4_500_000_000, 10_000_000), (20_000_000, 30_000_000)])
+        db.execute("CREATE TABLE StringIds (id INTEGER, value TEXT)")
+        db.execute("INSERT INTO StringIds VALUES (7, 'registered <name>')")
+        db.execute("CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, text TEXT, "
+                   "textId INTEGER, globalTid INTEGER)")
+        db.executemany("INSERT INTO NVTX_EVENTS VALUES (?, ?, ?, ?, ?, ?)", [
+            (50_000_000, 250_000_000, 59, "outer", None, 1),
+            (60_000_000, 70_000_000, 60, None, 7, 1),
+            (80_000_000, None, 34, "a mark", None, 1),
+        ])
+    frames = read_trace(export)
+    assert frames.kernels.height == frames.memcpy.height == frames.memset.height == 0
+    assert (frames.first_event_ns, frames.last_event_ns, frames.recorded_ns) == (0, 250_000_000, 300_000_000)
+    summary = summarize_trace(frames)
+    assert [(i.name, i.depth) for i in summary.nvtx] == [("outer", 0), ("registered <name>", 1)]
+    assert summary.span_ns == 250_000_000 and summary.kernel_busy_ns == 0

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import write_recorded
+from report_helpers import write_recorded
 
 from nsight_core.profile import build_profile
 from nsight_core.render.html import MAX_TABLE_ROWS, render_page

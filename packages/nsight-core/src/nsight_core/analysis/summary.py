@@ -7,6 +7,8 @@ skipped by nsys, not requested, or only recorded CSVs without the event trace).
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel, Field
 
 from nsight_core.analysis.kernels import nccl_share
@@ -16,6 +18,7 @@ from nsight_core.stats.reports import canonical
 
 NEEDS_TRACE = "needs the event trace: recorded CSVs have totals only; pass the .nsys-rep or .sqlite export"
 MB = 1_000_000
+_EXPORT_PATH = re.compile(r"\S+\.sqlite\b")
 
 # (tile label, the operation name nsys writes in cuda_gpu_mem_*_sum)
 COPY_KINDS: tuple[tuple[str, str], ...] = (
@@ -53,10 +56,14 @@ def format_bytes(count: float) -> str:
 
 
 def _report_missing(stats: ProfileStats, report: str) -> str:
-    """Why REPORT has no rows: nsys' own reason, or that it was not requested."""
+    """Why REPORT has no rows: nsys' own reason, or that it was not requested.
+
+    nsys names the export file in its reason ("/long/path/x.sqlite does not contain ..."); a tile
+    says "the capture" instead, the detail table's skipped list keeps the full text.
+    """
     for name, reason in stats.skipped.items():
         if canonical(name.split(":", 1)[0]) == report:
-            return f"{report}: {reason}"
+            return f"{report}: {_EXPORT_PATH.sub('the capture', reason)}"
     if not any(canonical(name.split(":", 1)[0]) == report for name in stats.reports):
         return f"{report} was not requested"
     return f"{report} has no rows"

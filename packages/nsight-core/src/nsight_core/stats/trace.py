@@ -87,7 +87,8 @@ def read_trace(sqlite: Path) -> TraceFrames:
         raise StatsError(f"{sqlite} cannot be opened as SQLite: {error}") from error
     try:
         tables = frozenset(row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'"))
-        first, last = _event_bounds(connection, tables)
+        recorded = _recorded(connection, tables)
+        first, last = _event_bounds(connection, tables, recorded)
         return TraceFrames(
             kernels=_kernels(connection, tables),
             memcpy=_memcpy(connection, tables),
@@ -95,7 +96,7 @@ def read_trace(sqlite: Path) -> TraceFrames:
             nvtx=_nvtx(connection, tables),
             first_event_ns=first,
             last_event_ns=last,
-            recorded_ns=_recorded(connection, tables),
+            recorded_ns=recorded,
             tables=tables,
         )
     except sqlite3.DatabaseError as error:
@@ -158,7 +159,14 @@ def _nvtx(connection: sqlite3.Connection, tables: frozenset[str]) -> pl.DataFram
     )
 
 
-def _event_bounds(connection: sqlite3.Connection, tables: frozenset[str]) -> tuple[int | None, int | None]:
+def _event_bounds(
+    connection: sqlite3.Connection, tables: frozenset[str], recorded: int | None
+) -> tuple[int | None, int | None]:
+    """First and last event time, within the collection window [0, RECORDED] when the export has one.
+
+    A blocking OS call that began before `nsys start` is exported with a negative start (seen: -4.5 s
+    for a 0.3 s region); the capture's span is what was collected, not when such a call began.
+    """
     starts: list[int] = []
     ends: list[int] = []
     for table in _SPAN_TABLES:
@@ -169,7 +177,12 @@ def _event_bounds(connection: sqlite3.Connection, tables: frozenset[str]) -> tup
         if first is not None:
             starts.append(first)
             ends.append(max(value for value in (last_start, last_end) if value is not None))
-    return (min(starts), max(ends)) if starts else (None, None)
+    if not starts:
+        return None, None
+    first, last = min(starts), max(ends)
+    if recorded is not None and max(first, 0) < min(last, recorded):
+        return max(first, 0), min(last, recorded)
+    return first, last
 
 
 def _recorded(connection: sqlite3.Connection, tables: frozenset[str]) -> int | None:

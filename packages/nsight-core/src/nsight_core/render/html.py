@@ -93,9 +93,15 @@ _SCRIPT = """
 
 @functools.cache
 def vega_bundle() -> str:
-    """vega + vega-lite + vega-embed as one script, from the installed vl-convert-python (no network)."""
-    vl_version = "_".join(alt.SCHEMA_VERSION.split(".")[:2])
-    return vl_convert.javascript_bundle(vl_version=vl_version)
+    """vega + vega-lite + vega-embed as one script, from the installed vl-convert-python (no network).
+
+    The bundled Vega-Lite matches the one Altair writes specs for; when this vl-convert lacks it,
+    its newest one is used (Vega-Lite keeps older specs working within a major version).
+    """
+    wanted = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
+    available = vl_convert.get_vegalite_versions()
+    version = wanted if wanted in available else available[-1]
+    return vl_convert.javascript_bundle(vl_version=version)
 
 
 def script_json(value: Any) -> str:

@@ -25,7 +25,7 @@ from nsight_core.profile import build_profile
 from nsight_core.render.html import render_page
 
 HERE = Path(__file__).resolve().parent
-FIXTURE = HERE.parent.parent / "shared" / "fixtures" / "h200-torch-mlp"
+FIXTURE = HERE.parent / "tests" / "fixtures" / "h200-torch-mlp"
 KERNELS = 10_000
 HEADER = "Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name\n"
 

@@ -13,7 +13,7 @@ from nsight_core import find_nsys
 from nsight_core.nsys import Nsys
 
 REPO = Path(__file__).resolve().parent.parent
-H200 = REPO.parent / "shared" / "fixtures" / "h200-torch-mlp"
+H200 = REPO / "tests" / "fixtures" / "h200-torch-mlp"
 
 
 @pytest.fixture(scope="session")

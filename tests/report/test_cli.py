@@ -63,3 +63,12 @@ def test_help_explains_the_inputs() -> None:
     done = nsight("report", "--help")
     assert done.returncode == 0
     assert ".nsys-rep" in done.stdout and "recorded CSVs" in done.stdout and "-o OUTPUT" in done.stdout
+
+
+def test_a_directory_of_captures_points_at_its_reports(h200_copy: Path, tmp_path: Path) -> None:
+    captures = tmp_path / "captures"
+    captures.mkdir()
+    (captures / "training.nsys-rep").write_bytes((h200_copy / "training.nsys-rep").read_bytes())
+    done = nsight("report", str(captures), "-o", str(tmp_path / "x.html"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().endswith(f"holds no recorded CSVs; pass its captures instead: {captures}/*.nsys-rep")

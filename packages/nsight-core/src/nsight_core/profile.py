@@ -79,6 +79,8 @@ def capture_paths(path: str | Path) -> list[Path]:
     if not path.is_dir():
         return [path]
     prefixes = sorted(recorded_captures(path))
+    if not prefixes and any(path.glob("*.nsys-rep")):
+        raise StatsError(f"{path} holds no recorded CSVs; pass its captures instead: {path}/*.nsys-rep")
     if len(prefixes) <= 1:
         return [path]
     return [path / prefix for prefix in prefixes]

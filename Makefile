@@ -14,7 +14,7 @@ help:
 
 env:
 	@command -v uv >/dev/null 2>&1 || python3 -m uv --version >/dev/null 2>&1 || python3 -m pip install -q uv
-	@$(UV) sync --locked --quiet
+	@$(UV) sync --locked --inexact --quiet
 
 nsys: env
 	@$(PY) -c "import nsight_core; nsight_core.find_nsys()" 2>/dev/null || bash scripts/install-nsys.sh
@@ -25,6 +25,7 @@ lint: env
 
 test: nsys lint
 	@bash scripts/install-chromium.sh
+	@bash scripts/install-torch-cpu.sh
 	$(PY) -m pytest
 
 demo: nsys

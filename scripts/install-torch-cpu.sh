@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 UV=$(command -v uv || echo "python3 -m uv")
-if .venv/bin/python -c "import torch" >/dev/null 2>&1; then exit 0; fi
+if .venv/bin/python -c "import torch, numpy" >/dev/null 2>&1; then exit 0; fi
 tag=$(.venv/bin/python -c 'import sys; print(f"cp{sys.version_info.major}{sys.version_info.minor}")')
 wheel=${TORCH_WHEEL:-$(ls /opt/wheels/torch-*+cpu-"$tag"-*.whl 2>/dev/null | sort -V | tail -n 1 || true)}
 if [ -z "$wheel" ]; then

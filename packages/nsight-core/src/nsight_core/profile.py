@@ -22,10 +22,6 @@ from nsight_core.stats.trace import read_trace
 
 REPORT_SUFFIXES = frozenset({".nsys-rep", ".qdrep"})
 EXPORT_SUFFIX = ".sqlite"
-CSV_NOTE = (
-    "Recorded CSVs hold per-name totals only: the capture span, GPU busy time and timeline need the "
-    "event trace (pass the .nsys-rep or its .sqlite export)."
-)
 
 
 class CaptureProfile(BaseModel):
@@ -60,13 +56,7 @@ def build_profile(
         stats = load_stats(sqlite, reports)
         trace = summarize_trace(read_trace(sqlite))
         return CaptureProfile(title=title or path.stem, source=str(path), stats=stats, trace=trace)
-    stats = load_stats(path, reports)
-    return CaptureProfile(
-        title=title or path.name,
-        source=str(path),
-        stats=stats,
-        notes=[CSV_NOTE],
-    )
+    return CaptureProfile(title=title or path.name, source=str(path), stats=load_stats(path, reports))
 
 
 def capture_paths(path: str | Path) -> list[Path]:

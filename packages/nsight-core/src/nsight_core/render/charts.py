@@ -15,8 +15,9 @@ import polars as pl
 from pydantic import BaseModel
 
 from nsight_core.analysis.kernels import unique_short_names
+from nsight_core.analysis.summary import NEEDS_TRACE
 from nsight_core.analysis.timeline import TraceSummary
-from nsight_core.profile import CSV_NOTE, CaptureProfile
+from nsight_core.profile import CaptureProfile
 from nsight_core.stats.models import ProfileStats
 
 TOP_N = 20
@@ -159,7 +160,7 @@ def timeline_chart(trace: TraceSummary | None) -> ChartSpec:
     """Kernel and copy busy fraction per time bucket across the capture, NVTX ranges along the same axis."""
     title = "GPU activity over the capture"
     if trace is None:
-        return ChartSpec(title=title, missing=CSV_NOTE)
+        return ChartSpec(title=title, missing=NEEDS_TRACE)
     if not trace.timeline or not (trace.kernel_count or trace.copy_count or trace.nvtx):
         return ChartSpec(title=title, missing="the trace holds no kernels, memory operations or NVTX ranges")
     buckets = pl.DataFrame([bucket.model_dump() for bucket in trace.timeline]).with_columns(

@@ -74,7 +74,6 @@ class TraceFrames:
     first_event_ns: int | None
     last_event_ns: int | None
     recorded_ns: int | None
-    tables: frozenset[str]
 
 
 def read_trace(sqlite: Path) -> TraceFrames:
@@ -97,7 +96,6 @@ def read_trace(sqlite: Path) -> TraceFrames:
             first_event_ns=first,
             last_event_ns=last,
             recorded_ns=recorded,
-            tables=tables,
         )
     except sqlite3.DatabaseError as error:
         raise StatsError(f"{sqlite} is not a readable nsys export: {error}") from error

@@ -75,6 +75,22 @@ def cmd_launch(args: argparse.Namespace) -> int:
                 output_dir=args.output_dir)
 
 
+def _add_profiling_options(parser: argparse.ArgumentParser) -> None:
+    """What to record and the command to record: shared by `run` and `launch`."""
+    parser.add_argument("--trace", type=_csv_list, default=",".join(DEFAULT_TRACE),
+                        help="nsys trace domains, comma-separated (default: %(default)s; CPU-only machines: "
+                        "nvtx,osrt)")
+    parser.add_argument("--sample", default=None,
+                        help="CPU sampling passed to nsys --sample, e.g. none or cpu (default: nsys' own)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+
+
+def _add_reports_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--reports", type=_csv_list, default=None,
+                        help=f"nsys report names, comma-separated (default: {','.join(DEFAULT_REPORTS)}; "
+                        "any nsys report name is accepted and gets a table)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nsight",
@@ -88,15 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run CMD under nsys. --capture process records the whole run; --capture manual records "
         "only the nsight_core.range() blocks CMD opens, one .nsys-rep per block. Prints the report paths, "
         "one per line, and exits with CMD's exit code.")
-    run.add_argument("--trace", type=_csv_list, default=list(DEFAULT_TRACE),
-                     help="nsys trace domains, comma-separated (default: %(default)s; CPU-only machines: nvtx,osrt)")
-    run.add_argument("--sample", default=None, help="CPU sampling passed to nsys --sample, e.g. none or cpu "
-                     "(default: nsys' own)")
     run.add_argument("--capture", choices=("process", "manual"), default="process",
                      help="what to record (default: %(default)s)")
     run.add_argument("-o", "--output", type=Path, default=None,
                      help="folder for the reports (default: a new folder under ./nsight-runs/)")
-    run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    _add_profiling_options(run)
     run.set_defaults(func=cmd_run)
 
     stats = commands.add_parser(
@@ -104,9 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="PATH is a .nsys-rep, a .sqlite export, or recorded CSVs (DIR or DIR/PREFIX holding "
         "PREFIX_<report>.csv). A .nsys-rep is exported to SQLite once and all reports run in one nsys call.")
     stats.add_argument("path", type=Path, help=".nsys-rep, .sqlite, or a directory of recorded CSVs")
-    stats.add_argument("--reports", type=_csv_list, default=None,
-                       help=f"nsys report names, comma-separated (default: {','.join(DEFAULT_REPORTS)}; "
-                       "any nsys report name is accepted)")
+    _add_reports_option(stats)
     stats.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     stats.set_defaults(func=cmd_stats)
 
@@ -120,9 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=".nsys-rep, .sqlite, or a directory of recorded CSVs")
     report.add_argument("-o", "--output", type=Path, default=Path("report.html"),
                         help="the HTML file to write (default: %(default)s)")
-    report.add_argument("--reports", type=_csv_list, default=None,
-                        help=f"nsys report names, comma-separated (default: {','.join(DEFAULT_REPORTS)}; "
-                        "any nsys report name gets a detail table)")
+    _add_reports_option(report)
     report.add_argument("--title", default="GPU Profile", help="page title (default: %(default)s)")
     report.set_defaults(func=cmd_report)
 
@@ -132,12 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
         "records regions with nsight_core.range(). When nsys cannot be used, warn once and run CMD "
         "unprofiled: profiling never stops the job.")
     launch.add_argument("--session", required=True, help="session name (sanitised to [A-Za-z0-9._-])")
-    launch.add_argument("--trace", type=_csv_list, default=list(DEFAULT_TRACE),
-                        help="nsys trace domains, comma-separated (default: %(default)s)")
-    launch.add_argument("--sample", default=None, help="CPU sampling for each collection (nsys --sample)")
     launch.add_argument("--output-dir", type=Path, default=None,
                         help="folder for region reports (default: $TMPDIR/nsight/<session>)")
-    launch.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    _add_profiling_options(launch)
     launch.set_defaults(func=cmd_launch)
     return parser
 

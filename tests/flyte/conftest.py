@@ -8,9 +8,11 @@ error.pb, report.html, the traced steps, and the process's stderr.
 from __future__ import annotations
 
 import asyncio
+import html
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -180,3 +182,8 @@ def nvtx_counts(page: str) -> list[dict[str, int]]:
         count_col = next(i for i, h in enumerate(header) if h.lower() in ("instances", "count", "num_calls"))
         counts.append({row[name_col].lstrip(":"): int(row[count_col].replace(",", "")) for row in rows})
     return counts
+
+
+def report_tabs(page: str) -> list[str]:
+    """The tab names of a Flyte report.html, in order."""
+    return [html.unescape(name) for name in re.findall(r'<li onclick="handleLinkClick\(this\)">(.*?)</li>', page)]

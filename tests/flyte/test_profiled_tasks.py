@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import HERE, nvtx_counts, parse_report
+from conftest import HERE, nvtx_counts, parse_report, report_tabs
 from profiled_tasks import HOSTILE
 
 pytestmark = [pytest.mark.flyte, pytest.mark.nsys]
@@ -28,7 +28,7 @@ def test_whole_task_profile(run_action):
     assert result.error is None, result.stderr
     assert result.output == unprofiled
     page = result.report
-    assert "GPU Profile" in page
+    assert report_tabs(page) == ["GPU Profile"]
     assert [s for s in parse_report(page).headings if s.startswith("Nsight")] == ["Nsight task: whole_task"]
     assert nvtx_counts(page) == [{**{f"step_{i}": 1 for i in range(STEPS)}, HOSTILE: 1}]
     assert HOSTILE not in page  # escaped
@@ -73,7 +73,7 @@ def test_missing_nsys_runs_unprofiled_with_one_warning(run_action, without_nsys)
     assert result.output == __import__(MODULE).work(STEPS)
     warnings = [line for line in result.stderr.splitlines() if "nsight: WARNING" in line]
     assert len(warnings) == 1 and "runs unprofiled" in warnings[0], result.stderr
-    assert "GPU Profile" not in result.report
+    assert report_tabs(result.report) == []
     assert result.traces == []
 
 
@@ -90,7 +90,7 @@ def test_clustered_worker(run_action, rank):
     if rank == "1":  # not wrapped by the runtime: no session, no capture, nothing in the report
         assert result.output is None  # flyte uploads outputs from rank 0 only
         assert not (result.workdir / "tmp" / "nsight").exists()
-        assert "GPU Profile" not in result.report
+        assert report_tabs(result.report) == []
         assert uploaded == []
         return
     assert result.output == "rank 0 done"
@@ -137,7 +137,7 @@ def test_nsys_start_failure_runs_unprofiled_with_one_warning(run_action, tmp_pat
     warnings = [line for line in result.stderr.splitlines() if "could not start collection" in line]
     assert len(warnings) == 1, result.stderr
     assert expected in result.stderr
-    assert "GPU Profile" not in result.report and result.traces == []
+    assert report_tabs(result.report) == [] and result.traces == []
 
 
 def test_plain_with_in_an_async_task_reports_but_does_not_hang(run_action):

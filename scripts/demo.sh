@@ -13,6 +13,14 @@ for rep in "${REPORTS[@]}"; do
   echo; echo "== nsight stats $rep"
   .venv/bin/nsight stats "$rep" --reports nvtx_pushpop_sum,osrt_sum,cuda_gpu_kern_sum
 done
+echo; echo "== nsight report: the GPU Profile page, for this capture and for a recorded H200 one"
+mkdir -p "$OUT/h200" && cp tests/fixtures/h200-torch-mlp/*.nsys-rep "$OUT/h200/"
+.venv/bin/nsight report "${REPORTS[@]}" -o "$OUT/report.html" \
+  --reports nvtx_pushpop_sum,osrt_sum,cuda_gpu_kern_sum,cuda_api_sum --title "GPU Profile: examples/script_regions.py"
+.venv/bin/nsight report "$OUT/h200/training.nsys-rep" "$OUT/h200/evaluation.nsys-rep" \
+  -o "$OUT/report-h200.html" --title "GPU Profile: H200 torch MLP (recorded)"
 echo
-echo "Traces:    ${REPORTS[*]}"
-echo "Stats CSV: $OUT/*_<report>.csv (re-read without nsys: nsight stats $OUT/training)"
+echo "Traces:      ${REPORTS[*]}"
+echo "Stats CSVs:  $OUT/<region>.stats/ (re-read without nsys: nsight stats $OUT/training.stats)"
+echo "Report:      $OUT/report.html"
+echo "H200 report: $OUT/report-h200.html"

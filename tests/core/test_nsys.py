@@ -126,3 +126,14 @@ def test_cpu_capture_skips_cuda_reports_with_reason(tmp_path: Path, nsys: Nsys) 
     assert set(stats.skipped) == {"cuda_gpu_kern_sum", "cuda_gpu_mem_time_sum", "cuda_gpu_mem_size_sum",
                                   "cuda_api_sum"}
     assert "does not contain CUDA" in stats.skipped["cuda_gpu_kern_sum"]
+
+
+@pytest.mark.nsys
+def test_stats_never_overwrite_recorded_csvs_beside_the_trace(h200_copy: Path, nsys: Nsys) -> None:
+    recorded = h200_copy / "training_cuda_gpu_kern_sum.csv"
+    recorded.write_text(recorded.read_text() + "\n")
+    before = recorded.read_bytes()
+    stats = load_stats(h200_copy / "training.nsys-rep")
+    assert recorded.read_bytes() == before
+    again = load_stats(h200_copy / "training.stats")
+    assert [k.model_dump() for k in again.kernels] == [k.model_dump() for k in stats.kernels]

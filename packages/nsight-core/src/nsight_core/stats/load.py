@@ -3,7 +3,9 @@ a directory of recorded CSVs (how users unit-test analyses without nsys or a GPU
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,9 +23,19 @@ _PROCESSING = re.compile(r"Processing \[.*?\] with \[(?P<script>.*?)\] to \[(?P<
 _NOT_FOUND = re.compile(r"Report '(?P<report>[^']+)' could not be found")
 
 
+def derived_dir(source: Path) -> Path:
+    """Where files derived from SOURCE go: beside it, or a per-file cache folder when that is read-only."""
+    if os.access(source.parent, os.W_OK):
+        return source.parent
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nsight"
+    folder = cache / hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:16]
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def sqlite_for(report_file: Path, nsys: Nsys | None = None) -> Path:
     """The SQLite export of a .nsys-rep: reused when it is newer than the report, else made once."""
-    sqlite = report_file.with_suffix(".sqlite")
+    sqlite = derived_dir(report_file) / (report_file.stem + ".sqlite")
     if sqlite.exists() and sqlite.stat().st_mtime >= report_file.stat().st_mtime:
         return sqlite
     log.info("exporting %s to SQLite (once per capture; large traces take a while)", report_file)
@@ -43,8 +55,9 @@ def _resolve(requested: str, available: frozenset[str]) -> str:
 def stats_from_nsys(path: Path, reports: Sequence[str] = DEFAULT_REPORTS, nsys: Nsys | None = None) -> ProfileStats:
     """Run REPORTS on a .nsys-rep or .sqlite with ONE export and ONE `nsys stats` call.
 
-    The CSVs are kept beside the export as `<stem>_<report>.csv`, the same layout
-    :func:`stats_from_csv_dir` reads, so a capture's numbers can be re-read without nsys.
+    The CSVs are kept in `<stem>.stats/` beside the export as `<stem>_<report>.csv`, the layout
+    :func:`stats_from_csv_dir` reads, so a capture's numbers can be re-read without nsys. A folder of
+    their own: recorded CSVs lying beside a .nsys-rep are never overwritten.
     """
     nsys = nsys or find_nsys()
     if not path.exists():
@@ -56,7 +69,9 @@ def stats_from_nsys(path: Path, reports: Sequence[str] = DEFAULT_REPORTS, nsys: 
         return stats
     available = nsys.available_reports
     run_names = {report: _resolve(report, available) for report in requested}
-    prefix = sqlite.with_suffix("")
+    stats_dir = derived_dir(sqlite) / (sqlite.stem + ".stats")
+    stats_dir.mkdir(exist_ok=True)
+    prefix = stats_dir / sqlite.stem
     for name in run_names.values():
         Path(f"{prefix}_{name}.csv").unlink(missing_ok=True)
     log.info("running %d nsys stats reports on %s", len(set(run_names.values())), sqlite)

@@ -13,6 +13,7 @@ import importlib
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import uuid
@@ -85,7 +86,9 @@ def run_action(a0: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
     """run_action(directory, module, task_var, inputs, env=None) -> ActionResult."""
 
     def run(directory: Path, module: str, task_var: str, inputs: dict[str, Any] | None = None,
-            env: dict[str, str] | None = None) -> ActionResult:
+            env: dict[str, str] | None = None, launcher: list[str] | None = None) -> ActionResult:
+        """LAUNCHER, when given, starts the entrypoint (torchrun for clustered workers): those
+        run with no controller, so they get the real `a0` rather than the shim."""
         task = getattr(load_module(directory, module), task_var)
         work = tmp_path / f"{task_var}-{uuid.uuid4().hex[:6]}"
         for sub in ("out", "raw", "base", "ckpt", "tmp"):
@@ -100,7 +103,8 @@ def run_action(a0: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
         )
         action_env.update(task.env_vars or {})
         action_env.update(env or {})
-        argv = [str(a0), "--inputs", str(work / "inputs.pb"), "--outputs-path", str(work / "out"),
+        entry = [*launcher, str(BIN / "a0")] if launcher else [str(a0)]
+        argv = [*entry, "--inputs", str(work / "inputs.pb"), "--outputs-path", str(work / "out"),
                 "--version", "v1", "--raw-data-path", str(work / "raw"), "--checkpoint-path",
                 str(work / "ckpt"), "--prev-checkpoint", str(work / "prev"),
                 "--resolver", "flyte._internal.resolvers.default.DefaultTaskResolver",
@@ -187,3 +191,13 @@ def nvtx_counts(page: str) -> list[dict[str, int]]:
 def report_tabs(page: str) -> list[str]:
     """The tab names of a Flyte report.html, in order."""
     return [html.unescape(name) for name in re.findall(r'<li onclick="handleLinkClick\(this\)">(.*?)</li>', page)]
+
+
+def torchrun(nproc: int) -> list[str]:
+    """What flyte's `clustered` launcher execs for one node, minus the JobSet DNS lookup."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return [str(BIN / "torchrun"), "--nnodes=1", f"--nproc-per-node={nproc}", "--node-rank=0",
+            "--rdzv-backend=static", f"--rdzv-id=nsight-{port}", f"--rdzv-endpoint=127.0.0.1:{port}",
+            "--no-python", "--"]

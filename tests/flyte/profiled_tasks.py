@@ -75,6 +75,32 @@ async def clustered(steps: int) -> str:
     return message
 
 
+@nsys_profile(trace=CPU_TRACE)
+@cluster.task
+async def ddp_cpu(steps: int) -> str:
+    """Real data-parallel training on CPU (gloo): every rank all-reduces, rank 0 alone is profiled."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = DistributedDataParallel(nn.Linear(64, 64))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    for i in range(steps):
+        with nvtx.range(f"step_{i}"):
+            loss = model(torch.randn(32, 64)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dist.destroy_process_group()
+    message = f"rank {rank} of {world} done"
+    print(message, flush=True)
+    return message
+
+
 @nsys_profile(trace=CPU_TRACE, capture="manual", attach_report=False)
 @env.task
 async def nested(steps: int) -> int:

@@ -61,3 +61,14 @@ def test_range_lets_the_blocks_exception_through(fresh_backends, tmp_path):
     with pytest.raises(ZeroDivisionError), nvtx.range("failing"):
         _ = 1 / 0
     assert label_some_code() == 42
+
+
+def test_real_cpu_only_torch_is_passed_over(monkeypatch):
+    torch = pytest.importorskip("torch", reason="make test installs a CPU build of torch")
+    if torch.version.cuda:
+        pytest.skip("this torch is a CUDA build")
+    with pytest.raises(RuntimeError):  # what a CPU build does when asked for NVTX
+        torch.cuda.nvtx.range_push("x")
+    monkeypatch.setattr(nvtx, "_chain", None)
+    assert label_some_code() == 42
+    assert nvtx._backends()[0].name == "nvtx"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
@@ -28,12 +29,19 @@ def stub_torch(root: Path, cuda_version: str | None) -> None:
 
 @pytest.fixture
 def fresh_backends(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
-    """Backends chosen anew, with a CPU-only torch on the path; returns a function hiding `nvtx`."""
-    for name in [m for m in sys.modules if m == "torch" or m.startswith("torch.")]:
-        monkeypatch.delitem(sys.modules, name)
+    """Backends chosen anew, with room for a stub torch on the path; yields a function hiding `nvtx`.
+
+    The real torch modules (if any) are set aside and put back afterwards, the stub's dropped.
+    """
+    real = {name: module for name, module in sys.modules.items() if name == "torch" or name.startswith("torch.")}
+    for name in real:
+        del sys.modules[name]
     monkeypatch.setattr(nvtx, "_chain", None)
     monkeypatch.syspath_prepend(str(tmp_path))
-    return lambda: monkeypatch.setitem(sys.modules, "nvtx", None)
+    yield lambda: monkeypatch.setitem(sys.modules, "nvtx", None)
+    for name in [m for m in sys.modules if m == "torch" or m.startswith("torch.")]:
+        del sys.modules[name]
+    sys.modules.update(real)
 
 
 def label_some_code() -> int:
@@ -68,7 +76,7 @@ def test_real_cpu_only_torch_is_passed_over(monkeypatch):
     if torch.version.cuda:
         pytest.skip("this torch is a CUDA build")
     with pytest.raises(RuntimeError):  # what a CPU build does when asked for NVTX
-        torch.cuda.nvtx.range_push("x")
+        importlib.import_module("torch.cuda.nvtx").range_push("x")
     monkeypatch.setattr(nvtx, "_chain", None)
     assert label_some_code() == 42
     assert nvtx._backends()[0].name == "nvtx"

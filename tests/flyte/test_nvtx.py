@@ -1,16 +1,40 @@
-"""nvtx.range / nvtx.mark pick a backend that works, and never fail the code they label."""
+"""nvtx.range / nvtx.mark pick a backend that works, and never fail the code they label.
+
+Each case runs in a fresh interpreter: which torch is importable decides the backend, and a torch
+(stub or real) cannot be swapped in and out of one process.
+"""
 
 from __future__ import annotations
 
-import importlib
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+CPU_TORCH_ERROR = "NVTX functions not installed. Are you sure you have a CUDA build?"
+
+LABEL_SOME_CODE = """
+import sys
+if "--hide-nvtx" in sys.argv:
+    sys.modules["nvtx"] = None  # as if NVIDIA's nvtx package were not installed
 from flyteplugins.nsight import nvtx
 
-CPU_TORCH_ERROR = "NVTX functions not installed. Are you sure you have a CUDA build?"
+def labelled():
+    with nvtx.range("outer"):
+        nvtx.mark("here")
+        with nvtx.range("inner"):
+            return 42
+
+try:
+    with nvtx.range("failing"):
+        1 / 0
+except ZeroDivisionError:
+    pass
+assert labelled() == 42
+print(",".join(backend.name for backend in nvtx._backends()))
+"""
 
 
 def stub_torch(root: Path, cuda_version: str | None) -> None:
@@ -27,56 +51,33 @@ def stub_torch(root: Path, cuda_version: str | None) -> None:
     )
 
 
-@pytest.fixture
-def fresh_backends(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
-    """Backends chosen anew, with room for a stub torch on the path; yields a function hiding `nvtx`.
-
-    The real torch modules (if any) are set aside and put back afterwards, the stub's dropped.
-    """
-    real = {name: module for name, module in sys.modules.items() if name == "torch" or name.startswith("torch.")}
-    for name in real:
-        del sys.modules[name]
-    monkeypatch.setattr(nvtx, "_chain", None)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield lambda: monkeypatch.setitem(sys.modules, "nvtx", None)
-    for name in [m for m in sys.modules if m == "torch" or m.startswith("torch.")]:
-        del sys.modules[name]
-    sys.modules.update(real)
-
-
-def label_some_code() -> int:
-    with nvtx.range("outer"):
-        nvtx.mark("here")
-        with nvtx.range("inner"):
-            return 42
+def backends_after_labelling(*args: str, path: Path | None = None) -> str:
+    """The backend chain after labelling some code (the block that raises included) in a new Python."""
+    env = dict(os.environ)
+    if path is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(path), env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-c", LABEL_SOME_CODE, *args], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
 
 
 @pytest.mark.parametrize("cuda_version", [None, "12.4"])
-def test_cpu_only_torch_falls_back_to_the_nvtx_package(fresh_backends, tmp_path, cuda_version):
+def test_cpu_only_torch_falls_back_to_the_nvtx_package(tmp_path, cuda_version):
     stub_torch(tmp_path, cuda_version)  # "12.4": a build that claims CUDA but still raises when called
-    assert label_some_code() == 42
-    assert nvtx._backends()[0].name == "nvtx"
+    assert backends_after_labelling(path=tmp_path) == "nvtx,none"
 
 
-def test_without_any_backend_labels_are_a_no_op(fresh_backends, tmp_path):
+def test_without_any_backend_labels_are_a_no_op(tmp_path):
     stub_torch(tmp_path, None)
-    fresh_backends()
-    assert label_some_code() == 42
-    assert [backend.name for backend in nvtx._backends()] == ["none"]
+    assert backends_after_labelling("--hide-nvtx", path=tmp_path) == "none"
 
 
-def test_range_lets_the_blocks_exception_through(fresh_backends, tmp_path):
-    with pytest.raises(ZeroDivisionError), nvtx.range("failing"):
-        _ = 1 / 0
-    assert label_some_code() == 42
-
-
-def test_real_cpu_only_torch_is_passed_over(monkeypatch):
+def test_real_cpu_only_torch_is_passed_over():
     torch = pytest.importorskip("torch", reason="make test installs a CPU build of torch")
     if torch.version.cuda:
         pytest.skip("this torch is a CUDA build")
     with pytest.raises(RuntimeError):  # what a CPU build does when asked for NVTX
-        importlib.import_module("torch.cuda.nvtx").range_push("x")
-    monkeypatch.setattr(nvtx, "_chain", None)
-    assert label_some_code() == 42
-    assert nvtx._backends()[0].name == "nvtx"
+        torch.cuda.nvtx.range_push("x")
+    assert backends_after_labelling() == "nvtx,none"
+    assert backends_after_labelling("--hide-nvtx") == "none"

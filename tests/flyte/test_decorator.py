@@ -7,7 +7,7 @@ import shlex
 
 import flyte
 import pytest
-from conftest import HERE, load_module
+from flyte_harness import HERE, load_module
 
 from flyteplugins.nsight import DEFAULT_REPORTS, nsys_profile
 

@@ -10,7 +10,7 @@ import importlib
 import shlex
 
 import pytest
-from conftest import EXAMPLES, load_module, nvtx_counts
+from flyte_harness import EXAMPLES, load_module, nvtx_counts
 
 pytestmark = [pytest.mark.flyte]
 

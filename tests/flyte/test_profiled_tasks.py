@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import HERE, nvtx_counts, parse_report, report_tabs, torchrun
+from flyte_harness import HERE, nvtx_counts, parse_report, report_tabs, torchrun
 from profiled_tasks import HOSTILE
 
 pytestmark = [pytest.mark.flyte, pytest.mark.nsys]

@@ -72,9 +72,11 @@ def run_action(a0: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
     """run_action(directory, module, task_var, inputs, env=None) -> ActionResult."""
 
     def run(directory: Path, module: str, task_var: str, inputs: dict[str, Any] | None = None,
-            env: dict[str, str] | None = None, launcher: list[str] | None = None) -> ActionResult:
+            env: dict[str, str] | None = None, launcher: list[str] | None = None,
+            entry: list[str] | None = None) -> ActionResult:
         """LAUNCHER, when given, starts the entrypoint (torchrun for clustered workers): those
-        run with no controller, so they get the real `a0` rather than the shim."""
+        run with no controller, so they get the real `a0` rather than the shim. ENTRY replaces the
+        entrypoint itself (flyte's `clustered` launcher, which execs torchrun and `a0` on its own)."""
         task = getattr(load_module(directory, module), task_var)
         work = tmp_path / f"{task_var}-{uuid.uuid4().hex[:6]}"
         for sub in ("out", "raw", "base", "ckpt", "tmp"):
@@ -89,7 +91,8 @@ def run_action(a0: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
         )
         action_env.update(task.env_vars or {})
         action_env.update(env or {})
-        entry = [*launcher, str(BIN / "a0")] if launcher else [str(a0)]
+        if entry is None:
+            entry = [*launcher, str(BIN / "a0")] if launcher else [str(a0)]
         argv = [*entry, "--inputs", str(work / "inputs.pb"), "--outputs-path", str(work / "out"),
                 "--version", "v1", "--raw-data-path", str(work / "raw"), "--checkpoint-path",
                 str(work / "ckpt"), "--prev-checkpoint", str(work / "prev"),

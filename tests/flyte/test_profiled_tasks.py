@@ -21,6 +21,15 @@ def assert_trace_file(path: Path, raw: Path) -> None:
     assert path.stat().st_size > 10_000
 
 
+ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+
+
+def save_for_browser(name: str, page: str) -> None:
+    """Keep a real report.html for tests/report/test_browser.py, which loads it in Chromium."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / f"flyte-e2e-{name}.html").write_text(page)
+
+
 def test_whole_task_profile(run_action):
     unprofiled = __import__(MODULE).work(STEPS)
     result = run_action(HERE, MODULE, "whole_task", {"steps": STEPS})
@@ -32,6 +41,7 @@ def test_whole_task_profile(run_action):
     assert [s for s in parse_report(page).headings if s.startswith("Nsight")] == ["Nsight task: whole_task"]
     assert nvtx_counts(page) == [{**{f"step_{i}": 1 for i in range(STEPS)}, HOSTILE: 1}]
     assert HOSTILE not in page  # escaped
+    save_for_browser("whole_task", page)
     [trace] = result.traces_named("capture_report_file")
     assert_trace_file(trace, result.workdir / "raw")
     assert "WARNING" not in result.stderr.replace("WARNING Flyte runtime", "")
@@ -47,6 +57,7 @@ def test_manual_regions(run_action, task):
     headings = [s for s in parse_report(page).headings if s.startswith("Nsight")]
     assert headings == ["Nsight region: training", "Nsight region: evaluation"]
     assert nvtx_counts(page) == [{f"train_{i}": 1 for i in range(STEPS)}, {"eval_0": 1, "eval_1": 1}]
+    save_for_browser(task, page)
     step = "capture_report_file" if task == "regions_async" else "capture_report_file_sync"
     traces = result.traces_named(step)
     assert [t.stem for t in traces] == ["training", "evaluation"]

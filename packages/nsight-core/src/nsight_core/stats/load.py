@@ -87,7 +87,8 @@ def stats_from_nsys(path: Path, reports: Sequence[str] = DEFAULT_REPORTS, nsys: 
                 stats.skipped[report] = f"failed: {message or result.output[-500:] or 'nsys wrote no file'}"
             continue
         if message.startswith("SKIPPED"):
-            stats.skipped[report] = "no data: " + message.removeprefix("SKIPPED:").strip()
+            reason = message.removeprefix("SKIPPED:").strip().replace(str(sqlite), "the capture")
+            stats.skipped[report] = "no data: " + reason
             continue
         add_report(stats, report, read_csv_text(csv_file))
     return stats

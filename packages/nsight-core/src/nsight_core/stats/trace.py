@@ -47,15 +47,17 @@ COPY_DIRECTIONS: dict[int, str] = {
     13: "Unified Device-to-Device",
 }
 
-# Tables whose events bound the traced activity.
+# Tables whose events bound the traced activity: the user's CUDA and NVTX work. OS-runtime calls
+# bound it only when there is nothing else, because they include the profiler's own waiting (the
+# settle sleep after `nsys start`, thread polls) that would stretch the span and dilute GPU busy %.
 _SPAN_TABLES = (
     "CUPTI_ACTIVITY_KIND_KERNEL",
     "CUPTI_ACTIVITY_KIND_MEMCPY",
     "CUPTI_ACTIVITY_KIND_MEMSET",
     "CUPTI_ACTIVITY_KIND_RUNTIME",
     "NVTX_EVENTS",
-    "OSRT_API",
 )
+_FALLBACK_SPAN_TABLES = ("OSRT_API",)
 
 
 @dataclass(frozen=True)
@@ -167,14 +169,17 @@ def _event_bounds(
     """
     starts: list[int] = []
     ends: list[int] = []
-    for table in _SPAN_TABLES:
-        if table not in tables:
-            continue
-        query = f"SELECT MIN(start), MAX(start), MAX(end) FROM {table}"
-        first, last_start, last_end = connection.execute(query).fetchone()
-        if first is not None:
-            starts.append(first)
-            ends.append(max(value for value in (last_start, last_end) if value is not None))
+    for group in (_SPAN_TABLES, _FALLBACK_SPAN_TABLES):
+        for table in group:
+            if table not in tables:
+                continue
+            query = f"SELECT MIN(start), MAX(start), MAX(end) FROM {table}"
+            first, last_start, last_end = connection.execute(query).fetchone()
+            if first is not None:
+                starts.append(first)
+                ends.append(max(value for value in (last_start, last_end) if value is not None))
+        if starts:
+            break
     if not starts:
         return None, None
     first, last = min(starts), max(ends)

@@ -137,3 +137,15 @@ def test_stats_never_overwrite_recorded_csvs_beside_the_trace(h200_copy: Path, n
     assert recorded.read_bytes() == before
     again = load_stats(h200_copy / "training.stats")
     assert [k.model_dump() for k in again.kernels] == [k.model_dump() for k in stats.kernels]
+
+
+@pytest.mark.nsys
+def test_launch_with_settings_nsys_rejects_runs_unprofiled(tmp_path: Path, nsys: Nsys) -> None:
+    """A trace domain this nsys does not know must cost the profile, not the job."""
+    done = subprocess.run([sys.executable, "-m", "nsight_core.cli", "launch", "--session", "s2", "--trace",
+                           "nvtx,not_a_domain", "--output-dir", str(tmp_path / "o"), "--",
+                           sys.executable, "-c", "print('job ran')"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    assert done.stdout.strip() == "job ran"
+    assert done.stderr.count("\n") == 1, "one warning line"
+    assert "WARNING" in done.stderr and "Illegal --trace argument 'not_a_domain'" in done.stderr

@@ -142,6 +142,14 @@ class Nsys:
             argv.append(f"--sample={sample}")
         return [*argv, *command]
 
+    def check_launch(self, session: str, trace: Sequence[str]) -> None:
+        """Launch `true` with these settings: nsys rejects bad trace domains or a broken install only
+        once it runs, and a wrapper that execs into a failing `nsys launch` would take the job with it."""
+        result = self._run([*self.launch_argv(f"{session}-check", trace, ["true"])[1:]], QUICK_TIMEOUT,
+                           "nsys launch check")
+        if result.returncode != 0:
+            raise NsysCommandError(f"nsys cannot launch with trace={','.join(trace)}: {result.output[-600:]}")
+
     # -- session control, from inside a launched process ---------------------------------------
     def sessions(self) -> str:
         return self._run(["sessions", "list"], QUICK_TIMEOUT, "nsys sessions list").stdout

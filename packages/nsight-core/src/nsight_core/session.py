@@ -316,9 +316,11 @@ def exec_launch(argv: Sequence[str], *, name: str, trace: Sequence[str] | str = 
     try:
         session = Session(name, trace=trace, sample=sample,
                           output_dir=output_dir or default_output_dir(sanitize(name)))
+        session.nsys.check_launch(session.name, session.trace)
         command, env = session.command(argv, "manual"), session.child_env()
         session.output_dir.mkdir(parents=True, exist_ok=True)
     except (NsightError, ValueError, OSError) as exc:
-        print(f"nsight: WARNING: profiling is off for this run, {argv[0]} runs unprofiled: {exc}",
+        reason = " ".join(str(exc).split())  # one line, whatever nsys printed
+        print(f"nsight: WARNING: profiling is off for this run, {argv[0]} runs unprofiled: {reason}",
               file=sys.stderr, flush=True)
     os.execvpe(command[0], command, env)

@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 from flyte._internal.runtime.convert import convert_from_native_to_inputs, convert_outputs_to_native
 from flyte._internal.runtime.io import load_outputs
-from flyte_harness import BIN, HERE, load_module
+from flyte_harness import BIN, HERE, executable, load_module
 from flyteidl2.core.execution_pb2 import ErrorDocument
 
 from nsight_core.nsys import ENV_NSYS, INSTALL_PREFIX_ENV
@@ -61,10 +60,7 @@ def clean_environ(**extra: str) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def a0(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The shim as an executable script with this venv's Python (the re-exec runs it again)."""
-    script = tmp_path_factory.mktemp("bin") / "a0"
-    script.write_text(f"#!{sys.executable}\n" + (HERE / "a0_shim.py").read_text())
-    script.chmod(0o755)
-    return script
+    return executable(HERE / "a0_shim.py", tmp_path_factory.mktemp("bin"))
 
 
 @pytest.fixture

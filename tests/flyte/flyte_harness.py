@@ -93,3 +93,11 @@ def torchrun(nproc: int) -> list[str]:
     return [str(BIN / "torchrun"), "--nnodes=1", f"--nproc-per-node={nproc}", "--node-rank=0",
             "--rdzv-backend=static", f"--rdzv-id=nsight-{port}", f"--rdzv-endpoint=127.0.0.1:{port}",
             "--no-python", "--"]
+
+
+def executable(source: Path, directory: Path) -> Path:
+    """SOURCE as an executable script run by this venv's Python (what a console script would be)."""
+    script = directory / source.stem.removesuffix("_shim")
+    script.write_text(f"#!{sys.executable}\n" + source.read_text())
+    script.chmod(0o755)
+    return script

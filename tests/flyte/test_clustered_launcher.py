@@ -7,11 +7,10 @@ location printed in the tab, and rank 1 adds nothing to the report.
 from __future__ import annotations
 
 import socket
-import sys
 from pathlib import Path
 
 import pytest
-from flyte_harness import HERE, nvtx_counts, parse_report
+from flyte_harness import HERE, executable, nvtx_counts, parse_report
 
 MODULE = "profiled_tasks"
 STEPS = 4
@@ -19,10 +18,7 @@ STEPS = 4
 
 @pytest.fixture(scope="session")
 def clustered_launcher(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    script = tmp_path_factory.mktemp("bin") / "clustered"
-    script.write_text(f"#!{sys.executable}\n" + (HERE / "clustered_shim.py").read_text())
-    script.chmod(0o755)
-    return script
+    return executable(HERE / "clustered_shim.py", tmp_path_factory.mktemp("bin"))
 
 
 def _free_port() -> str:

@@ -53,6 +53,16 @@ def _bar_height(rows: int) -> int:
     return max(60, 22 * rows)
 
 
+def _total_time_bars(frame: pl.DataFrame, label: str, color: str, tooltip: list[alt.Tooltip]) -> dict[str, Any]:
+    """Horizontal bars of `total_ms` per LABEL, longest first: the shape of every "top N" chart."""
+    chart = alt.Chart(alt.Data(values=frame.to_dicts())).mark_bar(color=color).encode(
+        x=alt.X("total_ms:Q", title="Total time (ms)"),
+        y=alt.Y(f"{label}:N", sort="-x", title=None, axis=alt.Axis(labelLimit=320)),
+        tooltip=tooltip,
+    ).properties(width=WIDTH, height=_bar_height(frame.height))
+    return _spec(chart)
+
+
 def top_kernels_chart(stats: ProfileStats, top: int = TOP_N) -> ChartSpec:
     """Kernels by total GPU time: short names on the axis, the full demangled name on hover."""
     title = f"Top {top} kernels by total GPU time"
@@ -64,18 +74,13 @@ def top_kernels_chart(stats: ProfileStats, top: int = TOP_N) -> ChartSpec:
         (pl.col("total_time_ns") / NS_PER_MS).alias("total_ms"),
         (pl.col("avg_ns") / 1e3).alias("avg_us"),
     ).select("kernel", "name", "total_ms", "instances", "avg_us", "time_pct")
-    chart = alt.Chart(alt.Data(values=frame.to_dicts())).mark_bar().encode(
-        x=alt.X("total_ms:Q", title="Total time (ms)"),
-        y=alt.Y("kernel:N", sort="-x", title=None, axis=alt.Axis(labelLimit=320)),
-        tooltip=[
-            alt.Tooltip("name:N", title="Kernel"),
-            alt.Tooltip("total_ms:Q", title="Total (ms)", format=",.3f"),
-            alt.Tooltip("instances:Q", title="Launches", format=","),
-            alt.Tooltip("avg_us:Q", title="Average (µs)", format=",.2f"),
-            alt.Tooltip("time_pct:Q", title="Share of kernel time (%)", format=".1f"),
-        ],
-    ).properties(width=WIDTH, height=_bar_height(frame.height))
-    return ChartSpec(title=title, spec=_spec(chart))
+    return ChartSpec(title=title, spec=_total_time_bars(frame, "kernel", "#4c78a8", [
+        alt.Tooltip("name:N", title="Kernel"),
+        alt.Tooltip("total_ms:Q", title="Total (ms)", format=",.3f"),
+        alt.Tooltip("instances:Q", title="Launches", format=","),
+        alt.Tooltip("avg_us:Q", title="Average (µs)", format=",.2f"),
+        alt.Tooltip("time_pct:Q", title="Share of kernel time (%)", format=".1f"),
+    ]))
 
 
 def nvtx_totals_chart(stats: ProfileStats, top: int = TOP_N) -> ChartSpec:
@@ -88,16 +93,11 @@ def nvtx_totals_chart(stats: ProfileStats, top: int = TOP_N) -> ChartSpec:
         .with_columns((pl.col("total_time_ns") / NS_PER_MS).alias("total_ms"))
         .select("name", "total_ms", "instances")
     )
-    chart = alt.Chart(alt.Data(values=frame.to_dicts())).mark_bar(color="#76b900").encode(
-        x=alt.X("total_ms:Q", title="Total time (ms)"),
-        y=alt.Y("name:N", sort="-x", title=None, axis=alt.Axis(labelLimit=320)),
-        tooltip=[
-            alt.Tooltip("name:N", title="Range"),
-            alt.Tooltip("total_ms:Q", title="Total (ms)", format=",.3f"),
-            alt.Tooltip("instances:Q", title="Instances", format=","),
-        ],
-    ).properties(width=WIDTH, height=_bar_height(frame.height))
-    return ChartSpec(title=title, spec=_spec(chart))
+    return ChartSpec(title=title, spec=_total_time_bars(frame, "name", "#76b900", [
+        alt.Tooltip("name:N", title="Range"),
+        alt.Tooltip("total_ms:Q", title="Total (ms)", format=",.3f"),
+        alt.Tooltip("instances:Q", title="Instances", format=","),
+    ]))
 
 
 def nvtx_distribution_chart(stats: ProfileStats, top: int = TOP_N) -> ChartSpec:

@@ -19,6 +19,7 @@ from nsight_core.session import Session
 from nsight_core.stats.trace import read_trace
 
 pytestmark = pytest.mark.nsys
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
 def tile(profile: CaptureProfile, label: str) -> Tile:
@@ -71,6 +72,26 @@ def test_h200_training_tiles_match_the_export_and_the_recorded_csvs(h200_copy: P
     assert [i.name for i in profile.trace.nvtx] == [f"step_{n}" for n in range(20)]
     # The busy timeline adds up to the same union (buckets partition the span).
     assert sum((b.end_ns - b.start_ns) * b.kernel_fraction for b in profile.trace.timeline) == pytest.approx(busy)
+
+
+def test_overlapping_streams_count_once_in_gpu_busy(tmp_path: Path, nsys: Nsys) -> None:
+    """A real H200 region with two streams of concurrent matmuls (bench/gpu/streams.py): kernel
+    time summed per kernel exceeds the time the GPU was busy, and the report shows the busy time."""
+    rep = tmp_path / "two_streams.nsys-rep"
+    rep.write_bytes((FIXTURES / "h200-two-streams" / "two_streams.nsys-rep").read_bytes())
+    profile = build_profile(rep)
+    with sqlite3.connect(tmp_path / "two_streams.sqlite") as db:
+        kernels = db.execute("SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall()
+        streams = db.execute("SELECT COUNT(DISTINCT streamId) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    summed = sum(end - start for start, end in kernels)
+    busy = union_length(kernels)
+
+    assert (len(kernels), streams) == (80, 2)
+    assert busy < 0.8 * summed, "the recording must really overlap, or this test proves nothing"
+    assert tile(profile, "GPU kernel time").number == busy
+    assert sum(k.total_time_ns for k in profile.stats.kernels) == summed
+    assert tile(profile, "GPU busy").number == pytest.approx(busy / tile(profile, "Capture span").number)
+    assert tile(profile, "NVTX range instances").number == 10
 
 
 def test_one_export_per_capture(h200_copy: Path, nsys: Nsys) -> None:

@@ -22,6 +22,7 @@ nsys: env
 
 lint: env
 	@.venv/bin/ruff check .
+	@.venv/bin/mypy -p nsight_core -p flyteplugins.nsight
 
 test: nsys lint
 	@bash scripts/install-chromium.sh

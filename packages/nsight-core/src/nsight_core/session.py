@@ -101,6 +101,7 @@ class Session:
         self.captures: list[Capture] = []
         self._lock = threading.Lock()
         self._collecting: str | None = None
+        self._base = self.output_dir / "region"
         self._started_at = 0.0
 
     @property

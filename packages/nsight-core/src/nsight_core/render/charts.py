@@ -191,7 +191,7 @@ def timeline_chart(trace: TraceSummary | None) -> ChartSpec:
         (pl.col("end_ns") / NS_PER_MS).alias("end_ms"),
         ((pl.col("end_ns") - pl.col("start_ns")) / NS_PER_MS).alias("duration_ms"),
     ).select("name", "depth", "start_ms", "end_ms", "duration_ms")
-    levels = int(ranges["depth"].max() or 0) + 1
+    levels = int(ranges.select(pl.col("depth").max()).item() or 0) + 1
     nvtx = alt.Chart(alt.Data(values=ranges.to_dicts())).mark_rect(stroke="white", strokeWidth=0.5).encode(
         x=alt.X("start_ms:Q", title=axis_title, scale=x_scale),
         x2="end_ms:Q",

@@ -101,7 +101,8 @@ def vega_bundle() -> str:
     wanted = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
     available = vl_convert.get_vegalite_versions()
     version = wanted if wanted in available else available[-1]
-    return vl_convert.javascript_bundle(vl_version=version)
+    # vl-convert's type stub marks the optional `snippet` as required; its docstring says optional.
+    return vl_convert.javascript_bundle(vl_version=version)  # type: ignore[call-arg]
 
 
 def script_json(value: Any) -> str:

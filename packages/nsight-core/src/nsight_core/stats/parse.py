@@ -23,10 +23,11 @@ from nsight_core.stats.models import (
     MemoryTimeRow,
     NvtxRangeRow,
     ProfileStats,
+    TimeRow,
 )
 from nsight_core.stats.reports import header_field, table_of
 
-_ROW_MODELS = {
+_ROW_MODELS: dict[str, type[TimeRow] | type[MemorySizeRow]] = {
     "kernels": KernelRow,
     "api_calls": ApiCallRow,
     "memory_time": MemoryTimeRow,

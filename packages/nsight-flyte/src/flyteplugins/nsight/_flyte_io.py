@@ -49,7 +49,7 @@ active: contextvars.ContextVar[Profiling | None] = contextvars.ContextVar("nsigh
 
 def _raw_data_destination(path: Path) -> str:
     """A fresh location under the task's raw data path, so the trace outlives the pod."""
-    return flyte.ctx().raw_data_path.get_random_remote_path(path.name)  # type: ignore[union-attr]
+    return flyte.ctx().raw_data_path.get_random_remote_path(path.name)
 
 
 @flyte.trace

@@ -15,13 +15,10 @@ from pydantic import BaseModel, Field
 from nsight_core.analysis.summary import Tile, summary_tiles
 from nsight_core.analysis.timeline import TraceSummary, summarize_trace
 from nsight_core.errors import StatsError
-from nsight_core.stats.load import load_stats, recorded_captures, sqlite_for
+from nsight_core.stats.load import EXPORT_SUFFIX, REPORT_SUFFIXES, load_stats, recorded_captures, sqlite_for
 from nsight_core.stats.models import ProfileStats
 from nsight_core.stats.reports import DEFAULT_REPORTS
 from nsight_core.stats.trace import read_trace
-
-REPORT_SUFFIXES = frozenset({".nsys-rep", ".qdrep"})
-EXPORT_SUFFIX = ".sqlite"
 
 
 class CaptureProfile(BaseModel):

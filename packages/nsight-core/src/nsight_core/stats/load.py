@@ -18,6 +18,10 @@ from nsight_core.stats.reports import DEFAULT_REPORTS, aliases, canonical
 
 log = logging.getLogger("nsight")
 
+REPORT_SUFFIXES = frozenset({".nsys-rep", ".qdrep"})
+"""Trace files nsys exports; `.qdrep` is the name before 2021."""
+EXPORT_SUFFIX = ".sqlite"
+
 _KNOWN_SUFFIXES = sorted({name for report in DEFAULT_REPORTS for name in aliases(report)}, key=len, reverse=True)
 _PROCESSING = re.compile(r"Processing \[.*?\] with \[(?P<script>.*?)\] to \[(?P<out>.*?)\]\.\.\.\s*(?P<status>.*)")
 _NOT_FOUND = re.compile(r"Report '(?P<report>[^']+)' could not be found")
@@ -185,6 +189,6 @@ def _default_order(report: str) -> tuple[int, str]:
 def load_stats(path: str | Path, reports: Sequence[str] | None = None) -> ProfileStats:
     """Statistics of PATH: a .nsys-rep, a .sqlite export, or recorded CSVs (DIR or DIR/PREFIX)."""
     path = Path(path)
-    if path.suffix in {".nsys-rep", ".qdrep", ".sqlite"}:
+    if path.suffix in REPORT_SUFFIXES or path.suffix == EXPORT_SUFFIX:
         return stats_from_nsys(path, DEFAULT_REPORTS if reports is None else reports)
     return stats_from_csv_dir(path, reports)

@@ -44,3 +44,12 @@ def is_permission_failure(text: str) -> bool:
     """True when nsys output names one of the known permission failures."""
     lowered = text.lower()
     return any(marker.lower() in lowered for marker in _PERMISSION_MARKERS)
+
+
+class CommandNotFoundError(NsightError):
+    """The command to profile does not exist; nothing was run."""
+
+
+def one_line(error: BaseException | str) -> str:
+    """ERROR as one log line: nsys' multi-line messages folded, so each warning stays one line."""
+    return " ".join(str(error).split())

@@ -8,14 +8,19 @@ for an unknown report).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
 import shutil
+import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from nsight_core.errors import (
     PERMISSION_REMEDIES,
@@ -28,10 +33,22 @@ from nsight_core.errors import (
 ENV_NSYS = "NSIGHT_NSYS"
 INSTALL_PREFIX_ENV = "NSIGHT_NSYS_PREFIX"
 
-# Seconds. Stops and exports write the whole trace and can take minutes on a long GPU capture.
-QUICK_TIMEOUT = 30.0
-STOP_TIMEOUT = 900.0
-EXPORT_TIMEOUT = 1800.0
+
+
+def _seconds(variable: str, default: float) -> float:
+    """A timeout from the environment (a positive number of seconds), else DEFAULT."""
+    try:
+        value = float(os.environ.get(variable, ""))
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+# Seconds. Stops and exports write the whole trace and can take minutes on a long GPU capture; each
+# can be lowered (or raised) per run, e.g. to fit a pod's termination grace period.
+QUICK_TIMEOUT = _seconds("NSIGHT_QUICK_TIMEOUT", 30.0)
+STOP_TIMEOUT = _seconds("NSIGHT_STOP_TIMEOUT", 900.0)
+EXPORT_TIMEOUT = _seconds("NSIGHT_EXPORT_TIMEOUT", 1800.0)
 
 _BUSY_MARKERS = ("not allowed in this state",)
 
@@ -111,19 +128,34 @@ class Nsys:
     version: str
 
     def _run(self, args: Sequence[str], timeout: float, what: str) -> NsysResult:
+        """Run one nsys command to completion or to TIMEOUT, then kill its whole process group.
+
+        Its own process group, so a timed-out nsys leaves no helper behind; a permission marker
+        counts only when the command failed (nsys prints such words in passing, too).
+        """
         argv = [str(self.path), *args]
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                                  stdin=subprocess.DEVNULL, errors="replace")
+            process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                       stdin=subprocess.DEVNULL, errors="replace", start_new_session=True)
+        except OSError as exc:
+            raise NsysCommandError(f"{what}: could not run {self.path}: {exc}") from exc
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired as exc:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
             raise NsysCommandError(
                 f"{what}: `{' '.join(argv)}` did not finish within {timeout:.0f} s and was stopped. "
                 "A very large trace can take this long; record a shorter region (capture='manual')."
             ) from exc
-        except OSError as exc:
-            raise NsysCommandError(f"{what}: could not run {self.path}: {exc}") from exc
-        result = NsysResult(done.returncode, done.stdout, done.stderr)
-        if is_permission_failure(result.output):
+        except BaseException:  # KeyboardInterrupt, a signal handler's exit: never orphan nsys
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            raise
+        result = NsysResult(process.returncode, stdout, stderr)
+        if result.returncode != 0 and is_permission_failure(result.output):
             raise NsysPermissionError(f"{what} failed: {result.output[-2000:]}\n{PERMISSION_REMEDIES}")
         return result
 
@@ -160,8 +192,8 @@ class Nsys:
             args.append(f"--sample={sample}")
         return self._run(args, QUICK_TIMEOUT, "nsys start")
 
-    def stop(self, session: str) -> NsysResult:
-        return self._run(["stop", f"--session={session}"], STOP_TIMEOUT, "nsys stop")
+    def stop(self, session: str, timeout: float = STOP_TIMEOUT) -> NsysResult:
+        return self._run(["stop", f"--session={session}"], timeout, "nsys stop")
 
     @staticmethod
     def is_busy(result: NsysResult) -> bool:
@@ -197,10 +229,100 @@ class Nsys:
         return frozenset(names)
 
 
-def run_command(argv: Sequence[str], env: Mapping[str, str] | None = None,
-                timeout: float | None = None) -> int:
-    """Run a user's command (already wrapped in an nsys command line) with its own stdio."""
+# CMD gets back the stdout/stderr of the caller (passed as fds $1 and $2); nsys' own messages
+# (progress bars, "Generated: ...") keep the pipe they were started with. POSIX sh only.
+_REDIRECT = 'eval "exec 1>&$1 2>&$2 $1>&- $2>&-"; shift 2; exec "$@"'
+_FORWARDED = (signal.SIGINT, signal.SIGTERM)
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How a profiled command ended."""
+
+    returncode: int
+    """The command's exit code; 128+N when it, or nsight on its behalf, got signal N."""
+    nsys_output: str
+    """The tail of nsys' own messages (they were also copied to stderr as they came)."""
+
+
+def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[str, str] | None = None,
+                timeout: float | None = None) -> Finished:
+    """Run COMMAND under NSYS_ARGV with COMMAND's stdio untouched and nsys' own output on stderr.
+
+    SIGTERM, and SIGINT when stdin is not a terminal, are forwarded to nsys, which passes them on to
+    COMMAND and still writes the trace; nsys then runs in its own process group so that a signal to
+    this process's group is not delivered twice. At a terminal nsys stays in the foreground group
+    (COMMAND may read from it), which delivers Ctrl-C to everyone already.
+    """
+    read_fd, write_fd = os.pipe()
+    out_fd, err_fd = os.dup(_fileno(sys.stdout, 1)), os.dup(_fileno(sys.stderr, 2))
+    interactive = os.isatty(0)
+    argv = [*nsys_argv, "/bin/sh", "-c", _REDIRECT, "nsight", str(out_fd), str(err_fd), *command]
     try:
-        return subprocess.run(list(argv), env=dict(env) if env is not None else None, timeout=timeout).returncode
+        process = subprocess.Popen(argv, env=dict(env) if env is not None else None, stdout=write_fd,
+                                   stderr=write_fd, pass_fds=(out_fd, err_fd),
+                                   process_group=None if interactive else 0)
+    except OSError as exc:
+        raise NsysCommandError(f"could not run {argv[0]}: {exc}") from exc
+    finally:
+        for fd in (write_fd, out_fd, err_fd):
+            os.close(fd)
+    tail = bytearray()
+    copier = threading.Thread(target=_copy_to_stderr, args=(read_fd, tail), daemon=True)
+    copier.start()
+    received: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        received.append(signum)
+        if not (interactive and signum == signal.SIGINT):
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signum)
+
+    previous = _install(forward, _FORWARDED)
+    try:
+        returncode = process.wait(timeout=timeout)
     except subprocess.TimeoutExpired as exc:
-        raise NsysCommandError(f"`{' '.join(argv)}` did not finish within {timeout} s and was stopped.") from exc
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=QUICK_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        raise NsysCommandError(f"`{' '.join(command)}` did not finish within {timeout} s and was stopped.") from exc
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        copier.join(timeout=QUICK_TIMEOUT)
+    if received:
+        returncode = 128 + received[-1]
+    elif returncode < 0:
+        returncode = 128 - returncode
+    return Finished(returncode, tail.decode(errors="replace"))
+
+
+def _install(handler: Callable[[int, object], None], signals: Sequence[int]) -> dict[int, Any]:
+    """Install HANDLER for SIGNALS (possible in the main thread only); the handlers it replaced."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {signum: signal.signal(signum, handler) for signum in signals}
+
+
+def _fileno(stream: Any, default: int) -> int:
+    """STREAM's file descriptor; DEFAULT when it has none (a test harness's in-memory stream)."""
+    try:
+        return int(stream.fileno())
+    except (AttributeError, ValueError, OSError):
+        return default
+
+
+def _copy_to_stderr(read_fd: int, tail: bytearray, keep: int = 16_384) -> None:
+    with os.fdopen(read_fd, "rb", buffering=0) as pipe:
+        while chunk := pipe.read(65_536):
+            stream = getattr(sys.stderr, "buffer", None)
+            if stream is not None:
+                stream.write(chunk)
+            else:
+                sys.stderr.write(chunk.decode(errors="replace"))
+            sys.stderr.flush()
+            tail.extend(chunk)
+            del tail[:-keep]

@@ -9,10 +9,16 @@ code on its own: the session is checked to exist before `start`, and the report 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import builtins
+import contextlib
+import errno
 import itertools
 import logging
 import os
 import re
+import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -20,14 +26,14 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Literal, NoReturn, Self
+from types import FrameType, TracebackType
+from typing import Any, Literal, NoReturn, Self
 
 from pydantic import BaseModel
 
 from nsight_core.capture import Capture
-from nsight_core.errors import NsightError, NsysCommandError
-from nsight_core.nsys import ENV_NSYS, Nsys, find_nsys, nsys_at, run_command
+from nsight_core.errors import CommandNotFoundError, NsightError, NsysCommandError, one_line
+from nsight_core.nsys import ENV_NSYS, QUICK_TIMEOUT, Nsys, find_nsys, nsys_at, run_command
 
 log = logging.getLogger("nsight")
 
@@ -45,8 +51,15 @@ START_SETTLE_SECONDS = 0.25
 _START_RETRY_INTERVAL = 0.5
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _REPORT_SUFFIXES = (".nsys-rep", ".qdstrm", ".qdrep")
+_CLAIM = ".claim"
+# On SIGTERM a pod has a grace period (30 s by default) before SIGKILL: the stop must fit in it.
+ABORT_STOP_TIMEOUT = 20.0
+RUNS_DIR = "nsight-runs"
+LATEST = "latest"
 
 CaptureMode = Literal["process", "manual"]
+DEFAULT_CAPTURE: CaptureMode = "process"
+"""One default for `nsight run` and `Session.run`: the whole run, like the Flyte decorator's 'task'."""
 
 
 def sanitize(name: str, fallback: str = "nsight", max_length: int = 96) -> str:
@@ -69,17 +82,32 @@ def validate_trace(trace: Sequence[str] | str) -> tuple[str, ...]:
     return domains
 
 
-def _claim(base: Path) -> Path:
-    """A marker that reserves BASE for one region until its report exists (names may contain dots)."""
-    return base.with_name(base.name + ".claim")
-
-
 class RunResult(BaseModel):
     """What `Session.run` left behind."""
 
     returncode: int
+    """The command's exit code; 128+N after signal N (130 for SIGINT, 143 for SIGTERM)."""
     output_dir: Path
     reports: list[Path]
+    """The .nsys-rep files the run wrote, oldest first."""
+    diagnosis: str | None = None
+    """When no report was written: why, in words (nsys' own error when it gave one)."""
+
+
+_DISK_FULL = re.compile(r"no space left on device|disk quota exceeded|ENOSPC", re.IGNORECASE)
+_NSYS_ERROR = re.compile(r"^.*(?:error|illegal|invalid|unknown|unrecognized|failed|cannot|not found).*$",
+                         re.IGNORECASE | re.MULTILINE)
+
+
+def diagnose(nsys_output: str, where: Path) -> str | None:
+    """The cause nsys gave for not writing a trace, as one sentence with a remedy; None when it gave none."""
+    if match := _DISK_FULL.search(nsys_output):
+        line = one_line(nsys_output[nsys_output.rfind("\n", 0, match.start()) + 1:].splitlines()[0])
+        return (f"the disk filled up while nsys wrote the trace ({line}): free space where {where} and "
+                "$TMPDIR are, or write the trace to a larger disk")
+    if match := _NSYS_ERROR.search(nsys_output):
+        return f"nsys refused or failed: {one_line(match.group(0))}"
+    return None
 
 
 class Session:
@@ -88,20 +116,31 @@ class Session:
     In the parent: ``Session(trace=("nvtx", "osrt")).run(["python", "train.py"], capture="manual")``.
     In the process it started: ``with Session.current().range("training"): ...`` or the module-level
     :func:`nsight_core.range`, which does nothing when there is no session.
+
+    One collection at a time: nsys allows one per session. A region that wants to start while another
+    of this process records waits for it (bounded by ``START_RETRY_SECONDS``) and otherwise runs
+    unprofiled; the lock is never held while nsys runs, so a waiting region cannot stretch another.
     """
 
     def __init__(self, name: str | None = None, *, trace: Sequence[str] | str = DEFAULT_TRACE,
                  sample: str | None = None, output_dir: str | Path | None = None,
                  nsys: Nsys | None = None) -> None:
-        self.name = sanitize(name) if name else f"nsight-{uuid.uuid4().hex[:12]}"
+        short = uuid.uuid4().hex[:8]
+        self.name = sanitize(name) if name else f"nsight-{short}"
         self.trace = validate_trace(trace)
         self.sample = sample
-        self.output_dir = Path(output_dir) if output_dir else Path.cwd() / "nsight-runs" / self.name
+        self._runs: Path | None = None
+        if output_dir:
+            self.output_dir = Path(output_dir)
+        else:  # named by time, so the latest run is the last one listed (and `latest` points at it)
+            self._runs = Path.cwd() / RUNS_DIR
+            self.output_dir = self._runs / f"{time.strftime('%Y%m%d-%H%M%S')}-{self.name if name else short}"
         self._nsys = nsys
         self.captures: list[Capture] = []
-        self._lock = threading.Lock()
-        self._collecting: str | None = None
-        self._base = self.output_dir / "region"
+        self._slot = threading.Condition()
+        self._collecting: str | None = None  # the region holding the slot (starting or recording)
+        self._running: Path | None = None  # the report base of the collection nsys is recording
+        self._overlapped: list[str] = []
         self._started_at = 0.0
 
     @property
@@ -122,25 +161,66 @@ class Session:
             env.pop(ENV_SAMPLE, None)
         return env
 
-    def command(self, argv: Sequence[str], capture: CaptureMode = "manual") -> list[str]:
+    def command(self, argv: Sequence[str], capture: CaptureMode = DEFAULT_CAPTURE) -> list[str]:
         """The nsys command line that runs ARGV: `launch` for manual regions, `profile` for the process."""
         if not argv:
             raise ValueError("no command to profile: give the program and its arguments.")
+        return [*self._nsys_argv(capture), *argv]
+
+    def _nsys_argv(self, capture: CaptureMode) -> list[str]:
         if capture == "manual":
-            return self.nsys.launch_argv(self.name, self.trace, argv)
+            return self.nsys.launch_argv(self.name, self.trace, [])
         if capture == "process":
-            return self.nsys.profile_argv(self.output_dir / self.name, self.trace, self.sample, argv)
+            return self.nsys.profile_argv(self.output_dir / self.name, self.trace, self.sample, [])
         raise ValueError(f"capture={capture!r} is not a capture mode: use 'process' or 'manual'.")
 
-    def run(self, argv: Sequence[str], capture: CaptureMode = "manual", timeout: float | None = None) -> RunResult:
-        """Run ARGV under nsys and return the reports it wrote (one per region, or one for the process)."""
-        command = self.command(argv, capture)
-        self.output_dir.mkdir(parents=True, exist_ok=True)
+    def run(self, argv: Sequence[str], capture: CaptureMode = DEFAULT_CAPTURE,
+            timeout: float | None = None) -> RunResult:
+        """Run ARGV under nsys; the result holds its exit code and the .nsys-rep files it wrote.
+
+        ``capture="process"`` (the default, as for `nsight run`) records the whole run into one report;
+        ``"manual"`` records only the :func:`nsight_core.range` blocks ARGV opens, one report each.
+        ARGV's stdout and stderr are its own; nsys' messages go to stderr. Raises
+        :class:`CommandNotFoundError` before starting anything when ARGV[0] does not exist.
+        """
+        nsys_argv = self._nsys_argv(capture)
+        if not argv:
+            raise ValueError("no command to profile: give the program and its arguments.")
+        if shutil.which(argv[0]) is None:
+            raise CommandNotFoundError(f"command not found: {argv[0]!r} is not an executable file nor on PATH; "
+                                       "nothing was run.")
+        self._prepare_output_dir()
         before = set(self.output_dir.glob("*.nsys-rep"))
         env = self.child_env() if capture == "manual" else None
-        returncode = run_command(command, env=env, timeout=timeout)
+        finished = run_command(nsys_argv, argv, env=env, timeout=timeout)
+        for claim in self.output_dir.glob("*" + _CLAIM):  # every process of the session has ended
+            claim.unlink(missing_ok=True)
         reports = sorted(set(self.output_dir.glob("*.nsys-rep")) - before, key=lambda p: p.stat().st_mtime)
-        return RunResult(returncode=returncode, output_dir=self.output_dir, reports=reports)
+        diagnosis = None
+        if not reports:
+            diagnosis = diagnose(finished.nsys_output, self.output_dir) or (
+                "the command opened no nsight_core.range() block" if capture == "manual"
+                else "nsys wrote no report (see its messages above)")
+        return RunResult(returncode=finished.returncode, output_dir=self.output_dir, reports=reports,
+                         diagnosis=diagnosis)
+
+    def _prepare_output_dir(self) -> None:
+        """Create the output folder (and point `latest` at a time-named one) or say why it cannot be."""
+        try:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            if not os.access(self.output_dir, os.W_OK | os.X_OK):
+                raise PermissionError(errno.EACCES, "not writable")
+        except OSError as exc:
+            raise NsightError(f"cannot write the reports to {self.output_dir}: {exc.strerror or exc}. "
+                              "Choose a writable folder (nsight run -o DIR, Session(output_dir=...)).") from exc
+        if self._runs is not None:
+            link = self._runs / f".latest-{uuid.uuid4().hex[:8]}"
+            try:
+                link.symlink_to(self.output_dir.name)
+                link.replace(self._runs / LATEST)
+            except OSError as exc:  # a convenience only: never a reason not to profile
+                link.unlink(missing_ok=True)
+                log.debug("could not point %s at %s: %s", self._runs / LATEST, self.output_dir, exc)
 
     # -- the child side ----------------------------------------------------------------------
     @classmethod
@@ -150,86 +230,193 @@ class Session:
 
     @property
     def collecting(self) -> bool:
-        return self._collecting is not None
+        return self._running is not None
 
     def _exists(self) -> bool:
         listing = self.nsys.sessions()
         return any(self.name in line.split() for line in listing.splitlines()[1:])
 
     def _report_base(self, region: str) -> Path:
-        """A path no earlier region of any process used: same-name regions never overwrite."""
+        """A path no earlier region of any process used: same-name regions never overwrite.
+
+        The claim that reserves a name holds its owner's pid, so a claim left by a killed process is
+        taken over instead of shifting every later name (`x.1` although `x` does not exist).
+        """
         stem = sanitize(region, fallback="region")
         for attempt in itertools.count():
             candidate = self.output_dir / (stem if attempt == 0 else f"{stem}.{attempt}")
-            claim = _claim(candidate)
             if any(candidate.with_name(candidate.name + s).exists() for s in _REPORT_SUFFIXES):
                 continue
-            try:
-                claim.touch(exist_ok=False)
-            except FileExistsError:
-                continue
-            return candidate
+            if _take_claim(candidate):
+                return candidate
         raise AssertionError("unreachable")
 
     def start(self, region: str, retry_seconds: float = START_RETRY_SECONDS) -> None:
-        """Start collecting REGION. Raises NsightError when nsys cannot start it (busy past the retry)."""
-        with self._lock:
-            if not self._exists():
-                raise NsysCommandError(
-                    f"nsys session {self.name!r} does not exist: this process was not started by "
-                    "`nsys launch` for it (nsys start would exit 0 and record nothing)."
-                )
+        """Start collecting REGION. Raises NsightError when it cannot (another region past the wait,
+        nsys refused, the output folder is not writable); nothing is left running then."""
+        deadline = time.monotonic() + retry_seconds
+        with self._slot:
+            while self._collecting is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    holder = self._collecting
+                    self._overlapped.append(region)
+                    raise NsysCommandError(
+                        f"region {holder!r} is recording and nsys records one collection per session; "
+                        f"{region!r} waited {retry_seconds:.0f} s for it, runs unprofiled, and its activity is in "
+                        f"{holder!r}'s trace. Do not nest or overlap regions.")
+                self._slot.wait(left)
+            self._collecting = region
+            self._overlapped = []
+        try:
+            self._begin(region, deadline)
+        except BaseException:
+            self._release_slot()
+            raise
+        self._started_at = time.monotonic()
+
+    def _begin(self, region: str, deadline: float) -> None:
+        """`nsys start` for REGION, retried while another process of the session records."""
+        if not self._exists():
+            raise NsysCommandError(
+                f"nsys session {self.name!r} does not exist: this process was not started by "
+                "`nsys launch` for it (nsys start would exit 0 and record nothing)."
+            )
+        try:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             base = self._report_base(region)
-            deadline = time.monotonic() + retry_seconds
+        except OSError as exc:
+            raise NsysCommandError(
+                f"cannot write the trace of region {region!r} to {self.output_dir}: {exc.strerror or exc}. "
+                f"Give the session a writable folder (${ENV_OUTPUT_DIR}, nsight launch --output-dir)."
+            ) from exc
+        try:
             while True:
-                result = self.nsys.start(self.name, base, self.sample)
+                try:
+                    result = self.nsys.start(self.name, base, self.sample)
+                except NsysCommandError:
+                    self._stop_quietly()  # a start that timed out may have started after all
+                    raise
                 if result.returncode == 0:
                     break
                 if not Nsys.is_busy(result) or time.monotonic() >= deadline:
-                    _claim(base).unlink(missing_ok=True)
-                    reason = "another collection is running in this session" if Nsys.is_busy(result) \
-                        else result.output[-1000:]
+                    reason = ("another process of this session is recording" if Nsys.is_busy(result)
+                              else one_line(result.output[-1000:]))
                     raise NsysCommandError(f"nsys start for region {region!r} failed: {reason}")
                 time.sleep(_START_RETRY_INTERVAL)
+            self._running = base
             time.sleep(START_SETTLE_SECONDS)
-            self._collecting = region
-            self._base = base
-            self._started_at = time.monotonic()
+        except BaseException:  # also KeyboardInterrupt / cancellation: leave no collection running
+            if self._running is not None:
+                self.abort(f"region {region!r} was interrupted while it started")
+            _release_claim(base)
+            raise
+
+    def _stop_quietly(self) -> None:
+        with contextlib.suppress(NsightError):
+            self.nsys.stop(self.name, timeout=QUICK_TIMEOUT)
+
+    def _release_slot(self) -> None:
+        with self._slot:
+            self._collecting = None
+            self._slot.notify_all()
 
     def stop(self) -> Capture:
         """Stop the running collection and return its verified capture."""
-        with self._lock:
-            if self._collecting is None:
+        with self._slot:
+            base, region = self._running, self._collecting
+            if base is None or region is None:
                 raise NsysCommandError("stop without a running collection in this process.")
-            region, base = self._collecting, self._base
-            self._collecting = None
-            duration = time.monotonic() - self._started_at
-            try:
-                result = self.nsys.stop(self.name)
-            finally:
-                _claim(base).unlink(missing_ok=True)
-            report = base.with_name(base.name + ".nsys-rep")
-            if not report.exists():
-                raise NsysCommandError(
-                    f"nsys stop for region {region!r} wrote no {report} (exit {result.returncode}): "
-                    f"{result.output[-1000:]}"
-                )
-            capture = Capture(region=region, path=report, session=self.name, duration_s=duration)
-            self.captures.append(capture)
-            return capture
+            self._running = None
+            overlapped = tuple(self._overlapped)
+        duration = time.monotonic() - self._started_at
+        try:
+            result = self.nsys.stop(self.name)
+        finally:
+            _release_claim(base)
+            self._release_slot()
+        report = base.with_name(base.name + ".nsys-rep")
+        if not report.exists():
+            cause = diagnose(result.output, self.output_dir) or one_line(result.output[-1000:]) or "no message"
+            raise NsysCommandError(f"nsys stop for region {region!r} wrote no {report} (exit "
+                                   f"{result.returncode}): {cause}")
+        capture = Capture(region=region, path=report, session=self.name, duration_s=duration,
+                          overlapped=overlapped)
+        self.captures.append(capture)
+        return capture
+
+    def abort(self, why: str, timeout: float = ABORT_STOP_TIMEOUT) -> None:
+        """Stop the running collection, if any, within TIMEOUT and without taking a lock.
+
+        For a signal handler or interpreter exit: the trace nsys writes is kept, nobody publishes it.
+        """
+        base = self._running
+        if base is None:
+            return
+        self._running = None
+        try:
+            self.nsys.stop(self.name, timeout=timeout)
+            kept = base.with_name(base.name + ".nsys-rep")
+            outcome = f"its trace is {kept}" if kept.exists() else "nsys wrote no trace"
+        except NsightError as exc:
+            outcome = f"nsys stop failed: {one_line(exc)}"
+        finally:
+            _release_claim(base)
+        print(f"nsight: WARNING: {why}: stopped the collection of region {self._collecting!r}; {outcome}.",
+              file=sys.stderr, flush=True)
 
     def range(self, name: str, on_capture: Callable[[Capture], None] | None = None) -> Region:
         """A `with` / `async with` block recorded as its own capture (see :class:`Region`)."""
         return Region(self, name, on_capture)
 
 
+def _take_claim(base: Path) -> bool:
+    """Reserve BASE for this process: an atomic link of a file holding our pid. A claim whose owner
+    is gone is stale and taken over, so a killed process never shifts later names."""
+    claim = base.with_name(base.name + _CLAIM)
+    draft = base.with_name(f".{base.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}{_CLAIM}")
+    draft.write_text(str(os.getpid()))
+    try:
+        for _ in builtins.range(2):
+            try:
+                os.link(draft, claim)
+                return True
+            except FileExistsError:
+                if not _stale(claim):
+                    return False
+                claim.unlink(missing_ok=True)
+        return False
+    finally:
+        draft.unlink(missing_ok=True)
+
+
+def _stale(claim: Path) -> bool:
+    try:
+        pid = int(claim.read_text() or "0")
+    except (OSError, ValueError):
+        return False
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def _release_claim(base: Path) -> None:
+    base.with_name(base.name + _CLAIM).unlink(missing_ok=True)
+
+
 class Region:
     """Records its block as one capture. Never raises because of profiling.
 
-    When a collection cannot start (nested regions: after a ~7 s retry), it logs
+    When a collection cannot start (nested or overlapping regions: after a ~7 s wait), it logs
     ``could not start collection`` and runs the block unprofiled. ``on_capture`` runs after the stop,
     also when the block raised, before the block's exception propagates; its own errors are logged.
+    A cancellation while the collection starts stops it again once the start is done.
     """
 
     def __init__(self, session: Session | None, name: str,
@@ -247,7 +434,8 @@ class Region:
             self.session.start(self.name)
             self._started = True
         except NsightError as exc:
-            log.warning("could not start collection for region %r; running it unprofiled: %s", self.name, exc)
+            log.warning("could not start collection for region %r; running it unprofiled: %s", self.name,
+                        one_line(exc))
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -258,16 +446,31 @@ class Region:
         try:
             self.capture = self.session.stop()
         except NsightError as error:
-            log.warning("could not stop collection for region %r: %s", self.name, error)
+            log.warning("could not stop collection for region %r: %s", self.name, one_line(error))
             return
         if self.on_capture is not None:
             try:
                 self.on_capture(self.capture)
-            except Exception:
-                log.warning("processing the capture of region %r failed", self.name, exc_info=True)
+            except Exception as error:
+                log.warning("processing the capture of region %r failed: %s", self.name, one_line(error))
 
     async def __aenter__(self) -> Self:
-        return await asyncio.to_thread(self.__enter__)
+        starting = asyncio.ensure_future(asyncio.to_thread(self.__enter__))
+        try:
+            return await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            # The start cannot be interrupted; once it is done, stop what it started, in a thread of
+            # its own (not daemonic: interpreter exit waits for it), whatever else is cancelled.
+            starting.add_done_callback(lambda _done: threading.Thread(target=self._undo).start())
+            raise
+
+    def _undo(self) -> None:
+        if self.session is not None and self._started:
+            self._started = False
+            with contextlib.suppress(NsightError):
+                self.session.stop()
+            log.warning("region %r was cancelled while its collection started; the collection was stopped",
+                        self.name)
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
@@ -276,6 +479,7 @@ class Region:
 
 _current: Session | None = None
 _current_lock = threading.Lock()
+_previous_sigterm: Any = None
 
 
 def _current_session() -> Session | None:
@@ -290,7 +494,38 @@ def _current_session() -> Session | None:
             _current = Session(name, trace=os.environ.get(ENV_TRACE, ",".join(DEFAULT_TRACE)).split(","),
                                sample=os.environ.get(ENV_SAMPLE), output_dir=os.environ.get(ENV_OUTPUT_DIR),
                                nsys=nsys)
-        return _current
+    _handle_termination()
+    return _current
+
+
+def _handle_termination() -> None:
+    """In a process launched into a session: on SIGTERM (a preempted pod) or at exit, stop the running
+    collection, so its trace is flushed within the grace period instead of lost with the process.
+
+    Python's default for SIGTERM is to die at once; the handler stops the collection, then hands the
+    signal to whatever handled it before, or re-raises it so the exit status still says SIGTERM.
+    Installable from the main thread only: elsewhere this is left to the next call from there.
+    """
+    global _previous_sigterm
+    if _previous_sigterm is not None or threading.current_thread() is not threading.main_thread():
+        return
+    _previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
+    atexit.register(_abort_current, "the process is exiting")
+
+
+def _abort_current(why: str) -> None:
+    if _current is not None:
+        _current.abort(why)
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    _abort_current("SIGTERM")
+    previous = _previous_sigterm
+    if callable(previous):
+        previous(signum, frame)
+    elif previous != signal.SIG_IGN:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
 
 
 def range(name: str, on_capture: Callable[[Capture], None] | None = None) -> Region:
@@ -309,19 +544,53 @@ def exec_launch(argv: Sequence[str], *, name: str, trace: Sequence[str] | str = 
 
     This is what a container runtime re-execs into (Flyte's exec wrapper): a missing nsys or a bad
     setting must cost the profile, never the job, so every failure here falls back to running ARGV
-    unprofiled after one warning line.
+    unprofiled after one warning line. The session name gets a random suffix: a retried attempt of
+    the same action never reuses the previous attempt's session, folder or trace paths.
     """
     if not argv:
         raise ValueError("no command to launch: give the program and its arguments after --.")
     command, env = list(argv), dict(os.environ)
     try:
-        session = Session(name, trace=trace, sample=sample,
-                          output_dir=output_dir or default_output_dir(sanitize(name)))
+        unique = f"{sanitize(name)[:80]}-{uuid.uuid4().hex[:6]}"
+        session = Session(unique, trace=trace, sample=sample, output_dir=output_dir or default_output_dir(unique))
         session.nsys.check_launch(session.name, session.trace)
+        session._prepare_output_dir()
         command, env = session.command(argv, "manual"), session.child_env()
-        session.output_dir.mkdir(parents=True, exist_ok=True)
     except (NsightError, ValueError, OSError) as exc:
-        reason = " ".join(str(exc).split())  # one line, whatever nsys printed
-        print(f"nsight: WARNING: profiling is off for this run, {argv[0]} runs unprofiled: {reason}",
+        print(f"nsight: WARNING: profiling is off for this run, {argv[0]} runs unprofiled: {one_line(exc)}",
               file=sys.stderr, flush=True)
     os.execvpe(command[0], command, env)
+
+
+# The exec wrapper for container runtimes (Flyte's _F_EXEC_WRAPPER): a POSIX sh script, because the
+# runtime execvp's the wrapper's first word and a missing `nsight` would kill the job before it
+# starts. It looks for `nsight` on PATH, then beside the entrypoint (an unactivated venv), then asks
+# the entrypoint's own interpreter (its #! line) for `-m nsight_core.cli` (a --target install), and
+# otherwise runs the job unprofiled after one warning line. Positional: $1 session, $2 trace,
+# $3 sample ('' for nsys' default), then the command. No $NAME in the script: runtimes expand those.
+_WRAPPER = """__nsight_s=$1 __nsight_t=$2 __nsight_m=$3; shift 3
+for __nsight_c in "$(command -v nsight)" "${1%/*}/nsight"; do
+  if [ -f "$__nsight_c" ] && [ -x "$__nsight_c" ]; then
+    exec "$__nsight_c" launch --session "$__nsight_s" --trace "$__nsight_t" \
+      ${__nsight_m:+--sample "$__nsight_m"} -- "$@"
+  fi
+done
+__nsight_p=$(sed -n '1s/^#![[:space:]]*//p;q' "$1" 2>/dev/null)
+if [ -n "$__nsight_p" ] && $__nsight_p -c 'import nsight_core.cli' 2>/dev/null; then
+  exec $__nsight_p -m nsight_core.cli launch --session "$__nsight_s" --trace "$__nsight_t" \
+    ${__nsight_m:+--sample "$__nsight_m"} -- "$@"
+fi
+echo "nsight: WARNING: profiling is off for this run, $1 runs unprofiled: the nsight command is neither on" \
+  "PATH nor beside $1, and ${__nsight_p:-its interpreter} cannot import nsight_core; install nsight-core" \
+  "into the task image's Python environment" >&2
+exec "$@"
+"""
+
+
+def exec_wrapper(session: str, trace: Sequence[str], sample: str | None) -> list[str]:
+    """The words of an exec wrapper that runs the command it is given under `nsight launch`."""
+    return ["/bin/sh", "-c", _WRAPPER, "nsight-wrapper", session, ",".join(validate_trace(trace)), sample or ""]
+
+
+if os.environ.get(ENV_SESSION):  # imported by a launched process: usually first from its main thread
+    _handle_termination()

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from nsight_core.errors import NsightError
+from nsight_core.errors import CommandNotFoundError, NsightError
 from nsight_core.profile import build_profile, capture_paths
 from nsight_core.render.html import render_page
 from nsight_core.render.text import render_text
-from nsight_core.session import DEFAULT_TRACE, Session, exec_launch
+from nsight_core.session import DEFAULT_CAPTURE, DEFAULT_TRACE, Session, exec_launch
 from nsight_core.stats.load import load_stats
 from nsight_core.stats.reports import DEFAULT_REPORTS
 
@@ -39,11 +40,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     session = Session(trace=args.trace, sample=args.sample, output_dir=args.output)
     result = session.run(_command(args), capture=args.capture)
     for report in result.reports:
-        print(report)
-    if not result.reports:
-        hint = ("the command opened no nsight_core.range() block" if args.capture == "manual"
-                else "nsys wrote no report (see its messages above)")
-        print(f"nsight: no .nsys-rep was written to {result.output_dir}: {hint}.", file=sys.stderr)
+        print(report, flush=True)
+    if result.diagnosis:
+        print(f"nsight: no .nsys-rep was written to {result.output_dir}: {result.diagnosis}.", file=sys.stderr)
     return result.returncode
 
 
@@ -91,23 +90,34 @@ def _add_reports_option(parser: argparse.ArgumentParser) -> None:
                         "any nsys report name is accepted and gets a table)")
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("nsight-core")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nsight",
         description="Profile programs with NVIDIA Nsight Systems and summarise where the GPU time went.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="show progress and debug messages")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}",
+                        help="print nsight's version and exit")
     commands = parser.add_subparsers(dest="name", required=True, metavar="COMMAND")
 
     run = commands.add_parser(
         "run", help="run a command under nsys and print the .nsys-rep files it wrote",
         description="Run CMD under nsys. --capture process records the whole run; --capture manual records "
-        "only the nsight_core.range() blocks CMD opens, one .nsys-rep per block. Prints the report paths, "
-        "one per line, and exits with CMD's exit code.")
-    run.add_argument("--capture", choices=("process", "manual"), default="process",
+        "only the nsight_core.range() blocks CMD opens, one .nsys-rep per block. CMD's output is its own; "
+        "nsys' messages go to stderr; the report paths follow on stdout, one per line. Exits with CMD's "
+        "exit code (127 when CMD does not exist; 130/143 after SIGINT/SIGTERM, which are passed on to CMD).")
+    run.add_argument("--capture", choices=("process", "manual"), default=DEFAULT_CAPTURE,
                      help="what to record (default: %(default)s)")
     run.add_argument("-o", "--output", type=Path, default=None,
-                     help="folder for the reports (default: a new folder under ./nsight-runs/)")
+                     help="folder for the reports (default: ./nsight-runs/<date>-<time>-<id>/, with "
+                     "./nsight-runs/latest pointing at it)")
     _add_profiling_options(run)
     run.set_defaults(func=cmd_run)
 
@@ -153,6 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         stream=sys.stderr)
     try:
         return int(args.func(args))
+    except CommandNotFoundError as exc:
+        print(f"nsight: error: {exc}", file=sys.stderr)
+        return 127
     except NsightError as exc:
         print(f"nsight: error: {exc}", file=sys.stderr)
         return 1

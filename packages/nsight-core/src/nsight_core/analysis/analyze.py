@@ -1,0 +1,173 @@
+"""One call from a capture's events to its steps, budget, range self times and findings.
+
+``analyze(trace)`` takes anything with the Trace's frames (:class:`EventTables`: what
+``nsight_core.load_trace`` returns, or frames a user builds in a test) and returns one typed
+:class:`Analysis`, the ``steps`` and ``findings`` of ``nsight stats --json`` and the page's
+"What to fix".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import polars as pl
+from pydantic import BaseModel, Field
+
+from nsight_core.analysis import findings as find
+from nsight_core.analysis.budget import (
+    StepBudget,
+    budget_segments,
+    per_step,
+    step_thread,
+    summarize_budget,
+    sync_calls,
+)
+from nsight_core.analysis.findings import Context, Finding
+from nsight_core.analysis.footprint import UserWindow, user_window, users_calls
+from nsight_core.analysis.ranges import RangeFamily, range_families
+from nsight_core.analysis.steps import StepStats, find_steps
+
+LAUNCH_API = r"^cu(da)?LaunchKernel|^cuLaunch"
+
+
+class Window(Protocol):
+    """The collection window (nsys start to stop) on the capture's clock."""
+
+    @property
+    def start_ns(self) -> int: ...
+
+    @property
+    def end_ns(self) -> int: ...
+
+
+class EventTables(Protocol):
+    """The frames analysis reads, with the column names of ``nsight_core.load_trace``'s Trace."""
+
+    @property
+    def kernels(self) -> pl.DataFrame: ...
+
+    @property
+    def memcpy(self) -> pl.DataFrame: ...
+
+    @property
+    def memset(self) -> pl.DataFrame: ...
+
+    @property
+    def cuda_api(self) -> pl.DataFrame: ...
+
+    @property
+    def nvtx(self) -> pl.DataFrame: ...
+
+    @property
+    def nvtx_marks(self) -> pl.DataFrame: ...
+
+    @property
+    def osrt(self) -> pl.DataFrame: ...
+
+    @property
+    def window(self) -> Window: ...
+
+
+class Analysis(BaseModel):
+    """Everything the analyses say about one capture."""
+
+    window: UserWindow = Field(description="The user's part of the capture (the profiler's own time left out)")
+    steps: StepStats
+    budget: StepBudget = Field(description="Over the steady steps (warm-up left out), or the whole user window "
+                               "as one step when there are no steps")
+    budget_scope: str = Field(description="'steps' or 'capture'")
+    ranges: list[RangeFamily] = Field(description="NVTX range families with self time, shares of the user window")
+    findings: list[Finding]
+
+
+@dataclass(frozen=True)
+class _Cut:
+    """A capture's steps cut into budget segments: what both the summary and the per-step rows need."""
+
+    window: UserWindow
+    stats: StepStats
+    steps: pl.DataFrame
+    scope: str
+    thread: int | None
+    blocking: pl.DataFrame
+    segments: pl.DataFrame
+
+
+def _cut(trace: EventTables) -> _Cut:
+    """Find the steps (or take the user window as one) and cut them into budget segments."""
+    window = user_window(trace.window.start_ns, trace.window.end_ns, trace.nvtx_marks,
+                         [trace.kernels, trace.memcpy, trace.memset, trace.cuda_api, trace.nvtx], trace.osrt)
+    stats, steps = find_steps(trace.nvtx, trace.kernels)
+    scope = "steps"
+    if not steps.height:
+        scope = "capture"
+        steps = pl.DataFrame({"step": [0], "start_ns": [window.start_ns], "end_ns": [window.end_ns],
+                              "name": [""], "thread": [None]}, schema=steps.schema)
+    thread = step_thread(stats.family.thread if stats.family else None, trace.cuda_api)
+    blocking = sync_calls(trace.cuda_api, trace.memcpy)
+    columns = ["start_ns", "end_ns"]
+    copies = pl.concat([trace.memcpy.select(columns), trace.memset.select(columns)])
+    segments = budget_segments(steps, trace.kernels, copies, trace.cuda_api, users_calls(trace.osrt, window),
+                               trace.nvtx, blocking, thread)
+    return _Cut(window, stats, steps, scope, thread, blocking, segments)
+
+
+def analyze(trace: EventTables) -> Analysis:
+    """Steps, per-step budget, NVTX self times and findings of TRACE (pure: no I/O)."""
+    cut = _cut(trace)
+    stats, steps = cut.stats, cut.steps
+    steady = steps.slice(1) if stats.warmup else steps
+    budget = summarize_budget(cut.segments.filter(pl.col("step").is_in(steady["step"].implode())), steady, cut.thread)
+    context = Context(steps=stats, budget=budget, window_ns=cut.window.span_ns,
+                      step_p50_ns=stats.family.p50_ns if stats.family else None)
+    return Analysis(
+        window=cut.window, steps=stats, budget=budget, budget_scope=cut.scope,
+        ranges=range_families(trace.nvtx, cut.window.span_ns),
+        findings=find.ordered([
+            find.gpu_idle(context),
+            find.sync_wait(context, *_syncs_in(steady, cut.blocking, trace.memcpy, cut.thread)),
+            find.launch_bound(context, *_launch_shape(steady, trace.kernels, trace.cuda_api)),
+            *find.pageable_copies(context, trace.memcpy, steps if cut.scope == "steps" else steps.clear()),
+            find.exposed_copy(context),
+            find.exposed_comm(context),
+            find.warmup(context),
+            find.step_count(context),
+        ]),
+    )
+
+
+def step_budgets(trace: EventTables) -> pl.DataFrame:
+    """One row per step: step, wall_ns and the budget parts (<part>_ns), which add up to wall_ns.
+
+    Without steps, one row (step 0) for the user's window.
+    """
+    cut = _cut(trace)
+    return per_step(cut.segments, cut.steps)
+
+
+def _in_steps(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """FRAME's events that start inside a step, with the step index."""
+    located = frame.sort("start_ns").join_asof(
+        steps.select("step", pl.col("start_ns").alias("_step_start"), pl.col("end_ns").alias("_step_end")),
+        left_on="start_ns", right_on="_step_start", strategy="backward")
+    return located.filter(pl.col("start_ns") < pl.col("_step_end")).drop("_step_start", "_step_end")
+
+
+def _syncs_in(steps: pl.DataFrame, blocking: pl.DataFrame, memcpy: pl.DataFrame,
+              thread: int | None) -> tuple[pl.DataFrame, int]:
+    """The steps' blocking calls on their thread, and their small device-to-host copies (scalar reads)."""
+    calls = _in_steps(blocking.filter(pl.col("thread") == thread), steps)
+    small = _in_steps(memcpy.filter((pl.col("direction") == "Device-to-Host")
+                                    & (pl.col("bytes") <= find.SMALL_COPY_BYTES)), steps)
+    return calls, small.height
+
+
+def _launch_shape(steps: pl.DataFrame, kernels: pl.DataFrame, cuda_api: pl.DataFrame) -> tuple[float, float, float]:
+    """Kernels per step, median kernel duration and median launch-call duration in the steps."""
+    launches = _in_steps(cuda_api.filter(pl.col("name").str.contains(LAUNCH_API)), steps)
+    ran = kernels.join(launches.select("correlation_id"), on="correlation_id", how="semi")
+    per_step_count = ran.height / steps.height if steps.height else 0.0
+    kernel_p50 = float(ran.select((pl.col("end_ns") - pl.col("start_ns")).median()).item() or 0.0)
+    launch_p50 = float(launches.select((pl.col("end_ns") - pl.col("start_ns")).median()).item() or 0.0)
+    return per_step_count, kernel_p50, launch_p50

@@ -1,0 +1,297 @@
+"""What to fix, and how much each fix would save.
+
+Every finding is derived from the step budget (or, for copies, from achieved vs. achievable
+bandwidth), so its saving is time the budget measured, not a guess: removing the GPU's idle
+stretches saves their length, a sync that drains the queue costs the idle stretch it causes, a
+pageable copy costs the difference to a pinned copy's time. The budget's parts are disjoint, so
+the savings of different findings do not count the same time twice.
+
+Results are data: numbers with units and references to steps, ranges, kernels and copies; the
+renderer words and formats them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import polars as pl
+from pydantic import BaseModel, Field
+
+from nsight_core.analysis.budget import StepBudget
+from nsight_core.analysis.steps import StepStats
+
+FindingKind = Literal[
+    "gpu_idle", "sync_wait", "launch_bound", "pageable_copy", "exposed_copy", "exposed_comm", "warmup",
+    "too_few_steps", "no_steps",
+]
+Severity = Literal["info", "warning", "critical"]
+Unit = Literal["ns", "bytes", "bytes_per_s", "count", "fraction"]
+
+WARNING_SHARE = 0.05
+"""A saving of at least this share of the step (or capture) is worth a warning."""
+CRITICAL_SHARE = 0.25
+REPORT_SHARE = 0.01
+"""Savings below this share are not reported at all (noise, not a fix)."""
+MIN_STEPS = 5
+"""Fewer steps than this: percentiles and the trend say little."""
+PAGEABLE_MIN_BYTES = 1 << 20
+SMALL_COPY_BYTES = 4096
+"""A device-to-host copy this small in a step is a scalar read back (`.item()`, `float(loss)`)."""
+NOMINAL_PINNED_BYTES_PER_S = 25e9
+"""What a pinned host copy achieves over PCIe 4.0 x16 (PCIe 5.0 does about twice): the reference
+when the capture has no pinned copy of that direction to compare with, so the saving errs low."""
+
+
+class Where(BaseModel):
+    """What a piece of evidence refers to."""
+
+    kind: Literal["step", "range", "kernel", "copy", "api", "osrt", "capture"]
+    name: str = Field(description="Range family, kernel or call name, copy direction; '' for the capture")
+    step: int | None = Field(default=None, description="Step index, where it is one step")
+    start_ns: int | None = Field(default=None, description="Start on the capture's clock, where it is one event")
+
+
+class Evidence(BaseModel):
+    """One measured number behind a finding."""
+
+    metric: str = Field(description="What was measured, snake_case (e.g. achieved_bandwidth)")
+    value: float
+    unit: Unit
+    where: Where | None = None
+
+
+class Saving(BaseModel):
+    """What the fix would save: per step and as a share of the step, or over the capture."""
+
+    per_step_ns: float | None = Field(description="None when the time is not spent in steps")
+    step_fraction: float | None = Field(description="per_step_ns / the median step (0..1)")
+    total_ns: float = Field(description="Over the whole capture")
+    capture_fraction: float = Field(description="total_ns / the user's window (0..1)")
+
+
+class Finding(BaseModel):
+    """One thing to fix: severity, title, evidence, one suggestion and the estimated saving."""
+
+    kind: FindingKind
+    severity: Severity
+    title: str = Field(description="One line, no numbers (they are in evidence and saving)")
+    suggestion: str = Field(description="One concrete change to make")
+    evidence: list[Evidence]
+    saving: Saving | None = Field(description="None for findings that are about the measurement itself")
+
+
+class Context(BaseModel):
+    """What the findings are computed from (built by :func:`nsight_core.analysis.analyze.analyze`)."""
+
+    steps: StepStats
+    budget: StepBudget | None = Field(description="Over the steady steps; None when there are no steps")
+    window_ns: int = Field(description="Span of the user's window")
+    step_p50_ns: float | None
+
+
+def _severity(share: float) -> Severity:
+    return "critical" if share >= CRITICAL_SHARE else "warning" if share >= WARNING_SHARE else "info"
+
+
+def _saving(context: Context, per_step_ns: float | None, total_ns: float) -> Saving:
+    p50 = context.step_p50_ns
+    return Saving(
+        per_step_ns=per_step_ns,
+        step_fraction=per_step_ns / p50 if per_step_ns is not None and p50 else None,
+        total_ns=total_ns,
+        capture_fraction=total_ns / context.window_ns if context.window_ns else 0.0,
+    )
+
+
+def _per_step(context: Context, value: float) -> float | None:
+    """VALUE as a per-step saving, or None when the budget covers the whole capture (no steps)."""
+    return value if context.step_p50_ns else None
+
+
+def _share(saving: Saving) -> float:
+    return saving.step_fraction if saving.step_fraction is not None else saving.capture_fraction
+
+
+def _budget_finding(
+    context: Context, part: Literal["gpu_idle", "sync_wait", "exposed_copy", "exposed_comm"],
+    kind: FindingKind, title: str, suggestion: str, extra: list[Evidence],
+) -> Finding | None:
+    """A finding whose saving is one budget part: its mean per step (the total over steps / steps)."""
+    if context.budget is None:
+        return None
+    measured = context.budget.part(part)
+    saving = _saving(context, _per_step(context, measured.per_step_mean_ns), measured.total_ns)
+    if _share(saving) < REPORT_SHARE:
+        return None
+    evidence = [
+        Evidence(metric=f"{part}_per_step_mean", value=measured.per_step_mean_ns, unit="ns"),
+        Evidence(metric=f"{part}_per_step_p50", value=measured.per_step_p50_ns, unit="ns"),
+        Evidence(metric=f"{part}_fraction_of_step_time", value=measured.fraction, unit="fraction"),
+        *(Evidence(metric=f"cpu_during_{part}", value=activity.total_ns, unit="ns",
+                   where=Where(kind="api" if activity.kind == "cuda_api" else "osrt" if activity.kind == "osrt"
+                               else "range" if activity.kind == "nvtx" else "capture", name=activity.name))
+          for activity in context.budget.idle_activities if activity.part == part),
+        *extra,
+    ]
+    return Finding(kind=kind, severity=_severity(_share(saving)), title=title, suggestion=suggestion,
+                   evidence=evidence, saving=saving)
+
+
+def gpu_idle(context: Context) -> Finding | None:
+    """GPU idle stretches (longer than a launch gap, no sync) and what the CPU did during them."""
+    return _budget_finding(
+        context, "gpu_idle", "gpu_idle", "The GPU sits idle during each step while the CPU works",
+        "Overlap the host work listed in the evidence with GPU work: prefetch the next batch "
+        "(DataLoader num_workers>0, pin_memory=True) and move logging or I/O off the step's thread.", [])
+
+
+def sync_wait(context: Context, syncs: pl.DataFrame, small_reads: int) -> Finding | None:
+    """Syncs that drain the GPU queue inside steps: `.item()`, `cudaStreamSynchronize`, sync copies.
+
+    SYNCS: blocking calls inside the steady steps (name, step); SMALL_READS: device-to-host copies
+    of at most SMALL_COPY_BYTES in them.
+    """
+    steps = max(context.budget.steps if context.budget else 1, 1)
+    calls = syncs.group_by("name").len().sort(["len", "name"], descending=[True, False])
+    extra = [Evidence(metric="sync_calls_per_step", value=count / steps, unit="count",
+                      where=Where(kind="api", name=name)) for name, count in calls.iter_rows()]
+    if small_reads:
+        extra.append(Evidence(metric="small_device_to_host_copies_per_step", value=small_reads / steps, unit="count",
+                              where=Where(kind="copy", name="Device-to-Host")))
+    title = ("Reading scalars back (.item()-style device-to-host syncs) stalls the GPU every step" if small_reads
+             else "Synchronising calls drain the GPU queue every step")
+    suggestion = ("Keep step results on the GPU (accumulate the loss as a tensor) and read them back every N steps; "
+                  "drop torch.cuda.synchronize() and blocking copies from the loop.")
+    return _budget_finding(context, "sync_wait", "sync_wait", title, suggestion, extra)
+
+
+def launch_bound(context: Context, kernels_per_step: float, kernel_p50_ns: float,
+                 launch_p50_ns: float) -> Finding | None:
+    """Many short kernels: the GPU waits on launches (short gaps between work) more than it computes them."""
+    if context.budget is None or not kernel_p50_ns or kernel_p50_ns >= launch_p50_ns:
+        return None
+    measured = context.budget.part("launch_gap")
+    saving = _saving(context, _per_step(context, measured.per_step_mean_ns), measured.total_ns)
+    if _share(saving) < REPORT_SHARE:
+        return None
+    evidence = [
+        Evidence(metric="kernels_per_step", value=kernels_per_step, unit="count"),
+        Evidence(metric="kernel_duration_p50", value=kernel_p50_ns, unit="ns", where=Where(kind="kernel", name="")),
+        Evidence(metric="launch_call_p50", value=launch_p50_ns, unit="ns", where=Where(kind="api", name="")),
+        Evidence(metric="launch_gap_per_step_mean", value=measured.per_step_mean_ns, unit="ns"),
+        Evidence(metric="launch_gap_fraction_of_step_time", value=measured.fraction, unit="fraction"),
+    ]
+    return Finding(
+        kind="launch_bound", severity=_severity(_share(saving)),
+        title="Kernels are shorter than their launches: the step is launch-bound",
+        suggestion="Capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or torch.cuda.graphs) "
+        "or fuse the small kernels so fewer launches do the same work.",
+        evidence=evidence, saving=saving)
+
+
+def pageable_copies(context: Context, memcpy: pl.DataFrame, steps: pl.DataFrame) -> list[Finding]:
+    """Copies to or from pageable host memory of at least PAGEABLE_MIN_BYTES, one finding per direction.
+
+    Achievable bandwidth is the best pinned copy of that direction in the capture (at least
+    PAGEABLE_MIN_BYTES), else NOMINAL_PINNED_BYTES_PER_S. The saving is each copy's time minus its
+    time at the achievable bandwidth; per step when the copies ran inside steps.
+    """
+    duration = pl.col("end_ns") - pl.col("start_ns")
+    big = memcpy.filter((pl.col("bytes") >= PAGEABLE_MIN_BYTES) & (duration > 0))
+    pageable = (pl.col("src_kind") == "Pageable") | (pl.col("dst_kind") == "Pageable")
+    pinned_best = (big.filter(((pl.col("src_kind") == "Pinned") | (pl.col("dst_kind") == "Pinned")) & ~pageable)
+                   .group_by("direction").agg((pl.col("bytes") / duration).max().alias("best")))
+    best = dict(pinned_best.iter_rows())
+    located = big.filter(pageable).sort("start_ns").join_asof(
+        steps.select("step", pl.col("start_ns").alias("step_start"), pl.col("end_ns").alias("step_end")),
+        left_on="start_ns", right_on="step_start", strategy="backward",
+    ).with_columns(pl.when(pl.col("start_ns") < pl.col("step_end")).then(pl.col("step")).alias("step"))
+    findings = []
+    for (direction,), copies in located.group_by("direction", maintain_order=True):
+        achievable = float(best.get(direction, NOMINAL_PINNED_BYTES_PER_S))
+        summed = copies.select(
+            pl.col("bytes").sum(), duration.sum().alias("ns"),
+            (duration - pl.col("bytes") / achievable * 1e9).clip(lower_bound=0).sum().alias("saving"),
+            pl.col("step").is_not_null().all().alias("in_steps"),
+        ).row(0, named=True)
+        largest = copies.sort("bytes", descending=True).row(0, named=True)
+        in_steps = summed["in_steps"] and context.budget is not None and steps.height
+        per_step = summed["saving"] / steps.height if in_steps else None
+        saving = _saving(context, per_step, summed["saving"])
+        if _share(saving) < REPORT_SHARE:
+            continue
+        where = Where(kind="copy", name=str(direction), step=largest["step"], start_ns=largest["start_ns"])
+        findings.append(Finding(
+            kind="pageable_copy", severity=_severity(_share(saving)),
+            title=f"{direction} copies use pageable host memory",
+            suggestion="Use pinned host memory for these copies (tensor.pin_memory(), "
+            "torch.empty(..., pin_memory=True) or DataLoader(pin_memory=True)) and copy with non_blocking=True.",
+            evidence=[
+                Evidence(metric="copies", value=copies.height, unit="count", where=where),
+                Evidence(metric="bytes", value=summed["bytes"], unit="bytes", where=where),
+                Evidence(metric="copy_time", value=summed["ns"], unit="ns", where=where),
+                Evidence(metric="achieved_bandwidth", value=summed["bytes"] / summed["ns"] * 1e9, unit="bytes_per_s",
+                         where=where),
+                Evidence(metric="achievable_bandwidth" if direction in best else "nominal_pinned_bandwidth",
+                         value=achievable, unit="bytes_per_s"),
+                Evidence(metric="largest_copy", value=largest["bytes"], unit="bytes", where=where),
+            ],
+            saving=saving))
+    return findings
+
+
+def exposed_copy(context: Context) -> Finding | None:
+    """Copies that no kernel overlaps (pageable ones are also reported with their bandwidth)."""
+    return _budget_finding(
+        context, "exposed_copy", "exposed_copy", "Memory copies run while no kernel does",
+        "Overlap the copies with compute: pinned memory and non_blocking=True on a side stream, or prefetch the "
+        "next batch while this one computes.", [])
+
+
+def exposed_comm(context: Context) -> Finding | None:
+    """NCCL kernels no compute kernel overlaps: communication the step waits for."""
+    return _budget_finding(
+        context, "exposed_comm", "exposed_comm", "Communication (NCCL) is not hidden behind compute",
+        "Overlap gradient communication with backward: DDP buckets (bucket_cap_mb), no_sync() for gradient "
+        "accumulation, or FSDP prefetching.", [])
+
+
+def warmup(context: Context) -> Finding | None:
+    """A first step much longer than the rest: one-off start-up cost that skews averages."""
+    stats = context.steps
+    if not stats.warmup or stats.family is None:
+        return None
+    first = Where(kind="step", name=stats.family.pattern, step=0)
+    return Finding(
+        kind="warmup", severity="info", title="The first step is a warm-up outlier",
+        suggestion="Leave the first step out of timings (or warm up before the profiled region); if start-up "
+        "matters, cache compilation (torch.compile cache, cudnn.benchmark tuned once).",
+        evidence=[Evidence(metric="first_step", value=stats.family.first_ns, unit="ns", where=first),
+                  Evidence(metric="step_p50", value=stats.family.p50_ns, unit="ns"),
+                  Evidence(metric="first_step_excess", value=stats.warmup_excess_ns, unit="ns", where=first)],
+        saving=_saving(context, stats.warmup_excess_ns / stats.family.count, stats.warmup_excess_ns))
+
+
+def step_count(context: Context) -> Finding | None:
+    """Too few steps to judge percentiles and trends, or no steps found at all."""
+    stats = context.steps
+    if stats.family is None:
+        return Finding(
+            kind="no_steps", severity="info", title="No repeating steps found: the budget covers the whole capture",
+            suggestion="Mark each training step with an NVTX range (nsight_core or nvtx: range('step_<n>')).",
+            evidence=[], saving=None)
+    if stats.family.count >= MIN_STEPS:
+        return None
+    return Finding(
+        kind="too_few_steps", severity="info", title="Too few steps to judge step-to-step variation",
+        suggestion=f"Profile at least {MIN_STEPS} steps (10 or more after the warm-up) for stable percentiles.",
+        evidence=[Evidence(metric="steps", value=stats.family.count, unit="count",
+                           where=Where(kind="range", name=stats.family.pattern))],
+        saving=None)
+
+
+def ordered(findings: list[Finding | None]) -> list[Finding]:
+    """The findings that apply, largest saving first; those about the measurement itself last."""
+    rank = {"critical": 0, "warning": 1, "info": 2}
+    found = [finding for finding in findings if finding is not None]
+    return sorted(found, key=lambda f: (f.saving is None, rank[f.severity], -(f.saving.total_ns if f.saving else 0)))

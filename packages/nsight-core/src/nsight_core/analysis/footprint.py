@@ -1,0 +1,87 @@
+"""The part of a capture that is the user's: the profiler's own start-up and calls are not.
+
+After `nsys start` the region sleeps START_SETTLE_SECONDS so collection is live before the user's
+code runs; with `osrt` tracing that sleep is recorded as the user's ``clock_nanosleep`` (seen:
+100 % of OS-runtime time, max 250 ms) and it stretches "collection ran" past the workload. The
+user's window therefore starts at the NVTX mark ``LIVE_MARK`` (domain OWN_DOMAIN) a region emits
+once collection is live and ends at ``STOP_MARK`` before it stops, where the capture has them.
+Without the marks: from the first to the last CUDA or NVTX event, and a sleep on the recording's
+first moments as long as the settle wait is the profiler's.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import polars as pl
+from pydantic import BaseModel, Field
+
+from nsight_core.session import START_SETTLE_SECONDS
+
+OWN_DOMAIN = "nsight"
+LIVE_MARK = "collection live"
+STOP_MARK = "collection stopping"
+SLEEP_CALLS = r"^(clock_nanosleep|nanosleep|usleep|sleep|select|poll)$"
+_SETTLE_NS = int(START_SETTLE_SECONDS * 1e9)
+_SETTLE_SLACK_NS = 50_000_000
+"""How far past the settle wait's length the profiler's sleep may end (process start-up jitter)."""
+
+
+class UserWindow(BaseModel):
+    """The user's part of the collection window, on the capture's clock."""
+
+    start_ns: int
+    end_ns: int
+    source: Literal["marks", "events", "collection"] = Field(
+        description="Bounded by the region's marks, by the first/last CUDA or NVTX event, or the whole window")
+    profiler_ns: int = Field(description="Time of the collection window outside the user's window")
+
+    @property
+    def span_ns(self) -> int:
+        return max(self.end_ns - self.start_ns, 0)
+
+
+def user_window(
+    window_start_ns: int,
+    window_end_ns: int,
+    marks: pl.DataFrame,
+    events: list[pl.DataFrame],
+    osrt: pl.DataFrame,
+) -> UserWindow:
+    """The user's window within the collection window [WINDOW_START_NS, WINDOW_END_NS).
+
+    MARKS: nvtx_marks (time_ns, name, domain). EVENTS: frames with start_ns/end_ns of the user's
+    CUDA and NVTX activity. OSRT: OS-runtime calls, where the settle sleep shows without marks.
+    """
+    own = marks.filter(pl.col("domain") == OWN_DOMAIN)
+    live = own.filter(pl.col("name") == LIVE_MARK).select(pl.col("time_ns").max()).item()
+    stop = own.filter(pl.col("name") == STOP_MARK).select(pl.col("time_ns").min()).item()
+    total = window_end_ns - window_start_ns
+    if live is not None:
+        start, end = int(live), int(stop) if stop is not None else window_end_ns
+        return UserWindow(start_ns=start, end_ns=end, source="marks", profiler_ns=total - (end - start))
+    bounds = pl.concat([frame.select("start_ns", "end_ns") for frame in events]).filter(
+        (pl.col("end_ns") > window_start_ns) & (pl.col("start_ns") < window_end_ns))
+    if bounds.height:
+        first, last = bounds.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
+        start, end = max(int(first), window_start_ns), min(int(last), window_end_ns)
+        return UserWindow(start_ns=start, end_ns=end, source="events", profiler_ns=total - (end - start))
+    settle = profiler_calls(osrt, window_start_ns)
+    start = int(settle.select(pl.col("end_ns").max()).item()) if settle.height else window_start_ns
+    return UserWindow(start_ns=start, end_ns=window_end_ns, source="collection", profiler_ns=start - window_start_ns)
+
+
+def profiler_calls(osrt: pl.DataFrame, window_start_ns: int) -> pl.DataFrame:
+    """OS-runtime calls that are the profiler's settle wait: a sleep as long as it, right at the start."""
+    length = pl.col("end_ns") - pl.col("start_ns")
+    return osrt.filter(
+        pl.col("name").str.contains(SLEEP_CALLS)
+        & (length >= _SETTLE_NS * 0.8)
+        & (pl.col("end_ns") <= window_start_ns + _SETTLE_NS + _SETTLE_SLACK_NS)
+    )
+
+
+def users_calls(osrt: pl.DataFrame, window: UserWindow) -> pl.DataFrame:
+    """OS-runtime calls of the user's window, clipped to it (the profiler's waits left out)."""
+    return osrt.filter((pl.col("end_ns") > window.start_ns) & (pl.col("start_ns") < window.end_ns)).with_columns(
+        pl.col("start_ns").clip(window.start_ns, window.end_ns), pl.col("end_ns").clip(window.start_ns, window.end_ns))

@@ -1,0 +1,202 @@
+"""Which repeated unit of work is "a step", and how long each one took.
+
+A training loop marks its steps with NVTX (`step_0` … `step_19`, `iter 12`, `epoch3/step_7`, or one
+name pushed every iteration). Numbered names are one family, not twenty one-off ranges: replacing
+every digit run with ``{n}`` gives the family's pattern. Without NVTX the loop still shows in the
+GPU work: the kernel sequence repeats with a period, and the first kernel of each period starts a
+step. When neither is there, the result says why instead of guessing.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import polars as pl
+from pydantic import BaseModel, Field
+
+NUMBER_PLACEHOLDER = "{n}"
+STEP_WORDS = r"(?i)(step|iter|iteration|batch|microbatch)"
+WARMUP_RATIO = 1.5
+"""A first step this many times the median of the others is a warm-up outlier."""
+TREND_THRESHOLD = 0.10
+"""A fitted change over the run above this share of the median is a trend, not noise."""
+MIN_PERIOD_REPEATS = 3
+PERIOD_MATCH = 0.9
+"""Share of kernels that must equal the kernel one period later for the period to count."""
+STEP_COLUMNS = {"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "name": pl.String, "thread": pl.Int64}
+
+StepSource = Literal["nvtx", "kernel-period", "none"]
+Trend = Literal["flat", "rising", "falling", "unknown"]
+
+
+class StepFamily(BaseModel):
+    """Repeated NVTX ranges of one name pattern on one thread, with duration statistics."""
+
+    pattern: str = Field(description="The range name with each digit run replaced by {n}")
+    domain: str = Field(description="NVTX domain; '' for the default domain")
+    thread: int | None = Field(description="nsys thread id the ranges ran on; None for kernel periods")
+    depth: int = Field(description="Nesting depth of the ranges on their thread (0 = outermost)")
+    count: int
+    total_ns: int = Field(description="Summed range durations (nested families overlap their parents)")
+    p50_ns: float
+    p95_ns: float
+    min_ns: int
+    max_ns: int
+    first_ns: int = Field(description="Duration of the first instance")
+    sequential: bool = Field(description="No two instances overlap: a loop's iterations, not concurrent work")
+
+
+class StepStats(BaseModel):
+    """The step family of a capture: where the steps came from and how long they took."""
+
+    source: StepSource = Field(description="nvtx ranges, the kernel sequence's period, or none found")
+    family: StepFamily | None = Field(description="The chosen family; None when source is 'none'")
+    reason: str | None = Field(default=None, description="Why no steps were found (source 'none')")
+    warmup: bool = Field(default=False, description="The first step exceeds WARMUP_RATIO x the median of the rest")
+    warmup_excess_ns: float = Field(default=0.0, description="First step minus the median of the rest, if warm-up")
+    trend: Trend = "unknown"
+    trend_ns_per_step: float = Field(default=0.0, description="Least-squares slope of step duration over step index")
+    kernels_per_period: int | None = Field(default=None, description="Kernel-period steps: kernels in one period")
+    candidates: list[StepFamily] = Field(default_factory=list, description="Every repeated family, chosen one first")
+
+
+def family_pattern(name: pl.Expr) -> pl.Expr:
+    """The family of a range name: each run of digits becomes {n} (`epoch3/step_7` -> `epoch{n}/step_{n}`)."""
+    return name.str.replace_all(r"\d+", NUMBER_PLACEHOLDER, literal=False)
+
+
+def nvtx_families(nvtx: pl.DataFrame) -> pl.DataFrame:
+    """Repeated range families, best step candidate first.
+
+    Columns: pattern, domain, thread, depth, count, total_ns, p50_ns, p95_ns, min_ns, max_ns,
+    first_ns, sequential, step_word. Order: names that say step/iter/batch, then sequential ones,
+    then the outermost, then the longest in total.
+    """
+    duration = pl.col("end_ns") - pl.col("start_ns")
+    keyed = nvtx.with_columns(family_pattern(pl.col("name")).alias("pattern")).sort("start_ns")
+    families = (
+        keyed.group_by("pattern", "domain", "thread")
+        .agg(
+            pl.len().alias("count"),
+            pl.col("depth").min().alias("depth"),
+            duration.sum().alias("total_ns"),
+            duration.median().alias("p50_ns"),
+            duration.quantile(0.95, interpolation="linear").alias("p95_ns"),
+            duration.min().alias("min_ns"),
+            duration.max().alias("max_ns"),
+            duration.first().alias("first_ns"),
+            (pl.col("start_ns").shift(-1) >= pl.col("end_ns")).drop_nulls().all().alias("sequential"),
+        )
+        .filter(pl.col("count") >= 2)
+        .with_columns(pl.col("pattern").str.contains(STEP_WORDS).alias("step_word"))
+    )
+    return families.sort(
+        ["step_word", "sequential", "depth", "total_ns", "pattern"],
+        descending=[True, True, False, True, False],
+    )
+
+
+def find_steps(nvtx: pl.DataFrame, kernels: pl.DataFrame) -> tuple[StepStats, pl.DataFrame]:
+    """The capture's steps: statistics and one row per step (step, start_ns, end_ns, name, thread)."""
+    families = nvtx_families(nvtx)
+    candidates = [StepFamily(**row) for row in families.drop("step_word").to_dicts()]
+    sequential = [family for family in candidates if family.sequential]
+    if sequential:
+        family = sequential[0]
+        steps = _family_instances(nvtx, family)
+        return _with_shape(StepStats(source="nvtx", family=family, candidates=candidates), steps), steps
+    steps, period, reason = kernel_period_steps(kernels)
+    if steps.height < 2 or period is None:
+        why = reason if not candidates else f"{reason}; the repeated NVTX ranges overlap each other"
+        return StepStats(source="none", family=None, reason=why, candidates=candidates), steps
+    family = _family_of(steps, pattern=f"kernel period of {period}", thread=None)
+    stats = StepStats(source="kernel-period", family=family, kernels_per_period=period, candidates=candidates)
+    return _with_shape(stats, steps), steps
+
+
+def _family_instances(nvtx: pl.DataFrame, family: StepFamily) -> pl.DataFrame:
+    return (
+        nvtx.filter(
+            (family_pattern(pl.col("name")) == family.pattern)
+            & (pl.col("domain") == family.domain)
+            & (pl.col("thread") == family.thread)
+        )
+        .sort("start_ns")
+        .with_row_index("step")
+        .select(pl.col("step").cast(pl.Int64), "start_ns", "end_ns", "name", "thread")
+    )
+
+
+def _family_of(steps: pl.DataFrame, pattern: str, thread: int | None) -> StepFamily:
+    duration = pl.col("end_ns") - pl.col("start_ns")
+    shape = steps.select(
+        duration.sum().alias("total_ns"), duration.median().alias("p50_ns"),
+        duration.quantile(0.95, "linear").alias("p95_ns"), duration.min().alias("min_ns"),
+        duration.max().alias("max_ns"), duration.first().alias("first_ns"),
+    ).row(0, named=True)
+    return StepFamily(pattern=pattern, domain="", thread=thread, depth=0, count=steps.height, sequential=True, **shape)
+
+
+def _with_shape(stats: StepStats, steps: pl.DataFrame) -> StepStats:
+    """Add the warm-up outlier and the trend, both measured without the first step when it is warm-up."""
+    if steps.height < 3:
+        return stats
+    durations = steps.select((pl.col("end_ns") - pl.col("start_ns")).cast(pl.Float64).alias("d"),
+                             pl.int_range(pl.len()).alias("i"))
+    first, rest_median = durations.select(pl.col("d").first().alias("first"),
+                                          pl.col("d").slice(1).median().alias("rest")).row(0)
+    warmup = bool(rest_median) and first > WARMUP_RATIO * rest_median
+    body = durations.slice(1) if warmup else durations
+    slope, median, last = body.select(
+        (pl.cov("i", "d") / pl.col("i").var()).fill_nan(0.0).alias("slope"), pl.col("d").median().alias("median"),
+        (pl.len() - 1).alias("last")).row(0)
+    change = slope * last / median if median else 0.0
+    trend: Trend = "flat" if abs(change) <= TREND_THRESHOLD else "rising" if change > 0 else "falling"
+    return stats.model_copy(update={
+        "warmup": warmup, "warmup_excess_ns": first - rest_median if warmup else 0.0,
+        "trend": trend, "trend_ns_per_step": slope,
+    })
+
+
+def kernel_period_steps(kernels: pl.DataFrame) -> tuple[pl.DataFrame, int | None, str]:
+    """Steps from the period of the repeating kernel sequence (in launch order on the GPU).
+
+    The anchor is the first kernel name that recurs at a constant distance (in kernels) at least
+    MIN_PERIOD_REPEATS times; the period counts when PERIOD_MATCH of all kernels equal the kernel one
+    period later. Each step runs from one anchor start to the next (the last to the end of its period).
+    An anchor occurrence without a whole period after it (a last, partial iteration) starts no step.
+    Returns (steps, period, why not) with an empty frame and None when there is no clear period.
+    """
+    empty = pl.DataFrame(schema=STEP_COLUMNS)
+    if kernels.height < 2 * MIN_PERIOD_REPEATS:
+        return empty, None, "too few kernels to find a repeating sequence and no repeated NVTX range"
+    ordered = kernels.sort("start_ns").with_row_index("position").with_columns(
+        pl.col("name").rank("dense").cast(pl.Int64).alias("kind"))
+    gaps = (
+        ordered.with_columns((pl.col("position") - pl.col("position").shift(1).over("kind")).alias("gap"))
+        .group_by("kind")
+        .agg(pl.len().alias("count"), pl.col("position").first().alias("first"),
+             pl.col("gap").drop_nulls().mode().first().alias("period"),
+             (pl.col("gap").drop_nulls().n_unique() == 1).alias("constant"))
+        .filter(pl.col("constant") & (pl.col("count") >= MIN_PERIOD_REPEATS))
+        .sort("first")
+    )
+    if not gaps.height:
+        return empty, None, "no repeated NVTX range and no kernel recurs at a constant distance"
+    anchor, period = int(gaps["kind"][0]), int(gaps["period"][0])
+    if period < 2:
+        return empty, None, "no repeated NVTX range, and every kernel has the same name: no sequence to cut into steps"
+    kinds = ordered["kind"]
+    match = (kinds.head(kinds.len() - period) == kinds.tail(kinds.len() - period)).sum() / (kinds.len() - period)
+    if match < PERIOD_MATCH:
+        return empty, None, ("no repeated NVTX range, and the kernel sequence does not repeat closely enough "
+                             "(fewer than PERIOD_MATCH of kernels equal the kernel one period later)")
+    starts = ordered.filter((pl.col("kind") == anchor) & (pl.col("position") + period <= ordered.height))
+    ends = ordered.select(pl.col("end_ns").cum_max())["end_ns"]
+    last_end = int(ends[int(starts["position"][-1]) + period - 1])
+    steps = starts.select(
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("step"), "start_ns",
+        pl.col("start_ns").shift(-1).fill_null(last_end).alias("end_ns"),
+        pl.lit(f"period {period}").alias("name"), pl.lit(None, pl.Int64).alias("thread"),
+    )
+    return steps, period, ""

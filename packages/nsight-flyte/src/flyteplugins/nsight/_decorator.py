@@ -5,9 +5,11 @@ deploy`` read the task's container environment) and in its container (the runtim
 module again and calls ``execute``).
 
 * Stamping: the task's env vars get ``_F_EXEC_WRAPPER`` (and ``_F_EXEC_WRAPPER_CLUSTERED`` for a
-  clustered task), which makes the runtime re-exec the action under ``nsight launch``. That command,
-  unlike a bare ``nsys launch``, runs the action unprofiled with one warning when the image has no
-  nsys, instead of failing execvp before the task starts.
+  clustered task), which makes the runtime re-exec the action under ``nsight launch``. The wrapper
+  starts with ``/bin/sh``, not ``nsight``: the runtime execvp's its first word, so a console script
+  missing from the image's PATH would kill the task before its body. The script finds nsight-core
+  (PATH, beside the entrypoint, the entrypoint's interpreter) or runs the action unprofiled with
+  one warning, and ``nsight launch`` does the same when the image has no usable nsys.
 * Executing: ``execute`` is wrapped to record the body (``capture="task"``) or to let ``nsys.range``
   blocks record (``capture="manual"``), then render the GPU Profile tab and attach the trace.
 """
@@ -29,7 +31,7 @@ from flyte.models import is_clustered_worker_env
 from flyteplugins.nsight import _flyte_io
 from flyteplugins.nsight.nsys import ProfiledRange
 from nsight_core import DEFAULT_REPORTS, Session
-from nsight_core.session import DEFAULT_TRACE, validate_trace
+from nsight_core.session import DEFAULT_TRACE, exec_wrapper, validate_trace
 
 log = logging.getLogger("flyteplugins.nsight")
 
@@ -71,10 +73,7 @@ class Settings:
 
     def container_env(self, clustered: bool) -> dict[str, str]:
         """The env vars that make the runtime re-exec the action under `nsight launch`."""
-        argv = ["nsight", "launch", "--session", SESSION_TEMPLATE, "--trace", ",".join(self.trace)]
-        if self.sample is not None:
-            argv += ["--sample", self.sample]
-        env = {EXEC_WRAPPER: shlex.join([*argv, "--"])}
+        env = {EXEC_WRAPPER: shlex.join(exec_wrapper(SESSION_TEMPLATE, self.trace, self.sample))}
         if clustered:
             # The runtime then wraps only global rank 0; every other rank runs as if undecorated.
             env[EXEC_WRAPPER_CLUSTERED] = "1"

@@ -1,9 +1,11 @@
 """Everything this plugin reads from or writes to Flyte: the report tab, traced steps, raw data.
 
-One finished capture goes through the same steps in sync and async task bodies; only the Flyte calls
-that block differ (report flush, traced step), so :func:`publish_sync` and :func:`publish` are thin
-tails over one shared :func:`_summarize`. Every step is best-effort: a task never fails because its
-profile could not be summarised, rendered or uploaded.
+One finished capture goes through the same steps in sync and async task bodies: attach the trace
+first (so the tab can name where a reader finds it), then summarise and re-render the tab. Only the
+Flyte calls that block differ (report flush, traced step), so :func:`publish_sync` and
+:func:`publish` are thin tails over one shared :func:`_summarize`. Every step is best-effort: a task
+never fails because its profile could not be summarised, rendered or uploaded, and each failure is
+one warning line naming the cause.
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +23,8 @@ from typing import TYPE_CHECKING
 import flyte
 import flyte.report
 from flyte.io import File
+
+from nsight_core.errors import one_line
 
 if TYPE_CHECKING:
     from nsight_core import Capture, Session
@@ -66,33 +73,63 @@ def capture_report_file_sync(report_path: str) -> File:
     return File.from_local_sync(path, remote_destination=_raw_data_destination(path))
 
 
-def _summarize(state: Profiling, capture: Capture, title: str) -> None:
-    """Upload (clustered workers only), profile the capture and re-render the tab with every capture so far.
+def _summarize(state: Profiling, capture: Capture, title: str, source: str) -> None:
+    """Profile the capture and re-render the tab with every capture so far.
 
-    A clustered worker has no controller, so no traced step: its trace goes straight to raw data
-    and the tab says where. The profile and renderer modules load polars and altair, so they are
+    SOURCE is where a reader of the tab finds the trace (a traced step's output, a raw-data location),
+    never a path inside the pod. The profile and renderer modules load polars and altair, so they are
     imported here, by profiled runs only, not by every import of the plugin.
     """
-    from nsight_core.profile import build_profile
     from nsight_core.render.html import render_fragment
 
-    if state.clustered and state.attach_report:
-        try:
-            uploaded = File.from_local_sync(capture.path, remote_destination=_raw_data_destination(capture.path))
-            state.notes.append(f"{title}: trace (.nsys-rep) uploaded to {uploaded.path}")
-        except Exception:
-            log.warning("could not upload the trace %s to the raw data path", capture.path, exc_info=True)
     try:
-        state.profiles.append(build_profile(capture.path, state.reports, title))
-    except Exception:
-        log.warning("could not summarise the trace %s; the GPU Profile tab leaves it out", capture.path,
-                    exc_info=True)
+        state.profiles.append(_profile(capture, state.reports, title).model_copy(update={"source": source}))
+    except Exception as exc:
+        log.warning("could not summarise the trace of %r, so the GPU Profile tab leaves it out (%s); "
+                    "open the trace in nsys-ui instead: %s", capture.region, one_line(exc), source)
+        state.notes.append(f"{title}: not summarised ({one_line(exc)}); its trace: {source}")
+    if capture.overlapped:
+        others = ", ".join(repr(name) for name in capture.overlapped)
+        state.notes.append(f"{title}: its trace also holds the activity of {others}, which ran while it "
+                           "recorded (nsys records one collection at a time) and has no section of its own.")
     if state.profiles or state.notes:
         flyte.report.get_tab(TAB).replace(render_fragment(state.profiles, state.notes))
 
 
-def _attaches(state: Profiling) -> bool:
-    return state.attach_report and not state.clustered
+def _profile(capture: Capture, reports: tuple[str, ...], title: str) -> CaptureProfile:
+    """The profile of CAPTURE, made from a link to its trace in a folder of its own that is deleted
+    afterwards: the exports and stats files of regions in a loop would otherwise pile up in the pod's
+    ephemeral storage (and get it evicted). The trace itself is kept."""
+    from nsight_core.profile import build_profile
+
+    scratch = Path(tempfile.mkdtemp(prefix=".nsight-profile-", dir=capture.path.parent))
+    try:
+        linked = scratch / capture.path.name
+        try:
+            os.link(capture.path, linked)
+        except OSError:
+            linked.symlink_to(capture.path.resolve())
+        return build_profile(linked, reports, title)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+NOT_ATTACHED = "not attached (attach_report=False): the trace stayed in the task's container"
+
+
+def _upload(state: Profiling, capture: Capture, title: str) -> str:
+    """A clustered worker has no controller, so no traced step: its trace goes straight to raw data
+    and the tab says where."""
+    uploaded = File.from_local_sync(capture.path, remote_destination=_raw_data_destination(capture.path))
+    state.notes.append(f"{title}: trace (.nsys-rep) uploaded to {uploaded.path}")
+    return f"{uploaded.path} (in the task's raw data)"
+
+
+def _not_uploaded(capture: Capture, error: Exception) -> str:
+    log.warning("could not upload the trace of %r (%s); it stays in the task's container at %s, and the "
+                "task is unaffected: check the raw data path's storage and credentials", capture.region,
+                one_line(error), capture.path)
+    return f"not uploaded ({one_line(error)}): the trace stayed in the task's container"
 
 
 def _on_event_loop() -> bool:
@@ -104,31 +141,47 @@ def _on_event_loop() -> bool:
 
 
 def publish_sync(state: Profiling, capture: Capture, title: str) -> None:
-    """Report and attach CAPTURE from synchronous code (a `with nsys.range` block in a def task).
+    """Attach and report CAPTURE from synchronous code (a `with nsys.range` block in a def task).
 
     A plain `with` inside an async def task lands here on the task's event loop, where flyte's
     blocking flush and sync traced step would deadlock: the tab is still updated (flyte writes it
     when the task ends) but the trace is left unattached, with a warning saying how to fix it.
     """
     try:
-        _summarize(state, capture, title)
-        if _on_event_loop():
+        on_loop = _on_event_loop()
+        if not state.attach_report:
+            source = NOT_ATTACHED
+        elif on_loop and not state.clustered:
             log.warning("nsys.range(%r) ran as a plain `with` in an async def task, so its trace is not "
                         "attached: write `async with nsys.range(...)` there", capture.region)
-            return
-        flyte.report.flush()
-        if _attaches(state):
-            capture_report_file_sync(str(capture.path))
-    except Exception:
-        log.warning("publishing the profile of %r failed", capture.region, exc_info=True)
+            source = "not attached: write `async with nsys.range(...)` in an async def task"
+        else:
+            try:
+                source = (_upload(state, capture, title) if state.clustered else
+                          f"{capture_report_file_sync(str(capture.path)).path} (the output of traced step "
+                          "capture_report_file_sync)")
+            except Exception as exc:
+                source = _not_uploaded(capture, exc)
+        _summarize(state, capture, title, source)
+        if not on_loop:
+            flyte.report.flush()
+    except Exception as exc:
+        log.warning("publishing the profile of %r failed: %s", capture.region, one_line(exc))
 
 
 async def publish(state: Profiling, capture: Capture, title: str) -> None:
-    """Report and attach CAPTURE from an async task body (nsys stats runs off the event loop)."""
+    """Attach and report CAPTURE from an async task body (nsys stats runs off the event loop)."""
     try:
-        await asyncio.to_thread(_summarize, state, capture, title)
+        if not state.attach_report:
+            source = NOT_ATTACHED
+        else:
+            try:
+                source = (await asyncio.to_thread(_upload, state, capture, title) if state.clustered else
+                          f"{(await capture_report_file(str(capture.path))).path} (the output of traced step "
+                          "capture_report_file)")
+            except Exception as exc:
+                source = _not_uploaded(capture, exc)
+        await asyncio.to_thread(_summarize, state, capture, title, source)
         await flyte.report.flush.aio()
-        if _attaches(state):
-            await capture_report_file(str(capture.path))
-    except Exception:
-        log.warning("publishing the profile of %r failed", capture.region, exc_info=True)
+    except Exception as exc:
+        log.warning("publishing the profile of %r failed: %s", capture.region, one_line(exc))

@@ -26,10 +26,14 @@ from nsight_core.session import Region, RunResult, Session, range
 from nsight_core.stats.reports import DEFAULT_REPORTS
 
 if TYPE_CHECKING:
+    from nsight_core.analysis.analyze import Analysis, analyze, step_budgets
+    from nsight_core.compare import diff
     from nsight_core.stats.load import load_stats
     from nsight_core.stats.models import ProfileStats
 
-_LAZY = {"load_stats": "nsight_core.stats.load", "ProfileStats": "nsight_core.stats.models"}
+_LAZY = {"load_stats": "nsight_core.stats.load", "ProfileStats": "nsight_core.stats.models",
+         "analyze": "nsight_core.analysis.analyze", "step_budgets": "nsight_core.analysis.analyze",
+         "Analysis": "nsight_core.analysis.analyze", "diff": "nsight_core.compare"}
 
 
 def __getattr__(name: str) -> Any:
@@ -40,6 +44,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "DEFAULT_REPORTS",
+    "Analysis",
     "Capture",
     "NsightError",
     "NsysCommandError",
@@ -50,7 +55,10 @@ __all__ = [
     "RunResult",
     "Session",
     "StatsError",
+    "analyze",
+    "diff",
     "find_nsys",
     "load_stats",
     "range",
+    "step_budgets",
 ]

@@ -74,6 +74,22 @@ def cmd_launch(args: argparse.Namespace) -> int:
                 output_dir=args.output_dir)
 
 
+SLOWER_EXIT = 3
+"""`nsight diff --fail-if-slower`: B is slower than allowed (1 stays 'could not compare': an error)."""
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from nsight_core.compare import diff
+    from nsight_core.render.diff import render_diff, verdict_line
+
+    result = diff(args.a, args.b)
+    sys.stdout.write(result.model_dump_json(indent=2) + "\n" if args.json else render_diff(result))
+    if args.fail_if_slower is not None and result.slower_than(args.fail_if_slower):
+        print(f"nsight: {verdict_line(result)} (allowed: {args.fail_if_slower:g} %)", file=sys.stderr)
+        return SLOWER_EXIT
+    return 0
+
+
 def _add_profiling_options(parser: argparse.ArgumentParser) -> None:
     """What to record and the command to record: shared by `run` and `launch`."""
     parser.add_argument("--trace", type=_csv_list, default=",".join(DEFAULT_TRACE),
@@ -154,6 +170,21 @@ def build_parser() -> argparse.ArgumentParser:
                         help="folder for region reports (default: $TMPDIR/nsight/<session>)")
     _add_profiling_options(launch)
     launch.set_defaults(func=cmd_launch)
+
+    compare = commands.add_parser(
+        "diff", help="compare two captures: step time, budget, kernels, NVTX ranges, with a verdict",
+        description="Compare capture B against capture A: step p50/p95, the per-step budget (compute, exposed "
+        "copies and communication, sync waits, launch gaps, GPU idle), kernels and NVTX ranges matched by name, "
+        "summary numbers, each with absolute and %% change, and a one-line verdict on top. A and B are .nsys-rep "
+        "files, .sqlite or arrow-directory exports, or directories of recorded CSVs (totals only: no steps or "
+        "budget). The verdict compares step p50 when both have steps, else GPU busy time, else summed kernel "
+        f"time. Exit status: 0, or {SLOWER_EXIT} when --fail-if-slower is exceeded, 1 on errors.")
+    compare.add_argument("a", type=Path, metavar="A", help="the baseline capture")
+    compare.add_argument("b", type=Path, metavar="B", help="the capture to judge against A")
+    compare.add_argument("--fail-if-slower", type=float, default=None, metavar="PCT",
+                         help=f"exit {SLOWER_EXIT} when B is more than PCT %% slower than A (e.g. 10)")
+    compare.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
+    compare.set_defaults(func=cmd_diff)
     return parser
 
 

@@ -114,26 +114,30 @@ def _cut(trace: EventTables) -> _Cut:
 
 
 def analyze(trace: EventTables) -> Analysis:
-    """Steps, per-step budget, NVTX self times and findings of TRACE (pure: no I/O)."""
+    """Steps, per-step budget, NVTX self times and findings of TRACE (pure: no I/O).
+
+    A capture without GPU activity (CPU-only) gets no GPU findings: its GPU is idle by design, and
+    its budget's idle time shows what the CPU did.
+    """
     cut = _cut(trace)
     stats, steps = cut.stats, cut.steps
     steady = steps.slice(1) if stats.warmup else steps
     budget = summarize_budget(cut.segments.filter(pl.col("step").is_in(steady["step"].implode())), steady, cut.thread)
     context = Context(steps=stats, budget=budget, window_ns=cut.window.span_ns,
                       step_p50_ns=stats.family.p50_ns if stats.family else None)
+    gpu_traced = bool(trace.kernels.height or trace.memcpy.height or trace.memset.height)
+    gpu_findings = [
+        find.gpu_idle(context),
+        find.sync_wait(context, *_syncs_in(steady, cut.blocking, trace.memcpy, cut.thread)),
+        find.launch_bound(context, *_launch_shape(steady, trace.kernels, trace.cuda_api)),
+        *find.pageable_copies(context, trace.memcpy, steps if cut.scope == "steps" else steps.clear()),
+        find.exposed_copy(context),
+        find.exposed_comm(context),
+    ] if gpu_traced else []
     return Analysis(
         window=cut.window, steps=stats, budget=budget, budget_scope=cut.scope,
         ranges=range_families(trace.nvtx, cut.window.span_ns),
-        findings=find.ordered([
-            find.gpu_idle(context),
-            find.sync_wait(context, *_syncs_in(steady, cut.blocking, trace.memcpy, cut.thread)),
-            find.launch_bound(context, *_launch_shape(steady, trace.kernels, trace.cuda_api)),
-            *find.pageable_copies(context, trace.memcpy, steps if cut.scope == "steps" else steps.clear()),
-            find.exposed_copy(context),
-            find.exposed_comm(context),
-            find.warmup(context),
-            find.step_count(context),
-        ]),
+        findings=find.ordered([*gpu_findings, find.warmup(context), find.step_count(context)]),
     )
 
 

@@ -1,0 +1,194 @@
+"""Two captures side by side: did B get slower than A, and where.
+
+Everything is matched by name (kernels by name, NVTX ranges by family, budget parts by part), with
+absolute and relative deltas. One number decides the verdict, the gate: the step p50 when both
+captures have steps, else GPU busy time (the union of kernel intervals), else, for recorded CSVs
+that have only totals, summed kernel time. Inputs are either a trace's frames or recorded
+statistics; a CSV side simply lacks what needs events (steps, budget, GPU busy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import polars as pl
+from pydantic import BaseModel, Field
+
+from nsight_core.analysis.analyze import Analysis, EventTables, analyze
+from nsight_core.analysis.intervals import busy_ns
+from nsight_core.analysis.steps import family_pattern
+from nsight_core.stats.models import ProfileStats
+
+NOISE_FRACTION = 0.01
+"""Gate changes within ±1 % are 'unchanged': run-to-run jitter, not a regression."""
+
+Group = Literal["steps", "budget", "summary"]
+Unit = Literal["ns", "count", "fraction"]
+Verdict = Literal["slower", "faster", "unchanged", "not_comparable"]
+GateMetric = Literal["step_p50", "gpu_busy", "kernel_time_sum"]
+
+
+@dataclass(frozen=True)
+class Side:
+    """One capture as diff needs it: per-name totals, and the analysis where there are events.
+
+    ``kernels``: name, instances, total_ns. ``ranges``: the same per NVTX range family (summed time,
+    nesting included). ``analysis`` and ``gpu_busy_ns`` are None for recorded statistics.
+    """
+
+    source: str
+    kernels: pl.DataFrame
+    ranges: pl.DataFrame
+    analysis: Analysis | None
+    gpu_busy_ns: int | None
+
+
+class Delta(BaseModel):
+    """One compared number: A's, B's, B - A and (B - A) / A."""
+
+    group: Group
+    name: str
+    unit: Unit
+    a: float | None
+    b: float | None
+    delta: float | None = Field(description="b - a; None when either side lacks it")
+    change: float | None = Field(description="(b - a) / a; None when a is 0 or missing")
+
+
+class NameDelta(BaseModel):
+    """A kernel or NVTX range family in A and B: summed time and instances (0 where it did not run)."""
+
+    name: str
+    a_ns: int
+    b_ns: int
+    delta_ns: int
+    change: float | None = Field(description="(b - a) / a; None when it did not run in A")
+    a_instances: int
+    b_instances: int
+
+
+class Gate(BaseModel):
+    """The number the verdict and --fail-if-slower use; positive change = B slower."""
+
+    metric: GateMetric | None = Field(description="None when the two captures share no comparable number")
+    a_ns: float | None
+    b_ns: float | None
+    change: float | None = Field(description="(b - a) / a")
+
+
+class TraceDiff(BaseModel):
+    """Capture B against capture A."""
+
+    a: str
+    b: str
+    verdict: Verdict
+    gate: Gate
+    deltas: list[Delta] = Field(description="Step statistics, budget parts per step and summary numbers")
+    kernels: list[NameDelta] = Field(description="Matched by name, largest absolute time change first")
+    ranges: list[NameDelta] = Field(description="NVTX range families matched by pattern, largest change first")
+
+    def slower_than(self, percent: float) -> bool:
+        """True when B's gate number is more than PERCENT % above A's."""
+        return self.gate.change is not None and self.gate.change * 100 > percent
+
+
+def side_from_trace(source: str, trace: EventTables) -> Side:
+    """A side with events: totals from the frames and the full analysis."""
+    duration = pl.col("end_ns") - pl.col("start_ns")
+
+    def totals(frame: pl.DataFrame, name: pl.Expr) -> pl.DataFrame:
+        return (frame.group_by(name.alias("name"))
+                .agg(pl.len().cast(pl.Int64).alias("instances"), duration.sum().cast(pl.Int64).alias("total_ns")))
+
+    return Side(source=source, kernels=totals(trace.kernels, pl.col("name")),
+                ranges=totals(trace.nvtx, family_pattern(pl.col("name"))), analysis=analyze(trace),
+                gpu_busy_ns=busy_ns(trace.kernels) if trace.kernels.height else None)
+
+
+def side_from_stats(source: str, stats: ProfileStats) -> Side:
+    """A side from recorded statistics: per-name totals only."""
+    kernels = stats.frame("kernels").select("name", pl.col("instances").cast(pl.Int64),
+                                            pl.col("total_time_ns").cast(pl.Int64).alias("total_ns"))
+    ranges = (stats.frame("nvtx_ranges")
+              .group_by(family_pattern(pl.col("name").str.strip_prefix(":")).alias("name"))
+              .agg(pl.col("instances").sum().cast(pl.Int64), pl.col("total_time_ns").sum().cast(pl.Int64)
+                   .alias("total_ns")))
+    return Side(source=source, kernels=kernels, ranges=ranges, analysis=None, gpu_busy_ns=None)
+
+
+def _delta(group: Group, name: str, unit: Unit, a: float | None, b: float | None) -> Delta:
+    delta = b - a if a is not None and b is not None else None
+    return Delta(group=group, name=name, unit=unit, a=a, b=b, delta=delta,
+                 change=delta / a if delta is not None and a else None)
+
+
+def _gate(a: Side, b: Side) -> Gate:
+    steps_a = a.analysis.steps.family if a.analysis else None
+    steps_b = b.analysis.steps.family if b.analysis else None
+    if steps_a and steps_b:
+        metric: GateMetric | None = "step_p50"
+        values: tuple[float | None, float | None] = (steps_a.p50_ns, steps_b.p50_ns)
+    elif a.gpu_busy_ns and b.gpu_busy_ns:
+        metric, values = "gpu_busy", (a.gpu_busy_ns, b.gpu_busy_ns)
+    else:
+        sums = (int(a.kernels["total_ns"].sum()), int(b.kernels["total_ns"].sum()))
+        metric, values = ("kernel_time_sum", sums) if all(sums) else (None, (None, None))
+    first, second = values
+    change = (second - first) / first if first and second is not None else None
+    return Gate(metric=metric, a_ns=first, b_ns=second, change=change)
+
+
+def _verdict(gate: Gate) -> Verdict:
+    if gate.change is None:
+        return "not_comparable"
+    if abs(gate.change) <= NOISE_FRACTION:
+        return "unchanged"
+    return "slower" if gate.change > 0 else "faster"
+
+
+def _analysis_deltas(a: Analysis | None, b: Analysis | None) -> list[Delta]:
+    deltas: list[Delta] = []
+    fa, fb = (a.steps.family if a else None), (b.steps.family if b else None)
+    for stat in ("count", "p50_ns", "p95_ns", "max_ns"):
+        unit: Unit = "count" if stat == "count" else "ns"
+        va = float(getattr(fa, stat)) if fa else None
+        vb = float(getattr(fb, stat)) if fb else None
+        if va is not None or vb is not None:
+            deltas.append(_delta("steps", f"step_{stat}".removesuffix("_ns"), unit, va, vb))
+    if a and b:
+        for part_a, part_b in zip(a.budget.parts, b.budget.parts, strict=True):
+            deltas.append(_delta("budget", f"{part_a.part}_per_step", "ns", part_a.per_step_mean_ns,
+                                 part_b.per_step_mean_ns))
+        deltas.append(_delta("summary", "user_window", "ns", a.window.span_ns, b.window.span_ns))
+    return deltas
+
+
+def _by_name(a: pl.DataFrame, b: pl.DataFrame) -> list[NameDelta]:
+    """Per-name total time and instances, matched by name, largest absolute time change first."""
+    joined = (
+        a.join(b, on="name", how="full", coalesce=True, suffix="_b")
+        .select("name", pl.col("total_ns").fill_null(0).alias("a_ns"), pl.col("total_ns_b").fill_null(0).alias("b_ns"),
+                pl.col("instances").fill_null(0).alias("a_instances"),
+                pl.col("instances_b").fill_null(0).alias("b_instances"))
+        .with_columns((pl.col("b_ns") - pl.col("a_ns")).alias("delta_ns"))
+        .with_columns(pl.when(pl.col("a_ns") > 0).then(pl.col("delta_ns") / pl.col("a_ns")).alias("change"))
+        .sort([pl.col("delta_ns").abs(), pl.col("name")], descending=[True, False])
+    )
+    return [NameDelta(**row) for row in joined.to_dicts()]
+
+
+def diff_sides(a: Side, b: Side) -> TraceDiff:
+    """B against A: the gate, the verdict and every matched delta."""
+    gate = _gate(a, b)
+    summary = [_delta("summary", "gpu_busy", "ns", a.gpu_busy_ns, b.gpu_busy_ns)] \
+        if a.gpu_busy_ns is not None or b.gpu_busy_ns is not None else []
+    summary.append(_delta("summary", "kernel_time_sum", "ns", int(a.kernels["total_ns"].sum()),
+                          int(b.kernels["total_ns"].sum())))
+    summary.append(_delta("summary", "kernel_launches", "count", int(a.kernels["instances"].sum()),
+                          int(b.kernels["instances"].sum())))
+    return TraceDiff(
+        a=a.source, b=b.source, verdict=_verdict(gate), gate=gate,
+        deltas=[*_analysis_deltas(a.analysis, b.analysis), *summary],
+        kernels=_by_name(a.kernels, b.kernels), ranges=_by_name(a.ranges, b.ranges),
+    )

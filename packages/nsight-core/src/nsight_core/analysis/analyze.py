@@ -126,12 +126,13 @@ def analyze(trace: EventTables) -> Analysis:
     context = Context(steps=stats, budget=budget, window_ns=cut.window.span_ns,
                       step_p50_ns=stats.family.p50_ns if stats.family else None)
     gpu_traced = bool(trace.kernels.height or trace.memcpy.height or trace.memset.height)
+    pageable = find.pageable_copies(context, trace.memcpy, steady if cut.scope == "steps" else steps.clear())
     gpu_findings = [
         find.gpu_idle(context),
         find.sync_wait(context, *_syncs_in(steady, cut.blocking, trace.memcpy, cut.thread)),
         find.launch_bound(context, *_launch_shape(steady, trace.kernels, trace.cuda_api)),
-        *find.pageable_copies(context, trace.memcpy, steps if cut.scope == "steps" else steps.clear()),
-        find.exposed_copy(context),
+        *pageable,
+        find.exposed_copy(context, pageable),
         find.exposed_comm(context),
     ] if gpu_traced else []
     return Analysis(

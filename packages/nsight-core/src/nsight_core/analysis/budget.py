@@ -7,11 +7,13 @@ part, first match wins:
 1. ``compute``: a kernel other than NCCL ran (kernels on several streams or GPUs count once);
 2. ``exposed_comm``: only NCCL kernels ran (communication no compute hides);
 3. ``exposed_copy``: only copies or memsets ran;
-4. the GPU idled. An idle stretch during which the CPU thread sat in a synchronising call
+4. the GPU idled. Idle time while the CPU thread sat in a synchronising call
    (``cudaStreamSynchronize``, ``.item()``'s copy, a pageable ``cudaMemcpyAsync`` ...) is
-   ``sync_wait``: the sync drained the queue, and the GPU waits for the CPU to refill it. An idle
-   stretch shorter than LAUNCH_GAP_NS between GPU work is ``launch_gap`` (launch overhead, what
-   CUDA graphs remove); a longer one is ``gpu_idle``, with what the CPU thread did meanwhile.
+   ``sync_wait``, and so is the refill after it when the GPU gets work again within LAUNCH_GAP_NS
+   (the sync drained the queue; the GPU waits for the relaunch). When the CPU goes on to do other
+   work instead (sleep, load data), that idle time is not the sync's. Other idle stretches shorter
+   than LAUNCH_GAP_NS are ``launch_gap`` (launch overhead, what CUDA graphs remove); longer ones
+   are ``gpu_idle``, with what the CPU thread did meanwhile.
 
 Idle time keeps what the step's CPU thread was in: the CUDA API or OS-runtime call, else the
 innermost NVTX range (by family: `step_{n}`), else nothing traced (Python between calls).
@@ -151,12 +153,15 @@ def budget_segments(
     segments = segments.sort("start_ns").with_columns(gpu.alias("gpu"))
     idle = pl.col("gpu").is_null()
     run = ((idle != idle.shift(1)) | (pl.col("step") != pl.col("step").shift(1))).fill_null(True).cum_sum()
+    in_sync = pl.col("sync").is_not_null()
     segments = segments.with_columns(run.alias("run")).with_columns(
-        pl.col("sync").is_not_null().any().over("run").alias("run_sync"),
+        pl.col("end_ns").filter(in_sync).max().over("run").alias("sync_end"),
+        pl.col("end_ns").max().over("run").alias("run_end"),
         (pl.col("end_ns").max() - pl.col("start_ns").min()).over("run").alias("run_ns"),
     )
+    refill = (pl.col("start_ns") >= pl.col("sync_end")) & (pl.col("run_end") - pl.col("sync_end") < LAUNCH_GAP_NS)
     part = (pl.when(~idle).then(pl.col("gpu"))
-            .when(pl.col("run_sync")).then(pl.lit("sync_wait"))
+            .when(in_sync | refill.fill_null(False)).then(pl.lit("sync_wait"))
             .when(pl.col("run_ns") < LAUNCH_GAP_NS).then(pl.lit("launch_gap"))
             .otherwise(pl.lit("gpu_idle")))
     kind = (pl.when(pl.col("api").is_not_null()).then(pl.lit("cuda_api"))

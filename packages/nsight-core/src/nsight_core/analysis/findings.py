@@ -240,12 +240,22 @@ def pageable_copies(context: Context, memcpy: pl.DataFrame, steps: pl.DataFrame)
     return findings
 
 
-def exposed_copy(context: Context) -> Finding | None:
-    """Copies that no kernel overlaps (pageable ones are also reported with their bandwidth)."""
-    return _budget_finding(
+def exposed_copy(context: Context, pageable: list[Finding]) -> Finding | None:
+    """Copies that no kernel overlaps, less what the PAGEABLE findings already save of them in the steps."""
+    finding = _budget_finding(
         context, "exposed_copy", "exposed_copy", "Memory copies run while no kernel does",
         "Overlap the copies with compute: pinned memory and non_blocking=True on a side stream, or prefetch the "
         "next batch while this one computes.", [])
+    if finding is None or finding.saving is None or context.budget is None:
+        return finding
+    claimed = sum(f.saving.total_ns for f in pageable if f.saving is not None and f.saving.per_step_ns is not None)
+    total = max(finding.saving.total_ns - claimed, 0.0)
+    per_step = total / context.budget.steps if finding.saving.per_step_ns is not None and context.budget.steps \
+        else None
+    saving = _saving(context, per_step, total)
+    if _share(saving) < REPORT_SHARE:
+        return None
+    return finding.model_copy(update={"saving": saving, "severity": _severity(_share(saving))})
 
 
 def exposed_comm(context: Context) -> Finding | None:

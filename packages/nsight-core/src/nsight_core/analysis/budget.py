@@ -128,15 +128,15 @@ def budget_segments(
     api, calls, ranges = on_thread(cuda_api), on_thread(osrt), self_intervals(on_thread_nvtx(nvtx, thread, lo, hi))
     blocking = on_thread(sync)
     cuts = pl.concat([frame.select("start_ns", "end_ns") for frame in (api, calls, ranges, blocking)])
-    events = pl.concat([
-        *(frame.select(pl.col(edge).alias("t"), pl.lit(layer).alias("layer"), pl.lit(sign).alias("delta"))
-          for layer, frame in layers.items() for edge, sign in (("start_ns", 1), ("end_ns", -1))),
-        cuts.select(pl.col("start_ns").alias("t")), cuts.select(pl.col("end_ns").alias("t")),
-    ], how="diagonal").with_columns(pl.col("t").clip(lo, hi))
+    def edges(frame: pl.DataFrame, layer: str | None) -> list[pl.DataFrame]:
+        """Start (+1) and end (-1) of each interval as a change of LAYER's coverage (None: only a cut)."""
+        return [frame.select(pl.col(edge).clip(lo, hi).alias("t"),
+                             *(pl.lit(sign if name == layer else 0, pl.Int32).alias(name) for name in _GPU_LAYERS))
+                for edge, sign in (("start_ns", 1), ("end_ns", -1))]
+
+    events = pl.concat([*(e for layer, frame in layers.items() for e in edges(frame, layer)), *edges(cuts, None)])
     coverage = (
-        events.group_by("t")
-        .agg(*(pl.col("delta").filter(pl.col("layer") == layer).sum().alias(layer) for layer in _GPU_LAYERS))
-        .sort("t")
+        events.group_by("t").sum().sort("t")
         .with_columns(*(pl.col(layer).cum_sum() for layer in _GPU_LAYERS))
         .with_columns(pl.col("t").alias("start_ns"), pl.col("t").shift(-1).alias("end_ns"))
         .filter((pl.col("in_step") > 0) & (pl.col("end_ns") > pl.col("start_ns")))
@@ -152,13 +152,17 @@ def budget_segments(
            .when(pl.col("copy") > 0).then(pl.lit("exposed_copy")))
     segments = segments.sort("start_ns").with_columns(gpu.alias("gpu"))
     idle = pl.col("gpu").is_null()
-    run = ((idle != idle.shift(1)) | (pl.col("step") != pl.col("step").shift(1))).fill_null(True).cum_sum()
+    first = ((idle != idle.shift(1)) | (pl.col("step") != pl.col("step").shift(1))).fill_null(True)
+    last = first.shift(-1).fill_null(True)
     in_sync = pl.col("sync").is_not_null()
-    segments = segments.with_columns(run.alias("run")).with_columns(
-        pl.col("end_ns").filter(in_sync).max().over("run").alias("sync_end"),
-        pl.col("end_ns").max().over("run").alias("run_end"),
-        (pl.col("end_ns").max() - pl.col("start_ns").min()).over("run").alias("run_ns"),
-    )
+    # Per idle run (consecutive idle pieces of one step), with fills instead of per-run groups: its
+    # start and end, and the end of the latest sync before each piece (reset, as -1, at the run start).
+    segments = segments.with_columns(
+        pl.when(first).then(pl.col("start_ns")).forward_fill().alias("run_start"),
+        pl.when(last).then(pl.col("end_ns")).backward_fill().alias("run_end"),
+        pl.when(in_sync).then(pl.col("end_ns")).when(first).then(-1).forward_fill().alias("sync_end"),
+    ).with_columns(pl.when(pl.col("sync_end") >= 0).then(pl.col("sync_end")).alias("sync_end"),
+                   (pl.col("run_end") - pl.col("run_start")).alias("run_ns"))
     refill = (pl.col("start_ns") >= pl.col("sync_end")) & (pl.col("run_end") - pl.col("sync_end") < LAUNCH_GAP_NS)
     part = (pl.when(~idle).then(pl.col("gpu"))
             .when(in_sync | refill.fill_null(False)).then(pl.lit("sync_wait"))

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 import polars as pl
 from pydantic import BaseModel, Field
@@ -76,7 +76,7 @@ class Analysis(BaseModel):
     steps: StepStats
     budget: StepBudget = Field(description="Over the steady steps (warm-up left out), or the whole user window "
                                "as one step when there are no steps")
-    budget_scope: str = Field(description="'steps' or 'capture'")
+    budget_scope: Literal["steps", "capture"] = Field(description="What the budget's steps are")
     ranges: list[RangeFamily] = Field(description="NVTX range families with self time, shares of the user window")
     findings: list[Finding]
 
@@ -88,7 +88,7 @@ class _Cut:
     window: UserWindow
     stats: StepStats
     steps: pl.DataFrame
-    scope: str
+    scope: Literal["steps", "capture"]
     thread: int | None
     blocking: pl.DataFrame
     segments: pl.DataFrame
@@ -99,7 +99,7 @@ def _cut(trace: EventTables) -> _Cut:
     window = user_window(trace.window.start_ns, trace.window.end_ns, trace.nvtx_marks,
                          [trace.kernels, trace.memcpy, trace.memset, trace.cuda_api, trace.nvtx], trace.osrt)
     stats, steps = find_steps(trace.nvtx, trace.kernels)
-    scope = "steps"
+    scope: Literal["steps", "capture"] = "steps"
     if not steps.height:
         scope = "capture"
         steps = pl.DataFrame({"step": [0], "start_ns": [window.start_ns], "end_ns": [window.end_ns],

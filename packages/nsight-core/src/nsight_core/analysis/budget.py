@@ -38,7 +38,7 @@ Part = Literal["compute", "exposed_comm", "exposed_copy", "sync_wait", "launch_g
 PARTS: tuple[Part, ...] = ("compute", "exposed_comm", "exposed_copy", "sync_wait", "launch_gap", "gpu_idle")
 CpuKind = Literal["cuda_api", "osrt", "nvtx", "untraced"]
 
-_GPU_LAYERS = ("compute", "comm", "copy", "in_step")
+_LAYERS = ("compute", "comm", "copy", "in_step")
 
 
 class BudgetPart(BaseModel):
@@ -125,19 +125,19 @@ def budget_segments(
         "copy": inside(copies),
         "in_step": steps,
     }
-    api, calls, ranges = on_thread(cuda_api), on_thread(osrt), self_intervals(on_thread_nvtx(nvtx, thread, lo, hi))
+    api, calls, ranges = on_thread(cuda_api), on_thread(osrt), self_intervals(_nvtx_on_thread(nvtx, thread, lo, hi))
     blocking = on_thread(sync)
     cuts = pl.concat([frame.select("start_ns", "end_ns") for frame in (api, calls, ranges, blocking)])
     def edges(frame: pl.DataFrame, layer: str | None) -> list[pl.DataFrame]:
         """Start (+1) and end (-1) of each interval as a change of LAYER's coverage (None: only a cut)."""
         return [frame.select(pl.col(edge).clip(lo, hi).alias("t"),
-                             *(pl.lit(sign if name == layer else 0, pl.Int32).alias(name) for name in _GPU_LAYERS))
+                             *(pl.lit(sign if name == layer else 0, pl.Int32).alias(name) for name in _LAYERS))
                 for edge, sign in (("start_ns", 1), ("end_ns", -1))]
 
     events = pl.concat([*(e for layer, frame in layers.items() for e in edges(frame, layer)), *edges(cuts, None)])
     coverage = (
         events.group_by("t").sum().sort("t")
-        .with_columns(*(pl.col(layer).cum_sum() for layer in _GPU_LAYERS))
+        .with_columns(*(pl.col(layer).cum_sum() for layer in _LAYERS))
         .with_columns(pl.col("t").alias("start_ns"), pl.col("t").shift(-1).alias("end_ns"))
         .filter((pl.col("in_step") > 0) & (pl.col("end_ns") > pl.col("start_ns")))
     )
@@ -179,7 +179,7 @@ def budget_segments(
     )
 
 
-def on_thread_nvtx(nvtx: pl.DataFrame, thread: int | None, lo: int, hi: int) -> pl.DataFrame:
+def _nvtx_on_thread(nvtx: pl.DataFrame, thread: int | None, lo: int, hi: int) -> pl.DataFrame:
     """THREAD's NVTX ranges overlapping [LO, HI), keeping the depth the nesting lookup needs."""
     return nvtx.filter((pl.col("thread") == thread) & (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi))
 

@@ -32,6 +32,8 @@ WARNING_SHARE = 0.05
 CRITICAL_SHARE = 0.25
 REPORT_SHARE = 0.01
 """Savings below this share are not reported at all (noise, not a fix)."""
+MANY_KERNELS = 100
+"""Kernels per step from which kernels shorter than their launches are reported whatever the gaps cost."""
 MIN_STEPS = 5
 """Fewer steps than this: percentiles and the trend say little."""
 PAGEABLE_MIN_BYTES = 1 << 20
@@ -114,14 +116,18 @@ def _share(saving: Saving) -> float:
 
 def _budget_finding(
     context: Context, part: Literal["gpu_idle", "sync_wait", "exposed_copy", "exposed_comm"],
-    kind: FindingKind, title: str, suggestion: str, extra: list[Evidence],
+    kind: FindingKind, title: str, suggestion: str, extra: list[Evidence], seen: bool = False,
 ) -> Finding | None:
-    """A finding whose saving is one budget part: its mean per step (the total over steps / steps)."""
+    """A finding whose saving is one budget part: its mean per step (the total over steps / steps).
+
+    SEEN: the cause is there in every step (a sync call, an NCCL kernel), so the finding is made
+    even when its measured cost is below REPORT_SHARE (then as info).
+    """
     if context.budget is None:
         return None
     measured = context.budget.part(part)
     saving = _saving(context, _per_step(context, measured.per_step_mean_ns), measured.total_ns)
-    if _share(saving) < REPORT_SHARE:
+    if _share(saving) < REPORT_SHARE and not seen:
         return None
     evidence = [
         Evidence(metric=f"{part}_per_step_mean", value=measured.per_step_mean_ns, unit="ns"),
@@ -162,7 +168,8 @@ def sync_wait(context: Context, syncs: pl.DataFrame, small_reads: int) -> Findin
              else "Synchronising calls drain the GPU queue every step")
     suggestion = ("Keep step results on the GPU (accumulate the loss as a tensor) and read them back every N steps; "
                   "drop torch.cuda.synchronize() and blocking copies from the loop.")
-    return _budget_finding(context, "sync_wait", "sync_wait", title, suggestion, extra)
+    return _budget_finding(context, "sync_wait", "sync_wait", title, suggestion, extra,
+                           seen=syncs.height >= steps)
 
 
 def launch_bound(context: Context, kernels_per_step: float, kernel_p50_ns: float,
@@ -172,7 +179,7 @@ def launch_bound(context: Context, kernels_per_step: float, kernel_p50_ns: float
         return None
     measured = context.budget.part("launch_gap")
     saving = _saving(context, _per_step(context, measured.per_step_mean_ns), measured.total_ns)
-    if _share(saving) < REPORT_SHARE:
+    if _share(saving) < REPORT_SHARE and kernels_per_step < MANY_KERNELS:
         return None
     evidence = [
         Evidence(metric="kernels_per_step", value=kernels_per_step, unit="count"),
@@ -263,7 +270,8 @@ def exposed_comm(context: Context) -> Finding | None:
     return _budget_finding(
         context, "exposed_comm", "exposed_comm", "Communication (NCCL) is not hidden behind compute",
         "Overlap gradient communication with backward: DDP buckets (bucket_cap_mb), no_sync() for gradient "
-        "accumulation, or FSDP prefetching.", [])
+        "accumulation, or FSDP prefetching.", [],
+        seen=bool(context.budget and context.budget.part("exposed_comm").total_ns))
 
 
 def warmup(context: Context) -> Finding | None:

@@ -26,15 +26,25 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
-# The machine's own Debian mirror, so this works wherever apt already works.
-URI=""
-if [ -f /etc/apt/sources.list.d/debian.sources ]; then
-  URI=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources)
+# The machine's own Debian archive (the first configured apt source whose path ends in /debian), so
+# this works wherever apt already works and fetches from nowhere the machine was not told to use.
+apt_uris() {
+  local f
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] && awk '/^URIs:/ {for (i = 2; i <= NF; i++) print $i}' "$f"
+  done
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -f "$f" ] && awk '$1 == "deb" {for (i = 2; i <= NF; i++) if ($i ~ /^[a-z+]+:/) {print $i; break}}' "$f"
+  done
+  return 0
+}
+URI=$(apt_uris | grep -E '/debian/?$' | head -n 1 || true)
+if [ -z "$URI" ]; then
+  echo "install-nsys: none of this machine's apt sources is a Debian archive (a URI ending in /debian)." >&2
+  echo "Add your Debian mirror to /etc/apt/sources.list.d/, or install Nsight Systems from NVIDIA and" >&2
+  echo "set NSIGHT_NSYS to its nsys binary." >&2
+  exit 2
 fi
-if [ -z "$URI" ] && [ -f /etc/apt/sources.list ]; then
-  URI=$(awk '$1 == "deb" {print $2; exit}' /etc/apt/sources.list)
-fi
-URI=${URI:-http://deb.debian.org/debian}
 
 echo "install-nsys: downloading nsight-systems 2023.4.4 from $URI (trixie non-free)"
 mkdir -p "$WORK/lists/partial"

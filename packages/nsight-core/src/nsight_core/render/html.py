@@ -1,8 +1,8 @@
 """The GPU Profile report as HTML: a fragment for a Flyte report tab, or a standalone page.
 
 Design constraints, each one a user-visible failure when broken:
-- Offline: clusters are often air-gapped, so vega, vega-lite and vega-embed come from the installed
-  vl-convert-python package and are embedded once per fragment, never fetched.
+- Offline: clusters are often air-gapped, so vega, vega-lite and vega-embed come from the files
+  vendored in this package (render/vendor/) and are embedded once per fragment, never fetched.
 - Names are hostile: kernel names carry `<`/`>` from templates and NVTX names are arbitrary user
   text, so every name goes through html.escape, and chart specs are embedded as JSON with `<`, `>`
   and `&` escaped so no name can close a script element.
@@ -19,11 +19,10 @@ import html
 import json
 import uuid
 from collections.abc import Iterator, Sequence
+from importlib import resources
 from typing import Any
 
-import altair as alt
 import polars as pl
-import vl_convert
 
 from nsight_core.analysis.summary import Tile
 from nsight_core.profile import CaptureProfile
@@ -93,16 +92,17 @@ _SCRIPT = """
 
 @functools.cache
 def vega_bundle() -> str:
-    """vega + vega-lite + vega-embed as one script, from the installed vl-convert-python (no network).
+    """vega + vega-lite + vega-embed as one script, read once per process from the vendored files.
 
-    The bundled Vega-Lite matches the one Altair writes specs for; when this vl-convert lacks it,
-    its newest one is used (Vega-Lite keeps older specs working within a major version).
+    render/vendor/ holds the npm builds of the versions Altair writes specs for (scripts/vendor-vega.sh
+    refreshes them), so no render pays for building a bundle and no image needs a converter for it.
+    The wrapper's `define`, `module` and `exports` hide a host page's module loader: each UMD build
+    then sets its global (vega, vegaLite, vegaEmbed) wherever the fragment is embedded.
     """
-    wanted = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
-    available = vl_convert.get_vegalite_versions()
-    version = wanted if wanted in available else available[-1]
-    # vl-convert's type stub marks the optional `snippet` as required; its docstring says optional.
-    return vl_convert.javascript_bundle(vl_version=version)  # type: ignore[call-arg]
+    vendor = resources.files("nsight_core.render") / "vendor"
+    builds = "\n".join((vendor / f"{name}.min.js").read_text(encoding="utf-8")
+                       for name in ("vega", "vega-lite", "vega-embed"))
+    return f"(function (define, module, exports) {{\n{builds}\n}}).call(window);"
 
 
 def script_json(value: Any) -> str:

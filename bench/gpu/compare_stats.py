@@ -1,0 +1,84 @@
+"""`nsight stats --json` against `nsys stats` run directly on the same .nsys-rep: names, instances, totals.
+
+    python bench/gpu/compare_stats.py REP [REP ...]
+
+For each REP it expects what scripts/gpu-check.sh writes beside it: `<stem>_<report>.csv` from
+`nsys stats -r ... -f csv -o <stem> REP` and `<stem>.nsight.json` from `nsight stats --json REP`.
+Every row must match by name (NVTX push/pop names without nsys' leading ':'), with equal instance
+counts and equal totals (ns exactly; MB within nsys' 3 printed decimals). Prints one line per
+report and every difference; exits 1 when any report differs.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+# report -> (nsight JSON table, total field, tolerance of the total)
+REPORTS = {
+    "cuda_gpu_kern_sum": ("kernels", "total_time_ns", 0.0),
+    "cuda_api_sum": ("api_calls", "total_time_ns", 0.0),
+    "nvtx_pushpop_sum": ("nvtx_ranges", "total_time_ns", 0.0),
+    "cuda_gpu_mem_time_sum": ("memory_time", "total_time_ns", 0.0),
+    "cuda_gpu_mem_size_sum": ("memory_size", "total_mb", 0.0005),
+}
+NAME_COLUMNS = ("Name", "Range", "Operation")
+COUNT_COLUMNS = ("Instances", "Num Calls", "Count")
+TOTAL_COLUMNS = ("Total Time (ns)", "Total (MB)")
+
+
+def _pick(row: dict[str, str], columns: tuple[str, ...]) -> str:
+    return next(row[c] for c in columns if c in row)
+
+
+def _name(name: str) -> str:
+    return name.lstrip(":")
+
+
+def nsys_rows(csv_path: Path) -> dict[str, tuple[int, float]]:
+    """name -> (instances, total) from a CSV nsys wrote (empty: nsys skipped the report)."""
+    if not csv_path.exists() or not csv_path.read_text().strip():
+        return {}
+    with csv_path.open(newline="") as handle:
+        return {_name(_pick(r, NAME_COLUMNS)): (int(_pick(r, COUNT_COLUMNS)), float(_pick(r, TOTAL_COLUMNS)))
+                for r in csv.DictReader(handle)}
+
+
+def nsight_rows(stats: dict[str, list[dict[str, object]]], table: str, total: str) -> dict[str, tuple[int, float]]:
+    return {_name(str(r["name"])): (int(str(r["instances"])), float(str(r[total]))) for r in stats.get(table, [])}
+
+
+def compare(rep: Path) -> list[str]:
+    """One line per report ('ok' or what differs) for REP; lines of differences start with '  '."""
+    stats = json.loads(rep.with_name(rep.stem + ".nsight.json").read_text())
+    lines: list[str] = []
+    for report, (table, total, tolerance) in REPORTS.items():
+        direct = nsys_rows(rep.with_name(f"{rep.stem}_{report}.csv"))
+        ours = nsight_rows(stats, table, total)
+        problems = [f"  only in nsys stats: {n!r}" for n in sorted(direct.keys() - ours.keys())]
+        problems += [f"  only in nsight stats: {n!r}" for n in sorted(ours.keys() - direct.keys())]
+        for name in sorted(direct.keys() & ours.keys()):
+            (n_count, n_total), (o_count, o_total) = direct[name], ours[name]
+            if n_count != o_count:
+                problems.append(f"  {name!r}: instances {n_count} (nsys) vs {o_count} (nsight)")
+            if abs(n_total - o_total) > tolerance:
+                problems.append(f"  {name!r}: total {n_total:g} (nsys) vs {o_total:g} (nsight)")
+        lines.append(f"{rep} {report}: {len(direct)} names, "
+                     + (f"{len(problems)} differences" if problems else "equal"))
+        lines += problems
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    lines = [line for rep in argv for line in compare(Path(rep))]
+    print("\n".join(lines))
+    return 1 if any(line.startswith("  ") for line in lines) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,226 @@
+"""Is this trace complete? Warnings, with cause and fix, for captures that lost part of what ran.
+
+nsys does not fail loudly when it loses data. On the H200 (driver 580, CUDA 13) nsys 2023.4.4 wrote a
+.nsys-rep for a whole-task capture whose importer had stopped at a CUDA 13 runtime call it did not know:
+1 kernel where hundreds ran, CUDA activity ending 370 ms before the 20 step ranges, a `.qdstrm` left
+beside the report, and a report page of plausible nothing. Four kinds of evidence are checked:
+
+- ``importer_errors``: what `nsys stop` / `nsys profile` printed ("Importer error status", "Analysis
+  failed", "Unknown runtime API function index"). nsys' own word: the trace is incomplete.
+- ``raw_stream_left``: the raw `.qdstrm` is still beside the report. nsys deletes it after a clean
+  import, so a leftover one means the import did not finish cleanly.
+- ``cuda_ends_early``: read from the trace alone (a report passed around without its side files): the
+  process used CUDA, yet its CUDA activity ends well before its NVTX ranges do and almost no range has
+  any CUDA call or GPU work in it. A GPU program's labelled steps launch work; ranges with none after
+  CUDA "stopped" are what a truncated import looks like.
+- ``nsys_older_than_cuda``: the nsys predates the CUDA major version the driver reports. Alone this
+  is NOT a warning: nsys 2023.4.4 imports regions opened after CUDA initialises completely on CUDA 13
+  (the recorded fixtures), so warning on every such capture would be noise. It is reported as the
+  cause, with the fix, when one of the other three found a loss.
+
+Pure: :func:`check_completeness` reads the trace's frames and the capture's side facts; only
+:func:`capture_facts` looks at the file system (for the leftover stream).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Literal, Protocol
+
+import polars as pl
+from pydantic import BaseModel, Field
+
+from nsight_core.analysis.analyze import EventTables
+
+CompletenessCode = Literal["importer_errors", "raw_stream_left", "cuda_ends_early", "nsys_older_than_cuda"]
+
+CUDA_TAIL_NS = 100_000_000
+"""CUDA activity must end at least this long before the last NVTX range for `cuda_ends_early`."""
+MAX_RANGES_WITH_CUDA = 0.1
+"""...and at most this share of the NVTX ranges may hold a CUDA call (same thread) or GPU work."""
+MIN_RANGES = 2
+
+# The first nsys release that knows each CUDA major version's API (nsys ships with the toolkit; the
+# 2023.4.4 importer says "Rel/CUDA12.4" in its own errors, 2024.2.3 came with CUDA 12.5, 2025.3 with 13.0).
+FIRST_NSYS_FOR_CUDA: dict[int, tuple[int, int]] = {12: (2022, 4), 13: (2025, 3)}
+
+_IMPORTER_MARKERS = re.compile(
+    r"^.*(?:Importer error status|Analysis failed|Errors occurred while processing the raw events|"
+    r"Unknown (?:runtime|driver) API function index|Importation failed|QdstrmImporter.*(?:crash|fail)).*$",
+    re.IGNORECASE | re.MULTILINE)
+_UNKNOWN_CALL = re.compile(r"Unknown (runtime|driver) API function index: (\d+)")
+_VERSION = re.compile(r"(\d{4})\.(\d+)(?:\.\d+)*")
+# TARGET_INFO_SYSTEM_ENV (what nsys recorded on the target) names the driver's CUDA version
+# CudaDriverVersion, as 1000 * major + 10 * minor (13000 = 13.0).
+_CUDA_DRIVER_KEY = "CudaDriverVersion"
+_EXPORT_VERSION_KEY = "EXPORT_PRODUCT_VERSION"
+
+
+class TraceWithMeta(EventTables, Protocol):
+    """The frames analysis reads, plus the export's metadata (``Trace.meta``)."""
+
+    @property
+    def meta(self) -> Mapping[str, str]: ...
+
+
+class CaptureFacts(BaseModel):
+    """What is known about how a capture was made, beside its trace."""
+
+    nsys_output: str = Field(default="", description="What `nsys stop` / `nsys profile` printed while writing it")
+    leftover_files: list[Path] = Field(default_factory=list, description="Raw .qdstrm streams left beside it")
+    nsys_version: str | None = Field(default=None, description="The nsys that recorded and imported it")
+    cuda_runtime_version: str | None = Field(default=None, description="The profiled process's CUDA runtime, "
+                                             "e.g. torch.version.cuda, where it was recorded")
+
+
+class CompletenessWarning(BaseModel):
+    """One sign that the trace misses part of what ran: what was found, why, and what to do."""
+
+    code: CompletenessCode
+    message: str = Field(description="What was found, one sentence")
+    cause: str
+    fix: str
+    evidence: dict[str, int | float | str] = Field(default_factory=dict, description="The numbers behind it (ns)")
+
+
+class Completeness(BaseModel):
+    """The verdict on one capture: complete, or the warnings that say why not."""
+
+    complete: bool
+    nsys_version: str | None = Field(description="The recording nsys where known, else the exporting one")
+    cuda_version: str | None = Field(description="CUDA of the profiled process (runtime where recorded, "
+                                     "else the driver's), 'major.minor'")
+    warnings: list[CompletenessWarning]
+
+
+def capture_facts(report: Path, nsys_output: str = "", nsys_version: str | None = None,
+                  cuda_runtime_version: str | None = None) -> CaptureFacts:
+    """The side facts of REPORT: the given nsys output and versions, and a `<stem>.qdstrm` left beside it."""
+    stream = report.with_suffix(".qdstrm")
+    return CaptureFacts(nsys_output=nsys_output, leftover_files=[stream] if stream.is_file() else [],
+                        nsys_version=nsys_version, cuda_runtime_version=cuda_runtime_version)
+
+
+def check_completeness(trace: TraceWithMeta, facts: CaptureFacts | None = None) -> Completeness:
+    """Every sign that TRACE is incomplete, given what is known about its capture (FACTS)."""
+    facts = facts or CaptureFacts()
+    nsys_version = facts.nsys_version or trace.meta.get(_EXPORT_VERSION_KEY)
+    cuda_version = facts.cuda_runtime_version or _driver_cuda(trace.meta)
+    losses = [w for w in (_importer_errors(facts.nsys_output), _raw_stream_left(facts.leftover_files),
+                          _cuda_ends_early(trace)) if w is not None]
+    too_old = _nsys_older_than_cuda(nsys_version, cuda_version) if losses else None
+    warnings = [*([too_old] if too_old else []), *losses]
+    return Completeness(complete=not warnings, nsys_version=nsys_version, cuda_version=cuda_version,
+                        warnings=warnings)
+
+
+_GENERIC_FIX = ("use an nsys at least as new as the profiled process's CUDA runtime, or record regions opened "
+                "after CUDA has initialised (capture='manual' after a warm-up step)")
+
+
+def _importer_errors(output: str) -> CompletenessWarning | None:
+    lines = [line.strip().strip("*").strip() for line in _IMPORTER_MARKERS.findall(output)]
+    if not lines:
+        return None
+    unknown = _UNKNOWN_CALL.search(output)
+    unknown_call = f"{unknown.group(1)} API function index {unknown.group(2)}" if unknown else None
+    evidence: dict[str, int | float | str] = {"nsys_said": " | ".join(dict.fromkeys(lines))[:500]}
+    if unknown_call:
+        evidence["unknown_call"] = unknown_call
+    return CompletenessWarning(
+        code="importer_errors",
+        message="nsys reported errors while importing the raw trace, so events after the first error are "
+                "missing: " + lines[0],
+        cause=(f"the importer met a CUDA call it does not know ({unknown_call})" if unknown_call
+               else "the importer could not process every raw event") + " and dropped the rest of that stream",
+        fix=_GENERIC_FIX, evidence=evidence)
+
+
+def _raw_stream_left(files: Sequence[Path]) -> CompletenessWarning | None:
+    if not files:
+        return None
+    return CompletenessWarning(
+        code="raw_stream_left",
+        message=f"the raw stream {files[0].name} is still beside the report: nsys deletes it after a clean import",
+        cause="the import into .nsys-rep did not finish cleanly (an importer error, or nsys was stopped)",
+        fix=_GENERIC_FIX + " (re-importing this .qdstrm with a newer nsys does not recover it: the stream "
+                           "itself lacks what the old nsys could not decode)",
+        evidence={"files": ", ".join(str(f) for f in files)})
+
+
+def _cuda_ends_early(trace: EventTables) -> CompletenessWarning | None:
+    """CUDA was used, its activity ends well before the NVTX ranges do, and almost no range holds any."""
+    ranges = trace.nvtx.select("start_ns", "end_ns", "thread").drop_nulls()
+    api = trace.cuda_api.select("start_ns", "end_ns", "thread")
+    if not api.height or ranges.height < MIN_RANGES:
+        return None
+    gpu = pl.concat([f.select("start_ns", "end_ns") for f in (trace.kernels, trace.memcpy, trace.memset)])
+    cuda_end = int(pl.concat([api.select("end_ns"), gpu.select("end_ns")]).select(pl.col("end_ns").max()).item())
+    nvtx_end = int(ranges.select(pl.col("end_ns").max()).item())
+    if nvtx_end - cuda_end < CUDA_TAIL_NS:
+        return None
+    with_cuda = int((_overlaps(ranges, api, by="thread") | _overlaps(ranges, gpu)).sum())
+    if with_cuda > MAX_RANGES_WITH_CUDA * ranges.height:
+        return None
+    after = int((ranges["start_ns"] >= cuda_end).sum())
+    return CompletenessWarning(
+        code="cuda_ends_early",
+        message=f"the process used CUDA, but its CUDA activity ends {(nvtx_end - cuda_end) / 1e6:.0f} ms before "
+                f"its NVTX ranges do and {ranges.height - with_cuda} of {ranges.height} ranges hold no CUDA call "
+                "or GPU work: the trace looks truncated",
+        cause="CUDA events after some point were not recorded or not imported (typically an nsys older than the "
+              "CUDA runtime, with a collection that started before CUDA initialised)",
+        fix=_GENERIC_FIX,
+        evidence={"cuda_end_ns": cuda_end, "nvtx_end_ns": nvtx_end, "window_end_ns": int(trace.window.end_ns),
+                  "ranges": ranges.height, "ranges_with_cuda": with_cuda, "ranges_after_cuda_end": after,
+                  "cuda_api_calls": api.height, "kernels": trace.kernels.height})
+
+
+def _overlaps(ranges: pl.DataFrame, events: pl.DataFrame, by: str | None = None) -> pl.Series:
+    """Per range (in RANGES' order): does any of EVENTS (on the same BY, when given) overlap it?
+
+    The events are sorted by start with a running maximum of their ends; the last event that starts
+    before a range ends then overlaps it exactly when that running maximum reaches the range's start.
+    """
+    if not events.height:
+        return pl.Series([False] * ranges.height)
+    keys = [by] if by else []
+    reach = (events.sort("start_ns")
+             .with_columns(pl.col("end_ns").cum_max().over(keys).alias("_reach") if by
+                           else pl.col("end_ns").cum_max().alias("_reach"))
+             .select(*keys, "start_ns", "_reach").rename({"start_ns": "_event_start"}))
+    located = (ranges.with_row_index("_row").sort("end_ns")
+               .join_asof(reach, left_on="end_ns", right_on="_event_start", by=by, strategy="backward",
+                          check_sortedness=False)  # both sorted above; polars cannot check within groups
+               .sort("_row"))
+    return located.select((pl.col("_reach") >= pl.col("start_ns")).fill_null(False)).to_series()
+
+
+def _nsys_older_than_cuda(nsys_version: str | None, cuda_version: str | None) -> CompletenessWarning | None:
+    if not nsys_version or not cuda_version:
+        return None
+    nsys = _VERSION.match(nsys_version)
+    if nsys is None:
+        return None
+    cuda_major = int(cuda_version.split(".")[0])
+    first = FIRST_NSYS_FOR_CUDA.get(cuda_major)
+    if first is None or (int(nsys.group(1)), int(nsys.group(2))) >= first:
+        return None
+    return CompletenessWarning(
+        code="nsys_older_than_cuda",
+        message=f"nsys {nsys_version} cannot fully import CUDA {cuda_major} traces",
+        cause=f"nsys {nsys_version} predates CUDA {cuda_major} (the first nsys for it is {first[0]}.{first[1]}): "
+              f"calls it does not know stop its importer",
+        fix=f"use an nsys at least as new as the CUDA runtime (CUDA {cuda_version}: nsys {first[0]}.{first[1]} or "
+            "later), e.g. the one in the NGC image; with this nsys, record regions opened after CUDA has "
+            "initialised (capture='manual' after a warm-up step), which it imports completely",
+        evidence={"nsys_version": nsys_version, "cuda_version": cuda_version})
+
+
+def _driver_cuda(meta: Mapping[str, str]) -> str | None:
+    raw = meta.get(_CUDA_DRIVER_KEY, "")
+    if not raw.isdigit() or int(raw) <= 0:
+        return None
+    return f"{int(raw) // 1000}.{int(raw) % 1000 // 10}"

@@ -37,3 +37,10 @@ bench: nsys
 
 clean:
 	rm -rf nsight-runs tests/artifacts .pytest_cache
+
+# `make gpu-check`: on a machine with an NVIDIA GPU, torch with CUDA in .venv and nsys: every Flyte
+# example through `a0` (profiled and not, our costs timed), the diagnosis recording, and `nsight stats`
+# against `nsys stats` on each trace (scripts/gpu-check.sh; results in docs/gpu-verification.md).
+.PHONY: gpu-check
+gpu-check: nsys
+	PATH="$(CURDIR)/.venv/bin:$$PATH" PYTHON=$(PY) bash scripts/gpu-check.sh nsight-runs/gpu-check

@@ -3,7 +3,7 @@
 # torch with CUDA, nsys, and this project's packages in the Python that runs (`nsight` and `a0` on
 # PATH). docs/gpu-verification.md has the results of the last run and how to read them.
 #
-# usage: scripts/gpu-check.sh [OUT=gpu-check] [STEPS=versions,examples,diagnosis,stats]
+# usage: scripts/gpu-check.sh [OUT=nsight-runs/gpu-check] [STEPS=versions,examples,diagnosis,stats]
 #   versions   driver, CUDA, torch, nsys             -> OUT/versions.txt
 #   examples   every Flyte example through `a0`, profiled and unprofiled, with our costs timed
 #              (bench/gpu/actions.py; GPU_CHECK_CASES=quick_start,regions,... picks some)
@@ -11,10 +11,13 @@
 #   diagnosis  bench/gpu/diagnosis.py under `nsight run --capture manual` -> OUT/diagnosis/
 #   stats      `nsys stats` directly and `nsight stats --json` on every .nsys-rep under OUT, then
 #              bench/gpu/compare_stats.py: names, instances and totals must be equal -> OUT/compare.txt
-# Exit status: 0 when every step passed, 1 otherwise (each step still runs).
+# Environment: PYTHON (default python3), NSIGHT_NSYS (default: nsys on PATH, then the installer's),
+#   GPU_CHECK_CASES, GPU_CHECK_TIMEOUT (seconds per action, default 300), GPU_CHECK_ENV=NAME=VALUE (one
+#   extra variable for the actions, e.g. NSIGHT_NSYS=/opt/nsys24/bin/nsys to profile with another nsys).
+# Exit status: 0 when every step passed, 1 otherwise (each step still runs); 2 when a prerequisite is missing.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-OUT=$(mkdir -p "${1:-gpu-check}" && cd "${1:-gpu-check}" && pwd)
+OUT=$(mkdir -p "${1:-nsight-runs/gpu-check}" && cd "${1:-nsight-runs/gpu-check}" && pwd)
 STEPS=",${2:-versions,examples,diagnosis,stats},"
 PYTHON=${PYTHON:-python3}
 REPORTS=cuda_gpu_kern_sum,cuda_api_sum,nvtx_pushpop_sum,cuda_gpu_mem_time_sum,cuda_gpu_mem_size_sum

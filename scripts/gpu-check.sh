@@ -3,14 +3,17 @@
 # torch with CUDA, nsys, and this project's packages in the Python that runs (`nsight` and `a0` on
 # PATH). docs/gpu-verification.md has the results of the last run and how to read them.
 #
-# usage: scripts/gpu-check.sh [OUT=nsight-runs/gpu-check] [STEPS=versions,examples,diagnosis,stats]
+# usage: scripts/gpu-check.sh [OUT=nsight-runs/gpu-check] [STEPS=versions,costs,examples,diagnosis,stats,completeness]
 #   versions   driver, CUDA, torch, nsys             -> OUT/versions.txt
+#   costs      the profiled path's pieces timed alone (bench/gpu/launch_cost.py) -> OUT/costs.md
 #   examples   every Flyte example through `a0`, profiled and unprofiled, with our costs timed
 #              (bench/gpu/actions.py; GPU_CHECK_CASES=quick_start,regions,... picks some)
 #                                                      -> OUT/actions/summary.json, the table on stdout
 #   diagnosis  bench/gpu/diagnosis.py under `nsight run --capture manual` -> OUT/diagnosis/
 #   stats      `nsys stats` directly and `nsight stats --json` on every .nsys-rep under OUT, then
 #              bench/gpu/compare_stats.py: names, instances and totals must be equal -> OUT/compare.txt
+#   completeness  every .nsys-rep's incomplete-trace verdict (bench/gpu/completeness_report.py)
+#              -> OUT/completeness.jsonl
 # Environment: PYTHON (default python3), NSIGHT_NSYS (default: nsys on PATH, then the installer's),
 #   GPU_CHECK_CASES, GPU_CHECK_TIMEOUT (seconds per action, default 300), GPU_CHECK_ENV=NAME=VALUE (one
 #   extra variable for the actions, e.g. NSIGHT_NSYS=/opt/nsys24/bin/nsys to profile with another nsys).
@@ -18,7 +21,7 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=$(mkdir -p "${1:-nsight-runs/gpu-check}" && cd "${1:-nsight-runs/gpu-check}" && pwd)
-STEPS=",${2:-versions,examples,diagnosis,stats},"
+STEPS=",${2:-versions,costs,examples,diagnosis,stats,completeness},"
 PYTHON=${PYTHON:-python3}
 REPORTS=cuda_gpu_kern_sum,cuda_api_sum,nvtx_pushpop_sum,cuda_gpu_mem_time_sum,cuda_gpu_mem_size_sum
 NSYS=${NSIGHT_NSYS:-$(command -v nsys || echo "${XDG_DATA_HOME:-$HOME/.local/share}/nsight/nsys/bin/nsys")}
@@ -40,6 +43,10 @@ if step versions; then
     nsight --version
   } > "$OUT/versions.txt" 2>&1
   cat "$OUT/versions.txt"
+fi
+
+if step costs; then
+  "$PYTHON" "$ROOT/bench/gpu/launch_cost.py" | tee "$OUT/costs.md" || fail "timing the profiled path's pieces"
 fi
 
 if step examples; then
@@ -66,6 +73,13 @@ if step stats; then
   if [ ${#reps[@]} -gt 0 ]; then
     "$PYTHON" "$ROOT/bench/gpu/compare_stats.py" "${reps[@]}" | tee "$OUT/compare.txt" \
       || fail "nsight stats and nsys stats differ (see $OUT/compare.txt)"
+  fi
+fi
+if step completeness; then
+  mapfile -t reps < <(find "$OUT" -name '*.nsys-rep' -not -path '*/raw/*' | sort)
+  if [ ${#reps[@]} -gt 0 ]; then
+    "$PYTHON" "$ROOT/bench/gpu/completeness_report.py" "${reps[@]}" | tee "$OUT/completeness.jsonl" \
+      || fail "the completeness check"
   fi
 fi
 exit $failed

@@ -4,6 +4,11 @@
 SHELL := /bin/bash
 UV := $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
 PY := .venv/bin/python
+# Bytecode is compiled at install time: without .pyc files every import of the task's first run
+# (and of each test process) compiles polars/pydantic/flyte from source, over a second more.
+export UV_COMPILE_BYTECODE := 1
+# Test processes: the suite mostly waits on nsys and Chromium, so one more worker than cores pays.
+WORKERS ?= 3
 
 .PHONY: help env nsys test lint demo bench clean
 
@@ -27,7 +32,7 @@ lint: env
 test: nsys lint
 	@bash scripts/install-chromium.sh
 	@bash scripts/install-torch-cpu.sh
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(WORKERS)
 
 demo: nsys
 	@bash scripts/demo.sh

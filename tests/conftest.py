@@ -6,6 +6,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,3 +51,19 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("NSIGHT_"):
             monkeypatch.delenv(name)
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Any:
+    """Debian's chromium (scripts/install-chromium.sh installs it; NSIGHT_CHROMIUM overrides).
+
+    Here, not in tests/report, because the adapter's end-to-end tests load the pages they make too.
+    """
+    sys.path.insert(0, str(REPO / "tests" / "report"))
+    from report_helpers import Chromium
+
+    for candidate in (os.environ.get("NSIGHT_CHROMIUM"), "chromium", "chromium-browser"):
+        found = shutil.which(candidate) if candidate else None
+        if found:
+            return Chromium(found)
+    pytest.skip("no chromium binary found: run scripts/install-chromium.sh (or set NSIGHT_CHROMIUM)")

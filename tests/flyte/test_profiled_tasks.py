@@ -24,13 +24,19 @@ def assert_trace_file(path: Path, raw: Path) -> None:
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
 
 
-def save_for_browser(name: str, page: str) -> None:
-    """Keep a real report.html for tests/report/test_browser.py, which loads it in Chromium."""
+def assert_draws(chromium, name: str, page: str) -> None:  # type: ignore[no-untyped-def]
+    """The task's real report.html in headless Chromium: nothing on the console, every chart drawn.
+    Checked here, by the test that made the page (no test reads another test's files)."""
     ARTIFACTS.mkdir(exist_ok=True)
-    (ARTIFACTS / f"flyte-e2e-{name}.html").write_text(page)
+    html_file = ARTIFACTS / f"flyte-e2e-{name}.html"
+    html_file.write_text(page)
+    load = chromium.load(html_file, html_file.with_suffix(".png"))
+    assert load.console == []
+    marks = load.chart_marks()
+    assert marks and all(count > 0 for count in marks.values()), marks
 
 
-def test_whole_task_profile(run_action):
+def test_whole_task_profile(run_action, chromium):
     unprofiled = __import__(MODULE).work(STEPS)
     result = run_action(HERE, MODULE, "whole_task", {"steps": STEPS})
 
@@ -41,14 +47,14 @@ def test_whole_task_profile(run_action):
     assert [s for s in parse_report(page).headings if s.startswith("Nsight")] == ["Nsight task: whole_task"]
     assert nvtx_counts(page) == [{**{f"step_{i}": 1 for i in range(STEPS)}, HOSTILE: 1}]
     assert HOSTILE not in page  # escaped
-    save_for_browser("whole_task", page)
+    assert_draws(chromium, "whole_task", page)
     [trace] = result.traces_named("capture_report_file")
     assert_trace_file(trace, result.workdir / "raw")
     assert "WARNING" not in result.stderr.replace("WARNING Flyte runtime", "")
 
 
 @pytest.mark.parametrize("task", ["regions_async", "regions_sync"])
-def test_manual_regions(run_action, task):
+def test_manual_regions(run_action, chromium, task):
     result = run_action(HERE, MODULE, task, {"steps": STEPS})
 
     assert result.error is None, result.stderr
@@ -57,7 +63,7 @@ def test_manual_regions(run_action, task):
     headings = [s for s in parse_report(page).headings if s.startswith("Nsight")]
     assert headings == ["Nsight region: training", "Nsight region: evaluation"]
     assert nvtx_counts(page) == [{f"train_{i}": 1 for i in range(STEPS)}, {"eval_0": 1, "eval_1": 1}]
-    save_for_browser(task, page)
+    assert_draws(chromium, task, page)
     step = "capture_report_file" if task == "regions_async" else "capture_report_file_sync"
     traces = result.traces_named(step)
     assert [t.stem for t in traces] == ["training", "evaluation"]

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
-# Collection imports this file before any test runs: artifacts older than this are from an earlier run.
-COLLECTED_AT = time.time()
 KERNEL_HEADER = "Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name"
 NVTX_HEADER = "Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Range"
 CHROMIUM_FLAGS = (

@@ -3,32 +3,14 @@
     python examples/flyte_quick_start.py
 
 The run's report gets a "GPU Profile" tab, and the .nsys-rep is the output of its traced step
-`capture_report_file`: download it and open it in nsys-ui. The other flyte_*.py examples reuse the
-image defined here.
+`capture_report_file`: download it and open it in nsys-ui. The other flyte_*.py examples reuse its
+image (examples/nsight_image.py: build the wheels first).
 """
 
-from pathlib import Path
-
 import flyte
+from nsight_image import image  # NGC PyTorch + this repository's wheels (build them first: see there)
 
 from flyteplugins.nsight import nsys_profile, nvtx
-
-PACKAGES = Path(__file__).resolve().parent.parent / "packages"
-
-# NGC PyTorch images ship torch and the nsys CLI. This repository's two packages are copied in and
-# installed into Flyte's venv, which is told to see NGC's system site-packages (for torch).
-image = (
-    flyte.Image.from_base("nvcr.io/nvidia/pytorch:26.09-py3")
-    # python_version must match the base image's Python (3.12 in NGC 26.xx images).
-    .clone(extendable=True, name="nsight", python_version=(3, 12))
-    .with_pip_packages("flyte>=2.5.10,<2.13")
-    .with_source_folder(PACKAGES, "/opt/nsight-packages")
-    .with_commands([
-        "sed -i 's/include-system-site-packages = false/include-system-site-packages = true/' /opt/venv/pyvenv.cfg",
-        "uv pip install --python /opt/venv/bin/python"
-        " /opt/nsight-packages/nsight-core /opt/nsight-packages/nsight-flyte",
-    ])
-)
 
 env = flyte.TaskEnvironment(
     name="nsight_train",

@@ -201,7 +201,8 @@ def pageable_copies(context: Context, memcpy: pl.DataFrame, steps: pl.DataFrame)
 
     Achievable bandwidth is the best pinned copy of that direction in the capture (at least
     PAGEABLE_MIN_BYTES), else NOMINAL_PINNED_BYTES_PER_S. The saving is each copy's time minus its
-    time at the achievable bandwidth; per step when the copies ran inside steps.
+    time at the achievable bandwidth; per step: what the copies inside STEPS (the steady ones) save,
+    over their number.
     """
     duration = pl.col("end_ns") - pl.col("start_ns")
     big = memcpy.filter((pl.col("bytes") >= PAGEABLE_MIN_BYTES) & (duration > 0))
@@ -216,14 +217,13 @@ def pageable_copies(context: Context, memcpy: pl.DataFrame, steps: pl.DataFrame)
     findings = []
     for (direction,), copies in located.group_by("direction", maintain_order=True):
         achievable = float(best.get(direction, NOMINAL_PINNED_BYTES_PER_S))
+        each = (duration - pl.col("bytes") / achievable * 1e9).clip(lower_bound=0)
         summed = copies.select(
-            pl.col("bytes").sum(), duration.sum().alias("ns"),
-            (duration - pl.col("bytes") / achievable * 1e9).clip(lower_bound=0).sum().alias("saving"),
-            pl.col("step").is_not_null().all().alias("in_steps"),
+            pl.col("bytes").sum(), duration.sum().alias("ns"), each.sum().alias("saving"),
+            each.filter(pl.col("step").is_not_null()).sum().alias("in_steps"),
         ).row(0, named=True)
         largest = copies.sort("bytes", descending=True).row(0, named=True)
-        in_steps = summed["in_steps"] and context.budget is not None and steps.height
-        per_step = summed["saving"] / steps.height if in_steps else None
+        per_step = summed["in_steps"] / steps.height if summed["in_steps"] and context.budget is not None else None
         saving = _saving(context, per_step, summed["saving"])
         if _share(saving) < REPORT_SHARE:
             continue
@@ -255,7 +255,8 @@ def exposed_copy(context: Context, pageable: list[Finding]) -> Finding | None:
         "next batch while this one computes.", [])
     if finding is None or finding.saving is None or context.budget is None:
         return finding
-    claimed = sum(f.saving.total_ns for f in pageable if f.saving is not None and f.saving.per_step_ns is not None)
+    claimed = sum(f.saving.per_step_ns * context.budget.steps for f in pageable
+                  if f.saving is not None and f.saving.per_step_ns is not None)
     total = max(finding.saving.total_ns - claimed, 0.0)
     per_step = total / context.budget.steps if finding.saving.per_step_ns is not None and context.budget.steps \
         else None

@@ -20,7 +20,8 @@ class RecordingController(local.LocalController):
     async def record_trace(self, info):  # type: ignore[no-untyped-def]
         await super().record_trace(info)
         with open(os.environ["NSIGHT_TEST_TRACES"], "a") as sink:
-            sink.write(json.dumps({"name": info.name, "output": getattr(info.output, "path", None),
+            sink.write(json.dumps({"name": info.name, "action": info.action.name,
+                                   "output": getattr(info.output, "path", None),
                                    "error": str(info.error) if info.error else None}) + "\n")
 
 

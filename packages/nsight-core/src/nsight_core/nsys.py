@@ -254,22 +254,31 @@ def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[s
     this process's group is not delivered twice. At a terminal nsys stays in the foreground group
     (COMMAND may read from it), which delivers Ctrl-C to everyone already.
     """
-    read_fd, write_fd = os.pipe()
-    out_fd, err_fd = os.dup(_fileno(sys.stdout, 1)), os.dup(_fileno(sys.stderr, 2))
     interactive = os.isatty(0)
-    argv = [*nsys_argv, "/bin/sh", "-c", _REDIRECT, "nsight", str(out_fd), str(err_fd), *command]
+    out_fd, err_fd = _low_dup(_fileno(sys.stdout, 1)), _low_dup(_fileno(sys.stderr, 2))
+    kept: tuple[int, ...]
+    if out_fd is None or err_fd is None:  # no single-digit fd free: nsys' output stays beside COMMAND's
+        for fd in (out_fd, err_fd):
+            if fd is not None:
+                os.close(fd)
+        read_fd, write_fd, kept, argv = None, None, (), [*nsys_argv, *command]
+    else:
+        read_fd, write_fd = os.pipe()
+        kept = (out_fd, err_fd)
+        argv = [*nsys_argv, "/bin/sh", "-c", _REDIRECT, "nsight", str(out_fd), str(err_fd), *command]
     try:
         process = subprocess.Popen(argv, env=dict(env) if env is not None else None, stdout=write_fd,
-                                   stderr=write_fd, pass_fds=(out_fd, err_fd),
-                                   process_group=None if interactive else 0)
+                                   stderr=write_fd, pass_fds=kept, process_group=None if interactive else 0)
     except OSError as exc:
         raise NsysCommandError(f"could not run {argv[0]}: {exc}") from exc
     finally:
-        for fd in (write_fd, out_fd, err_fd):
-            os.close(fd)
+        for fd in (write_fd, *kept):
+            if fd is not None:
+                os.close(fd)
     tail = bytearray()
     copier = threading.Thread(target=_copy_to_stderr, args=(read_fd, tail), daemon=True)
-    copier.start()
+    if read_fd is not None:
+        copier.start()
     received: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
@@ -292,7 +301,8 @@ def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[s
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        copier.join(timeout=QUICK_TIMEOUT)
+        if read_fd is not None:
+            copier.join(timeout=QUICK_TIMEOUT)
     if received:
         returncode = 128 + received[-1]
     elif returncode < 0:
@@ -307,6 +317,16 @@ def _install(handler: Callable[[int, object], None], signals: Sequence[int]) -> 
     return {signum: signal.signal(signum, handler) for signum in signals}
 
 
+def _low_dup(fd: int) -> int | None:
+    """A copy of FD on a free descriptor 3..9: POSIX sh redirects single-digit descriptors only."""
+    for low in range(3, 10):
+        try:
+            os.fstat(low)
+        except OSError:
+            return os.dup2(fd, low, inheritable=False)
+    return None
+
+
 def _fileno(stream: Any, default: int) -> int:
     """STREAM's file descriptor; DEFAULT when it has none (a test harness's in-memory stream)."""
     try:
@@ -315,7 +335,9 @@ def _fileno(stream: Any, default: int) -> int:
         return default
 
 
-def _copy_to_stderr(read_fd: int, tail: bytearray, keep: int = 16_384) -> None:
+def _copy_to_stderr(read_fd: int | None, tail: bytearray, keep: int = 16_384) -> None:
+    if read_fd is None:
+        return
     with os.fdopen(read_fd, "rb", buffering=0) as pipe:
         while chunk := pipe.read(65_536):
             stream = getattr(sys.stderr, "buffer", None)

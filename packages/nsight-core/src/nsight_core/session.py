@@ -337,6 +337,7 @@ class Session:
             self._release_slot()
         report = base.with_name(base.name + ".nsys-rep")
         if not report.exists():
+            _remove_raw_streams(base, since=time.time() - duration - 1)
             cause = diagnose(result.output, self.output_dir) or one_line(result.output[-1000:]) or "no message"
             raise NsysCommandError(f"nsys stop for region {region!r} wrote no {report} (exit "
                                    f"{result.returncode}): {cause}")
@@ -404,6 +405,17 @@ def _stale(claim: Path) -> bool:
     except PermissionError:
         return False
     return False
+
+
+def _remove_raw_streams(base: Path, since: float) -> None:
+    """After a stop that wrote no report: delete the raw .qdstrm nsys left for it (beside the report
+    or as $TMPDIR/nsys-report-*.qdstrm, written since the collection began); with the disk full it
+    can never become a report, and in a pod it only fills ephemeral storage."""
+    candidates = [base.with_name(base.name + ".qdstrm"), *Path(tempfile.gettempdir()).glob("nsys-report-*.qdstrm")]
+    for stream in candidates:
+        with contextlib.suppress(OSError):
+            if stream.stat().st_mtime >= since:
+                stream.unlink()
 
 
 def _release_claim(base: Path) -> None:
@@ -540,26 +552,29 @@ def default_output_dir(session_name: str) -> Path:
 
 def exec_launch(argv: Sequence[str], *, name: str, trace: Sequence[str] | str = DEFAULT_TRACE,
                 sample: str | None = None, output_dir: str | Path | None = None) -> NoReturn:
-    """Replace this process with ARGV under `nsys launch`, or with ARGV alone when that cannot work.
+    """Run ARGV under `nsys launch` and exit as it did, or replace this process with ARGV alone.
 
     This is what a container runtime re-execs into (Flyte's exec wrapper): a missing nsys or a bad
-    setting must cost the profile, never the job, so every failure here falls back to running ARGV
-    unprofiled after one warning line. The session name gets a random suffix: a retried attempt of
-    the same action never reuses the previous attempt's session, folder or trace paths.
+    setting must cost the profile, never the job, so every failure here falls back to exec'ing ARGV
+    unprofiled after one warning line. When profiling, this process stays as nsys' parent instead of
+    exec'ing into it: nsys exits 0 when it is signalled itself, so a preempted pod (SIGTERM to its
+    first process) would report success. Staying lets SIGTERM/SIGINT be forwarded to nsys (which
+    passes them on and writes the trace) and the exit status say 128+N. The session name gets a
+    random suffix: a retried attempt never reuses the previous attempt's session, folder or paths.
     """
     if not argv:
         raise ValueError("no command to launch: give the program and its arguments after --.")
-    command, env = list(argv), dict(os.environ)
     try:
         unique = f"{sanitize(name)[:80]}-{uuid.uuid4().hex[:6]}"
         session = Session(unique, trace=trace, sample=sample, output_dir=output_dir or default_output_dir(unique))
         session.nsys.check_launch(session.name, session.trace)
         session._prepare_output_dir()
-        command, env = session.command(argv, "manual"), session.child_env()
+        nsys_argv, env = session._nsys_argv("manual"), session.child_env()
     except (NsightError, ValueError, OSError) as exc:
         print(f"nsight: WARNING: profiling is off for this run, {argv[0]} runs unprofiled: {one_line(exc)}",
               file=sys.stderr, flush=True)
-    os.execvpe(command[0], command, env)
+        os.execvp(argv[0], list(argv))
+    sys.exit(run_command(nsys_argv, argv, env=env).returncode)
 
 
 # The exec wrapper for container runtimes (Flyte's _F_EXEC_WRAPPER): a POSIX sh script, because the

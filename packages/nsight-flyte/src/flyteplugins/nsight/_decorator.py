@@ -16,6 +16,7 @@ module again and calls ``execute``).
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import logging
 import os
@@ -103,12 +104,15 @@ def _profile(task: T, settings: Settings) -> T:
         state = _flyte_io.Profiling(session, settings.reports, settings.attach_report,
                                     clustered=is_clustered_worker_env(os.environ))
         token = _flyte_io.active.set(state)
+        state.context = contextvars.copy_context()
+        _flyte_io.task_state = state
         try:
             if settings.capture == "manual":
                 return await execute(*args, **kwargs)
             async with ProfiledRange(name, f"Nsight task: {name}"):
                 return await execute(*args, **kwargs)
         finally:
+            _flyte_io.task_state = None
             _flyte_io.active.reset(token)
 
     def profiled_override(**kwargs: Any) -> T:

@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,9 +50,22 @@ class Profiling:
     clustered: bool
     profiles: list[CaptureProfile] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    context: contextvars.Context | None = None
+    """The task's context (flyte's included), for regions in threads the task body started."""
 
 
 active: contextvars.ContextVar[Profiling | None] = contextvars.ContextVar("nsight_profiling", default=None)
+task_state: Profiling | None = None
+"""The profiled task of this process. Context variables do not follow a `threading.Thread` the body
+starts, so a region there finds the task here and publishes inside a copy of the task's context."""
+
+
+def in_task_context(state: Profiling, function: Callable[..., None], *args: object) -> None:
+    """Run FUNCTION in a copy of the task's context: flyte's calls need it, a user's thread lacks it."""
+    if state.context is None:
+        function(*args)
+    else:
+        state.context.copy().run(function, *args)
 
 
 def _raw_data_destination(path: Path) -> str:

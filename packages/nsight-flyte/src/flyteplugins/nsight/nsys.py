@@ -28,9 +28,13 @@ class ProfiledRange:
         self.title = title
         self._state: _flyte_io.Profiling | None = None
         self._region: Region | None = None
+        self._foreign = False
 
     def _open(self) -> Region | None:
         self._state = _flyte_io.active.get()
+        self._foreign = self._state is None and _flyte_io.task_state is not None
+        if self._foreign:  # a thread the task body started: context variables did not follow it
+            self._state = _flyte_io.task_state
         if self._state is None:  # the task already logged, once, why this run is unprofiled
             return None
         self._region = self._state.session.range(self.name)
@@ -47,7 +51,12 @@ class ProfiledRange:
         if self._region is None or self._state is None:
             return
         self._region.__exit__(exc_type, exc, tb)
-        if self._region.capture is not None:
+        if self._region.capture is None:
+            return
+        if self._foreign:
+            _flyte_io.in_task_context(self._state, _flyte_io.publish_sync, self._state, self._region.capture,
+                                      self.title)
+        else:
             _flyte_io.publish_sync(self._state, self._region.capture, self.title)
 
     async def __aenter__(self) -> Self:

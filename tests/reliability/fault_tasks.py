@@ -1,0 +1,161 @@
+"""Tasks the fault matrix runs through `a0`. CPU machines: trace nvtx and osrt (no CUDA here).
+
+Every task returns (or raises) something computed from its input alone, so a test knows exactly what
+the unprofiled run would give: `expected(task, steps)`.
+"""
+
+import asyncio
+import contextlib
+import os
+import threading
+import time
+from pathlib import Path
+
+import flyte
+
+from flyteplugins.nsight import nsys, nsys_profile, nvtx
+
+CPU_TRACE = ("nvtx", "osrt")
+HOSTILE_NAMES = ["new\nline", "tab\tname", "quotes ' \"", "$(touch pwned)", "`touch pwned`", "semi;colon",
+                 "../../escape", "x" * 300, "ünïcødé ✓"]
+
+env = flyte.TaskEnvironment(name="nsight_faults")
+
+
+def work(steps: int, prefix: str = "step") -> int:
+    """Labelled CPU work: STEPS NVTX ranges named <prefix>_<i>; returns the sum of 0..STEPS-1."""
+    total = 0
+    for i in range(steps):
+        with nvtx.range(f"{prefix}_{i}"):
+            time.sleep(0.01)
+            total += i
+    return total
+
+
+class TrainingDiverged(RuntimeError):
+    """The task's own error, which must reach error.pb unchanged."""
+
+
+@nsys_profile(trace=CPU_TRACE)
+@env.task
+async def whole(steps: int) -> int:
+    return work(steps)
+
+
+@nsys_profile(trace=CPU_TRACE, capture="manual")
+@env.task
+async def region(steps: int) -> int:
+    async with nsys.range("training"):
+        return work(steps)
+
+
+@nsys_profile(trace=CPU_TRACE)
+@env.task
+async def raises(steps: int) -> int:
+    work(steps)
+    raise TrainingDiverged(f"loss is nan after {steps} steps")
+
+
+@nsys_profile(trace=CPU_TRACE, capture="manual")
+@env.task
+async def gathered(steps: int) -> int:
+    """Two regions at once on one event loop (asyncio.gather)."""
+
+    async def one(name: str) -> int:
+        async with nsys.range(name):
+            return await asyncio.to_thread(work, steps, name)
+
+    first, second = await asyncio.gather(one("first"), one("second"))
+    return first + second
+
+
+@nsys_profile(trace=CPU_TRACE, capture="manual")
+@env.task
+def threaded(steps: int) -> int:
+    """Two regions at once from two threads of a def task."""
+    results: dict[str, int] = {}
+
+    def one(name: str) -> None:
+        with nsys.range(name):
+            results[name] = work(steps, name)
+
+    threads = [threading.Thread(target=one, args=(name,)) for name in ("first", "second")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results["first"] + results["second"]
+
+
+@nsys_profile(trace=CPU_TRACE, capture="manual", attach_report=False)
+@env.task
+async def nested(steps: int) -> int:
+    async with nsys.range("outer"), nsys.range("inner"):
+        return work(steps)
+
+
+@nsys_profile(trace=CPU_TRACE, capture="manual")
+@env.task
+async def loop(steps: int) -> int:
+    """A region per iteration: their exports must not pile up in the task's temp space."""
+    total = 0
+    for i in range(3):
+        async with nsys.range("epoch"):
+            total += work(steps, f"epoch{i}")
+    return total
+
+
+@nsys_profile(trace=CPU_TRACE, capture="manual")
+@env.task
+async def cancelled(steps: int) -> int:
+    """A region cancelled while its collection starts; a later region must start at once."""
+
+    async def enter() -> None:
+        async with nsys.range("cancelled"):
+            await asyncio.sleep(60)
+
+    starting = asyncio.create_task(enter())
+    await asyncio.sleep(0.05)
+    starting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await starting
+    async with nsys.range("after"):
+        return work(steps)
+
+
+@nsys_profile(trace=CPU_TRACE, capture="manual")
+@env.task
+async def hostile_regions(steps: int) -> int:
+    total = 0
+    for name in HOSTILE_NAMES:
+        async with nsys.range(name):
+            total += work(1, "in")
+    return total + work(steps)
+
+
+@nsys_profile(trace=CPU_TRACE)
+@env.task
+async def hostile_nvtx(steps: int) -> int:
+    for name in HOSTILE_NAMES:
+        with nvtx.range(name):
+            time.sleep(0.001)
+    return work(steps)
+
+
+@nsys_profile(trace=CPU_TRACE, capture="manual")
+@env.task
+async def preempted(steps: int) -> int:
+    """Records until a signal arrives: $NSIGHT_TEST_READY gets this process's pid once recording."""
+    async with nsys.range("training"):
+        work(steps)
+        Path(os.environ["NSIGHT_TEST_READY"]).write_text(str(os.getpid()))
+        for _ in range(600):
+            time.sleep(0.1)
+    return -1
+
+
+def expected(task: str, steps: int) -> int:
+    """What the task returns unprofiled."""
+    plain = sum(range(steps))
+    return {"gathered": 2 * plain, "threaded": 2 * plain, "loop": 3 * plain,
+            "hostile_regions": len(HOSTILE_NAMES) * 0 + plain}.get(task, plain)

@@ -1,0 +1,222 @@
+"""The `nsight` CLI and the core API under faults: real nsys, a fake one only to inject a fault."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from nsight_core import Session, find_nsys
+from nsight_core.session import DEFAULT_CAPTURE, ENV_OUTPUT_DIR, exec_wrapper
+
+pytestmark = [pytest.mark.nsys, pytest.mark.reliability]
+
+NSIGHT = [sys.executable, "-m", "nsight_core.cli"]
+TIMEOUT = 240
+
+
+def nsight(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+           ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*NSIGHT, *args], capture_output=True, text=True, cwd=cwd, timeout=TIMEOUT,
+                          env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+
+
+def script(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "job.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+REGION = """
+    import nvtx, nsight_core
+    print("job output", flush=True)
+    with nsight_core.range("r"):
+        with nvtx.annotate("x"):
+            pass
+"""
+
+
+@pytest.mark.parametrize("capture", ["process", "manual"])
+def test_stdout_is_the_programs_output_then_the_report_paths(tmp_path, capture):
+    done = nsight("run", "--capture", capture, "--trace", "nvtx", "-o", str(tmp_path / "o"), "--",
+                  sys.executable, str(script(tmp_path, REGION)))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "job output"
+    assert [Path(line).suffix for line in lines[1:]] == [".nsys-rep"]
+    assert "\r" not in done.stdout and "Generated" not in done.stdout
+    if capture == "process":
+        assert "Generated" in done.stderr  # nsys' own messages: on stderr
+
+
+def test_version():
+    done = nsight("--version")
+    assert done.returncode == 0 and done.stdout.startswith("nsight 0.")
+
+
+def test_one_capture_default_in_cli_and_api():
+    from nsight_core.cli import build_parser
+
+    assert build_parser().parse_args(["run", "--", "x"]).capture == DEFAULT_CAPTURE == "process"
+    assert Session.run.__defaults__ is not None and DEFAULT_CAPTURE in Session.run.__defaults__
+
+
+def test_runs_are_named_by_time_with_a_latest_link(tmp_path):
+    job = script(tmp_path, "print('hi')\n")
+    first = nsight("run", "--trace", "nvtx", "--", sys.executable, str(job), cwd=tmp_path)
+    second = nsight("run", "--trace", "nvtx", "--", sys.executable, str(job), cwd=tmp_path)
+    assert first.returncode == second.returncode == 0, second.stderr
+    runs = sorted(p.name for p in (tmp_path / "nsight-runs").iterdir() if p.name != "latest")
+    assert len(runs) == 2 and all(len(name.split("-")[0]) == 8 for name in runs)
+    assert (tmp_path / "nsight-runs" / "latest").resolve().name == runs[-1] or \
+        os.readlink(tmp_path / "nsight-runs" / "latest") in runs
+    assert Path(second.stdout.splitlines()[-1]).parent.name == os.readlink(tmp_path / "nsight-runs" / "latest")
+
+
+def test_exit_code_is_the_commands(tmp_path):
+    done = nsight("run", "--trace", "nvtx", "-o", str(tmp_path / "o"), "--", sys.executable, "-c",
+                  "import sys; sys.exit(3)")
+    assert done.returncode == 3
+
+
+def fake_nsys(tmp_path: Path, subcommand: str, body: str) -> dict[str, str]:
+    fake = tmp_path / "fake-nsys"
+    fake.write_text(f'#!/bin/sh\nREAL={find_nsys().path}\nif [ "$1" = {subcommand} ]; then\n{body}\nfi\n'
+                    'exec "$REAL" "$@"\n')
+    fake.chmod(0o755)
+    return {"NSIGHT_NSYS": str(fake), "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+
+
+CAUSES = {
+    "missing command": (["--", "no-such-command-anywhere"], None, 127, "command not found: 'no-such-command"),
+    "rejected trace": (["--trace", "nvtx,bogus", "--", "true"], None, 1, "Illegal --trace argument 'bogus'"),
+    "manual without a region": (["--capture", "manual", "--trace", "nvtx", "--", "true"], None, 0,
+                                "opened no nsight_core.range() block"),
+    "disk full": (["--trace", "nvtx", "--", "true"],
+                  ("profile", 'echo "Error: failed to write: No space left on device" >&2; exit 1'), 1,
+                  "the disk filled up"),
+}
+
+
+@pytest.mark.parametrize("case", CAUSES)
+def test_run_names_the_real_cause(tmp_path, case):
+    args, fault, code, cause = CAUSES[case]
+    env = fake_nsys(tmp_path, *fault) if fault else None
+    done = nsight("run", "-o", str(tmp_path / "o"), *args, env=env)
+    assert done.returncode == code, done.stderr
+    assert cause in done.stderr
+    if case != "manual without a region":
+        assert "opened no nsight_core.range() block" not in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.fixture
+def read_only(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A folder nobody can write, root included (a read-only tmpfs); chmod when not root."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+        return
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("running as root without permission to mount a read-only tmpfs")
+    yield folder
+    subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+@pytest.mark.parametrize("where", ["sub", "."])
+def test_run_into_a_read_only_folder(tmp_path, read_only, where):
+    done = nsight("run", "-o", str(read_only / where), "--", "true")
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
+    assert line.startswith("nsight: error: cannot write the reports to") and "writable folder" in line
+
+
+def test_region_in_a_read_only_folder_runs_unprofiled(tmp_path, read_only):
+    """Hole 1: the claim file's OSError must not escape into the user's code."""
+    job = script(tmp_path, """
+        import logging, os, nsight_core
+        logging.basicConfig(level=logging.WARNING, format="%(message)s")
+        with nsight_core.range("r"):
+            print("body ran", flush=True)
+    """)
+    session = Session(trace=("nvtx",), output_dir=tmp_path / "o")
+    session.output_dir.mkdir()
+    env = {**session.child_env(), ENV_OUTPUT_DIR: str(read_only)}
+    done = subprocess.run(session.command([sys.executable, str(job)], "manual"), env=env, capture_output=True,
+                          text=True, timeout=TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "body ran"
+    warnings = [line for line in done.stderr.splitlines() if "could not start collection" in line]
+    assert len(warnings) == 1 and "Read-only file system" in warnings[0] and "writable" in warnings[0]
+
+
+def test_stale_claim_does_not_shift_names(tmp_path):
+    out = tmp_path / "o"
+    out.mkdir()
+    probe = subprocess.Popen(["true"])
+    probe.wait()
+    (out / "r.claim").write_text(str(probe.pid))  # left by a killed process
+    result = Session(trace=("nvtx",), output_dir=out).run([sys.executable, str(script(tmp_path, REGION))],
+                                                           capture="manual")
+    assert [p.name for p in result.reports] == ["r.nsys-rep"]
+    assert list(out.glob("*.claim")) == []
+
+
+def test_claims_never_leak_when_the_command_is_killed(tmp_path):
+    job = script(tmp_path, """
+        import os, signal, nsight_core
+        with nsight_core.range("r"):
+            os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    result = Session(trace=("nvtx",), output_dir=tmp_path / "o").run([sys.executable, str(job)], capture="manual")
+    assert result.returncode == 137
+    assert list((tmp_path / "o").glob("*.claim")) == []
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
+def test_run_forwards_signals(tmp_path, name):
+    signum = getattr(signal, name)
+    ready = tmp_path / "ready"
+    job = script(tmp_path, f"""
+        import os, time, nsight_core
+        with nsight_core.range("r"):
+            open({str(ready)!r}, "w").write(str(os.getpid()))
+            time.sleep(120)
+    """)
+    run = subprocess.Popen([*NSIGHT, "run", "--capture", "manual", "--trace", "nvtx", "-o", str(tmp_path / "o"),
+                            "--", sys.executable, str(job)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + TIMEOUT
+    while not (ready.exists() and ready.read_text()):
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+        time.sleep(0.1)
+    child = int(ready.read_text())
+    run.send_signal(signum)
+    stdout, stderr = run.communicate(timeout=TIMEOUT)
+    assert run.returncode == 128 + signum, stderr
+    assert stdout.splitlines()[-1].endswith("r.nsys-rep")
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)  # the child did not outlive nsight run
+
+
+def test_wrapper_without_nsight_core_runs_the_command(tmp_path):
+    """The last fallback of the exec wrapper: no nsight anywhere, an interpreter without nsight-core."""
+    job = tmp_path / "entrypoint"
+    job.write_text("#!/bin/sh\necho job ran \"$@\"\n")
+    job.chmod(0o755)
+    done = subprocess.run([*exec_wrapper("nsight-x", ("nvtx",), None), str(job), "a b"], capture_output=True,
+                          text=True, timeout=TIMEOUT, env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0
+    assert done.stdout == "job ran a b\n"
+    [warning] = done.stderr.splitlines()
+    assert "runs unprofiled" in warning and "install nsight-core" in warning

@@ -1,0 +1,68 @@
+"""The per-step budget of real captures: parts add up to the step, and each part holds what it says."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from conftest import capture_cpu, needs_trace, sleepy_steps
+
+import nsight_core
+from nsight_core.analysis.budget import PARTS
+from nsight_core.analysis.intervals import busy_ns
+
+CAPTURES = ["h200-torch-mlp/training.nsys-rep", "h200-torch-mlp/evaluation.nsys-rep",
+            "h200-two-streams/two_streams.nsys-rep"]
+
+pytestmark = needs_trace
+
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_parts_add_up_to_each_steps_wall_time(load: Callable[[str], Any], capture: str) -> None:
+    rows = nsight_core.step_budgets(load(capture))
+    assert rows.height > 0
+    summed = rows.select(pl.sum_horizontal([f"{part}_ns" for part in PARTS]).alias("parts"), "wall_ns")
+    assert summed["parts"].to_list() == summed["wall_ns"].to_list()
+    assert rows.select(pl.all().min()).row(0, named=True)["compute_ns"] >= 0
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_the_summary_adds_up_and_matches_the_steps(load: Callable[[str], Any], capture: str) -> None:
+    analysis = nsight_core.analyze(load(capture))
+    budget = analysis.budget
+    assert sum(part.total_ns for part in budget.parts) == budget.wall_ns
+    assert sum(part.fraction for part in budget.parts) == pytest.approx(1.0)
+    family = analysis.steps.family
+    assert family is not None
+    assert budget.steps == family.count - (1 if analysis.steps.warmup else 0)
+
+
+def test_compute_is_the_union_of_kernels_not_their_sum(load: Callable[[str], Any]) -> None:
+    """Two streams overlap: compute in the steps never exceeds the kernels' union (3.89 ms), summed 6.98 ms."""
+    trace = load("h200-two-streams/two_streams.nsys-rep")
+    rows = nsight_core.step_budgets(trace)
+    union = busy_ns(trace.kernels)
+    assert union == pytest.approx(3.89e6, rel=0.01)
+    assert rows["compute_ns"].sum() <= union
+    assert (rows["compute_ns"] <= rows["wall_ns"]).all()
+
+
+@pytest.mark.nsys
+def test_cpu_time_during_gpu_idle_names_the_call_and_the_range(tmp_path: Path) -> None:
+    """A CPU-only loop: the sleep shows as clock_nanosleep per step, the spin as the `compute` range."""
+    steps, sleep_s, busy_s = 6, 0.005, 0.003
+    analysis = nsight_core.analyze(nsight_core.load_trace(capture_cpu(tmp_path, sleepy_steps(steps, sleep_s, busy_s))))
+    budget = analysis.budget
+    assert budget.part("gpu_idle").total_ns == budget.wall_ns
+    by_name = {(a.kind, a.name): a for a in budget.idle_activities}
+    sleeping = by_name[("osrt", "clock_nanosleep")]
+    spinning = by_name[("nvtx", "compute")]
+    counted = budget.steps
+    assert sleeping.total_ns >= 0.95 * counted * sleep_s * 1e9  # a busy machine only makes them longer
+    assert spinning.total_ns >= 0.95 * counted * busy_s * 1e9
+    assert sleeping.total_ns + spinning.total_ns <= budget.wall_ns
+    assert not [f for f in analysis.findings if f.severity != "info"], "a CPU-only capture has no GPU to fix"

@@ -1,0 +1,67 @@
+"""Findings of real captures: the problem is found where it is, with a saving derived from measurements."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from conftest import FIXTURES, capture_cpu, needs_trace, sleepy_steps
+
+import nsight_core
+from nsight_core.analysis.findings import NOMINAL_PINNED_BYTES_PER_S
+from nsight_core.session import START_SETTLE_SECONDS
+
+MIB = 1 << 20
+
+pytestmark = needs_trace
+
+
+
+def _evidence(finding: Any, metric: str) -> float:
+    return next(e.value for e in finding.evidence if e.metric == metric)
+
+
+def test_the_64_mib_pageable_device_to_host_copy_is_found_with_its_bandwidth(load: Callable[[str], Any]) -> None:
+    analysis = nsight_core.analyze(load("h200-torch-mlp/training.nsys-rep"))
+    recorded = pl.read_csv(FIXTURES / "h200-torch-mlp" / "training_cuda_gpu_mem_time_sum.csv").filter(
+        pl.col("Operation") == "[CUDA memcpy Device-to-Host]")
+    copy_ns = recorded["Total Time (ns)"][0]
+    found = [f for f in analysis.findings if f.kind == "pageable_copy" and "Device-to-Host" in f.title]
+    assert len(found) == 1
+    finding = found[0]
+    assert _evidence(finding, "largest_copy") == 64 * MIB
+    assert _evidence(finding, "copy_time") == copy_ns
+    achieved = _evidence(finding, "achieved_bandwidth")
+    assert achieved == pytest.approx(64 * MIB / copy_ns * 1e9)
+    assert 1.4e9 < achieved < 1.8e9
+    assert finding.severity == "critical"
+    assert finding.saving is not None
+    assert finding.saving.total_ns == pytest.approx(copy_ns - 64 * MIB / NOMINAL_PINNED_BYTES_PER_S * 1e9)
+    assert finding.saving.per_step_ns is None, "the copy ran after the steps, not in them"
+
+
+def test_findings_are_data_with_units(load: Callable[[str], Any]) -> None:
+    analysis = nsight_core.analyze(load("h200-torch-mlp/training.nsys-rep"))
+    assert analysis.findings
+    for finding in analysis.findings:
+        assert "\n" not in finding.title and not any(ch.isdigit() for ch in finding.title)
+        assert finding.suggestion and finding.evidence
+    dumped = analysis.model_dump(mode="json")
+    assert dumped["findings"][0]["evidence"][0]["unit"] in {"ns", "bytes", "bytes_per_s", "count", "fraction"}
+
+
+@pytest.mark.nsys
+def test_the_settle_wait_is_not_the_users_sleep(tmp_path: Path) -> None:
+    """With osrt, the profiler's 0.25 s settle sleep is left out of the user's window and numbers."""
+    steps, sleep_s = 5, 0.004
+    trace = nsight_core.load_trace(capture_cpu(tmp_path, sleepy_steps(steps, sleep_s, 0.001)))
+    settle = trace.osrt.filter((pl.col("end_ns") - pl.col("start_ns")) >= START_SETTLE_SECONDS * 0.8e9)
+    assert settle.height >= 1, "the capture shows the settle wait as an OS-runtime call"
+    analysis = nsight_core.analyze(trace)
+    assert analysis.window.start_ns >= int(settle["end_ns"].max())
+    assert analysis.window.span_ns < START_SETTLE_SECONDS * 1e9
+    sleeping = next(a for a in analysis.budget.idle_activities if a.name == "clock_nanosleep")
+    assert steps * sleep_s * 1e9 * 0.95 <= sleeping.total_ns < START_SETTLE_SECONDS * 1e9 / 2

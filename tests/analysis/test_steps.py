@@ -1,0 +1,87 @@
+"""Steps of real captures: numbered NVTX families, warm-up, the kernel period without NVTX."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from conftest import FIXTURES, capture_cpu, needs_trace
+
+import nsight_core
+from nsight_core.analysis.steps import find_steps
+
+TRAINING = "h200-torch-mlp/training.nsys-rep"
+TWO_STREAMS = "h200-two-streams/two_streams.nsys-rep"
+
+pytestmark = needs_trace
+
+
+
+def recorded_steps() -> pl.DataFrame:
+    """The step_N rows of the training fixture's nvtx_pushpop_sum CSV, as nsys recorded them."""
+    table = pl.read_csv(FIXTURES / "h200-torch-mlp" / "training_nvtx_pushpop_sum.csv")
+    return table.filter(pl.col("Range").str.contains(r"^:?step_\d+$"))
+
+
+def test_twenty_numbered_ranges_are_one_step_family(load: Callable[[str], Any]) -> None:
+    analysis = nsight_core.analyze(load(TRAINING))
+    family = analysis.steps.family
+    recorded = recorded_steps()
+    assert analysis.steps.source == "nvtx"
+    assert family is not None and family.pattern == "step_{n}"
+    assert family.count == recorded.height == 20
+    assert family.total_ns == recorded["Total Time (ns)"].sum()
+    assert family.max_ns == recorded["Max (ns)"].max()
+    assert family.p50_ns == pytest.approx(float(recorded["Total Time (ns)"].median()))
+    assert family.min_ns <= family.p50_ns <= family.p95_ns <= family.max_ns
+
+
+def test_the_first_step_is_a_warm_up_outlier(load: Callable[[str], Any]) -> None:
+    analysis = nsight_core.analyze(load(TRAINING))
+    first = recorded_steps().filter(pl.col("Range").str.ends_with("step_0"))["Total Time (ns)"][0]
+    assert analysis.steps.warmup
+    assert analysis.steps.family is not None and analysis.steps.family.first_ns == first
+    warmup = [finding for finding in analysis.findings if finding.kind == "warmup"]
+    assert len(warmup) == 1 and warmup[0].saving is not None
+    assert warmup[0].saving.total_ns == pytest.approx(analysis.steps.warmup_excess_ns)
+
+
+def test_without_nvtx_the_kernel_period_gives_the_steps(load: Callable[[str], Any]) -> None:
+    trace = load(TRAINING)
+    stats, steps = find_steps(trace.nvtx.clear(), trace.kernels)
+    assert stats.source == "kernel-period"
+    assert stats.family is not None and stats.family.count == 20 == steps.height
+    assert stats.kernels_per_period is not None and stats.kernels_per_period * 20 <= trace.kernels.height
+    assert steps["start_ns"].is_sorted() and (steps["end_ns"] > steps["start_ns"]).all()
+
+
+def test_without_nvtx_and_one_kernel_name_it_says_it_cannot_tell(load: Callable[[str], Any]) -> None:
+    trace = load(TWO_STREAMS)
+    stats, steps = find_steps(trace.nvtx.clear(), trace.kernels)
+    assert stats.source == "none" and stats.family is None and steps.height == 0
+    assert stats.reason and "same name" in stats.reason
+
+
+@pytest.mark.nsys
+def test_nested_numbered_ranges_on_the_cpu(tmp_path: Path) -> None:
+    """`epoch3/step_7`-style names across epochs are one family; children keep their own self time."""
+    report = capture_cpu(tmp_path, """
+        for epoch in range(2):
+            for i in range(4):
+                with nvtx.annotate(f"epoch{epoch}/step_{i}"):
+                    with nvtx.annotate("forward"):
+                        time.sleep(0.004)
+                    time.sleep(0.002)
+    """)
+    analysis = nsight_core.analyze(nsight_core.load_trace(report))
+    family = analysis.steps.family
+    assert family is not None and family.pattern == "epoch{n}/step_{n}" and family.count == 8
+    ranges = {r.pattern: r for r in analysis.ranges}
+    assert ranges["forward"].count == 8
+    step, forward = ranges["epoch{n}/step_{n}"], ranges["forward"]
+    assert step.self_ns == step.summed_ns - forward.summed_ns
+    assert step.self_ns >= 8 * 2e6 * 0.95 and forward.self_ns >= 8 * 4e6 * 0.95
+    assert forward.self_ns == forward.summed_ns, "a range without children is all self time"

@@ -2,9 +2,9 @@
 
 Everything is matched by name (kernels by name, NVTX ranges by family, budget parts by part), with
 absolute and relative deltas. One number decides the verdict, the gate: the step p50 when both
-captures have steps, else GPU busy time (the union of kernel intervals), else, for recorded CSVs
-that have only totals, summed kernel time. Inputs are either a trace's frames or recorded
-statistics; a CSV side simply lacks what needs events (steps, budget, GPU busy).
+captures have steps of the same family (`step_{n}` in both), else GPU busy time (the union of
+kernel intervals), else, for recorded CSVs that have only totals, summed kernel time. Inputs are
+either a trace's frames or recorded statistics; a CSV side simply lacks what needs events.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def _delta(group: Group, name: str, unit: Unit, a: float | None, b: float | None
 def _gate(a: Side, b: Side) -> Gate:
     steps_a = a.analysis.steps.family if a.analysis else None
     steps_b = b.analysis.steps.family if b.analysis else None
-    if steps_a and steps_b:
+    if steps_a and steps_b and steps_a.pattern == steps_b.pattern:
         metric: GateMetric | None = "step_p50"
         values: tuple[float | None, float | None] = (steps_a.p50_ns, steps_b.p50_ns)
     elif a.gpu_busy_ns and b.gpu_busy_ns:

@@ -62,8 +62,9 @@ def test_process_capture_records_the_whole_run(tmp_path: Path, nsys: Nsys) -> No
     script = _script(tmp_path, REGIONS)
     done = nsight("run", "--capture", "process", "--trace", "nvtx", "--sample", "none", "-o", str(tmp_path / "o"),
                   "--", sys.executable, str(script))
-    # nsys profile prints its own progress on stdout too; our lines are whole paths.
-    reports = [line for line in done.stdout.splitlines() if line.startswith(str(tmp_path))]
+    # stdout: the program's output, then the report path; nsys' progress goes to stderr.
+    assert done.stdout.splitlines()[0] == "workload done"
+    reports = done.stdout.splitlines()[1:]
     assert len(reports) == 1 and reports[0].endswith(".nsys-rep")
     assert _nvtx_counts(reports[0]) == {"first_step": 3, "second_step": 5}
 
@@ -85,7 +86,8 @@ def test_same_name_regions_never_overwrite(tmp_path: Path, nsys: Nsys) -> None:
                     with nvtx.annotate("work"):
                         pass
     """))
-    result = Session(trace=("nvtx",), sample="none", output_dir=tmp_path / "o").run([sys.executable, str(script)])
+    result = Session(trace=("nvtx",), sample="none", output_dir=tmp_path / "o").run([sys.executable, str(script)],
+                                                                                   capture="manual")
     assert [p.name for p in result.reports] == ["step.nsys-rep", "step.1.nsys-rep", "step.2.nsys-rep"]
     assert [_nvtx_counts(str(p)) for p in result.reports] == [{"work": 1}, {"work": 2}, {"work": 3}]
 
@@ -152,7 +154,8 @@ def test_async_regions_record(tmp_path: Path, nsys: Nsys) -> None:
                     await asyncio.sleep(0.01)
         asyncio.run(main())
     """))
-    result = Session(trace=("nvtx",), output_dir=tmp_path / "o").run([sys.executable, str(script)])
+    result = Session(trace=("nvtx",), output_dir=tmp_path / "o").run([sys.executable, str(script)],
+                                                                     capture="manual")
     assert [p.name for p in result.reports] == ["async_region.nsys-rep"]
     assert _nvtx_counts(str(result.reports[0])) == {"a": 1}
 
@@ -173,7 +176,7 @@ def test_start_takes_seconds_not_minutes(tmp_path: Path, nsys: Nsys) -> None:
     """A guard on the lifecycle, not a benchmark: a tiny region must not hit the retry loop."""
     script = _script(tmp_path, "import nsight_core\nwith nsight_core.range('r'):\n    pass\n")
     t0 = time.monotonic()
-    Session(trace=("nvtx",), output_dir=tmp_path / "o").run([sys.executable, str(script)])
+    Session(trace=("nvtx",), output_dir=tmp_path / "o").run([sys.executable, str(script)], capture="manual")
     assert time.monotonic() - t0 < 6.0
 
 

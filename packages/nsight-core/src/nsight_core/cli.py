@@ -175,10 +175,10 @@ def build_parser() -> argparse.ArgumentParser:
         "diff", help="compare two captures: step time, budget, kernels, NVTX ranges, with a verdict",
         description="Compare capture B against capture A: step p50/p95, the per-step budget (compute, exposed "
         "copies and communication, sync waits, launch gaps, GPU idle), kernels and NVTX ranges matched by name, "
-        "summary numbers, each with absolute and %% change, and a one-line verdict on top. A and B are .nsys-rep "
+        "summary numbers, each with absolute and % change, and a one-line verdict on top. A and B are .nsys-rep "
         "files, .sqlite or arrow-directory exports, or directories of recorded CSVs (totals only: no steps or "
-        "budget). The verdict compares step p50 when both have steps, else GPU busy time, else summed kernel "
-        f"time. Exit status: 0, or {SLOWER_EXIT} when --fail-if-slower is exceeded, 1 on errors.")
+        "budget). The verdict compares step p50 when both have the same step family, else GPU busy time, else "
+        f"summed kernel time. Exit status: 0, or {SLOWER_EXIT} when --fail-if-slower is exceeded, 1 on errors.")
     compare.add_argument("a", type=Path, metavar="A", help="the baseline capture")
     compare.add_argument("b", type=Path, metavar="B", help="the capture to judge against A")
     compare.add_argument("--fail-if-slower", type=float, default=None, metavar="PCT",

@@ -18,6 +18,7 @@ from nsight_core.analysis import findings as find
 from nsight_core.analysis.budget import (
     StepBudget,
     budget_segments,
+    is_thread,
     per_step,
     step_thread,
     summarize_budget,
@@ -104,7 +105,7 @@ def _cut(trace: EventTables) -> _Cut:
         scope = "capture"
         steps = pl.DataFrame({"step": [0], "start_ns": [window.start_ns], "end_ns": [window.end_ns],
                               "name": [""], "thread": [None]}, schema=steps.schema)
-    thread = step_thread(stats.family.thread if stats.family else None, trace.cuda_api)
+    thread = step_thread(stats.family.thread if stats.family else None, trace.cuda_api, trace.osrt)
     blocking = sync_calls(trace.cuda_api, trace.memcpy)
     columns = ["start_ns", "end_ns"]
     copies = pl.concat([trace.memcpy.select(columns), trace.memset.select(columns)])
@@ -162,7 +163,7 @@ def _in_steps(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 def _syncs_in(steps: pl.DataFrame, blocking: pl.DataFrame, memcpy: pl.DataFrame,
               thread: int | None) -> tuple[pl.DataFrame, int]:
     """The steps' blocking calls on their thread, and their small device-to-host copies (scalar reads)."""
-    calls = _in_steps(blocking.filter(pl.col("thread") == thread), steps)
+    calls = _in_steps(blocking.filter(is_thread(thread)), steps)
     small = _in_steps(memcpy.filter((pl.col("direction") == "Device-to-Host")
                                     & (pl.col("bytes") <= find.SMALL_COPY_BYTES)), steps)
     return calls, small.height

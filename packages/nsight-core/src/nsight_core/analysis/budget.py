@@ -87,11 +87,14 @@ def sync_calls(cuda_api: pl.DataFrame, memcpy: pl.DataFrame) -> pl.DataFrame:
     return cuda_api.filter(blocking | pl.col("correlation_id").is_in(pageable["correlation_id"].implode()))
 
 
-def step_thread(nvtx_thread: int | None, cuda_api: pl.DataFrame) -> int | None:
-    """The CPU thread of the steps: the NVTX family's, else the thread that made the most CUDA calls."""
-    if nvtx_thread is not None or not cuda_api.height:
+def step_thread(nvtx_thread: int | None, cuda_api: pl.DataFrame, osrt: pl.DataFrame) -> int | None:
+    """The CPU thread of the steps: the NVTX family's, else the one with the most CUDA, else OS-runtime, calls."""
+    if nvtx_thread is not None:
         return nvtx_thread
-    return int(cuda_api.group_by("thread").len().sort("len", descending=True)["thread"][0])
+    calls = cuda_api if cuda_api.height else osrt
+    if not calls.height:
+        return None
+    return int(calls.group_by("thread").len().sort(["len", "thread"], descending=[True, False])["thread"][0])
 
 
 def budget_segments(
@@ -116,7 +119,7 @@ def budget_segments(
         return frame.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi))
 
     def on_thread(frame: pl.DataFrame) -> pl.DataFrame:
-        return inside(frame.filter(pl.col("thread") == thread)).select("start_ns", "end_ns", "name")
+        return inside(frame.filter(is_thread(thread))).select("start_ns", "end_ns", "name")
 
     is_nccl = pl.col("name").str.to_lowercase().str.contains("nccl", literal=True)
     layers = {
@@ -181,7 +184,12 @@ def budget_segments(
 
 def _nvtx_on_thread(nvtx: pl.DataFrame, thread: int | None, lo: int, hi: int) -> pl.DataFrame:
     """THREAD's NVTX ranges overlapping [LO, HI), keeping the depth the nesting lookup needs."""
-    return nvtx.filter((pl.col("thread") == thread) & (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi))
+    return nvtx.filter(is_thread(thread) & (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi))
+
+
+def is_thread(thread: int | None) -> pl.Expr:
+    """Events of THREAD; none when the thread is unknown (nothing to attribute, not everything)."""
+    return pl.col("thread") == thread if thread is not None else pl.lit(False)
 
 
 def _lookup(segments: pl.DataFrame, intervals: pl.DataFrame, column: str) -> pl.DataFrame:

@@ -133,9 +133,11 @@ def _budget_finding(
         Evidence(metric=f"{part}_per_step_mean", value=measured.per_step_mean_ns, unit="ns"),
         Evidence(metric=f"{part}_per_step_p50", value=measured.per_step_p50_ns, unit="ns"),
         Evidence(metric=f"{part}_fraction_of_step_time", value=measured.fraction, unit="fraction"),
-        *(Evidence(metric=f"cpu_during_{part}", value=activity.total_ns, unit="ns",
-                   where=Where(kind="api" if activity.kind == "cuda_api" else "osrt" if activity.kind == "osrt"
-                               else "range" if activity.kind == "nvtx" else "capture", name=activity.name))
+        *(Evidence(metric=f"untraced_cpu_during_{part}" if activity.kind == "untraced" else f"cpu_during_{part}",
+                   value=activity.total_ns, unit="ns",
+                   where=None if activity.kind == "untraced" else Where(
+                       kind="api" if activity.kind == "cuda_api" else "osrt" if activity.kind == "osrt" else "range",
+                       name=activity.name))
           for activity in context.budget.idle_activities if activity.part == part),
         *extra,
     ]

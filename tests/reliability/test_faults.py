@@ -156,7 +156,8 @@ STOP_FAULTS = {
 @pytest.mark.parametrize("fault", STOP_FAULTS)
 def test_nsys_stop_fault(run_action, tmp_path, fault):
     script, cause = STOP_FAULTS[fault]
-    env = {**fake_nsys(tmp_path, "stop", script), "NSIGHT_STOP_TIMEOUT": "3"}
+    # Only the hanging stop gets a short timeout: the others run the real stop, slow on a loaded machine.
+    env = {**fake_nsys(tmp_path, "stop", script), "NSIGHT_STOP_TIMEOUT": "3" if fault == "hangs" else "300"}
     result = run_action(HERE, MODULE, "region", {"steps": STEPS}, env=env)
     assert_unprofiled_value(result, "region")
     mine = [w for w in warnings_of(result) if "could not stop" in w]
@@ -363,8 +364,10 @@ def test_signal_flushes_the_trace_and_exits_as_unprofiled(run_action, without_ns
     result = signalled(run_action, tmp_path, signum, target, {})
     # SIGTERM: 143 as unprofiled. SIGINT to the task alone: flyte's own handling, as unprofiled
     # ("Aborted!"); SIGINT to nsight launch (the pod's first process): 130.
+    # SIGINT to nsys alone: nsys 2023.4.4 exits 0 whatever the task did (docs/reliability.md, known limits).
     wanted = {exit_status(plain.returncode)} if signum == signal.SIGTERM or target == "child" else {130}
-    assert exit_status(result.returncode) in wanted, result.stderr
+    if (signum, target) != (signal.SIGINT, "nsys"):
+        assert exit_status(result.returncode) in wanted, result.stderr
     assert result.output is None
     assert kept_traces(result) == ["training.nsys-rep"], result.stderr
     assert_nothing_left(result)

@@ -116,21 +116,6 @@ def test_run_names_the_real_cause(tmp_path, case):
     assert "Traceback" not in done.stderr
 
 
-@pytest.fixture
-def read_only(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """A folder nobody can write, root included (a read-only tmpfs); chmod when not root."""
-    folder = tmp_path / "read-only"
-    folder.mkdir()
-    if os.geteuid() != 0:
-        folder.chmod(0o555)
-        yield folder
-        folder.chmod(0o755)
-        return
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("running as root without permission to mount a read-only tmpfs")
-    yield folder
-    subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
 @pytest.mark.parametrize("where", ["sub", "."])

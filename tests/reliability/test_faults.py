@@ -231,21 +231,6 @@ def test_exports_of_regions_in_a_loop_do_not_pile_up(run_action):
 
 # -- storage ----------------------------------------------------------------------------------------
 
-@pytest.fixture
-def read_only(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """A folder nobody can write, root included (a read-only tmpfs); chmod when not root."""
-    folder = tmp_path / "read-only"
-    folder.mkdir()
-    if os.geteuid() != 0:
-        folder.chmod(0o555)
-        yield folder
-        folder.chmod(0o755)
-        return
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("running as root without permission to mount a read-only tmpfs")
-    yield folder
-    subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
 def test_read_only_output_folder_runs_unprofiled(run_action, read_only):

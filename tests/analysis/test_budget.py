@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from conftest import capture_cpu, needs_trace, sleepy_steps
+from analysis_helpers import capture_cpu, sleepy_steps
 
 import nsight_core
 from nsight_core.analysis.budget import PARTS
@@ -17,7 +17,6 @@ from nsight_core.analysis.intervals import busy_ns
 CAPTURES = ["h200-torch-mlp/training.nsys-rep", "h200-torch-mlp/evaluation.nsys-rep",
             "h200-two-streams/two_streams.nsys-rep"]
 
-pytestmark = needs_trace
 
 
 

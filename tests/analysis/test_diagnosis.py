@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from conftest import FIXTURES, needs_trace
+from analysis_helpers import FIXTURES
 
 import nsight_core
 from nsight_core.analysis.findings import NOMINAL_PINNED_BYTES_PER_S
@@ -19,7 +19,6 @@ SLEEP_NS = 20e6
 TINY_KERNELS = 200
 COPY_BYTES = 64 << 20
 
-pytestmark = needs_trace
 
 
 

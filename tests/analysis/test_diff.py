@@ -10,7 +10,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import FIXTURES, capture_cpu, needs_trace, sleepy_steps
+from analysis_helpers import FIXTURES, capture_cpu, sleepy_steps
 
 import nsight_core
 from nsight_core.cli import SLOWER_EXIT
@@ -64,7 +64,6 @@ def test_a_missing_capture_is_an_error_not_a_pass(tmp_path: Path) -> None:
     assert done.returncode == 1 and "does not exist" in done.stderr
 
 
-@needs_trace
 @pytest.mark.nsys
 def test_a_slower_capture_fails_the_gate_and_a_faster_one_passes(tmp_path: Path) -> None:
     """Real nsys captures: steps of 6 ms against steps of 12 ms, judged on the step p50."""

@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from conftest import FIXTURES, capture_cpu, needs_trace, sleepy_steps
+from analysis_helpers import FIXTURES, capture_cpu, sleepy_steps
 
 import nsight_core
 from nsight_core.analysis.findings import NOMINAL_PINNED_BYTES_PER_S
@@ -16,7 +16,6 @@ from nsight_core.session import START_SETTLE_SECONDS
 
 MIB = 1 << 20
 
-pytestmark = needs_trace
 
 
 

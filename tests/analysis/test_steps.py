@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from conftest import FIXTURES, capture_cpu, needs_trace
+from analysis_helpers import FIXTURES, capture_cpu
 
 import nsight_core
 from nsight_core.analysis.steps import find_steps
@@ -16,7 +16,6 @@ from nsight_core.analysis.steps import find_steps
 TRAINING = "h200-torch-mlp/training.nsys-rep"
 TWO_STREAMS = "h200-two-streams/two_streams.nsys-rep"
 
-pytestmark = needs_trace
 
 
 

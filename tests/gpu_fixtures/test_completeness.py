@@ -17,8 +17,7 @@ from nsight_core.analysis.completeness import capture_facts, check_completeness
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 RECORDING_NSYS = "2023.4.4.54"
 
-pytestmark = pytest.mark.skipif(not hasattr(nsight_core, "load_trace"),
-                                reason="needs the Trace data layer (nsight_core.load_trace)")
+pytestmark = pytest.mark.nsys
 
 COMPLETE = ["h200-torch-mlp/training.nsys-rep", "h200-torch-mlp/evaluation.nsys-rep",
             "h200-two-streams/two_streams.nsys-rep", "h200-diagnosis/diagnosis.nsys-rep"]

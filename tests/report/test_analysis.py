@@ -8,6 +8,7 @@ import pytest
 from nsight_core.analysis.intervals import bucket_edges, busy_fractions, busy_ns, union_intervals
 from nsight_core.analysis.kernels import nccl_share, short_name, unique_short_names
 from nsight_core.analysis.timeline import nvtx_instances
+from nsight_core.trace.model import with_depth
 
 
 def events(rows: list[tuple[int, int, int]]) -> pl.DataFrame:
@@ -86,6 +87,16 @@ def test_nested_nvtx_ranges_get_depths_per_thread() -> None:
          (105, 115, "loader", 2)],
         schema={"start_ns": pl.Int64, "end_ns": pl.Int64, "name": pl.String, "thread": pl.Int64}, orient="row",
     )
-    found = [(i.name, i.start_ns, i.depth) for i in nvtx_instances(nvtx, origin_ns=100)]
+    found = [(i.name, i.start_ns, i.depth) for i in nvtx_instances(with_depth(nvtx), origin_ns=100)]
     assert found == [("epoch", 0, 0), ("loader", 5, 0), ("step", 10, 1), ("forward", 20, 2), ("step", 60, 1)]
-    assert [i.name for i in nvtx_instances(nvtx, origin_ns=100, limit=2)] == ["epoch", "step"]
+    assert [i.name for i in nvtx_instances(with_depth(nvtx), origin_ns=100, limit=2)] == ["epoch", "step"]
+
+
+def test_depth_counts_enclosing_ranges_of_the_thread_only() -> None:
+    """Ranges that start together nest outer-first; one that starts where another ends is not inside it."""
+    nvtx = pl.DataFrame(
+        [(0, 100, 1), (0, 50, 1), (50, 80, 1), (80, 80, 1), (100, 120, 1), (10, 20, 2)],
+        schema={"start_ns": pl.Int64, "end_ns": pl.Int64, "thread": pl.Int64}, orient="row",
+    )
+    depths = with_depth(nvtx).sort("thread", "start_ns", pl.col("end_ns"), descending=[False, False, True])
+    assert depths["depth"].to_list() == [0, 1, 1, 1, 0, 0]

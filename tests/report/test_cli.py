@@ -48,7 +48,7 @@ def test_any_report_name_gets_a_table_and_unknown_ones_a_reason(h200_copy: Path,
 def test_missing_input_is_a_clear_error(tmp_path: Path) -> None:
     done = nsight("report", str(tmp_path / "nope.nsys-rep"), "-o", str(tmp_path / "x.html"))
     assert done.returncode == 1
-    assert done.stderr.strip().endswith("nope.nsys-rep does not exist.")
+    assert "nope.nsys-rep does not exist: pass a .nsys-rep" in done.stderr.strip().splitlines()[-1]
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "x.html").exists()
 

@@ -16,7 +16,7 @@ from nsight_core.nsys import Nsys
 from nsight_core.profile import CaptureProfile, build_profile, capture_paths
 from nsight_core.render.charts import timeline_chart
 from nsight_core.session import Session
-from nsight_core.stats.trace import read_trace
+from nsight_core.trace import load_trace
 
 pytestmark = pytest.mark.nsys
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -47,6 +47,7 @@ def csv_instances(path: Path, column: str) -> int:
 def test_h200_training_tiles_match_the_export_and_the_recorded_csvs(h200_copy: Path, nsys: Nsys) -> None:
     recorded_kernels = csv_instances(h200_copy / "training_cuda_gpu_kern_sum.csv", "Instances")
     profile = build_profile(h200_copy / "training.nsys-rep")
+    nsys.export(h200_copy / "training.nsys-rep", h200_copy / "training.sqlite", "sqlite")  # the independent truth
     with sqlite3.connect(h200_copy / "training.sqlite") as db:
         kernels = db.execute("SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall()
         bounds = [db.execute(f"SELECT MIN(start), MAX(end) FROM {table}").fetchone() for table in (
@@ -80,6 +81,7 @@ def test_overlapping_streams_count_once_in_gpu_busy(tmp_path: Path, nsys: Nsys) 
     rep = tmp_path / "two_streams.nsys-rep"
     rep.write_bytes((FIXTURES / "h200-two-streams" / "two_streams.nsys-rep").read_bytes())
     profile = build_profile(rep)
+    nsys.export(rep, tmp_path / "two_streams.sqlite", "sqlite")
     with sqlite3.connect(tmp_path / "two_streams.sqlite") as db:
         kernels = db.execute("SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall()
         streams = db.execute("SELECT COUNT(DISTINCT streamId) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
@@ -95,20 +97,25 @@ def test_overlapping_streams_count_once_in_gpu_busy(tmp_path: Path, nsys: Nsys) 
 
 
 def test_one_export_per_capture(h200_copy: Path, nsys: Nsys) -> None:
+    """One arrow export, reused by the next report; no SQLite export and no `nsys stats` for the default reports."""
     build_profile(h200_copy / "evaluation.nsys-rep")
-    export = h200_copy / "evaluation.sqlite"
+    export = h200_copy / "evaluation.arrowdir"
     first = export.stat().st_mtime_ns
     again = build_profile(h200_copy / "evaluation.nsys-rep", title="again")
     assert export.stat().st_mtime_ns == first
+    assert not (h200_copy / "evaluation.sqlite").exists() and not (h200_copy / "evaluation.stats").exists()
     assert again.title == "again"
     assert tile(again, "Kernel launches").number == csv_instances(
         h200_copy / "evaluation_cuda_gpu_kern_sum.csv", "Instances")
 
 
-def test_sqlite_export_gives_the_same_profile(h200_copy: Path, nsys: Nsys) -> None:
+def test_sqlite_and_arrow_exports_give_the_same_profile(h200_copy: Path, nsys: Nsys) -> None:
     from_rep = build_profile(h200_copy / "training.nsys-rep")
+    nsys.export(h200_copy / "training.nsys-rep", h200_copy / "training.sqlite", "sqlite")
     from_sqlite = build_profile(h200_copy / "training.sqlite")
-    assert from_sqlite.tiles == from_rep.tiles
+    from_arrow = build_profile(h200_copy / "training.arrowdir")
+    assert from_sqlite.tiles == from_rep.tiles == from_arrow.tiles
+    assert from_sqlite.stats == from_rep.stats == from_arrow.stats
 
 
 def test_recorded_csvs_say_which_tiles_need_the_trace(h200: Path) -> None:
@@ -165,15 +172,15 @@ def test_partial_export_reads_as_no_data_and_keeps_the_span_in_the_collection_wi
             (60_000_000, 70_000_000, 60, None, 7, 1),
             (80_000_000, None, 34, "a mark", None, 1),
         ])
-    frames = read_trace(export)
-    assert frames.kernels.height == frames.memcpy.height == frames.memset.height == 0
+    trace = load_trace(export)
+    assert trace.kernels.height == trace.memcpy.height == trace.memset.height == 0
     # NVTX (the user's work) bounds the span; OS calls, which include the profiler's own waits, do not.
-    assert (frames.first_event_ns, frames.last_event_ns, frames.recorded_ns) == (50_000_000, 250_000_000,
-                                                                                 300_000_000)
-    summary = summarize_trace(frames)
+    summary = summarize_trace(trace)
+    assert (summary.first_event_ns, summary.span_ns, summary.recorded_ns) == (50_000_000, 200_000_000, 300_000_000)
     assert [(i.name, i.depth) for i in summary.nvtx] == [("outer", 0), ("registered <name>", 1)]
-    assert summary.span_ns == 200_000_000 and summary.kernel_busy_ns == 0
+    assert summary.kernel_busy_ns == 0
+    assert trace.nvtx_marks["name"].to_list() == ["a mark"]
     with sqlite3.connect(export) as db:
         db.execute("DROP TABLE NVTX_EVENTS")
-    osrt_only = read_trace(export)
-    assert (osrt_only.first_event_ns, osrt_only.last_event_ns) == (0, 30_000_000)
+    osrt_only = summarize_trace(load_trace(export))
+    assert (osrt_only.first_event_ns, osrt_only.span_ns) == (0, 30_000_000)

@@ -1,8 +1,9 @@
 """nsight-core: run code under NVIDIA Nsight Systems and find out where the GPU time went.
 
 The public API: :class:`Session` (run a command under nsys; open regions inside it), :func:`range`
-(a region of the current session, a no-op outside one), :func:`load_stats` (typed statistics of a
-capture or of recorded CSVs), :data:`DEFAULT_REPORTS`, and the :class:`NsightError` family.
+(a region of the current session, a no-op outside one), :func:`load_trace` (a capture's events as
+Polars frames), :func:`load_stats` (typed statistics of a capture or of recorded CSVs),
+:data:`DEFAULT_REPORTS`, and the :class:`NsightError` family.
 
 The statistics names load Polars on first use, not at import: a training script that only opens
 regions should not pay for the analysis stack.
@@ -30,10 +31,12 @@ if TYPE_CHECKING:
     from nsight_core.compare import diff
     from nsight_core.stats.load import load_stats
     from nsight_core.stats.models import ProfileStats
+    from nsight_core.trace import Trace, load_trace
 
 _LAZY = {"load_stats": "nsight_core.stats.load", "ProfileStats": "nsight_core.stats.models",
          "analyze": "nsight_core.analysis.analyze", "step_budgets": "nsight_core.analysis.analyze",
-         "Analysis": "nsight_core.analysis.analyze", "diff": "nsight_core.compare"}
+         "Analysis": "nsight_core.analysis.analyze", "diff": "nsight_core.compare",
+         "load_trace": "nsight_core.trace", "Trace": "nsight_core.trace"}
 
 
 def __getattr__(name: str) -> Any:
@@ -55,10 +58,12 @@ __all__ = [
     "RunResult",
     "Session",
     "StatsError",
+    "Trace",
     "analyze",
     "diff",
     "find_nsys",
     "load_stats",
+    "load_trace",
     "range",
     "step_budgets",
 ]

@@ -9,27 +9,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import nsight_core
 from nsight_core.analysis.diff import Side, TraceDiff, diff_sides, side_from_stats, side_from_trace
+from nsight_core.capture import is_event_source
 from nsight_core.errors import StatsError
-from nsight_core.stats.load import EXPORT_SUFFIX, REPORT_SUFFIXES, load_stats
-
-
-def has_events(path: Path) -> bool:
-    """PATH is a trace or an export (events), not a directory of recorded CSVs (totals)."""
-    if path.suffix in REPORT_SUFFIXES or path.suffix == EXPORT_SUFFIX:
-        return True
-    return path.is_dir() and any(path.glob("*.arrow"))
+from nsight_core.stats.load import load_stats
+from nsight_core.trace.load import load_trace
 
 
 def load_side(path: str | Path) -> Side:
     """One side of a comparison from PATH."""
     path = Path(path)
-    if not path.exists() and (has_events(path) or not path.parent.is_dir()):
+    if not path.exists() and (is_event_source(path) or not path.parent.is_dir()):
         raise StatsError(f"{path} does not exist: pass a .nsys-rep, a .sqlite or arrow-directory export, "
                          "or a directory of recorded CSVs.")
-    if has_events(path):
-        return side_from_trace(str(path), nsight_core.load_trace(path))
+    if is_event_source(path):
+        return side_from_trace(str(path), load_trace(path))
     return side_from_stats(str(path), load_stats(path))
 
 

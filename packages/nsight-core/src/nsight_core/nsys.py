@@ -46,6 +46,8 @@ def _seconds(variable: str, default: float) -> float:
 
 # Seconds. Stops and exports write the whole trace and can take minutes on a long GPU capture; each
 # can be lowered (or raised) per run, e.g. to fit a pod's termination grace period.
+_EXPORT_FAILED = re.compile(r"^(?:ERROR|Error):|Database file .* invalid", re.MULTILINE)
+"""nsys export may exit 0 after an error it printed; its output then decides."""
 QUICK_TIMEOUT = _seconds("NSIGHT_QUICK_TIMEOUT", 30.0)
 STOP_TIMEOUT = _seconds("NSIGHT_STOP_TIMEOUT", 900.0)
 EXPORT_TIMEOUT = _seconds("NSIGHT_EXPORT_TIMEOUT", 1800.0)
@@ -201,14 +203,23 @@ class Nsys:
         return any(marker in result.output for marker in _BUSY_MARKERS)
 
     # -- post-processing -----------------------------------------------------------------------
-    def export_sqlite(self, report: Path, output: Path) -> None:
-        result = self._run(["export", "--type", "sqlite", "--force-overwrite=true", "-o", str(output),
+    def export(self, report: Path, output: Path, kind: str) -> None:
+        """`nsys export --type KIND` of REPORT to OUTPUT (a file, or a directory for arrowdir)."""
+        result = self._run(["export", "--type", kind, "--force-overwrite=true", "--quiet=true", "-o", str(output),
                             str(report)], EXPORT_TIMEOUT, "nsys export")
-        if result.returncode != 0 or not output.exists():
+        if result.returncode != 0 or not output.exists() or _EXPORT_FAILED.search(result.output):
             raise NsysCommandError(
-                f"nsys export of {report} failed (exit {result.returncode}): {result.output[-2000:]}. "
+                f"nsys export of {report} failed (exit {result.returncode}): {result.output[-2000:].strip()}. "
                 "Check that the file is a complete .nsys-rep (a collection that was killed leaves none)."
             )
+
+    @functools.cached_property
+    def export_types(self) -> frozenset[str]:
+        """The export types this nsys knows (`nsys export --help`: sqlite, arrowdir, ...)."""
+        listing = self._run(["export", "--help"], QUICK_TIMEOUT, "nsys export --help").output
+        match = re.search(r"Possible values are:\s*([a-z, \n\t]+?)\.", listing)
+        words = re.findall(r"[a-z]+", match.group(1)) if match else []
+        return frozenset(word for word in words if word != "and")
 
     def stats(self, sqlite: Path, reports: Sequence[str], prefix: Path) -> NsysResult:
         """One `nsys stats` call writing PREFIX_<report>.csv for every report."""

@@ -1,8 +1,8 @@
 """One capture, everything the GPU Profile report shows about it.
 
-A capture is exported to SQLite ONCE: `nsys stats` runs on that export (the per-name tables) and
-the event trace is read from the same file (span, GPU busy time, timeline). Recorded CSV
-directories have no export, so their profile has stats only and says so.
+A capture is exported ONCE (an arrow directory) and read as a Trace: the per-name tables are computed
+from its events, as are span, GPU busy time and timeline; `nsys stats` runs only for reports beyond
+the default five. Recorded CSV directories have no events, so their profile has stats only and says so.
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from pydantic import BaseModel, Field
 
 from nsight_core.analysis.summary import Tile, summary_tiles
 from nsight_core.analysis.timeline import TraceSummary, summarize_trace
+from nsight_core.capture import is_event_source
 from nsight_core.errors import StatsError
-from nsight_core.stats.load import EXPORT_SUFFIX, REPORT_SUFFIXES, load_stats, recorded_captures, sqlite_for
+from nsight_core.stats.load import load_stats, recorded_captures, stats_of_trace
 from nsight_core.stats.models import ProfileStats
 from nsight_core.stats.reports import DEFAULT_REPORTS
-from nsight_core.stats.trace import read_trace
+from nsight_core.trace.load import load_trace
 
 
 class CaptureProfile(BaseModel):
@@ -41,18 +42,15 @@ def build_profile(
     reports: Sequence[str] = DEFAULT_REPORTS,
     title: str | None = None,
 ) -> CaptureProfile:
-    """Profile of PATH: a .nsys-rep/.qdrep, its .sqlite export, or recorded CSVs (DIR or DIR/PREFIX).
+    """Profile of PATH: a .nsys-rep/.qdrep, its .sqlite or arrow export, or recorded CSVs (DIR or DIR/PREFIX).
 
     The export and `nsys stats` log their progress (logger "nsight"), which the CLI shows on stderr.
     """
     path = Path(path)
-    if path.suffix in REPORT_SUFFIXES or path.suffix == EXPORT_SUFFIX:
-        if not path.is_file():
-            raise StatsError(f"{path} does not exist.")
-        sqlite = sqlite_for(path) if path.suffix in REPORT_SUFFIXES else path
-        stats = load_stats(sqlite, reports)
-        trace = summarize_trace(read_trace(sqlite))
-        return CaptureProfile(title=title or path.stem, source=str(path), stats=stats, trace=trace)
+    if is_event_source(path):
+        trace = load_trace(path)
+        return CaptureProfile(title=title or path.stem, source=str(path), stats=stats_of_trace(trace, reports),
+                              trace=summarize_trace(trace))
     return CaptureProfile(title=title or path.name, source=str(path), stats=load_stats(path, reports))
 
 

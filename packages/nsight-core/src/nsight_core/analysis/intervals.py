@@ -43,29 +43,28 @@ def bucket_edges(start_ns: int, end_ns: int, buckets: int) -> list[int]:
 
 def busy_fractions(events: pl.DataFrame, edges: list[int]) -> list[float]:
     """For each slice between consecutive EDGES: covered time / (slice width x devices with events)."""
-    covered = [0] * len(edges)
     merged = union_intervals(events)
-    devices = merged["device"].n_unique() if merged.height else 1
-    for device_frame in merged.partition_by("device"):
-        for index, value in enumerate(_covered_before(device_frame, edges)):
-            covered[index] += value
-    fractions = []
-    for i in range(len(edges) - 1):
-        width = (edges[i + 1] - edges[i]) * devices
-        fractions.append(min(1.0, (covered[i + 1] - covered[i]) / width) if width else 0.0)
-    return fractions
+    if not merged.height:
+        return [0.0] * (len(edges) - 1)
+    devices = merged["device"].n_unique()
+    covered = (pl.concat([_covered_before(frame, edges) for frame in merged.partition_by("device")])
+               .group_by("edge", maintain_order=True).agg(pl.col("covered").sum()).sort("edge"))
+    width = (pl.col("edge").shift(-1) - pl.col("edge")) * devices
+    fractions = covered.select(
+        pl.when(width > 0).then(((pl.col("covered").shift(-1) - pl.col("covered")) / width).clip(upper_bound=1.0))
+        .otherwise(0.0).head(len(edges) - 1))
+    return [float(value) for value in fractions.to_series()]
 
 
-def _covered_before(merged: pl.DataFrame, edges: list[int]) -> list[int]:
-    """For each edge t: how much of the (disjoint, sorted) intervals lies before t."""
-    starts = merged["start_ns"]
-    ends = merged["end_ns"].to_list()
-    cumulative = (merged["end_ns"] - merged["start_ns"]).cum_sum().to_list()
-    positions = starts.search_sorted(pl.Series(edges, dtype=pl.Int64), side="right").to_list()
-    result = []
-    for edge, position in zip(edges, positions, strict=True):
-        if position == 0:
-            result.append(0)
-            continue
-        result.append(cumulative[position - 1] - max(0, ends[position - 1] - edge))
-    return result
+def _covered_before(merged: pl.DataFrame, edges: list[int]) -> pl.DataFrame:
+    """For each edge t: how much of one device's (disjoint, sorted) intervals lies before t (columns edge, covered).
+
+    A binary search finds the last interval starting before each edge; the running sum of lengths up to
+    it, less the part of it past the edge, is the covered time. Columnar: no Python loop over intervals.
+    """
+    at = pl.Series("edge", edges, dtype=pl.Int64)
+    position = merged["start_ns"].search_sorted(at, side="right").cast(pl.Int64) - 1
+    cumulative = (merged["end_ns"] - merged["start_ns"]).cum_sum()
+    last = position.clip(lower_bound=0)
+    before = (cumulative.gather(last) - (merged["end_ns"].gather(last) - at).clip(lower_bound=0))
+    return pl.DataFrame({"edge": at, "covered": pl.Series(before).zip_with(position >= 0, pl.Series([0] * len(edges)))})

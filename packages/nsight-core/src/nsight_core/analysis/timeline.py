@@ -6,8 +6,8 @@ from __future__ import annotations
 import polars as pl
 from pydantic import BaseModel, Field
 
+from nsight_core.analysis.analyze import EventTables
 from nsight_core.analysis.intervals import bucket_edges, busy_fractions, busy_ns
-from nsight_core.stats.trace import TraceFrames
 
 TIMELINE_BUCKETS = 120
 MAX_TIMELINE_RANGES = 1000
@@ -54,59 +54,65 @@ class TraceSummary(BaseModel):
         return self.kernel_busy_ns / (self.span_ns * max(self.devices, 1))
 
 
-def summarize_trace(frames: TraceFrames, buckets: int = TIMELINE_BUCKETS) -> TraceSummary:
-    """Reduce an export's events to span, busy time, timeline and the NVTX ranges to draw."""
-    kernels = frames.kernels
-    first = frames.first_event_ns
-    span = (frames.last_event_ns - first) if first is not None and frames.last_event_ns is not None else 0
-    devices = kernels["device"].n_unique() if kernels.height else 0
+def event_bounds(trace: EventTables) -> tuple[int, int] | None:
+    """First and last traced event within the collection window, or None when nothing was traced.
+
+    The user's CUDA and NVTX activity bounds it; OS-runtime calls only when there is nothing else, as
+    they include the profiler's own waits. A blocking call that began before `nsys start` (seen: -4.5 s
+    for a 0.3 s region) or an NVTX domain registered before it is clipped to the window.
+    """
+    window = trace.window
+    for frames in ([trace.kernels, trace.memcpy, trace.memset, trace.cuda_api, trace.nvtx,
+                    trace.nvtx_marks.select(pl.col("time_ns").alias("start_ns"), pl.col("time_ns").alias("end_ns"))],
+                   [trace.osrt]):
+        events = pl.concat([frame.select("start_ns", "end_ns") for frame in frames])
+        if events.height:
+            first, last = events.select(pl.col("start_ns").min().alias("first"),
+                                        pl.max_horizontal("start_ns", "end_ns").max().alias("last")).row(0)
+            if window.end_ns > window.start_ns and max(first, window.start_ns) < min(last, window.end_ns):
+                return max(first, window.start_ns), min(last, window.end_ns)
+            return int(first), int(last)
+    return None
+
+
+def summarize_trace(trace: EventTables, buckets: int = TIMELINE_BUCKETS) -> TraceSummary:
+    """Reduce a capture's events to span, busy time, timeline and the NVTX ranges to draw."""
+    kernels = trace.kernels
+    bounds = event_bounds(trace)
+    first, span = (bounds[0], bounds[1] - bounds[0]) if bounds else (None, 0)
+    recorded = trace.window.end_ns - trace.window.start_ns
     return TraceSummary(
         first_event_ns=first,
         span_ns=span,
-        recorded_ns=frames.recorded_ns,
-        devices=devices,
+        recorded_ns=recorded or None,
+        devices=kernels["device"].n_unique() if kernels.height else 0,
         kernel_count=kernels.height,
         kernel_sum_ns=int((kernels["end_ns"] - kernels["start_ns"]).sum()) if kernels.height else 0,
         kernel_busy_ns=busy_ns(kernels),
-        copy_count=frames.memcpy.height + frames.memset.height,
-        timeline=busy_timeline(frames, first, first + span, buckets) if first is not None else [],
-        nvtx=nvtx_instances(frames.nvtx, first or 0),
-        nvtx_total=frames.nvtx.height,
+        copy_count=trace.memcpy.height + trace.memset.height,
+        timeline=busy_timeline(trace, first, first + span, buckets) if first is not None else [],
+        nvtx=nvtx_instances(trace.nvtx, first or 0),
+        nvtx_total=trace.nvtx.height,
     )
 
 
-def busy_timeline(frames: TraceFrames, start_ns: int, end_ns: int, buckets: int) -> list[TimelineBucket]:
+def busy_timeline(trace: EventTables, start_ns: int, end_ns: int, buckets: int) -> list[TimelineBucket]:
     """Kernel and copy busy fractions of BUCKETS equal slices of [start_ns, end_ns]."""
     edges = bucket_edges(start_ns, end_ns, buckets)
     if not edges:
         return []
     columns = ["device", "start_ns", "end_ns"]
-    copies = pl.concat([frames.memcpy.select(columns), frames.memset.select(columns)])
+    copies = pl.concat([trace.memcpy.select(columns), trace.memset.select(columns)])
     return [
         TimelineBucket(start_ns=edges[i] - start_ns, end_ns=edges[i + 1] - start_ns, kernel_fraction=kernel,
                        copy_fraction=copy)
-        for i, (kernel, copy) in enumerate(zip(busy_fractions(frames.kernels, edges), busy_fractions(copies, edges),
+        for i, (kernel, copy) in enumerate(zip(busy_fractions(trace.kernels, edges), busy_fractions(copies, edges),
                                                strict=True))
     ]
 
 
 def nvtx_instances(nvtx: pl.DataFrame, origin_ns: int, limit: int = MAX_TIMELINE_RANGES) -> list[NvtxInstance]:
-    """Range instances with their nesting depth per thread, the longest LIMIT of them, by start time."""
-    depths: list[int] = []
-    open_ends: dict[int, list[int]] = {}
-    ordered = nvtx.sort("start_ns", pl.col("end_ns"), descending=[False, True])
-    for start, end, thread in ordered.select("start_ns", "end_ns", "thread").iter_rows():
-        stack = open_ends.setdefault(thread or 0, [])
-        while stack and stack[-1] <= start:
-            stack.pop()
-        depths.append(len(stack))
-        stack.append(end)
-    kept = (
-        ordered.with_columns(pl.Series("depth", depths, dtype=pl.Int64))
-        .top_k(limit, by=pl.col("end_ns") - pl.col("start_ns"))
-        .sort("start_ns")
-    )
-    return [
-        NvtxInstance(name=name, start_ns=start - origin_ns, end_ns=end - origin_ns, depth=depth)
-        for start, end, name, depth in kept.select("start_ns", "end_ns", "name", "depth").iter_rows()
-    ]
+    """The longest LIMIT range instances with their nesting depth, by start time."""
+    kept = nvtx.top_k(limit, by=pl.col("end_ns") - pl.col("start_ns")).sort("start_ns")
+    return [NvtxInstance(**row) for row in kept.select(
+        "name", pl.col("start_ns") - origin_ns, pl.col("end_ns") - origin_ns, "depth").to_dicts()]

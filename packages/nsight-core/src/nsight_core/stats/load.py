@@ -1,50 +1,29 @@
-"""Statistics for a capture: from a .nsys-rep or .sqlite (one export, one `nsys stats` call) or from
-a directory of recorded CSVs (how users unit-test analyses without nsys or a GPU)."""
+"""Statistics for a capture: the default reports from its events (one export, Polars), any other report
+from `nsys stats`, or a directory of recorded CSVs (how users unit-test analyses without nsys or a GPU)."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from nsight_core.capture import is_event_source
 from nsight_core.errors import StatsError
 from nsight_core.nsys import Nsys, find_nsys
+from nsight_core.stats.from_trace import add_derived, is_derived
 from nsight_core.stats.models import ProfileStats
 from nsight_core.stats.parse import add_report, read_csv_text
 from nsight_core.stats.reports import DEFAULT_REPORTS, aliases, canonical
+from nsight_core.trace.export import derived_dir, export
+from nsight_core.trace.load import load_trace
+from nsight_core.trace.model import Trace
 
 log = logging.getLogger("nsight")
-
-REPORT_SUFFIXES = frozenset({".nsys-rep", ".qdrep"})
-"""Trace files nsys exports; `.qdrep` is the name before 2021."""
-EXPORT_SUFFIX = ".sqlite"
 
 _KNOWN_SUFFIXES = sorted({name for report in DEFAULT_REPORTS for name in aliases(report)}, key=len, reverse=True)
 _PROCESSING = re.compile(r"Processing \[.*?\] with \[(?P<script>.*?)\] to \[(?P<out>.*?)\]\.\.\.\s*(?P<status>.*)")
 _NOT_FOUND = re.compile(r"Report '(?P<report>[^']+)' could not be found")
-
-
-def derived_dir(source: Path) -> Path:
-    """Where files derived from SOURCE go: beside it, or a per-file cache folder when that is read-only."""
-    if os.access(source.parent, os.W_OK):
-        return source.parent
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nsight"
-    folder = cache / hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:16]
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
-def sqlite_for(report_file: Path, nsys: Nsys | None = None) -> Path:
-    """The SQLite export of a .nsys-rep: reused when it is newer than the report, else made once."""
-    sqlite = derived_dir(report_file) / (report_file.stem + ".sqlite")
-    if sqlite.exists() and sqlite.stat().st_mtime >= report_file.stat().st_mtime:
-        return sqlite
-    log.info("exporting %s to SQLite (once per capture; large traces take a while)", report_file)
-    (nsys or find_nsys()).export_sqlite(report_file, sqlite)
-    return sqlite
 
 
 def _resolve(requested: str, available: frozenset[str]) -> str:
@@ -56,23 +35,44 @@ def _resolve(requested: str, available: frozenset[str]) -> str:
     return requested
 
 
-def stats_from_nsys(path: Path, reports: Sequence[str] = DEFAULT_REPORTS, nsys: Nsys | None = None) -> ProfileStats:
-    """Run REPORTS on a .nsys-rep or .sqlite with ONE export and ONE `nsys stats` call.
-
-    The CSVs are kept in `<stem>.stats/` beside the export as `<stem>_<report>.csv`, the layout
-    :func:`stats_from_csv_dir` reads, so a capture's numbers can be re-read without nsys. A folder of
-    their own: recorded CSVs lying beside a .nsys-rep are never overwritten.
-    """
-    nsys = nsys or find_nsys()
-    if not path.exists():
-        raise StatsError(f"{path} does not exist.")
-    sqlite = path if path.suffix == ".sqlite" else sqlite_for(path, nsys)
+def stats_of_trace(trace: Trace, reports: Sequence[str] = DEFAULT_REPORTS, nsys: Nsys | None = None) -> ProfileStats:
+    """REPORTS of TRACE: the default ones from its events, any other with ONE `nsys stats` call."""
     requested = list(dict.fromkeys(reports))
     stats = ProfileStats(reports=requested)
-    if not requested:
-        return stats
+    others = []
+    for report in requested:
+        if is_derived(report):
+            add_derived(stats, report, trace)
+        else:
+            others.append(report)
+    if others:
+        _run_nsys_stats(stats, trace, others, nsys or find_nsys())
+    return stats
+
+
+def _sqlite_of(trace: Trace, nsys: Nsys) -> Path | None:
+    """An SQLite export `nsys stats` can read: the trace's own, or one made from its .nsys-rep."""
+    if trace.source.suffix == ".sqlite":
+        return trace.source
+    if trace.report is not None:
+        return export(trace.report, "sqlite", nsys)
+    return None
+
+
+def _run_nsys_stats(stats: ProfileStats, trace: Trace, reports: list[str], nsys: Nsys) -> None:
+    """Run REPORTS (beyond the derived five) with one `nsys stats` call on the capture's SQLite export.
+
+    The CSVs are kept in `<stem>.stats/` beside the export as `<stem>_<report>.csv`, the layout
+    :func:`stats_from_csv_dir` reads, so a capture's numbers can be re-read without nsys.
+    """
+    sqlite = _sqlite_of(trace, nsys)
+    if sqlite is None:
+        for report in reports:
+            stats.skipped[report] = ("failed: `nsys stats` reads a .nsys-rep or .sqlite export, not an arrow "
+                                     "directory; pass the capture's .nsys-rep for this report")
+        return
     available = nsys.available_reports
-    run_names = {report: _resolve(report, available) for report in requested}
+    run_names = {report: _resolve(report, available) for report in reports}
     stats_dir = derived_dir(sqlite) / (sqlite.stem + ".stats")
     stats_dir.mkdir(exist_ok=True)
     prefix = stats_dir / sqlite.stem
@@ -95,7 +95,6 @@ def stats_from_nsys(path: Path, reports: Sequence[str] = DEFAULT_REPORTS, nsys: 
             stats.skipped[report] = "no data: " + reason
             continue
         add_report(stats, report, read_csv_text(csv_file))
-    return stats
 
 
 def _not_found(output: str) -> set[str]:
@@ -187,8 +186,8 @@ def _default_order(report: str) -> tuple[int, str]:
 
 
 def load_stats(path: str | Path, reports: Sequence[str] | None = None) -> ProfileStats:
-    """Statistics of PATH: a .nsys-rep, a .sqlite export, or recorded CSVs (DIR or DIR/PREFIX)."""
+    """Statistics of PATH: a .nsys-rep, a .sqlite or arrow-directory export, or recorded CSVs (DIR or DIR/PREFIX)."""
     path = Path(path)
-    if path.suffix in REPORT_SUFFIXES or path.suffix == EXPORT_SUFFIX:
-        return stats_from_nsys(path, DEFAULT_REPORTS if reports is None else reports)
+    if is_event_source(path):
+        return stats_of_trace(load_trace(path), DEFAULT_REPORTS if reports is None else reports)
     return stats_from_csv_dir(path, reports)

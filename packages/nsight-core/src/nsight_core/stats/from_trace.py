@@ -1,0 +1,137 @@
+"""The five default `nsys stats` reports, computed from a Trace's events with Polars.
+
+Each report is the query nsys runs (its reports/*.py, 2023.4) restated as one group-by: the same
+grouping name, the same statistics (sample standard deviation, median of the middle two), the same
+rounding (one decimal, halves away from zero, as SQLite's round()), the same order. Equality with
+`nsys stats` on the same capture is tested, so a page built from events shows nsys' own numbers.
+A report whose events the capture lacks is skipped with nsys' reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import polars as pl
+
+from nsight_core.stats.models import (
+    ApiCallRow,
+    KernelRow,
+    MemorySizeRow,
+    MemoryTimeRow,
+    NvtxRangeRow,
+    ProfileStats,
+)
+from nsight_core.stats.reports import canonical
+from nsight_core.trace.model import Trace
+
+BYTES_PER_MB = 1_000_000
+MB_DECIMALS = 3
+"""nsys prints sizes in MB with three decimals."""
+
+
+def _round(value: pl.Expr, decimals: int = 1) -> pl.Expr:
+    return value.round(decimals, mode="half_away_from_zero")
+
+
+def _time_summary(frame: pl.DataFrame, name: pl.Expr) -> pl.DataFrame:
+    """Per name: time %, total, instances, avg, med, min, max, stddev of end - start, nsys' order."""
+    duration = pl.col("end_ns") - pl.col("start_ns")
+    summary = frame.group_by(name.alias("name")).agg(
+        duration.sum().alias("total_time_ns"), pl.len().cast(pl.Int64).alias("instances"),
+        _round(duration.mean()).alias("avg_ns"), _round(duration.median()).alias("med_ns"),
+        duration.min().alias("min_ns"), duration.max().alias("max_ns"),
+        _round(duration.std(ddof=1).fill_null(0.0)).alias("stddev_ns"),
+    )
+    return summary.with_columns(
+        _round(pl.col("total_time_ns") * 100.0 / pl.col("total_time_ns").sum()).fill_nan(0.0).alias("time_pct"),
+    ).sort(["total_time_ns", "instances", "name"], descending=[True, False, False])
+
+
+def kernel_summary(trace: Trace) -> list[KernelRow] | str:
+    """cuda_gpu_kern_sum: kernels by demangled name."""
+    if not trace.kernels.height:
+        return "does not contain CUDA kernel data."
+    return _rows(KernelRow, _time_summary(trace.kernels, pl.col("name")))
+
+
+def api_summary(trace: Trace) -> list[ApiCallRow] | str:
+    """cuda_api_sum: CUDA runtime and driver calls by name."""
+    if not trace.cuda_api.height:
+        return "does not contain CUDA trace data."
+    return _rows(ApiCallRow, _time_summary(trace.cuda_api, pl.col("name")))
+
+
+def _memory_operations(trace: Trace) -> pl.DataFrame:
+    columns = ("start_ns", "end_ns", "bytes")
+    return pl.concat([
+        trace.memcpy.select(pl.format("[CUDA memcpy {}]", "direction").alias("operation"), *columns),
+        trace.memset.select(pl.lit("[CUDA memset]").alias("operation"), *columns),
+    ])
+
+
+def memory_time_summary(trace: Trace) -> list[MemoryTimeRow] | str:
+    """cuda_gpu_mem_time_sum: copies by direction and memsets, by time."""
+    operations = _memory_operations(trace)
+    if not operations.height:
+        return "does not contain GPU memory data."
+    return _rows(MemoryTimeRow, _time_summary(operations, pl.col("operation")))
+
+
+def memory_size_summary(trace: Trace) -> list[MemorySizeRow] | str:
+    """cuda_gpu_mem_size_sum: copies by direction and memsets, by size (MB, three decimals)."""
+    operations = _memory_operations(trace)
+    if not operations.height:
+        return "does not contain GPU memory data."
+    size = pl.col("bytes") / BYTES_PER_MB
+    summary = operations.group_by(pl.col("operation").alias("name")).agg(
+        *(_round(value, MB_DECIMALS).alias(alias) for value, alias in (
+            (size.sum(), "total_mb"), (size.mean(), "avg_mb"), (size.median(), "med_mb"), (size.min(), "min_mb"),
+            (size.max(), "max_mb"), (size.std(ddof=1).fill_null(0.0), "stddev_mb"))),
+        pl.len().cast(pl.Int64).alias("instances"), pl.col("bytes").sum().alias("_bytes"),
+    ).sort(["_bytes", "name"], descending=[True, False])
+    return _rows(MemorySizeRow, summary)
+
+
+def nvtx_summary(trace: Trace) -> list[NvtxRangeRow] | str:
+    """nvtx_pushpop_sum: push/pop ranges by `domain:name` (the name alone in the default domain)."""
+    ranges = trace.nvtx.filter(pl.col("kind") == "push_pop")
+    if not ranges.height:
+        return "does not contain NV Tools Extension (NVTX) push/pop ranges."
+    name = pl.when(pl.col("domain") != "").then(pl.format("{}:{}", "domain", "name")).otherwise(pl.col("name"))
+    return _rows(NvtxRangeRow, _time_summary(ranges, name))
+
+
+Rows = list[KernelRow] | list[ApiCallRow] | list[MemoryTimeRow] | list[MemorySizeRow] | list[NvtxRangeRow]
+DERIVED: dict[str, tuple[str, Callable[[Trace], Rows | str]]] = {
+    "cuda_gpu_kern_sum": ("kernels", kernel_summary),
+    "cuda_gpu_mem_time_sum": ("memory_time", memory_time_summary),
+    "cuda_gpu_mem_size_sum": ("memory_size", memory_size_summary),
+    "cuda_api_sum": ("api_calls", api_summary),
+    "nvtx_pushpop_sum": ("nvtx_ranges", nvtx_summary),
+}
+"""Each default report: the ProfileStats list it fills and how it is computed."""
+
+
+def is_derived(report: str) -> bool:
+    """REPORT (any nsys name, no options) is computed from events rather than by `nsys stats`."""
+    return ":" not in report and canonical(report) in DERIVED
+
+
+def add_derived(stats: ProfileStats, report: str, trace: Trace) -> None:
+    """Compute REPORT (see :func:`is_derived`) from TRACE into STATS, or record why it has no data."""
+    table, compute = DERIVED[canonical(report)]
+    rows = compute(trace)
+    if isinstance(rows, str):
+        stats.skipped[report] = f"no data: the capture {rows}"
+        return
+    getattr(stats, table).extend(rows)
+
+
+Row = TypeVar("Row", KernelRow, ApiCallRow, MemoryTimeRow, MemorySizeRow, NvtxRangeRow)
+
+
+def _rows(model: type[Row], frame: pl.DataFrame) -> list[Row]:
+    """One model per report row (per name: a report is small whatever the trace's size)."""
+    fields = set(model.model_fields)
+    return [model(**row) for row in frame.select([c for c in frame.columns if c in fields]).to_dicts()]

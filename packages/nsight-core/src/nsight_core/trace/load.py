@@ -1,0 +1,49 @@
+"""``load_trace``: a capture's events from its .nsys-rep (one export, cached), an SQLite or arrow export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nsight_core.capture import EXPORT_SUFFIX, REPORT_SUFFIXES
+from nsight_core.errors import StatsError
+from nsight_core.nsys import Nsys, find_nsys
+from nsight_core.trace.export import discard, export
+from nsight_core.trace.model import Trace
+from nsight_core.trace.tables import ArrowDirTables, DamagedExportError, SqliteTables
+
+
+def load_trace(path: str | Path, nsys: Nsys | None = None) -> Trace:
+    """The events of PATH: a .nsys-rep (exported once to an arrow directory beside it), a .sqlite export,
+    or an arrow directory (`nsys export --type arrowdir`).
+
+    >>> trace = load_trace("training.nsys-rep")
+    >>> trace.nvtx.filter(pl.col("name") == "step").select((pl.col("end_ns") - pl.col("start_ns")).quantile(0.95))
+    """
+    path = Path(path)
+    if not path.exists():
+        raise StatsError(f"{path} does not exist: pass a .nsys-rep, its .sqlite export or an arrow-directory "
+                         "export (nsys export --type arrowdir).")
+    if path.suffix in REPORT_SUFFIXES:
+        return _from_report(path, nsys or find_nsys())
+    if path.is_dir():
+        return Trace(ArrowDirTables(path))
+    if path.suffix == EXPORT_SUFFIX:
+        return Trace(SqliteTables(path))
+    raise StatsError(f"{path} is not a trace: pass a .nsys-rep, its .sqlite export or an arrow-directory export.")
+
+
+def _from_report(report: Path, nsys: Nsys) -> Trace:
+    """Export REPORT once (arrowdir, or SQLite where this nsys has no arrowdir) and open it.
+
+    An export that turns out unreadable is discarded and made again once; a second failure is an error
+    that names the file, never an empty trace.
+    """
+    kind = "arrowdir" if "arrowdir" in nsys.export_types else "sqlite"
+    target = export(report, kind, nsys)
+    try:
+        tables = ArrowDirTables(target) if kind == "arrowdir" else SqliteTables(target)
+    except DamagedExportError:
+        discard(target)
+        target = export(report, kind, nsys)
+        tables = ArrowDirTables(target) if kind == "arrowdir" else SqliteTables(target)
+    return Trace(tables, report)

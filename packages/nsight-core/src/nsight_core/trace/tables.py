@@ -1,0 +1,121 @@
+"""The raw tables of one nsys export, read column by column into Polars: an arrow directory or SQLite.
+
+nsys names its tables and columns the same way in every export format (CUPTI_ACTIVITY_KIND_KERNEL with
+start, end, deviceId ...), so the Trace is built from one interface, :class:`ExportTables`: "these
+columns of that table, or None when the export has no such table". nsys writes a table only when it
+holds data (lazy export), so a missing table means "nothing of this kind was traced", not an error.
+
+An arrow directory (`nsys export --type arrowdir`) holds one Arrow IPC *stream* file per table; Polars
+reads just the requested columns of it without a Python object per row. SQLite is the fallback for
+inputs that are already `.sqlite` exports and for an nsys without arrowdir: it is read with the
+standard library's sqlite3 in batches, each batch turned into a frame at once, so memory stays bounded
+by one batch of Python rows, but it is several times slower than the arrow path.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Protocol
+
+import polars as pl
+
+from nsight_core.errors import StatsError
+
+Schema = Mapping[str, pl.DataType | type[pl.DataType]]
+"""Column name -> the Polars type the Trace wants it as."""
+SQLITE_BATCH_ROWS = 200_000
+"""Rows per sqlite3 fetch: bounds the Python objects alive at once on the SQLite path."""
+
+
+class ExportTables(Protocol):
+    """Columns of the tables of one export."""
+
+    source: Path
+
+    def columns(self, table: str) -> frozenset[str]:
+        """The column names of TABLE (empty when it is missing)."""
+        ...
+
+    def read(self, table: str, schema: Schema) -> pl.DataFrame | None:
+        """The columns of SCHEMA from TABLE, cast to its types, or None when the export has no such table."""
+        ...
+
+
+class ArrowDirTables:
+    """An `nsys export --type arrowdir` directory: <table>.arrow IPC stream files."""
+
+    def __init__(self, directory: Path) -> None:
+        self.source = directory
+        self._files = {path.stem: path for path in directory.glob("*.arrow")}
+        if not self._files:
+            raise StatsError(f"{directory} holds no .arrow tables: it is not an nsys arrowdir export "
+                             "(nsys export --type arrowdir), or the export was interrupted.")
+        self._columns: dict[str, frozenset[str]] = {}
+
+    def columns(self, table: str) -> frozenset[str]:
+        if table not in self._files:
+            return frozenset()
+        if table not in self._columns:
+            self._columns[table] = frozenset(self._read(table, None, n_rows=0).columns)
+        return self._columns[table]
+
+    def read(self, table: str, schema: Schema) -> pl.DataFrame | None:
+        if table not in self._files:
+            return None
+        present = self.columns(table)
+        return _typed(self._read(table, [c for c in schema if c in present]), schema)
+
+    def _read(self, table: str, columns: list[str] | None, n_rows: int | None = None) -> pl.DataFrame:
+        path = self._files[table]
+        try:
+            return pl.read_ipc_stream(path, columns=columns, n_rows=n_rows)
+        except (OSError, pl.exceptions.PolarsError) as error:
+            raise DamagedExportError(f"{path} cannot be read as an Arrow table ({error}); delete {self.source} "
+                                     "and load the .nsys-rep again to export it anew.") from error
+
+
+class SqliteTables:
+    """An `nsys export --type sqlite` file, read table by table in batches."""
+
+    def __init__(self, path: Path) -> None:
+        self.source = path
+        try:
+            self._connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            names = self._connection.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+        except sqlite3.DatabaseError as error:
+            raise DamagedExportError(f"{path} is not a readable SQLite export ({error}).") from error
+        self._tables = frozenset(name for (name,) in names)
+        if "StringIds" not in self._tables and "ANALYSIS_DETAILS" not in self._tables:
+            raise DamagedExportError(f"{path} is an SQLite file but not an nsys export (no StringIds table).")
+
+    def columns(self, table: str) -> frozenset[str]:
+        if table not in self._tables:
+            return frozenset()
+        return frozenset(row[1] for row in self._connection.execute(f'PRAGMA table_info("{table}")'))
+
+    def read(self, table: str, schema: Schema) -> pl.DataFrame | None:
+        if table not in self._tables:
+            return None
+        present = self.columns(table)
+        listed = ", ".join(f'"{c}"' if c in present else f'NULL AS "{c}"' for c in schema)
+        query = f'SELECT {listed} FROM "{table}"'
+        batches = [pl.DataFrame(schema=schema)]
+        try:
+            cursor = self._connection.execute(query)
+            while rows := cursor.fetchmany(SQLITE_BATCH_ROWS):
+                batches.append(pl.DataFrame(rows, schema=schema, orient="row"))
+        except sqlite3.DatabaseError as error:
+            raise DamagedExportError(f"{self.source}: table {table} cannot be read ({error}).") from error
+        return pl.concat(batches)
+
+
+def _typed(frame: pl.DataFrame, schema: Schema) -> pl.DataFrame:
+    """FRAME in SCHEMA's order and types; a column the export lacks (an older schema) is null."""
+    return frame.select((pl.col(name) if name in frame.columns else pl.lit(None)).cast(dtype).alias(name)
+                        for name, dtype in schema.items())
+
+
+class DamagedExportError(StatsError):
+    """An export that exists but cannot be read: re-export it from the .nsys-rep, or say what is wrong."""

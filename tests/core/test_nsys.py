@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nsight_core import NsysNotFoundError, NsysPermissionError, Session, load_stats
+from nsight_core import DEFAULT_REPORTS, NsysNotFoundError, NsysPermissionError, Session, load_stats
 from nsight_core.nsys import Nsys, find_nsys
 
 
@@ -105,12 +105,16 @@ def test_stats_of_the_h200_trace_equal_its_recorded_csvs(h200_copy: Path, nsys: 
     stats = load_stats(target / "training.nsys-rep")
     assert {k.name: (k.instances, k.total_time_ns) for k in stats.kernels} == recorded
     assert len(stats.nvtx_ranges) == 20 and stats.skipped == {}
-    exports = list(target.glob("*.sqlite"))
-    assert [p.name for p in exports] == ["training.sqlite"]
-    mtime = exports[0].stat().st_mtime_ns
-    again = load_stats(target / "training.nsys-rep", ["cuda_api_sum", "nvtxppsum", "no_such_report"])
-    assert exports[0].stat().st_mtime_ns == mtime, "the export must be reused, not redone"
+    # The default reports come from ONE arrow export; no SQLite export, no `nsys stats`.
+    assert sorted(p.name for p in target.iterdir()) == ["training.arrowdir", "training.nsys-rep"]
+    arrow = target / "training.arrowdir"
+    mtime = arrow.stat().st_mtime_ns
+    again = load_stats(target / "training.nsys-rep", ["cuda_api_sum", "nvtxppsum", "no_such_report",
+                                                      "cuda_gpu_kern_gb_sum"])
+    assert arrow.stat().st_mtime_ns == mtime, "the export must be reused, not redone"
     assert again.api_calls and len(again.nvtx_ranges) == 20
+    assert len(again.other["cuda_gpu_kern_gb_sum"]) >= 14, "a report beyond the five runs through nsys stats"
+    assert (target / "training.sqlite").is_file(), "...on an SQLite export made for it"
     assert again.skipped == {"no_such_report": "unknown report: this nsys (2023.4.4.54) has no report named "
                                                 "'no_such_report'"}
 
@@ -133,10 +137,11 @@ def test_stats_never_overwrite_recorded_csvs_beside_the_trace(h200_copy: Path, n
     recorded = h200_copy / "training_cuda_gpu_kern_sum.csv"
     recorded.write_text(recorded.read_text() + "\n")
     before = recorded.read_bytes()
-    stats = load_stats(h200_copy / "training.nsys-rep")
+    stats = load_stats(h200_copy / "training.nsys-rep", [*DEFAULT_REPORTS, "cuda_gpu_kern_gb_sum"])
     assert recorded.read_bytes() == before
-    again = load_stats(h200_copy / "training.stats")
-    assert [k.model_dump() for k in again.kernels] == [k.model_dump() for k in stats.kernels]
+    # What `nsys stats` wrote is kept in a folder of its own, in the layout recorded CSVs load from.
+    again = load_stats(h200_copy / "training.stats" / "training", ["cuda_gpu_kern_gb_sum"])
+    assert again.other["cuda_gpu_kern_gb_sum"] == stats.other["cuda_gpu_kern_gb_sum"]
 
 
 @pytest.mark.nsys

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import json
 import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from nsight_core.capture import is_event_source
 from nsight_core.errors import CommandNotFoundError, NsightError
-from nsight_core.profile import build_profile, capture_paths
-from nsight_core.render.html import render_page
-from nsight_core.render.text import render_text
 from nsight_core.session import DEFAULT_CAPTURE, DEFAULT_TRACE, Session, exec_launch
-from nsight_core.stats.load import load_stats
 from nsight_core.stats.reports import DEFAULT_REPORTS
+
+if TYPE_CHECKING:
+    from nsight_core.stats.models import ProfileStats
+
+# Polars, Altair and the analyses load inside the commands that read captures: `nsight run` and
+# `nsight launch` sit in front of every profiled task and must start fast.
 
 log = logging.getLogger("nsight")
 
@@ -46,21 +51,55 @@ def cmd_run(args: argparse.Namespace) -> int:
     return result.returncode
 
 
-def cmd_stats(args: argparse.Namespace) -> int:
-    stats = load_stats(args.path, args.reports)
-    if args.json:
-        print(stats.model_dump_json(exclude={"reports"}, indent=2))
-    else:
-        sys.stdout.write(render_text(stats))
+def _unknown_reports(stats: ProfileStats) -> int:
+    """Say which requested reports do not exist (with nsys' closest names); 1 when none of them exists."""
+    unknown = [report for report, why in stats.skipped.items() if why.startswith("unknown report")]
+    for report in unknown:
+        print(f"nsight: {report}: {stats.skipped[report]}", file=sys.stderr)
+    if unknown and len(unknown) == len(stats.reports):
+        print("nsight: error: none of the requested reports exists; `nsys stats --help-reports` lists them",
+              file=sys.stderr)
+        return 1
     return 0
 
 
+def cmd_stats(args: argparse.Namespace) -> int:
+    from nsight_core.profile import build_profile
+    from nsight_core.render.findings import render_analysis, render_completeness
+    from nsight_core.render.text import render_text
+    from nsight_core.stats.load import load_stats
+
+    reports = args.reports or DEFAULT_REPORTS
+    profile = build_profile(args.path, reports) if is_event_source(args.path) else None
+    stats = profile.stats if profile is not None else load_stats(args.path, args.reports)
+    if args.json:
+        payload = stats.model_dump(mode="json", exclude={"reports"})
+        if profile is not None and profile.analysis is not None:
+            payload.update(profile.analysis.model_dump(mode="json", include={"window", "steps", "budget",
+                                                                             "budget_scope", "ranges", "findings"}))
+        if profile is not None and profile.completeness is not None:
+            payload["completeness"] = profile.completeness.model_dump(mode="json")
+        print(json.dumps(payload, indent=2, ensure_ascii=False))
+    else:
+        if profile is not None and profile.completeness is not None:
+            sys.stdout.write(render_completeness(profile.completeness))
+        if profile is not None and profile.analysis is not None:
+            sys.stdout.write(render_analysis(profile.analysis) + "\n")
+        sys.stdout.write(render_text(stats))
+    return _unknown_reports(stats)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
+    from nsight_core.profile import build_profile, capture_paths
+    from nsight_core.render.html import render_page
+
     paths = [capture for path in args.paths for capture in capture_paths(path)]
     profiles = []
     for path in paths:
         log.info("reading %s", path)
         profiles.append(build_profile(path, args.reports or DEFAULT_REPORTS))
+        if _unknown_reports(profiles[-1].stats):
+            return 1
     try:
         args.output.write_text(render_page(profiles, title=args.title), encoding="utf-8")
     except OSError as exc:
@@ -139,21 +178,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     stats = commands.add_parser(
         "stats", help="summarise a capture: kernels, CUDA API, memory operations, NVTX ranges",
-        description="PATH is a .nsys-rep, a .sqlite export, or recorded CSVs (DIR or DIR/PREFIX holding "
-        "PREFIX_<report>.csv). A .nsys-rep is exported to SQLite once and all reports run in one nsys call.")
-    stats.add_argument("path", type=Path, help=".nsys-rep, .sqlite, or a directory of recorded CSVs")
+        description="PATH is a .nsys-rep, a .sqlite or arrow-directory export, or recorded CSVs (DIR or "
+        "DIR/PREFIX holding PREFIX_<report>.csv). A .nsys-rep is exported once (an arrow directory beside it); "
+        "the default reports are computed from its events and equal `nsys stats`' numbers, other reports run "
+        "in one `nsys stats` call. For captures with events it also says what to fix (findings with the "
+        "saving per step), the steps and the per-step time budget, and warns when the trace is incomplete. "
+        "Exit status: 0, or 1 when no requested report exists or the input cannot be read.")
+    stats.add_argument("path", type=Path, help=".nsys-rep, .sqlite, arrow directory, or a directory of recorded CSVs")
     _add_reports_option(stats)
-    stats.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    stats.add_argument("--json", action="store_true", help="print one JSON object (the reports' rows, skipped "
+                       "reports, and for event inputs: window, steps, budget, ranges, findings, completeness)")
     stats.set_defaults(func=cmd_stats)
 
     report = commands.add_parser(
         "report", help="write the GPU Profile page (summary, charts, detail tables) for one or more captures",
         description="Write one HTML page with a section per capture: summary tiles (span, GPU busy from the "
         "union of kernel intervals, launches, copies, NVTX, CUDA API), charts and the detail table of every "
-        "report. PATH is a .nsys-rep, a .sqlite export, or a directory of recorded CSVs (one section per "
-        "recorded prefix). A .nsys-rep is exported to SQLite beside it, once. The page needs no network.")
+        "report, with 'What to fix' on top. PATH is a .nsys-rep, a .sqlite or arrow-directory export, or a "
+        "directory of recorded CSVs (one section per recorded prefix). A .nsys-rep is exported once, beside it. "
+        "The page needs no network.")
     report.add_argument("paths", nargs="+", type=Path, metavar="PATH",
-                        help=".nsys-rep, .sqlite, or a directory of recorded CSVs")
+                        help=".nsys-rep, .sqlite, arrow directory, or a directory of recorded CSVs")
     report.add_argument("-o", "--output", type=Path, default=Path("report.html"),
                         help="the HTML file to write (default: %(default)s)")
     _add_reports_option(report)

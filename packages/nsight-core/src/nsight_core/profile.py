@@ -1,25 +1,32 @@
 """One capture, everything the GPU Profile report shows about it.
 
 A capture is exported ONCE (an arrow directory) and read as a Trace: the per-name tables are computed
-from its events, as are span, GPU busy time and timeline; `nsys stats` runs only for reports beyond
-the default five. Recorded CSV directories have no events, so their profile has stats only and says so.
+from its events, as are span, GPU busy time, timeline, the diagnosis ("What to fix") and the verdict
+on whether the trace is complete; `nsys stats` runs only for reports beyond the default five. Recorded
+CSV directories have no events, so their profile has stats only and says so.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from nsight_core.analysis.analyze import Analysis, analyze
+from nsight_core.analysis.completeness import CaptureFacts, Completeness, capture_facts, check_completeness
 from nsight_core.analysis.summary import Tile, summary_tiles
 from nsight_core.analysis.timeline import TraceSummary, summarize_trace
-from nsight_core.capture import is_event_source
+from nsight_core.capture import REPORT_SUFFIXES, is_event_source
 from nsight_core.errors import StatsError
 from nsight_core.stats.load import load_stats, recorded_captures, stats_of_trace
 from nsight_core.stats.models import ProfileStats
 from nsight_core.stats.reports import DEFAULT_REPORTS
 from nsight_core.trace.load import load_trace
+from nsight_core.trace.model import Trace
+
+log = logging.getLogger("nsight")
 
 
 class CaptureProfile(BaseModel):
@@ -29,6 +36,9 @@ class CaptureProfile(BaseModel):
     source: str = Field(description="The file or directory the profile was built from")
     stats: ProfileStats
     trace: TraceSummary | None = Field(default=None, description="None for recorded CSVs (no event trace)")
+    analysis: Analysis | None = Field(default=None, description="Steps, budget and findings; None without events")
+    completeness: Completeness | None = Field(default=None, description="Whether the trace holds all that ran; "
+                                              "None without events")
     notes: list[str] = Field(default_factory=list, description="Plain-text lines shown below the charts")
 
     @property
@@ -41,17 +51,38 @@ def build_profile(
     path: str | Path,
     reports: Sequence[str] = DEFAULT_REPORTS,
     title: str | None = None,
+    facts: CaptureFacts | None = None,
 ) -> CaptureProfile:
     """Profile of PATH: a .nsys-rep/.qdrep, its .sqlite or arrow export, or recorded CSVs (DIR or DIR/PREFIX).
 
-    The export and `nsys stats` log their progress (logger "nsight"), which the CLI shows on stderr.
+    FACTS: what is known of how the capture was made (nsys' output, versions); by default only what lies
+    beside PATH (a leftover raw stream). The export and `nsys stats` log their progress (logger "nsight"),
+    which the CLI shows on stderr.
     """
     path = Path(path)
-    if is_event_source(path):
-        trace = load_trace(path)
-        return CaptureProfile(title=title or path.stem, source=str(path), stats=stats_of_trace(trace, reports),
-                              trace=summarize_trace(trace))
-    return CaptureProfile(title=title or path.name, source=str(path), stats=load_stats(path, reports))
+    if not is_event_source(path):
+        return CaptureProfile(title=title or path.name, source=str(path), stats=load_stats(path, reports))
+    trace = load_trace(path)
+    if facts is None:
+        facts = capture_facts(path) if path.suffix in REPORT_SUFFIXES else CaptureFacts()
+    profile = CaptureProfile(title=title or path.stem, source=str(path), stats=stats_of_trace(trace, reports),
+                             trace=summarize_trace(trace), completeness=check_completeness(trace, facts))
+    return diagnosed(profile, trace)
+
+
+def diagnosed(profile: CaptureProfile, trace: Trace) -> CaptureProfile:
+    """PROFILE with TRACE's analysis; should the analysis fail, a note says so and the rest of the page stays.
+
+    The diagnosis is the newest and most heuristic part of the page: a capture shape it does not expect
+    must cost the "What to fix" section, not the user's statistics (profiling never breaks the job).
+    """
+    try:
+        return profile.model_copy(update={"analysis": analyze(trace)})
+    except Exception as error:  # see the docstring: one part fails, not the page
+        log.warning("could not diagnose %s (%s: %s); the page shows its statistics without 'What to fix'",
+                    profile.source, type(error).__name__, error)
+        return profile.model_copy(update={"notes": [*profile.notes, f"What to fix: the analysis failed "
+                                                    f"({type(error).__name__}: {error})"]})
 
 
 def capture_paths(path: str | Path) -> list[Path]:

@@ -25,7 +25,7 @@ from nsight_core.analysis.budget import (
     sync_calls,
 )
 from nsight_core.analysis.findings import Context, Finding
-from nsight_core.analysis.footprint import UserWindow, user_window, users_calls
+from nsight_core.analysis.footprint import UserWindow, capture_window, users_calls
 from nsight_core.analysis.ranges import RangeFamily, range_families
 from nsight_core.analysis.steps import StepStats, find_steps
 
@@ -97,8 +97,7 @@ class _Cut:
 
 def _cut(trace: EventTables) -> _Cut:
     """Find the steps (or take the user window as one) and cut them into budget segments."""
-    window = user_window(trace.window.start_ns, trace.window.end_ns, trace.nvtx_marks,
-                         [trace.kernels, trace.memcpy, trace.memset, trace.cuda_api, trace.nvtx], trace.osrt)
+    window = capture_window(trace)
     stats, steps = find_steps(trace.nvtx, trace.kernels)
     scope: Literal["steps", "capture"] = "steps"
     if not steps.height:

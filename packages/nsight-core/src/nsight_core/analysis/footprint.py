@@ -11,12 +11,15 @@ first moments as long as the settle wait is the profiler's.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import polars as pl
 from pydantic import BaseModel, Field
 
 from nsight_core.session import START_SETTLE_SECONDS
+
+if TYPE_CHECKING:
+    from nsight_core.analysis.analyze import EventTables
 
 OWN_DOMAIN = "nsight"
 LIVE_MARK = "collection live"
@@ -69,6 +72,12 @@ def user_window(
     settle = profiler_calls(osrt, window_start_ns)
     start = int(settle.select(pl.col("end_ns").max()).item()) if settle.height else window_start_ns
     return UserWindow(start_ns=start, end_ns=window_end_ns, source="collection", profiler_ns=start - window_start_ns)
+
+
+def capture_window(trace: EventTables) -> UserWindow:
+    """The user's part of TRACE's collection window, from its marks, CUDA and NVTX events, or OS calls."""
+    return user_window(trace.window.start_ns, trace.window.end_ns, trace.nvtx_marks,
+                       [trace.kernels, trace.memcpy, trace.memset, trace.cuda_api, trace.nvtx], trace.osrt)
 
 
 def profiler_calls(osrt: pl.DataFrame, window_start_ns: int) -> pl.DataFrame:

@@ -26,6 +26,8 @@ class RangeFamily(BaseModel):
     self_ns: int = Field(description="Summed durations minus the time spent in direct child ranges")
     self_fraction: float = Field(description="self_ns / capture span (0..1 per thread)")
     p50_ns: float
+    mean_ns: float
+    min_ns: int
     max_ns: int
 
 
@@ -85,7 +87,8 @@ def range_families(nvtx: pl.DataFrame, span_ns: int) -> list[RangeFamily]:
         self_time(nvtx).with_columns(family_pattern(pl.col("name")).alias("pattern"))
         .group_by("pattern", "domain")
         .agg(pl.len().alias("count"), duration.sum().alias("summed_ns"), pl.col("self_ns").sum(),
-             duration.median().alias("p50_ns"), duration.max().alias("max_ns"))
+             duration.median().alias("p50_ns"), duration.mean().alias("mean_ns"), duration.min().alias("min_ns"),
+             duration.max().alias("max_ns"))
         .with_columns((pl.col("self_ns") / span_ns if span_ns else pl.lit(0.0)).alias("self_fraction"))
         .sort(["self_ns", "pattern"], descending=[True, False])
     )

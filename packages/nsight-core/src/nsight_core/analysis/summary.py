@@ -70,14 +70,38 @@ def _report_missing(stats: ProfileStats, report: str) -> str:
 
 
 def summary_tiles(stats: ProfileStats, trace: TraceSummary | None) -> list[Tile]:
-    """All tiles of one capture, in display order."""
+    """All tiles of one capture, in display order.
+
+    A capture without any GPU activity (CPU-only: trace=cuda off, or no GPU work ran) shows what it did
+    collect (span, NVTX, OS-runtime calls, CPU samples) instead of a wall of "no data" GPU tiles.
+    """
+    if trace is not None and not trace.gpu_traced:
+        gpu = Tile(label="GPU activity", missing="no GPU activity in this capture: no kernel, copy or CUDA call "
+                   "was traced (trace=cuda off, or no GPU work ran)")
+        return [_trace_tiles(trace)[0], gpu, _nvtx_tile(stats, trace), *_cpu_tiles(trace)]
     return [
         *_trace_tiles(trace),
         *_kernel_tiles(stats, trace),
         *_memory_tiles(stats),
         _nvtx_tile(stats, trace),
         _api_tile(stats),
+        *(_cpu_tiles(trace) if trace is not None and (trace.osrt_calls or trace.samples) else []),
     ]
+
+
+def _cpu_tiles(trace: TraceSummary) -> list[Tile]:
+    """OS-runtime calls and CPU samples of the user's window (the profiler's own waits left out)."""
+    tiles = []
+    if trace.osrt:
+        top = trace.osrt[0]
+        tiles.append(Tile(label="OS runtime calls", value=f"{trace.osrt_calls:,}", number=trace.osrt_calls,
+                          detail=f"longest in total: {top.name} ({top.calls:,} calls, {format_ns(top.total_ns)})"))
+    else:
+        tiles.append(Tile(label="OS runtime calls", missing="none traced (add osrt to the trace domains)"))
+    if trace.samples:
+        tiles.append(Tile(label="CPU samples", value=f"{trace.samples:,}", number=trace.samples,
+                          detail="taken in the user's window"))
+    return tiles
 
 
 def _trace_tiles(trace: TraceSummary | None) -> list[Tile]:
@@ -87,8 +111,9 @@ def _trace_tiles(trace: TraceSummary | None) -> list[Tile]:
         empty = "the export holds no traced events"
         return [Tile(label=label, missing=empty) for label in ("Capture span", "GPU kernel time", "GPU busy")]
     recorded = f"; collection ran {format_ns(trace.recorded_ns)}" if trace.recorded_ns else ""
+    own = f", {format_ns(trace.profiler_ns)} of it the profiler's start-up and stop" if trace.profiler_ns else ""
     span = Tile(label="Capture span", value=format_ns(trace.span_ns), number=trace.span_ns,
-                detail=f"first to last traced event{recorded}")
+                detail=f"the user's activity, first to last traced event{recorded}{own}")
     if not trace.kernel_count:
         reason = "no CUDA kernels in the trace (trace=cuda off, or no GPU work ran)"
         return [span, Tile(label="GPU kernel time", missing=reason), Tile(label="GPU busy", missing=reason)]

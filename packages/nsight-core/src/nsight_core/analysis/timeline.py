@@ -7,10 +7,13 @@ import polars as pl
 from pydantic import BaseModel, Field
 
 from nsight_core.analysis.analyze import EventTables
+from nsight_core.analysis.footprint import capture_window, users_calls
 from nsight_core.analysis.intervals import bucket_edges, busy_fractions, busy_ns
+from nsight_core.trace.model import Trace
 
 TIMELINE_BUCKETS = 120
 MAX_TIMELINE_RANGES = 1000
+TOP_CALLS = 20
 
 
 class TimelineBucket(BaseModel):
@@ -31,12 +34,25 @@ class NvtxInstance(BaseModel):
     depth: int = Field(description="Nesting level on its thread: 0 for outermost ranges")
 
 
+class CallTotal(BaseModel):
+    """OS-runtime calls of one name in the user's window."""
+
+    name: str
+    calls: int
+    total_ns: int = Field(description="Summed call time (calls of several threads may overlap)")
+    max_ns: int
+
+
 class TraceSummary(BaseModel):
     """The event-level facts of a capture that `nsys stats` totals cannot give."""
 
-    first_event_ns: int | None = Field(description="Session clock of the first traced event; None if none")
-    span_ns: int = Field(description="First to last traced event")
+    first_event_ns: int | None = Field(description="Capture clock where the user's window starts; None if nothing "
+                                       "was traced")
+    span_ns: int = Field(description="The user's window: first to last CUDA/NVTX event (or the region's marks), "
+                         "the profiler's own start-up and stop left out")
     recorded_ns: int | None = Field(description="How long collection ran (nsys start to stop), if the export says")
+    profiler_ns: int = Field(default=0, description="Collection time outside the user's window (the profiler's)")
+    gpu_traced: bool = Field(default=True, description="Any kernel, copy, memset or CUDA API call was traced")
     devices: int = Field(description="GPUs that ran kernels")
     kernel_count: int
     kernel_sum_ns: int = Field(description="Summed kernel durations; overlapping kernels counted twice")
@@ -44,7 +60,11 @@ class TraceSummary(BaseModel):
     copy_count: int = Field(description="Memory copies and memsets")
     timeline: list[TimelineBucket]
     nvtx: list[NvtxInstance] = Field(description="The longest MAX_TIMELINE_RANGES range instances")
-    nvtx_total: int = Field(description="All closed NVTX range instances in the trace")
+    nvtx_total: int = Field(description="All NVTX range instances in the trace")
+    osrt: list[CallTotal] = Field(default_factory=list, description=f"Top {TOP_CALLS} OS-runtime calls by total "
+                                  "time in the user's window (the profiler's settle wait left out)")
+    osrt_calls: int = Field(default=0, description="OS-runtime calls in the user's window")
+    samples: int = Field(default=0, description="CPU samples in the user's window")
 
     @property
     def busy_fraction(self) -> float | None:
@@ -54,37 +74,21 @@ class TraceSummary(BaseModel):
         return self.kernel_busy_ns / (self.span_ns * max(self.devices, 1))
 
 
-def event_bounds(trace: EventTables) -> tuple[int, int] | None:
-    """First and last traced event within the collection window, or None when nothing was traced.
-
-    The user's CUDA and NVTX activity bounds it; OS-runtime calls only when there is nothing else, as
-    they include the profiler's own waits. A blocking call that began before `nsys start` (seen: -4.5 s
-    for a 0.3 s region) or an NVTX domain registered before it is clipped to the window.
-    """
-    window = trace.window
-    for frames in ([trace.kernels, trace.memcpy, trace.memset, trace.cuda_api, trace.nvtx,
-                    trace.nvtx_marks.select(pl.col("time_ns").alias("start_ns"), pl.col("time_ns").alias("end_ns"))],
-                   [trace.osrt]):
-        events = pl.concat([frame.select("start_ns", "end_ns") for frame in frames])
-        if events.height:
-            first, last = events.select(pl.col("start_ns").min().alias("first"),
-                                        pl.max_horizontal("start_ns", "end_ns").max().alias("last")).row(0)
-            if window.end_ns > window.start_ns and max(first, window.start_ns) < min(last, window.end_ns):
-                return max(first, window.start_ns), min(last, window.end_ns)
-            return int(first), int(last)
-    return None
-
-
-def summarize_trace(trace: EventTables, buckets: int = TIMELINE_BUCKETS) -> TraceSummary:
-    """Reduce a capture's events to span, busy time, timeline and the NVTX ranges to draw."""
+def summarize_trace(trace: Trace, buckets: int = TIMELINE_BUCKETS) -> TraceSummary:
+    """Reduce a capture's events to the user's window, busy time, timeline, NVTX ranges and OS calls."""
     kernels = trace.kernels
-    bounds = event_bounds(trace)
-    first, span = (bounds[0], bounds[1] - bounds[0]) if bounds else (None, 0)
-    recorded = trace.window.end_ns - trace.window.start_ns
+    window = capture_window(trace)
+    traced = any(frame.height for frame in (kernels, trace.memcpy, trace.memset, trace.cuda_api, trace.nvtx,
+                                              trace.nvtx_marks, trace.osrt, trace.samples))
+    first, span = (window.start_ns, window.span_ns) if traced else (None, 0)
+    calls = users_calls(trace.osrt, window)
+    in_window = (pl.col("time_ns") >= window.start_ns) & (pl.col("time_ns") < window.end_ns)
     return TraceSummary(
         first_event_ns=first,
         span_ns=span,
-        recorded_ns=recorded or None,
+        recorded_ns=(trace.window.end_ns - trace.window.start_ns) or None,
+        profiler_ns=window.profiler_ns if traced else 0,
+        gpu_traced=bool(kernels.height or trace.memcpy.height or trace.memset.height or trace.cuda_api.height),
         devices=kernels["device"].n_unique() if kernels.height else 0,
         kernel_count=kernels.height,
         kernel_sum_ns=int((kernels["end_ns"] - kernels["start_ns"]).sum()) if kernels.height else 0,
@@ -93,7 +97,19 @@ def summarize_trace(trace: EventTables, buckets: int = TIMELINE_BUCKETS) -> Trac
         timeline=busy_timeline(trace, first, first + span, buckets) if first is not None else [],
         nvtx=nvtx_instances(trace.nvtx, first or 0),
         nvtx_total=trace.nvtx.height,
+        osrt=call_totals(calls),
+        osrt_calls=calls.height,
+        samples=trace.samples.filter(in_window).height,
     )
+
+
+def call_totals(calls: pl.DataFrame, top: int = TOP_CALLS) -> list[CallTotal]:
+    """CALLS (start_ns, end_ns, name) by name, the TOP longest in total."""
+    duration = pl.col("end_ns") - pl.col("start_ns")
+    totals = (calls.group_by("name").agg(pl.len().alias("calls"), duration.sum().alias("total_ns"),
+                                         duration.max().alias("max_ns"))
+              .sort(["total_ns", "name"], descending=[True, False]).head(top))
+    return [CallTotal(**row) for row in totals.to_dicts()]
 
 
 def busy_timeline(trace: EventTables, start_ns: int, end_ns: int, buckets: int) -> list[TimelineBucket]:

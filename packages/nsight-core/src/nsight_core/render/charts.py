@@ -15,6 +15,7 @@ import polars as pl
 from pydantic import BaseModel
 
 from nsight_core.analysis.kernels import unique_short_names
+from nsight_core.analysis.ranges import RangeFamily
 from nsight_core.analysis.summary import NEEDS_TRACE
 from nsight_core.analysis.timeline import TraceSummary
 from nsight_core.profile import CaptureProfile
@@ -36,13 +37,14 @@ class ChartSpec(BaseModel):
 def capture_charts(profile: CaptureProfile) -> list[ChartSpec]:
     """All charts of one capture, in display order: the overview over time first, then the breakdowns."""
     stats = profile.stats
-    return [
-        timeline_chart(profile.trace),
-        top_kernels_chart(stats),
-        nvtx_totals_chart(stats),
-        nvtx_distribution_chart(stats),
-        memory_chart(stats),
-    ]
+    if profile.analysis is not None:
+        nvtx = [nvtx_families_chart(profile.analysis.ranges), nvtx_family_distribution_chart(profile.analysis.ranges)]
+    else:
+        nvtx = [nvtx_totals_chart(stats), nvtx_distribution_chart(stats)]
+    osrt = [osrt_chart(profile.trace)] if profile.trace is not None and profile.trace.osrt else []
+    if profile.trace is not None and not profile.trace.gpu_traced:
+        return [timeline_chart(profile.trace), *nvtx, *osrt]
+    return [timeline_chart(profile.trace), top_kernels_chart(stats), *nvtx, memory_chart(stats), *osrt]
 
 
 def _spec(chart: alt.TopLevelMixin) -> dict[str, Any]:
@@ -100,6 +102,59 @@ def nvtx_totals_chart(stats: ProfileStats, top: int = TOP_N) -> ChartSpec:
     ]))
 
 
+def _family_label() -> pl.Expr:
+    """`domain:pattern`, or the pattern alone in the default domain (how nsys names ranges)."""
+    return pl.when(pl.col("domain") != "").then(pl.format("{}:{}", "domain", "pattern")).otherwise("pattern")
+
+
+def nvtx_families_chart(ranges: list[RangeFamily], top: int = TOP_N) -> ChartSpec:
+    """NVTX range families (`step_{n}` is one bar, not twenty) by self time, as shares of the user's window.
+
+    Self time leaves out what nested ranges did, so a parent's bar is not its children's again and the
+    shares of one thread add up to at most 100 %; the summed (nesting-included) time is in the tooltip.
+    """
+    title = f"NVTX ranges by self time (top {top} families)"
+    if not ranges:
+        return ChartSpec(title=title, missing="no NVTX ranges in this capture")
+    frame = pl.DataFrame([r.model_dump() for r in ranges[:top]]).with_columns(
+        _family_label().alias("range"),
+        (pl.col("self_ns") / NS_PER_MS).alias("self_ms"), (pl.col("summed_ns") / NS_PER_MS).alias("summed_ms"))
+    chart = alt.Chart(alt.Data(values=frame.to_dicts())).mark_bar(color="#76b900").encode(
+        x=alt.X("self_fraction:Q", title="Self time, share of the capture", axis=alt.Axis(format="%")),
+        y=alt.Y("range:N", sort="-x", title=None, axis=alt.Axis(labelLimit=320)),
+        tooltip=[alt.Tooltip("range:N", title="Range family"), alt.Tooltip("count:Q", title="Instances", format=","),
+                 alt.Tooltip("self_ms:Q", title="Self time (ms)", format=",.3f"),
+                 alt.Tooltip("self_fraction:Q", title="Share of the capture", format=".1%"),
+                 alt.Tooltip("summed_ms:Q", title="Summed time, nested ranges included (ms)", format=",.3f")],
+    ).properties(width=WIDTH, height=_bar_height(frame.height))
+    return ChartSpec(title=title, spec=_spec(chart))
+
+
+def nvtx_family_distribution_chart(ranges: list[RangeFamily], top: int = TOP_N) -> ChartSpec:
+    """For range families that ran more than once: min..max of instance durations, median and mean marked."""
+    title = "Instance durations of repeated NVTX ranges"
+    repeated = [r for r in ranges if r.count > 1][:top]
+    if not repeated:
+        return ChartSpec(title=title, missing="no NVTX range (or numbered family) ran more than once")
+    frame = pl.DataFrame([r.model_dump() for r in repeated]).select(
+        _family_label().alias("name"),
+        pl.col("count").alias("instances"),
+        *((pl.col(f"{stat}_ns") / NS_PER_MS).alias(f"{alias}_ms")
+          for stat, alias in (("min", "min"), ("p50", "med"), ("mean", "avg"), ("max", "max"))))
+    return ChartSpec(title=title, spec=_distribution(frame))
+
+
+def osrt_chart(trace: TraceSummary) -> ChartSpec:
+    """OS-runtime calls of the user's window by total time (the profiler's settle wait left out)."""
+    title = "OS runtime calls by total time"
+    frame = pl.DataFrame([c.model_dump() for c in trace.osrt]).with_columns(
+        (pl.col("total_ns") / NS_PER_MS).alias("total_ms"), (pl.col("max_ns") / NS_PER_MS).alias("max_ms"))
+    return ChartSpec(title=title, spec=_total_time_bars(frame, "name", "#9f86c0", [
+        alt.Tooltip("name:N", title="Call"), alt.Tooltip("calls:Q", title="Calls", format=","),
+        alt.Tooltip("total_ms:Q", title="Total (ms), threads summed", format=",.3f"),
+        alt.Tooltip("max_ms:Q", title="Longest (ms)", format=",.3f")]))
+
+
 def nvtx_distribution_chart(stats: ProfileStats, top: int = TOP_N) -> ChartSpec:
     """For ranges that ran more than once: min..max of instance durations, median and mean marked."""
     title = "Instance durations of repeated NVTX ranges"
@@ -113,6 +168,11 @@ def nvtx_distribution_chart(stats: ProfileStats, top: int = TOP_N) -> ChartSpec:
         )
         .select("name", "instances", "min_ms", "med_ms", "avg_ms", "max_ms")
     )
+    return ChartSpec(title=title, spec=_distribution(frame))
+
+
+def _distribution(frame: pl.DataFrame) -> dict[str, Any]:
+    """Per name (rows: name, instances, min_ms, med_ms, avg_ms, max_ms): a min..max rule, median tick, mean dot."""
     base = alt.Chart(alt.Data(values=frame.to_dicts())).encode(
         y=alt.Y("name:N", title=None, sort=alt.EncodingSortField("max_ms", order="descending"),
                 axis=alt.Axis(labelLimit=320)),
@@ -129,7 +189,7 @@ def nvtx_distribution_chart(stats: ProfileStats, top: int = TOP_N) -> ChartSpec:
         base.mark_tick(color="#1f2933", thickness=2, size=16).encode(x="med_ms:Q"),
         base.mark_point(color="#76b900", filled=True, size=60).encode(x="avg_ms:Q"),
     ).properties(width=WIDTH, height=_bar_height(frame.height))
-    return ChartSpec(title=title, spec=_spec(chart))
+    return _spec(chart)
 
 
 def memory_chart(stats: ProfileStats) -> ChartSpec:

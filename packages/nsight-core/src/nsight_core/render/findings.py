@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from nsight_core.analysis.analyze import Analysis
 from nsight_core.analysis.budget import StepBudget
+from nsight_core.analysis.completeness import Completeness
 from nsight_core.analysis.findings import Evidence, Finding, Saving, Where
 from nsight_core.analysis.steps import StepStats
 from nsight_core.render.text import _ns
@@ -114,3 +115,13 @@ def render_analysis(analysis: Analysis) -> str:
         lines.append("nothing found")
     lines += ["", steps_text(analysis.steps), *budget_lines(analysis.budget)]
     return "\n".join(lines) + "\n"
+
+
+def render_completeness(completeness: Completeness) -> str:
+    """Nothing for a complete trace; otherwise a warning block to read before any number."""
+    if completeness.complete:
+        return ""
+    lines = ["== WARNING: this trace is incomplete or suspect; the numbers below may miss part of what ran"]
+    for warning in completeness.warnings:
+        lines += [f"- {warning.message}", f"  cause: {warning.cause}", f"  fix: {warning.fix}"]
+    return "\n".join(lines) + "\n\n"

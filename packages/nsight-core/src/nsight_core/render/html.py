@@ -27,6 +27,7 @@ import polars as pl
 from nsight_core.analysis.summary import Tile
 from nsight_core.profile import CaptureProfile
 from nsight_core.render.charts import ChartSpec, capture_charts
+from nsight_core.render.findings import budget_lines, evidence_text, saving_text, steps_text
 from nsight_core.stats.reports import table_of
 
 MAX_TABLE_ROWS = 200
@@ -56,6 +57,16 @@ _STYLE = """
 .nsight-report td.nsr-text{max-width:560px;word-break:break-all}
 .nsight-report .nsr-cut,.nsight-report .nsr-notes{font-size:.85rem;color:#52606d}
 .nsight-report .nsr-notes li{word-break:break-all}
+.nsight-report .nsr-incomplete{border:1px solid #e12d39;background:#fff5f5;border-radius:6px;padding:.5rem .8rem}
+.nsight-report .nsr-incomplete p{margin:.2rem 0;font-size:.88rem}
+.nsight-report .nsr-findings{padding-left:1.2rem;margin:.3rem 0}
+.nsight-report .nsr-findings li{margin:.35rem 0}
+.nsight-report .nsr-sev{font-size:.72rem;text-transform:uppercase;padding:.05rem .35rem;border-radius:3px;color:#fff}
+.nsight-report .nsr-sev-critical{background:#e12d39}.nsight-report .nsr-sev-warning{background:#de911d}
+.nsight-report .nsr-sev-info{background:#616e7c}
+.nsight-report .nsr-saving{font-weight:600;color:#3e7c17}
+.nsight-report .nsr-evidence{font-size:.8rem;color:#52606d;margin:.1rem 0 0 0}
+.nsight-report .nsr-steps{font-size:.88rem;margin:.3rem 0}
 """
 
 _SCRIPT = """
@@ -160,9 +171,40 @@ def _section(profile: CaptureProfile, ids: _Ids) -> str:
         f'<section class="nsr-section" id="{section_id}">'
         f"<h2>{html.escape(profile.title)}</h2>"
         f'<p class="nsr-source">Source: {html.escape(profile.source)}</p>'
+        f"{_completeness(profile)}{_what_to_fix(profile)}"
         f'<div class="nsr-tiles">{"".join(_tile(tile) for tile in profile.tiles)}</div>'
         f"{charts}{_notes(profile.notes)}{_tables(profile)}</section>"
     )
+
+
+def _completeness(profile: CaptureProfile) -> str:
+    """A red box above everything when the trace is incomplete: the numbers below it are not the whole run."""
+    if profile.completeness is None or profile.completeness.complete:
+        return ""
+    items = "".join(
+        f"<p><b>{html.escape(w.message)}</b></p><p>Cause: {html.escape(w.cause)}.</p>"
+        f"<p>Fix: {html.escape(w.fix)}.</p>" for w in profile.completeness.warnings)
+    return (f'<div class="nsr-incomplete" role="alert"><p><b>This trace is incomplete or suspect: the numbers '
+            f"below may miss part of what ran.</b></p>{items}</div>")
+
+
+def _what_to_fix(profile: CaptureProfile) -> str:
+    """The findings with their savings, then the steps and the per-step budget."""
+    analysis = profile.analysis
+    if analysis is None:
+        return ""
+    findings = "".join(
+        f'<li><span class="nsr-sev nsr-sev-{f.severity}">{f.severity}</span> <b>{html.escape(f.title)}</b>'
+        + (f' <span class="nsr-saving">{html.escape(saving_text(f.saving))}</span>' if f.saving else "")
+        + f"<div>Fix: {html.escape(f.suggestion)}</div>"
+        + "".join(f'<div class="nsr-evidence">{html.escape(evidence_text(e))}</div>' for e in f.evidence)
+        + "</li>" for f in analysis.findings)
+    listing = (f'<ol class="nsr-findings">{findings}</ol>' if findings
+               else '<p class="nsr-nodata">Nothing to fix was found in this capture.</p>')
+    budget = "".join(f"<li>{html.escape(line.strip())}</li>" for line in budget_lines(analysis.budget)[1:])
+    return (f"<h3>What to fix</h3>{listing}<p class=\"nsr-steps\">{html.escape(steps_text(analysis.steps))}</p>"
+            f'<p class="nsr-steps">{html.escape(budget_lines(analysis.budget)[0])}</p>'
+            f'<ul class="nsr-notes">{budget}</ul>')
 
 
 def _tile(tile: Tile) -> str:

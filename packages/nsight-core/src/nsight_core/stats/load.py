@@ -3,6 +3,7 @@ from `nsys stats`, or a directory of recorded CSVs (how users unit-test analyses
 
 from __future__ import annotations
 
+import difflib
 import logging
 import re
 from collections.abc import Sequence
@@ -65,14 +66,23 @@ def _run_nsys_stats(stats: ProfileStats, trace: Trace, reports: list[str], nsys:
     The CSVs are kept in `<stem>.stats/` beside the export as `<stem>_<report>.csv`, the layout
     :func:`stats_from_csv_dir` reads, so a capture's numbers can be re-read without nsys.
     """
+    available = nsys.available_reports
+    run_names = {report: _resolve(report, available) for report in reports}
+    for report, name in list(run_names.items()):
+        base = name.partition(":")[0]
+        if base not in available:
+            close = difflib.get_close_matches(base, sorted(available | set(DEFAULT_REPORTS)), n=3, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            stats.skipped[report] = f"unknown report: this nsys ({nsys.version}) has no report named {base!r}{hint}"
+            del run_names[report]
+    if not run_names:
+        return
     sqlite = _sqlite_of(trace, nsys)
     if sqlite is None:
-        for report in reports:
+        for report in run_names:
             stats.skipped[report] = ("failed: `nsys stats` reads a .nsys-rep or .sqlite export, not an arrow "
                                      "directory; pass the capture's .nsys-rep for this report")
         return
-    available = nsys.available_reports
-    run_names = {report: _resolve(report, available) for report in reports}
     stats_dir = derived_dir(sqlite) / (sqlite.stem + ".stats")
     stats_dir.mkdir(exist_ok=True)
     prefix = stats_dir / sqlite.stem

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -72,3 +73,63 @@ def test_a_directory_of_captures_points_at_its_reports(h200_copy: Path, tmp_path
     done = nsight("report", str(captures), "-o", str(tmp_path / "x.html"))
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.strip().endswith(f"holds no recorded CSVs; pass its captures instead: {captures}/*.nsys-rep")
+
+
+def private(source: Path, target_dir: Path, *siblings: str) -> Path:
+    """A writable copy of the trace SOURCE (and the named SIBLINGS beside it) in TARGET_DIR."""
+    target_dir.mkdir(parents=True, exist_ok=True)
+    for name in (source.name, *siblings):
+        (target_dir / name).write_bytes((source.parent / name).read_bytes())
+    return target_dir / source.name
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def test_stats_json_says_what_to_fix_with_steps_and_savings(tmp_path: Path, nsys: Nsys) -> None:
+    """The H200 diagnosis recording: 12 steps, a warm-up step, pageable 64 MiB copies, a CPU sleep per step."""
+    trace = private(FIXTURES / "h200-diagnosis" / "diagnosis.nsys-rep", tmp_path)
+    done = nsight("stats", str(trace), "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["steps"]["source"] == "nvtx" and result["steps"]["family"]["pattern"] == "step_{n}"
+    assert result["steps"]["family"]["count"] == 12 and result["steps"]["warmup"] is True
+    kinds = [finding["kind"] for finding in result["findings"]]
+    assert {"pageable_copy", "gpu_idle", "warmup"} <= set(kinds)
+    pageable = next(f for f in result["findings"] if f["kind"] == "pageable_copy")
+    assert pageable["saving"]["per_step_ns"] > 0 and pageable["suggestion"]
+    parts = {part["part"]: part["total_ns"] for part in result["budget"]["parts"]}
+    assert sum(parts.values()) == result["budget"]["wall_ns"]
+    assert result["completeness"]["complete"] is True
+    assert [row["name"] for row in result["nvtx_ranges"]][:1] == ["step_0"]  # nsys' own table stays
+
+
+def test_stats_and_page_warn_on_the_incomplete_cuda13_capture(tmp_path: Path, nsys: Nsys) -> None:
+    trace = private(FIXTURES / "h200-quick-start-cuda13-incomplete" / "train.nsys-rep", tmp_path, "train.qdstrm")
+    done = nsight("stats", str(trace))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("== WARNING: this trace is incomplete")
+    assert "raw stream train.qdstrm is still beside the report" in done.stdout
+    assert "CUDA activity ends" in done.stdout
+    out = tmp_path / "page.html"
+    assert nsight("report", str(trace), "-o", str(out)).returncode == 0
+    page = out.read_text()
+    assert page.index('class="nsr-incomplete"') < page.index('class="nsr-tiles"')
+
+
+def test_complete_capture_has_no_incomplete_warning(h200_copy: Path, tmp_path: Path, nsys: Nsys) -> None:
+    out = tmp_path / "page.html"
+    assert nsight("report", str(h200_copy / "training.nsys-rep"), "-o", str(out)).returncode == 0
+    page = out.read_text()
+    assert 'class="nsr-incomplete"' not in page
+    assert page.index("<h3>What to fix</h3>") < page.index('class="nsr-tiles"')
+    assert "NVTX ranges by self time (top 20 families)" in page
+
+
+def test_unknown_report_names_get_a_suggestion_and_exit_1(h200_copy: Path, nsys: Nsys) -> None:
+    done = nsight("stats", str(h200_copy / "evaluation.nsys-rep"), "--reports", "cuda_gpu_kern_sm")
+    assert done.returncode == 1
+    assert "did you mean 'cuda_gpu_kern_sum'" in done.stderr
+    assert "none of the requested reports exists" in done.stderr
+    partly = nsight("stats", str(h200_copy / "evaluation.nsys-rep"), "--reports", "cuda_api_sum,cuda_gpu_kern_sm")
+    assert partly.returncode == 0 and "did you mean 'cuda_gpu_kern_sum'" in partly.stderr

@@ -20,6 +20,8 @@ class Capture(BaseModel):
     """The nsys session it was recorded in; None for a whole-process `nsys profile`."""
     duration_s: float | None = None
     """Wall time between start and stop, as seen by the profiled process."""
+    nsys_output: str = ""
+    """What `nsys stop` printed while writing it: importer errors there mean the trace lost events."""
     overlapped: tuple[str, ...] = ()
     """Regions that could not record while this one did (nested or concurrent ones): nsys records the
     whole process, so their activity is in this trace too. A report must say so, not hide it."""

@@ -114,6 +114,7 @@ def _profile(capture: Capture, reports: tuple[str, ...], title: str) -> CaptureP
     """The profile of CAPTURE, made from a link to its trace in a folder of its own that is deleted
     afterwards: the exports and stats files of regions in a loop would otherwise pile up in the pod's
     ephemeral storage (and get it evicted). The trace itself is kept."""
+    from nsight_core.analysis.completeness import capture_facts
     from nsight_core.profile import build_profile
 
     scratch = Path(tempfile.mkdtemp(prefix=".nsight-profile-", dir=capture.path.parent))
@@ -123,7 +124,8 @@ def _profile(capture: Capture, reports: tuple[str, ...], title: str) -> CaptureP
             os.link(capture.path, linked)
         except OSError:
             linked.symlink_to(capture.path.resolve())
-        return build_profile(linked, reports, title)
+        # The facts come from the trace where it lies (a leftover .qdstrm beside it) and from nsys' stop output.
+        return build_profile(linked, reports, title, facts=capture_facts(capture.path, capture.nsys_output))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

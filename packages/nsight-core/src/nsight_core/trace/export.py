@@ -1,22 +1,27 @@
 """Exports of a .nsys-rep, made once and reused only while they are complete and current.
 
-An export is written under a temporary name and renamed into place when nsys has finished, with a
-record of its files' sizes; it is reused only when that record is there, is newer than the report and
-matches the files on disk. Anything else (an interrupted export, a truncated file, an export older than
-the report, a damaged file a user left beside it) is redone, never read as "no data".
+An export is written under a temporary name and renamed into place when nsys has finished, then a
+record is written beside it: the size and modification time of the report it was made from and the
+size of each of its files. It is reused only when that record matches both the report as it is now and
+the files on disk. Anything else (an interrupted export, a truncated or deleted file, a report recorded
+again or replaced at the same path, a damaged file a user left beside it) is redone, never read as
+"no data". Temporary folders that an interrupted export left behind are removed by the next export.
 
 Exports go beside the report, or into a per-report cache folder when the report's folder is read-only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import uuid
 from pathlib import Path
+from typing import Any
 
 from nsight_core.nsys import Nsys, find_nsys
 
@@ -25,7 +30,8 @@ log = logging.getLogger("nsight")
 ARROW_SUFFIX = ".arrowdir"
 SQLITE_SUFFIX = ".sqlite"
 _RECORD = ".nsight-export.json"
-"""Inside an arrow directory: its files' sizes, written last. Beside a .sqlite: <name>.nsight.json."""
+"""Inside an arrow directory: what it was made from and its files' sizes, written last. Beside a .sqlite:
+<name>.nsight.json."""
 
 
 def derived_dir(source: Path) -> Path:
@@ -50,16 +56,24 @@ def _record_of(export: Path) -> Path:
 def _sizes(export: Path) -> dict[str, int]:
     if export.is_dir():
         return {path.name: path.stat().st_size for path in sorted(export.glob("*.arrow"))}
-    return {export.name: export.stat().st_size}
+    return {"file": export.stat().st_size}
+
+
+def _version_of(report: Path) -> dict[str, int]:
+    """REPORT's size and modification time: a report recorded again, or replaced, has others."""
+    status = report.stat()
+    return {"bytes": status.st_size, "mtime_ns": status.st_mtime_ns}
+
+
+def _record(report: dict[str, int], export: Path) -> dict[str, Any]:
+    return {"report": report, "files": _sizes(export)}
 
 
 def is_current(export: Path, report: Path) -> bool:
-    """EXPORT is complete (its record matches its files) and not older than REPORT."""
-    record = _record_of(export)
+    """EXPORT is complete (its record matches its files) and was made from REPORT as it is now."""
     try:
-        if record.stat().st_mtime < report.stat().st_mtime:
-            return False
-        return bool(json.loads(record.read_text(encoding="utf-8")) == _sizes(export))
+        recorded = json.loads(_record_of(export).read_text(encoding="utf-8"))
+        return bool(recorded == _record(_version_of(report), export))
     except (OSError, ValueError):
         return False
 
@@ -74,17 +88,41 @@ def discard(export: Path) -> None:
     record.unlink(missing_ok=True)
 
 
+def _temporary(target: Path) -> Path:
+    # nsys adds the type's suffix to an output name without it: the temporary name keeps it.
+    return target.with_name(f".{target.stem}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp{target.suffix}")
+
+
+def _remove_abandoned(target: Path) -> None:
+    """Remove temporary exports of TARGET whose process is gone (killed mid-export): they are never
+    renamed into place and would otherwise keep a copy of the trace's data on disk for good."""
+    pattern = re.compile(rf"\.{re.escape(target.stem)}\.(\d+)-[0-9a-f]{{8}}\.tmp{re.escape(target.suffix)}")
+    for leftover in target.parent.glob(f".{target.stem}.*.tmp{target.suffix}"):
+        match = pattern.fullmatch(leftover.name)
+        if match is None or int(match.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(match.group(1)), 0)
+        except ProcessLookupError:
+            log.debug("removing %s, left by an interrupted export", leftover)
+            discard(leftover)
+        except OSError:  # the process exists (another user's): its export may still be running
+            continue
+
+
 def export(report: Path, kind: str, nsys: Nsys | None = None) -> Path:
     """The current KIND export of REPORT: reused when complete and current, else made (atomically)."""
     target = export_path(report, kind)
     if is_current(target, report):
         return target
     nsys = nsys or find_nsys()
-    # nsys adds the type's suffix to an output name without it: the temporary name keeps it.
-    temporary = target.with_name(f".{target.stem}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp{target.suffix}")
+    _remove_abandoned(target)
+    temporary = _temporary(target)
     log.info("exporting %s (%s, once per capture)", report, kind)
     try:
+        version = _version_of(report)  # before nsys reads it: a report rewritten meanwhile is not current
         nsys.export(report, temporary, kind)
+        record = _record(version, temporary)
         for attempt in (1, 2):  # a concurrent export of the same report may have renamed into place first
             discard(target)
             try:
@@ -93,7 +131,8 @@ def export(report: Path, kind: str, nsys: Nsys | None = None) -> Path:
             except OSError:
                 if attempt == 2:
                     raise
-        _record_of(target).write_text(json.dumps(_sizes(target)), encoding="utf-8")
+        _record_of(target).write_text(json.dumps(record), encoding="utf-8")
     finally:
-        discard(temporary)
+        with contextlib.suppress(OSError):
+            discard(temporary)
     return target

@@ -7,7 +7,7 @@ from pathlib import Path
 from nsight_core.capture import EXPORT_SUFFIX, REPORT_SUFFIXES
 from nsight_core.errors import StatsError
 from nsight_core.nsys import Nsys, find_nsys
-from nsight_core.trace.export import discard, export
+from nsight_core.trace.export import discard, export, export_path, is_current
 from nsight_core.trace.model import Trace
 from nsight_core.trace.tables import ArrowDirTables, DamagedExportError, SqliteTables
 
@@ -24,21 +24,37 @@ def load_trace(path: str | Path, nsys: Nsys | None = None) -> Trace:
         raise StatsError(f"{path} does not exist: pass a .nsys-rep, its .sqlite export or an arrow-directory "
                          "export (nsys export --type arrowdir).")
     if path.suffix in REPORT_SUFFIXES:
-        return _from_report(path, nsys or find_nsys())
+        return _from_report(path, nsys)
     if path.is_dir():
         return Trace(ArrowDirTables(path))
     if path.suffix == EXPORT_SUFFIX:
-        return Trace(SqliteTables(path))
+        try:
+            return Trace(SqliteTables(path))
+        except DamagedExportError as error:
+            raise DamagedExportError(f"{error} {_sqlite_remedy(path)}") from error
     raise StatsError(f"{path} is not a trace: pass a .nsys-rep, its .sqlite export or an arrow-directory export.")
 
 
-def _from_report(report: Path, nsys: Nsys) -> Trace:
+def _sqlite_remedy(sqlite: Path) -> str:
+    """What to do about a damaged .sqlite a user passed: its capture, when it lies beside it, does not need it."""
+    for suffix in sorted(REPORT_SUFFIXES):
+        if (report := sqlite.with_suffix(suffix)).exists():
+            return f"Pass {report} instead: nsight exports it itself."
+    return ("Pass the .nsys-rep it was exported from (nsight exports it itself), or export it again with "
+            "`nsys export --type sqlite --force-overwrite=true CAPTURE.nsys-rep`.")
+
+
+def _from_report(report: Path, nsys: Nsys | None) -> Trace:
     """Export REPORT once (arrowdir, or SQLite where this nsys has no arrowdir) and open it.
 
-    An export that turns out unreadable is discarded and made again once; a second failure is an error
-    that names the file, never an empty trace.
+    A current arrow export is read without asking nsys anything. An export that turns out unreadable is
+    discarded and made again once; a second failure is an error that names the file, never an empty trace.
     """
-    kind = "arrowdir" if "arrowdir" in nsys.export_types else "sqlite"
+    if is_current(export_path(report, "arrowdir"), report):
+        kind = "arrowdir"
+    else:
+        nsys = nsys or find_nsys()
+        kind = "arrowdir" if "arrowdir" in nsys.export_types else "sqlite"
     target = export(report, kind, nsys)
     try:
         tables = ArrowDirTables(target) if kind == "arrowdir" else SqliteTables(target)

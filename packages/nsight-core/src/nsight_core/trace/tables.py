@@ -21,7 +21,7 @@ from typing import Protocol
 
 import polars as pl
 
-from nsight_core.errors import StatsError
+from nsight_core.errors import StatsError, one_line
 
 Schema = Mapping[str, pl.DataType | type[pl.DataType]]
 """Column name -> the Polars type the Trace wants it as."""
@@ -72,8 +72,8 @@ class ArrowDirTables:
         try:
             return pl.read_ipc_stream(path, columns=columns, n_rows=n_rows)
         except (OSError, pl.exceptions.PolarsError) as error:
-            raise DamagedExportError(f"{path} cannot be read as an Arrow table ({error}); delete {self.source} "
-                                     "and load the .nsys-rep again to export it anew.") from error
+            raise DamagedExportError(f"{path} cannot be read as an Arrow table ({one_line(error)}); delete "
+                                     f"{self.source} and load the .nsys-rep again to export it anew.") from error
 
 
 class SqliteTables:
@@ -85,10 +85,10 @@ class SqliteTables:
             self._connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
             names = self._connection.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
         except sqlite3.DatabaseError as error:
-            raise DamagedExportError(f"{path} is not a readable SQLite export ({error}).") from error
+            raise DamagedExportError(f"{path} is not a readable SQLite export ({one_line(error)}).") from error
         self._tables = frozenset(name for (name,) in names)
         if "StringIds" not in self._tables and "ANALYSIS_DETAILS" not in self._tables:
-            raise DamagedExportError(f"{path} is an SQLite file but not an nsys export (no StringIds table).")
+            raise DamagedExportError(f"{path} is empty or not an nsys SQLite export (no StringIds table).")
 
     def columns(self, table: str) -> frozenset[str]:
         if table not in self._tables:
@@ -107,7 +107,8 @@ class SqliteTables:
             while rows := cursor.fetchmany(SQLITE_BATCH_ROWS):
                 batches.append(pl.DataFrame(rows, schema=schema, orient="row"))
         except sqlite3.DatabaseError as error:
-            raise DamagedExportError(f"{self.source}: table {table} cannot be read ({error}).") from error
+            raise DamagedExportError(f"{self.source}: table {table} cannot be read ({one_line(error)}).") \
+                from error
         return pl.concat(batches)
 
 

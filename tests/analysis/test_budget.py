@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from analysis_helpers import capture_cpu, sleepy_steps
+from capture_helpers import capture_cpu, sleepy_steps
 
 import nsight_core
 from nsight_core.analysis.budget import PARTS

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from analysis_helpers import FIXTURES, capture_cpu, sleepy_steps
+from analysis_helpers import FIXTURES
+from capture_helpers import capture_cpu, sleepy_steps
 
 import nsight_core
 from nsight_core.cli import SLOWER_EXIT

@@ -8,7 +8,8 @@ from typing import Any
 
 import polars as pl
 import pytest
-from analysis_helpers import FIXTURES, capture_cpu, sleepy_steps
+from analysis_helpers import FIXTURES
+from capture_helpers import capture_cpu, sleepy_steps
 
 import nsight_core
 from nsight_core.analysis.findings import NOMINAL_PINNED_BYTES_PER_S

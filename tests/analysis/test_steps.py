@@ -8,7 +8,8 @@ from typing import Any
 
 import polars as pl
 import pytest
-from analysis_helpers import FIXTURES, capture_cpu
+from analysis_helpers import FIXTURES
+from capture_helpers import capture_cpu
 
 import nsight_core
 from nsight_core.analysis.steps import find_steps

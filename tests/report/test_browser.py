@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from capture_helpers import capture_cpu, sleepy_steps
 from flyte.report._report import Report
 from report_helpers import Chromium, PageLoad, write_recorded
 from test_html import HOSTILE_NVTX, hostile_profile
@@ -39,10 +40,14 @@ def test_h200_report(h200_copy: Path, chromium: Chromium, artifacts: Path, nsys:
     html_file.write_text(page)
     load = chromium.load(html_file, artifacts / "report-h200.png", width=1100, height=1900)
     assert_drawn(load, page)
-    # Five charts a section, one of each explained instead: training repeats no NVTX range, and
-    # evaluation copies no memory.
-    assert len(load.chart_marks()) == 8
-    assert "no NVTX range ran more than once" in page and "no memory copies or memsets" in page
+    # Five charts a section, one explained instead: evaluation copies no memory. step_0..step_19 are
+    # one family, so the spread of repeated ranges is drawn for training too.
+    assert len(load.chart_marks()) == 9
+    assert "no memory copies or memsets" in page and "no NVTX range" not in page
+    # What to fix comes first and is in the page the browser drew.
+    assert load.dom.index("What to fix") < load.dom.index('class="nsr-tiles"')
+    assert "Device-to-Host copies use pageable host memory" in load.dom
+    assert "≈ " in load.dom and "per step" in load.dom
 
 
 def test_flyte_report_tab(h200_copy: Path, tmp_path: Path, chromium: Chromium, artifacts: Path,
@@ -110,3 +115,17 @@ def test_clicking_a_header_sorts_the_table(tmp_path: Path, chromium: Chromium, a
     assert load.console == []
     sorted_rows = re.search(r'<pre id="sorted">(.*?)</pre>', load.dom)
     assert sorted_rows is not None and sorted_rows.group(1) == "mid_many|small_some|big_few"
+
+
+def test_cpu_capture_leads_with_what_it_captured(tmp_path: Path, chromium: Chromium, artifacts: Path,
+                                                 nsys: Nsys) -> None:
+    """A CPU-only capture (real nsys, NVTX + OS runtime): What to fix, NVTX and OS calls; no wall of GPU tiles."""
+    trace = capture_cpu(tmp_path, sleepy_steps(6, 0.01, 0.002))
+    page = render_page([build_profile(trace)])
+    html_file = artifacts / "report-cpu.html"
+    html_file.write_text(page)
+    load = chromium.load(html_file, artifacts / "report-cpu.png")
+    assert_drawn(load, page)
+    assert "What to fix" in load.dom and "steps: 6 x step_{n} (nvtx)" in load.dom
+    assert "OS runtime calls by total time" in load.dom and "no GPU activity in this capture" in load.dom
+    assert load.dom.count('class="nsr-tile nsr-missing"') == 1

@@ -4,8 +4,8 @@ Design constraints, each one a user-visible failure when broken:
 - Offline: clusters are often air-gapped, so vega, vega-lite and vega-embed come from the files
   vendored in this package (render/vendor/) and are embedded once per fragment, never fetched.
 - Names are hostile: kernel names carry `<`/`>` from templates and NVTX names are arbitrary user
-  text, so every name goes through html.escape, and chart specs are embedded as JSON with `<`, `>`
-  and `&` escaped so no name can close a script element.
+  text, so the markup lives in autoescaping Jinja2 templates (render/templates/), and chart specs are
+  embedded as JSON with `<`, `>` and `&` escaped so no name can close a script element.
 - Several captures (or several fragments) on one page: every element id carries a per-render random
   prefix, the styles are scoped to `.nsight-report`, and the JavaScript bundle installs itself only
   when `window.vegaEmbed` is not there yet.
@@ -15,16 +15,17 @@ Design constraints, each one a user-visible failure when broken:
 from __future__ import annotations
 
 import functools
-import html
 import json
 import uuid
 from collections.abc import Iterator, Sequence
 from importlib import resources
 from typing import Any
 
+import jinja2
 import polars as pl
+from markupsafe import Markup
 
-from nsight_core.analysis.summary import Tile
+from nsight_core.analysis.analyze import Analysis
 from nsight_core.profile import CaptureProfile
 from nsight_core.render.charts import ChartSpec, capture_charts
 from nsight_core.render.findings import budget_lines, evidence_text, saving_text, steps_text
@@ -130,26 +131,22 @@ def render_fragment(profiles: Sequence[CaptureProfile], notes: Sequence[str] = (
     """
     ids = _Ids()
     root = ids.next("report")
-    sections = "".join(_section(profile, ids) for profile in profiles)
-    if not profiles:
-        sections = '<p class="nsr-nodata">No capture was recorded, so there is nothing to report.</p>'
-    bundle = vega_bundle()
-    return (
-        f'<div class="nsight-report" id="{root}"><style>{_STYLE}</style>{sections}{_notes(notes)}'
-        f'<script>if (!window.vegaEmbed) {{ (function () {{\n{bundle}\n}})(); }}</script>'
-        f"<script>{_SCRIPT % script_json(root)}</script></div>"
-    )
+    return _templates().get_template("report.html.j2").render(
+        root=root, style=Markup(_STYLE), sections=[_section(profile, ids) for profile in profiles],
+        report_notes=list(notes), bundle=Markup(vega_bundle()), script=Markup(_SCRIPT % script_json(root)))
 
 
 def render_page(profiles: Sequence[CaptureProfile], title: str = "GPU Profile", notes: Sequence[str] = ()) -> str:
     """The report as a standalone HTML document (what `nsight report` writes)."""
-    return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{html.escape(title)}</title>"
-        "</head><body style=\"margin:1.2rem 2rem\">"
-        f"<h1 style=\"font-family:system-ui,sans-serif\">{html.escape(title)}</h1>"
-        f"{render_fragment(profiles, notes)}</body></html>\n"
-    )
+    fragment = Markup(render_fragment(profiles, notes))
+    return _templates().get_template("page.html.j2").render(title=title, fragment=fragment) + "\n"
+
+
+@functools.cache
+def _templates() -> jinja2.Environment:
+    """The report's templates (render/templates/), autoescaped: names from traces are always text."""
+    return jinja2.Environment(loader=jinja2.PackageLoader("nsight_core.render", "templates"),
+                              autoescape=True, keep_trailing_newline=False, undefined=jinja2.StrictUndefined)
 
 
 class _Ids:
@@ -164,79 +161,35 @@ class _Ids:
         return f"{self._prefix}-{kind}-{self._count}"
 
 
-def _section(profile: CaptureProfile, ids: _Ids) -> str:
-    section_id = ids.next("section")
-    charts = "".join(_chart(chart, ids) for chart in capture_charts(profile))
-    return (
-        f'<section class="nsr-section" id="{section_id}">'
-        f"<h2>{html.escape(profile.title)}</h2>"
-        f'<p class="nsr-source">Source: {html.escape(profile.source)}</p>'
-        f"{_completeness(profile)}{_what_to_fix(profile)}"
-        f'<div class="nsr-tiles">{"".join(_tile(tile) for tile in profile.tiles)}</div>'
-        f"{charts}{_notes(profile.notes)}{_tables(profile)}</section>"
-    )
+def _section(profile: CaptureProfile, ids: _Ids) -> dict[str, Any]:
+    """What the template shows of one capture: plain values and words, formatted here, escaped there."""
+    return {
+        "id": ids.next("section"), "title": profile.title, "source": profile.source,
+        "incomplete": profile.completeness.warnings if profile.completeness and not profile.completeness.complete
+        else [],
+        "diagnosis": _diagnosis(profile.analysis) if profile.analysis is not None else None,
+        "tiles": profile.tiles,
+        "charts": [_chart(chart, ids) for chart in capture_charts(profile)],
+        "notes": profile.notes,
+        "tables": [_table(report, frame) for report, frame in _report_frames(profile)],
+        "skipped": list(profile.stats.skipped.items()),
+    }
 
 
-def _completeness(profile: CaptureProfile) -> str:
-    """A red box above everything when the trace is incomplete: the numbers below it are not the whole run."""
-    if profile.completeness is None or profile.completeness.complete:
-        return ""
-    items = "".join(
-        f"<p><b>{html.escape(w.message)}</b></p><p>Cause: {html.escape(w.cause)}.</p>"
-        f"<p>Fix: {html.escape(w.fix)}.</p>" for w in profile.completeness.warnings)
-    return (f'<div class="nsr-incomplete" role="alert"><p><b>This trace is incomplete or suspect: the numbers '
-            f"below may miss part of what ran.</b></p>{items}</div>")
+def _diagnosis(analysis: Analysis) -> dict[str, Any]:
+    """What to fix: each finding's words, then the steps line and the budget lines."""
+    budget = budget_lines(analysis.budget)
+    return {
+        "findings": [{"severity": f.severity, "title": f.title, "suggestion": f.suggestion,
+                      "saving": saving_text(f.saving) if f.saving else None,
+                      "evidence": [evidence_text(e) for e in f.evidence]} for f in analysis.findings],
+        "steps": steps_text(analysis.steps), "budget_title": budget[0], "budget": [line.strip() for line in budget[1:]],
+    }
 
 
-def _what_to_fix(profile: CaptureProfile) -> str:
-    """The findings with their savings, then the steps and the per-step budget."""
-    analysis = profile.analysis
-    if analysis is None:
-        return ""
-    findings = "".join(
-        f'<li><span class="nsr-sev nsr-sev-{f.severity}">{f.severity}</span> <b>{html.escape(f.title)}</b>'
-        + (f' <span class="nsr-saving">{html.escape(saving_text(f.saving))}</span>' if f.saving else "")
-        + f"<div>Fix: {html.escape(f.suggestion)}</div>"
-        + "".join(f'<div class="nsr-evidence">{html.escape(evidence_text(e))}</div>' for e in f.evidence)
-        + "</li>" for f in analysis.findings)
-    listing = (f'<ol class="nsr-findings">{findings}</ol>' if findings
-               else '<p class="nsr-nodata">Nothing to fix was found in this capture.</p>')
-    budget = "".join(f"<li>{html.escape(line.strip())}</li>" for line in budget_lines(analysis.budget)[1:])
-    return (f"<h3>What to fix</h3>{listing}<p class=\"nsr-steps\">{html.escape(steps_text(analysis.steps))}</p>"
-            f'<p class="nsr-steps">{html.escape(budget_lines(analysis.budget)[0])}</p>'
-            f'<ul class="nsr-notes">{budget}</ul>')
-
-
-def _tile(tile: Tile) -> str:
-    label = f'<div class="nsr-tile-label">{html.escape(tile.label)}</div>'
-    if tile.value is None:
-        return (
-            f'<div class="nsr-tile nsr-missing">{label}<div class="nsr-tile-value">no data</div>'
-            f'<div class="nsr-missing-text">{html.escape(tile.missing or "")}</div></div>'
-        )
-    return (
-        f'<div class="nsr-tile">{label}<div class="nsr-tile-value">{html.escape(tile.value)}</div>'
-        f'<div class="nsr-tile-detail">{html.escape(tile.detail)}</div></div>'
-    )
-
-
-def _chart(chart: ChartSpec, ids: _Ids) -> str:
-    caption = f"<figcaption>{html.escape(chart.title)}</figcaption>"
-    if chart.spec is None:
-        missing = html.escape(chart.missing or "")
-        return f'<figure class="nsr-chart">{caption}<p class="nsr-nodata">{missing}</p></figure>'
-    chart_id = ids.next("chart")
-    return (
-        f'<figure class="nsr-chart">{caption}<div class="nsr-vega" id="{chart_id}" data-nsr-spec="{chart_id}-spec">'
-        f'</div><script type="application/json" id="{chart_id}-spec">{script_json(chart.spec)}</script></figure>'
-    )
-
-
-def _notes(notes: Sequence[str]) -> str:
-    if not notes:
-        return ""
-    items = "".join(f"<li>{html.escape(note)}</li>" for note in notes)
-    return f'<ul class="nsr-notes">{items}</ul>'
+def _chart(chart: ChartSpec, ids: _Ids) -> dict[str, Any]:
+    return {"title": chart.title, "missing": chart.missing, "id": ids.next("chart"),
+            "spec": Markup(script_json(chart.spec)) if chart.spec is not None else None}
 
 
 def _report_frames(profile: CaptureProfile) -> Iterator[tuple[str, pl.DataFrame]]:
@@ -253,45 +206,18 @@ def _report_frames(profile: CaptureProfile) -> Iterator[tuple[str, pl.DataFrame]
             yield report, stats.frame(table)
 
 
-def _tables(profile: CaptureProfile) -> str:
-    parts = ['<h3>Detail tables</h3>']
-    for report, frame in _report_frames(profile):
-        parts.append(f"<h3>{html.escape(report)}</h3>{_table(frame)}")
-    if profile.stats.skipped:
-        items = "".join(
-            f"<li><b>{html.escape(report)}</b>: {html.escape(reason)}</li>"
-            for report, reason in profile.stats.skipped.items()
-        )
-        parts.append(f'<h3>Skipped reports</h3><ul class="nsr-skipped">{items}</ul>')
-    return "".join(parts)
-
-
-def _table(frame: pl.DataFrame) -> str:
-    if not frame.height:
-        return '<p class="nsr-nodata">The report has no rows.</p>'
+def _table(report: str, frame: pl.DataFrame) -> dict[str, Any]:
+    """A report's first MAX_TABLE_ROWS rows as cells: text, and for numbers the value to sort by."""
     shown = frame.head(MAX_TABLE_ROWS)
     numeric = {name for name, dtype in shown.schema.items() if dtype.is_numeric()}
-    head = "".join(f'<th scope="col">{html.escape(name)}</th>' for name in shown.columns)
-    rows = "".join(
-        "<tr>" + "".join(_cell(value, name in numeric) for name, value in row.items()) + "</tr>"
-        for row in shown.iter_rows(named=True)
-    )
-    cut = ""
-    if frame.height > shown.height:
-        cut = (
-            f'<p class="nsr-cut">Showing the first {shown.height:,} of {frame.height:,} rows, in the order '
-            "nsys wrote them (largest total first). The full report is in the CSV beside the capture.</p>"
-        )
-    return (
-        f'<div class="nsr-table-wrap"><table class="nsr-sortable"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{rows}</tbody></table></div>{cut}"
-    )
+    rows = [[_cell(value, name in numeric) for name, value in row.items()] for row in shown.iter_rows(named=True)]
+    return {"report": report, "header": shown.columns, "rows": rows, "total": frame.height}
 
 
-def _cell(value: object, numeric: bool) -> str:
+def _cell(value: object, numeric: bool) -> dict[str, Any] | None:
     if value is None:
-        return "<td></td>"
+        return None
     if numeric and isinstance(value, int | float):
         text = f"{value:,}" if isinstance(value, int) else f"{value:,.3f}".rstrip("0").rstrip(".")
-        return f'<td class="nsr-num" data-v="{value!r}">{text}</td>'
-    return f'<td class="nsr-text">{html.escape(str(value))}</td>'
+        return {"numeric": True, "text": text, "sort": repr(value)}
+    return {"numeric": False, "text": str(value)}

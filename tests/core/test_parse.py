@@ -111,6 +111,7 @@ def test_generic_report_kept_as_rows(tmp_path: Path) -> None:
 @pytest.mark.parametrize("body", [
     HEADER_NEW + "10.0,abc,1,1,1,1,1,0.0,k\n",
     HEADER_NEW + "10.0,100\n",
+    HEADER_NEW + "10.0,100,1,100.0,100.0,100,100,0.0,k\n10.0,100",  # cut short, not a name's second line
     "garbage without the columns\n1,2\n",
 ])
 def test_corrupt_file_is_a_clear_error(tmp_path: Path, body: str) -> None:

@@ -381,8 +381,6 @@ def test_hostile_run_and_action_names(run_action):
     assert not (HERE / "pwned").exists()
 
 
-@pytest.mark.xfail(reason="issue 10 hole 3, the lead's data layer: a newline in an NVTX name drops the "
-                   "capture's summary until the Arrow export replaces `nsys stats` CSV parsing", strict=False)
 def test_hostile_nvtx_names_keep_the_summary(run_action):
     result = run_action(HERE, MODULE, "hostile_nvtx", {"steps": STEPS})
     assert_unprofiled_value(result, "hostile_nvtx")

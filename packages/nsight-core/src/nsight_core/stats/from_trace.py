@@ -1,10 +1,12 @@
 """The five default `nsys stats` reports, computed from a Trace's events with Polars.
 
 Each report is the query nsys runs (its reports/*.py, 2023.4) restated as one group-by: the same
-grouping name, the same statistics (sample standard deviation, median of the middle two), the same
-rounding (one decimal, halves away from zero, as SQLite's round()), the same order. Equality with
-`nsys stats` on the same capture is tested, so a page built from events shows nsys' own numbers.
-A report whose events the capture lacks is skipped with nsys' reason.
+grouping key (the name; for CUDA API calls nsys' string id of the function), the same statistics
+(sample standard deviation, median of the middle two), the same rounding (one decimal, halves away
+from zero, as SQLite's round(); sizes as nsys prints bytes / 1e6 with printf's %.3f), the same order
+(ties in the grouping key's order, as nsys' SQLite returns them). Equality with `nsys stats` on the
+same capture is tested (tests/core/test_stats_from_events.py), so a page built from events shows nsys'
+own numbers. A report whose events the capture lacks is skipped with nsys' reason.
 """
 
 from __future__ import annotations
@@ -34,32 +36,40 @@ def _round(value: pl.Expr, decimals: int = 1) -> pl.Expr:
     return value.round(decimals, mode="half_away_from_zero")
 
 
-def _time_summary(frame: pl.DataFrame, name: pl.Expr) -> pl.DataFrame:
-    """Per name: time %, total, instances, avg, med, min, max, stddev of end - start, nsys' order."""
+def _time_summary(frame: pl.DataFrame, name: pl.Expr, key: str = "name", by_instances: bool = False) -> pl.DataFrame:
+    """Per KEY (a column, or "name"): NAME, time %, total, instances, avg, med, min, max, stddev of end - start.
+
+    In nsys' order: total time descending; among equal totals, fewer instances first where the report
+    says so (BY_INSTANCES, cuda_gpu_kern_sum only), then the grouping key ascending, which is how nsys'
+    SQLite returns the groups its ORDER BY leaves tied.
+    """
     duration = pl.col("end_ns") - pl.col("start_ns")
-    summary = frame.group_by(name.alias("name")).agg(
+    keys = [name.alias("name")] if key == "name" else [pl.col(key)]
+    summary = frame.group_by(keys).agg(
+        *([] if key == "name" else [name.first().alias("name")]),
         duration.sum().alias("total_time_ns"), pl.len().cast(pl.Int64).alias("instances"),
         _round(duration.mean()).alias("avg_ns"), _round(duration.median()).alias("med_ns"),
         duration.min().alias("min_ns"), duration.max().alias("max_ns"),
         _round(duration.std(ddof=1).fill_null(0.0)).alias("stddev_ns"),
     )
+    order = ["total_time_ns", *(["instances"] if by_instances else []), key]
     return summary.with_columns(
         _round(pl.col("total_time_ns") * 100.0 / pl.col("total_time_ns").sum()).fill_nan(0.0).alias("time_pct"),
-    ).sort(["total_time_ns", "instances", "name"], descending=[True, False, False])
+    ).sort(order, descending=[True] + [False] * (len(order) - 1))
 
 
 def kernel_summary(trace: Trace) -> list[KernelRow] | str:
     """cuda_gpu_kern_sum: kernels by demangled name."""
     if not trace.kernels.height:
         return "does not contain CUDA kernel data."
-    return _rows(KernelRow, _time_summary(trace.kernels, pl.col("name")))
+    return _rows(KernelRow, _time_summary(trace.kernels, pl.col("name"), by_instances=True))
 
 
 def api_summary(trace: Trace) -> list[ApiCallRow] | str:
-    """cuda_api_sum: CUDA runtime and driver calls by name."""
+    """cuda_api_sum: CUDA runtime and driver calls by nsys' string id of the function (its full name)."""
     if not trace.cuda_api.height:
         return "does not contain CUDA trace data."
-    return _rows(ApiCallRow, _time_summary(trace.cuda_api, pl.col("name")))
+    return _rows(ApiCallRow, _time_summary(trace.cuda_api, pl.col("name"), key="name_id"))
 
 
 def _memory_operations(trace: Trace) -> pl.DataFrame:
@@ -83,14 +93,20 @@ def memory_size_summary(trace: Trace) -> list[MemorySizeRow] | str:
     operations = _memory_operations(trace)
     if not operations.height:
         return "does not contain GPU memory data."
-    size = pl.col("bytes") / BYTES_PER_MB
+    size = pl.col("bytes")
     summary = operations.group_by(pl.col("operation").alias("name")).agg(
-        *(_round(value, MB_DECIMALS).alias(alias) for value, alias in (
-            (size.sum(), "total_mb"), (size.mean(), "avg_mb"), (size.median(), "med_mb"), (size.min(), "min_mb"),
-            (size.max(), "max_mb"), (size.std(ddof=1).fill_null(0.0), "stddev_mb"))),
-        pl.len().cast(pl.Int64).alias("instances"), pl.col("bytes").sum().alias("_bytes"),
-    ).sort(["_bytes", "name"], descending=[True, False])
-    return _rows(MemorySizeRow, summary)
+        size.sum().alias("total_mb"), pl.len().cast(pl.Int64).alias("instances"), size.mean().alias("avg_mb"),
+        size.median().alias("med_mb"), size.min().alias("min_mb"), size.max().alias("max_mb"),
+        size.std(ddof=1).fill_null(0.0).alias("stddev_mb"),
+    ).sort(["total_mb", "name"], descending=[True, False])
+    return [MemorySizeRow.model_validate({field: _megabytes(value) if field.endswith("_mb") else value
+                                          for field, value in row.items()}) for row in summary.to_dicts()]
+
+
+def _megabytes(size: float) -> float:
+    """SIZE bytes in MB as nsys prints it: SIZE / 1e6 to three decimals, the double's nearest (as printf's %.3f;
+    not halves away from zero: 4500 bytes, 0.0045 as a double, is slightly below the half and prints 0.004)."""
+    return float(f"{size / BYTES_PER_MB:.{MB_DECIMALS}f}")
 
 
 def nvtx_summary(trace: Trace) -> list[NvtxRangeRow] | str:

@@ -4,7 +4,9 @@ nsys does not write RFC 4180 CSV: it wraps a field in double quotes only when it
 and never escapes quotes inside it (a range named `"x,y"` comes out as `""x,y""`). Names are the
 last column of every summary report, so a row is split on its first N-1 commas and the remainder is
 the name, unwrapped once when nsys wrapped it. That keeps commas, quotes, `<`/`>`, unicode and
-leading/trailing spaces exactly as the user wrote them.
+leading/trailing spaces exactly as the user wrote them. A newline inside a name is written raw too, so
+a line that cannot be a row (fewer fields than the header) continues the name of the row above it; only
+an empty line inside a name is lost (blank lines are skipped).
 """
 
 from __future__ import annotations
@@ -51,14 +53,23 @@ def _split_row(line: str, columns: int, name_last: bool) -> list[str]:
 
 def read_frame(report: str, text: str) -> pl.DataFrame:
     """The CSV text nsys wrote for REPORT as a frame of strings, headers as nsys wrote them."""
-    lines = [line for line in text.split("\n") if line.strip("\r")]
-    lines = [line[:-1] if line.endswith("\r") else line for line in lines]
-    if not lines:
+    lines = [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
+    # The last line is whole only when the text ends with a newline (nsys ends every line with one).
+    cut = None if text.endswith("\n") else len(lines)
+    numbered = [(number, line) for number, line in enumerate(lines, start=1) if line.strip("\r")]
+    if not numbered:
         return pl.DataFrame()
-    header = next(csv.reader([lines[0]]))
+    header = next(csv.reader([numbered[0][1]]))
     name_last = "".join(header[-1].split()).lower() in _TEXT_HEADERS
+    records: list[tuple[int, str]] = []
+    for number, line in numbered[1:]:
+        short = len(line.split(",", len(header) - 1)) < len(header)
+        if name_last and records and short and number != cut:
+            records[-1] = (records[-1][0], records[-1][1] + "\n" + line)
+        else:
+            records.append((number, line))
     columns: list[list[str]] = [[] for _ in header]
-    for number, line in enumerate(lines[1:], start=2):
+    for number, line in records:
         fields = _split_row(line, len(header), name_last)
         if len(fields) != len(header):
             raise StatsError(

@@ -11,7 +11,8 @@ Frames and columns (every frame has them, empty when nothing of the kind was tra
 - ``memcpy``: start_ns, end_ns, device, stream, bytes, direction ("Host-to-Device" ...), src_kind,
   dst_kind ("Pageable", "Pinned", "Device" ...), correlation_id
 - ``memset``: start_ns, end_ns, device, stream, bytes, correlation_id
-- ``cuda_api``: start_ns, end_ns, name (no ``_v3020`` suffix, as nsys reports it), thread, correlation_id
+- ``cuda_api``: start_ns, end_ns, name (no ``_v3020`` suffix, as nsys reports it), thread, correlation_id,
+  name_id (nsys' string id of the full name: `nsys stats` groups calls by it)
 - ``sync``: CUDA synchronisation events: start_ns, end_ns, device, stream, kind, correlation_id
 - ``nvtx``: start_ns, end_ns, name, domain ('' = default), thread, depth (nesting level on its thread,
   0 = outermost), kind ("push_pop" or "start_end"), closed (False: never ended; end_ns is then the
@@ -61,7 +62,8 @@ MEMCPY_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream
                           "direction": STR, "src_kind": STR, "dst_kind": STR, "correlation_id": I64}
 MEMSET_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream": I64, "bytes": I64,
                           "correlation_id": I64}
-API_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "name": STR, "thread": I64, "correlation_id": I64}
+API_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "name": STR, "thread": I64, "correlation_id": I64,
+                       "name_id": I64}
 SYNC_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream": I64, "kind": STR,
                         "correlation_id": I64}
 NVTX_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "name": STR, "domain": STR, "thread": I64,
@@ -208,10 +210,10 @@ class Trace:
             return _empty(API_COLUMNS)
         name = pl.col("name").fill_null("")
         versioned = name.str.slice(-6, 2) == "_v"
-        return self._named(raw, "nameId", "name").select(
+        return self._named(raw.with_columns(pl.col("nameId").alias("name_id")), "nameId", "name").select(
             pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"),
             pl.when(versioned).then(name.str.slice(0, name.str.len_chars() - 6)).otherwise(name).alias("name"),
-            pl.col("globalTid").alias("thread"), pl.col("correlationId").alias("correlation_id"),
+            pl.col("globalTid").alias("thread"), pl.col("correlationId").alias("correlation_id"), "name_id",
         ).sort("start_ns")
 
     @functools.cached_property
@@ -234,14 +236,16 @@ class Trace:
         return raw.select(pl.col("start").alias("time_ns"), pl.col("globalTid").alias("thread"), "cpu").sort("time_ns")
 
     @functools.cached_property
-    def _nvtx_events(self) -> pl.DataFrame:
-        """NVTX ranges and marks with their text and domain name resolved."""
+    def _nvtx_table(self) -> tuple[pl.DataFrame, int | None]:
+        """NVTX ranges and marks with their text and domain name resolved, and the table's last timestamp."""
         raw = self._tables.read("NVTX_EVENTS", {
             "start": I64, "end": I64, "eventType": I64, "text": STR, "textId": I64, "globalTid": I64,
             "domainId": I64})
         if raw is None:
             return pl.DataFrame(schema={"start": I64, "end": I64, "eventType": I64, "name": STR, "globalTid": I64,
-                                        "domain": STR})
+                                        "domain": STR}), None
+        # `nsys stats` ends a range that never ended at the table's last timestamp, of any event type.
+        last = raw.select(pl.max_horizontal(pl.col("start").max(), pl.col("end").max())).item()
         # A domain is created once per process (eventType 75, its name as text); ranges name it by id.
         domains = (raw.filter(pl.col("eventType") == NVTX_DOMAIN_CREATE)
                    .group_by("domainId", _pid(pl.col("globalTid")).alias("_pid"))
@@ -252,17 +256,15 @@ class Trace:
             domains, on=["domainId", "_pid"], how="left", maintain_order="left")
         return events.select(
             "start", "end", "eventType", pl.coalesce("_registered", "text", pl.lit("")).alias("name"), "globalTid",
-            pl.col("domain").fill_null(""))
+            pl.col("domain").fill_null("")), last
 
     @functools.cached_property
     def nvtx(self) -> pl.DataFrame:
         """NVTX push/pop and start/end ranges with their nesting depth per thread, by start time."""
-        events = self._nvtx_events
+        events, last = self._nvtx_table
         ranges = events.filter(pl.col("eventType").is_in(NVTX_PUSH_POP_TYPES + NVTX_START_END_TYPES))
         if not ranges.height:
             return _empty(NVTX_COLUMNS)
-        # `nsys stats` ends a range that never ended at the last NVTX timestamp; so does the Trace.
-        last = events.select(pl.max_horizontal(pl.col("start").max(), pl.col("end").max())).item()
         frame = ranges.select(
             pl.col("start").alias("start_ns"), pl.col("end").fill_null(last).alias("end_ns"), "name", "domain",
             pl.col("globalTid").alias("thread"),
@@ -275,7 +277,7 @@ class Trace:
     @functools.cached_property
     def nvtx_marks(self) -> pl.DataFrame:
         """NVTX marks (instant events)."""
-        marks = self._nvtx_events.filter(pl.col("eventType").is_in(NVTX_MARK_TYPES))
+        marks = self._nvtx_table[0].filter(pl.col("eventType").is_in(NVTX_MARK_TYPES))
         return marks.select(pl.col("start").alias("time_ns"), "name", "domain",
                             pl.col("globalTid").alias("thread")).sort("time_ns")
 

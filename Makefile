@@ -15,7 +15,7 @@ WORKERS ?= 3
 help:
 	@echo "make demo   profile a small real workload and print where its trace, stats and report are"
 	@echo "make test   lint and run the whole test suite against real nsys and the real Flyte runtime"
-	@echo "make bench  measure stats parsing and rendering speed; numbers go to bench/RESULTS.md"
+	@echo "make bench  time nsight stats/report against nsys stats on large real captures; numbers go to docs/benchmarks.md"
 
 env:
 	@command -v uv >/dev/null 2>&1 || python3 -m uv --version >/dev/null 2>&1 || python3 -m pip install -q uv
@@ -37,8 +37,9 @@ test: nsys lint
 demo: nsys
 	@bash scripts/demo.sh
 
+# BENCH_ARGS: e.g. --trace PATH.nsys-rep (a large GPU capture recorded elsewhere), or --quick.
 bench: nsys
-	$(PY) bench/bench.py
+	$(PY) bench/bench.py $(BENCH_ARGS)
 
 clean:
 	rm -rf nsight-runs tests/artifacts .pytest_cache

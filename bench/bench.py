@@ -304,6 +304,7 @@ def main() -> None:
     if args.quick:
         args.ranges, args.repeat = 100_000, 1
     nsys = find_nsys()
+    load_before = os.getloadavg()[0]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="nsight-bench-") as tmp:
         scratch = Path(tmp)
@@ -331,13 +332,14 @@ def main() -> None:
         imports = import_times(7 if not args.quick else 3)
         extras = in_process(scratch)
     elapsed = time.perf_counter() - started
-    print("\n".join(sections), file=sys.stderr)
+    load = f"load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+    print("\n".join(sections) + f"\nbench: {load}", file=sys.stderr)
     if not args.quick:
-        write_doc(sections, commands, imports, extras, nsys, elapsed, args)
+        write_doc(sections, commands, imports, extras, nsys, elapsed, load, args)
 
 
 def write_doc(sections: list[str], commands: list[str], imports: list[tuple[str, float]],
-              extras: list[tuple[str, str]], nsys: Nsys, elapsed: float, args: argparse.Namespace) -> None:
+              extras: list[tuple[str, str]], nsys: Nsys, elapsed: float, load: str, args: argparse.Namespace) -> None:
     import polars
 
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -352,7 +354,7 @@ def write_doc(sections: list[str], commands: list[str], imports: list[tuple[str,
         "in the same run, on the same machine, minutes apart.",
         "",
         f"- date: {stamp}, commit {commit}, whole run {elapsed / 60:.1f} min",
-        f"- machine: {machine()}",
+        f"- machine: {machine()}; {load} (other work on the machine slows both sides of a ratio, unevenly)",
         f"- Python {platform.python_version()}, Polars {polars.__version__}, nsys {nsys.version}",
         f"- command: `make bench{' BENCH_ARGS=' + repr(extra) if extra else ''}` (`.venv/bin/python bench/bench.py"
         f"{' ' + extra if extra else ''}`): {args.repeat} runs per command, each on a fresh copy of the trace in "

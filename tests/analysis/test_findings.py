@@ -61,6 +61,10 @@ def test_the_settle_wait_is_not_the_users_sleep(tmp_path: Path) -> None:
     settle = trace.osrt.filter((pl.col("end_ns") - pl.col("start_ns")) >= START_SETTLE_SECONDS * 0.8e9)
     assert settle.height >= 1, "the capture shows the settle wait as an OS-runtime call"
     analysis = nsight_core.analyze(trace)
+    # The region marks where the user's block begins and ends (nsight_core.marks); the window is theirs.
+    assert analysis.window.source == "marks"
+    own = trace.nvtx_marks.filter(pl.col("domain") == "nsight")["name"].to_list()
+    assert own == ["collection live", "collection stopping"]
     assert analysis.window.start_ns >= int(settle["end_ns"].max())
     assert analysis.window.span_ns < START_SETTLE_SECONDS * 1e9
     sleeping = next(a for a in analysis.budget.idle_activities if a.name == "clock_nanosleep")

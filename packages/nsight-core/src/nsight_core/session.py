@@ -33,6 +33,7 @@ from pydantic import BaseModel
 
 from nsight_core.capture import Capture
 from nsight_core.errors import CommandNotFoundError, NsightError, NsysCommandError, one_line
+from nsight_core.marks import LIVE_MARK, STOP_MARK, mark
 from nsight_core.nsys import ENV_NSYS, QUICK_TIMEOUT, Nsys, find_nsys, nsys_at, run_command
 
 log = logging.getLogger("nsight")
@@ -306,6 +307,7 @@ class Session:
                 time.sleep(_START_RETRY_INTERVAL)
             self._running = base
             time.sleep(START_SETTLE_SECONDS)
+            mark(LIVE_MARK)  # the user's window starts here (analysis/footprint.py)
         except BaseException:  # also KeyboardInterrupt / cancellation: leave no collection running
             if self._running is not None:
                 self.abort(f"region {region!r} was interrupted while it started")
@@ -331,6 +333,7 @@ class Session:
             overlapped = tuple(self._overlapped)
         duration = time.monotonic() - self._started_at
         try:
+            mark(STOP_MARK)
             result = self.nsys.stop(self.name)
         finally:
             _release_claim(base)
@@ -342,7 +345,7 @@ class Session:
             raise NsysCommandError(f"nsys stop for region {region!r} wrote no {report} (exit "
                                    f"{result.returncode}): {cause}")
         capture = Capture(region=region, path=report, session=self.name, duration_s=duration,
-                          overlapped=overlapped)
+                          nsys_output=result.output, overlapped=overlapped)
         self.captures.append(capture)
         return capture
 

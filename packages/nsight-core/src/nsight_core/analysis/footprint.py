@@ -16,14 +16,12 @@ from typing import TYPE_CHECKING, Literal
 import polars as pl
 from pydantic import BaseModel, Field
 
+from nsight_core.marks import LIVE_MARK, OWN_DOMAIN, STOP_MARK
 from nsight_core.session import START_SETTLE_SECONDS
 
 if TYPE_CHECKING:
     from nsight_core.analysis.analyze import EventTables
 
-OWN_DOMAIN = "nsight"
-LIVE_MARK = "collection live"
-STOP_MARK = "collection stopping"
 SLEEP_CALLS = r"^(clock_nanosleep|nanosleep|usleep|sleep|select|poll)$"
 _SETTLE_NS = int(START_SETTLE_SECONDS * 1e9)
 _SETTLE_SLACK_NS = 50_000_000

@@ -1,0 +1,44 @@
+"""NVTX marks a region emits about itself, so an analysis can tell the profiler's time from the user's.
+
+A region marks ``LIVE_MARK`` once collection is live (after `nsys start` and its settle wait) and
+``STOP_MARK`` just before `nsys stop`, in the NVTX domain ``OWN_DOMAIN``. Between the two lies the
+user's block; before and after lie the profiler's start-up, settle wait and stop, which must not count
+as the user's sleep or stretch "collection ran" (analysis/footprint.py reads them).
+
+The marks use NVIDIA's `nvtx` package when it is installed (the `nvtx` extra) and are skipped
+otherwise: the analysis then bounds the user's window by the first and last CUDA or NVTX event. A
+failing mark never reaches the user's code.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import logging
+from collections.abc import Callable
+
+log = logging.getLogger("nsight")
+
+OWN_DOMAIN = "nsight"
+LIVE_MARK = "collection live"
+STOP_MARK = "collection stopping"
+
+
+@functools.cache
+def _emitter() -> Callable[[str], None] | None:
+    if importlib.util.find_spec("nvtx") is None:
+        return None
+    import nvtx  # the optional `nvtx` extra
+
+    return lambda message: nvtx.mark(message=message, domain=OWN_DOMAIN)
+
+
+def mark(message: str) -> None:
+    """Emit MESSAGE as an NVTX mark in OWN_DOMAIN, if the `nvtx` package is there; never raise."""
+    emit = _emitter()
+    if emit is None:
+        return
+    try:
+        emit(message)
+    except Exception as exc:  # a label must never break the user's job
+        log.debug("could not emit the NVTX mark %r: %s", message, exc)

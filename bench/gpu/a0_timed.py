@@ -70,7 +70,7 @@ def timed(owner: object, name: str, event: str, keep_output: bool = False) -> No
     setattr(owner, name, wrapper)
 
 
-for method in ("start", "stop", "stats", "export_sqlite", "sessions"):
+for method in ("start", "stop", "stats", "export", "sessions"):
     timed(nsys_module.Nsys, method, f"nsys {method}", keep_output=method in ("start", "stop", "stats"))
 timed(session_module.Session, "start", "region start")
 timed(session_module.Session, "stop", "region stop")

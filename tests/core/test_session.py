@@ -92,27 +92,89 @@ def test_same_name_regions_never_overwrite(tmp_path: Path, nsys: Nsys) -> None:
     assert [_nvtx_counts(str(p)) for p in result.reports] == [{"work": 1}, {"work": 2}, {"work": 3}]
 
 
-def test_nested_region_retries_then_runs_unprofiled(tmp_path: Path, nsys: Nsys) -> None:
-    script = _script(tmp_path, textwrap.dedent("""
-        import logging, time, nvtx, nsight_core
-        logging.basicConfig(level=logging.WARNING)
-        with nsight_core.range("outer"):
-            t0 = time.monotonic()
-            with nsight_core.range("inner"):
-                with nvtx.annotate("inside_inner"):
-                    pass
-            print(f"inner waited {time.monotonic() - t0:.1f}")
-    """))
+def _run_manual(tmp_path: Path, script: Path) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         [sys.executable, "-m", "nsight_core.cli", "run", "--capture", "manual", "--trace", "nvtx", "-o",
          str(tmp_path / "o"), "--", sys.executable, str(script)], capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr
-    waited = float(done.stdout.split("inner waited ")[1].split()[0])
-    assert 6.0 <= waited <= 12.0
-    assert "could not start collection" in done.stderr
+    return done
+
+
+def test_nested_region_runs_unprofiled_at_once(tmp_path: Path, nsys: Nsys) -> None:
+    """Nested in the same thread, in the same asyncio task, in asyncio.to_thread: the inner region can
+    never outwait the outer one, so it does not wait for it (it used to wait 7 s)."""
+    script = _script(tmp_path, textwrap.dedent("""
+        import asyncio, logging, time, nvtx, nsight_core
+        logging.basicConfig(level=logging.WARNING)
+
+        def inner(how):
+            t0 = time.monotonic()
+            with nsight_core.range("inner"):
+                with nvtx.annotate("inside_inner"):
+                    pass
+            print(f"{how} inner waited {time.monotonic() - t0:.1f}")
+
+        with nsight_core.range("outer"):
+            inner("sync")
+
+        async def main():
+            async with nsight_core.range("outer"):
+                t0 = time.monotonic()
+                async with nsight_core.range("inner"):
+                    with nvtx.annotate("inside_inner"):
+                        pass
+                print(f"async inner waited {time.monotonic() - t0:.1f}")
+                await asyncio.to_thread(inner, "to_thread")
+
+        asyncio.run(main())
+    """))
+    done = _run_manual(tmp_path, script)
+    waits = {line.split(" inner waited ")[0]: float(line.split()[-1]) for line in done.stdout.splitlines()
+             if " inner waited " in line}
+    assert sorted(waits) == ["async", "sync", "to_thread"]
+    assert all(waited < 3.0 for waited in waits.values()), waits  # far below START_RETRY_SECONDS
+    nested = [line for line in done.stderr.splitlines() if "could not start collection for region 'inner'" in line]
+    assert len(nested) == 3 and all("nested in region 'outer'" in line for line in nested), done.stderr
     reports = [line for line in done.stdout.splitlines() if line.endswith(".nsys-rep")]
-    assert [Path(r).name for r in reports] == ["outer.nsys-rep"]
-    assert _nvtx_counts(reports[0]) == {"inside_inner": 1}
+    assert [Path(r).name for r in reports] == ["outer.nsys-rep", "outer.1.nsys-rep"]
+    assert [_nvtx_counts(r) for r in reports] == [{"inside_inner": 1}, {"inside_inner": 2}]
+
+
+def test_overlapping_region_waits_for_seven_seconds_of_the_others_block(tmp_path: Path, nsys: Nsys) -> None:
+    """A block that would never end does not hold a region of another thread forever: after
+    START_RETRY_SECONDS of that block the region runs unprofiled (and then the block ends)."""
+    script = _script(tmp_path, textwrap.dedent("""
+        import logging, threading, time, nvtx, nsight_core
+        logging.basicConfig(level=logging.WARNING)
+        recording, done = threading.Event(), threading.Event()
+
+        def first():
+            with nsight_core.range("first"):
+                recording.set()
+                done.wait(200)  # ends only once "second" has given up
+
+        def second():
+            recording.wait(200)
+            t0 = time.monotonic()
+            with nsight_core.range("second"):
+                print(f"second waited {time.monotonic() - t0:.1f}", flush=True)
+                with nvtx.annotate("inside_second"):
+                    pass
+            done.set()
+
+        threads = [threading.Thread(target=first), threading.Thread(target=second)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    """))
+    done = _run_manual(tmp_path, script)
+    assert float(done.stdout.split("second waited ")[1].split()[0]) >= 6.9
+    assert "could not start collection for region 'second'" in done.stderr
+    assert "waited for 7 s of its block" in done.stderr
+    reports = [line for line in done.stdout.splitlines() if line.endswith(".nsys-rep")]
+    assert [Path(r).name for r in reports] == ["first.nsys-rep"]
+    assert _nvtx_counts(reports[0]) == {"inside_second": 1}
 
 
 def test_start_in_a_session_that_does_not_exist_is_refused(tmp_path: Path, nsys: Nsys,

@@ -12,6 +12,7 @@ import asyncio
 import atexit
 import builtins
 import contextlib
+import contextvars
 import errno
 import itertools
 import logging
@@ -34,7 +35,7 @@ from pydantic import BaseModel
 from nsight_core.capture import Capture
 from nsight_core.errors import CommandNotFoundError, NsightError, NsysCommandError, one_line
 from nsight_core.marks import LIVE_MARK, STOP_MARK, mark
-from nsight_core.nsys import ENV_NSYS, QUICK_TIMEOUT, Nsys, find_nsys, nsys_at, run_command
+from nsight_core.nsys import ENV_NSYS, QUICK_TIMEOUT, STOP_TIMEOUT, Nsys, find_nsys, nsys_at, run_command
 
 log = logging.getLogger("nsight")
 
@@ -45,6 +46,13 @@ ENV_TRACE = "NSIGHT_TRACE"
 
 DEFAULT_TRACE: tuple[str, ...] = ("cuda", "nvtx")
 START_RETRY_SECONDS = 7.0
+"""How long a region waits for another one's block: the time the other region of this process spends
+recording while this one waits (its `nsys start` and `nsys stop` are waited out, uncounted), and how long
+`nsys start` is retried while another process of the session records."""
+START_WAIT_CAP = 2 * START_RETRY_SECONDS + 4 * QUICK_TIMEOUT + STOP_TIMEOUT
+"""The longest a region ever waits for another of its process (1034 s with the default timeouts): the
+sum of the bounds of the other's start (session check, `nsys start` and its retries, a quiet stop), of
+its block and of its stop. Reached only when an nsys command outlives its own timeout."""
 # `nsys start` returns before CUDA/NVTX collection is live in the target: on an H200 a region that
 # began at once lost its first NVTX ranges and, right after another region, everything; 20 ms of
 # waiting gave exact counts (bench/GPU.md). The margin is cheap next to a start (~0.3 s there).
@@ -111,6 +119,13 @@ def diagnose(nsys_output: str, where: Path) -> str | None:
     return None
 
 
+# The collections (slot tokens) of the regions whose blocks enclose the code running in this context:
+# asyncio tasks and asyncio.to_thread inherit it, a threading.Thread starts without it.
+_enclosing: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar("nsight_enclosing", default=())
+_tokens = itertools.count(1)
+_Phase = Literal["starting", "recording", "stopping"]
+
+
 class Session:
     """An nsys profiling session, seen from a script.
 
@@ -119,8 +134,8 @@ class Session:
     :func:`nsight_core.range`, which does nothing when there is no session.
 
     One collection at a time: nsys allows one per session. A region that wants to start while another
-    of this process records waits for it (bounded by ``START_RETRY_SECONDS``) and otherwise runs
-    unprofiled; the lock is never held while nsys runs, so a waiting region cannot stretch another.
+    of this process holds the collection waits for it (see :meth:`start`) and otherwise runs unprofiled;
+    the lock is never held while nsys runs, so a waiting region cannot stretch another.
     """
 
     def __init__(self, name: str | None = None, *, trace: Sequence[str] | str = DEFAULT_TRACE,
@@ -139,7 +154,9 @@ class Session:
         self._nsys = nsys
         self.captures: list[Capture] = []
         self._slot = threading.Condition()
-        self._collecting: str | None = None  # the region holding the slot (starting or recording)
+        self._collecting: str | None = None  # the region holding the slot (starting, recording or stopping)
+        self._phase: _Phase = "starting"  # what the region holding the slot is doing
+        self._token = 0  # that region's collection, as Region marks the blocks it encloses
         self._running: Path | None = None  # the report base of the collection nsys is recording
         self._overlapped: list[str] = []
         self._started_at = 0.0
@@ -252,29 +269,61 @@ class Session:
                 return candidate
         raise AssertionError("unreachable")
 
-    def start(self, region: str, retry_seconds: float = START_RETRY_SECONDS) -> None:
-        """Start collecting REGION. Raises NsightError when it cannot (another region past the wait,
-        nsys refused, the output folder is not writable); nothing is left running then."""
-        deadline = time.monotonic() + retry_seconds
-        with self._slot:
-            while self._collecting is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    holder = self._collecting
-                    self._overlapped.append(region)
-                    raise NsysCommandError(
-                        f"region {holder!r} is recording and nsys records one collection per session; "
-                        f"{region!r} waited {retry_seconds:.0f} s for it, runs unprofiled, and its activity is in "
-                        f"{holder!r}'s trace. Do not nest or overlap regions.")
-                self._slot.wait(left)
-            self._collecting = region
-            self._overlapped = []
+    def start(self, region: str, retry_seconds: float = START_RETRY_SECONDS) -> int:
+        """Start collecting REGION; returns the token of its collection. Raises NsightError when it
+        cannot (nested in the region recording, another region past the wait, nsys refused, the output
+        folder is not writable); nothing is left running then.
+
+        While another region of this process holds the collection, REGION waits: through the other's
+        `nsys start` and `nsys stop` (each bounded by its own timeout, uncounted) and for up to
+        RETRY_SECONDS of its block, ``START_WAIT_CAP`` at most in all. A region whose block encloses
+        this call (a :class:`Region` in this context, see ``_enclosing``) can never end first: then
+        REGION fails at once.
+        """
+        token = self._take_slot(region, retry_seconds)
         try:
-            self._begin(region, deadline)
+            self._begin(region, time.monotonic() + retry_seconds)
         except BaseException:
             self._release_slot()
             raise
         self._started_at = time.monotonic()
+        with self._slot:
+            self._phase = "recording"
+            self._slot.notify_all()
+        return token
+
+    def _take_slot(self, region: str, retry_seconds: float) -> int:
+        """Wait for the slot (see :meth:`start`) and take it for REGION; its token."""
+        enclosing = _enclosing.get()
+        cap = time.monotonic() + START_WAIT_CAP
+        counted = 0.0  # how long the holder has recorded its block while REGION waited
+        with self._slot:
+            while (holder := self._collecting) is not None:
+                recording = self._phase == "recording"
+                if self._token in enclosing:
+                    raise self._overlap(region, f"{region!r} is nested in region {holder!r}, which records it")
+                now = time.monotonic()
+                left = min(retry_seconds - counted if recording else cap - now, cap - now)
+                if left <= 0:
+                    raise self._overlap(region, (
+                        f"region {holder!r} is recording and nsys records one collection per session; "
+                        f"{region!r} waited for {retry_seconds:.0f} s of its block") if recording else (
+                        f"{region!r} waited {START_WAIT_CAP:.0f} s for region {holder!r}, which is still "
+                        f"{self._phase} (an nsys command outlived its timeout)"))
+                self._slot.wait(left)  # every change of holder or phase wakes it
+                if recording:
+                    counted += time.monotonic() - now
+            self._collecting, self._phase, self._token = region, "starting", next(_tokens)
+            self._overlapped = []
+            return self._token
+
+    def _overlap(self, region: str, why: str) -> NsysCommandError:
+        """REGION runs unprofiled beside the holder: its capture says so (called holding the lock)."""
+        self._overlapped.append(region)
+        where = {"starting": f"its activity may be in {self._collecting!r}'s trace",
+                 "recording": f"its activity is in {self._collecting!r}'s trace",
+                 "stopping": "its activity is in no trace"}[self._phase]
+        return NsysCommandError(f"{why}; {region!r} runs unprofiled, and {where}. Do not nest or overlap regions.")
 
     def _begin(self, region: str, deadline: float) -> None:
         """`nsys start` for REGION, retried while another process of the session records."""
@@ -330,6 +379,8 @@ class Session:
             if base is None or region is None:
                 raise NsysCommandError("stop without a running collection in this process.")
             self._running = None
+            self._phase = "stopping"  # a waiting region no longer counts this time against the block
+            self._slot.notify_all()
             overlapped = tuple(self._overlapped)
         duration = time.monotonic() - self._started_at
         try:
@@ -428,10 +479,13 @@ def _release_claim(base: Path) -> None:
 class Region:
     """Records its block as one capture. Never raises because of profiling.
 
-    When a collection cannot start (nested or overlapping regions: after a ~7 s wait), it logs
-    ``could not start collection`` and runs the block unprofiled. ``on_capture`` runs after the stop,
-    also when the block raised, before the block's exception propagates; its own errors are logged.
-    A cancellation while the collection starts stops it again once the start is done.
+    When a collection cannot start, it logs ``could not start collection`` and runs the block
+    unprofiled: at once when it is nested in the region recording (that region's ``with`` / ``async
+    with`` block encloses it in this context: the same thread, or an asyncio task or
+    ``asyncio.to_thread`` call started inside it), after the wait of :meth:`Session.start` when
+    another region records (a thread started inside a block counts as such). ``on_capture`` runs
+    after the stop, also when the block raised, before the block's exception propagates; its own
+    errors are logged. A cancellation while the collection starts stops it again once the start is done.
     """
 
     def __init__(self, session: Session | None, name: str,
@@ -441,20 +495,38 @@ class Region:
         self.on_capture = on_capture
         self.capture: Capture | None = None
         self._started = False
+        self._token = 0
 
     def __enter__(self) -> Self:
+        self._start()
+        self._enclose()
+        return self
+
+    def _start(self) -> None:
         if self.session is None:
-            return self
+            return
         try:
-            self.session.start(self.name)
+            self._token = self.session.start(self.name)
             self._started = True
         except NsightError as exc:
             log.warning("could not start collection for region %r; running it unprofiled: %s", self.name,
                         one_line(exc))
-        return self
+
+    def _enclose(self) -> None:
+        """Mark the code of the block, in the caller's context, as recorded by this region."""
+        if self._started:
+            _enclosing.set((*_enclosing.get(), self._token))
+
+    def _disclose(self) -> None:
+        if self._token:
+            _enclosing.set(tuple(token for token in _enclosing.get() if token != self._token))
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        self._disclose()
+        self._finish()
+
+    def _finish(self) -> None:
         if self.session is None or not self._started:
             return
         self._started = False
@@ -470,14 +542,16 @@ class Region:
                 log.warning("processing the capture of region %r failed: %s", self.name, one_line(error))
 
     async def __aenter__(self) -> Self:
-        starting = asyncio.ensure_future(asyncio.to_thread(self.__enter__))
+        starting = asyncio.ensure_future(asyncio.to_thread(self._start))
         try:
-            return await asyncio.shield(starting)
+            await asyncio.shield(starting)
         except asyncio.CancelledError:
             # The start cannot be interrupted; once it is done, stop what it started, in a thread of
             # its own (not daemonic: interpreter exit waits for it), whatever else is cancelled.
             starting.add_done_callback(lambda _done: threading.Thread(target=self._undo).start())
             raise
+        self._enclose()  # here, not in the thread: its context is a copy of this task's
+        return self
 
     def _undo(self) -> None:
         if self.session is not None and self._started:
@@ -489,7 +563,8 @@ class Region:
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
-        await asyncio.to_thread(self.__exit__, exc_type, exc, tb)
+        self._disclose()
+        await asyncio.to_thread(self._finish)
 
 
 _current: Session | None = None

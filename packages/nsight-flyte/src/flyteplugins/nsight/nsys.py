@@ -7,8 +7,9 @@ holding the trace. Write ``async with`` in an ``async def`` task and ``with`` in
 
 Outside a profiled run (a local ``flyte.run``, nsys missing from the image) the block runs as plain
 code. Starting and stopping go through nsight-core's ``Region``, which never raises for profiling: a
-nested block retries for about seven seconds, logs ``could not start collection`` and runs
-unprofiled inside the collection already running.
+nested block logs ``could not start collection`` at once and runs unprofiled inside the collection
+already running; an overlapping one (``asyncio.gather``, threads) waits for the other to stop (its
+start and stop, and up to about seven seconds of its body), then records on its own.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from nsight_core.analysis import findings as find
 from nsight_core.analysis.budget import (
     StepBudget,
-    budget_segments,
+    budget_totals,
     is_thread,
     per_step,
     step_thread,
@@ -84,7 +84,7 @@ class Analysis(BaseModel):
 
 @dataclass(frozen=True)
 class _Cut:
-    """A capture's steps cut into budget segments: what both the summary and the per-step rows need."""
+    """A capture's steps and their budget totals: what both the summary and the per-step rows need."""
 
     window: UserWindow
     stats: StepStats
@@ -92,11 +92,11 @@ class _Cut:
     scope: Literal["steps", "capture"]
     thread: int | None
     blocking: pl.DataFrame
-    segments: pl.DataFrame
+    totals: pl.DataFrame
 
 
 def _cut(trace: EventTables) -> _Cut:
-    """Find the steps (or take the user window as one) and cut them into budget segments."""
+    """Find the steps (or take the user window as one) and sum their budget per step, part and CPU activity."""
     window = capture_window(trace)
     stats, steps = find_steps(trace.nvtx, trace.kernels)
     scope: Literal["steps", "capture"] = "steps"
@@ -108,9 +108,9 @@ def _cut(trace: EventTables) -> _Cut:
     blocking = sync_calls(trace.cuda_api, trace.memcpy)
     columns = ["start_ns", "end_ns"]
     copies = pl.concat([trace.memcpy.select(columns), trace.memset.select(columns)])
-    segments = budget_segments(steps, trace.kernels, copies, trace.cuda_api, users_calls(trace.osrt, window),
-                               trace.nvtx, blocking, thread)
-    return _Cut(window, stats, steps, scope, thread, blocking, segments)
+    totals = budget_totals(steps, trace.kernels, copies, trace.cuda_api, users_calls(trace.osrt, window),
+                           trace.nvtx, blocking, thread)
+    return _Cut(window, stats, steps, scope, thread, blocking, totals)
 
 
 def analyze(trace: EventTables) -> Analysis:
@@ -122,7 +122,7 @@ def analyze(trace: EventTables) -> Analysis:
     cut = _cut(trace)
     stats, steps = cut.stats, cut.steps
     steady = steps.slice(1) if stats.warmup else steps
-    budget = summarize_budget(cut.segments.filter(pl.col("step").is_in(steady["step"].implode())), steady, cut.thread)
+    budget = summarize_budget(cut.totals.filter(pl.col("step").is_in(steady["step"].implode())), steady, cut.thread)
     context = Context(steps=stats, budget=budget, window_ns=cut.window.span_ns,
                       step_p50_ns=stats.family.p50_ns if stats.family else None)
     gpu_traced = bool(trace.kernels.height or trace.memcpy.height or trace.memset.height)
@@ -148,7 +148,7 @@ def step_budgets(trace: EventTables) -> pl.DataFrame:
     Without steps, one row (step 0) for the user's window.
     """
     cut = _cut(trace)
-    return per_step(cut.segments, cut.steps)
+    return per_step(cut.totals, cut.steps)
 
 
 def _in_steps(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:

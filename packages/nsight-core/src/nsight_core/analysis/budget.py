@@ -21,13 +21,15 @@ innermost NVTX range (by family: `step_{n}`), else nothing traced (Python betwee
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Literal
 
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.ranges import self_intervals
-from nsight_core.analysis.steps import family_pattern
+from nsight_core.analysis.ranges import in_parent_order, self_pieces, with_parents
+from nsight_core.analysis.steps import distinct_codes, family_codes
 
 LAUNCH_GAP_NS = 100_000
 """GPU idle stretches shorter than this (100 µs) are launch overhead between queued work."""
@@ -113,78 +115,274 @@ def budget_segments(
     the blocking calls (:func:`sync_calls`). CUDA_API, OSRT and NVTX: all threads; only THREAD's
     calls and ranges are attributed.
     """
+    batches, coding = _pieces(steps, kernels, copies, cuda_api, osrt, nvtx, sync, thread)
+    return coding.decoded(pl.concat(list(batches)))
+
+
+def budget_totals(
+    steps: pl.DataFrame,
+    kernels: pl.DataFrame,
+    copies: pl.DataFrame,
+    cuda_api: pl.DataFrame,
+    osrt: pl.DataFrame,
+    nvtx: pl.DataFrame,
+    sync: pl.DataFrame,
+    thread: int | None,
+) -> pl.DataFrame:
+    """:func:`budget_segments` summed per step, part and CPU activity: step, part, cpu_kind, cpu_name, total_ns.
+
+    All the budget needs (:func:`per_step`, :func:`summarize_budget`) without a row per piece: a
+    million NVTX ranges cut their steps into two million pieces.
+    """
+    batches, coding = _pieces(steps, kernels, copies, cuda_api, osrt, nvtx, sync, thread)
+    # A step lies in one batch: the batches' sums need no summing across them.
+    totals = [pieces.group_by("_step", "_part", "_name").agg((pl.col("end_ns") - pl.col("start_ns")).sum()
+                                                             .alias("total_ns")) for pieces in batches]
+    return coding.decoded(pl.concat(totals))
+
+
+_KINDS: tuple[CpuKind, ...] = ("cuda_api", "osrt", "nvtx", "untraced")
+
+
+@dataclass(frozen=True)
+class _Coding:
+    """What the codes of :func:`_pieces` stand for: _step indexes STEPS, _part PARTS, _name NAMES, whose
+    first API names are CUDA API calls, the next OSRT OS-runtime calls, then NVTX families, then '' (untraced)."""
+
+    steps: pl.Series
+    names: pl.Series
+    api: int
+    osrt: int
+
+    def decoded(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """FRAME with _step, _part and _name as step, part, cpu_kind and cpu_name (both null where the GPU ran)."""
+        code = pl.col("_name").cast(pl.Int64)
+        kind = (pl.when(code < self.api).then(pl.lit("cuda_api"))
+                .when(code < self.api + self.osrt).then(pl.lit("osrt"))
+                .when(code < self.names.len() - 1).then(pl.lit("nvtx"))
+                .when(code.is_not_null()).then(pl.lit("untraced")))
+        return frame.select(
+            pl.lit(self.steps).gather(pl.col("_step")).alias("step"), pl.exclude("_step", "_part", "_name"),
+            _decode(pl.col("_part"), pl.Series(PARTS)).alias("part"), kind.alias("cpu_kind"),
+            _decode(pl.col("_name"), self.names).alias("cpu_name"))
+
+
+def _decode(codes: pl.Expr, values: pl.Series) -> pl.Expr:
+    return codes.replace_strict(pl.int_range(values.len(), eager=True), values, default=None, return_dtype=pl.String)
+
+
+def _pieces(
+    steps: pl.DataFrame,
+    kernels: pl.DataFrame,
+    copies: pl.DataFrame,
+    cuda_api: pl.DataFrame,
+    osrt: pl.DataFrame,
+    nvtx: pl.DataFrame,
+    sync: pl.DataFrame,
+    thread: int | None,
+) -> tuple[Iterator[pl.DataFrame], _Coding]:
+    """The segments with codes instead of strings, by start time, in batches of whole steps: _step, start_ns,
+    end_ns, _part, _name (null where the GPU ran); see :class:`_Coding`.
+
+    Steps are independent (no run of pieces crosses a step's end), so the pieces are made a batch of
+    steps at a time (about BATCH_EDGES cut points each): memory holds one batch, whatever the capture.
+    Columnar throughout: the cut points of a batch once each; a layer's coverage of a point its starts
+    at or before it less its ends at or before it; what the CPU thread was in, the call or NVTX self
+    piece starting last at or before it if it has not ended (each call or family name a code); all of
+    these asof joins of sorted columns.
+    """
     lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
 
+    overlapping = (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)
+
+    def kept(frame: pl.DataFrame, keep: pl.Expr) -> pl.DataFrame:
+        mask = frame.select(keep).to_series()
+        return frame if mask.all() else frame.filter(mask)  # a filter copies even what it keeps
+
     def inside(frame: pl.DataFrame) -> pl.DataFrame:
-        return frame.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi))
+        return kept(frame, overlapping)
 
     def on_thread(frame: pl.DataFrame) -> pl.DataFrame:
-        return inside(frame.filter(is_thread(thread))).select("start_ns", "end_ns", "name")
+        return kept(frame.select("start_ns", "end_ns", "name", "thread"), is_thread(thread) & overlapping)
 
-    is_nccl = pl.col("name").str.to_lowercase().str.contains("nccl", literal=True)
+    nccl = kernels.select("start_ns", "end_ns", pl.col("name").str.contains("(?i)nccl").alias("_nccl"))
     layers = {
-        "compute": inside(kernels.filter(~is_nccl)),
-        "comm": inside(kernels.filter(is_nccl)),
-        "copy": inside(copies),
-        "in_step": steps,
+        "compute": _Intervals.of(inside(nccl.filter(~pl.col("_nccl"))).drop("_nccl")),
+        "comm": _Intervals.of(inside(nccl.filter(pl.col("_nccl"))).drop("_nccl")),
+        "copy": _Intervals.of(inside(copies.select("start_ns", "end_ns"))),
+        "in_step": _Intervals.of(steps.select("start_ns", "end_ns")),
     }
-    api, calls, ranges = on_thread(cuda_api), on_thread(osrt), self_intervals(_nvtx_on_thread(nvtx, thread, lo, hi))
-    blocking = on_thread(sync)
-    cuts = pl.concat([frame.select("start_ns", "end_ns") for frame in (api, calls, ranges, blocking)])
-    def edges(frame: pl.DataFrame, layer: str | None) -> list[pl.DataFrame]:
-        """Start (+1) and end (-1) of each interval as a change of LAYER's coverage (None: only a cut)."""
-        return [frame.select(pl.col(edge).clip(lo, hi).alias("t"),
-                             *(pl.lit(sign if name == layer else 0, pl.Int32).alias(name) for name in _LAYERS))
-                for edge, sign in (("start_ns", 1), ("end_ns", -1))]
+    del nccl
+    (api, api_names), (calls, osrt_names), (blocking, _) = (_coded(on_thread(frame))
+                                                            for frame in (cuda_api, osrt, sync))
+    pieces, families = _nvtx_pieces(nvtx, thread, lo, hi)
+    lookups = {"_in_sync": _Intervals.of(blocking), "_api": _Intervals.of(api), "_osrt": _Intervals.of(calls),
+               "_nvtx": _Intervals.of(*pieces)}
+    names = pl.concat([api_names, osrt_names, families, pl.Series([""])])
+    coding = _Coding(steps.select("step", "start_ns").sort("start_ns")["step"], names, api_names.len(),
+                     osrt_names.len())
+    offsets = {"_in_sync": 0, "_api": 0, "_osrt": coding.api, "_nvtx": coding.api + coding.osrt}
+    step_starts = steps.select("start_ns").sort("start_ns").to_series()
+    sources = [*layers.values(), *lookups.values()]
+    start, end = pl.col("start_ns"), pl.col("end_ns")
 
-    events = pl.concat([*(e for layer, frame in layers.items() for e in edges(frame, layer)), *edges(cuts, None)])
-    coverage = (
-        events.group_by("t").sum().sort("t")
-        .with_columns(*(pl.col(layer).cum_sum() for layer in _LAYERS))
-        .with_columns(pl.col("t").alias("start_ns"), pl.col("t").shift(-1).alias("end_ns"))
-        .filter((pl.col("in_step") > 0) & (pl.col("end_ns") > pl.col("start_ns")))
-    )
-    segments = coverage.join_asof(steps.select("step", pl.col("start_ns").alias("step_start")).sort("step_start"),
-                                  left_on="start_ns", right_on="step_start", strategy="backward")
-    segments = _lookup(segments, api, "api")
-    segments = _lookup(segments, calls, "osrt")
-    segments = _lookup(segments, ranges.select("start_ns", "end_ns", "name"), "nvtx")
-    segments = _lookup(segments, blocking, "sync")
-    gpu = (pl.when(pl.col("compute") > 0).then(pl.lit("compute"))
-           .when(pl.col("comm") > 0).then(pl.lit("exposed_comm"))
-           .when(pl.col("copy") > 0).then(pl.lit("exposed_copy")))
-    segments = segments.sort("start_ns").with_columns(gpu.alias("gpu"))
-    idle = pl.col("gpu").is_null()
-    first = ((idle != idle.shift(1)) | (pl.col("step") != pl.col("step").shift(1))).fill_null(True)
-    last = first.shift(-1).fill_null(True)
-    in_sync = pl.col("sync").is_not_null()
-    # Per idle run (consecutive idle pieces of one step), with fills instead of per-run groups: its
-    # start and end, and the end of the latest sync before each piece (reset, as -1, at the run start).
-    segments = segments.with_columns(
-        pl.when(first).then(pl.col("start_ns")).forward_fill().alias("run_start"),
-        pl.when(last).then(pl.col("end_ns")).backward_fill().alias("run_end"),
-        pl.when(in_sync).then(pl.col("end_ns")).when(first).then(-1).forward_fill().alias("sync_end"),
-    ).with_columns(pl.when(pl.col("sync_end") >= 0).then(pl.col("sync_end")).alias("sync_end"),
-                   (pl.col("run_end") - pl.col("run_start")).alias("run_ns"))
-    refill = (pl.col("start_ns") >= pl.col("sync_end")) & (pl.col("run_end") - pl.col("sync_end") < LAUNCH_GAP_NS)
-    part = (pl.when(~idle).then(pl.col("gpu"))
-            .when(in_sync | refill.fill_null(False)).then(pl.lit("sync_wait"))
-            .when(pl.col("run_ns") < LAUNCH_GAP_NS).then(pl.lit("launch_gap"))
-            .otherwise(pl.lit("gpu_idle")))
-    kind = (pl.when(pl.col("api").is_not_null()).then(pl.lit("cuda_api"))
-            .when(pl.col("osrt").is_not_null()).then(pl.lit("osrt"))
-            .when(pl.col("nvtx").is_not_null()).then(pl.lit("nvtx"))
-            .otherwise(pl.lit("untraced")))
-    return segments.select(
-        "step", "start_ns", "end_ns", part.alias("part"),
-        pl.when(idle).then(kind).alias("cpu_kind"),
-        pl.when(idle).then(pl.coalesce("api", "osrt", family_pattern(pl.col("nvtx")), pl.lit(""))).alias("cpu_name"),
-    )
+    def batch(first_ns: int, last_ns: int) -> pl.DataFrame:
+        """The pieces of the steps in [FIRST_NS, LAST_NS] (their cut points all lie in it: steps' edges are cuts)."""
+        points = pl.concat([edges for source in sources for edges in source.edges(first_ns, last_ns)]).sort().unique()
+        segments = points.rename("start_ns").to_frame().with_columns(start.shift(-1).alias("end_ns"))
+        segments = segments.filter(pl.lit(layers["in_step"].covering(points)) & (end > start))
+        at = segments["start_ns"]
+        segments = segments.with_columns(
+            (pl.lit(step_starts).search_sorted(start, side="right").cast(pl.Int32) - 1).alias("_step"),
+            pl.when(pl.lit(layers["compute"].covering(at))).then(PARTS.index("compute"))
+            .when(pl.lit(layers["comm"].covering(at))).then(PARTS.index("exposed_comm"))
+            .when(pl.lit(layers["copy"].covering(at))).then(PARTS.index("exposed_copy")).cast(pl.UInt8).alias("_gpu"))
+        # What the CPU thread was in at each piece's start: a sync call; its CUDA API call, OS-runtime call,
+        # innermost range (as a code of its name).
+        segments = segments.with_columns(
+            *((found.is_not_null() if column == "_in_sync" else found + offsets[column]).alias(column)
+              for column, source in lookups.items() for found in [source.containing(at, first_ns, last_ns)]))
+        # Per idle run (consecutive idle pieces of one step), with fills instead of per-run groups: its
+        # start and end, and the end of the latest sync before each piece (reset, as -1, at the run start).
+        # Runs of busy pieces get fills of their own, which no idle piece sees.
+        idle = pl.col("_gpu").is_null()
+        segments = segments.with_columns(
+            ((idle != idle.shift(1)) | (pl.col("_step") != pl.col("_step").shift(1))).fill_null(True).alias("_first"))
+        first, last, in_sync = pl.col("_first"), pl.col("_first").shift(-1).fill_null(True), pl.col("_in_sync")
+        run_end = pl.when(last).then(end).backward_fill()
+        run_ns = run_end - pl.when(first).then(start).forward_fill()
+        sync_end = pl.when(in_sync).then(end).when(first).then(-1).forward_fill()
+        sync_end = pl.when(sync_end >= 0).then(sync_end)
+        refill = (start >= sync_end) & (run_end - sync_end < LAUNCH_GAP_NS)
+        part = (pl.when(~idle).then(pl.col("_gpu"))
+                .when(in_sync | refill.fill_null(False)).then(PARTS.index("sync_wait"))
+                .when(run_ns < LAUNCH_GAP_NS).then(PARTS.index("launch_gap"))
+                .otherwise(PARTS.index("gpu_idle")).cast(pl.UInt8))
+        name = pl.coalesce("_api", "_osrt", "_nvtx", pl.lit(names.len() - 1, pl.UInt32))
+        return segments.select("_step", "start_ns", "end_ns", part.alias("_part"),
+                               pl.when(idle).then(name).alias("_name"))
+
+    return (batch(first_ns, last_ns) for first_ns, last_ns in _batches(steps, sources)), coding
 
 
-def _nvtx_on_thread(nvtx: pl.DataFrame, thread: int | None, lo: int, hi: int) -> pl.DataFrame:
-    """THREAD's NVTX ranges overlapping [LO, HI), keeping the depth the nesting lookup needs."""
-    return nvtx.filter(is_thread(thread) & (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi))
+BATCH_EDGES = 200_000
+"""About this many interval edges (cut points) per batch of steps in the budget: bounds its memory."""
+
+
+def _batches(steps: pl.DataFrame, sources: list[_Intervals]) -> list[tuple[int, int]]:
+    """STEPS grouped into consecutive batches of about BATCH_EDGES edges of SOURCES: (first start, last end) each."""
+    ordered = steps.select("start_ns", "end_ns").sort("start_ns")
+    edges_before = pl.lit(0, pl.Int64)
+    for source in sources:
+        edges_before = edges_before + source.started(pl.col("start_ns"))
+    return [(int(first), int(last)) for first, last in ordered.group_by(
+        (edges_before * 2 // BATCH_EDGES).alias("_batch"), maintain_order=True).agg(
+        pl.col("start_ns").min(), pl.col("end_ns").max()).select("start_ns", "end_ns").iter_rows()]
+
+
+@dataclass(frozen=True)
+class _Intervals:
+    """Intervals (start_ns, end_ns and, for lookups, _code) as frames by start time, each with its ends sorted
+    (for counting). Several frames where one would take a sort of them all (the NVTX pieces)."""
+
+    frames: list[pl.DataFrame]
+    ends: list[pl.Series]
+
+    @classmethod
+    def of(cls, *frames: pl.DataFrame) -> _Intervals:
+        ordered = [frame if frame["start_ns"].is_sorted() else frame.sort("start_ns", maintain_order=True)
+                   for frame in frames if frame.height]
+        return cls(ordered, [frame["end_ns"] if frame["end_ns"].is_sorted() else frame["end_ns"].sort()
+                             for frame in ordered])
+
+    def started(self, at: pl.Expr) -> pl.Expr:
+        """How many intervals start before each time AT (a binary search per time: for a few times)."""
+        count = pl.lit(0, pl.Int64)
+        for frame in self.frames:
+            count = count + pl.lit(frame["start_ns"]).search_sorted(at, side="left").cast(pl.Int64)
+        return count
+
+    def covering(self, at: pl.Series) -> pl.Series:
+        """Whether an interval covers each of the times AT (sorted): more start at or before it than end at or
+        before it. Counted by asof joins, one merge of two sorted columns each."""
+        started = ended = pl.repeat(0, at.len(), dtype=pl.Int64, eager=True)
+        for frame, ends in zip(self.frames, self.ends, strict=True):
+            started, ended = started + _at_or_before(frame["start_ns"], at), ended + _at_or_before(ends, at)
+        return started > ended
+
+    def edges(self, first_ns: int, last_ns: int) -> list[pl.Series]:
+        """The starts and ends in [FIRST_NS, LAST_NS]."""
+        return [_within(values, first_ns, last_ns).rename("t")
+                for frame, ends in zip(self.frames, self.ends, strict=True) for values in (frame["start_ns"], ends)]
+
+    def containing(self, at: pl.Series, first_ns: int, last_ns: int) -> pl.Series:
+        """The _code of the interval containing each of the times AT (sorted, in [FIRST_NS, LAST_NS]), null if none.
+
+        The last interval starting at or before it (the intervals of one thread do not overlap), if it
+        ends after it: an asof join, one merge of two sorted columns, over the intervals that can be it.
+        """
+        candidates = None
+        for frame in self.frames:
+            starts = frame["start_ns"]
+            begin = max(starts.search_sorted(first_ns, side="right") - 1, 0)
+            part = frame.slice(begin, starts.search_sorted(last_ns, side="right") - begin)
+            candidates = part if candidates is None else candidates.merge_sorted(part, "start_ns")
+        if candidates is None or not candidates.height:
+            return pl.repeat(None, at.len(), dtype=pl.UInt32, eager=True)
+        found = at.to_frame("_at").join_asof(
+            candidates.select(pl.col("start_ns").alias("_start"), pl.col("end_ns").alias("_end"), "_code"),
+            left_on="_at", right_on="_start", strategy="backward")
+        return found.select(pl.when(pl.col("_end") > pl.col("_at")).then(pl.col("_code"))).to_series()
+
+
+def _at_or_before(ordered: pl.Series, at: pl.Series) -> pl.Series:
+    """How many of the values ORDERED (sorted) are at or before each of the times AT (sorted): an asof join."""
+    ranked = ordered.rename("_value").to_frame().with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("_n"))
+    found = at.rename("_at").to_frame().join_asof(ranked, left_on="_at", right_on="_value", strategy="backward")
+    return found["_n"].fill_null(0)
+
+
+def _within(ordered: pl.Series, first: int, last: int) -> pl.Series:
+    """The values of ORDERED (sorted) in [FIRST, LAST], a slice."""
+    begin = ordered.search_sorted(first, side="left")
+    return ordered.slice(begin, ordered.search_sorted(last, side="right") - begin)
+
+
+def _coded(calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
+    """CALLS by start time as start_ns, end_ns, _code (the index of the call's name in the distinct names), and
+    the distinct names (null names have no code: such a call names nothing, as a null name did)."""
+    ordered = calls if calls["start_ns"].is_sorted() else calls.sort("start_ns", maintain_order=True)
+    codes, names = distinct_codes(ordered, "name")
+    return ordered.select("start_ns", "end_ns", pl.when(pl.col("name").is_not_null()).then(codes).alias("_code")), names
+
+
+def _nvtx_pieces(nvtx: pl.DataFrame, thread: int | None, lo: int, hi: int) -> tuple[list[pl.DataFrame], pl.Series]:
+    """THREAD's NVTX self pieces in [LO, HI) (start_ns, end_ns, _code), as frames by start time, and the range
+    families the codes index: the innermost range's family names the time (`step_{n}` for `step_7`)."""
+    ranges = nvtx.select("start_ns", "end_ns", "thread", "depth", "name")
+    inside = ranges.select(is_thread(thread) & (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)).to_series()
+    if not inside.all():  # a filter copies even what it keeps
+        ranges = ranges.filter(inside)
+    if not ranges.height:
+        return [], pl.Series([], dtype=pl.String)
+    ranges = with_parents(ranges)
+    # Families from the distinct names (a handful), not from a regex over every range.
+    family, families = family_codes(ranges, "name")
+    if families.null_count():  # a range without a name names nothing: the time is a call's, or untraced
+        family = family.scatter(ranges["name"].is_null().arg_true(), None)
+    pieces = self_pieces(ranges)
+    del ranges
+    # Where ranges nest, the pieces' frames come by start time and no two pieces start together: they stay
+    # apart (no sort of them all). Else one frame by (thread, start) from the pieces' old order, which
+    # decides which of two pieces starting together names the time.
+    starts = pl.concat([frame["start_ns"] for frame in pieces]).sort()
+    if starts.len() > 1 and (starts.slice(1) == starts.slice(0, starts.len() - 1)).any():
+        ordered = in_parent_order(pieces)
+        frames = [ordered[ordered.select(pl.arg_sort_by(pl.lit(thread, pl.Int64), "start_ns")).to_series()]]
+    else:
+        frames = [frame if frame["start_ns"].is_sorted() else frame.sort("start_ns") for frame in pieces]
+    del starts, pieces
+    return [frame.select("start_ns", "end_ns", family.gather(frame["id"]).alias("_code")) for frame in frames], families
 
 
 def is_thread(thread: int | None) -> pl.Expr:
@@ -192,27 +390,22 @@ def is_thread(thread: int | None) -> pl.Expr:
     return pl.col("thread") == thread if thread is not None else pl.lit(False)
 
 
-def _lookup(segments: pl.DataFrame, intervals: pl.DataFrame, column: str) -> pl.DataFrame:
-    """Add COLUMN: the name of the (disjoint) interval containing each segment, null if none."""
-    found = intervals.select(pl.col("start_ns").alias("_start"), pl.col("end_ns").alias("_end"),
-                             pl.col("name").alias(column)).sort("_start")
-    joined = segments.sort("start_ns").join_asof(found, left_on="start_ns", right_on="_start", strategy="backward")
-    return joined.with_columns(pl.when(pl.col("_end") > pl.col("start_ns")).then(pl.col(column)).alias(column)
-                               ).drop("_start", "_end")
+def per_step(totals: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """One row per step: step, wall_ns and one <part>_ns column per part (they add up to wall_ns).
 
-
-def per_step(segments: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """One row per step: step, wall_ns and one <part>_ns column per part (they add up to wall_ns)."""
-    length = pl.col("end_ns") - pl.col("start_ns")
-    parts = segments.group_by("step").agg(
-        *(length.filter(pl.col("part") == part).sum().alias(f"{part}_ns") for part in PARTS))
+    TOTALS: :func:`budget_totals` (or :func:`budget_segments` with total_ns = end_ns - start_ns).
+    """
+    total = pl.col("total_ns")
+    parts = totals.group_by("step").agg(*(total.filter(pl.col("part") == part).sum().alias(f"{part}_ns")
+                                          for part in PARTS))
     return (steps.select("step", (pl.col("end_ns") - pl.col("start_ns")).alias("wall_ns"))
             .join(parts, on="step", how="left").fill_null(0).sort("step"))
 
 
-def summarize_budget(segments: pl.DataFrame, steps: pl.DataFrame, thread: int | None) -> StepBudget:
-    """The budget over all steps: each part's total, per-step median and mean, share of step time."""
-    rows = per_step(segments, steps)
+def summarize_budget(totals: pl.DataFrame, steps: pl.DataFrame, thread: int | None) -> StepBudget:
+    """The budget over all steps (TOTALS: :func:`budget_totals`): each part's total, per-step median and
+    mean, share of step time."""
+    rows = per_step(totals, steps)
     wall = int(rows["wall_ns"].sum())
     count = max(rows.height, 1)
     shares = rows.select(*(pl.struct(total=pl.col(f"{part}_ns").sum(), p50=pl.col(f"{part}_ns").median())
@@ -225,9 +418,9 @@ def summarize_budget(segments: pl.DataFrame, steps: pl.DataFrame, thread: int | 
         for part in PARTS
     ]
     activities = (
-        segments.filter(pl.col("cpu_kind").is_not_null())
+        totals.filter(pl.col("cpu_kind").is_not_null())
         .group_by("part", "cpu_kind", "cpu_name")
-        .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("total_ns"))
+        .agg(pl.col("total_ns").sum())
         .sort(["total_ns", "part", "cpu_kind", "cpu_name"], descending=[True, False, False, False])
         .head(TOP_ACTIVITIES)
     )

@@ -61,8 +61,10 @@ def user_window(
     if live is not None:
         start, end = int(live), int(stop) if stop is not None else window_end_ns
         return UserWindow(start_ns=start, end_ns=end, source="marks", profiler_ns=total - (end - start))
-    bounds = pl.concat([frame.select("start_ns", "end_ns") for frame in events]).filter(
-        (pl.col("end_ns") > window_start_ns) & (pl.col("start_ns") < window_end_ns))
+    # Each frame's first start and last end in the window (no frame of all their events at once).
+    in_window = (pl.col("end_ns") > window_start_ns) & (pl.col("start_ns") < window_end_ns)
+    bounds = pl.concat([frame.select(pl.col("start_ns").filter(in_window).min(),
+                                     pl.col("end_ns").filter(in_window).max()) for frame in events]).drop_nulls()
     if bounds.height:
         first, last = bounds.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
         start, end = max(int(first), window_start_ns), min(int(last), window_end_ns)

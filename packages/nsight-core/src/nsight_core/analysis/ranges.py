@@ -11,7 +11,7 @@ from __future__ import annotations
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.steps import family_pattern
+from nsight_core.analysis.steps import distinct_codes, family_codes
 
 SELF_COLUMNS = {"start_ns": pl.Int64, "end_ns": pl.Int64, "thread": pl.Int64, "name": pl.String}
 
@@ -35,23 +35,72 @@ def with_parents(nvtx: pl.DataFrame) -> pl.DataFrame:
     """NVTX ranges with an id and the id of the range they are nested in on their thread (null: outermost).
 
     The parent of a range at depth d is the latest range at depth d-1 on the same thread that started
-    no later than it did (ranges of one thread nest, so that one encloses it).
+    no later than it did (ranges of one thread nest, so that one encloses it). ``id`` is the row's
+    position: the ranges by start time.
     """
-    ranges = nvtx.sort("start_ns").with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
-    parents = ranges.select(
-        pl.col("id").alias("parent"), "thread", (pl.col("depth") + 1).alias("depth"),
-        pl.col("start_ns").alias("parent_start_ns"),
-    ).sort("parent_start_ns")
-    return ranges.join_asof(parents, left_on="start_ns", right_on="parent_start_ns", by=["thread", "depth"],
-                            strategy="backward", check_sortedness=False).drop("parent_start_ns")
+    ranges = nvtx if nvtx["start_ns"].is_sorted() else nvtx.sort("start_ns", maintain_order=True)
+    ranges = ranges.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("id"), pl.all())
+    # One asof join on (thread, depth) as a single integer: a join by two columns costs five times the memory.
+    level = _thread_level(ranges)
+    keys = ranges.select("id", level.alias("_level"), "start_ns")
+    parents = keys.select(pl.col("id").alias("parent"), pl.col("_level") + 1, pl.col("start_ns").alias("_parent_start"))
+    found = keys.join_asof(parents, left_on="start_ns", right_on="_parent_start", by="_level", strategy="backward",
+                           check_sortedness=False)
+    return ranges.with_columns(found["parent"])
+
+
+def _thread_level(ranges: pl.DataFrame) -> pl.Expr:
+    """(thread, depth) of each range as one integer, equal for equal pairs, depth + 1 the next level's."""
+    codes, threads = distinct_codes(ranges, "thread")
+    if threads.len() == 1:
+        return pl.col("depth")
+    span = (ranges.select(pl.col("depth").max()).item() or 0) + 2
+    return pl.lit(codes).cast(pl.Int64) * span + pl.col("depth")
 
 
 def self_time(nvtx: pl.DataFrame) -> pl.DataFrame:
     """Per range (columns of NVTX plus id, parent): self_ns = duration minus direct children's durations."""
     ranges = with_parents(nvtx)
-    children = ranges.group_by("parent").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("children_ns"))
-    return ranges.join(children, left_on="id", right_on="parent", how="left").with_columns(
-        (pl.col("end_ns") - pl.col("start_ns") - pl.col("children_ns").fill_null(0)).alias("self_ns"))
+    duration = pl.col("end_ns") - pl.col("start_ns")
+    children = ranges.group_by("parent").agg(duration.sum().alias("children_ns"))
+    summed = ranges.select("id").join(children, left_on="id", right_on="parent", how="left", maintain_order="left")
+    return ranges.with_columns(summed["children_ns"]).with_columns(
+        (duration - pl.col("children_ns").fill_null(0)).alias("self_ns"))
+
+
+def self_pieces(ranges: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The pieces of each of RANGES (:func:`with_parents`' frame) not covered by a child, as three frames.
+
+    Columns start_ns, end_ns and ``id``: the range the piece belongs to, its innermost one (whose
+    thread it is on). Per thread disjoint. The frames: the gap before each child (in the children's
+    order, by start), the rest of each parent after its last child (by parent), and the ranges without
+    children (by start); where ranges nest, each frame is by start time. Ids, not names: a name is
+    looked up for the pieces that need it.
+    """
+    children = ranges.select("parent", "start_ns", "end_ns").filter(pl.col("parent").is_not_null())
+    parent = children["parent"]
+    # A piece from the previous sibling's end (the parent's start for the first child) to the child's start.
+    before_child = children.select(
+        pl.col("end_ns").shift(1).over("parent").fill_null(ranges["start_ns"].gather(parent)).alias("start_ns"),
+        pl.col("start_ns").alias("end_ns"), pl.col("parent").alias("id"))
+    after_last = children.group_by("parent", maintain_order=True).agg(pl.col("end_ns").max().alias("start_ns"))
+    del children
+    after_last = after_last.select("start_ns", ranges["end_ns"].gather(after_last["parent"]).alias("end_ns"),
+                                   pl.col("parent").alias("id"))
+    leaves = ranges.select("start_ns", "end_ns", "id").filter(~pl.col("id").is_in(parent.unique().implode()))
+    positive = pl.col("end_ns") > pl.col("start_ns")
+    return before_child.filter(positive), after_last.filter(positive), leaves.filter(positive)
+
+
+def in_parent_order(pieces: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]) -> pl.DataFrame:
+    """:func:`self_pieces` as one frame: the gaps before children by parent (then start), the rests after the
+    last children by parent, the leaves.
+
+    The order the pieces had before a sort by start time: it decides which of two pieces starting
+    together (from ranges that cross rather than nest) comes first.
+    """
+    before_child, after_last, leaves = pieces
+    return pl.concat([before_child.sort("id", maintain_order=True), after_last.sort("id"), leaves])
 
 
 def self_intervals(nvtx: pl.DataFrame) -> pl.DataFrame:
@@ -63,32 +112,31 @@ def self_intervals(nvtx: pl.DataFrame) -> pl.DataFrame:
     if not nvtx.height:
         return pl.DataFrame(schema=SELF_COLUMNS)
     ranges = with_parents(nvtx)
-    owner = ranges.select(pl.col("id").alias("parent"), pl.col("start_ns").alias("parent_start"),
-                          pl.col("end_ns").alias("parent_end"), pl.col("name").alias("parent_name"))
-    children = ranges.filter(pl.col("parent").is_not_null()).sort("parent", "start_ns").join(owner, on="parent")
-    before_child = children.select(
-        pl.col("end_ns").shift(1).over("parent").fill_null(pl.col("parent_start")).alias("start_ns"),
-        pl.col("start_ns").alias("end_ns"), "thread", pl.col("parent_name").alias("name"))
-    after_last = children.group_by("parent").agg(
-        pl.col("end_ns").max().alias("start_ns"), pl.col("parent_end").first().alias("end_ns"),
-        pl.col("thread").first(), pl.col("parent_name").first().alias("name")).drop("parent")
-    with_children = children["parent"].unique()
-    leaves = ranges.filter(~pl.col("id").is_in(with_children.implode())).select("start_ns", "end_ns", "thread", "name")
-    return (pl.concat([before_child, after_last.select(list(SELF_COLUMNS)), leaves])
-            .filter(pl.col("end_ns") > pl.col("start_ns")).sort("thread", "start_ns"))
+    pieces = in_parent_order(self_pieces(ranges))
+    pieces = pieces.select("start_ns", "end_ns", ranges["thread"].gather(pieces["id"]),
+                           ranges["name"].gather(pieces["id"]))
+    return pieces.sort("thread", "start_ns")
 
 
 def range_families(nvtx: pl.DataFrame, span_ns: int) -> list[RangeFamily]:
     """NVTX ranges grouped by family, longest self time first, shares of the capture span SPAN_NS."""
     if not nvtx.height:
         return []
-    duration = pl.col("end_ns") - pl.col("start_ns")
+    timed = self_time(nvtx)
+    # Grouped by codes of (family, domain), not by the strings: a fraction of the memory.
+    (pattern, patterns), (domain, domains) = family_codes(timed, "name"), distinct_codes(timed, "domain")
+    duration = pl.col("_duration")
     grouped = (
-        self_time(nvtx).with_columns(family_pattern(pl.col("name")).alias("pattern"))
-        .group_by("pattern", "domain")
+        timed.select(pattern.alias("pattern"), domain.alias("domain"),
+                     (pl.col("end_ns") - pl.col("start_ns")).alias("_duration"), "self_ns")
+        .group_by("pattern", "domain", maintain_order=True)
         .agg(pl.len().alias("count"), duration.sum().alias("summed_ns"), pl.col("self_ns").sum(),
              duration.median().alias("p50_ns"), duration.mean().alias("mean_ns"), duration.min().alias("min_ns"),
              duration.max().alias("max_ns"))
+    )
+    grouped = (
+        grouped.with_columns(patterns.gather(grouped["pattern"]).alias("pattern"),
+                             domains.gather(grouped["domain"]).alias("domain"))
         .with_columns((pl.col("self_ns") / span_ns if span_ns else pl.lit(0.0)).alias("self_fraction"))
         .sort(["self_ns", "pattern"], descending=[True, False])
     )

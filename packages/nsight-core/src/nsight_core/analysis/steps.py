@@ -61,8 +61,35 @@ class StepStats(BaseModel):
 
 
 def family_pattern(name: pl.Expr) -> pl.Expr:
-    """The family of a range name: each run of digits becomes {n} (`epoch3/step_7` -> `epoch{n}/step_{n}`)."""
+    """The family of a range name: each run of digits becomes {n} (`epoch3/step_7` -> `epoch{n}/step_{n}`).
+
+    The pattern is made once per distinct name (a million ranges have a handful of names) and looked up.
+    """
+    distinct = name.unique(maintain_order=True)
+    return name.replace_strict(distinct, _pattern(distinct))
+
+
+def _pattern(name: pl.Expr) -> pl.Expr:
     return name.str.replace_all(r"\d+", NUMBER_PLACEHOLDER, literal=False)
+
+
+def distinct_codes(frame: pl.DataFrame, column: str) -> tuple[pl.Series, pl.Series]:
+    """FRAME's COLUMN as UInt32 codes (null a value like any other) and the distinct values they index, sorted.
+
+    Grouping by a code costs a fraction of doing so by a string, or by several columns; a binary search
+    in the few distinct values finds the codes with no hash table per value. Read through expressions:
+    a column that is one constant (a default domain) stays one.
+    """
+    distinct = frame.select(pl.col(column).unique().sort()).to_series()
+    return frame.select(pl.lit(distinct).search_sorted(pl.col(column), side="left")).to_series(), distinct
+
+
+def family_codes(frame: pl.DataFrame, column: str) -> tuple[pl.Series, pl.Series]:
+    """The family (:func:`family_pattern`) of each name in FRAME's COLUMN as a code, and the families it indexes."""
+    name_codes, distinct = distinct_codes(frame, column)
+    patterns = pl.select(_pattern(pl.lit(distinct)).alias("pattern"))
+    pattern_codes, families = distinct_codes(patterns, "pattern")
+    return pattern_codes.gather(name_codes), families
 
 
 def nvtx_families(nvtx: pl.DataFrame) -> pl.DataFrame:
@@ -72,10 +99,15 @@ def nvtx_families(nvtx: pl.DataFrame) -> pl.DataFrame:
     first_ns, sequential, step_word. Order: names that say step/iter/batch, then sequential ones,
     then the outermost, then the longest in total.
     """
-    duration = pl.col("end_ns") - pl.col("start_ns")
-    keyed = nvtx.with_columns(family_pattern(pl.col("name")).alias("pattern")).sort("start_ns")
+    # Grouped by codes of (family, domain, thread), not by the strings: a fraction of the memory.
+    (pattern, patterns), (domain, domains), (thread, threads) = (
+        family_codes(nvtx, "name"), distinct_codes(nvtx, "domain"), distinct_codes(nvtx, "thread"))
+    keyed = nvtx.select(pattern.alias("pattern"), domain.alias("domain"), thread.alias("thread"), "start_ns", "end_ns",
+                        "depth", (pl.col("end_ns") - pl.col("start_ns")).alias("_duration"))
+    keyed = keyed if keyed["start_ns"].is_sorted() else keyed.sort("start_ns", maintain_order=True)
+    duration = pl.col("_duration")
     families = (
-        keyed.group_by("pattern", "domain", "thread")
+        keyed.group_by("pattern", "domain", "thread", maintain_order=True)
         .agg(
             pl.len().alias("count"),
             pl.col("depth").min().alias("depth"),
@@ -88,8 +120,11 @@ def nvtx_families(nvtx: pl.DataFrame) -> pl.DataFrame:
             (pl.col("start_ns").shift(-1) >= pl.col("end_ns")).drop_nulls().all().alias("sequential"),
         )
         .filter(pl.col("count") >= 2)
-        .with_columns(pl.col("pattern").str.contains(STEP_WORDS).alias("step_word"))
     )
+    families = families.with_columns(
+        patterns.gather(families["pattern"]).alias("pattern"), domains.gather(families["domain"]).alias("domain"),
+        threads.gather(families["thread"]).alias("thread"),
+    ).with_columns(pl.col("pattern").str.contains(STEP_WORDS).alias("step_word"))
     return families.sort(
         ["step_word", "sequential", "depth", "total_ns", "pattern"],
         descending=[True, True, False, True, False],
@@ -115,9 +150,11 @@ def find_steps(nvtx: pl.DataFrame, kernels: pl.DataFrame) -> tuple[StepStats, pl
 
 
 def _family_instances(nvtx: pl.DataFrame, family: StepFamily) -> pl.DataFrame:
+    names = nvtx["name"].unique()
+    members = names.filter(pl.select(_pattern(pl.lit(names)) == family.pattern).to_series())  # the family's names
     return (
         nvtx.filter(
-            (family_pattern(pl.col("name")) == family.pattern)
+            pl.col("name").is_in(members.implode())
             & (pl.col("domain") == family.domain)
             & (pl.col("thread") == family.thread)
         )

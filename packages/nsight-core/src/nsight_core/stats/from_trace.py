@@ -43,10 +43,13 @@ def _time_summary(frame: pl.DataFrame, name: pl.Expr, key: str = "name", by_inst
     says so (BY_INSTANCES, cuda_gpu_kern_sum only), then the grouping key ascending, which is how nsys'
     SQLite returns the groups its ORDER BY leaves tied.
     """
-    duration = pl.col("end_ns") - pl.col("start_ns")
-    keys = [name.alias("name")] if key == "name" else [pl.col(key)]
-    summary = frame.group_by(keys).agg(
-        *([] if key == "name" else [name.first().alias("name")]),
+    # Only the columns the report needs, the duration once (each statistic of an expression computes it anew).
+    by_name = key == "name"
+    frame = frame.select(*([] if by_name else [key]), name.alias("name" if by_name else "_name"),
+                         (pl.col("end_ns") - pl.col("start_ns")).alias("_duration"))
+    duration = pl.col("_duration")
+    summary = frame.group_by(key).agg(
+        *([] if by_name else [pl.col("_name").first().alias("name")]),
         duration.sum().alias("total_time_ns"), pl.len().cast(pl.Int64).alias("instances"),
         _round(duration.mean()).alias("avg_ns"), _round(duration.median()).alias("med_ns"),
         duration.min().alias("min_ns"), duration.max().alias("max_ns"),
@@ -111,10 +114,16 @@ def _megabytes(size: float) -> float:
 
 def nvtx_summary(trace: Trace) -> list[NvtxRangeRow] | str:
     """nvtx_pushpop_sum: push/pop ranges by `domain:name` (the name alone in the default domain)."""
-    ranges = trace.nvtx.filter(pl.col("kind") == "push_pop")
+    ranges = trace.nvtx.select("start_ns", "end_ns", "name", "domain", "kind")
+    push_pop = pl.col("kind") == "push_pop"
+    if not ranges.select(push_pop.all()).item():  # a filter copies even what it keeps
+        ranges = ranges.filter(push_pop)
     if not ranges.height:
         return "does not contain NV Tools Extension (NVTX) push/pop ranges."
-    name = pl.when(pl.col("domain") != "").then(pl.format("{}:{}", "domain", "name")).otherwise(pl.col("name"))
+    # `domain:name`, made only where there is a domain (the default domain's names are used as they are).
+    named = ranges.select((pl.col("domain") == "").all()).item()
+    name = pl.col("name") if named else (pl.when(pl.col("domain") != "").then(pl.format("{}:{}", "domain", "name"))
+                                         .otherwise(pl.col("name")))
     return _rows(NvtxRangeRow, _time_summary(ranges, name))
 
 

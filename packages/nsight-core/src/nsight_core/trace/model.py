@@ -1,9 +1,11 @@
 """The Trace: every event of one capture as Polars frames with resolved names, on the capture's clock.
 
 Each frame is built on first use from only the columns it needs and kept: a report that never looks
-at OS-runtime calls never reads them. Names are resolved once per table through nsys' string table
-(StringIds) by a join, never per row in Python. Times are nanoseconds on the capture's clock, where
-the collection window runs from 0 to its duration (ANALYSIS_DETAILS).
+at OS-runtime calls never reads them (``nvtx`` and ``nvtx_marks`` come from one table, read once for
+both). Names are resolved once per table through nsys' string table (StringIds) by a lookup column,
+never per row in Python, after any sort (sorting copies the strings a frame holds). Times are
+nanoseconds on the capture's clock, where the collection window runs from 0 to its duration
+(ANALYSIS_DETAILS).
 
 Frames and columns (every frame has them, empty when nothing of the kind was traced):
 
@@ -39,6 +41,8 @@ NVTX_MARK_TYPES = (34, 65)
 NVTX_PUSH_POP_TYPES = (59, 70)
 NVTX_START_END_TYPES = (60, 71)
 NVTX_DOMAIN_CREATE = 75
+MAX_DOMAIN_CONDITIONS = 32
+"""Up to this many (domain, process) pairs, ranges get their domain name by one condition per pair, not a join."""
 
 # Labels nsys uses when the export lacks its ENUM tables (old SQLite exports).
 COPY_DIRECTIONS: dict[int, str] = {
@@ -81,6 +85,14 @@ def _empty(schema: Schema) -> pl.DataFrame:
     return pl.DataFrame(schema=schema)
 
 
+def _by_start(raw: pl.DataFrame) -> pl.DataFrame:
+    """RAW by its ``start`` column (a stable sort; skipped when already in order, as exports mostly are).
+
+    Sorted before names are looked up: sorting a frame copies every string it holds, the lookup does not.
+    """
+    return raw if raw["start"].is_sorted() else raw.sort("start", maintain_order=True)
+
+
 def _pid(global_id: pl.Expr) -> pl.Expr:
     """The OS process id inside nsys' global thread/process ids (bits 24..47)."""
     return (global_id // (1 << 24)) % (1 << 24)
@@ -121,10 +133,10 @@ class Trace:
         frame = self._tables.read("StringIds", {"id": I64, "value": STR})
         return frame if frame is not None else _empty({"id": I64, "value": STR})
 
-    def _named(self, frame: pl.DataFrame, id_column: str, alias: str) -> pl.DataFrame:
-        """FRAME with ID_COLUMN replaced by its string, as ALIAS (one join, not a lookup per row)."""
-        names = self.strings.rename({"id": id_column, "value": alias})
-        return frame.join(names, on=id_column, how="left", maintain_order="left").drop(id_column)
+    def _string(self, id_column: str, table: pl.DataFrame | None = None) -> pl.Expr:
+        """ID_COLUMN's string (null where the id is unknown): one lookup column, no join that copies the frame."""
+        table = self.strings if table is None else table
+        return pl.col(id_column).replace_strict(table["id"], table["value"], default=None, return_dtype=STR)
 
     def _enum(self, table: str, fallback: Mapping[int, str]) -> pl.DataFrame:
         frame = self._tables.read(table, {"id": I64, "label": STR})
@@ -133,10 +145,11 @@ class Trace:
                                 schema={"id": I64, "label": STR})
         return frame
 
-    def _labelled(self, frame: pl.DataFrame, column: str, table: str, fallback: Mapping[int, str]) -> pl.DataFrame:
-        labels = self._enum(table, fallback).rename({"id": column, "label": f"_{column}"})
-        return (frame.join(labels, on=column, how="left", maintain_order="left")
-                .with_columns(pl.col(f"_{column}").fill_null("Unknown").alias(column)).drop(f"_{column}"))
+    def _label(self, column: str, table: str, fallback: Mapping[int, str]) -> pl.Expr:
+        """COLUMN's enum label from TABLE (else FALLBACK), "Unknown" where it has none."""
+        labels = self._enum(table, fallback)
+        return (pl.col(column).replace_strict(labels["id"], labels["label"], default=None, return_dtype=STR)
+                .fill_null("Unknown"))
 
     # -- GPU activity ----------------------------------------------------------------------------------
 
@@ -148,12 +161,12 @@ class Trace:
             "correlationId": I64, "globalPid": I64})
         if raw is None:
             return _empty(KERNEL_COLUMNS)
-        frame = self._named(self._named(raw, "demangledName", "name"), "shortName", "short_name")
-        return frame.select(
+        return _by_start(raw).select(
             pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
-            pl.col("streamId").alias("stream"), pl.col("name").fill_null(""), pl.col("short_name").fill_null(""),
+            pl.col("streamId").alias("stream"), self._string("demangledName").fill_null("").alias("name"),
+            self._string("shortName").fill_null("").alias("short_name"),
             pl.col("correlationId").alias("correlation_id"), _pid(pl.col("globalPid")).alias("pid"),
-        ).sort("start_ns")
+        )
 
     @functools.cached_property
     def memcpy(self) -> pl.DataFrame:
@@ -163,15 +176,14 @@ class Trace:
             "srcKind": I64, "dstKind": I64, "correlationId": I64})
         if raw is None:
             return _empty(MEMCPY_COLUMNS)
-        frame = self._labelled(raw, "copyKind", "ENUM_CUDA_MEMCPY_OPER", COPY_DIRECTIONS)
-        frame = self._labelled(frame, "srcKind", "ENUM_CUDA_MEM_KIND", MEMORY_KINDS)
-        frame = self._labelled(frame, "dstKind", "ENUM_CUDA_MEM_KIND", MEMORY_KINDS)
-        return frame.select(
+        return _by_start(raw).select(
             pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
-            pl.col("streamId").alias("stream"), "bytes", pl.col("copyKind").alias("direction"),
-            pl.col("srcKind").alias("src_kind"), pl.col("dstKind").alias("dst_kind"),
+            pl.col("streamId").alias("stream"), "bytes",
+            self._label("copyKind", "ENUM_CUDA_MEMCPY_OPER", COPY_DIRECTIONS).alias("direction"),
+            self._label("srcKind", "ENUM_CUDA_MEM_KIND", MEMORY_KINDS).alias("src_kind"),
+            self._label("dstKind", "ENUM_CUDA_MEM_KIND", MEMORY_KINDS).alias("dst_kind"),
             pl.col("correlationId").alias("correlation_id"),
-        ).sort("start_ns")
+        )
 
     @functools.cached_property
     def memset(self) -> pl.DataFrame:
@@ -180,10 +192,10 @@ class Trace:
             "start": I64, "end": I64, "deviceId": I64, "streamId": I64, "bytes": I64, "correlationId": I64})
         if raw is None:
             return _empty(MEMSET_COLUMNS)
-        return raw.select(
+        return _by_start(raw).select(
             pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
             pl.col("streamId").alias("stream"), "bytes", pl.col("correlationId").alias("correlation_id"),
-        ).sort("start_ns")
+        )
 
     @functools.cached_property
     def sync(self) -> pl.DataFrame:
@@ -192,12 +204,12 @@ class Trace:
             "start": I64, "end": I64, "deviceId": I64, "streamId": I64, "syncType": I64, "correlationId": I64})
         if raw is None:
             return _empty(SYNC_COLUMNS)
-        frame = self._labelled(raw, "syncType", "ENUM_CUPTI_SYNC_TYPE", SYNC_KINDS)
-        return frame.select(
+        return _by_start(raw).select(
             pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
-            pl.col("streamId").alias("stream"), pl.col("syncType").alias("kind"),
+            pl.col("streamId").alias("stream"),
+            self._label("syncType", "ENUM_CUPTI_SYNC_TYPE", SYNC_KINDS).alias("kind"),
             pl.col("correlationId").alias("correlation_id"),
-        ).sort("start_ns")
+        )
 
     # -- CPU side --------------------------------------------------------------------------------------
 
@@ -208,13 +220,17 @@ class Trace:
             "start": I64, "end": I64, "nameId": I64, "globalTid": I64, "correlationId": I64})
         if raw is None:
             return _empty(API_COLUMNS)
-        name = pl.col("name").fill_null("")
-        versioned = name.str.slice(-6, 2) == "_v"
-        return self._named(raw.with_columns(pl.col("nameId").alias("name_id")), "nameId", "name").select(
+        # The suffix is cut from the string table (a few hundred strings), not from every call's name.
+        value = pl.col("value")
+        versioned = value.str.slice(-6, 2) == "_v"
+        names = self.strings.with_columns(
+            pl.when(versioned).then(value.str.slice(0, value.str.len_chars() - 6)).otherwise(value).alias("value"))
+        return _by_start(raw).select(
             pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"),
-            pl.when(versioned).then(name.str.slice(0, name.str.len_chars() - 6)).otherwise(name).alias("name"),
-            pl.col("globalTid").alias("thread"), pl.col("correlationId").alias("correlation_id"), "name_id",
-        ).sort("start_ns")
+            self._string("nameId", names).fill_null("").alias("name"),
+            pl.col("globalTid").alias("thread"), pl.col("correlationId").alias("correlation_id"),
+            pl.col("nameId").alias("name_id"),
+        )
 
     @functools.cached_property
     def osrt(self) -> pl.DataFrame:
@@ -222,10 +238,10 @@ class Trace:
         raw = self._tables.read("OSRT_API", {"start": I64, "end": I64, "nameId": I64, "globalTid": I64})
         if raw is None:
             return _empty(OSRT_COLUMNS)
-        return self._named(raw, "nameId", "name").select(
-            pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("name").fill_null(""),
-            pl.col("globalTid").alias("thread"),
-        ).sort("start_ns")
+        return _by_start(raw).select(
+            pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"),
+            self._string("nameId").fill_null("").alias("name"), pl.col("globalTid").alias("thread"),
+        )
 
     @functools.cached_property
     def samples(self) -> pl.DataFrame:
@@ -233,53 +249,85 @@ class Trace:
         raw = self._tables.read("COMPOSITE_EVENTS", {"start": I64, "globalTid": I64, "cpu": I64})
         if raw is None:
             return _empty(SAMPLE_COLUMNS)
-        return raw.select(pl.col("start").alias("time_ns"), pl.col("globalTid").alias("thread"), "cpu").sort("time_ns")
+        return _by_start(raw).select(pl.col("start").alias("time_ns"), pl.col("globalTid").alias("thread"), "cpu")
 
     @functools.cached_property
-    def _nvtx_table(self) -> tuple[pl.DataFrame, int | None]:
-        """NVTX ranges and marks with their text and domain name resolved, and the table's last timestamp."""
+    def _nvtx_events(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """NVTX ranges (``nvtx``) and marks (``nvtx_marks``) from one read of the table, text and domain resolved."""
         raw = self._tables.read("NVTX_EVENTS", {
             "start": I64, "end": I64, "eventType": I64, "text": STR, "textId": I64, "globalTid": I64,
             "domainId": I64})
         if raw is None:
-            return pl.DataFrame(schema={"start": I64, "end": I64, "eventType": I64, "name": STR, "globalTid": I64,
-                                        "domain": STR}), None
+            return _empty(NVTX_COLUMNS), _empty(MARK_COLUMNS)
         # `nsys stats` ends a range that never ended at the table's last timestamp, of any event type.
         last = raw.select(pl.max_horizontal(pl.col("start").max(), pl.col("end").max())).item()
         # A domain is created once per process (eventType 75, its name as text); ranges name it by id.
         domains = (raw.filter(pl.col("eventType") == NVTX_DOMAIN_CREATE)
                    .group_by("domainId", _pid(pl.col("globalTid")).alias("_pid"))
                    .agg(pl.col("text").sort_by("start").first().alias("domain")))
-        events = (raw.filter(pl.col("eventType") != NVTX_DOMAIN_CREATE)
-                  .with_columns(_pid(pl.col("globalTid")).alias("_pid")))
-        events = self._named(events, "textId", "_registered").join(
-            domains, on=["domainId", "_pid"], how="left", maintain_order="left")
-        return events.select(
-            "start", "end", "eventType", pl.coalesce("_registered", "text", pl.lit("")).alias("name"), "globalTid",
-            pl.col("domain").fill_null("")), last
+        event_type = pl.col("eventType")
+        marks = self._nvtx_named(raw.filter(event_type.is_in(NVTX_MARK_TYPES)), domains, "globalTid").select(
+            pl.col("start").alias("time_ns"), "name", "domain", pl.col("globalTid").alias("thread")).sort("time_ns")
+        # Only the ranges from here on: the whole table is let go before the names are added.
+        raw = raw.filter(event_type.is_in(NVTX_PUSH_POP_TYPES + NVTX_START_END_TYPES))
+        if not raw.height:
+            return _empty(NVTX_COLUMNS), marks
+        # Depth (and order) first, on numbers alone: sorting a frame copies the strings it holds.
+        ranges = with_depth(raw.select(
+            pl.col("start").alias("start_ns"), pl.col("end").fill_null(last).alias("end_ns"),
+            pl.col("globalTid").alias("thread"), "eventType", "text", "textId", "domainId",
+            pl.col("end").is_not_null().alias("closed")))
+        del raw
+        push_pop = ranges["eventType"].is_in(NVTX_PUSH_POP_TYPES)
+        # One kind throughout (the usual case) is a constant, which takes no memory per range.
+        kind = (pl.lit("push_pop") if push_pop.all() else pl.lit("start_end") if not push_pop.any()
+                else pl.when(push_pop).then(pl.lit("push_pop")).otherwise(pl.lit("start_end")))
+        del push_pop
+        ranges = ranges.with_columns(kind.alias("kind")).drop("eventType")
+        return self._nvtx_named(ranges, domains, "thread").select(list(NVTX_COLUMNS)), marks
+
+    def _nvtx_named(self, events: pl.DataFrame, domains: pl.DataFrame, thread: str) -> pl.DataFrame:
+        """NVTX EVENTS with text, textId and domainId replaced by ``name`` (registered string, else the event's
+        own text, else '') and ``domain``; one at a time, each replaced column let go before the next is made.
+
+        DOMAINS: domainId, _pid (of the THREAD column's nsys thread id), domain.
+        """
+        registered, text = self._string("textId"), pl.col("text")
+        # Only as many whole-column passes as the names need: usually all are registered, or none is.
+        if events["text"].null_count() == events.height:
+            name = registered.fill_null("")
+        elif events["textId"].null_count() == events.height:
+            name = text.fill_null("")
+        else:
+            name = pl.coalesce(registered, text, pl.lit(""))
+        events = events.with_columns(name.alias("name")).drop("text", "textId")
+        return events.with_columns(self._nvtx_domain(events, domains, thread).alias("domain")).drop("domainId")
+
+    @staticmethod
+    def _nvtx_domain(events: pl.DataFrame, domains: pl.DataFrame, thread: str) -> pl.Expr | pl.Series:
+        """The domain name of each of EVENTS ('' for the default domain): DOMAINS by (domainId, _pid)."""
+        pid = _pid(pl.col(thread))
+        if not events["domainId"].is_in(domains["domainId"].implode()).any():
+            return pl.lit("")  # all in the default domain: a constant, no memory per event
+        if domains.height <= MAX_DOMAIN_CONDITIONS:
+            # A condition per created domain (a handful): no per-event join, no copy of the key columns.
+            domain = pl.lit("")
+            for domain_id, process, name in domains.select("domainId", "_pid", "domain").iter_rows():
+                domain = pl.when((pl.col("domainId") == domain_id) & (pid == process)).then(pl.lit(name or "")) \
+                    .otherwise(domain)
+            return domain
+        keys = events.select("domainId", pid.alias("_pid"))
+        return keys.join(domains, on=["domainId", "_pid"], how="left", maintain_order="left")["domain"].fill_null("")
 
     @functools.cached_property
     def nvtx(self) -> pl.DataFrame:
         """NVTX push/pop and start/end ranges with their nesting depth per thread, by start time."""
-        events, last = self._nvtx_table
-        ranges = events.filter(pl.col("eventType").is_in(NVTX_PUSH_POP_TYPES + NVTX_START_END_TYPES))
-        if not ranges.height:
-            return _empty(NVTX_COLUMNS)
-        frame = ranges.select(
-            pl.col("start").alias("start_ns"), pl.col("end").fill_null(last).alias("end_ns"), "name", "domain",
-            pl.col("globalTid").alias("thread"),
-            pl.when(pl.col("eventType").is_in(NVTX_PUSH_POP_TYPES)).then(pl.lit("push_pop"))
-            .otherwise(pl.lit("start_end")).alias("kind"),
-            pl.col("end").is_not_null().alias("closed"),
-        )
-        return with_depth(frame).select(list(NVTX_COLUMNS))
+        return self._nvtx_events[0]
 
     @functools.cached_property
     def nvtx_marks(self) -> pl.DataFrame:
         """NVTX marks (instant events)."""
-        marks = self._nvtx_table[0].filter(pl.col("eventType").is_in(NVTX_MARK_TYPES))
-        return marks.select(pl.col("start").alias("time_ns"), "name", "domain",
-                            pl.col("globalTid").alias("thread")).sort("time_ns")
+        return self._nvtx_events[1]
 
     # -- the capture -----------------------------------------------------------------------------------
 
@@ -322,9 +370,9 @@ class Trace:
         raw = self._tables.read("ThreadNames", {"nameId": I64, "globalTid": I64})
         if raw is None:
             return _empty(THREAD_COLUMNS)
-        return self._named(raw, "nameId", "name").select(
+        return raw.select(
             pl.col("globalTid").alias("thread"), (pl.col("globalTid") % (1 << 24)).alias("tid"),
-            _pid(pl.col("globalTid")).alias("pid"), pl.col("name").fill_null(""))
+            _pid(pl.col("globalTid")).alias("pid"), self._string("nameId").fill_null("").alias("name"))
 
     @functools.cached_property
     def meta(self) -> Mapping[str, str]:
@@ -339,22 +387,33 @@ class Trace:
 
 
 def with_depth(ranges: pl.DataFrame) -> pl.DataFrame:
-    """RANGES (start_ns, end_ns, thread) with ``depth``: how many ranges of its thread enclose it.
+    """RANGES (start_ns, end_ns, thread) with ``depth``: how many ranges of its thread enclose it, by start time.
 
-    Columnar: every range contributes +1 at its start and -1 at its end; sorted per thread by time
-    (ends before starts at one instant, outer ranges before inner ones starting together), the running
-    sum just before a start is the number of ranges still open there.
+    Ordered by start (outer ranges, the longer, first among ranges starting together), a range's depth
+    is the number of its thread's ranges before it (all started no later) less those that ended by its
+    start: an end at the instant of a start counts as before it, except a zero-length range's own
+    end, which counts just after (so a range starting where another ends is not inside it, and one
+    starting where a zero-length range sits is). Columnar: a join_asof per thread on the sorted ends,
+    never a frame of every start and end with sort keys.
     """
-    ordered = ranges.sort(["start_ns", "end_ns"], descending=[False, True]).with_row_index("_id")
-    starts = ordered.select("_id", "thread", pl.col("start_ns").alias("t"), pl.lit(1, I64).alias("_step"),
-                            pl.lit(1, pl.Int8).alias("_order"), pl.col("end_ns").neg().alias("_tie"))
-    # An end sorts before starts at the same instant, except a zero-length range's own end.
-    ends = ordered.select(pl.lit(None, pl.UInt32).alias("_id"), "thread", pl.col("end_ns").alias("t"),
-                          pl.lit(-1, I64).alias("_step"),
-                          pl.when(pl.col("end_ns") > pl.col("start_ns")).then(0).otherwise(2)
-                          .cast(pl.Int8).alias("_order"),
-                          pl.lit(0, I64).alias("_tie"))
-    depth = (pl.concat([starts, ends]).sort("thread", "t", "_order", "_tie", "_id", nulls_last=True)
-             .with_columns((pl.col("_step").cum_sum().over("thread") - 1).alias("depth"))
-             .filter(pl.col("_id").is_not_null()).select("_id", "depth"))
-    return ordered.join(depth, on="_id", how="left").sort("_id").drop("_id")
+    start, end = pl.col("start_ns"), pl.col("end_ns")
+    keys = ranges.select("start_ns", "end_ns", "thread")
+    # Already in order, with no two ranges alike (where any sort keeps the order): no need to sort.
+    ahead = (start.diff() > 0) | ((start.diff() == 0) & (end.diff() < 0))
+    if keys.height > 1 and not keys.select(ahead.slice(1).all()).item():
+        order = keys.select(pl.arg_sort_by(["start_ns", "end_ns"], descending=[False, True])).to_series()
+        ranges, keys = ranges[order], keys[order]
+    # An end counts before a start at the same instant, except a zero-length range's own end: that one
+    # sorts one nanosecond later, so "ends at or before the start" is a search in the sorted ends.
+    ended_at = (end + (end <= start).cast(I64)).alias("_end")
+    before = pl.int_range(pl.len(), dtype=I64)
+    if keys["thread"].n_unique() == 1:  # one thread (the usual case): a binary search, no join
+        ends = keys.select(ended_at.sort()).to_series()
+        return ranges.with_columns((before - pl.lit(ends).search_sorted(start, side="right").cast(I64)).alias("depth"))
+    ended = (keys.lazy().select("thread", ended_at).sort("_end")
+             .with_columns(pl.int_range(1, pl.len() + 1, dtype=I64).over("thread").alias("_ended")))
+    depth = (keys.lazy().select("thread", "start_ns", before.over("thread").alias("_before"))
+             .join_asof(ended, left_on="start_ns", right_on="_end", by="thread", strategy="backward",
+                        check_sortedness=False)
+             .select((pl.col("_before") - pl.col("_ended").fill_null(0)).alias("depth")).collect())
+    return ranges.with_columns(depth.to_series())

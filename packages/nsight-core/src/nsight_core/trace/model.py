@@ -81,6 +81,11 @@ PROCESS_COLUMNS: Schema = {"pid": I64, "name": STR}
 THREAD_COLUMNS: Schema = {"thread": I64, "tid": I64, "pid": I64, "name": STR}
 
 
+_GPU_ACTIVITY = (pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
+                 pl.col("streamId").alias("stream"))
+"""The columns every CUPTI activity table (kernels, copies, memsets, syncs) shares, renamed once."""
+
+
 def _empty(schema: Schema) -> pl.DataFrame:
     return pl.DataFrame(schema=schema)
 
@@ -162,8 +167,7 @@ class Trace:
         if raw is None:
             return _empty(KERNEL_COLUMNS)
         return _by_start(raw).select(
-            pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
-            pl.col("streamId").alias("stream"), self._string("demangledName").fill_null("").alias("name"),
+            *_GPU_ACTIVITY, self._string("demangledName").fill_null("").alias("name"),
             self._string("shortName").fill_null("").alias("short_name"),
             pl.col("correlationId").alias("correlation_id"), _pid(pl.col("globalPid")).alias("pid"),
         )
@@ -177,8 +181,7 @@ class Trace:
         if raw is None:
             return _empty(MEMCPY_COLUMNS)
         return _by_start(raw).select(
-            pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
-            pl.col("streamId").alias("stream"), "bytes",
+            *_GPU_ACTIVITY, "bytes",
             self._label("copyKind", "ENUM_CUDA_MEMCPY_OPER", COPY_DIRECTIONS).alias("direction"),
             self._label("srcKind", "ENUM_CUDA_MEM_KIND", MEMORY_KINDS).alias("src_kind"),
             self._label("dstKind", "ENUM_CUDA_MEM_KIND", MEMORY_KINDS).alias("dst_kind"),
@@ -193,8 +196,7 @@ class Trace:
         if raw is None:
             return _empty(MEMSET_COLUMNS)
         return _by_start(raw).select(
-            pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
-            pl.col("streamId").alias("stream"), "bytes", pl.col("correlationId").alias("correlation_id"),
+            *_GPU_ACTIVITY, "bytes", pl.col("correlationId").alias("correlation_id"),
         )
 
     @functools.cached_property
@@ -205,8 +207,7 @@ class Trace:
         if raw is None:
             return _empty(SYNC_COLUMNS)
         return _by_start(raw).select(
-            pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
-            pl.col("streamId").alias("stream"),
+            *_GPU_ACTIVITY,
             self._label("syncType", "ENUM_CUPTI_SYNC_TYPE", SYNC_KINDS).alias("kind"),
             pl.col("correlationId").alias("correlation_id"),
         )

@@ -81,11 +81,6 @@ PROCESS_COLUMNS: Schema = {"pid": I64, "name": STR}
 THREAD_COLUMNS: Schema = {"thread": I64, "tid": I64, "pid": I64, "name": STR}
 
 
-_GPU_ACTIVITY = (pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
-                 pl.col("streamId").alias("stream"))
-"""The columns every CUPTI activity table (kernels, copies, memsets, syncs) shares, renamed once."""
-
-
 def _empty(schema: Schema) -> pl.DataFrame:
     return pl.DataFrame(schema=schema)
 
@@ -167,7 +162,8 @@ class Trace:
         if raw is None:
             return _empty(KERNEL_COLUMNS)
         return _by_start(raw).select(
-            *_GPU_ACTIVITY, self._string("demangledName").fill_null("").alias("name"),
+            pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
+            pl.col("streamId").alias("stream"), self._string("demangledName").fill_null("").alias("name"),
             self._string("shortName").fill_null("").alias("short_name"),
             pl.col("correlationId").alias("correlation_id"), _pid(pl.col("globalPid")).alias("pid"),
         )
@@ -181,7 +177,8 @@ class Trace:
         if raw is None:
             return _empty(MEMCPY_COLUMNS)
         return _by_start(raw).select(
-            *_GPU_ACTIVITY, "bytes",
+            pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
+            pl.col("streamId").alias("stream"), "bytes",
             self._label("copyKind", "ENUM_CUDA_MEMCPY_OPER", COPY_DIRECTIONS).alias("direction"),
             self._label("srcKind", "ENUM_CUDA_MEM_KIND", MEMORY_KINDS).alias("src_kind"),
             self._label("dstKind", "ENUM_CUDA_MEM_KIND", MEMORY_KINDS).alias("dst_kind"),
@@ -196,7 +193,8 @@ class Trace:
         if raw is None:
             return _empty(MEMSET_COLUMNS)
         return _by_start(raw).select(
-            *_GPU_ACTIVITY, "bytes", pl.col("correlationId").alias("correlation_id"),
+            pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
+            pl.col("streamId").alias("stream"), "bytes", pl.col("correlationId").alias("correlation_id"),
         )
 
     @functools.cached_property
@@ -207,7 +205,8 @@ class Trace:
         if raw is None:
             return _empty(SYNC_COLUMNS)
         return _by_start(raw).select(
-            *_GPU_ACTIVITY,
+            pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
+            pl.col("streamId").alias("stream"),
             self._label("syncType", "ENUM_CUPTI_SYNC_TYPE", SYNC_KINDS).alias("kind"),
             pl.col("correlationId").alias("correlation_id"),
         )

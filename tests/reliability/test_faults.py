@@ -339,7 +339,9 @@ def signalled(run_action, tmp_path: Path, signum: int, target: str, env: dict[st
     def send(process: subprocess.Popen[str], _work: Path) -> None:
         deadline = time.monotonic() + 120
         while not ready.exists() or not ready.read_text():
-            assert process.poll() is None and time.monotonic() < deadline, "the task never started recording"
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise AssertionError(f"the task never started recording:\n{process.communicate()[0]}")
             time.sleep(0.1)
         if target == "child":
             os.kill(int(ready.read_text()), signum)

@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from nsight_core.errors import (
 )
 
 ENV_NSYS = "NSIGHT_NSYS"
+ENV_SIGNAL_FILE = "NSIGHT_SIGNAL_FILE"
+"""Where a profiled process that dies of a signal writes its number (nsys itself may then exit 0)."""
 INSTALL_PREFIX_ENV = "NSIGHT_NSYS_PREFIX"
 
 
@@ -266,6 +269,21 @@ def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[s
     (COMMAND may read from it), which delivers Ctrl-C to everyone already.
     """
     interactive = os.isatty(0)
+    signal_fd, signal_file = tempfile.mkstemp(prefix="nsight-signal-")
+    os.close(signal_fd)
+    env = {**(os.environ if env is None else env), ENV_SIGNAL_FILE: signal_file}
+    try:
+        finished = _run_under_nsys(nsys_argv, command, env, timeout, interactive)
+        died_of = Path(signal_file).read_text().strip()
+    finally:
+        Path(signal_file).unlink(missing_ok=True)
+    if finished.returncode == 0 and died_of.isdigit():  # nsys, signalled itself, exits 0 regardless
+        return Finished(128 + int(died_of), finished.nsys_output)
+    return finished
+
+
+def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[str, str],
+                    timeout: float | None, interactive: bool) -> Finished:
     out_fd, err_fd = _low_dup(_fileno(sys.stdout, 1)), _low_dup(_fileno(sys.stderr, 2))
     kept: tuple[int, ...]
     if out_fd is None or err_fd is None:  # no single-digit fd free: nsys' output stays beside COMMAND's
@@ -278,7 +296,7 @@ def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[s
         kept = (out_fd, err_fd)
         argv = [*nsys_argv, "/bin/sh", "-c", _REDIRECT, "nsight", str(out_fd), str(err_fd), *command]
     try:
-        process = subprocess.Popen(argv, env=dict(env) if env is not None else None, stdout=write_fd,
+        process = subprocess.Popen(argv, env=dict(env), stdout=write_fd,
                                    stderr=write_fd, pass_fds=kept, process_group=None if interactive else 0)
     except OSError as exc:
         raise NsysCommandError(f"could not run {argv[0]}: {exc}") from exc

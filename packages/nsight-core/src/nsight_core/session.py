@@ -35,7 +35,16 @@ from pydantic import BaseModel
 from nsight_core.capture import Capture
 from nsight_core.errors import CommandNotFoundError, NsightError, NsysCommandError, one_line
 from nsight_core.marks import LIVE_MARK, STOP_MARK, mark
-from nsight_core.nsys import ENV_NSYS, QUICK_TIMEOUT, STOP_TIMEOUT, Nsys, find_nsys, nsys_at, run_command
+from nsight_core.nsys import (
+    ENV_NSYS,
+    ENV_SIGNAL_FILE,
+    QUICK_TIMEOUT,
+    STOP_TIMEOUT,
+    Nsys,
+    find_nsys,
+    nsys_at,
+    run_command,
+)
 
 log = logging.getLogger("nsight")
 
@@ -614,6 +623,8 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     if callable(previous):
         previous(signum, frame)
     elif previous != signal.SIG_IGN:
+        with contextlib.suppress(OSError, KeyError):  # tell `nsight launch`/`run`: nsys may exit 0
+            Path(os.environ[ENV_SIGNAL_FILE]).write_text(str(signum))
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 

@@ -47,6 +47,20 @@ def test_h200_every_table(h200: Path) -> None:
     assert stats.skipped == {}
 
 
+def test_every_listed_report_name_gives_its_frame(h200: Path) -> None:
+    """Users copy names from `.reports`: each one, and each typed table's name, gives the same frame."""
+    stats = load_stats(h200 / "training")
+    assert stats.reports == list(DEFAULT_REPORTS)
+    for report, table in zip(stats.reports, ["kernels", "memory_time", "memory_size", "api_calls", "nvtx_ranges"],
+                             strict=True):
+        assert stats.frame(report).equals(stats.frame(table)), report
+    nvtx = stats.frame("nvtx_pushpop_sum")
+    assert nvtx.height == 20 and nvtx["name"].to_list() == [r.name for r in stats.nvtx_ranges]
+    assert stats.frame("gpukernsum")["instances"].sum() == 361  # an older nsys' name for the kernel report
+    with pytest.raises(KeyError, match="no table or report named 'nvtx_sum'.*nvtx_pushpop_sum"):
+        stats.frame("nvtx_sum")
+
+
 def test_empty_recorded_file_is_skipped_with_reason(h200: Path) -> None:
     stats = load_stats(h200 / "evaluation")
     assert set(stats.skipped) == {"cuda_gpu_mem_time_sum", "cuda_gpu_mem_size_sum"}

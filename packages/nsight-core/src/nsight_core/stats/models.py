@@ -12,6 +12,8 @@ from typing import Any
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
+from nsight_core.stats.reports import table_of
+
 
 class _Row(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -77,12 +79,20 @@ class ProfileStats(BaseModel):
     skipped: dict[str, str] = Field(default_factory=dict, description="report name -> why it has no rows")
     reports: list[str] = Field(default_factory=list, description="The requested report names, in order")
 
-    def frame(self, table: str) -> pl.DataFrame:
-        """One typed table or `other` report as a Polars frame (for analyses and users' own code)."""
-        rows: list[Any]
-        if table in self.other:
-            return pl.DataFrame(self.other[table], infer_schema_length=None)
-        rows = getattr(self, table)
+    def frame(self, name: str) -> pl.DataFrame:
+        """One table as a Polars frame (for analyses and users' own code).
+
+        NAME is what `.reports` lists (an nsys report name such as `nvtx_pushpop_sum`, aliases
+        included) or a typed table's name (`kernels`, `api_calls`, `memory_time`, `memory_size`,
+        `nvtx_ranges`): users copy names from either place.
+        """
+        if name in self.other:
+            return pl.DataFrame(self.other[name], infer_schema_length=None)
+        table = name if name in _TABLE_MODELS else table_of(name)
+        if table is None:
+            known = sorted({*_TABLE_MODELS, *self.reports, *self.other})
+            raise KeyError(f"no table or report named {name!r} in these stats; known: {', '.join(known)}")
+        rows: list[Any] = getattr(self, table)
         model = _TABLE_MODELS[table]
         if not rows:
             return pl.DataFrame(schema={name: _POLARS_TYPES[f.annotation] for name, f in model.model_fields.items()})

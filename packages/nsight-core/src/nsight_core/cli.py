@@ -11,12 +11,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nsight_core.capture import is_event_source
+from nsight_core.capture import REPORT_SUFFIXES, is_event_source
 from nsight_core.errors import CommandNotFoundError, NsightError
 from nsight_core.session import DEFAULT_CAPTURE, DEFAULT_TRACE, Session, exec_launch
 from nsight_core.stats.reports import DEFAULT_REPORTS
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from nsight_core.stats.models import ProfileStats
 
 # Polars, Altair and the analyses load inside the commands that read captures: `nsight run` and
@@ -63,13 +65,23 @@ def _unknown_reports(stats: ProfileStats) -> int:
     return 0
 
 
+def _exports_ahead(paths: Sequence[Path]) -> dict[Path, Future[Path]]:
+    """Start exporting the .nsys-rep files among PATHS before the heavy imports (they overlap nsys' export)."""
+    from nsight_core.trace.export import export_ahead
+
+    return export_ahead(path for path in paths if path.suffix in REPORT_SUFFIXES and path.is_file())
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
+    exports = _exports_ahead([args.path])
     from nsight_core.profile import build_profile
     from nsight_core.render.findings import render_analysis, render_completeness
     from nsight_core.render.text import render_text
     from nsight_core.stats.load import load_stats
 
     reports = args.reports or DEFAULT_REPORTS
+    for export in exports.values():
+        export.result()
     profile = build_profile(args.path, reports) if is_event_source(args.path) else None
     stats = profile.stats if profile is not None else load_stats(args.path, args.reports)
     if args.json:
@@ -90,6 +102,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    exports = _exports_ahead(args.paths)
     from nsight_core.profile import build_profile, capture_paths
     from nsight_core.render.html import render_page
 
@@ -97,6 +110,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     profiles = []
     for path in paths:
         log.info("reading %s", path)
+        if path in exports:
+            exports[path].result()
         profiles.append(build_profile(path, args.reports or DEFAULT_REPORTS))
         if _unknown_reports(profiles[-1].stats):
             return 1

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from nsight_core.capture import EXPORT_SUFFIX, REPORT_SUFFIXES
 from nsight_core.errors import StatsError
-from nsight_core.nsys import Nsys, find_nsys
-from nsight_core.trace.export import discard, export, export_path, is_current
+from nsight_core.nsys import Nsys
+from nsight_core.trace.export import ARROW_SUFFIX, capture_export, discard, export
 from nsight_core.trace.model import Trace
 from nsight_core.trace.tables import ArrowDirTables, DamagedExportError, SqliteTables
 
@@ -50,12 +50,8 @@ def _from_report(report: Path, nsys: Nsys | None) -> Trace:
     A current arrow export is read without asking nsys anything. An export that turns out unreadable is
     discarded and made again once; a second failure is an error that names the file, never an empty trace.
     """
-    if is_current(export_path(report, "arrowdir"), report):
-        kind = "arrowdir"
-    else:
-        nsys = nsys or find_nsys()
-        kind = "arrowdir" if "arrowdir" in nsys.export_types else "sqlite"
-    target = export(report, kind, nsys)
+    target = capture_export(report, nsys)
+    kind = "arrowdir" if target.suffix == ARROW_SUFFIX else "sqlite"
     try:
         tables = ArrowDirTables(target) if kind == "arrowdir" else SqliteTables(target)
     except DamagedExportError:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -24,7 +25,6 @@ from nsight_core.stats.load import load_stats, recorded_captures, stats_of_trace
 from nsight_core.stats.models import ProfileStats
 from nsight_core.stats.reports import DEFAULT_REPORTS
 from nsight_core.trace.load import load_trace
-from nsight_core.trace.model import Trace
 
 log = logging.getLogger("nsight")
 
@@ -65,19 +65,29 @@ def build_profile(
     trace = load_trace(path)
     if facts is None:
         facts = capture_facts(path) if path.suffix in REPORT_SUFFIXES else CaptureFacts()
-    profile = CaptureProfile(title=title or path.stem, source=str(path), stats=stats_of_trace(trace, reports),
-                             trace=summarize_trace(trace), completeness=check_completeness(trace, facts))
-    return diagnosed(profile, trace)
+    # The analysis runs beside the reports, summary and completeness (Polars computes without the GIL), on
+    # frames read first: two threads must not both build one (a Python without cached_property's lock would).
+    for frame in ANALYSIS_FRAMES:
+        getattr(trace, frame)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsight-analysis") as pool:
+        analysis = pool.submit(analyze, trace)
+        profile = CaptureProfile(title=title or path.stem, source=str(path), stats=stats_of_trace(trace, reports),
+                                 trace=summarize_trace(trace), completeness=check_completeness(trace, facts))
+        return diagnosed(profile, analysis)
 
 
-def diagnosed(profile: CaptureProfile, trace: Trace) -> CaptureProfile:
-    """PROFILE with TRACE's analysis; should the analysis fail, a note says so and the rest of the page stays.
+ANALYSIS_FRAMES = ("kernels", "memcpy", "memset", "cuda_api", "osrt", "nvtx", "nvtx_marks", "window")
+"""What :func:`analyze` reads of a Trace (:class:`EventTables`)."""
+
+
+def diagnosed(profile: CaptureProfile, analysis: Future[Analysis]) -> CaptureProfile:
+    """PROFILE with the ANALYSIS; should it fail, a note says so and the rest of the page stays.
 
     The diagnosis is the newest and most heuristic part of the page: a capture shape it does not expect
     must cost the "What to fix" section, not the user's statistics (profiling never breaks the job).
     """
     try:
-        return profile.model_copy(update={"analysis": analyze(trace)})
+        return profile.model_copy(update={"analysis": analysis.result()})
     except Exception as error:  # see the docstring: one part fails, not the page
         log.warning("could not diagnose %s (%s: %s); the page shows its statistics without 'What to fix'",
                     profile.source, type(error).__name__, error)

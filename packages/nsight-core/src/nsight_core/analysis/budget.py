@@ -21,7 +21,8 @@ innermost NVTX range (by family: `step_{n}`), else nothing traced (Python betwee
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
 
@@ -115,8 +116,8 @@ def budget_segments(
     the blocking calls (:func:`sync_calls`). CUDA_API, OSRT and NVTX: all threads; only THREAD's
     calls and ranges are attributed.
     """
-    batches, coding = _pieces(steps, kernels, copies, cuda_api, osrt, nvtx, sync, thread)
-    return coding.decoded(pl.concat(list(batches)))
+    batches, coding = _pieces(steps, kernels, copies, cuda_api, osrt, nvtx, sync, thread, lambda pieces: pieces)
+    return coding.decoded(pl.concat(batches))
 
 
 def budget_totals(
@@ -134,10 +135,12 @@ def budget_totals(
     All the budget needs (:func:`per_step`, :func:`summarize_budget`) without a row per piece: a
     million NVTX ranges cut their steps into two million pieces.
     """
-    batches, coding = _pieces(steps, kernels, copies, cuda_api, osrt, nvtx, sync, thread)
+    def summed(pieces: pl.DataFrame) -> pl.DataFrame:
+        return pieces.group_by("_step", "_part", "_name").agg((pl.col("end_ns") - pl.col("start_ns")).sum()
+                                                              .alias("total_ns"))
+
     # A step lies in one batch: the batches' sums need no summing across them.
-    totals = [pieces.group_by("_step", "_part", "_name").agg((pl.col("end_ns") - pl.col("start_ns")).sum()
-                                                             .alias("total_ns")) for pieces in batches]
+    totals, coding = _pieces(steps, kernels, copies, cuda_api, osrt, nvtx, sync, thread, summed)
     return coding.decoded(pl.concat(totals))
 
 
@@ -180,12 +183,15 @@ def _pieces(
     nvtx: pl.DataFrame,
     sync: pl.DataFrame,
     thread: int | None,
-) -> tuple[Iterator[pl.DataFrame], _Coding]:
+    reduce: Callable[[pl.DataFrame], pl.DataFrame],
+) -> tuple[list[pl.DataFrame], _Coding]:
     """The segments with codes instead of strings, by start time, in batches of whole steps: _step, start_ns,
-    end_ns, _part, _name (null where the GPU ran); see :class:`_Coding`.
+    end_ns, _part, _name (null where the GPU ran), each batch passed through REDUCE; see :class:`_Coding`.
 
     Steps are independent (no run of pieces crosses a step's end), so the pieces are made a batch of
-    steps at a time (about BATCH_EDGES cut points each): memory holds one batch, whatever the capture.
+    steps at a time (about BATCH_EDGES cut points each): memory holds BATCH_WORKERS batches, whatever the
+    capture, and the batches run side by side (Polars computes without the GIL; each batch alone keeps
+    about one core busy, so on its own the analysis would leave the others idle).
     Columnar throughout: the cut points of a batch once each; a layer's coverage of a point its starts
     at or before it less its ends at or before it; what the CPU thread was in, the call or NVTX self
     piece starting last at or before it if it has not ended (each call or family name a code); all of
@@ -262,11 +268,14 @@ def _pieces(
         return segments.select("_step", "start_ns", "end_ns", part.alias("_part"),
                                pl.when(idle).then(name).alias("_name"))
 
-    return (batch(first_ns, last_ns) for first_ns, last_ns in _batches(steps, sources)), coding
+    with ThreadPoolExecutor(max_workers=BATCH_WORKERS, thread_name_prefix="nsight-budget") as pool:
+        return list(pool.map(lambda span: reduce(batch(*span)), _batches(steps, sources))), coding
 
 
 BATCH_EDGES = 200_000
 """About this many interval edges (cut points) per batch of steps in the budget: bounds its memory."""
+BATCH_WORKERS = 2
+"""Batches of the budget computed at once (threads)."""
 
 
 def _batches(steps: pl.DataFrame, sources: list[_Intervals]) -> list[tuple[int, int]]:

@@ -57,7 +57,7 @@ def test_every_listed_report_name_gives_its_frame(h200: Path) -> None:
     nvtx = stats.frame("nvtx_pushpop_sum")
     assert nvtx.height == 20 and nvtx["name"].to_list() == [r.name for r in stats.nvtx_ranges]
     assert stats.frame("gpukernsum")["instances"].sum() == 361  # an older nsys' name for the kernel report
-    with pytest.raises(KeyError, match="no table or report named 'nvtx_sum'.*nvtx_pushpop_sum"):
+    with pytest.raises(KeyError, match=r"no table or report named .nvtx_sum.*nvtx_pushpop_sum"):
         stats.frame("nvtx_sum")
 
 

@@ -69,6 +69,29 @@ def test_process_capture_records_the_whole_run(tmp_path: Path, nsys: Nsys) -> No
     assert _nvtx_counts(reports[0]) == {"first_step": 3, "second_step": 5}
 
 
+def test_nsys_behind_an_exec_wrapper_gets_no_injection(tmp_path: Path, nsys: Nsys) -> None:
+    """Installs often reach nsys through a script that execs it. Run from inside the profiled process
+    with nsys' LD_PRELOAD, that shell registered as a profiled process and every region's stop waited
+    about 30 s for it. nsys' own commands now run without the injection; the user's preload stays."""
+    seen = tmp_path / "seen"
+    wrapper = tmp_path / "nsys"
+    wrapper.write_text(f'#!/bin/sh\necho "$1 preload=$LD_PRELOAD nvtx=$NVTX_INJECTION64_PATH" >> {seen}\n'
+                       f'exec {nsys.path} "$@"\n')
+    wrapper.chmod(0o755)
+    script = _script(tmp_path, REGIONS)
+    env = {**os.environ, "NSIGHT_NSYS": str(wrapper), "LD_PRELOAD": "libm.so.6"}
+    done = subprocess.run([sys.executable, "-m", "nsight_core.cli", "run", "--capture", "manual", "--trace", "nvtx",
+                           "--sample", "none", "-o", str(tmp_path / "o"), "--", sys.executable, str(script)],
+                          capture_output=True, text=True, env=env, timeout=240)
+    assert done.returncode == 0, done.stderr
+    reports = [line for line in done.stdout.splitlines() if line.endswith(".nsys-rep")]
+    assert _nvtx_counts(reports[1]) == {"second_step": 5}
+    calls = seen.read_text().splitlines()
+    inside = [line for line in calls if line.split()[0] in ("start", "stop")]
+    assert len(inside) == 4, calls
+    assert all(line.endswith(" preload=libm.so.6 nvtx=") for line in inside), inside
+
+
 def test_run_exits_with_the_commands_exit_code(tmp_path: Path, nsys: Nsys) -> None:
     script = _script(tmp_path, "import sys; sys.exit(3)\n")
     done = nsight("run", "--capture", "manual", "--trace", "nvtx", "-o", str(tmp_path / "o"), "--",

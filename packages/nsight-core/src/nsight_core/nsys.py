@@ -75,9 +75,33 @@ def _candidates() -> list[tuple[str, str | None]]:
     ]
 
 
+# What nsys sets in the processes it profiles to inject its collectors into them (measured, 2023.4.4).
+_INJECTION_VARIABLES = ("NVTX_INJECTION64_PATH", "NVTX_INJECTION32_PATH", "QUADD_INJECTION_PROXY",
+                        "QUADD_INJECTION_CONFIG")
+_INJECTION_LIBRARIES = ("libToolsInjection", "libLinuxKeyboardInterceptor")
+
+
+def uninjected_env() -> dict[str, str]:
+    """This process's environment without nsys' injection, for running nsys' own commands.
+
+    A profiled process (a region calls `nsys start`/`stop` from inside one) hands nsys' LD_PRELOAD
+    on to its children. Where `nsys` is a wrapper script that execs the binary (as installs often
+    are), the injected shell registers with the agent as a profiled process and keeps its pid
+    through the exec: `nsys stop` then waits about 30 s for that "process" to report (measured
+    with 2023.4.4). The user's own preloads stay.
+    """
+    env = {name: value for name, value in os.environ.items() if name not in _INJECTION_VARIABLES}
+    preload = [entry for entry in env.pop("LD_PRELOAD", "").split(":")
+               if entry and not Path(entry).name.startswith(_INJECTION_LIBRARIES)]
+    if preload:
+        env["LD_PRELOAD"] = ":".join(preload)
+    return env
+
+
 def _version_of(path: str) -> str | None:
     try:
-        result = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=QUICK_TIMEOUT)
+        result = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=QUICK_TIMEOUT,
+                                env=uninjected_env())
     except (OSError, subprocess.SubprocessError):
         return None
     match = re.search(r"(\d{4}\.\d+\.\d+(?:\.\d+)?)", result.stdout)
@@ -141,7 +165,8 @@ class Nsys:
         argv = [str(self.path), *args]
         try:
             process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                       stdin=subprocess.DEVNULL, errors="replace", start_new_session=True)
+                                       stdin=subprocess.DEVNULL, errors="replace", start_new_session=True,
+                                       env=uninjected_env())
         except OSError as exc:
             raise NsysCommandError(f"{what}: could not run {self.path}: {exc}") from exc
         try:

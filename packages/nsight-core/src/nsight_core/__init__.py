@@ -5,8 +5,9 @@ The public API: :class:`Session` (run a command under nsys; open regions inside 
 Polars frames), :func:`load_stats` (typed statistics of a capture or of recorded CSVs),
 :data:`DEFAULT_REPORTS`, and the :class:`NsightError` family.
 
-The statistics names load Polars on first use, not at import: a training script that only opens
-regions should not pay for the analysis stack.
+Every name but the errors, ``find_nsys`` and ``DEFAULT_REPORTS`` loads on first use, not at import: a
+training script that only opens regions should not pay for the analysis stack (Polars), and
+`nsight stats`/`report` start a capture's export before they load pydantic.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from nsight_core.capture import Capture
 from nsight_core.errors import (
     NsightError,
     NsysCommandError,
@@ -23,17 +23,20 @@ from nsight_core.errors import (
     StatsError,
 )
 from nsight_core.nsys import find_nsys
-from nsight_core.session import Region, RunResult, Session, range
 from nsight_core.stats.reports import DEFAULT_REPORTS
 
 if TYPE_CHECKING:
     from nsight_core.analysis.analyze import Analysis, analyze, step_budgets
+    from nsight_core.capture import Capture
     from nsight_core.compare import diff
+    from nsight_core.session import Region, RunResult, Session, range
     from nsight_core.stats.load import load_stats
     from nsight_core.stats.models import ProfileStats
     from nsight_core.trace import Trace, load_trace
 
-_LAZY = {"load_stats": "nsight_core.stats.load", "ProfileStats": "nsight_core.stats.models",
+_LAZY = {"Capture": "nsight_core.capture", "Region": "nsight_core.session", "RunResult": "nsight_core.session",
+         "Session": "nsight_core.session", "range": "nsight_core.session",
+         "load_stats": "nsight_core.stats.load", "ProfileStats": "nsight_core.stats.models",
          "analyze": "nsight_core.analysis.analyze", "step_budgets": "nsight_core.analysis.analyze",
          "Analysis": "nsight_core.analysis.analyze", "diff": "nsight_core.compare",
          "load_trace": "nsight_core.trace", "Trace": "nsight_core.trace"}
@@ -41,7 +44,9 @@ _LAZY = {"load_stats": "nsight_core.stats.load", "ProfileStats": "nsight_core.st
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # found once: `nsight_core.range` in a loop costs a plain lookup after
+        return value
     raise AttributeError(f"module 'nsight_core' has no attribute {name!r}")
 
 

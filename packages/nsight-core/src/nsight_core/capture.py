@@ -26,15 +26,3 @@ class Capture(BaseModel):
     """Regions that could not record while this one did (nested or concurrent ones): nsys records the
     whole process, so their activity is in this trace too. A report must say so, not hide it."""
 
-
-REPORT_SUFFIXES = frozenset({".nsys-rep", ".qdrep"})
-"""Trace files nsys writes; `.qdrep` is the name before 2021."""
-EXPORT_SUFFIX = ".sqlite"
-"""An `nsys export --type sqlite` of a trace."""
-
-
-def is_event_source(path: Path) -> bool:
-    """PATH holds events (a trace, an SQLite export or an arrow-directory export), not recorded CSVs."""
-    if path.suffix in REPORT_SUFFIXES or path.suffix == EXPORT_SUFFIX:
-        return True
-    return path.is_dir() and any(path.glob("*.arrow"))

@@ -13,18 +13,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from nsight_core.capture import REPORT_SUFFIXES, is_event_source
 from nsight_core.errors import CommandNotFoundError, NsightError
-from nsight_core.session import DEFAULT_CAPTURE, DEFAULT_TRACE, Session, exec_launch
+from nsight_core.nsys import DEFAULT_CAPTURE, DEFAULT_TRACE
 from nsight_core.stats.reports import DEFAULT_REPORTS
+from nsight_core.trace.export import REPORT_SUFFIXES, export_ahead, is_event_source
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
     from nsight_core.stats.models import ProfileStats
 
-# Polars, Altair and the analyses load inside the commands that read captures: `nsight run` and
-# `nsight launch` sit in front of every profiled task and must start fast.
+# Polars, Altair, pydantic and the analyses load inside the commands that use them: `nsight run` and
+# `nsight launch` sit in front of every profiled task and must start fast, and `nsight stats`/`report`
+# start a capture's export before they load (it runs while they do).
 
 log = logging.getLogger("nsight")
 
@@ -46,6 +47,8 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from nsight_core.session import Session
+
     session = Session(trace=args.trace, sample=args.sample, output_dir=args.output)
     result = session.run(_command(args), capture=args.capture)
     for report in result.reports:
@@ -69,8 +72,6 @@ def _unknown_reports(stats: ProfileStats) -> int:
 
 def _exports_ahead(paths: Sequence[Path]) -> dict[Path, Future[Path]]:
     """Start exporting the .nsys-rep files among PATHS before the heavy imports (they overlap nsys' export)."""
-    from nsight_core.trace.export import export_ahead
-
     return export_ahead(path for path in paths if path.suffix in REPORT_SUFFIXES and path.is_file())
 
 
@@ -126,6 +127,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
+    from nsight_core.session import exec_launch
+
     exec_launch(_command(args), name=args.session, trace=args.trace, sample=args.sample,
                 output_dir=args.output_dir)
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from nsight_core.analysis.diff import Side, TraceDiff, diff_sides, side_from_stats, side_from_trace
-from nsight_core.capture import is_event_source
 from nsight_core.errors import StatsError
 from nsight_core.stats.load import load_stats
+from nsight_core.trace.export import is_event_source
 from nsight_core.trace.load import load_trace
 
 

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from nsight_core.errors import (
     PERMISSION_REMEDIES,
@@ -35,6 +35,12 @@ ENV_NSYS = "NSIGHT_NSYS"
 ENV_SIGNAL_FILE = "NSIGHT_SIGNAL_FILE"
 """Where a profiled process that dies of a signal writes its number (nsys itself may then exit 0)."""
 INSTALL_PREFIX_ENV = "NSIGHT_NSYS_PREFIX"
+
+DEFAULT_TRACE: tuple[str, ...] = ("cuda", "nvtx")
+"""The nsys trace domains recorded unless told otherwise."""
+CaptureMode = Literal["process", "manual"]
+DEFAULT_CAPTURE: CaptureMode = "process"
+"""One default for `nsight run` and `Session.run`: the whole run, like the Flyte decorator's 'task'."""
 
 
 

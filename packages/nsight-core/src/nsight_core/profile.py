@@ -19,11 +19,11 @@ from nsight_core.analysis.analyze import Analysis, analyze
 from nsight_core.analysis.completeness import CaptureFacts, Completeness, capture_facts, check_completeness
 from nsight_core.analysis.summary import Tile, summary_tiles
 from nsight_core.analysis.timeline import TraceSummary, summarize_trace
-from nsight_core.capture import REPORT_SUFFIXES, is_event_source
 from nsight_core.errors import StatsError
 from nsight_core.stats.load import load_stats, recorded_captures, stats_of_trace
 from nsight_core.stats.models import ProfileStats
 from nsight_core.stats.reports import DEFAULT_REPORTS
+from nsight_core.trace.export import REPORT_SUFFIXES, is_event_source
 from nsight_core.trace.load import load_trace
 
 log = logging.getLogger("nsight")

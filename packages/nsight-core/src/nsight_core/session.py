@@ -36,10 +36,13 @@ from nsight_core.capture import Capture
 from nsight_core.errors import CommandNotFoundError, NsightError, NsysCommandError, one_line
 from nsight_core.marks import LIVE_MARK, STOP_MARK, mark
 from nsight_core.nsys import (
+    DEFAULT_CAPTURE,
+    DEFAULT_TRACE,
     ENV_NSYS,
     ENV_SIGNAL_FILE,
     QUICK_TIMEOUT,
     STOP_TIMEOUT,
+    CaptureMode,
     Nsys,
     find_nsys,
     nsys_at,
@@ -53,7 +56,6 @@ ENV_OUTPUT_DIR = "NSIGHT_OUTPUT_DIR"
 ENV_SAMPLE = "NSIGHT_SAMPLE"
 ENV_TRACE = "NSIGHT_TRACE"
 
-DEFAULT_TRACE: tuple[str, ...] = ("cuda", "nvtx")
 START_RETRY_SECONDS = 7.0
 """How long a region waits for another one's block: the time the other region of this process spends
 recording while this one waits (its `nsys start` and `nsys stop` are waited out, uncounted), and how long
@@ -75,9 +77,6 @@ ABORT_STOP_TIMEOUT = 20.0
 RUNS_DIR = "nsight-runs"
 LATEST = "latest"
 
-CaptureMode = Literal["process", "manual"]
-DEFAULT_CAPTURE: CaptureMode = "process"
-"""One default for `nsight run` and `Session.run`: the whole run, like the Flyte decorator's 'task'."""
 
 
 def sanitize(name: str, fallback: str = "nsight", max_length: int = 96) -> str:

@@ -9,14 +9,13 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from nsight_core.capture import is_event_source
 from nsight_core.errors import StatsError
 from nsight_core.nsys import Nsys, find_nsys
 from nsight_core.stats.from_trace import add_derived, is_derived
 from nsight_core.stats.models import ProfileStats
 from nsight_core.stats.parse import add_report, read_csv_text
 from nsight_core.stats.reports import DEFAULT_REPORTS, aliases, canonical
-from nsight_core.trace.export import derived_dir, export
+from nsight_core.trace.export import derived_dir, export, is_event_source
 from nsight_core.trace.load import load_trace
 from nsight_core.trace.model import Trace
 

@@ -31,11 +31,20 @@ from nsight_core.nsys import Nsys, find_nsys
 
 log = logging.getLogger("nsight")
 
+REPORT_SUFFIXES = frozenset({".nsys-rep", ".qdrep"})
+"""Trace files nsys writes; `.qdrep` is the name before 2021."""
 ARROW_SUFFIX = ".arrowdir"
 SQLITE_SUFFIX = ".sqlite"
 _RECORD = ".nsight-export.json"
 """Inside an arrow directory: what it was made from and its files' sizes, written last. Beside a .sqlite:
 <name>.nsight.json."""
+
+
+def is_event_source(path: Path) -> bool:
+    """PATH holds events (a trace, an SQLite export or an arrow-directory export), not recorded CSVs."""
+    if path.suffix in REPORT_SUFFIXES or path.suffix == SQLITE_SUFFIX:
+        return True
+    return path.is_dir() and any(path.glob("*.arrow"))
 
 
 def derived_dir(source: Path) -> Path:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nsight_core.capture import EXPORT_SUFFIX, REPORT_SUFFIXES
 from nsight_core.errors import StatsError
 from nsight_core.nsys import Nsys
-from nsight_core.trace.export import ARROW_SUFFIX, capture_export, discard, export
+from nsight_core.trace.export import ARROW_SUFFIX, REPORT_SUFFIXES, SQLITE_SUFFIX, capture_export, discard, export
 from nsight_core.trace.model import Trace
 from nsight_core.trace.tables import ArrowDirTables, DamagedExportError, SqliteTables
 
@@ -27,7 +26,7 @@ def load_trace(path: str | Path, nsys: Nsys | None = None) -> Trace:
         return _from_report(path, nsys)
     if path.is_dir():
         return Trace(ArrowDirTables(path))
-    if path.suffix == EXPORT_SUFFIX:
+    if path.suffix == SQLITE_SUFFIX:
         try:
             return Trace(SqliteTables(path))
         except DamagedExportError as error:

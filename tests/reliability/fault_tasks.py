@@ -145,12 +145,15 @@ async def hostile_nvtx(steps: int) -> int:
 @nsys_profile(trace=CPU_TRACE, capture="manual")
 @env.task
 async def preempted(steps: int) -> int:
-    """Records until a signal arrives: $NSIGHT_TEST_READY gets this process's pid once recording."""
+    """Records until a signal arrives: $NSIGHT_TEST_READY gets this process's pid once recording.
+
+    It awaits, as a training loop's I/O does: flyte turns SIGINT into cancelling the task, which
+    takes effect at an await (a loop of time.sleep would run its full minute first)."""
     async with nsys.range("training"):
         work(steps)
         Path(os.environ["NSIGHT_TEST_READY"]).write_text(str(os.getpid()))
         for _ in range(600):
-            time.sleep(0.1)
+            await asyncio.sleep(0.1)
     return -1
 
 

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -95,9 +96,8 @@ class _Cut:
     totals: pl.DataFrame
 
 
-def _cut(trace: EventTables) -> _Cut:
-    """Find the steps (or take the user window as one) and sum their budget per step, part and CPU activity."""
-    window = capture_window(trace)
+def _cut(trace: EventTables, window: UserWindow) -> _Cut:
+    """Find the steps (or take the user WINDOW as one) and sum their budget per step, part and CPU activity."""
     stats, steps = find_steps(trace.nvtx, trace.kernels)
     scope: Literal["steps", "capture"] = "steps"
     if not steps.height:
@@ -119,7 +119,12 @@ def analyze(trace: EventTables) -> Analysis:
     A capture without GPU activity (CPU-only) gets no GPU findings: its GPU is idle by design, and
     its budget's idle time shows what the CPU did.
     """
-    cut = _cut(trace)
+    window = capture_window(trace)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsight-ranges") as pool:
+        # The NVTX self times need only the ranges: they run beside the steps and the budget, on the core those
+        # leave idle outside the budget's batches (Polars computes without the GIL).
+        ranges = pool.submit(range_families, trace.nvtx, window.span_ns)
+        cut = _cut(trace, window)
     stats, steps = cut.stats, cut.steps
     steady = steps.slice(1) if stats.warmup else steps
     budget = summarize_budget(cut.totals.filter(pl.col("step").is_in(steady["step"].implode())), steady, cut.thread)
@@ -137,7 +142,7 @@ def analyze(trace: EventTables) -> Analysis:
     ] if gpu_traced else []
     return Analysis(
         window=cut.window, steps=stats, budget=budget, budget_scope=cut.scope,
-        ranges=range_families(trace.nvtx, cut.window.span_ns),
+        ranges=ranges.result(),
         findings=find.ordered([*gpu_findings, find.warmup(context), find.step_count(context)]),
     )
 
@@ -147,7 +152,7 @@ def step_budgets(trace: EventTables) -> pl.DataFrame:
 
     Without steps, one row (step 0) for the user's window.
     """
-    cut = _cut(trace)
+    cut = _cut(trace, capture_window(trace))
     return per_step(cut.totals, cut.steps)
 
 

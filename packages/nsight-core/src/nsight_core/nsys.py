@@ -274,9 +274,10 @@ class Nsys:
         return frozenset(names)
 
 
-# CMD gets back the stdout/stderr of the caller (passed as fds $1 and $2); nsys' own messages
-# (progress bars, "Generated: ...") keep the pipe they were started with. POSIX sh only.
-_REDIRECT = 'eval "exec 1>&$1 2>&$2 $1>&- $2>&-"; shift 2; exec "$@"'
+# Run by nsys in front of CMD: it removes the file $1 (CMD is starting: removing needs no disk space,
+# unlike writing), and, unless $2 is '-', gives CMD back the stdout/stderr of the caller (fds $2 and
+# $3); nsys' own messages (progress bars, "Generated: ...") keep the pipe they were started with.
+_REDIRECT = 'rm -f "$1"; [ "$2" = - ] || eval "exec 1>&$2 2>&$3 $2>&- $3>&-"; shift 3; exec "$@"'
 _FORWARDED = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -288,6 +289,8 @@ class Finished:
     """The command's exit code; 128+N when it, or nsight on its behalf, got signal N."""
     nsys_output: str
     """The tail of nsys' own messages (they were also copied to stderr as they came)."""
+    started: bool = True
+    """False when nsys ended without ever starting the command (then returncode is nsys' own)."""
 
 
 def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[str, str] | None = None,
@@ -300,20 +303,26 @@ def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[s
     (COMMAND may read from it), which delivers Ctrl-C to everyone already.
     """
     interactive = os.isatty(0)
-    signal_fd, signal_file = tempfile.mkstemp(prefix="nsight-signal-")
-    os.close(signal_fd)
-    env = {**(os.environ if env is None else env), ENV_SIGNAL_FILE: signal_file}
-    try:
-        finished = _run_under_nsys(nsys_argv, command, env, timeout, interactive)
-        died_of = Path(signal_file).read_text().strip()
-    finally:
-        Path(signal_file).unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(prefix="nsight-run-") as scratch:
+        pending, died = Path(scratch, "pending"), Path(scratch, "signal")
+        env = {**(os.environ if env is None else env), ENV_SIGNAL_FILE: str(died)}
+        for _attempt in range(2):
+            pending.touch()
+            finished = _run_under_nsys(nsys_argv, command, pending, env, timeout, interactive)
+            if not pending.exists() or finished.returncode != 0:
+                break
+            # nsys exited 0 without starting COMMAND: 2023.4.4 does that when it loses its agent
+            # ("Connection to Agent lost"), on loaded machines. COMMAND never ran: once more is safe.
+        died_of = died.read_text().strip() if died.exists() else ""
+        started = not pending.exists()
+    if not started:
+        return Finished(finished.returncode, finished.nsys_output, started=False)
     if finished.returncode == 0 and died_of.isdigit():  # nsys, signalled itself, exits 0 regardless
         return Finished(128 + int(died_of), finished.nsys_output)
     return finished
 
 
-def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[str, str],
+def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], pending: Path, env: Mapping[str, str],
                     timeout: float | None, interactive: bool) -> Finished:
     out_fd, err_fd = _low_dup(_fileno(sys.stdout, 1)), _low_dup(_fileno(sys.stderr, 2))
     kept: tuple[int, ...]
@@ -321,11 +330,12 @@ def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], env: Mappi
         for fd in (out_fd, err_fd):
             if fd is not None:
                 os.close(fd)
-        read_fd, write_fd, kept, argv = None, None, (), [*nsys_argv, *command]
+        read_fd, write_fd, kept, fds = None, None, (), ["-", "-"]
     else:
         read_fd, write_fd = os.pipe()
         kept = (out_fd, err_fd)
-        argv = [*nsys_argv, "/bin/sh", "-c", _REDIRECT, "nsight", str(out_fd), str(err_fd), *command]
+        fds = [str(out_fd), str(err_fd)]
+    argv = [*nsys_argv, "/bin/sh", "-c", _REDIRECT, "nsight", str(pending), *fds, *command]
     try:
         process = subprocess.Popen(argv, env=dict(env), stdout=write_fd,
                                    stderr=write_fd, pass_fds=kept, process_group=None if interactive else 0)

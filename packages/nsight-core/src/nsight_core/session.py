@@ -222,12 +222,16 @@ class Session:
         for claim in self.output_dir.glob("*" + _CLAIM):  # every process of the session has ended
             claim.unlink(missing_ok=True)
         reports = sorted(set(self.output_dir.glob("*.nsys-rep")) - before, key=lambda p: p.stat().st_mtime)
-        diagnosis = None
-        if not reports:
+        diagnosis, returncode = None, finished.returncode
+        if not finished.started:
+            diagnosis = (diagnose(finished.nsys_output, self.output_dir)
+                         or f"the command did not run: {_never_started(finished.nsys_output)}")
+            returncode = returncode or 1
+        elif not reports:
             diagnosis = diagnose(finished.nsys_output, self.output_dir) or (
                 "the command opened no nsight_core.range() block" if capture == "manual"
                 else "nsys wrote no report (see its messages above)")
-        return RunResult(returncode=finished.returncode, output_dir=self.output_dir, reports=reports,
+        return RunResult(returncode=returncode, output_dir=self.output_dir, reports=reports,
                          diagnosis=diagnosis)
 
     def _prepare_output_dir(self) -> None:
@@ -659,10 +663,22 @@ def exec_launch(argv: Sequence[str], *, name: str, trace: Sequence[str] | str = 
         session._prepare_output_dir()
         nsys_argv, env = session._nsys_argv("manual"), session.child_env()
     except (NsightError, ValueError, OSError) as exc:
-        print(f"nsight: WARNING: profiling is off for this run, {argv[0]} runs unprofiled: {one_line(exc)}",
-              file=sys.stderr, flush=True)
-        os.execvp(argv[0], list(argv))
-    sys.exit(run_command(nsys_argv, argv, env=env).returncode)
+        _exec_unprofiled(argv, one_line(exc))
+    finished = run_command(nsys_argv, argv, env=env)
+    if not finished.started:
+        _exec_unprofiled(argv, _never_started(finished.nsys_output))
+    sys.exit(finished.returncode)
+
+
+def _never_started(nsys_output: str) -> str:
+    last = next((line for line in reversed(nsys_output.splitlines()) if line.strip()), "no message")
+    return f"nsys ended without starting it (its last words: {last.strip()})"
+
+
+def _exec_unprofiled(argv: Sequence[str], why: str) -> NoReturn:
+    print(f"nsight: WARNING: profiling is off for this run, {argv[0]} runs unprofiled: {why}",
+          file=sys.stderr, flush=True)
+    os.execvp(argv[0], list(argv))
 
 
 # The exec wrapper for container runtimes (Flyte's _F_EXEC_WRAPPER): a POSIX sh script, because the

@@ -4,8 +4,25 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+
+def run_captured(argv: Sequence[str | Path], *, timeout: float, **options: Any) -> subprocess.CompletedProcess[str]:
+    """subprocess.run(ARGV, capture_output=True, text=True), through files: only ARGV's end is awaited.
+
+    A helper nsys leaves behind (its agent, after "Connection to Agent lost" on a loaded machine)
+    inherits the command's stdout and stderr and can hold a pipe open for minutes after everything
+    the test started has ended; a file has no reader to block.
+    """
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        done = subprocess.run(list(argv), stdout=out, stderr=err, text=True, timeout=timeout, **options)
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(done.args, done.returncode, out.read(), err.read())
 
 
 def capture_cpu(folder: Path, body: str, region: str = "work") -> Path:
@@ -14,10 +31,9 @@ def capture_cpu(folder: Path, body: str, region: str = "work") -> Path:
     script = folder / "script.py"
     script.write_text("import time, nvtx, nsight_core\n"
                       f"with nsight_core.range({region!r}):\n" + textwrap.indent(textwrap.dedent(body), "    "))
-    done = subprocess.run(
+    done = run_captured(
         [sys.executable, "-m", "nsight_core.cli", "run", "--capture", "manual", "--trace", "nvtx,osrt",
-         "--sample", "none", "-o", str(folder / "out"), "--", sys.executable, str(script)],
-        capture_output=True, text=True, timeout=240)
+         "--sample", "none", "-o", str(folder / "out"), "--", sys.executable, str(script)], timeout=240)
     assert done.returncode == 0, done.stderr
     reports = sorted((folder / "out").glob("*.nsys-rep"))
     assert len(reports) == 1, (done.stdout, done.stderr)

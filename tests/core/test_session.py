@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from capture_helpers import run_captured
 
 from nsight_core import NsysCommandError, Session
 from nsight_core.nsys import Nsys
@@ -31,8 +32,10 @@ REGIONS = textwrap.dedent("""
 
 
 def nsight(*args: str, cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nsight_core.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, check=check, timeout=240)
+    done = run_captured([sys.executable, "-m", "nsight_core.cli", *args], cwd=cwd, timeout=240)
+    if check:
+        done.check_returncode()
+    return done
 
 
 def _script(tmp_path: Path, body: str) -> Path:
@@ -80,9 +83,9 @@ def test_nsys_behind_an_exec_wrapper_gets_no_injection(tmp_path: Path, nsys: Nsy
     wrapper.chmod(0o755)
     script = _script(tmp_path, REGIONS)
     env = {**os.environ, "NSIGHT_NSYS": str(wrapper), "LD_PRELOAD": "libm.so.6"}
-    done = subprocess.run([sys.executable, "-m", "nsight_core.cli", "run", "--capture", "manual", "--trace", "nvtx",
-                           "--sample", "none", "-o", str(tmp_path / "o"), "--", sys.executable, str(script)],
-                          capture_output=True, text=True, env=env, timeout=240)
+    done = run_captured([sys.executable, "-m", "nsight_core.cli", "run", "--capture", "manual", "--trace", "nvtx",
+                         "--sample", "none", "-o", str(tmp_path / "o"), "--", sys.executable, str(script)],
+                        env=env, timeout=240)
     assert done.returncode == 0, done.stderr
     reports = [line for line in done.stdout.splitlines() if line.endswith(".nsys-rep")]
     assert _nvtx_counts(reports[1]) == {"second_step": 5}
@@ -116,9 +119,9 @@ def test_same_name_regions_never_overwrite(tmp_path: Path, nsys: Nsys) -> None:
 
 
 def _run_manual(tmp_path: Path, script: Path) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
+    done = run_captured(
         [sys.executable, "-m", "nsight_core.cli", "run", "--capture", "manual", "--trace", "nvtx", "-o",
-         str(tmp_path / "o"), "--", sys.executable, str(script)], capture_output=True, text=True, timeout=240)
+         str(tmp_path / "o"), "--", sys.executable, str(script)], timeout=240)
     assert done.returncode == 0, done.stderr
     return done
 

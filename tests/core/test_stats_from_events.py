@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from capture_helpers import run_captured
 
 import nsight_core
 from nsight_core.nsys import Nsys
@@ -111,10 +112,9 @@ def capture_hostile(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "hostile.py"
     script.write_text(SCRIPT.format(names=HOSTILE, domain=DOMAIN, unicode=UNICODE), encoding="utf-8")
-    done = subprocess.run(
+    done = run_captured(
         [sys.executable, "-m", "nsight_core.cli", "run", "--capture", "manual", "--trace", "nvtx,osrt",
-         "--sample", "none", "-o", str(folder / "out"), "--", sys.executable, str(script)],
-        capture_output=True, text=True, timeout=240)
+         "--sample", "none", "-o", str(folder / "out"), "--", sys.executable, str(script)], timeout=240)
     assert done.returncode == 0, done.stderr
     [report] = sorted((folder / "out").glob("*.nsys-rep"))
     return report

@@ -192,18 +192,20 @@ def run_action_with(a0: Path, tmp_path: Path, directory: Path, module: str, task
             str(work / "ckpt"), "--prev-checkpoint", str(work / "prev"),
             "--resolver", "flyte._internal.resolvers.default.DefaultTaskResolver",
             "mod", module, "instance", task_var]
-    process = subprocess.Popen(argv, cwd=directory, env=action_env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
-                               start_new_session=True)
+    # Its output goes to a file, not a pipe: a helper nsys leaves behind (its agent, after "Connection
+    # to Agent lost") inherits it and could hold a pipe open long after the action has ended.
+    with (work / "output.txt").open("w") as output:
+        process = subprocess.Popen(argv, cwd=directory, env=action_env, stdout=output, stderr=subprocess.STDOUT,
+                                   text=True, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         if started is not None:
             started(process, work)
-        output, _ = process.communicate(timeout=ACTION_TIMEOUT)
+        process.wait(timeout=ACTION_TIMEOUT)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, 9)
-            process.communicate()
-    result = ActionResult(process.returncode, work, output, run_name)
+            process.wait()
+    result = ActionResult(process.returncode, work, (work / "output.txt").read_text(), run_name)
     if (work / "out" / "outputs.pb").exists():
         outputs = asyncio.run(load_outputs(str(work / "out" / "outputs.pb")))
         result.output = asyncio.run(convert_outputs_to_native(task.native_interface, outputs))

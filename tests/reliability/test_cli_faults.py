@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from capture_helpers import run_captured
 
 from nsight_core import Session, find_nsys
 from nsight_core.session import DEFAULT_CAPTURE, ENV_OUTPUT_DIR, exec_wrapper
@@ -23,8 +24,8 @@ TIMEOUT = 240
 
 def nsight(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
            ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*NSIGHT, *args], capture_output=True, text=True, cwd=cwd, timeout=TIMEOUT,
-                          env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+    return run_captured([*NSIGHT, *args], cwd=cwd, timeout=TIMEOUT, env={**os.environ, **(env or {})},
+                        stdin=subprocess.DEVNULL)
 
 
 def script(tmp_path: Path, body: str) -> Path:

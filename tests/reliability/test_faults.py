@@ -347,12 +347,11 @@ def signalled(run_action, tmp_path: Path, signum: int, target: str, env: dict[st
     """Run `preempted` and send SIGNUM to TARGET once it records (child, nsys, or the whole group)."""
     ready = tmp_path / f"ready-{target}-{len(env)}"
 
-    def send(process: subprocess.Popen[str], _work: Path) -> None:
+    def send(process: subprocess.Popen[str], work: Path) -> None:
         deadline = time.monotonic() + 120
         while not ready.exists() or not ready.read_text():
             if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise AssertionError(f"the task never started recording:\n{process.communicate()[0]}")
+                raise AssertionError(f"the task never started recording:\n{(work / 'output.txt').read_text()}")
             time.sleep(0.1)
         if target == "child":
             os.kill(int(ready.read_text()), signum)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nsight_core import DEFAULT_REPORTS, NsysNotFoundError, NsysPermissionError, Session, load_stats
-from nsight_core.nsys import Nsys, find_nsys
+from nsight_core.nsys import Nsys, end_leftover_agents, find_nsys
 
 
 def _fake_nsys(directory: Path, body: str) -> Path:
@@ -154,3 +154,20 @@ def test_launch_with_settings_nsys_rejects_runs_unprofiled(tmp_path: Path, nsys:
     assert done.stdout.strip() == "job ran"
     assert done.stderr.count("\n") == 1, "one warning line"
     assert "WARNING" in done.stderr and "Illegal --trace argument 'not_a_domain'" in done.stderr
+
+
+def test_an_agent_left_behind_by_nsys_is_ended(tmp_path: Path) -> None:
+    """What nsys 2023.4.4 sometimes leaves after SIGTERM to nsys or a lost agent: a daemon named by its
+    session, holding the command's stdout. Stand-ins with the agent's command line (one that ignores
+    SIGTERM); another session's agent is left alone."""
+    ignore_term = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+    ours, theirs = (subprocess.Popen([sys.executable, "-c", ignore_term, "--start-agent", f"--session-name={name}"])
+                    for name in ("nsight-left-1", "nsight-other-1"))
+    try:
+        assert end_leftover_agents("nsight-left-1", grace=0.5) == [ours.pid]
+        assert not Path(f"/proc/{ours.pid}").exists()  # SIGTERM ignored: killed, and reaped
+        assert theirs.poll() is None
+        assert end_leftover_agents("nsight-left") == []  # a prefix is another session
+    finally:
+        theirs.kill()
+        theirs.wait()

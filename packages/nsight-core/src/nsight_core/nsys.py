@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -294,13 +295,15 @@ class Finished:
 
 
 def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[str, str] | None = None,
-                timeout: float | None = None) -> Finished:
+                timeout: float | None = None, session: str | None = None) -> Finished:
     """Run COMMAND under NSYS_ARGV with COMMAND's stdio untouched and nsys' own output on stderr.
 
     SIGTERM, and SIGINT when stdin is not a terminal, are forwarded to nsys, which passes them on to
     COMMAND and still writes the trace; nsys then runs in its own process group so that a signal to
     this process's group is not delivered twice. At a terminal nsys stays in the foreground group
-    (COMMAND may read from it), which delivers Ctrl-C to everyone already.
+    (COMMAND may read from it), which delivers Ctrl-C to everyone already. SESSION names the nsys
+    session NSYS_ARGV creates (`nsys launch --session-new`): an agent of it still running once nsys
+    has ended is ended too.
     """
     interactive = os.isatty(0)
     with tempfile.TemporaryDirectory(prefix="nsight-run-") as scratch:
@@ -315,11 +318,50 @@ def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[s
             # ("Connection to Agent lost"), on loaded machines. COMMAND never ran: once more is safe.
         died_of = died.read_text().strip() if died.exists() else ""
         started = not pending.exists()
+    if session:
+        end_leftover_agents(session)
     if not started:
         return Finished(finished.returncode, finished.nsys_output, started=False)
     if finished.returncode == 0 and died_of.isdigit():  # nsys, signalled itself, exits 0 regardless
         return Finished(128 + int(died_of), finished.nsys_output)
     return finished
+
+
+def end_leftover_agents(session: str, grace: float = 2.0) -> list[int]:
+    """End the agents of nsys session SESSION that outlive nsys; their pids.
+
+    nsys 2023.4.4 sometimes leaves a session's agent (`nsys --start-agent --session-name=S`, a
+    daemon) running after nsys itself ended: after SIGTERM to nsys, or after "Connection to Agent
+    lost". It holds the profiled command's stdout and stderr (a caller waiting for their end waits
+    forever) and a session lock in $TMPDIR. Each gets GRACE seconds to exit, then SIGTERM, then SIGKILL.
+    """
+    wanted = [b"--start-agent", f"--session-name={session}".encode()]
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if all(word in cmdline.read_bytes().split(b"\0") for word in wanted):
+                found.append(int(cmdline.parent.name))
+    alive = found
+    for signum in (0, signal.SIGTERM, signal.SIGKILL):  # 0 sends nothing: a grace period first
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signum)
+        deadline = time.monotonic() + grace
+        while (alive := [pid for pid in alive if _running(pid)]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not alive:
+            break
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether PID runs (a zombie does not); reaps it where this process inherited it (a pod's PID 1)."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], pending: Path, env: Mapping[str, str],

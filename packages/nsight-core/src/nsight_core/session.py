@@ -218,7 +218,8 @@ class Session:
         self._prepare_output_dir()
         before = set(self.output_dir.glob("*.nsys-rep"))
         env = self.child_env() if capture == "manual" else None
-        finished = run_command(nsys_argv, argv, env=env, timeout=timeout)
+        finished = run_command(nsys_argv, argv, env=env, timeout=timeout,
+                               session=self.name if capture == "manual" else None)
         for claim in self.output_dir.glob("*" + _CLAIM):  # every process of the session has ended
             claim.unlink(missing_ok=True)
         reports = sorted(set(self.output_dir.glob("*.nsys-rep")) - before, key=lambda p: p.stat().st_mtime)
@@ -664,7 +665,7 @@ def exec_launch(argv: Sequence[str], *, name: str, trace: Sequence[str] | str = 
         nsys_argv, env = session._nsys_argv("manual"), session.child_env()
     except (NsightError, ValueError, OSError) as exc:
         _exec_unprofiled(argv, one_line(exc))
-    finished = run_command(nsys_argv, argv, env=env)
+    finished = run_command(nsys_argv, argv, env=env, session=session.name)
     if not finished.started:
         _exec_unprofiled(argv, _never_started(finished.nsys_output))
     sys.exit(finished.returncode)

@@ -7,7 +7,8 @@ PY := .venv/bin/python
 # Bytecode is compiled at install time: without .pyc files every import of the task's first run
 # (and of each test process) compiles polars/pydantic/flyte from source, over a second more.
 export UV_COMPILE_BYTECODE := 1
-# Test processes: the suite mostly waits on nsys and Chromium, so one more worker than cores pays.
+# Test processes: the suite waits on nsys and Chromium part of the time, so one more worker than
+# cores pays (more does not: measured). Work stealing keeps a long test from ending the run alone.
 WORKERS ?= 3
 
 .PHONY: help env nsys test lint demo bench clean
@@ -32,7 +33,7 @@ lint: env
 test: nsys lint
 	@bash scripts/install-chromium.sh
 	@bash scripts/install-torch-cpu.sh
-	$(PY) -m pytest -n $(WORKERS)
+	$(PY) -m pytest -n $(WORKERS) --dist worksteal
 
 demo: nsys
 	@bash scripts/demo.sh

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fault_tasks import HOSTILE_NAMES, expected
+from fault_tasks import HOSTILE_NAMES, HOSTILE_REGIONS, expected
 from flyte_harness import BIN, ActionResult, nvtx_counts, parse_report, report_tabs
 
 from nsight_core import find_nsys
@@ -389,9 +389,9 @@ def test_hostile_region_names(run_action, tmp_path):
     result = run_action(HERE, MODULE, "hostile_regions", {"steps": STEPS})
     assert_unprofiled_value(result, "hostile_regions")
     assert warnings_of(result) == [], result.stderr
-    assert len(sections(result.report)) == len(HOSTILE_NAMES)
+    assert len(sections(result.report)) == len(HOSTILE_REGIONS)
     traces = kept_traces(result)
-    assert len(traces) == len(HOSTILE_NAMES) and all("/" not in t and len(t) < 120 for t in traces)
+    assert len(traces) == len(HOSTILE_REGIONS) and all("/" not in t and len(t) < 120 for t in traces)
     assert not (HERE / "pwned").exists() and not (result.workdir / "pwned").exists()
     assert_nothing_left(result)
 

@@ -370,14 +370,15 @@ def signalled(run_action, tmp_path: Path, signum: int, target: str, env: dict[st
 def test_signal_flushes_the_trace_and_exits_as_unprofiled(run_action, without_nsys, tmp_path, name, target):
     """A preempted pod: the signal stops the collection, the trace is written, the exit is the unprofiled one."""
     signum = SIGNALS[name]
-    plain = signalled(run_action, tmp_path, signum, "child", without_nsys)
     result = signalled(run_action, tmp_path, signum, target, {})
-    # SIGTERM: 143 as unprofiled. SIGINT to the task alone: flyte's own handling, as unprofiled
-    # ("Aborted!"); SIGINT to nsight launch (the pod's first process): 130.
+    if signum == signal.SIGTERM:  # as unprofiled: the task dies of SIGTERM
+        plain = signalled(run_action, tmp_path, signum, "child", without_nsys)
+        assert exit_status(result.returncode) == exit_status(plain.returncode) == 143, result.stderr
+    elif target == "child":  # flyte's own handling, profiled or not: it cancels the task, "Aborted!", 1
+        assert exit_status(result.returncode) in {0, 1}, result.stderr  # (0 at times under load, unprofiled too)
+    elif target == "group":  # nsight launch, the pod's first process, got it
+        assert exit_status(result.returncode) == 130, result.stderr
     # SIGINT to nsys alone: nsys 2023.4.4 exits 0 whatever the task did (docs/reliability.md, known limits).
-    wanted = {exit_status(plain.returncode)} if signum == signal.SIGTERM or target == "child" else {130}
-    if (signum, target) != (signal.SIGINT, "nsys"):
-        assert exit_status(result.returncode) in wanted, result.stderr
     assert result.output is None
     assert kept_traces(result) == ["training.nsys-rep"], result.stderr
     assert_nothing_left(result)

@@ -30,10 +30,15 @@ lint: env
 	@.venv/bin/ruff check .
 	@.venv/bin/mypy -p nsight_core -p flyteplugins.nsight
 
-test: nsys lint
+# Lint runs beside the tests (mypy without a cache takes a core for ~15 s); either failing fails.
+test: nsys
 	@bash scripts/install-chromium.sh
 	@bash scripts/install-torch-cpu.sh
-	$(PY) -m pytest -n $(WORKERS) --dist worksteal
+	@$(MAKE) --no-print-directory lint & lint=$$!; \
+	  $(PY) -m pytest -n $(WORKERS) --dist worksteal; tests=$$?; \
+	  wait $$lint; linted=$$?; \
+	  [ $$linted -eq 0 ] || echo "make test: lint failed (see above)" >&2; \
+	  exit $$(( tests ? tests : linted ))
 
 demo: nsys
 	@bash scripts/demo.sh

@@ -294,6 +294,11 @@ class Finished:
     """False when nsys ended without ever starting the command (then returncode is nsys' own)."""
 
 
+# nsys 2023.4.4 on a loaded machine at times loses its agent before it starts the command
+# ("Connection to Agent lost", exit 0). Nothing ran then, so trying again is safe.
+START_ATTEMPTS = 3
+
+
 def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[str, str] | None = None,
                 timeout: float | None = None, session: str | None = None) -> Finished:
     """Run COMMAND under NSYS_ARGV with COMMAND's stdio untouched and nsys' own output on stderr.
@@ -309,13 +314,11 @@ def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[s
     with tempfile.TemporaryDirectory(prefix="nsight-run-") as scratch:
         pending, died = Path(scratch, "pending"), Path(scratch, "signal")
         env = {**(os.environ if env is None else env), ENV_SIGNAL_FILE: str(died)}
-        for _attempt in range(2):
+        for _attempt in range(START_ATTEMPTS):  # again only while nsys exits 0 without starting COMMAND
             pending.touch()
             finished = _run_under_nsys(nsys_argv, command, pending, env, timeout, interactive)
             if not pending.exists() or finished.returncode != 0:
                 break
-            # nsys exited 0 without starting COMMAND: 2023.4.4 does that when it loses its agent
-            # ("Connection to Agent lost"), on loaded machines. COMMAND never ran: once more is safe.
         died_of = died.read_text().strip() if died.exists() else ""
         started = not pending.exists()
     if session:

@@ -55,17 +55,26 @@ def test_findings_are_data_with_units(load: Callable[[str], Any]) -> None:
 
 @pytest.mark.nsys
 def test_the_settle_wait_is_not_the_users_sleep(tmp_path: Path) -> None:
-    """With osrt, the profiler's 0.25 s settle sleep is left out of the user's window and numbers."""
+    """With osrt, the profiler's 0.25 s settle sleep is left out of the user's window and numbers.
+
+    The region marks where the user's block begins and ends (nsight_core.marks): "collection live"
+    comes after the settle sleep. (On a loaded machine osrt may start recording after that sleep
+    began and miss it, so the sleep itself is not required to be in the trace.)"""
     steps, sleep_s = 5, 0.004
     trace = nsight_core.load_trace(capture_cpu(tmp_path, sleepy_steps(steps, sleep_s, 0.001)))
-    settle = trace.osrt.filter((pl.col("end_ns") - pl.col("start_ns")) >= START_SETTLE_SECONDS * 0.8e9)
-    assert settle.height >= 1, "the capture shows the settle wait as an OS-runtime call"
+    own = trace.nvtx_marks.filter(pl.col("domain") == "nsight")
+    assert own["name"].to_list() == ["collection live", "collection stopping"]
+    live_ns = int(own["time_ns"][0])
     analysis = nsight_core.analyze(trace)
-    # The region marks where the user's block begins and ends (nsight_core.marks); the window is theirs.
     assert analysis.window.source == "marks"
-    own = trace.nvtx_marks.filter(pl.col("domain") == "nsight")["name"].to_list()
-    assert own == ["collection live", "collection stopping"]
-    assert analysis.window.start_ns >= int(settle["end_ns"].max())
+    assert analysis.window.start_ns >= live_ns
     assert analysis.window.span_ns < START_SETTLE_SECONDS * 1e9
+    sleeps = trace.osrt.filter(pl.col("name") == "clock_nanosleep")
+    settle = sleeps.filter(pl.col("end_ns") <= live_ns)
+    assert settle.is_empty() or int(settle["end_ns"].max()) <= analysis.window.start_ns
+    window = analysis.window
+    overlap = (pl.min_horizontal("end_ns", pl.lit(window.end_ns))
+               - pl.max_horizontal("start_ns", pl.lit(window.start_ns))).clip(lower_bound=0)
+    in_window = sleeps.select(overlap.sum()).item()
     sleeping = next(a for a in analysis.budget.idle_activities if a.name == "clock_nanosleep")
-    assert steps * sleep_s * 1e9 * 0.95 <= sleeping.total_ns < START_SETTLE_SECONDS * 1e9 / 2
+    assert steps * sleep_s * 1e9 * 0.95 <= sleeping.total_ns <= in_window

@@ -110,12 +110,22 @@ AGENT_LOST = ('echo "Connection to Agent lost. This is most likely a bug. Intern
               'exit 0')
 
 
+LOCAL_ENDPOINT = 'echo "[QuadDCommon::tag_message*] = Local Endpoint is not available." >&2; exit 1'
+
+
+def lose_first(count: Path, losses: int, how: str) -> str:
+    """A fake nsys subcommand's script: fail as HOW the first LOSSES times, then be the real one."""
+    return f'echo x >> {count}; if [ $(wc -l < {count}) -le {losses} ]; then {how}; fi'
+
+
+@pytest.mark.parametrize("how", [AGENT_LOST, LOCAL_ENDPOINT], ids=["exit 0", "local endpoint"])
 @pytest.mark.parametrize("losses", [1, START_ATTEMPTS])
-def test_nsys_that_loses_its_agent_before_the_command_starts(tmp_path, losses):
-    """nsys 2023.4.4 on a loaded machine: "Connection to Agent lost", exit 0, the command never ran.
-    nsight runs nsys again (nothing ran, so it is safe); if every attempt fails, it says so and exits 1."""
+def test_nsys_that_loses_its_agent_before_the_command_starts(tmp_path, losses, how):
+    """nsys 2023.4.4 on a loaded machine: "Connection to Agent lost" (exit 0) or "Local Endpoint is not
+    available" (exit 1), and the command never ran. nsight runs nsys again (nothing ran, so it is
+    safe); if every attempt fails, it says so and exits 1."""
     count, ran = tmp_path / "count", tmp_path / "ran"
-    lose = f'echo x >> {count}; if [ $(wc -l < {count}) -le {losses} ]; then {AGENT_LOST}; fi'
+    lose = lose_first(count, losses, how)
     job = script(tmp_path, f"open({str(ran)!r}, 'a').write('ran\\n')\n" + textwrap.dedent(REGION))
     done = nsight("run", "--trace", "nvtx", "-o", str(tmp_path / "o"), "--", sys.executable, str(job),
                   env=fake_nsys(tmp_path, "profile", lose))
@@ -125,10 +135,21 @@ def test_nsys_that_loses_its_agent_before_the_command_starts(tmp_path, losses):
         assert [Path(line).suffix for line in done.stdout.splitlines()[1:]] == [".nsys-rep"], (done.stdout, done.stderr)
     else:
         assert done.returncode == 1 and not ran.exists()
-        assert ("the command did not run: nsys ended without starting it (its last words: Connection to Agent lost."
-                in done.stderr)
+        assert "the command did not run: nsys ended without starting it (its last words: " in done.stderr
         assert count.read_text() == "x\n" * START_ATTEMPTS
         assert "opened no nsight_core.range() block" not in done.stderr
+
+
+def test_region_start_that_loses_its_agent_is_tried_again(tmp_path):
+    """`nsys start` failing with "Local Endpoint is not available" started nothing: once more, and the
+    region records as if nothing happened."""
+    count = tmp_path / "count"
+    done = nsight("run", "--capture", "manual", "--trace", "nvtx", "-o", str(tmp_path / "o"), "--", sys.executable,
+                  str(script(tmp_path, REGION)), env=fake_nsys(tmp_path, "start", lose_first(count, 1, LOCAL_ENDPOINT)))
+    assert done.returncode == 0, done.stderr
+    assert count.read_text() == "x\nx\n"
+    assert [Path(line).name for line in done.stdout.splitlines()[1:]] == ["r.nsys-rep"], done.stderr
+    assert "WARNING" not in done.stderr
 
 
 @pytest.mark.parametrize("case", CAUSES)

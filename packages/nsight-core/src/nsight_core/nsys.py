@@ -163,12 +163,20 @@ class Nsys:
     path: Path
     version: str
 
-    def _run(self, args: Sequence[str], timeout: float, what: str) -> NsysResult:
+    def _run(self, args: Sequence[str], timeout: float, what: str, again_if_lost: bool = False) -> NsysResult:
         """Run one nsys command to completion or to TIMEOUT, then kill its whole process group.
 
         Its own process group, so a timed-out nsys leaves no helper behind; a permission marker
-        counts only when the command failed (nsys prints such words in passing, too).
+        counts only when the command failed (nsys prints such words in passing, too). AGAIN_IF_LOST:
+        a command that failed because nsys lost its agent (it did nothing) runs once more.
         """
+        result = self._run_once(args, timeout, what)
+        if again_if_lost and result.returncode != 0 and lost_its_agent(result.output):
+            time.sleep(0.5)
+            result = self._run_once(args, timeout, what)
+        return result
+
+    def _run_once(self, args: Sequence[str], timeout: float, what: str) -> NsysResult:
         argv = [str(self.path), *args]
         try:
             process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -215,19 +223,19 @@ class Nsys:
         """Launch `true` with these settings: nsys rejects bad trace domains or a broken install only
         once it runs, and a wrapper that execs into a failing `nsys launch` would take the job with it."""
         result = self._run([*self.launch_argv(f"{session}-check", trace, ["true"])[1:]], QUICK_TIMEOUT,
-                           "nsys launch check")
+                           "nsys launch check", again_if_lost=True)
         if result.returncode != 0:
             raise NsysCommandError(f"nsys cannot launch with trace={','.join(trace)}: {result.output[-600:]}")
 
     # -- session control, from inside a launched process ---------------------------------------
     def sessions(self) -> str:
-        return self._run(["sessions", "list"], QUICK_TIMEOUT, "nsys sessions list").stdout
+        return self._run(["sessions", "list"], QUICK_TIMEOUT, "nsys sessions list", again_if_lost=True).stdout
 
     def start(self, session: str, output: Path, sample: str | None) -> NsysResult:
         args = ["start", f"--session={session}", "-o", str(output), "--force-overwrite=false"]
         if sample is not None:
             args.append(f"--sample={sample}")
-        return self._run(args, QUICK_TIMEOUT, "nsys start")
+        return self._run(args, QUICK_TIMEOUT, "nsys start", again_if_lost=True)
 
     def stop(self, session: str, timeout: float = STOP_TIMEOUT) -> NsysResult:
         return self._run(["stop", f"--session={session}"], timeout, "nsys stop")
@@ -295,8 +303,15 @@ class Finished:
 
 
 # nsys 2023.4.4 on a loaded machine at times loses its agent before it starts the command
-# ("Connection to Agent lost", exit 0). Nothing ran then, so trying again is safe.
+# ("Connection to Agent lost", exit 0; "Local Endpoint is not available", exit 1). Nothing ran then,
+# so trying again is safe.
 START_ATTEMPTS = 3
+_LOST_AGENT = re.compile(r"Connection to Agent lost|Local Endpoint is not available")
+
+
+def lost_its_agent(nsys_output: str) -> bool:
+    """Whether nsys says it lost its agent (a transient failure of 2023.4.4 under load, not a setting)."""
+    return bool(_LOST_AGENT.search(nsys_output))
 
 
 def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[str, str] | None = None,
@@ -317,7 +332,7 @@ def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[s
         for _attempt in range(START_ATTEMPTS):  # again only while nsys exits 0 without starting COMMAND
             pending.touch()
             finished = _run_under_nsys(nsys_argv, command, pending, env, timeout, interactive)
-            if not pending.exists() or finished.returncode != 0:
+            if not pending.exists() or (finished.returncode != 0 and not lost_its_agent(finished.nsys_output)):
                 break
         died_of = died.read_text().strip() if died.exists() else ""
         started = not pending.exists()

@@ -152,6 +152,20 @@ def test_region_start_that_loses_its_agent_is_tried_again(tmp_path):
     assert "WARNING" not in done.stderr
 
 
+def test_a_launch_check_that_hangs_once_is_tried_again(tmp_path):
+    """nsys 2023.4.4 under load: the settings check (`nsys launch … true`) hung until its timeout,
+    where the next one did not. A second check, under another name, keeps the run profiled."""
+    hang_once = f'case "$2" in *-check*) {lose_first(tmp_path / "count", 1, "exec sleep 600")};; esac'
+    env = {**fake_nsys(tmp_path, "launch", hang_once), "NSIGHT_QUICK_TIMEOUT": "3"}
+    done = nsight("launch", "--session", "s", "--trace", "nvtx", "--output-dir", str(tmp_path / "o"), "--",
+                  sys.executable, "-c", "import os; print('ran', os.environ.get('NSIGHT_SESSION', 'unprofiled'))",
+                  env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ran s-"), done.stderr  # inside the nsys session, not unprofiled
+    assert "profiling is off" not in done.stderr
+    assert (tmp_path / "count").read_text() == "x\nx\n"
+
+
 @pytest.mark.parametrize("case", CAUSES)
 def test_run_names_the_real_cause(tmp_path, case):
     args, fault, code, cause = CAUSES[case]

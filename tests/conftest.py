@@ -67,3 +67,18 @@ def chromium() -> Any:
         if found:
             return Chromium(found)
     pytest.skip("no chromium binary found: run scripts/install-chromium.sh (or set NSIGHT_CHROMIUM)")
+
+
+# nsys 2023.4.4 fails at random under load in ways no code of ours can prevent: it loses its agent
+# ("Connection to Agent lost", "Local Endpoint is not available"), its importer fails ("Importation
+# failed") or a launch hangs (docs/reliability.md). The product retries what is safe to retry; a test
+# that drives the real nsys gets one more try, so one such hiccup does not fail the run. A test that
+# fails twice fails; tests of our own code alone get no second try.
+REAL_NSYS_MARKERS = ("nsys", "flyte", "reliability")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.get_closest_marker(name) for name in REAL_NSYS_MARKERS) or "nsys" in getattr(
+                item, "fixturenames", ()):
+            item.add_marker(pytest.mark.flaky(reruns=1, reruns_delay=1))

@@ -21,7 +21,6 @@ innermost NVTX range (by family: `step_{n}`), else nothing traced (Python betwee
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
@@ -100,50 +99,6 @@ def step_thread(nvtx_thread: int | None, cuda_api: pl.DataFrame, osrt: pl.DataFr
     return int(calls.group_by("thread").len().sort(["len", "thread"], descending=[True, False])["thread"][0])
 
 
-def budget_segments(
-    steps: pl.DataFrame,
-    kernels: pl.DataFrame,
-    copies: pl.DataFrame,
-    cuda_api: pl.DataFrame,
-    osrt: pl.DataFrame,
-    nvtx: pl.DataFrame,
-    sync: pl.DataFrame,
-    thread: int | None,
-) -> pl.DataFrame:
-    """The steps cut into pieces, one part each: step, start_ns, end_ns, part, cpu_kind, cpu_name.
-
-    STEPS: step, start_ns, end_ns (not overlapping). COPIES: memcpy and memset intervals. SYNC:
-    the blocking calls (:func:`sync_calls`). CUDA_API, OSRT and NVTX: all threads; only THREAD's
-    calls and ranges are attributed.
-    """
-    batches, coding = _pieces(steps, kernels, copies, cuda_api, osrt, nvtx, sync, thread, lambda pieces: pieces)
-    return coding.decoded(pl.concat(batches))
-
-
-def budget_totals(
-    steps: pl.DataFrame,
-    kernels: pl.DataFrame,
-    copies: pl.DataFrame,
-    cuda_api: pl.DataFrame,
-    osrt: pl.DataFrame,
-    nvtx: pl.DataFrame,
-    sync: pl.DataFrame,
-    thread: int | None,
-) -> pl.DataFrame:
-    """:func:`budget_segments` summed per step, part and CPU activity: step, part, cpu_kind, cpu_name, total_ns.
-
-    All the budget needs (:func:`per_step`, :func:`summarize_budget`) without a row per piece: a
-    million NVTX ranges cut their steps into two million pieces.
-    """
-    def summed(pieces: pl.DataFrame) -> pl.DataFrame:
-        return pieces.group_by("_step", "_part", "_name").agg((pl.col("end_ns") - pl.col("start_ns")).sum()
-                                                              .alias("total_ns"))
-
-    # A step lies in one batch: the batches' sums need no summing across them.
-    totals, coding = _pieces(steps, kernels, copies, cuda_api, osrt, nvtx, sync, thread, summed)
-    return coding.decoded(pl.concat(totals))
-
-
 _KINDS: tuple[CpuKind, ...] = ("cuda_api", "osrt", "nvtx", "untraced")
 
 
@@ -174,7 +129,7 @@ def _decode(codes: pl.Expr, values: pl.Series) -> pl.Expr:
     return codes.replace_strict(pl.int_range(values.len(), eager=True), values, default=None, return_dtype=pl.String)
 
 
-def _pieces(
+def budget_totals(
     steps: pl.DataFrame,
     kernels: pl.DataFrame,
     copies: pl.DataFrame,
@@ -183,11 +138,17 @@ def _pieces(
     nvtx: pl.DataFrame,
     sync: pl.DataFrame,
     thread: int | None,
-    reduce: Callable[[pl.DataFrame], pl.DataFrame],
-) -> tuple[list[pl.DataFrame], _Coding]:
-    """The segments with codes instead of strings, by start time, in batches of whole steps: _step, start_ns,
-    end_ns, _part, _name (null where the GPU ran), each batch passed through REDUCE; see :class:`_Coding`.
+) -> pl.DataFrame:
+    """The steps cut into pieces, one part each, summed per step, part and CPU activity: step, part,
+    cpu_kind, cpu_name, total_ns.
 
+    STEPS: step, start_ns, end_ns (not overlapping). COPIES: memcpy and memset intervals. SYNC:
+    the blocking calls (:func:`sync_calls`). CUDA_API, OSRT and NVTX: all threads; only THREAD's
+    calls and ranges are attributed. All the budget needs (:func:`per_step`, :func:`summarize_budget`)
+    without a row per piece: a million NVTX ranges cut their steps into two million pieces.
+
+    The pieces carry codes instead of strings (:class:`_Coding`): _step, start_ns, end_ns, _part,
+    _name (null where the GPU ran).
     Steps are independent (no run of pieces crosses a step's end), so the pieces are made a batch of
     steps at a time (about BATCH_EDGES cut points each): memory holds BATCH_WORKERS batches, whatever the
     capture, and the batches run side by side (Polars computes without the GIL; each batch alone keeps
@@ -268,8 +229,13 @@ def _pieces(
         return segments.select("_step", "start_ns", "end_ns", part.alias("_part"),
                                pl.when(idle).then(name).alias("_name"))
 
+    def summed(span: tuple[int, int]) -> pl.DataFrame:
+        return batch(*span).group_by("_step", "_part", "_name").agg(
+            (pl.col("end_ns") - pl.col("start_ns")).sum().alias("total_ns"))
+
+    # A step lies in one batch: the batches' sums need no summing across them.
     with ThreadPoolExecutor(max_workers=BATCH_WORKERS, thread_name_prefix="nsight-budget") as pool:
-        return list(pool.map(lambda span: reduce(batch(*span)), _batches(steps, sources))), coding
+        return coding.decoded(pl.concat(pool.map(summed, _batches(steps, sources))))
 
 
 BATCH_EDGES = 200_000
@@ -402,7 +368,7 @@ def is_thread(thread: int | None) -> pl.Expr:
 def per_step(totals: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """One row per step: step, wall_ns and one <part>_ns column per part (they add up to wall_ns).
 
-    TOTALS: :func:`budget_totals` (or :func:`budget_segments` with total_ns = end_ns - start_ns).
+    TOTALS: :func:`budget_totals`.
     """
     total = pl.col("total_ns")
     parts = totals.group_by("step").agg(*(total.filter(pl.col("part") == part).sum().alias(f"{part}_ns")

@@ -41,6 +41,10 @@ PARTS: tuple[Part, ...] = ("compute", "exposed_comm", "exposed_copy", "sync_wait
 CpuKind = Literal["cuda_api", "osrt", "nvtx", "untraced"]
 
 _LAYERS = ("compute", "comm", "copy", "in_step")
+_LOOKUP = 2 * len(_LAYERS)
+"""Event kinds of the budget's sweep: a layer's starts 2 * i and ends 2 * i + 1, then the lookups' starts."""
+_EDGE = _LOOKUP + 4
+"""The event kind of a lookup's end: a cut point, nothing else."""
 
 
 class BudgetPart(BaseModel):
@@ -153,10 +157,10 @@ def budget_totals(
     steps at a time (about BATCH_EDGES cut points each): memory holds BATCH_WORKERS batches, whatever the
     capture, and the batches run side by side (Polars computes without the GIL; each batch alone keeps
     about one core busy, so on its own the analysis would leave the others idle).
-    Columnar throughout: the cut points of a batch once each; a layer's coverage of a point its starts
-    at or before it less its ends at or before it; what the CPU thread was in, the call or NVTX self
-    piece starting last at or before it if it has not ended (each call or family name a code); all of
-    these asof joins of sorted columns.
+    Columnar throughout, one sweep per batch: the edges of all sources as events sorted by time, each time
+    a cut point; a layer's coverage of a point its starts at or before it less its ends at or before it
+    (cumulative sums); what the CPU thread was in, the call or NVTX self piece starting last at or before
+    it (a forward fill of its row) if it has not ended (each call or family name a code).
     """
     lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
 
@@ -174,17 +178,17 @@ def budget_totals(
 
     nccl = kernels.select("start_ns", "end_ns", pl.col("name").str.contains("(?i)nccl").alias("_nccl"))
     layers = {
-        "compute": _Intervals.of(inside(nccl.filter(~pl.col("_nccl"))).drop("_nccl")),
-        "comm": _Intervals.of(inside(nccl.filter(pl.col("_nccl"))).drop("_nccl")),
-        "copy": _Intervals.of(inside(copies.select("start_ns", "end_ns"))),
-        "in_step": _Intervals.of(steps.select("start_ns", "end_ns")),
+        "compute": _Intervals.layer(inside(nccl.filter(~pl.col("_nccl"))).drop("_nccl")),
+        "comm": _Intervals.layer(inside(nccl.filter(pl.col("_nccl"))).drop("_nccl")),
+        "copy": _Intervals.layer(inside(copies.select("start_ns", "end_ns"))),
+        "in_step": _Intervals.layer(steps.select("start_ns", "end_ns")),
     }
     del nccl
     (api, api_names), (calls, osrt_names), (blocking, _) = (_coded(on_thread(frame))
                                                             for frame in (cuda_api, osrt, sync))
     pieces, families = _nvtx_pieces(nvtx, thread, lo, hi)
-    lookups = {"_in_sync": _Intervals.of(blocking), "_api": _Intervals.of(api), "_osrt": _Intervals.of(calls),
-               "_nvtx": _Intervals.of(*pieces)}
+    lookups = {"_in_sync": _Intervals.lookup(blocking), "_api": _Intervals.lookup(api),
+               "_osrt": _Intervals.lookup(calls), "_nvtx": _Intervals.lookup(pieces)}
     names = pl.concat([api_names, osrt_names, families, pl.Series([""])])
     coding = _Coding(steps.select("step", "start_ns").sort("start_ns")["step"], names, api_names.len(),
                      osrt_names.len())
@@ -195,20 +199,44 @@ def budget_totals(
 
     def batch(first_ns: int, last_ns: int) -> pl.DataFrame:
         """The pieces of the steps in [FIRST_NS, LAST_NS] (their cut points all lie in it: steps' edges are cuts)."""
-        points = pl.concat([edges for source in sources for edges in source.edges(first_ns, last_ns)]).sort().unique()
-        segments = points.rename("start_ns").to_frame().with_columns(start.shift(-1).alias("end_ns"))
-        segments = segments.filter(pl.lit(layers["in_step"].covering(points)) & (end > start))
-        at = segments["start_ns"]
-        segments = segments.with_columns(
-            (pl.lit(step_starts).search_sorted(start, side="right").cast(pl.Int32) - 1).alias("_step"),
-            pl.when(pl.lit(layers["compute"].covering(at))).then(PARTS.index("compute"))
-            .when(pl.lit(layers["comm"].covering(at))).then(PARTS.index("exposed_comm"))
-            .when(pl.lit(layers["copy"].covering(at))).then(PARTS.index("exposed_copy")).cast(pl.UInt8).alias("_gpu"))
-        # What the CPU thread was in at each piece's start: a sync call; its CUDA API call, OS-runtime call,
-        # innermost range (as a code of its name).
-        segments = segments.with_columns(
-            *((found.is_not_null() if column == "_in_sync" else found + offsets[column]).alias(column)
-              for column, source in lookups.items() for found in [source.containing(at, first_ns, last_ns)]))
+        candidates = {column: source.candidates(first_ns, last_ns) for column, source in lookups.items()}
+        events = [_events(edges, 2 * index + side) for index, layer in enumerate(layers.values())
+                  for side, edges in enumerate(layer.edges(first_ns, last_ns))]
+        for index, (column, source) in enumerate(lookups.items()):
+            events += [_events(candidates[column]["start_ns"].clip(first_ns), _LOOKUP + index, rows=True),
+                       _events(source.edges(first_ns, last_ns)[1], _EDGE)]
+        merged = pl.concat(events).sort("start_ns", maintain_order=True)
+        # The state after each time's events: a layer's coverage counts its starts less its ends (from those
+        # before the batch on); a lookup's row is the last interval to start.
+        kind = pl.col("_kind")
+        covered = {name: (layer.open_at(first_ns) + (kind == 2 * index).cast(pl.Int64).cum_sum()
+                          - (kind == 2 * index + 1).cast(pl.Int64).cum_sum() > 0).alias(name)
+                   for index, (name, layer) in enumerate(layers.items()) if layer.frame.height}
+        rows = [pl.when(kind == _LOOKUP + index).then(pl.col("_row")).forward_fill().alias(column)
+                for index, (column, frame) in enumerate(candidates.items()) if frame.height]
+        segments = merged.select(start, *covered.values(), *rows).filter(start != start.shift(-1).fill_null(-1))
+        segments = segments.with_columns(start.shift(-1).alias("end_ns"))
+        segments = segments.filter(pl.col("in_step") & (end > start))
+
+        def layer(name: str) -> pl.Expr:
+            return pl.col(name) if name in covered else pl.lit(False)
+
+        def found(column: str) -> pl.Expr:
+            frame = candidates[column]
+            if not frame.height:
+                return pl.lit(None, pl.UInt32)
+            row = pl.col(column)
+            return pl.when(pl.lit(frame["end_ns"]).gather(row) > start).then(pl.lit(frame["_code"]).gather(row))
+
+        segments = segments.select(
+            (pl.lit(step_starts).search_sorted(start, side="right").cast(pl.Int32) - 1).alias("_step"), start, end,
+            pl.when(layer("compute")).then(PARTS.index("compute"))
+            .when(layer("comm")).then(PARTS.index("exposed_comm"))
+            .when(layer("copy")).then(PARTS.index("exposed_copy")).cast(pl.UInt8).alias("_gpu"),
+            # What the CPU thread was in at each piece's start: a sync call; its CUDA API call, OS-runtime call,
+            # innermost range (as a code of its name).
+            *((found(column).is_not_null() if column == "_in_sync" else found(column) + offsets[column]).alias(column)
+              for column in lookups))
         # Per idle run (consecutive idle pieces of one step), with fills instead of per-run groups: its
         # start and end, and the end of the latest sync before each piece (reset, as -1, at the run start).
         # Runs of busy pieces get fills of their own, which no idle piece sees.
@@ -257,64 +285,57 @@ def _batches(steps: pl.DataFrame, sources: list[_Intervals]) -> list[tuple[int, 
 
 @dataclass(frozen=True)
 class _Intervals:
-    """Intervals (start_ns, end_ns and, for lookups, _code) as frames by start time, each with its ends sorted
-    (for counting). Several frames where one would take a sort of them all (the NVTX pieces)."""
+    """Intervals by start time (start_ns, end_ns and, for lookups, _code) and their ends that cut, sorted: a
+    layer's all (it counts them), a lookup's those where none of its intervals starts (the start cuts there)."""
 
-    frames: list[pl.DataFrame]
-    ends: list[pl.Series]
+    frame: pl.DataFrame
+    ends: pl.Series
 
     @classmethod
-    def of(cls, *frames: pl.DataFrame) -> _Intervals:
-        ordered = [frame if frame["start_ns"].is_sorted() else frame.sort("start_ns", maintain_order=True)
-                   for frame in frames if frame.height]
-        return cls(ordered, [frame["end_ns"] if frame["end_ns"].is_sorted() else frame["end_ns"].sort()
-                             for frame in ordered])
+    def layer(cls, frame: pl.DataFrame) -> _Intervals:
+        ordered = _by_start(frame)
+        return cls(ordered, _sorted(ordered["end_ns"]))
+
+    @classmethod
+    def lookup(cls, frame: pl.DataFrame) -> _Intervals:
+        ordered = _by_start(frame)
+        # One thread's calls and self pieces mostly follow each other without a gap: most ends are a next start.
+        ends = ordered.select(pl.col("end_ns").filter(pl.col("end_ns").ne_missing(pl.col("start_ns").shift(-1))))
+        return cls(ordered, _sorted(ends.to_series()))
 
     def started(self, at: pl.Expr) -> pl.Expr:
         """How many intervals start before each time AT (a binary search per time: for a few times)."""
-        count = pl.lit(0, pl.Int64)
-        for frame in self.frames:
-            count = count + pl.lit(frame["start_ns"]).search_sorted(at, side="left").cast(pl.Int64)
-        return count
+        return pl.lit(self.frame["start_ns"]).search_sorted(at, side="left").cast(pl.Int64)
 
-    def covering(self, at: pl.Series) -> pl.Series:
-        """Whether an interval covers each of the times AT (sorted): more start at or before it than end at or
-        before it. Counted by asof joins, one merge of two sorted columns each."""
-        started = ended = pl.repeat(0, at.len(), dtype=pl.Int64, eager=True)
-        for frame, ends in zip(self.frames, self.ends, strict=True):
-            started, ended = started + _at_or_before(frame["start_ns"], at), ended + _at_or_before(ends, at)
-        return started > ended
+    def open_at(self, at: int) -> int:
+        """How many intervals started before AT and did not end before it."""
+        return self.frame["start_ns"].search_sorted(at, side="left") - self.ends.search_sorted(at, side="left")
 
-    def edges(self, first_ns: int, last_ns: int) -> list[pl.Series]:
-        """The starts and ends in [FIRST_NS, LAST_NS]."""
-        return [_within(values, first_ns, last_ns).rename("t")
-                for frame, ends in zip(self.frames, self.ends, strict=True) for values in (frame["start_ns"], ends)]
+    def edges(self, first_ns: int, last_ns: int) -> tuple[pl.Series, pl.Series]:
+        """The starts and the ends that cut in [FIRST_NS, LAST_NS]."""
+        return _within(self.frame["start_ns"], first_ns, last_ns), _within(self.ends, first_ns, last_ns)
 
-    def containing(self, at: pl.Series, first_ns: int, last_ns: int) -> pl.Series:
-        """The _code of the interval containing each of the times AT (sorted, in [FIRST_NS, LAST_NS]), null if none.
-
-        The last interval starting at or before it (the intervals of one thread do not overlap), if it
-        ends after it: an asof join, one merge of two sorted columns, over the intervals that can be it.
-        """
-        candidates = None
-        for frame in self.frames:
-            starts = frame["start_ns"]
-            begin = max(starts.search_sorted(first_ns, side="right") - 1, 0)
-            part = frame.slice(begin, starts.search_sorted(last_ns, side="right") - begin)
-            candidates = part if candidates is None else candidates.merge_sorted(part, "start_ns")
-        if candidates is None or not candidates.height:
-            return pl.repeat(None, at.len(), dtype=pl.UInt32, eager=True)
-        found = at.to_frame("_at").join_asof(
-            candidates.select(pl.col("start_ns").alias("_start"), pl.col("end_ns").alias("_end"), "_code"),
-            left_on="_at", right_on="_start", strategy="backward")
-        return found.select(pl.when(pl.col("_end") > pl.col("_at")).then(pl.col("_code"))).to_series()
+    def candidates(self, first_ns: int, last_ns: int) -> pl.DataFrame:
+        """The intervals that can contain a time in [FIRST_NS, LAST_NS] (start_ns, end_ns, _code) by start: those
+        starting in it and the last to start before it (the intervals of one thread do not overlap)."""
+        starts = self.frame["start_ns"]
+        begin = max(starts.search_sorted(first_ns, side="right") - 1, 0)
+        return self.frame.slice(begin, starts.search_sorted(last_ns, side="right") - begin)
 
 
-def _at_or_before(ordered: pl.Series, at: pl.Series) -> pl.Series:
-    """How many of the values ORDERED (sorted) are at or before each of the times AT (sorted): an asof join."""
-    ranked = ordered.rename("_value").to_frame().with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("_n"))
-    found = at.rename("_at").to_frame().join_asof(ranked, left_on="_at", right_on="_value", strategy="backward")
-    return found["_n"].fill_null(0)
+def _by_start(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame if frame["start_ns"].is_sorted() else frame.sort("start_ns", maintain_order=True)
+
+
+def _sorted(values: pl.Series) -> pl.Series:
+    return values if values.is_sorted() else values.sort()
+
+
+def _events(times: pl.Series, kind: int, rows: bool = False) -> pl.DataFrame:
+    """TIMES as events of KIND: start_ns, _kind and _row (with ROWS, the position in TIMES, else null)."""
+    return times.rename("start_ns").to_frame().with_columns(
+        pl.lit(kind, pl.UInt8).alias("_kind"),
+        (pl.int_range(pl.len(), dtype=pl.UInt32) if rows else pl.lit(None, pl.UInt32)).alias("_row"))
 
 
 def _within(ordered: pl.Series, first: int, last: int) -> pl.Series:
@@ -331,15 +352,16 @@ def _coded(calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     return ordered.select("start_ns", "end_ns", pl.when(pl.col("name").is_not_null()).then(codes).alias("_code")), names
 
 
-def _nvtx_pieces(nvtx: pl.DataFrame, thread: int | None, lo: int, hi: int) -> tuple[list[pl.DataFrame], pl.Series]:
-    """THREAD's NVTX self pieces in [LO, HI) (start_ns, end_ns, _code), as frames by start time, and the range
+def _nvtx_pieces(nvtx: pl.DataFrame, thread: int | None, lo: int, hi: int) -> tuple[pl.DataFrame, pl.Series]:
+    """THREAD's NVTX self pieces in [LO, HI) (start_ns, end_ns, _code) by start time, and the range
     families the codes index: the innermost range's family names the time (`step_{n}` for `step_7`)."""
     ranges = nvtx.select("start_ns", "end_ns", "thread", "depth", "name")
     inside = ranges.select(is_thread(thread) & (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)).to_series()
     if not inside.all():  # a filter copies even what it keeps
         ranges = ranges.filter(inside)
     if not ranges.height:
-        return [], pl.Series([], dtype=pl.String)
+        return pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64, "_code": pl.UInt32}), pl.Series(
+            [], dtype=pl.String)
     ranges = with_parents(ranges)
     # Families from the distinct names (a handful), not from a regex over every range.
     family, families = family_codes(ranges, "name")
@@ -347,17 +369,15 @@ def _nvtx_pieces(nvtx: pl.DataFrame, thread: int | None, lo: int, hi: int) -> tu
         family = family.scatter(ranges["name"].is_null().arg_true(), None)
     pieces = self_pieces(ranges)
     del ranges
-    # Where ranges nest, the pieces' frames come by start time and no two pieces start together: they stay
-    # apart (no sort of them all). Else one frame by (thread, start) from the pieces' old order, which
-    # decides which of two pieces starting together names the time.
-    starts = pl.concat([frame["start_ns"] for frame in pieces]).sort()
+    # Where ranges nest, no two pieces start together: by start time, whatever their order. Else by (thread,
+    # start) from the pieces' old order, which decides which of two pieces starting together names the time.
+    ordered = pl.concat(pieces).sort("start_ns")
+    starts = ordered["start_ns"]
     if starts.len() > 1 and (starts.slice(1) == starts.slice(0, starts.len() - 1)).any():
         ordered = in_parent_order(pieces)
-        frames = [ordered[ordered.select(pl.arg_sort_by(pl.lit(thread, pl.Int64), "start_ns")).to_series()]]
-    else:
-        frames = [frame if frame["start_ns"].is_sorted() else frame.sort("start_ns") for frame in pieces]
+        ordered = ordered[ordered.select(pl.arg_sort_by(pl.lit(thread, pl.Int64), "start_ns")).to_series()]
     del starts, pieces
-    return [frame.select("start_ns", "end_ns", family.gather(frame["id"]).alias("_code")) for frame in frames], families
+    return ordered.select("start_ns", "end_ns", family.gather(ordered["id"]).alias("_code")), families
 
 
 def is_thread(thread: int | None) -> pl.Expr:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import polars as pl
@@ -11,8 +12,9 @@ import pytest
 from capture_helpers import capture_cpu, sleepy_steps
 
 import nsight_core
-from nsight_core.analysis.budget import PARTS
+from nsight_core.analysis.budget import PARTS, SYNC_API
 from nsight_core.analysis.intervals import busy_ns
+from nsight_core.analysis.steps import find_steps
 
 CAPTURES = ["h200-torch-mlp/training.nsys-rep", "h200-torch-mlp/evaluation.nsys-rep",
             "h200-two-streams/two_streams.nsys-rep"]
@@ -65,3 +67,26 @@ def test_cpu_time_during_gpu_idle_names_the_call_and_the_range(tmp_path: Path) -
     assert spinning.total_ns >= 0.95 * counted * busy_s * 1e9
     assert sleeping.total_ns + spinning.total_ns <= budget.wall_ns
     assert not [f for f in analysis.findings if f.severity != "info"], "a CPU-only capture has no GPU to fix"
+
+
+def test_steps_the_gpu_never_ran_in_are_budgeted_alike_beside_steps_it_ran_in(load: Callable[[str], Any]) -> None:
+    """Without GPU work or a waiting call, each step is one idle run: the budget takes its part from the run's
+    length without cutting at the GPU's edges, and gives what the cut gives when another step had a kernel."""
+    trace = load("h200-torch-mlp/training.nsys-rep")
+    frames = {"kernels": trace.kernels.clear(), "memcpy": trace.memcpy.clear(), "memset": trace.memset.clear(),
+              "cuda_api": trace.cuda_api.filter(~pl.col("name").str.contains(SYNC_API)), "nvtx": trace.nvtx,
+              "nvtx_marks": trace.nvtx_marks, "osrt": trace.osrt, "window": trace.window}
+    cpu_only = SimpleNamespace(**frames)
+    _, steps = find_steps(trace.nvtx, trace.kernels)
+    warmup_start = int(steps["start_ns"][0])
+    kernel = trace.kernels.head(1).with_columns(pl.lit(warmup_start, pl.Int64).alias("start_ns"),
+                                                pl.lit(warmup_start + 1_000, pl.Int64).alias("end_ns"))
+    one_kernel = SimpleNamespace(**{**frames, "kernels": kernel})
+
+    idle, cut = nsight_core.analyze(cpu_only), nsight_core.analyze(one_kernel)
+    assert idle.steps.warmup and cut.steps.warmup, "the kernel's step is left out of the budget"
+    assert idle.budget == cut.budget
+    assert idle.budget.part("gpu_idle").total_ns + idle.budget.part("launch_gap").total_ns == idle.budget.wall_ns
+    assert {a.kind for a in idle.budget.idle_activities} == {"cuda_api", "nvtx"}
+    steady = pl.col("step") > 0
+    assert nsight_core.step_budgets(cpu_only).filter(steady).equals(nsight_core.step_budgets(one_kernel).filter(steady))

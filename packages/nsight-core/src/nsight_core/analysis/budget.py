@@ -197,8 +197,9 @@ def budget_totals(
     sources = [*layers.values(), *lookups.values()]
     start, end = pl.col("start_ns"), pl.col("end_ns")
 
-    def batch(first_ns: int, last_ns: int) -> pl.DataFrame:
-        """The pieces of the steps in [FIRST_NS, LAST_NS] (their cut points all lie in it: steps' edges are cuts)."""
+    def summed(first_ns: int, last_ns: int) -> pl.DataFrame:
+        """The pieces of the steps in [FIRST_NS, LAST_NS] (their cut points all lie in it: steps' edges are cuts)
+        summed per step, part and CPU activity: _step, _part, _name, total_ns."""
         candidates = {column: source.candidates(first_ns, last_ns) for column, source in lookups.items()}
         events = [_events(edges, 2 * index + side) for index, layer in enumerate(layers.values())
                   for side, edges in enumerate(layer.edges(first_ns, last_ns))]
@@ -237,6 +238,15 @@ def budget_totals(
             # innermost range (as a code of its name).
             *((found(column).is_not_null() if column == "_in_sync" else found(column) + offsets[column]).alias(column)
               for column in lookups))
+        name = pl.coalesce("_api", "_osrt", "_nvtx", pl.lit(names.len() - 1, pl.UInt32))
+        total = (end - start).sum().alias("total_ns")
+        if not covered.keys() - {"in_step"} and not candidates["_in_sync"].height:
+            # The GPU idles throughout and no call waits for it: each step is one idle run, whose part its length
+            # decides (its pieces summed), with no fills over the pieces.
+            totals = segments.group_by("_step", name.alias("_name")).agg(total)
+            run_ns = pl.col("total_ns").sum().over("_step")
+            return totals.select("_step", pl.when(run_ns < LAUNCH_GAP_NS).then(PARTS.index("launch_gap"))
+                                 .otherwise(PARTS.index("gpu_idle")).cast(pl.UInt8).alias("_part"), "_name", "total_ns")
         # Per idle run (consecutive idle pieces of one step), with fills instead of per-run groups: its
         # start and end, and the end of the latest sync before each piece (reset, as -1, at the run start).
         # Runs of busy pieces get fills of their own, which no idle piece sees.
@@ -253,17 +263,11 @@ def budget_totals(
                 .when(in_sync | refill.fill_null(False)).then(PARTS.index("sync_wait"))
                 .when(run_ns < LAUNCH_GAP_NS).then(PARTS.index("launch_gap"))
                 .otherwise(PARTS.index("gpu_idle")).cast(pl.UInt8))
-        name = pl.coalesce("_api", "_osrt", "_nvtx", pl.lit(names.len() - 1, pl.UInt32))
-        return segments.select("_step", "start_ns", "end_ns", part.alias("_part"),
-                               pl.when(idle).then(name).alias("_name"))
-
-    def summed(span: tuple[int, int]) -> pl.DataFrame:
-        return batch(*span).group_by("_step", "_part", "_name").agg(
-            (pl.col("end_ns") - pl.col("start_ns")).sum().alias("total_ns"))
+        return segments.group_by("_step", part.alias("_part"), pl.when(idle).then(name).alias("_name")).agg(total)
 
     # A step lies in one batch: the batches' sums need no summing across them.
     with ThreadPoolExecutor(max_workers=BATCH_WORKERS, thread_name_prefix="nsight-budget") as pool:
-        return coding.decoded(pl.concat(pool.map(summed, _batches(steps, sources))))
+        return coding.decoded(pl.concat(pool.map(lambda span: summed(*span), _batches(steps, sources))))
 
 
 BATCH_EDGES = 200_000

@@ -281,9 +281,9 @@ def _batches(steps: pl.DataFrame, sources: list[_Intervals]) -> list[tuple[int, 
     ordered = steps.select("start_ns", "end_ns").sort("start_ns")
     edges_before = pl.lit(0, pl.Int64)
     for source in sources:
-        edges_before = edges_before + source.started(pl.col("start_ns"))
+        edges_before = edges_before + source.edges_before(pl.col("start_ns"))
     return [(int(first), int(last)) for first, last in ordered.group_by(
-        (edges_before * 2 // BATCH_EDGES).alias("_batch"), maintain_order=True).agg(
+        (edges_before // BATCH_EDGES).alias("_batch"), maintain_order=True).agg(
         pl.col("start_ns").min(), pl.col("end_ns").max()).select("start_ns", "end_ns").iter_rows()]
 
 
@@ -307,9 +307,10 @@ class _Intervals:
         ends = ordered.select(pl.col("end_ns").filter(pl.col("end_ns").ne_missing(pl.col("start_ns").shift(-1))))
         return cls(ordered, _sorted(ends.to_series()))
 
-    def started(self, at: pl.Expr) -> pl.Expr:
-        """How many intervals start before each time AT (a binary search per time: for a few times)."""
-        return pl.lit(self.frame["start_ns"]).search_sorted(at, side="left").cast(pl.Int64)
+    def edges_before(self, at: pl.Expr) -> pl.Expr:
+        """How many starts and ends that cut lie before each time AT (binary searches per time: for a few times)."""
+        return sum((pl.lit(edges).search_sorted(at, side="left").cast(pl.Int64)
+                    for edges in (self.frame["start_ns"], self.ends)), pl.lit(0, pl.Int64))
 
     def open_at(self, at: int) -> int:
         """How many intervals started before AT and did not end before it."""

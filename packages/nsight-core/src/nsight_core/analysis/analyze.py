@@ -27,7 +27,7 @@ from nsight_core.analysis.budget import (
 )
 from nsight_core.analysis.findings import Context, Finding
 from nsight_core.analysis.footprint import UserWindow, capture_window, users_calls
-from nsight_core.analysis.ranges import RangeFamily, range_families
+from nsight_core.analysis.ranges import Nesting, RangeFamily, range_families
 from nsight_core.analysis.steps import StepStats, find_steps
 
 LAUNCH_API = r"^cu(da)?LaunchKernel|^cuLaunch"
@@ -96,8 +96,9 @@ class _Cut:
     totals: pl.DataFrame
 
 
-def _cut(trace: EventTables, window: UserWindow) -> _Cut:
-    """Find the steps (or take the user WINDOW as one) and sum their budget per step, part and CPU activity."""
+def _cut(trace: EventTables, window: UserWindow, nesting: Nesting) -> _Cut:
+    """Find the steps (or take the user WINDOW as one) and sum their budget per step, part and CPU activity
+    (NESTING: TRACE's NVTX ranges')."""
     stats, steps = find_steps(trace.nvtx, trace.kernels)
     scope: Literal["steps", "capture"] = "steps"
     if not steps.height:
@@ -109,7 +110,7 @@ def _cut(trace: EventTables, window: UserWindow) -> _Cut:
     columns = ["start_ns", "end_ns"]
     copies = pl.concat([trace.memcpy.select(columns), trace.memset.select(columns)])
     totals = budget_totals(steps, trace.kernels, copies, trace.cuda_api, users_calls(trace.osrt, window),
-                           trace.nvtx, blocking, thread)
+                           nesting, blocking, thread)
     return _Cut(window, stats, steps, scope, thread, blocking, totals)
 
 
@@ -120,11 +121,12 @@ def analyze(trace: EventTables) -> Analysis:
     its budget's idle time shows what the CPU did.
     """
     window = capture_window(trace)
+    nesting = Nesting.of(trace.nvtx)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsight-ranges") as pool:
         # The NVTX self times need only the ranges: they run beside the steps and the budget, on the core those
         # leave idle outside the budget's batches (Polars computes without the GIL).
-        ranges = pool.submit(range_families, trace.nvtx, window.span_ns)
-        cut = _cut(trace, window)
+        ranges = pool.submit(range_families, nesting, window.span_ns)
+        cut = _cut(trace, window, nesting)
     stats, steps = cut.stats, cut.steps
     steady = steps.slice(1) if stats.warmup else steps
     budget = summarize_budget(cut.totals.filter(pl.col("step").is_in(steady["step"].implode())), steady, cut.thread)
@@ -152,7 +154,7 @@ def step_budgets(trace: EventTables) -> pl.DataFrame:
 
     Without steps, one row (step 0) for the user's window.
     """
-    cut = _cut(trace, capture_window(trace))
+    cut = _cut(trace, capture_window(trace), Nesting.of(trace.nvtx))
     return per_step(cut.totals, cut.steps)
 
 

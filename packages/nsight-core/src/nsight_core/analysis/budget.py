@@ -28,8 +28,8 @@ from typing import Literal
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.ranges import in_parent_order, self_pieces, with_parents
-from nsight_core.analysis.steps import distinct_codes, family_codes
+from nsight_core.analysis.ranges import Nesting, in_parent_order, self_pieces, with_parents
+from nsight_core.analysis.steps import distinct_codes
 
 LAUNCH_GAP_NS = 100_000
 """GPU idle stretches shorter than this (100 µs) are launch overhead between queued work."""
@@ -139,7 +139,7 @@ def budget_totals(
     copies: pl.DataFrame,
     cuda_api: pl.DataFrame,
     osrt: pl.DataFrame,
-    nvtx: pl.DataFrame,
+    nesting: Nesting,
     sync: pl.DataFrame,
     thread: int | None,
 ) -> pl.DataFrame:
@@ -147,8 +147,8 @@ def budget_totals(
     cpu_kind, cpu_name, total_ns.
 
     STEPS: step, start_ns, end_ns (not overlapping). COPIES: memcpy and memset intervals. SYNC:
-    the blocking calls (:func:`sync_calls`). CUDA_API, OSRT and NVTX: all threads; only THREAD's
-    calls and ranges are attributed. All the budget needs (:func:`per_step`, :func:`summarize_budget`)
+    the blocking calls (:func:`sync_calls`). CUDA_API, OSRT and NESTING's NVTX ranges: all threads; only
+    THREAD's calls and ranges are attributed. All the budget needs (:func:`per_step`, :func:`summarize_budget`)
     without a row per piece: a million NVTX ranges cut their steps into two million pieces.
 
     The pieces carry codes instead of strings (:class:`_Coding`): _step, start_ns, end_ns, _part,
@@ -186,7 +186,7 @@ def budget_totals(
     del nccl
     (api, api_names), (calls, osrt_names), (blocking, _) = (_coded(on_thread(frame))
                                                             for frame in (cuda_api, osrt, sync))
-    pieces, families = _nvtx_pieces(nvtx, thread, lo, hi)
+    pieces, families = _nvtx_pieces(nesting, thread, lo, hi)
     lookups = {"_in_sync": _Intervals.lookup(blocking), "_api": _Intervals.lookup(api),
                "_osrt": _Intervals.lookup(calls), "_nvtx": _Intervals.lookup(pieces)}
     names = pl.concat([api_names, osrt_names, families, pl.Series([""])])
@@ -357,20 +357,19 @@ def _coded(calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     return ordered.select("start_ns", "end_ns", pl.when(pl.col("name").is_not_null()).then(codes).alias("_code")), names
 
 
-def _nvtx_pieces(nvtx: pl.DataFrame, thread: int | None, lo: int, hi: int) -> tuple[pl.DataFrame, pl.Series]:
+def _nvtx_pieces(nesting: Nesting, thread: int | None, lo: int, hi: int) -> tuple[pl.DataFrame, pl.Series]:
     """THREAD's NVTX self pieces in [LO, HI) (start_ns, end_ns, _code) by start time, and the range
     families the codes index: the innermost range's family names the time (`step_{n}` for `step_7`)."""
-    ranges = nvtx.select("start_ns", "end_ns", "thread", "depth", "name")
+    ranges, family = nesting.ranges, nesting.family
     inside = ranges.select(is_thread(thread) & (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)).to_series()
-    if not inside.all():  # a filter copies even what it keeps
-        ranges = ranges.filter(inside)
+    if not inside.all():
+        # Parents among the kept ranges only: where ranges cross, one whose parent ends before LO takes another.
+        ranges = with_parents(ranges.filter(inside).select("start_ns", "end_ns", "thread", "depth", "name"))
+        family = family.filter(inside)
     if not ranges.height:
         return pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64, "_code": pl.UInt32}), pl.Series(
             [], dtype=pl.String)
-    ranges = with_parents(ranges)
-    # Families from the distinct names (a handful), not from a regex over every range.
-    family, families = family_codes(ranges, "name")
-    if families.null_count():  # a range without a name names nothing: the time is a call's, or untraced
+    if nesting.families.null_count():  # a range without a name names nothing: the time is a call's, or untraced
         family = family.scatter(ranges["name"].is_null().arg_true(), None)
     pieces = self_pieces(ranges)
     del ranges
@@ -382,7 +381,7 @@ def _nvtx_pieces(nvtx: pl.DataFrame, thread: int | None, lo: int, hi: int) -> tu
         ordered = in_parent_order(pieces)
         ordered = ordered[ordered.select(pl.arg_sort_by(pl.lit(thread, pl.Int64), "start_ns")).to_series()]
     del starts, pieces
-    return ordered.select("start_ns", "end_ns", family.gather(ordered["id"]).alias("_code")), families
+    return ordered.select("start_ns", "end_ns", family.gather(ordered["id"]).alias("_code")), nesting.families
 
 
 def is_thread(thread: int | None) -> pl.Expr:

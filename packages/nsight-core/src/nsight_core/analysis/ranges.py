@@ -8,6 +8,8 @@ never overlap, and shares are of the capture span. Summed (inclusive) time is ke
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import polars as pl
 from pydantic import BaseModel, Field
 
@@ -58,9 +60,23 @@ def _thread_level(ranges: pl.DataFrame) -> pl.Expr:
     return pl.lit(codes).cast(pl.Int64) * span + pl.col("depth")
 
 
-def self_time(nvtx: pl.DataFrame) -> pl.DataFrame:
-    """Per range (columns of NVTX plus id, parent): self_ns = duration minus direct children's durations."""
-    ranges = with_parents(nvtx)
+@dataclass(frozen=True)
+class Nesting:
+    """NVTX ranges with their parents (:func:`with_parents`) and each one's family as a code into FAMILIES
+    (:func:`family_codes`): made once for the self times and the budget, which both read them."""
+
+    ranges: pl.DataFrame
+    family: pl.Series
+    families: pl.Series
+
+    @classmethod
+    def of(cls, nvtx: pl.DataFrame) -> Nesting:
+        ranges = with_parents(nvtx)
+        return cls(ranges, *family_codes(ranges, "name"))
+
+
+def self_time(ranges: pl.DataFrame) -> pl.DataFrame:
+    """Per range of RANGES (:func:`with_parents`' frame): self_ns = duration minus direct children's durations."""
     duration = pl.col("end_ns") - pl.col("start_ns")
     children = ranges.group_by("parent").agg(duration.sum().alias("children_ns"))
     summed = ranges.select("id").join(children, left_on="id", right_on="parent", how="left", maintain_order="left")
@@ -118,13 +134,13 @@ def self_intervals(nvtx: pl.DataFrame) -> pl.DataFrame:
     return pieces.sort("thread", "start_ns")
 
 
-def range_families(nvtx: pl.DataFrame, span_ns: int) -> list[RangeFamily]:
-    """NVTX ranges grouped by family, longest self time first, shares of the capture span SPAN_NS."""
-    if not nvtx.height:
+def range_families(nesting: Nesting, span_ns: int) -> list[RangeFamily]:
+    """NESTING's ranges grouped by family, longest self time first, shares of the capture span SPAN_NS."""
+    if not nesting.ranges.height:
         return []
-    timed = self_time(nvtx)
+    timed = self_time(nesting.ranges)
     # Grouped by codes of (family, domain), not by the strings: a fraction of the memory.
-    (pattern, patterns), (domain, domains) = family_codes(timed, "name"), distinct_codes(timed, "domain")
+    (pattern, patterns), (domain, domains) = (nesting.family, nesting.families), distinct_codes(timed, "domain")
     duration = pl.col("_duration")
     grouped = (
         timed.select(pattern.alias("pattern"), domain.alias("domain"),

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -96,9 +97,9 @@ class _Cut:
     totals: pl.DataFrame
 
 
-def _cut(trace: EventTables, window: UserWindow, nesting: Nesting) -> _Cut:
+def _cut(trace: EventTables, window: UserWindow, nesting: Callable[[], Nesting]) -> _Cut:
     """Find the steps (or take the user WINDOW as one) and sum their budget per step, part and CPU activity
-    (NESTING: TRACE's NVTX ranges')."""
+    (NESTING: TRACE's NVTX ranges', asked for once the steps are found)."""
     stats, steps = find_steps(trace.nvtx, trace.kernels)
     scope: Literal["steps", "capture"] = "steps"
     if not steps.height:
@@ -110,7 +111,7 @@ def _cut(trace: EventTables, window: UserWindow, nesting: Nesting) -> _Cut:
     columns = ["start_ns", "end_ns"]
     copies = pl.concat([trace.memcpy.select(columns), trace.memset.select(columns)])
     totals = budget_totals(steps, trace.kernels, copies, trace.cuda_api, users_calls(trace.osrt, window),
-                           nesting, blocking, thread)
+                           nesting(), blocking, thread)
     return _Cut(window, stats, steps, scope, thread, blocking, totals)
 
 
@@ -121,12 +122,13 @@ def analyze(trace: EventTables) -> Analysis:
     its budget's idle time shows what the CPU did.
     """
     window = capture_window(trace)
-    nesting = Nesting.of(trace.nvtx)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsight-ranges") as pool:
-        # The NVTX self times need only the ranges: they run beside the steps and the budget, on the core those
-        # leave idle outside the budget's batches (Polars computes without the GIL).
-        ranges = pool.submit(range_families, nesting, window.span_ns)
-        cut = _cut(trace, window, nesting)
+        # The NVTX ranges' nesting and self times need only the ranges: they run beside the steps and the budget,
+        # on the core those leave idle outside the budget's batches (Polars computes without the GIL); the
+        # budget takes the nesting when it is made.
+        nesting = pool.submit(Nesting.of, trace.nvtx)
+        ranges = pool.submit(lambda: range_families(nesting.result(), window.span_ns))
+        cut = _cut(trace, window, nesting.result)
     stats, steps = cut.stats, cut.steps
     steady = steps.slice(1) if stats.warmup else steps
     budget = summarize_budget(cut.totals.filter(pl.col("step").is_in(steady["step"].implode())), steady, cut.thread)
@@ -154,7 +156,7 @@ def step_budgets(trace: EventTables) -> pl.DataFrame:
 
     Without steps, one row (step 0) for the user's window.
     """
-    cut = _cut(trace, capture_window(trace), Nesting.of(trace.nvtx))
+    cut = _cut(trace, capture_window(trace), lambda: Nesting.of(trace.nvtx))
     return per_step(cut.totals, cut.steps)
 
 

@@ -375,13 +375,19 @@ def _nvtx_pieces(nesting: Nesting, thread: int | None, lo: int, hi: int) -> tupl
     del ranges
     # Where ranges nest, no two pieces start together: by start time, whatever their order. Else by (thread,
     # start) from the pieces' old order, which decides which of two pieces starting together names the time.
-    ordered = pl.concat(pieces).sort("start_ns")
-    starts = ordered["start_ns"]
+    # A column at a time, each let go once in order, the ids as codes: a sort of the frames would hold them twice.
+    order = pl.concat([frame["start_ns"] for frame in pieces]).arg_sort()
+    frames: tuple[pl.DataFrame, ...] = pieces
+    starts = pl.concat([frame["start_ns"] for frame in frames]).gather(order)
     if starts.len() > 1 and (starts.slice(1) == starts.slice(0, starts.len() - 1)).any():
-        ordered = in_parent_order(pieces)
-        ordered = ordered[ordered.select(pl.arg_sort_by(pl.lit(thread, pl.Int64), "start_ns")).to_series()]
-    del starts, pieces
-    return ordered.select("start_ns", "end_ns", family.gather(ordered["id"]).alias("_code")), nesting.families
+        frames = (in_parent_order(pieces),)
+        order = frames[0].select(pl.arg_sort_by(pl.lit(thread, pl.Int64), "start_ns")).to_series()
+        starts = frames[0]["start_ns"].gather(order)
+    column = {"end_ns": pl.concat([frame["end_ns"] for frame in frames]),
+              "_code": pl.concat([family.gather(frame["id"]) for frame in frames])}
+    del pieces, frames
+    return pl.DataFrame([starts, *(column.pop(name).gather(order).alias(name) for name in ("end_ns", "_code"))]), \
+        nesting.families
 
 
 def is_thread(thread: int | None) -> pl.Expr:

@@ -210,8 +210,8 @@ def budget_totals(
         # The state after each time's events: a layer's coverage counts its starts less its ends (from those
         # before the batch on); a lookup's row is the last interval to start.
         kind = pl.col("_kind")
-        covered = {name: (layer.open_at(first_ns) + (kind == 2 * index).cast(pl.Int64).cum_sum()
-                          - (kind == 2 * index + 1).cast(pl.Int64).cum_sum() > 0).alias(name)
+        covered = {name: (layer.open_at(first_ns) + pl.when(kind == 2 * index).then(1).when(kind == 2 * index + 1)
+                          .then(-1).otherwise(0).cum_sum() > 0).alias(name)
                    for index, (name, layer) in enumerate(layers.items()) if layer.frame.height}
         rows = [pl.when(kind == _LOOKUP + index).then(pl.col("_row")).forward_fill().alias(column)
                 for index, (column, frame) in enumerate(candidates.items()) if frame.height]
@@ -254,16 +254,19 @@ def budget_totals(
         segments = segments.with_columns(
             ((idle != idle.shift(1)) | (pl.col("_step") != pl.col("_step").shift(1))).fill_null(True).alias("_first"))
         first, last, in_sync = pl.col("_first"), pl.col("_first").shift(-1).fill_null(True), pl.col("_in_sync")
-        run_end = pl.when(last).then(end).backward_fill()
-        run_ns = run_end - pl.when(first).then(start).forward_fill()
         sync_end = pl.when(in_sync).then(end).when(first).then(-1).forward_fill()
-        sync_end = pl.when(sync_end >= 0).then(sync_end)
+        # Columns of their own, each fill once: expressions that share one would each compute it.
+        segments = segments.with_columns(pl.when(last).then(end).backward_fill().alias("_run_end"),
+                                         pl.when(first).then(start).forward_fill().alias("_run_start"),
+                                         pl.when(sync_end >= 0).then(sync_end).alias("_sync_end"))
+        run_end, sync_end = pl.col("_run_end"), pl.col("_sync_end")
         refill = (start >= sync_end) & (run_end - sync_end < LAUNCH_GAP_NS)
         part = (pl.when(~idle).then(pl.col("_gpu"))
                 .when(in_sync | refill.fill_null(False)).then(PARTS.index("sync_wait"))
-                .when(run_ns < LAUNCH_GAP_NS).then(PARTS.index("launch_gap"))
+                .when(run_end - pl.col("_run_start") < LAUNCH_GAP_NS).then(PARTS.index("launch_gap"))
                 .otherwise(PARTS.index("gpu_idle")).cast(pl.UInt8))
-        return segments.group_by("_step", part.alias("_part"), pl.when(idle).then(name).alias("_name")).agg(total)
+        pieces = segments.select("_step", part.alias("_part"), pl.when(idle).then(name).alias("_name"), start, end)
+        return pieces.group_by("_step", "_part", "_name").agg(total)
 
     # A step lies in one batch: the batches' sums need no summing across them.
     with ThreadPoolExecutor(max_workers=BATCH_WORKERS, thread_name_prefix="nsight-budget") as pool:

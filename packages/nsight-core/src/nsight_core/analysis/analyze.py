@@ -29,7 +29,7 @@ from nsight_core.analysis.budget import (
 from nsight_core.analysis.findings import Context, Finding
 from nsight_core.analysis.footprint import UserWindow, capture_window, users_calls
 from nsight_core.analysis.ranges import Nesting, RangeFamily, range_families
-from nsight_core.analysis.steps import StepStats, find_steps
+from nsight_core.analysis.steps import StepStats, find_steps, matching
 
 LAUNCH_API = r"^cu(da)?LaunchKernel|^cuLaunch"
 
@@ -179,7 +179,7 @@ def _syncs_in(steps: pl.DataFrame, blocking: pl.DataFrame, memcpy: pl.DataFrame,
 
 def _launch_shape(steps: pl.DataFrame, kernels: pl.DataFrame, cuda_api: pl.DataFrame) -> tuple[float, float, float]:
     """Kernels per step, median kernel duration and median launch-call duration in the steps."""
-    launches = _in_steps(cuda_api.filter(pl.col("name").str.contains(LAUNCH_API)), steps)
+    launches = _in_steps(cuda_api.filter(matching(cuda_api, "name", lambda name: name.str.contains(LAUNCH_API))), steps)
     ran = kernels.join(launches.select("correlation_id"), on="correlation_id", how="semi")
     per_step_count = ran.height / steps.height if steps.height else 0.0
     kernel_p50 = float(ran.select((pl.col("end_ns") - pl.col("start_ns")).median()).item() or 0.0)

@@ -29,7 +29,7 @@ import polars as pl
 from pydantic import BaseModel, Field
 
 from nsight_core.analysis.ranges import Nesting, in_parent_order, self_pieces, with_parents
-from nsight_core.analysis.steps import distinct_codes
+from nsight_core.analysis.steps import distinct_codes, matching
 
 LAUNCH_GAP_NS = 100_000
 """GPU idle stretches shorter than this (100 µs) are launch overhead between queued work."""
@@ -89,7 +89,8 @@ def sync_calls(cuda_api: pl.DataFrame, memcpy: pl.DataFrame) -> pl.DataFrame:
     through a pinned buffer); the correlation id ties the call to its copy.
     """
     pageable = memcpy.filter((pl.col("src_kind") == "Pageable") | (pl.col("dst_kind") == "Pageable"))
-    blocking = pl.col("name").str.contains(SYNC_API) & ~pl.col("name").str.contains("Async", literal=True)
+    blocking = matching(cuda_api, "name", lambda name: name.str.contains(SYNC_API)
+                        & ~name.str.contains("Async", literal=True))
     return cuda_api.filter(blocking | pl.col("correlation_id").is_in(pageable["correlation_id"].implode()))
 
 

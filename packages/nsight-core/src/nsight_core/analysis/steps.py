@@ -9,6 +9,7 @@ step. When neither is there, the result says why instead of guessing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import polars as pl
@@ -82,6 +83,13 @@ def distinct_codes(frame: pl.DataFrame, column: str) -> tuple[pl.Series, pl.Seri
     """
     distinct = frame.select(pl.col(column).unique().sort()).to_series()
     return frame.select(pl.lit(distinct).search_sorted(pl.col(column), side="left")).to_series(), distinct
+
+
+def matching(frame: pl.DataFrame, column: str, test: Callable[[pl.Expr], pl.Expr]) -> pl.Expr:
+    """Whether FRAME's COLUMN passes TEST, run on the distinct values: a regex over a handful of call names, not
+    over every call."""
+    distinct = frame.select(pl.col(column).unique()).to_series()
+    return pl.col(column).is_in(distinct.filter(pl.select(test(pl.lit(distinct))).to_series()).implode())
 
 
 def family_codes(frame: pl.DataFrame, column: str) -> tuple[pl.Series, pl.Series]:

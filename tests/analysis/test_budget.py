@@ -69,13 +69,17 @@ def test_cpu_time_during_gpu_idle_names_the_call_and_the_range(tmp_path: Path) -
     assert not [f for f in analysis.findings if f.severity != "info"], "a CPU-only capture has no GPU to fix"
 
 
-def test_steps_the_gpu_never_ran_in_are_budgeted_alike_beside_steps_it_ran_in(load: Callable[[str], Any]) -> None:
+@pytest.mark.parametrize("calls", [True, False], ids=["calls-and-ranges", "ranges-only"])
+def test_steps_the_gpu_never_ran_in_are_budgeted_alike_beside_steps_it_ran_in(load: Callable[[str], Any],
+                                                                              calls: bool) -> None:
     """Without GPU work or a waiting call, each step is one idle run: the budget takes its part from the run's
-    length without cutting at the GPU's edges, and gives what the cut gives when another step had a kernel."""
+    length without cutting at the GPU's edges (nor at any edge when the thread has only ranges, which do not
+    overlap), and gives what the cut gives when another step had a kernel."""
     trace = load("h200-torch-mlp/training.nsys-rep")
+    api = trace.cuda_api.filter(~pl.col("name").str.contains(SYNC_API)) if calls else trace.cuda_api.clear()
     frames = {"kernels": trace.kernels.clear(), "memcpy": trace.memcpy.clear(), "memset": trace.memset.clear(),
-              "cuda_api": trace.cuda_api.filter(~pl.col("name").str.contains(SYNC_API)), "nvtx": trace.nvtx,
-              "nvtx_marks": trace.nvtx_marks, "osrt": trace.osrt, "window": trace.window}
+              "cuda_api": api, "nvtx": trace.nvtx, "nvtx_marks": trace.nvtx_marks, "osrt": trace.osrt,
+              "window": trace.window}
     cpu_only = SimpleNamespace(**frames)
     _, steps = find_steps(trace.nvtx, trace.kernels)
     warmup_start = int(steps["start_ns"][0])
@@ -87,6 +91,6 @@ def test_steps_the_gpu_never_ran_in_are_budgeted_alike_beside_steps_it_ran_in(lo
     assert idle.steps.warmup and cut.steps.warmup, "the kernel's step is left out of the budget"
     assert idle.budget == cut.budget
     assert idle.budget.part("gpu_idle").total_ns + idle.budget.part("launch_gap").total_ns == idle.budget.wall_ns
-    assert {a.kind for a in idle.budget.idle_activities} == {"cuda_api", "nvtx"}
+    assert {a.kind for a in idle.budget.idle_activities} == ({"cuda_api", "nvtx"} if calls else {"nvtx"})
     steady = pl.col("step") > 0
     assert nsight_core.step_budgets(cpu_only).filter(steady).equals(nsight_core.step_budgets(one_kernel).filter(steady))

@@ -194,14 +194,54 @@ def budget_totals(
     coding = _Coding(steps.select("step", "start_ns").sort("start_ns")["step"], names, api_names.len(),
                      osrt_names.len())
     offsets = {"_in_sync": 0, "_api": 0, "_osrt": coding.api, "_nvtx": coding.api + coding.osrt}
-    step_starts = steps.select("start_ns").sort("start_ns").to_series()
+    ordered_steps = steps.select("start_ns", "end_ns").sort("start_ns")
+    step_starts = ordered_steps["start_ns"]
+    untraced = pl.lit(names.len() - 1, pl.UInt32)
+    gpu_idle = not any(layers[name].frame.height for name in ("compute", "comm", "copy"))
     sources = [*layers.values(), *lookups.values()]
     start, end = pl.col("start_ns"), pl.col("end_ns")
+
+    def idle_runs(totals: pl.DataFrame) -> pl.DataFrame:
+        """TOTALS (_step, _name, total_ns) of steps the GPU idles through with no call waiting for it: each step is
+        one idle run, whose part its length decides (its pieces summed), with no fills over the pieces."""
+        run_ns = pl.col("total_ns").sum().over("_step")
+        return totals.select("_step", pl.when(run_ns < LAUNCH_GAP_NS).then(PARTS.index("launch_gap"))
+                             .otherwise(PARTS.index("gpu_idle")).cast(pl.UInt8).alias("_part"), "_name", "total_ns")
+
+    def overlaps(first_ns: int, last_ns: int, intervals: pl.DataFrame, offset: int) -> pl.DataFrame:
+        """The time of the steps in [FIRST_NS, LAST_NS] per step and name when the thread's only activity there is
+        INTERVALS (start_ns, end_ns, _code less OFFSET) and none overlap: each interval's overlap with each step
+        it meets, the rest untraced. What the cut at every edge sums to, without the cut."""
+        begin = step_starts.search_sorted(first_ns, side="left")  # the next batch's first step may start at LAST_NS
+        batch = ordered_steps.slice(begin, step_starts.search_sorted(last_ns, side="left") - begin).with_columns(
+            (pl.lit(step_starts).search_sorted(start, side="right").cast(pl.Int32) - 1).alias("_step"))
+        at, last, starts = pl.col("_at"), pl.col("_last"), pl.lit(batch["start_ns"])
+        met = intervals.select(start, end, (pl.col("_code") + offset).fill_null(untraced).alias("_name"),
+                               (starts.search_sorted(start, side="right").cast(pl.Int64) - 1).clip(0).alias("_at"),
+                               (starts.search_sorted(end, side="left").cast(pl.Int64) - 1).alias("_last"))
+        # Most intervals lie in one step; those across steps meet each (a list per interval would cost them all).
+        across = met.filter(last > at).with_columns(pl.int_ranges(at, last + 1).alias("_at")).explode("_at")
+        met = pl.concat([met.filter(last == at), across]).select(
+            pl.lit(batch["_step"]).gather(at).alias("_step"), "_name",
+            (pl.min_horizontal(end, pl.lit(batch["end_ns"]).gather(at))
+             - pl.max_horizontal(start, pl.lit(batch["start_ns"]).gather(at))).alias("total_ns"))
+        met = met.filter(pl.col("total_ns") > 0)
+        walls = batch.group_by("_step").agg((end - start).sum().alias("total_ns"))
+        rest = walls.join(met.group_by("_step").agg(pl.col("total_ns").sum().alias("_met")), on="_step", how="left")
+        rest = rest.select("_step", untraced.alias("_name"), pl.col("total_ns") - pl.col("_met").fill_null(0))
+        return pl.concat([met, rest.filter(pl.col("total_ns") > 0)]).group_by("_step", "_name").agg(
+            pl.col("total_ns").sum())
 
     def summed(first_ns: int, last_ns: int) -> pl.DataFrame:
         """The pieces of the steps in [FIRST_NS, LAST_NS] (their cut points all lie in it: steps' edges are cuts)
         summed per step, part and CPU activity: _step, _part, _name, total_ns."""
         candidates = {column: source.candidates(first_ns, last_ns) for column, source in lookups.items()}
+        named = [column for column in ("_api", "_osrt", "_nvtx") if candidates[column].height]
+        if gpu_idle and not candidates["_in_sync"].height and len(named) < 2:
+            # Time that is one kind of interval's or untraced needs no cut where the intervals do not overlap.
+            intervals = candidates[named[0]] if named else candidates["_nvtx"]
+            if intervals.select((start.shift(-1) >= end).all()).item():
+                return idle_runs(overlaps(first_ns, last_ns, intervals, offsets[named[0]] if named else 0))
         events = [_events(edges, 2 * index + side) for index, layer in enumerate(layers.values())
                   for side, edges in enumerate(layer.edges(first_ns, last_ns))]
         for index, (column, source) in enumerate(lookups.items()):
@@ -239,15 +279,10 @@ def budget_totals(
             # innermost range (as a code of its name).
             *((found(column).is_not_null() if column == "_in_sync" else found(column) + offsets[column]).alias(column)
               for column in lookups))
-        name = pl.coalesce("_api", "_osrt", "_nvtx", pl.lit(names.len() - 1, pl.UInt32))
+        name = pl.coalesce("_api", "_osrt", "_nvtx", untraced)
         total = (end - start).sum().alias("total_ns")
-        if not covered.keys() - {"in_step"} and not candidates["_in_sync"].height:
-            # The GPU idles throughout and no call waits for it: each step is one idle run, whose part its length
-            # decides (its pieces summed), with no fills over the pieces.
-            totals = segments.group_by("_step", name.alias("_name")).agg(total)
-            run_ns = pl.col("total_ns").sum().over("_step")
-            return totals.select("_step", pl.when(run_ns < LAUNCH_GAP_NS).then(PARTS.index("launch_gap"))
-                                 .otherwise(PARTS.index("gpu_idle")).cast(pl.UInt8).alias("_part"), "_name", "total_ns")
+        if gpu_idle and not candidates["_in_sync"].height:
+            return idle_runs(segments.group_by("_step", name.alias("_name")).agg(total))
         # Per idle run (consecutive idle pieces of one step), with fills instead of per-run groups: its
         # start and end, and the end of the latest sync before each piece (reset, as -1, at the run start).
         # Runs of busy pieces get fills of their own, which no idle piece sees.

@@ -100,8 +100,8 @@ def family_codes(frame: pl.DataFrame, column: str) -> tuple[pl.Series, pl.Series
     return pattern_codes.gather(name_codes), families
 
 
-def nvtx_families(nvtx: pl.DataFrame) -> pl.DataFrame:
-    """Repeated range families, best step candidate first.
+def nvtx_families(nvtx: pl.DataFrame, family: tuple[pl.Series, pl.Series]) -> pl.DataFrame:
+    """Repeated range families (FAMILY: :func:`family_codes` of the names), best step candidate first.
 
     Columns: pattern, domain, thread, depth, count, total_ns, p50_ns, p95_ns, min_ns, max_ns,
     first_ns, sequential, step_word. Order: names that say step/iter/batch, then sequential ones,
@@ -109,7 +109,7 @@ def nvtx_families(nvtx: pl.DataFrame) -> pl.DataFrame:
     """
     # Grouped by codes of (family, domain, thread), not by the strings: a fraction of the memory.
     (pattern, patterns), (domain, domains), (thread, threads) = (
-        family_codes(nvtx, "name"), distinct_codes(nvtx, "domain"), distinct_codes(nvtx, "thread"))
+        family, distinct_codes(nvtx, "domain"), distinct_codes(nvtx, "thread"))
     keyed = nvtx.select(pattern.alias("pattern"), domain.alias("domain"), thread.alias("thread"), "start_ns", "end_ns",
                         "depth", (pl.col("end_ns") - pl.col("start_ns")).alias("_duration"))
     keyed = keyed if keyed["start_ns"].is_sorted() else keyed.sort("start_ns", maintain_order=True)
@@ -141,12 +141,13 @@ def nvtx_families(nvtx: pl.DataFrame) -> pl.DataFrame:
 
 def find_steps(nvtx: pl.DataFrame, kernels: pl.DataFrame) -> tuple[StepStats, pl.DataFrame]:
     """The capture's steps: statistics and one row per step (step, start_ns, end_ns, name, thread)."""
-    families = nvtx_families(nvtx)
+    codes = family_codes(nvtx, "name")
+    families = nvtx_families(nvtx, codes)
     candidates = [StepFamily(**row) for row in families.drop("step_word").to_dicts()]
     sequential = [family for family in candidates if family.sequential]
     if sequential:
         family = sequential[0]
-        steps = _family_instances(nvtx, family)
+        steps = _family_instances(nvtx, codes, family)
         return _with_shape(StepStats(source="nvtx", family=family, candidates=candidates), steps), steps
     steps, period, reason = kernel_period_steps(kernels)
     if steps.height < 2 or period is None:
@@ -157,12 +158,12 @@ def find_steps(nvtx: pl.DataFrame, kernels: pl.DataFrame) -> tuple[StepStats, pl
     return _with_shape(stats, steps), steps
 
 
-def _family_instances(nvtx: pl.DataFrame, family: StepFamily) -> pl.DataFrame:
-    names = nvtx["name"].unique()
-    members = names.filter(pl.select(_pattern(pl.lit(names)) == family.pattern).to_series())  # the family's names
+def _family_instances(nvtx: pl.DataFrame, codes: tuple[pl.Series, pl.Series], family: StepFamily) -> pl.DataFrame:
+    """FAMILY's ranges in NVTX (CODES: :func:`family_codes` of the names) as steps."""
+    pattern, patterns = codes
     return (
         nvtx.filter(
-            pl.col("name").is_in(members.implode())
+            pl.lit(pattern).eq((patterns == family.pattern).arg_true()[0])
             & (pl.col("domain") == family.domain)
             & (pl.col("thread") == family.thread)
         )

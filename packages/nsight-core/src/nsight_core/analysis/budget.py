@@ -309,8 +309,9 @@ def budget_totals(
         return coding.decoded(pl.concat(pool.map(lambda span: summed(*span), _batches(steps, sources))))
 
 
-BATCH_EDGES = 200_000
-"""About this many interval edges (cut points) per batch of steps in the budget: bounds its memory."""
+BATCH_EDGES = 150_000
+"""About this many interval edges (cut points) per batch of steps in the budget: bounds its memory (the sweep
+holds each edge as an event, then each piece with its layers and lookups)."""
 BATCH_WORKERS = 2
 """Batches of the budget computed at once (threads)."""
 

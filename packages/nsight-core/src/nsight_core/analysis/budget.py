@@ -152,8 +152,8 @@ def budget_totals(
     THREAD's calls and ranges are attributed. All the budget needs (:func:`per_step`, :func:`summarize_budget`)
     without a row per piece: a million NVTX ranges cut their steps into two million pieces.
 
-    The pieces carry codes instead of strings (:class:`_Coding`): _step, start_ns, end_ns, _part,
-    _name (null where the GPU ran).
+    The batches' sums carry codes instead of strings (:class:`_Coding`): _step, _part, _name (null where the
+    GPU ran), total_ns.
     Steps are independent (no run of pieces crosses a step's end), so the pieces are made a batch of
     steps at a time (about BATCH_EDGES cut points each): memory holds BATCH_WORKERS batches, whatever the
     capture, and the batches run side by side (Polars computes without the GIL; each batch alone keeps
@@ -161,7 +161,9 @@ def budget_totals(
     Columnar throughout, one sweep per batch: the edges of all sources as events sorted by time, each time
     a cut point; a layer's coverage of a point its starts at or before it less its ends at or before it
     (cumulative sums); what the CPU thread was in, the call or NVTX self piece starting last at or before
-    it (a forward fill of its row) if it has not ended (each call or family name a code).
+    it (a forward fill of its row) if it has not ended (each call or family name a code). Where the GPU idles, no
+    call waits and the thread has one kind of interval that do not overlap (NVTX ranges alone), the sums follow
+    from the intervals' overlaps with the steps, with no sweep.
     """
     lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
 
@@ -210,8 +212,8 @@ def budget_totals(
 
     def overlaps(first_ns: int, last_ns: int, intervals: pl.DataFrame, offset: int) -> pl.DataFrame:
         """The time of the steps in [FIRST_NS, LAST_NS] per step and name when the thread's only activity there is
-        INTERVALS (start_ns, end_ns, _code less OFFSET) and none overlap: each interval's overlap with each step
-        it meets, the rest untraced. What the cut at every edge sums to, without the cut."""
+        INTERVALS (start_ns, end_ns, _code: the name's code less OFFSET) and none overlap: each interval's overlap
+        with each step it meets, the rest untraced. What the cut at every edge sums to, without the cut."""
         begin = step_starts.search_sorted(first_ns, side="left")  # the next batch's first step may start at LAST_NS
         batch = ordered_steps.slice(begin, step_starts.search_sorted(last_ns, side="left") - begin).with_columns(
             (pl.lit(step_starts).search_sorted(start, side="right").cast(pl.Int32) - 1).alias("_step"))
@@ -330,7 +332,7 @@ def _batches(steps: pl.DataFrame, sources: list[_Intervals]) -> list[tuple[int, 
 @dataclass(frozen=True)
 class _Intervals:
     """Intervals by start time (start_ns, end_ns and, for lookups, _code) and their ends that cut, sorted: a
-    layer's all (it counts them), a lookup's those where none of its intervals starts (the start cuts there)."""
+    layer's all (it counts them), a lookup's those where its next interval does not start (that start cuts)."""
 
     frame: pl.DataFrame
     ends: pl.Series

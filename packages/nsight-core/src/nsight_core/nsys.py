@@ -323,11 +323,9 @@ def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[s
         env = {**(os.environ if env is None else env), ENV_SIGNAL_FILE: str(died)}
         for _attempt in range(START_ATTEMPTS):  # again only while nsys fails transiently before COMMAND starts
             pending.touch()
-            finished, transient = _run_under_nsys(nsys_argv, command, pending, env, timeout, interactive)
+            finished, transient = _run_under_nsys(nsys_argv, command, pending, env, timeout, interactive, session)
             if finished.started or not transient:
                 break
-            if session:  # a launch that hung keeps its agent, which holds the session's name
-                end_leftover_agents(session, grace=0.5)
         died_of = died.read_text().strip() if died.exists() else ""
     if session:
         end_leftover_agents(session)
@@ -376,8 +374,11 @@ def _running(pid: int) -> bool:
 
 
 def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], pending: Path, env: Mapping[str, str],
-                    timeout: float | None, interactive: bool) -> tuple[Finished, bool]:
-    """One run of COMMAND under nsys; whether a failure to start it was transient (worth another try)."""
+                    timeout: float | None, interactive: bool, session: str | None) -> tuple[Finished, bool]:
+    """One run of COMMAND under nsys; whether a failure to start it was transient (worth another try).
+
+    SESSION: the nsys session NSYS_ARGV creates, whose agent a launch that hung leaves behind.
+    """
     out_fd, err_fd = _low_dup(_fileno(sys.stdout, 1)), _low_dup(_fileno(sys.stderr, 2))
     kept: tuple[int, ...]
     if out_fd is None or err_fd is None:  # no single-digit fd free: nsys' output stays beside COMMAND's
@@ -415,6 +416,8 @@ def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], pending: P
     began = time.monotonic()
     try:
         hung = not _await_start(process, pending, interactive)
+        if hung and session:  # its agent would hold the session's name and nsys' output pipe
+            end_leftover_agents(session, grace=0.5)
         if not pending.exists():
             relay.pass_on()
         left = None if timeout is None else max(timeout - (time.monotonic() - began), 0.0)

@@ -7,10 +7,11 @@ PY := .venv/bin/python
 # Bytecode is compiled at install time: without .pyc files every import of the task's first run
 # (and of each test process) compiles polars/pydantic/flyte from source, over a second more.
 export UV_COMPILE_BYTECODE := 1
-# Test processes, one per core: 3 on 2 cores finished in ~3.6 min instead of ~4.2, but nsys 2023.4.4
-# then lost its agent in about every other run (docs/reliability.md). Work stealing keeps a long test
-# from ending the run alone.
-WORKERS ?= 2
+# Test processes: most of a test's time is nsys' own processes starting, stopping and exporting, so
+# 3 on 2 cores finish in ~3.5 min where 2 take ~4.3. nsys 2023.4.4 loses its agent now and then at that
+# density: nsight retries what it safely can (docs/reliability.md) and a test that drives nsys gets one
+# more try (tests/conftest.py). Work stealing keeps a long test from ending the run alone.
+WORKERS ?= 3
 
 .PHONY: help env nsys test lint demo bench clean
 

@@ -37,9 +37,12 @@ def h200() -> Path:
 
 @pytest.fixture
 def h200_copy(h200: Path, tmp_path: Path) -> Path:
-    """A writable copy of the H200 fixture (exports land beside the .nsys-rep; the fixture is read-only)."""
+    """A writable copy of the H200 fixture (exports land beside the .nsys-rep; the fixture is read-only).
+
+    Only the recorded files: exports or stats a checkout made of the fixture itself (a writable clone)
+    would otherwise be reused by the copy, and a test of the export would see none happen."""
     target = tmp_path / "h200"
-    shutil.copytree(h200, target)
+    shutil.copytree(h200, target, ignore=shutil.ignore_patterns("*.arrowdir", "*.sqlite", "*.stats", ".*"))
     for path in target.iterdir():
         path.chmod(0o644)
     return target

@@ -3,7 +3,7 @@
     python bench/gpu/launch_cost.py
 
 The re-exec of a profiled action goes `a0` → `nsight launch` (Python start, nsight_core import,
-`nsys --version`, a `nsys launch ... true` check) → `nsys launch` → `a0` again; the first finalize
+`nsys --version`) → `nsys launch` → `a0` again; the first finalize
 imports the analysis and rendering stack. Each piece is timed on its own here, so the overhead table
 in docs/gpu-verification.md can say which part is ours.
 """
@@ -23,8 +23,8 @@ PIECES = {
     "import the analysis/render stack": [sys.executable, "-c",
                                          "import nsight_core.profile, nsight_core.render.html"],
     "nsys --version": ["nsys", "--version"],
-    "nsys launch ... true (nsight launch's check)": ["nsys", "launch", "--session-new=cost-{id}",
-                                                     "--trace=cuda,nvtx", "--wait=primary", "true"],
+    "nsys launch ... true (a bare launch)": ["nsys", "launch", "--session-new=cost-{id}",
+                                             "--trace=cuda,nvtx", "--wait=primary", "true"],
     "nsight launch -- true (all of it)": ["nsight", "launch", "--session", "cost-{id}", "--trace", "cuda,nvtx",
                                           "--", "true"],
     "the same without the CLI's report imports": [

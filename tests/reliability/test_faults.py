@@ -125,8 +125,7 @@ def test_nsys_launch_fails_runs_unprofiled(run_action, tmp_path):
 def test_nsys_launch_that_never_starts_the_task_runs_it_unprofiled(run_action, tmp_path):
     """nsys 2023.4.4 on a loaded machine loses its agent: exit 0, the task never ran (a CI run saw
     it). The launch is tried again (3 attempts in all), then the task runs unprofiled: never a job that did nothing."""
-    lost = ('case "$2" in *-check) ;; *) echo "Connection to Agent lost. This is most likely a bug." >&2; exit 0;; '
-            'esac')
+    lost = 'echo "Connection to Agent lost. This is most likely a bug." >&2; exit 0'
     result = run_action(HERE, MODULE, "whole", {"steps": STEPS}, env=fake_nsys(tmp_path, "launch", lost))
     assert_unprofiled_value(result, "whole")
     warning = one_warning(result)

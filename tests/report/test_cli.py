@@ -133,3 +133,14 @@ def test_unknown_report_names_get_a_suggestion_and_exit_1(h200_copy: Path, nsys:
     assert "none of the requested reports exists" in done.stderr
     partly = nsight("stats", str(h200_copy / "evaluation.nsys-rep"), "--reports", "cuda_api_sum,cuda_gpu_kern_sm")
     assert partly.returncode == 0 and "did you mean 'cuda_gpu_kern_sum'" in partly.stderr
+
+
+def test_a_reader_that_goes_away_ends_it_quietly(h200_copy: Path, nsys: Nsys) -> None:
+    """`nsight stats … | head`: the reader closes the pipe before the tables come; no traceback."""
+    process = subprocess.Popen([sys.executable, "-m", "nsight_core.cli", "stats", str(h200_copy / "training.nsys-rep")],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=300) == 141, stderr
+    assert "Traceback" not in stderr and "Error" not in stderr, stderr

@@ -274,6 +274,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader of stdout went away (`nsight stats … | head`): stop without a traceback, with the
+        # status of a program that SIGPIPE ended. Later writes (the final flush) go nowhere.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13
 
 
 def _exit_now(code: int) -> NoReturn:

@@ -219,23 +219,6 @@ class Nsys:
             argv.append(f"--sample={sample}")
         return [*argv, *command]
 
-    def check_launch(self, session: str, trace: Sequence[str]) -> None:
-        """Launch `true` with these settings: nsys rejects bad trace domains or a broken install only
-        once it runs, and a wrapper that execs into a failing `nsys launch` would take the job with it."""
-        def check(name: str) -> NsysResult:
-            args = self.launch_argv(name, trace, ["true"])[1:]
-            return self._run(args, QUICK_TIMEOUT, "nsys launch check", again_if_lost=True)
-
-        try:
-            result = check(f"{session}-check")
-        except NsysPermissionError:
-            raise
-        except NsysCommandError:  # it hung: 2023.4.4 at times does under load, where a second one does not
-            end_leftover_agents(f"{session}-check")
-            result = check(f"{session}-check2")
-        if result.returncode != 0:
-            raise NsysCommandError(f"nsys cannot launch with trace={','.join(trace)}: {result.output[-600:]}")
-
     # -- session control, from inside a launched process ---------------------------------------
     def sessions(self) -> str:
         return self._run(["sessions", "list"], QUICK_TIMEOUT, "nsys sessions list", again_if_lost=True).stdout
@@ -306,7 +289,7 @@ class Finished:
     returncode: int
     """The command's exit code; 128+N when it, or nsight on its behalf, got signal N."""
     nsys_output: str
-    """The tail of nsys' own messages (they were also copied to stderr as they came)."""
+    """The tail of nsys' own messages (copied to stderr as they came once the command started)."""
     started: bool = True
     """False when nsys ended without ever starting the command (then returncode is nsys' own)."""
 
@@ -338,17 +321,16 @@ def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[s
     with tempfile.TemporaryDirectory(prefix="nsight-run-") as scratch:
         pending, died = Path(scratch, "pending"), Path(scratch, "signal")
         env = {**(os.environ if env is None else env), ENV_SIGNAL_FILE: str(died)}
-        for _attempt in range(START_ATTEMPTS):  # again only while nsys exits 0 without starting COMMAND
+        for _attempt in range(START_ATTEMPTS):  # again only while nsys fails transiently before COMMAND starts
             pending.touch()
-            finished = _run_under_nsys(nsys_argv, command, pending, env, timeout, interactive)
-            if not pending.exists() or (finished.returncode != 0 and not lost_its_agent(finished.nsys_output)):
+            finished, transient = _run_under_nsys(nsys_argv, command, pending, env, timeout, interactive, session)
+            if finished.started or not transient:
                 break
         died_of = died.read_text().strip() if died.exists() else ""
-        started = not pending.exists()
     if session:
         end_leftover_agents(session)
-    if not started:
-        return Finished(finished.returncode, finished.nsys_output, started=False)
+    if not finished.started:
+        return finished
     if finished.returncode == 0 and died_of.isdigit():  # nsys, signalled itself, exits 0 regardless
         return Finished(128 + int(died_of), finished.nsys_output)
     return finished
@@ -392,7 +374,11 @@ def _running(pid: int) -> bool:
 
 
 def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], pending: Path, env: Mapping[str, str],
-                    timeout: float | None, interactive: bool) -> Finished:
+                    timeout: float | None, interactive: bool, session: str | None) -> tuple[Finished, bool]:
+    """One run of COMMAND under nsys; whether a failure to start it was transient (worth another try).
+
+    SESSION: the nsys session NSYS_ARGV creates, whose agent a launch that hung leaves behind.
+    """
     out_fd, err_fd = _low_dup(_fileno(sys.stdout, 1)), _low_dup(_fileno(sys.stderr, 2))
     kept: tuple[int, ...]
     if out_fd is None or err_fd is None:  # no single-digit fd free: nsys' output stays beside COMMAND's
@@ -414,8 +400,8 @@ def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], pending: P
         for fd in (write_fd, *kept):
             if fd is not None:
                 os.close(fd)
-    tail = bytearray()
-    copier = threading.Thread(target=_copy_to_stderr, args=(read_fd, tail), daemon=True)
+    relay = _Relay()
+    copier = threading.Thread(target=relay.copy, args=(read_fd,), daemon=True)
     if read_fd is not None:
         copier.start()
     received: list[int] = []
@@ -427,8 +413,15 @@ def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], pending: P
                 process.send_signal(signum)
 
     previous = _install(forward, _FORWARDED)
+    began = time.monotonic()
     try:
-        returncode = process.wait(timeout=timeout)
+        hung = not _await_start(process, pending, interactive)
+        if hung and session:  # its agent would hold the session's name and nsys' output pipe
+            end_leftover_agents(session, grace=0.5)
+        if not pending.exists():
+            relay.pass_on()
+        left = None if timeout is None else max(timeout - (time.monotonic() - began), 0.0)
+        returncode = process.wait(timeout=left)
     except subprocess.TimeoutExpired as exc:
         process.send_signal(signal.SIGTERM)
         try:
@@ -442,11 +435,36 @@ def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], pending: P
             signal.signal(signum, handler)
         if read_fd is not None:
             copier.join(timeout=QUICK_TIMEOUT)
+    output = relay.tail.decode(errors="replace")
+    if hung:
+        output += f"\nnsys had not started the command after {QUICK_TIMEOUT:.0f} s and was stopped"
+    started = not pending.exists()
+    transient = not received and (hung or returncode == 0 or lost_its_agent(output))
     if received:
         returncode = 128 + received[-1]
     elif returncode < 0:
         returncode = 128 - returncode
-    return Finished(returncode, tail.decode(errors="replace"))
+    return Finished(returncode, output, started=started), transient
+
+
+def _await_start(process: subprocess.Popen[bytes], pending: Path, interactive: bool) -> bool:
+    """Wait until nsys starts the command (PENDING is gone) or ends without; False when it hung instead.
+
+    nsys 2023.4.4 at times hangs under load before it starts anything. After QUICK_TIMEOUT nsys is
+    killed (nothing of the user's ran, so nothing is lost) and the caller may try again.
+    """
+    deadline = time.monotonic() + QUICK_TIMEOUT
+    while pending.exists() and process.poll() is None:
+        if time.monotonic() >= deadline:
+            with contextlib.suppress(ProcessLookupError):
+                if interactive:  # nsys shares this process's group at a terminal: only nsys itself
+                    process.kill()
+                else:
+                    os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            return not pending.exists()
+        time.sleep(0.02)
+    return True
 
 
 def _install(handler: Callable[[int, object], None], signals: Sequence[int]) -> dict[int, Any]:
@@ -474,16 +492,51 @@ def _fileno(stream: Any, default: int) -> int:
         return default
 
 
-def _copy_to_stderr(read_fd: int | None, tail: bytearray, keep: int = 16_384) -> None:
-    if read_fd is None:
+class _Relay:
+    """nsys' own messages on their way to stderr, held back until nsys has started the command.
+
+    A launch that never starts the command (a rejected setting, a lost agent, tried again) would
+    otherwise print nsys' usage text or a message a retry makes moot: its words go into the one
+    warning the caller prints instead (``tail``).
+    """
+
+    def __init__(self, keep: int = 16_384) -> None:
+        self.tail = bytearray()
+        self._held = bytearray()
+        self._passing = False
+        self._keep = keep
+        self._lock = threading.Lock()
+
+    def copy(self, read_fd: int | None) -> None:
+        """Read nsys' messages from READ_FD until nsys ends (a thread's body)."""
+        if read_fd is None:
+            return
+        with os.fdopen(read_fd, "rb", buffering=0) as pipe:
+            while chunk := pipe.read(65_536):
+                with self._lock:
+                    self.tail.extend(chunk)
+                    del self.tail[:-self._keep]
+                    if self._passing:
+                        _to_stderr(chunk)
+                    else:
+                        self._held.extend(chunk)
+                        del self._held[:-self._keep]
+
+    def pass_on(self) -> None:
+        """The command started: what nsys said so far goes out, and from now on as it comes."""
+        with self._lock:
+            if not self._passing:
+                self._passing = True
+                _to_stderr(bytes(self._held))
+                self._held.clear()
+
+
+def _to_stderr(chunk: bytes) -> None:
+    if not chunk:
         return
-    with os.fdopen(read_fd, "rb", buffering=0) as pipe:
-        while chunk := pipe.read(65_536):
-            stream = getattr(sys.stderr, "buffer", None)
-            if stream is not None:
-                stream.write(chunk)
-            else:
-                sys.stderr.write(chunk.decode(errors="replace"))
-            sys.stderr.flush()
-            tail.extend(chunk)
-            del tail[:-keep]
+    stream = getattr(sys.stderr, "buffer", None)
+    if stream is not None:
+        stream.write(chunk)
+    else:
+        sys.stderr.write(chunk.decode(errors="replace"))
+    sys.stderr.flush()

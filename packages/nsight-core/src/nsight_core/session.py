@@ -33,7 +33,14 @@ from typing import Any, Literal, NoReturn, Self
 from pydantic import BaseModel
 
 from nsight_core.capture import Capture
-from nsight_core.errors import CommandNotFoundError, NsightError, NsysCommandError, one_line
+from nsight_core.errors import (
+    PERMISSION_REMEDIES,
+    CommandNotFoundError,
+    NsightError,
+    NsysCommandError,
+    is_permission_failure,
+    one_line,
+)
 from nsight_core.marks import LIVE_MARK, STOP_MARK, mark
 from nsight_core.nsys import (
     DEFAULT_CAPTURE,
@@ -660,7 +667,6 @@ def exec_launch(argv: Sequence[str], *, name: str, trace: Sequence[str] | str = 
     try:
         unique = f"{sanitize(name)[:80]}-{uuid.uuid4().hex[:6]}"
         session = Session(unique, trace=trace, sample=sample, output_dir=output_dir or default_output_dir(unique))
-        session.nsys.check_launch(session.name, session.trace)
         session._prepare_output_dir()
         nsys_argv, env = session._nsys_argv("manual"), session.child_env()
     except (NsightError, ValueError, OSError) as exc:
@@ -672,8 +678,11 @@ def exec_launch(argv: Sequence[str], *, name: str, trace: Sequence[str] | str = 
 
 
 def _never_started(nsys_output: str) -> str:
-    last = next((line for line in reversed(nsys_output.splitlines()) if line.strip()), "no message")
-    return f"nsys ended without starting it (its last words: {last.strip()})"
+    """Why the command never ran, in nsys' words (all of them where they are few: a rejected setting is
+    followed by usage text), with the remedies where nsys was refused permissions."""
+    words = one_line(nsys_output)
+    why = f"nsys ended without starting it (its last words: {words[-600:] or 'no message'})"
+    return f"{why}. {PERMISSION_REMEDIES}" if is_permission_failure(words) else why
 
 
 def _exec_unprofiled(argv: Sequence[str], why: str) -> NoReturn:

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import flyte
-import flyte.report
 from flyte.io import File
 
 from nsight_core.errors import one_line
@@ -107,6 +106,8 @@ def _summarize(state: Profiling, capture: Capture, title: str, source: str) -> N
         state.notes.append(f"{title}: its trace also holds the activity of {others}, which ran while it "
                            "recorded (nsys records one collection at a time) and has no section of its own.")
     if state.profiles or state.notes:
+        import flyte.report  # here, not at the top: ~10 ms of every import of the plugin, needed once a trace is in
+
         flyte.report.get_tab(TAB).replace(render_fragment(state.profiles, state.notes))
 
 
@@ -180,6 +181,8 @@ def publish_sync(state: Profiling, capture: Capture, title: str) -> None:
                 source = _not_uploaded(capture, exc)
         _summarize(state, capture, title, source)
         if not on_loop:
+            import flyte.report
+
             flyte.report.flush()
     except Exception as exc:
         log.warning("publishing the profile of %r failed: %s", capture.region, one_line(exc))
@@ -198,6 +201,8 @@ async def publish(state: Profiling, capture: Capture, title: str) -> None:
             except Exception as exc:
                 source = _not_uploaded(capture, exc)
         await asyncio.to_thread(_summarize, state, capture, title, source)
+        import flyte.report
+
         await flyte.report.flush.aio()
     except Exception as exc:
         log.warning("publishing the profile of %r failed: %s", capture.region, one_line(exc))

@@ -15,8 +15,6 @@ from pydantic import BaseModel, Field
 
 from nsight_core.analysis.steps import distinct_codes, family_codes
 
-SELF_COLUMNS = {"start_ns": pl.Int64, "end_ns": pl.Int64, "thread": pl.Int64, "name": pl.String}
-
 
 class RangeFamily(BaseModel):
     """One NVTX name pattern (numbered names are one family): counts, inclusive and self time."""
@@ -117,21 +115,6 @@ def in_parent_order(pieces: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]) -> 
     """
     before_child, after_last, leaves = pieces
     return pl.concat([before_child.sort("id", maintain_order=True), after_last.sort("id"), leaves])
-
-
-def self_intervals(nvtx: pl.DataFrame) -> pl.DataFrame:
-    """The pieces of each range not covered by a child: (start_ns, end_ns, thread, name), per thread disjoint.
-
-    Each time of a thread inside some range lies in exactly one piece, that of its innermost range:
-    which range the CPU was in at a moment is a lookup, not a search through the nesting.
-    """
-    if not nvtx.height:
-        return pl.DataFrame(schema=SELF_COLUMNS)
-    ranges = with_parents(nvtx)
-    pieces = in_parent_order(self_pieces(ranges))
-    pieces = pieces.select("start_ns", "end_ns", ranges["thread"].gather(pieces["id"]),
-                           ranges["name"].gather(pieces["id"]))
-    return pieces.sort("thread", "start_ns")
 
 
 def range_families(nesting: Nesting, span_ns: int) -> list[RangeFamily]:

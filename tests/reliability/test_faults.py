@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,11 @@ def one_warning(result: ActionResult) -> str:
 
 def sections(page: str) -> list[str]:
     return [h for h in parse_report(page).headings if h.startswith("Nsight")]
+
+
+def own_sleeper() -> str:
+    """A `sleep` command line no other test runs: wait_gone() must not wait for another test's hang."""
+    return f"sleep 600.{uuid.uuid4().int % 10**6:06d}"
 
 
 def wait_gone(pattern: str, timeout: float = 20.0) -> list[str]:
@@ -145,13 +151,14 @@ START_FAULTS = {
 @pytest.mark.parametrize("fault", START_FAULTS)
 def test_nsys_start_fault(run_action, tmp_path, fault):
     script, cause = START_FAULTS[fault]
-    env = {**fake_nsys(tmp_path, "start", script), "NSIGHT_QUICK_TIMEOUT": "3"}
+    sleeper = own_sleeper()
+    env = {**fake_nsys(tmp_path, "start", script.replace("sleep 600", sleeper)), "NSIGHT_QUICK_TIMEOUT": "3"}
     result = run_action(HERE, MODULE, "region", {"steps": STEPS}, env=env)
     assert_unprofiled_value(result, "region")
     warning = one_warning(result)
     assert cause in warning and "training" in warning
     assert sections(result.report) == []
-    assert wait_gone("sleep 600") == []
+    assert wait_gone(sleeper) == []
     assert_nothing_left(result)
 
 
@@ -168,14 +175,16 @@ STOP_FAULTS = {
 @pytest.mark.parametrize("fault", STOP_FAULTS)
 def test_nsys_stop_fault(run_action, tmp_path, fault):
     script, cause = STOP_FAULTS[fault]
+    sleeper = own_sleeper()
     # Only the hanging stop gets a short timeout: the others run the real stop, slow on a loaded machine.
-    env = {**fake_nsys(tmp_path, "stop", script), "NSIGHT_STOP_TIMEOUT": "3" if fault == "hangs" else "300"}
+    env = {**fake_nsys(tmp_path, "stop", script.replace("sleep 600", sleeper)),
+           "NSIGHT_STOP_TIMEOUT": "3" if fault == "hangs" else "300"}
     result = run_action(HERE, MODULE, "region", {"steps": STEPS}, env=env)
     assert_unprofiled_value(result, "region")
     mine = [w for w in warnings_of(result) if "could not stop" in w]
     assert len(mine) == 1 and cause in mine[0], result.stderr
     assert sections(result.report) == []
-    assert wait_gone("sleep 600") == []
+    assert wait_gone(sleeper) == []
     assert_nothing_left(result)
 
 

@@ -81,3 +81,15 @@ def test_real_cpu_only_torch_is_passed_over():
         torch.cuda.nvtx.range_push("x")
     assert backends_after_labelling() == "nvtx,none"
     assert backends_after_labelling("--hide-nvtx") == "none"
+
+
+def test_a_cpu_only_torch_is_not_imported_to_find_that_out():
+    """Labelling code in a task that never imports torch costs no torch import (1-2 s of CPU)."""
+    torch = pytest.importorskip("torch", reason="make test installs a CPU build of torch")
+    if torch.version.cuda:
+        pytest.skip("this torch is a CUDA build")
+    code = ("import sys\nfrom flyteplugins.nsight import nvtx\nwith nvtx.range('x'):\n    pass\n"
+            "print(nvtx._backends()[0].name, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["nvtx", "False"]

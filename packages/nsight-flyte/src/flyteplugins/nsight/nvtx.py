@@ -13,13 +13,17 @@ demotes the backend to the next one instead of failing the user's code.
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.machinery
 import importlib.util
 import logging
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 log = logging.getLogger("flyteplugins.nsight")
 
@@ -37,13 +41,40 @@ _NOOP = _Backend("none", lambda _message: None, lambda: None, lambda _message: N
 
 def _torch_backend() -> _Backend | None:
     """torch.cuda.nvtx, only for a CUDA build of torch (a CPU build cannot emit NVTX)."""
-    if importlib.util.find_spec("torch") is None:
+    spec = importlib.util.find_spec("torch")
+    if spec is None or _cpu_only_torch(spec):
         return None
     torch = importlib.import_module("torch")
     if not getattr(torch.version, "cuda", None):
         return None
     cuda_nvtx = importlib.import_module("torch.cuda.nvtx")
     return _Backend("torch.cuda.nvtx", cuda_nvtx.range_push, cuda_nvtx.range_pop, cuda_nvtx.mark)
+
+
+def _cpu_only_torch(spec: importlib.machinery.ModuleSpec) -> bool:
+    """Whether the torch SPEC finds says it is a CPU-only build, read from its ``torch/version.py``.
+
+    Why not ``import torch``: a task that labels code without using torch (its image has torch
+    anyway) would pay 1-2 s of CPU for the import only to learn that no NVTX comes of it. The file
+    holds ``cuda = None`` (or ``cuda: Optional[str] = None``) in a CPU build; anything unexpected
+    counts as "maybe CUDA", and torch is imported to ask it.
+    """
+    if "torch" in sys.modules or not spec.submodule_search_locations:
+        return False
+    try:
+        tree = ast.parse((Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text())
+    except (OSError, SyntaxError, ValueError, StopIteration):
+        return False
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and target.id == "cuda":
+            return isinstance(value, ast.Constant) and value.value is None
+    return False
 
 
 def _nvtx_backend() -> _Backend | None:

@@ -7,8 +7,8 @@ PY := .venv/bin/python
 # Bytecode is compiled at install time: without .pyc files every import of the task's first run
 # (and of each test process) compiles polars/pydantic/flyte from source, over a second more.
 export UV_COMPILE_BYTECODE := 1
-# Test processes: most of a test's time is nsys' own processes starting, stopping and exporting, so
-# 3 on 2 cores finish in ~3.5 min where 2 take ~4.3. nsys 2023.4.4 loses its agent now and then at that
+# Test processes: 3 on 2 cores finish in ~2.7 min where 2 take ~3.7 (the cores idle ~25 % of the time with
+# 2 while tests wait on nsys' own processes). nsys 2023.4.4 loses its agent now and then at that
 # density: nsight retries what it safely can (docs/reliability.md) and a test that drives nsys gets one
 # more try (tests/conftest.py). Work stealing keeps a long test from ending the run alone.
 WORKERS ?= 3

@@ -94,3 +94,18 @@ def test_steps_the_gpu_never_ran_in_are_budgeted_alike_beside_steps_it_ran_in(lo
     assert {a.kind for a in idle.budget.idle_activities} == ({"cuda_api", "nvtx"} if calls else {"nvtx"})
     steady = pl.col("step") > 0
     assert nsight_core.step_budgets(cpu_only).filter(steady).equals(nsight_core.step_budgets(one_kernel).filter(steady))
+
+
+def test_frames_built_by_hand_with_unnamed_ranges_are_analysed(load: Callable[[str], Any]) -> None:
+    """A user's own frames (analyze takes any object with the Trace's frames) may leave a range's name and
+    domain null where the loader writes '': the analysis still runs, and they are the family ''."""
+    trace = load("h200-torch-mlp/training.nsys-rep")
+    unnamed = pl.int_range(pl.len()) % 7 == 3
+    nvtx = trace.nvtx.with_columns(pl.when(unnamed).then(None).otherwise(pl.col(column)).alias(column)
+                                   for column in ("name", "domain"))
+    frames = {name: getattr(trace, name) for name in ("kernels", "memcpy", "memset", "cuda_api", "nvtx_marks",
+                                                      "osrt", "window")}
+    analysis = nsight_core.analyze(SimpleNamespace(**frames, nvtx=nvtx))
+    families = {family.pattern: family for family in analysis.ranges}
+    assert families[""].count == nvtx.filter(unnamed).height > 0
+    assert sum(family.count for family in families.values()) == nvtx.height

@@ -134,8 +134,9 @@ def range_families(nesting: Nesting, span_ns: int) -> list[RangeFamily]:
              duration.max().alias("max_ns"))
     )
     grouped = (
-        grouped.with_columns(patterns.gather(grouped["pattern"]).alias("pattern"),
-                             domains.gather(grouped["domain"]).alias("domain"))
+        # A range without a name (or domain) in frames built by hand is the family '' (as the loader names it).
+        grouped.with_columns(patterns.gather(grouped["pattern"]).fill_null("").alias("pattern"),
+                             domains.gather(grouped["domain"]).fill_null("").alias("domain"))
         .with_columns((pl.col("self_ns") / span_ns if span_ns else pl.lit(0.0)).alias("self_fraction"))
         .sort(["self_ns", "pattern"], descending=[True, False])
     )

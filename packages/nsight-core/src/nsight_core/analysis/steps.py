@@ -129,10 +129,12 @@ def nvtx_families(nvtx: pl.DataFrame, family: tuple[pl.Series, pl.Series]) -> pl
         )
         .filter(pl.col("count") >= 2)
     )
+    # Ranges without a name (frames built by hand; the loader names them '') are no family to call steps.
     families = families.with_columns(
-        patterns.gather(families["pattern"]).alias("pattern"), domains.gather(families["domain"]).alias("domain"),
+        patterns.gather(families["pattern"]).alias("pattern"),
+        domains.gather(families["domain"]).fill_null("").alias("domain"),
         threads.gather(families["thread"]).alias("thread"),
-    ).with_columns(pl.col("pattern").str.contains(STEP_WORDS).alias("step_word"))
+    ).filter(pl.col("pattern").is_not_null()).with_columns(pl.col("pattern").str.contains(STEP_WORDS).alias("step_word"))
     return families.sort(
         ["step_word", "sequential", "depth", "total_ns", "pattern"],
         descending=[True, True, False, True, False],

@@ -85,3 +85,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if any(item.get_closest_marker(name) for name in REAL_NSYS_MARKERS) or "nsys" in getattr(
                 item, "fixturenames", ()):
             item.add_marker(pytest.mark.flaky(reruns=1, reruns_delay=1))
+
+
+_FIRST_TRIES: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Keep why a test's first try failed: the rerun summary names the test, not the nsys fault."""
+    if report.outcome == "rerun":
+        crash = getattr(report.longrepr, "reprcrash", None)
+        why = crash.message if crash is not None else str(report.longrepr)
+        _FIRST_TRIES.append(f"{report.nodeid}: {' '.join(why.split())[:400]}")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _FIRST_TRIES:
+        terminalreporter.section("first tries that failed (each passed or failed on its second try)")
+        for line in _FIRST_TRIES:
+            terminalreporter.write_line(line)

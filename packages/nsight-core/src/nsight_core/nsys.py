@@ -316,6 +316,11 @@ def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[s
     (COMMAND may read from it), which delivers Ctrl-C to everyone already. SESSION names the nsys
     session NSYS_ARGV creates (`nsys launch --session-new`): an agent of it still running once nsys
     has ended is ended too.
+
+    nsys is run again (START_ATTEMPTS in all) while it fails before COMMAND starts in a way that is
+    not a setting's fault (a lost agent, an exit 0, a hang past QUICK_TIMEOUT): nothing ran, so that
+    is safe. Its messages reach stderr once COMMAND has started; those of a launch that never started
+    it are only in the result's ``nsys_output``, for the one message the caller prints.
     """
     interactive = os.isatty(0)
     with tempfile.TemporaryDirectory(prefix="nsight-run-") as scratch:

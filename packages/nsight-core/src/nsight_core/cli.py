@@ -8,6 +8,7 @@ import importlib.metadata
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -278,7 +279,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         # The reader of stdout went away (`nsight stats … | head`): stop without a traceback, with the
         # status of a program that SIGPIPE ended. Later writes (the final flush) go nowhere.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 128 + 13
+        return 128 + signal.SIGPIPE
 
 
 def _exit_now(code: int) -> NoReturn:

@@ -104,12 +104,9 @@ def step_thread(nvtx_thread: int | None, cuda_api: pl.DataFrame, osrt: pl.DataFr
     return int(calls.group_by("thread").len().sort(["len", "thread"], descending=[True, False])["thread"][0])
 
 
-_KINDS: tuple[CpuKind, ...] = ("cuda_api", "osrt", "nvtx", "untraced")
-
-
 @dataclass(frozen=True)
 class _Coding:
-    """What the codes of :func:`_pieces` stand for: _step indexes STEPS, _part PARTS, _name NAMES, whose
+    """What the codes of :func:`budget_totals`' batches stand for: _step indexes STEPS, _part PARTS, _name NAMES, whose
     first API names are CUDA API calls, the next OSRT OS-runtime calls, then NVTX families, then '' (untraced)."""
 
     steps: pl.Series

@@ -74,7 +74,8 @@ def test_steps_the_gpu_never_ran_in_are_budgeted_alike_beside_steps_it_ran_in(lo
                                                                               calls: bool) -> None:
     """Without GPU work or a waiting call, each step is one idle run: the budget takes its part from the run's
     length without cutting at the GPU's edges (nor at any edge when the thread has only ranges, which do not
-    overlap), and gives what the cut gives when another step had a kernel."""
+    overlap; a range inside one step is then its self time there, uncut), and gives what the cut gives when
+    another step had a kernel."""
     trace = load("h200-torch-mlp/training.nsys-rep")
     api = trace.cuda_api.filter(~pl.col("name").str.contains(SYNC_API)) if calls else trace.cuda_api.clear()
     frames = {"kernels": trace.kernels.clear(), "memcpy": trace.memcpy.clear(), "memset": trace.memset.clear(),

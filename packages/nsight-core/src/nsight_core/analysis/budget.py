@@ -28,7 +28,7 @@ from typing import Literal
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.ranges import Nesting, in_parent_order, self_pieces, with_parents
+from nsight_core.analysis.ranges import Nesting, in_parent_order, nest, self_pieces, self_time, with_parents
 from nsight_core.analysis.steps import distinct_codes, matching
 
 LAUNCH_GAP_NS = 100_000
@@ -160,7 +160,8 @@ def budget_totals(
     (cumulative sums); what the CPU thread was in, the call or NVTX self piece starting last at or before
     it (a forward fill of its row) if it has not ended (each call or family name a code). Where the GPU idles, no
     call waits and the thread has one kind of interval that do not overlap (NVTX ranges alone), the sums follow
-    from the intervals' overlaps with the steps, with no sweep.
+    from the intervals' overlaps with the steps, with no sweep; when the thread does nothing but ranges that
+    nest, a range inside one step adds its self time to it, with no pieces (all steps at once: a row per range).
     """
     lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
 
@@ -186,17 +187,19 @@ def budget_totals(
     del nccl
     (api, api_names), (calls, osrt_names), (blocking, _) = (_coded(on_thread(frame))
                                                             for frame in (cuda_api, osrt, sync))
-    pieces, families = _nvtx_pieces(nesting, thread, lo, hi)
+    ordered_steps = steps.select("start_ns", "end_ns").sort("start_ns")
+    gpu_idle = not any(layers[name].frame.height for name in ("compute", "comm", "copy"))
+    # The thread does nothing but NVTX ranges while the GPU idles: its ranges inside one step need no pieces.
+    alone = gpu_idle and not (api.height or calls.height or blocking.height)
+    pieces, families, whole = _nvtx_pieces(nesting, thread, lo, hi, ordered_steps if alone else None)
     lookups = {"_in_sync": _Intervals.lookup(blocking), "_api": _Intervals.lookup(api),
                "_osrt": _Intervals.lookup(calls), "_nvtx": _Intervals.lookup(pieces)}
     names = pl.concat([api_names, osrt_names, families, pl.Series([""])])
     coding = _Coding(steps.select("step", "start_ns").sort("start_ns")["step"], names, api_names.len(),
                      osrt_names.len())
     offsets = {"_in_sync": 0, "_api": 0, "_osrt": coding.api, "_nvtx": coding.api + coding.osrt}
-    ordered_steps = steps.select("start_ns", "end_ns").sort("start_ns")
     step_starts = ordered_steps["start_ns"]
     untraced = pl.lit(names.len() - 1, pl.UInt32)
-    gpu_idle = not any(layers[name].frame.height for name in ("compute", "comm", "copy"))
     sources = [*layers.values(), *lookups.values()]
     start, end = pl.col("start_ns"), pl.col("end_ns")
 
@@ -207,10 +210,12 @@ def budget_totals(
         return totals.select("_step", pl.when(run_ns < LAUNCH_GAP_NS).then(PARTS.index("launch_gap"))
                              .otherwise(PARTS.index("gpu_idle")).cast(pl.UInt8).alias("_part"), "_name", "total_ns")
 
-    def overlaps(first_ns: int, last_ns: int, intervals: pl.DataFrame, offset: int) -> pl.DataFrame:
+    def overlaps(first_ns: int, last_ns: int, intervals: pl.DataFrame, offset: int,
+                 whole: pl.DataFrame | None = None) -> pl.DataFrame:
         """The time of the steps in [FIRST_NS, LAST_NS] per step and name when the thread's only activity there is
         INTERVALS (start_ns, end_ns, _code: the name's code less OFFSET) and none overlap: each interval's overlap
-        with each step it meets, the rest untraced. What the cut at every edge sums to, without the cut."""
+        with each step it meets, the rest untraced. What the cut at every edge sums to, without the cut.
+        WHOLE (_at: a step's position among all, _code, total_ns): time summed already, inside one step each."""
         begin = step_starts.search_sorted(first_ns, side="left")  # the next batch's first step may start at LAST_NS
         batch = ordered_steps.slice(begin, step_starts.search_sorted(last_ns, side="left") - begin).with_columns(
             (pl.lit(step_starts).search_sorted(start, side="right").cast(pl.Int32) - 1).alias("_step"))
@@ -224,6 +229,10 @@ def budget_totals(
             pl.lit(batch["_step"]).gather(at).alias("_step"), "_name",
             (pl.min_horizontal(end, pl.lit(batch["end_ns"]).gather(at))
              - pl.max_horizontal(start, pl.lit(batch["start_ns"]).gather(at))).alias("total_ns"))
+        if whole is not None:
+            met = pl.concat([met, whole.filter(pl.col("total_ns") > 0).select(
+                pl.lit(batch["_step"]).gather(at).alias("_step"),
+                (pl.col("_code") + offset).fill_null(untraced).alias("_name"), "total_ns")])
         met = met.filter(pl.col("total_ns") > 0)
         walls = batch.group_by("_step").agg((end - start).sum().alias("total_ns"))
         rest = walls.join(met.group_by("_step").agg(pl.col("total_ns").sum().alias("_met")), on="_step", how="left")
@@ -303,6 +312,8 @@ def budget_totals(
         pieces = segments.select("_step", part.alias("_part"), pl.when(idle).then(name).alias("_name"), start, end)
         return pieces.group_by("_step", "_part", "_name").agg(total)
 
+    if whole is not None:  # the ranges nest: no two pieces overlap, so all steps at once, with no sweep
+        return coding.decoded(idle_runs(overlaps(lo, hi, lookups["_nvtx"].frame, offsets["_nvtx"], whole)))
     # A step lies in one batch: the batches' sums need no summing across them.
     with ThreadPoolExecutor(max_workers=BATCH_WORKERS, thread_name_prefix="nsight-budget") as pool:
         return coding.decoded(pl.concat(pool.map(lambda span: summed(*span), _batches(steps, sources))))
@@ -396,9 +407,18 @@ def _coded(calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     return ordered.select("start_ns", "end_ns", pl.when(pl.col("name").is_not_null()).then(codes).alias("_code")), names
 
 
-def _nvtx_pieces(nesting: Nesting, thread: int | None, lo: int, hi: int) -> tuple[pl.DataFrame, pl.Series]:
-    """THREAD's NVTX self pieces in [LO, HI) (start_ns, end_ns, _code) by start time, and the range
-    families the codes index: the innermost range's family names the time (`step_{n}` for `step_7`)."""
+def _nvtx_pieces(nesting: Nesting, thread: int | None, lo: int, hi: int,
+                 steps: pl.DataFrame | None = None) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame | None]:
+    """THREAD's NVTX self pieces in [LO, HI) (start_ns, end_ns, _code) by start time, the range
+    families the codes index (the innermost range's family names the time: `step_{n}` for `step_7`), and
+    None, or with STEPS the self times below.
+
+    STEPS (start_ns, end_ns, by start, not overlapping), when given and the ranges nest: a range inside one
+    step is not cut into pieces, whose overlaps with the steps would add up to its self time anyway. The
+    pieces are then those of the other ranges, and the third frame holds the self time of these: _at (the
+    step's position in STEPS), _code, total_ns. A million ranges in a thousand steps are then a million
+    rows, not two million pieces in start order.
+    """
     ranges, family = nesting.ranges, nesting.family
     inside = ranges.select(is_thread(thread) & (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)).to_series()
     if not inside.all():
@@ -407,10 +427,18 @@ def _nvtx_pieces(nesting: Nesting, thread: int | None, lo: int, hi: int) -> tupl
         family = family.filter(inside)
     if not ranges.height:
         return pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64, "_code": pl.UInt32}), pl.Series(
-            [], dtype=pl.String)
+            [], dtype=pl.String), None
     if nesting.families.null_count():  # a range without a name names nothing: the time is a call's, or untraced
         family = family.scatter(ranges["name"].is_null().arg_true(), None)
-    pieces = self_pieces(ranges)
+    whole, of = None, None
+    if steps is not None and nest(ranges):
+        at = pl.lit(steps["start_ns"]).search_sorted(pl.col("start_ns"), side="right").cast(pl.Int64) - 1
+        timed = self_time(ranges).select(
+            at.alias("_at"), pl.lit(family).alias("_code"), pl.col("self_ns").alias("total_ns"),
+            ((at >= 0) & (pl.col("end_ns") <= pl.lit(steps["end_ns"]).gather(at.clip(0)))).alias("_whole"))
+        whole, of = timed.filter("_whole").drop("_whole"), ~timed["_whole"]
+        del timed
+    pieces = self_pieces(ranges, of)
     del ranges
     # Where ranges nest, no two pieces start together: by start time, whatever their order. Else by (thread,
     # start) from the pieces' old order, which decides which of two pieces starting together names the time.
@@ -426,7 +454,7 @@ def _nvtx_pieces(nesting: Nesting, thread: int | None, lo: int, hi: int) -> tupl
               "_code": pl.concat([family.gather(frame["id"]) for frame in frames])}
     del pieces, frames
     return pl.DataFrame([starts, *(column.pop(name).gather(order).alias(name) for name in ("end_ns", "_code"))]), \
-        nesting.families
+        nesting.families, whole
 
 
 def is_thread(thread: int | None) -> pl.Expr:

@@ -82,28 +82,40 @@ def self_time(ranges: pl.DataFrame) -> pl.DataFrame:
         (duration - pl.col("children_ns").fill_null(0)).alias("self_ns"))
 
 
-def self_pieces(ranges: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+def self_pieces(ranges: pl.DataFrame, of: pl.Series | None = None) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """The pieces of each of RANGES (:func:`with_parents`' frame) not covered by a child, as three frames.
 
     Columns start_ns, end_ns and ``id``: the range the piece belongs to, its innermost one (whose
     thread it is on). Per thread disjoint. The frames: the gap before each child (in the children's
     order, by start), the rest of each parent after its last child (by parent), and the ranges without
     children (by start); where ranges nest, each frame is by start time. Ids, not names: a name is
-    looked up for the pieces that need it.
+    looked up for the pieces that need it. OF (a mask of RANGES): only those ranges' pieces.
     """
     children = ranges.select("parent", "start_ns", "end_ns").filter(pl.col("parent").is_not_null())
     parent = children["parent"]
+    if of is not None:  # a range's pieces need all its children, and only those
+        children = children.filter(pl.lit(of).gather(pl.col("parent")))
     # A piece from the previous sibling's end (the parent's start for the first child) to the child's start.
     before_child = children.select(
-        pl.col("end_ns").shift(1).over("parent").fill_null(ranges["start_ns"].gather(parent)).alias("start_ns"),
-        pl.col("start_ns").alias("end_ns"), pl.col("parent").alias("id"))
+        pl.col("end_ns").shift(1).over("parent").fill_null(ranges["start_ns"].gather(children["parent"]))
+        .alias("start_ns"), pl.col("start_ns").alias("end_ns"), pl.col("parent").alias("id"))
     after_last = children.group_by("parent", maintain_order=True).agg(pl.col("end_ns").max().alias("start_ns"))
     del children
     after_last = after_last.select("start_ns", ranges["end_ns"].gather(after_last["parent"]).alias("end_ns"),
                                    pl.col("parent").alias("id"))
-    leaves = ranges.select("start_ns", "end_ns", "id").filter(~pl.col("id").is_in(parent.unique().implode()))
+    leaf = ~pl.col("id").is_in(parent.unique().implode())
+    leaves = ranges.select("start_ns", "end_ns", "id").filter(leaf if of is None else leaf & pl.lit(of))
     positive = pl.col("end_ns") > pl.col("start_ns")
     return before_child.filter(positive), after_last.filter(positive), leaves.filter(positive)
+
+
+def nest(ranges: pl.DataFrame) -> bool:
+    """Whether RANGES (:func:`with_parents`' frame, one thread) nest: each lies inside its parent, after the
+    previous range of its parent (or the previous outermost one). Then their self pieces do not overlap, and a
+    range's pieces add up to its duration less its children's (:func:`self_time`)."""
+    after_sibling = pl.col("start_ns") >= pl.col("end_ns").shift(1).over("parent")
+    inside_parent = pl.col("end_ns") <= pl.col("end_ns").gather(pl.col("parent"))
+    return bool(ranges.select((after_sibling.fill_null(True) & inside_parent.fill_null(True)).all()).item())
 
 
 def in_parent_order(pieces: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]) -> pl.DataFrame:

@@ -433,7 +433,7 @@ def _nvtx_pieces(nesting: Nesting, thread: int | None, lo: int, hi: int,
     whole, of = None, None
     if steps is not None and nest(ranges):
         at = pl.lit(steps["start_ns"]).search_sorted(pl.col("start_ns"), side="right").cast(pl.Int64) - 1
-        timed = self_time(ranges).select(
+        timed = (ranges if "self_ns" in ranges.columns else self_time(ranges)).select(
             at.alias("_at"), pl.lit(family).alias("_code"), pl.col("self_ns").alias("total_ns"),
             ((at >= 0) & (pl.col("end_ns") <= pl.lit(steps["end_ns"]).gather(at.clip(0)))).alias("_whole"))
         whole, of = timed.filter("_whole").drop("_whole"), ~timed["_whole"]

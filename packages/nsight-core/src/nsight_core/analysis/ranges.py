@@ -60,8 +60,9 @@ def _thread_level(ranges: pl.DataFrame) -> pl.Expr:
 
 @dataclass(frozen=True)
 class Nesting:
-    """NVTX ranges with their parents (:func:`with_parents`) and each one's family as a code into FAMILIES
-    (:func:`family_codes`): made once for the self times and the budget, which both read them."""
+    """NVTX ranges with their parents (:func:`with_parents`) and self times (:func:`self_time`), and each one's
+    family as a code into FAMILIES (:func:`family_codes`): made once for the families and the budget, which
+    both read them."""
 
     ranges: pl.DataFrame
     family: pl.Series
@@ -69,17 +70,16 @@ class Nesting:
 
     @classmethod
     def of(cls, nvtx: pl.DataFrame) -> Nesting:
-        ranges = with_parents(nvtx)
+        ranges = self_time(with_parents(nvtx))
         return cls(ranges, *family_codes(ranges, "name"))
 
 
 def self_time(ranges: pl.DataFrame) -> pl.DataFrame:
-    """Per range of RANGES (:func:`with_parents`' frame): self_ns = duration minus direct children's durations."""
+    """RANGES (:func:`with_parents`' frame) with self_ns: the duration less the direct children's durations."""
     duration = pl.col("end_ns") - pl.col("start_ns")
     children = ranges.group_by("parent").agg(duration.sum().alias("children_ns"))
     summed = ranges.select("id").join(children, left_on="id", right_on="parent", how="left", maintain_order="left")
-    return ranges.with_columns(summed["children_ns"]).with_columns(
-        (duration - pl.col("children_ns").fill_null(0)).alias("self_ns"))
+    return ranges.with_columns((duration - summed["children_ns"].fill_null(0)).alias("self_ns"))
 
 
 def self_pieces(ranges: pl.DataFrame, of: pl.Series | None = None) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
@@ -133,7 +133,7 @@ def range_families(nesting: Nesting, span_ns: int) -> list[RangeFamily]:
     """NESTING's ranges grouped by family, longest self time first, shares of the capture span SPAN_NS."""
     if not nesting.ranges.height:
         return []
-    timed = self_time(nesting.ranges)
+    timed = nesting.ranges
     # Grouped by codes of (family, domain), not by the strings: a fraction of the memory.
     (pattern, patterns), (domain, domains) = (nesting.family, nesting.families), distinct_codes(timed, "domain")
     duration = pl.col("_duration")

@@ -438,6 +438,8 @@ def _nvtx_pieces(nesting: Nesting, thread: int | None, lo: int, hi: int,
             ((at >= 0) & (pl.col("end_ns") <= pl.lit(steps["end_ns"]).gather(at.clip(0)))).alias("_whole"))
         whole, of = timed.filter("_whole").drop("_whole"), ~timed["_whole"]
         del timed
+        if not of.any():  # every range inside one step: no pieces at all
+            ranges, of = ranges.clear(), None
     pieces = self_pieces(ranges, of)
     del ranges
     # Where ranges nest, no two pieces start together: by start time, whatever their order. Else by (thread,

@@ -82,6 +82,8 @@ def distinct_codes(frame: pl.DataFrame, column: str) -> tuple[pl.Series, pl.Seri
     a column that is one constant (a default domain) stays one.
     """
     distinct = frame.select(pl.col(column).unique().sort()).to_series()
+    if distinct.len() == 1:  # one value throughout (one thread, the default domain): no search per row
+        return pl.zeros(frame.height, pl.UInt32, eager=True).alias(column), distinct
     return frame.select(pl.lit(distinct).search_sorted(pl.col(column), side="left")).to_series(), distinct
 
 

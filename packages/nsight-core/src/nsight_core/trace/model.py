@@ -404,16 +404,15 @@ def with_depth(ranges: pl.DataFrame) -> pl.DataFrame:
         order = keys.select(pl.arg_sort_by(["start_ns", "end_ns"], descending=[False, True])).to_series()
         ranges, keys = ranges[order], keys[order]
     # An end counts before a start at the same instant, except a zero-length range's own end: that one
-    # sorts one nanosecond later, so "ends at or before the start" is a search in the sorted ends.
+    # sorts one nanosecond later, so "ends at or before the start" is the last of the sorted ends at or before it
+    # (an as-of join: one merge of two sorted columns, where a binary search per range took seven times longer).
     ended_at = (end + (end <= start).cast(I64)).alias("_end")
-    before = pl.int_range(pl.len(), dtype=I64)
-    if keys["thread"].n_unique() == 1:  # one thread (the usual case): a binary search, no join
-        ends = keys.select(ended_at.sort()).to_series()
-        return ranges.with_columns((before - pl.lit(ends).search_sorted(start, side="right").cast(I64)).alias("depth"))
-    ended = (keys.lazy().select("thread", ended_at).sort("_end")
-             .with_columns(pl.int_range(1, pl.len() + 1, dtype=I64).over("thread").alias("_ended")))
-    depth = (keys.lazy().select("thread", "start_ns", before.over("thread").alias("_before"))
-             .join_asof(ended, left_on="start_ns", right_on="_end", by="thread", strategy="backward",
+    before, ended_count = pl.int_range(pl.len(), dtype=I64), pl.int_range(1, pl.len() + 1, dtype=I64)
+    by = None if keys["thread"].n_unique() == 1 else "thread"  # one thread (the usual case): nothing to group
+    ended = keys.lazy().select("thread", ended_at).sort("_end").with_columns(
+        (ended_count if by is None else ended_count.over(by)).alias("_ended"))
+    depth = (keys.lazy().select("thread", "start_ns", (before if by is None else before.over(by)).alias("_before"))
+             .join_asof(ended, left_on="start_ns", right_on="_end", by=by, strategy="backward",
                         check_sortedness=False)
              .select((pl.col("_before") - pl.col("_ended").fill_null(0)).alias("depth")).collect())
     return ranges.with_columns(depth.to_series())

@@ -432,10 +432,15 @@ def _nvtx_pieces(nesting: Nesting, thread: int | None, lo: int, hi: int,
         family = family.scatter(ranges["name"].is_null().arg_true(), None)
     whole, of = None, None
     if steps is not None and nest(ranges):
-        at = pl.lit(steps["start_ns"]).search_sorted(pl.col("start_ns"), side="right").cast(pl.Int64) - 1
-        timed = (ranges if "self_ns" in ranges.columns else self_time(ranges)).select(
-            at.alias("_at"), pl.lit(family).alias("_code"), pl.col("self_ns").alias("total_ns"),
-            ((at >= 0) & (pl.col("end_ns") <= pl.lit(steps["end_ns"]).gather(at.clip(0)))).alias("_whole"))
+        # The step each range starts in (the last to start at or before it), by an as-of join of the two in start order.
+        located = (ranges if "self_ns" in ranges.columns else self_time(ranges)).select(
+            "start_ns", "end_ns", "self_ns", pl.lit(family).alias("_code")).join_asof(
+            steps.select(pl.col("start_ns").alias("_start"), pl.col("end_ns").alias("_end"),
+                         pl.int_range(pl.len(), dtype=pl.Int64).alias("_at")),
+            left_on="start_ns", right_on="_start", strategy="backward", check_sortedness=False)
+        timed = located.select("_at", "_code", pl.col("self_ns").alias("total_ns"),
+                               (pl.col("end_ns") <= pl.col("_end")).fill_null(False).alias("_whole"))
+        del located
         whole, of = timed.filter("_whole").drop("_whole"), ~timed["_whole"]
         del timed
         if not of.any():  # every range inside one step: no pieces at all

@@ -108,8 +108,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     exports = _exports_ahead(args.paths)
     from nsight_core.profile import build_profile, capture_paths
-    from nsight_core.render.html import render_page
+    from nsight_core.render.html import prepare, render_page
 
+    prepare()  # while nsys exports
     paths = [capture for path in args.paths for capture in capture_paths(path)]
     profiles = []
     for path in paths:

@@ -142,6 +142,14 @@ def render_page(profiles: Sequence[CaptureProfile], title: str = "GPU Profile", 
     return _templates().get_template("page.html.j2").render(title=title, fragment=fragment) + "\n"
 
 
+def prepare() -> None:
+    """Compile the page's templates and read the script bundle now, not at the first render (15 ms): a caller
+    waiting for nsys' export has the time then."""
+    for name in ("report.html.j2", "page.html.j2"):
+        _templates().get_template(name)
+    vega_bundle()
+
+
 @functools.cache
 def _templates() -> jinja2.Environment:
     """The report's templates (render/templates/), autoescaped: names from traces are always text."""

@@ -404,20 +404,24 @@ def analysis_section(costs: list[Costs], baseline_mb: float) -> list[str]:
             f"{_met(memory, f'{cost.rss_ratio / RSS_TARGET:.1f}x over')}; without the imports' "
             f"{baseline_mb:.0f} MB {data_ratio:.1f}x).")
     why = [] if not missed else [
-        "Why the misses. Speed: most of the analysis is the per-step budget. It sweeps each batch of steps once:",
-        "every start and end of every event sorted by time, running sums for each GPU layer's coverage, forward",
-        "fills for the call or NVTX range the CPU thread is in, then a few expressions per piece and a group-by",
-        "(two batches at a time; Polars' own threads share the same two cores). On 600 k GPU events that time is",
-        "spread evenly over those steps, so a further 20-25 % needs fewer passes over the pieces rather than a",
-        "cheaper one. Captures whose GPU idles with nothing waiting (the 1 M-range CPU capture) skip the sweep:",
-        "their sums follow from each range's overlap with its step; the step detection and the NVTX self times",
-        "(the ranges' parents, computed once for both) are the rest. Memory: the imports' share above,",
-        "Polars' allocator keeping freed memory for reuse (a one-off measurement on 2026-12-03:",
-        "`_RJEM_MALLOC_CONF=dirty_decay_ms:0` took the 1 M-range report's peak from 399 to 266 MB, and its time",
-        "from 1.42 to 1.77 s), the NVTX table read whole from its Arrow stream before the frame is built from it,",
-        "and the analysis's temporaries (the pieces of a batch, the NVTX self pieces in start order) alive beside",
-        "the frames; the analysis runs beside the reports, so their temporaries add up. 2x the bytes read would",
-        "need the frames built and analysed a slice at a time.", ""]
+        "Why the misses. Speed: on a GPU capture most of the analysis is the per-step budget. It sweeps each batch",
+        "of steps once: every start and end of every event sorted by time, running sums for each GPU layer's",
+        "coverage, forward fills for the call or NVTX range the CPU thread is in, then a few expressions per piece",
+        "and a group-by (two batches at a time; Polars' own threads share the same two cores). A `perf` profile of",
+        "it on the 200 k-kernel capture (2026-12-03) has no hot spot: about 15 % of its CPU time is threads waiting",
+        "for and waking each other, the rest spread over a dozen column passes (fills, gathers, the sort, hashing",
+        "the calls' names) of a few per cent each, so a further 25 % needs fewer passes over the pieces rather",
+        "than a cheaper one. A thread that only pushes NVTX ranges while the GPU idles (the 1 M-range CPU capture)",
+        "skips the sweep: each range inside one step adds its self time to it. Memory: the imports' share above;",
+        "Polars' allocator keeping freed memory for reuse (measured on 2026-12-03 with the export reused:",
+        "`_RJEM_MALLOC_CONF=dirty_decay_ms:0,muzzy_decay_ms:0`, which returns it at once, took the report's peak from",
+        "about 400 to 280-330 MB on the 1 M-range capture and from 236 to 205 MB on the 200 k-kernel one, at",
+        "0.1-0.3 s more, so it is not set); the NVTX table read whole from its Arrow stream (all its columns, 118",
+        "MB for 1 M ranges) before the frame is built from it; and the analysis's temporaries, alive beside the",
+        "frames and beside the reports' (they run side by side). Where the columns read are smaller than the",
+        "imports (34 MB for 1 M NVTX ranges against 88 MB of code), 2x the bytes read is below what the",
+        "interpreter and its libraries take before reading anything; the last column compares the rest. Within",
+        "2x of the bytes read would need the frames built and analysed a slice at a time.", ""]
     return [*lines, "", *[f"- {line}" for line in verdicts], "", *why]
 
 

@@ -50,4 +50,4 @@ def test_distinct_kernel_tile_counts_all_of_them(big_page: str) -> None:
 def test_top_kernel_chart_draws_twenty(big_page: str) -> None:
     blocks = re.findall(r'<script type="application/json" id="[^"]+">(.*?)</script>', big_page)
     kernel_chart = json.loads(next(block for block in blocks if '"title": "Launches"' in block))
-    assert len(kernel_chart["data"]["values"]) == 20
+    assert len(kernel_chart["datasets"][kernel_chart["data"]["name"]]) == 20

@@ -10,7 +10,7 @@ from pathlib import Path
 from report_helpers import write_recorded
 
 from nsight_core.profile import build_profile
-from nsight_core.render.html import render_fragment, render_page, vega_bundle
+from nsight_core.render.html import GrowingFragment, render_fragment, render_page, vega_bundle
 
 HOSTILE_NVTX = "<script>alert(1)</script>"
 TEMPLATE_KERNEL = "void k<float, (int)4>(T1, T2)"
@@ -93,6 +93,26 @@ def test_every_requested_report_has_a_table_or_a_reason(tmp_path: Path) -> None:
     assert "Skipped reports" in text
     assert "cuda_api_sum: not recorded: no region_cuda_api_sum.csv" in text.replace("\n", "")
     assert "CUDA API time" in text and "cuda_api_sum: not recorded" in text
+
+
+def test_a_fragment_grown_a_capture_at_a_time_shows_what_one_made_at_once_shows(tmp_path: Path) -> None:
+    """The Flyte tab after each region: every capture so far, the earlier ones exactly as first rendered."""
+    first = hostile_profile(tmp_path)
+    second = first.model_copy(update={"title": "evaluation"})
+    grown = GrowingFragment()
+    assert not grown and "nothing to report" in grown.render()
+    grown.add(first)
+    once = grown.render()
+    grown.add(second)
+    twice = grown.render(["a note"])
+    sections = [re.search(r"<section .*?</section>", page, re.S) for page in (once, twice)]
+    assert sections[0] is not None and sections[1] is not None
+    assert sections[0].group(0) == sections[1].group(0), "the first section is not rendered again"
+    at_once = render_fragment([first, second], ["a note"])
+    def shown(page: str) -> str:  # what a reader sees; ids differ from render to render
+        return re.sub(r"nsr-[0-9a-f]{10}-[a-z]+-\d+", "ID", "".join(parse(page).text))
+    assert shown(twice) == shown(at_once)
+    assert len(parse(twice).ids) == len(set(parse(twice).ids)) == len(parse(at_once).ids)
 
 
 def test_no_captures_says_so() -> None:

@@ -29,6 +29,7 @@ from nsight_core.errors import one_line
 if TYPE_CHECKING:
     from nsight_core import Capture, Session
     from nsight_core.profile import CaptureProfile
+    from nsight_core.render.html import GrowingFragment
 
 log = logging.getLogger("flyteplugins.nsight")
 
@@ -39,15 +40,17 @@ TAB = "GPU Profile"
 class Profiling:
     """What one profiled task run knows: its settings and every capture rendered so far.
 
-    The tab is re-rendered from all profiles on each new capture (the fragment carries its script
-    once), so regions accumulate in one tab instead of being appended piecemeal.
+    The tab is re-rendered with all sections on each new capture (the fragment carries its script
+    once), so regions accumulate in one tab instead of being appended piecemeal; each capture's section
+    is rendered once.
     """
 
     session: Session
     reports: tuple[str, ...]
     attach_report: bool
     clustered: bool
-    profiles: list[CaptureProfile] = field(default_factory=list)
+    sections: GrowingFragment | None = None
+    """The tab's sections so far; made at the first capture (the renderer loads Polars and Altair)."""
     notes: list[str] = field(default_factory=list)
     context: contextvars.Context | None = None
     """The task's context (flyte's included), for regions in threads the task body started."""
@@ -93,10 +96,12 @@ def _summarize(state: Profiling, capture: Capture, title: str, source: str) -> N
     never a path inside the pod. The profile and renderer modules load polars and altair, so they are
     imported here, by profiled runs only, not by every import of the plugin.
     """
-    from nsight_core.render.html import render_fragment
+    from nsight_core.render.html import GrowingFragment
 
+    if state.sections is None:
+        state.sections = GrowingFragment()
     try:
-        state.profiles.append(_profile(capture, state.reports, title).model_copy(update={"source": source}))
+        state.sections.add(_profile(capture, state.reports, title).model_copy(update={"source": source}))
     except Exception as exc:
         log.warning("could not summarise the trace of %r, so the GPU Profile tab leaves it out (%s); "
                     "open the trace in nsys-ui instead: %s", capture.region, one_line(exc), source)
@@ -105,10 +110,10 @@ def _summarize(state: Profiling, capture: Capture, title: str, source: str) -> N
         others = ", ".join(repr(name) for name in capture.overlapped)
         state.notes.append(f"{title}: its trace also holds the activity of {others}, which ran while it "
                            "recorded (nsys records one collection at a time) and has no section of its own.")
-    if state.profiles or state.notes:
+    if state.sections or state.notes:
         import flyte.report  # here, not at the top: ~10 ms of every import of the plugin, needed once a trace is in
 
-        flyte.report.get_tab(TAB).replace(render_fragment(state.profiles, state.notes))
+        flyte.report.get_tab(TAB).replace(state.sections.render(state.notes))
 
 
 def _profile(capture: Capture, reports: tuple[str, ...], title: str) -> CaptureProfile:

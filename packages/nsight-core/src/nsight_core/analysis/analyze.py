@@ -29,7 +29,7 @@ from nsight_core.analysis.budget import (
 from nsight_core.analysis.findings import Context, Finding
 from nsight_core.analysis.footprint import UserWindow, capture_window, users_calls
 from nsight_core.analysis.ranges import Nesting, RangeFamily, range_families
-from nsight_core.analysis.steps import StepStats, find_steps, matching
+from nsight_core.analysis.steps import StepStats, family_codes, find_steps, matching
 
 LAUNCH_API = r"^cu(da)?LaunchKernel|^cuLaunch"
 
@@ -97,10 +97,11 @@ class _Cut:
     totals: pl.DataFrame
 
 
-def _cut(trace: EventTables, window: UserWindow, nesting: Callable[[], Nesting]) -> _Cut:
+def _cut(trace: EventTables, window: UserWindow, families: tuple[pl.Series, pl.Series],
+         nesting: Callable[[], Nesting]) -> _Cut:
     """Find the steps (or take the user WINDOW as one) and sum their budget per step, part and CPU activity
-    (NESTING: TRACE's NVTX ranges', asked for once the steps are found)."""
-    stats, steps = find_steps(trace.nvtx, trace.kernels)
+    (FAMILIES: the NVTX ranges' :func:`family_codes`; NESTING: their nesting, asked for once the steps are found)."""
+    stats, steps = find_steps(trace.nvtx, trace.kernels, families)
     scope: Literal["steps", "capture"] = "steps"
     if not steps.height:
         scope = "capture"
@@ -122,13 +123,14 @@ def analyze(trace: EventTables) -> Analysis:
     its budget's idle time shows what the CPU did.
     """
     window = capture_window(trace)
+    families = family_codes(trace.nvtx, "name")  # for the steps and the nesting both
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsight-ranges") as pool:
         # The NVTX ranges' nesting and self times need only the ranges: they run beside the steps and the budget,
         # on the core those leave idle outside the budget's batches (Polars computes without the GIL); the
         # budget takes the nesting when it is made.
-        nesting = pool.submit(Nesting.of, trace.nvtx)
+        nesting = pool.submit(Nesting.of, trace.nvtx, families)
         ranges = pool.submit(lambda: range_families(nesting.result(), window.span_ns))
-        cut = _cut(trace, window, nesting.result)
+        cut = _cut(trace, window, families, nesting.result)
     stats, steps = cut.stats, cut.steps
     steady = steps.slice(1) if stats.warmup else steps
     budget = summarize_budget(cut.totals.filter(pl.col("step").is_in(steady["step"].implode())), steady, cut.thread)
@@ -156,7 +158,8 @@ def step_budgets(trace: EventTables) -> pl.DataFrame:
 
     Without steps, one row (step 0) for the user's window.
     """
-    cut = _cut(trace, capture_window(trace), lambda: Nesting.of(trace.nvtx))
+    families = family_codes(trace.nvtx, "name")
+    cut = _cut(trace, capture_window(trace), families, lambda: Nesting.of(trace.nvtx, families))
     return per_step(cut.totals, cut.steps)
 
 

@@ -143,9 +143,13 @@ def nvtx_families(nvtx: pl.DataFrame, family: tuple[pl.Series, pl.Series]) -> pl
     )
 
 
-def find_steps(nvtx: pl.DataFrame, kernels: pl.DataFrame) -> tuple[StepStats, pl.DataFrame]:
-    """The capture's steps: statistics and one row per step (step, start_ns, end_ns, name, thread)."""
-    codes = family_codes(nvtx, "name")
+def find_steps(nvtx: pl.DataFrame, kernels: pl.DataFrame,
+               codes: tuple[pl.Series, pl.Series] | None = None) -> tuple[StepStats, pl.DataFrame]:
+    """The capture's steps: statistics and one row per step (step, start_ns, end_ns, name, thread).
+
+    CODES: :func:`family_codes` of NVTX's names, where the caller has them already.
+    """
+    codes = codes if codes is not None else family_codes(nvtx, "name")
     families = nvtx_families(nvtx, codes)
     candidates = [StepFamily(**row) for row in families.drop("step_word").to_dicts()]
     sequential = [family for family in candidates if family.sequential]

@@ -45,6 +45,14 @@ def capture_charts(profile: CaptureProfile) -> list[ChartSpec]:
         return _charts(profile)
 
 
+def warm_up() -> None:
+    """Make one small chart: Altair's first chart in a process pays a one-off set-up (10-20 ms), which a
+    caller waiting for nsys' export can pay then."""
+    with debug_mode(False):
+        _total_time_bars(pl.DataFrame({"name": ["a"], "total_ms": [1.0]}), "name", "#76b900",
+                         [alt.Tooltip("total_ms:Q", format=",.3f")])
+
+
 def _charts(profile: CaptureProfile) -> list[ChartSpec]:
     stats = profile.stats
     if profile.analysis is not None:

@@ -416,8 +416,8 @@ def _nvtx_pieces(nesting: Nesting, thread: int | None, lo: int, hi: int,
     STEPS (start_ns, end_ns, by start, not overlapping), when given and the ranges nest: a range inside one
     step is not cut into pieces, whose overlaps with the steps would add up to its self time anyway. The
     pieces are then those of the other ranges, and the third frame holds the self time of these: _at (the
-    step's position in STEPS), _code, total_ns. A million ranges in a thousand steps are then a million
-    rows, not two million pieces in start order.
+    step's position in STEPS), _code, total_ns (summed per step and family). A million ranges in a thousand
+    steps are then a row per family and step, not two million pieces in start order.
     """
     ranges, family = nesting.ranges, nesting.family
     inside = ranges.select(is_thread(thread) & (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)).to_series()
@@ -441,7 +441,9 @@ def _nvtx_pieces(nesting: Nesting, thread: int | None, lo: int, hi: int,
         timed = located.select("_at", "_code", pl.col("self_ns").alias("total_ns"),
                                (pl.col("end_ns") <= pl.col("_end")).fill_null(False).alias("_whole"))
         del located
-        whole, of = timed.filter("_whole").drop("_whole"), ~timed["_whole"]
+        # Summed per step and family at once: the later passes see a row per family and step, not per range.
+        whole = timed.filter("_whole").group_by("_at", "_code").agg(pl.col("total_ns").sum())
+        of = ~timed["_whole"]
         del timed
         if not of.any():  # every range inside one step: no pieces at all
             ranges, of = ranges.clear(), None

@@ -161,7 +161,8 @@ def budget_totals(
     it (a forward fill of its row) if it has not ended (each call or family name a code). Where the GPU idles, no
     call waits and the thread has one kind of interval that do not overlap (NVTX ranges alone), the sums follow
     from the intervals' overlaps with the steps, with no sweep; when the thread does nothing but ranges that
-    nest, a range inside one step adds its self time to it, with no pieces (all steps at once: a row per range).
+    nest, a range inside one step adds its self time to it, with no pieces (all steps at once, a row per family
+    and step).
     """
     lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
 

@@ -113,17 +113,20 @@ AGENT_LOST = ('echo "Connection to Agent lost. This is most likely a bug. Intern
 LOCAL_ENDPOINT = 'echo "[QuadDCommon::tag_message*] = Local Endpoint is not available." >&2; exit 1'
 
 
+END_OF_FILE = 'echo "End of file" >&2; exit 1'
+
+
 def lose_first(count: Path, losses: int, how: str) -> str:
     """A fake nsys subcommand's script: fail as HOW the first LOSSES times, then be the real one."""
     return f'echo x >> {count}; if [ $(wc -l < {count}) -le {losses} ]; then {how}; fi'
 
 
-@pytest.mark.parametrize("how", [AGENT_LOST, LOCAL_ENDPOINT], ids=["exit 0", "local endpoint"])
+@pytest.mark.parametrize("how", [AGENT_LOST, LOCAL_ENDPOINT, END_OF_FILE], ids=["exit 0", "local endpoint", "eof"])
 @pytest.mark.parametrize("losses", [1, START_ATTEMPTS])
 def test_nsys_that_loses_its_agent_before_the_command_starts(tmp_path, losses, how):
-    """nsys 2023.4.4 on a loaded machine: "Connection to Agent lost" (exit 0) or "Local Endpoint is not
-    available" (exit 1), and the command never ran. nsight runs nsys again (nothing ran, so it is
-    safe); if every attempt fails, it says so and exits 1."""
+    """nsys 2023.4.4 on a loaded machine: "Connection to Agent lost" (exit 0), "Local Endpoint is not
+    available" (exit 1) or a bare "End of file", and the command never ran. nsight runs nsys again (nothing
+    ran, so it is safe); if every attempt fails, it says so and exits 1."""
     count, ran = tmp_path / "count", tmp_path / "ran"
     lose = lose_first(count, losses, how)
     job = script(tmp_path, f"open({str(ran)!r}, 'a').write('ran\\n')\n" + textwrap.dedent(REGION))

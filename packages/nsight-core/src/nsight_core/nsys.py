@@ -295,10 +295,12 @@ class Finished:
 
 
 # nsys 2023.4.4 on a loaded machine at times loses its agent before it starts the command
-# ("Connection to Agent lost", exit 0; "Local Endpoint is not available", exit 1). Nothing ran then,
-# so trying again is safe.
+# ("Connection to Agent lost", exit 0; "Local Endpoint is not available", exit 1; or "End of file" alone,
+# the agent's connection closing, seen in the test suite on 2026-12-03). Nothing ran then, so trying
+# again is safe.
 START_ATTEMPTS = 3
-_LOST_AGENT = re.compile(r"Connection to Agent lost|Local Endpoint is not available")
+_LOST_AGENT = re.compile(r"Connection to Agent lost|Local Endpoint is not available|^\s*End of file\.?\s*$",
+                         re.MULTILINE)
 
 
 def lost_its_agent(nsys_output: str) -> bool:

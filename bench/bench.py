@@ -41,6 +41,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -594,7 +595,7 @@ def write_doc(sections: list[str], commands: list[str], imports: list[tuple[str,
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                             text=True).stdout.strip() or "unknown"
-    extra = " ".join(f"--trace {path}" for path in args.trace)
+    extra = shlex.join(sys.argv[1:])  # the arguments as given
     doc = [
         "# Benchmarks",
         "",

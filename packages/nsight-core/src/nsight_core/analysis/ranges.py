@@ -72,8 +72,9 @@ class Nesting:
     def of(cls, nvtx: pl.DataFrame, families: tuple[pl.Series, pl.Series] | None = None) -> Nesting:
         """The nesting of NVTX; FAMILIES: :func:`family_codes` of its names, where the caller has them already."""
         ranges = self_time(with_parents(nvtx))
-        in_order = families is not None and nvtx["start_ns"].is_sorted()  # with_parents kept NVTX's order
-        return cls(ranges, *(families if families is not None and in_order else family_codes(ranges, "name")))
+        if families is None or not nvtx["start_ns"].is_sorted():  # with_parents sorted: the codes lost their rows
+            families = family_codes(ranges, "name")
+        return cls(ranges, *families)
 
 
 def self_time(ranges: pl.DataFrame) -> pl.DataFrame:

@@ -129,8 +129,10 @@ def render_fragment(profiles: Sequence[CaptureProfile], notes: Sequence[str] = (
 
     Safe to put inside any page (a Flyte report tab) and to repeat on one page.
     """
-    ids = _Ids()
-    return _fragment([_rendered_section(profile, ids) for profile in profiles], notes, ids)
+    fragment = GrowingFragment()
+    for profile in profiles:
+        fragment.add(profile)
+    return fragment.render(notes)
 
 
 class GrowingFragment:
@@ -146,23 +148,16 @@ class GrowingFragment:
         return len(self._sections)
 
     def add(self, profile: CaptureProfile) -> None:
-        """Render PROFILE's section, after those added before."""
-        self._sections.append(_rendered_section(profile, _Ids()))
+        """Render PROFILE's section, after those added before (its element ids have a prefix of their own)."""
+        section = _section(profile, _Ids())
+        self._sections.append(Markup(_templates().get_template("section.html.j2").render(s=section)))
 
     def render(self, notes: Sequence[str] = ()) -> str:
         """The fragment (see :func:`render_fragment`) of the captures added so far, then NOTES."""
-        return _fragment(self._sections, notes, _Ids())
-
-
-def _rendered_section(profile: CaptureProfile, ids: _Ids) -> Markup:
-    return Markup(_templates().get_template("section.html.j2").render(s=_section(profile, ids)))
-
-
-def _fragment(sections: Sequence[Markup], notes: Sequence[str], ids: _Ids) -> str:
-    root = ids.next("report")
-    return _templates().get_template("report.html.j2").render(
-        root=root, style=Markup(_STYLE), sections=sections, report_notes=list(notes), bundle=Markup(vega_bundle()),
-        script=Markup(_SCRIPT % script_json(root)))
+        root = _Ids().next("report")
+        return _templates().get_template("report.html.j2").render(
+            root=root, style=Markup(_STYLE), sections=self._sections, report_notes=list(notes),
+            bundle=Markup(vega_bundle()), script=Markup(_SCRIPT % script_json(root)))
 
 
 def render_page(profiles: Sequence[CaptureProfile], title: str = "GPU Profile", notes: Sequence[str] = ()) -> str:

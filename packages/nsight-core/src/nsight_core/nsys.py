@@ -509,7 +509,6 @@ class _Relay:
 
     def __init__(self, keep: int = 16_384) -> None:
         self.tail = bytearray()
-        self._held = bytearray()
         self._passing = False
         self._keep = keep
         self._lock = threading.Lock()
@@ -525,17 +524,13 @@ class _Relay:
                     del self.tail[:-self._keep]
                     if self._passing:
                         _to_stderr(chunk)
-                    else:
-                        self._held.extend(chunk)
-                        del self._held[:-self._keep]
 
     def pass_on(self) -> None:
-        """The command started: what nsys said so far goes out, and from now on as it comes."""
+        """The command started: what nsys said so far (all held in the tail) goes out, and from now on as it comes."""
         with self._lock:
             if not self._passing:
                 self._passing = True
-                _to_stderr(bytes(self._held))
-                self._held.clear()
+                _to_stderr(bytes(self.tail))
 
 
 def _to_stderr(chunk: bytes) -> None:

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -85,8 +84,9 @@ class Analysis(BaseModel):
 
 
 @dataclass(frozen=True)
-class _Cut:
-    """A capture's steps and their budget totals: what both the summary and the per-step rows need."""
+class _Steps:
+    """A capture's steps (or the user window as one), their CPU thread and its blocking calls: what the budget
+    and the findings' inputs both start from."""
 
     window: UserWindow
     stats: StepStats
@@ -94,13 +94,10 @@ class _Cut:
     scope: Literal["steps", "capture"]
     thread: int | None
     blocking: pl.DataFrame
-    totals: pl.DataFrame
 
 
-def _cut(trace: EventTables, window: UserWindow, families: tuple[pl.Series, pl.Series],
-         nesting: Callable[[], Nesting]) -> _Cut:
-    """Find the steps (or take the user WINDOW as one) and sum their budget per step, part and CPU activity
-    (FAMILIES: the NVTX ranges' :func:`family_codes`; NESTING: their nesting, asked for once the steps are found)."""
+def _steps(trace: EventTables, window: UserWindow, families: tuple[pl.Series, pl.Series]) -> _Steps:
+    """Find the steps (or take the user WINDOW as one); FAMILIES: the NVTX ranges' :func:`family_codes`."""
     stats, steps = find_steps(trace.nvtx, trace.kernels, families)
     scope: Literal["steps", "capture"] = "steps"
     if not steps.height:
@@ -108,12 +105,15 @@ def _cut(trace: EventTables, window: UserWindow, families: tuple[pl.Series, pl.S
         steps = pl.DataFrame({"step": [0], "start_ns": [window.start_ns], "end_ns": [window.end_ns],
                               "name": [""], "thread": [None]}, schema=steps.schema)
     thread = step_thread(stats.family.thread if stats.family else None, trace.cuda_api, trace.osrt)
-    blocking = sync_calls(trace.cuda_api, trace.memcpy)
+    return _Steps(window, stats, steps, scope, thread, sync_calls(trace.cuda_api, trace.memcpy))
+
+
+def _totals(trace: EventTables, found: _Steps, nesting: Nesting) -> pl.DataFrame:
+    """FOUND's steps' budget, summed per step, part and CPU activity (:func:`budget_totals`)."""
     columns = ["start_ns", "end_ns"]
     copies = pl.concat([trace.memcpy.select(columns), trace.memset.select(columns)])
-    totals = budget_totals(steps, trace.kernels, copies, trace.cuda_api, users_calls(trace.osrt, window),
-                           nesting(), blocking, thread)
-    return _Cut(window, stats, steps, scope, thread, blocking, totals)
+    return budget_totals(found.steps, trace.kernels, copies, trace.cuda_api, users_calls(trace.osrt, found.window),
+                         nesting, found.blocking, found.thread)
 
 
 def analyze(trace: EventTables) -> Analysis:
@@ -124,30 +124,33 @@ def analyze(trace: EventTables) -> Analysis:
     """
     window = capture_window(trace)
     families = family_codes(trace.nvtx, "name")  # for the steps and the nesting both
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsight-ranges") as pool:
-        # The NVTX ranges' nesting and self times need only the ranges: they run beside the steps and the budget,
-        # on the core those leave idle outside the budget's batches (Polars computes without the GIL); the
-        # budget takes the nesting when it is made.
+    gpu_traced = bool(trace.kernels.height or trace.memcpy.height or trace.memset.height)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsight-beside") as pool:
+        # What needs no budget runs beside it, on the core its batches leave idle (Polars computes without the GIL):
+        # the NVTX ranges' nesting and self times (the budget takes the nesting when it is made), and the findings'
+        # inputs once the steps are known.
         nesting = pool.submit(Nesting.of, trace.nvtx, families)
         ranges = pool.submit(lambda: range_families(nesting.result(), window.span_ns))
-        cut = _cut(trace, window, families, nesting.result)
-    stats, steps = cut.stats, cut.steps
-    steady = steps.slice(1) if stats.warmup else steps
-    budget = summarize_budget(cut.totals.filter(pl.col("step").is_in(steady["step"].implode())), steady, cut.thread)
-    context = Context(steps=stats, budget=budget, window_ns=cut.window.span_ns,
+        found = _steps(trace, window, families)
+        stats, steps = found.stats, found.steps
+        steady = steps.slice(1) if stats.warmup else steps
+        syncs = pool.submit(_syncs_in, steady, found.blocking, trace.memcpy, found.thread)
+        shape = pool.submit(_launch_shape, steady, trace.kernels, trace.cuda_api)
+        totals = _totals(trace, found, nesting.result())
+    budget = summarize_budget(totals.filter(pl.col("step").is_in(steady["step"].implode())), steady, found.thread)
+    context = Context(steps=stats, budget=budget, window_ns=window.span_ns,
                       step_p50_ns=stats.family.p50_ns if stats.family else None)
-    gpu_traced = bool(trace.kernels.height or trace.memcpy.height or trace.memset.height)
-    pageable = find.pageable_copies(context, trace.memcpy, steady if cut.scope == "steps" else steps.clear())
+    pageable = find.pageable_copies(context, trace.memcpy, steady if found.scope == "steps" else steps.clear())
     gpu_findings = [
         find.gpu_idle(context),
-        find.sync_wait(context, *_syncs_in(steady, cut.blocking, trace.memcpy, cut.thread)),
-        find.launch_bound(context, *_launch_shape(steady, trace.kernels, trace.cuda_api)),
+        find.sync_wait(context, *syncs.result()),
+        find.launch_bound(context, *shape.result()),
         *pageable,
         find.exposed_copy(context, pageable),
         find.exposed_comm(context),
     ] if gpu_traced else []
     return Analysis(
-        window=cut.window, steps=stats, budget=budget, budget_scope=cut.scope,
+        window=window, steps=stats, budget=budget, budget_scope=found.scope,
         ranges=ranges.result(),
         findings=find.ordered([*gpu_findings, find.warmup(context), find.step_count(context)]),
     )
@@ -159,8 +162,8 @@ def step_budgets(trace: EventTables) -> pl.DataFrame:
     Without steps, one row (step 0) for the user's window.
     """
     families = family_codes(trace.nvtx, "name")
-    cut = _cut(trace, capture_window(trace), families, lambda: Nesting.of(trace.nvtx, families))
-    return per_step(cut.totals, cut.steps)
+    found = _steps(trace, capture_window(trace), families)
+    return per_step(_totals(trace, found, Nesting.of(trace.nvtx, families)), found.steps)
 
 
 def _in_steps(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
@@ -183,7 +186,7 @@ def _syncs_in(steps: pl.DataFrame, blocking: pl.DataFrame, memcpy: pl.DataFrame,
 def _launch_shape(steps: pl.DataFrame, kernels: pl.DataFrame, cuda_api: pl.DataFrame) -> tuple[float, float, float]:
     """Kernels per step, median kernel duration and median launch-call duration in the steps."""
     launches = _in_steps(cuda_api.filter(matching(cuda_api, "name", lambda name: name.str.contains(LAUNCH_API))), steps)
-    ran = kernels.join(launches.select("correlation_id"), on="correlation_id", how="semi")
+    ran = kernels.filter(pl.col("correlation_id").is_in(launches["correlation_id"].implode()))
     per_step_count = ran.height / steps.height if steps.height else 0.0
     kernel_p50 = float(ran.select((pl.col("end_ns") - pl.col("start_ns")).median()).item() or 0.0)
     launch_p50 = float(launches.select((pl.col("end_ns") - pl.col("start_ns")).median()).item() or 0.0)

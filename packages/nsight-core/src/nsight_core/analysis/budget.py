@@ -186,8 +186,8 @@ def budget_totals(
         "in_step": _Intervals.layer(steps.select("start_ns", "end_ns")),
     }
     del nccl
-    (api, api_names), (calls, osrt_names), (blocking, _) = (_coded(on_thread(frame))
-                                                            for frame in (cuda_api, osrt, sync))
+    (api, api_names), (calls, osrt_names) = (_coded(on_thread(frame)) for frame in (cuda_api, osrt))
+    blocking = on_thread(sync)  # whether a piece lies in one, not which: no names
     ordered_steps = steps.select("start_ns", "end_ns").sort("start_ns")
     gpu_idle = not any(layers[name].frame.height for name in ("compute", "comm", "copy"))
     # The thread does nothing but NVTX ranges while the GPU idles: its ranges inside one step need no pieces.
@@ -251,64 +251,75 @@ def budget_totals(
             intervals = candidates[named[0]] if named else candidates["_nvtx"]
             if intervals.select((start.shift(-1) >= end).all()).item():
                 return idle_runs(overlaps(first_ns, last_ns, intervals, offsets[named[0]] if named else 0))
-        events = [_events(edges, 2 * index + side) for index, layer in enumerate(layers.values())
+        events = [_events(edges, 2 * index + side) for index, layer in enumerate(layers.values()) if layer.frame.height
                   for side, edges in enumerate(layer.edges(first_ns, last_ns))]
         for index, (column, source) in enumerate(lookups.items()):
-            events += [_events(candidates[column]["start_ns"].clip(first_ns), _LOOKUP + index, rows=True),
-                       _events(source.edges(first_ns, last_ns)[1], _EDGE)]
+            if candidates[column].height:  # an empty source has no events (and a frame costs as much as a small one)
+                events += [_events(candidates[column]["start_ns"].clip(first_ns), _LOOKUP + index, rows=True),
+                           _events(source.edges(first_ns, last_ns)[1], _EDGE)]
         merged = pl.concat(events).sort("start_ns", maintain_order=True)
         # The state after each time's events: a layer's coverage counts its starts less its ends (from those
         # before the batch on); a lookup's row is the last interval to start.
         kind = pl.col("_kind")
-        covered = {name: (layer.open_at(first_ns) + pl.when(kind == 2 * index).then(1).when(kind == 2 * index + 1)
-                          .then(-1).otherwise(0).cum_sum() > 0).alias(name)
+
+        def seen(of: int) -> pl.Expr:
+            """How many events of kind OF lie at or before each row: a count of non-nulls, a third of a sum's cost."""
+            return pl.when(kind == of).then(True).cum_count().cast(pl.Int64)
+
+        covered = {name: (layer.open_at(first_ns) + seen(2 * index) - seen(2 * index + 1) > 0).alias(name)
                    for index, (name, layer) in enumerate(layers.items()) if layer.frame.height}
         rows = [pl.when(kind == _LOOKUP + index).then(pl.col("_row")).forward_fill().alias(column)
                 for index, (column, frame) in enumerate(candidates.items()) if frame.height]
-        segments = merged.select(start, *covered.values(), *rows).filter(start != start.shift(-1).fill_null(-1))
+        # The step a time lies in, the last to start at or before it: those before the batch and the batch's so far.
+        step = step_starts.search_sorted(first_ns, side="left") + seen(2 * _LAYERS.index("in_step")) - 1
+        segments = merged.select(start, *covered.values(), *rows, step.cast(pl.Int32).alias("_step")).filter(
+            start != start.shift(-1).fill_null(-1))
         segments = segments.with_columns(start.shift(-1).alias("end_ns"))
         segments = segments.filter(pl.col("in_step") & (end > start))
 
         def layer(name: str) -> pl.Expr:
             return pl.col(name) if name in covered else pl.lit(False)
 
+        def within(column: str) -> pl.Expr:
+            """Whether the interval of COLUMN's row has not ended at the piece's start (null: no interval)."""
+            return pl.lit(candidates[column]["end_ns"]).gather(pl.col(column)) > start
+
         def found(column: str) -> pl.Expr:
             frame = candidates[column]
             if not frame.height:
                 return pl.lit(None, pl.UInt32)
-            row = pl.col(column)
-            return pl.when(pl.lit(frame["end_ns"]).gather(row) > start).then(pl.lit(frame["_code"]).gather(row))
+            return pl.when(within(column)).then(pl.lit(frame["_code"]).gather(pl.col(column))) + offsets[column]
 
         segments = segments.select(
-            (pl.lit(step_starts).search_sorted(start, side="right").cast(pl.Int32) - 1).alias("_step"), start, end,
+            "_step", start, end,
             pl.when(layer("compute")).then(PARTS.index("compute"))
             .when(layer("comm")).then(PARTS.index("exposed_comm"))
             .when(layer("copy")).then(PARTS.index("exposed_copy")).cast(pl.UInt8).alias("_gpu"),
             # What the CPU thread was in at each piece's start: a sync call; its CUDA API call, OS-runtime call,
             # innermost range (as a code of its name).
-            *((found(column).is_not_null() if column == "_in_sync" else found(column) + offsets[column]).alias(column)
-              for column in lookups))
+            (within("_in_sync").fill_null(False) if candidates["_in_sync"].height else pl.lit(False)).alias("_in_sync"),
+            *(found(column).alias(column) for column in ("_api", "_osrt", "_nvtx")))
         name = pl.coalesce("_api", "_osrt", "_nvtx", untraced)
         total = (end - start).sum().alias("total_ns")
         if gpu_idle and not candidates["_in_sync"].height:
             return idle_runs(segments.group_by("_step", name.alias("_name")).agg(total))
-        # Per idle run (consecutive idle pieces of one step), with fills instead of per-run groups: its
-        # start and end, and the end of the latest sync before each piece (reset, as -1, at the run start).
-        # Runs of busy pieces get fills of their own, which no idle piece sees.
-        idle = pl.col("_gpu").is_null()
-        segments = segments.with_columns(
-            ((idle != idle.shift(1)) | (pl.col("_step") != pl.col("_step").shift(1))).fill_null(True).alias("_first"))
-        first, last, in_sync = pl.col("_first"), pl.col("_first").shift(-1).fill_null(True), pl.col("_in_sync")
-        sync_end = pl.when(in_sync).then(end).when(first).then(-1).forward_fill()
-        # Columns of their own, each fill once: expressions that share one would each compute it.
-        segments = segments.with_columns(pl.when(last).then(end).backward_fill().alias("_run_end"),
-                                         pl.when(first).then(start).forward_fill().alias("_run_start"),
-                                         pl.when(sync_end >= 0).then(sync_end).alias("_sync_end"))
-        run_end, sync_end = pl.col("_run_end"), pl.col("_sync_end")
-        refill = (start >= sync_end) & (run_end - sync_end < LAUNCH_GAP_NS)
+        # Runs: consecutive idle, or busy, pieces of one step, numbered in order. The idle pieces' part is their run's:
+        # its length, and after a sync call the refill (the pieces after a sync that ends within LAUNCH_GAP_NS of the
+        # run's end, the first such sync's end a threshold per run). Per-run values are gathered, not filled per piece.
+        idle, in_sync, run = pl.col("_gpu").is_null(), pl.col("_in_sync"), pl.col("_run")
+        first = ((idle != idle.shift(1)) | (pl.col("_step") != pl.col("_step").shift(1))).fill_null(True)
+        segments = segments.with_columns(first.alias("_first"))
+        first = pl.col("_first")
+        segments = segments.with_columns((pl.when(first).then(True).cum_count() - 1).alias("_run"))
+        runs = segments.select(start.filter(first).alias("_start"), end.filter(first.shift(-1).fill_null(True)))
+        run_ns = runs["end_ns"] - runs["_start"]
+        syncs = segments.filter(in_sync).select(run, end)
+        refills = syncs.filter(end > pl.lit(runs["end_ns"]).gather(run) - LAUNCH_GAP_NS).group_by(run).agg(end.min())
+        threshold = pl.repeat(None, runs.height, dtype=pl.Int64, eager=True).scatter(refills["_run"], refills["end_ns"])
+        refill = (start >= pl.lit(threshold).gather(run)).fill_null(False)
         part = (pl.when(~idle).then(pl.col("_gpu"))
-                .when(in_sync | refill.fill_null(False)).then(PARTS.index("sync_wait"))
-                .when(run_end - pl.col("_run_start") < LAUNCH_GAP_NS).then(PARTS.index("launch_gap"))
+                .when(in_sync | refill).then(PARTS.index("sync_wait"))
+                .when(pl.lit(run_ns).gather(run) < LAUNCH_GAP_NS).then(PARTS.index("launch_gap"))
                 .otherwise(PARTS.index("gpu_idle")).cast(pl.UInt8))
         pieces = segments.select("_step", part.alias("_part"), pl.when(idle).then(name).alias("_name"), start, end)
         return pieces.group_by("_step", "_part", "_name").agg(total)
@@ -320,7 +331,7 @@ def budget_totals(
         return coding.decoded(pl.concat(pool.map(lambda span: summed(*span), _batches(steps, sources))))
 
 
-BATCH_EDGES = 150_000
+BATCH_EDGES = 300_000
 """About this many interval edges (cut points) per batch of steps in the budget: bounds its memory (the sweep
 holds each edge as an event, then each piece with its layers and lookups)."""
 BATCH_WORKERS = 2

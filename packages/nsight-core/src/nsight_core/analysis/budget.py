@@ -258,6 +258,7 @@ def budget_totals(
                 events += [_events(candidates[column]["start_ns"].clip(first_ns), _LOOKUP + index, rows=True),
                            _events(source.edges(first_ns, last_ns)[1], _EDGE)]
         merged = pl.concat(events).sort("start_ns", maintain_order=True)
+        del events  # each frame is let go once the next is made: a batch holds two at a time, not all
         # The state after each time's events: a layer's coverage counts its starts less its ends (from those
         # before the batch on); a lookup's row is the last interval to start.
         kind = pl.col("_kind")
@@ -274,6 +275,7 @@ def budget_totals(
         step = step_starts.search_sorted(first_ns, side="left") + seen(2 * _LAYERS.index("in_step")) - 1
         segments = merged.select(start, *covered.values(), *rows, step.cast(pl.Int32).alias("_step")).filter(
             start != start.shift(-1).fill_null(-1))
+        del merged
         segments = segments.with_columns(start.shift(-1).alias("end_ns"))
         segments = segments.filter(pl.col("in_step") & (end > start))
 
@@ -331,7 +333,7 @@ def budget_totals(
         return coding.decoded(pl.concat(pool.map(lambda span: summed(*span), _batches(steps, sources))))
 
 
-BATCH_EDGES = 300_000
+BATCH_EDGES = 200_000
 """About this many interval edges (cut points) per batch of steps in the budget: bounds its memory (the sweep
 holds each edge as an event, then each piece with its layers and lookups)."""
 BATCH_WORKERS = 2

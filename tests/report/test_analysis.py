@@ -92,6 +92,15 @@ def test_nested_nvtx_ranges_get_depths_per_thread() -> None:
     assert [i.name for i in nvtx_instances(with_depth(nvtx), origin_ns=100, limit=2)] == ["epoch", "step"]
 
 
+def test_the_timeline_keeps_the_first_of_equally_long_ranges() -> None:
+    # 300 ranges of 10 ns and one of 50 ns, in no order: the limit cuts through the equal ones.
+    starts = [(index * 7919) % 300 * 20 for index in range(300)]
+    nvtx = pl.DataFrame({"start_ns": [*starts, 9000], "end_ns": [start + 10 for start in starts] + [9050],
+                         "name": [f"op_{start}" for start in starts] + ["long"], "thread": 1})
+    kept = nvtx_instances(with_depth(nvtx), origin_ns=0, limit=4)
+    assert [(i.name, i.start_ns) for i in kept] == [("op_0", 0), ("op_20", 20), ("op_40", 40), ("long", 9000)]
+
+
 def test_depth_counts_enclosing_ranges_of_the_thread_only() -> None:
     """Ranges that start together nest outer-first; one that starts where another ends is not inside it."""
     nvtx = pl.DataFrame(

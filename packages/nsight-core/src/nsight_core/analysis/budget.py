@@ -157,7 +157,7 @@ def budget_totals(
     about one core busy, so on its own the analysis would leave the others idle).
     Columnar throughout, one sweep per batch: the edges of all sources as events sorted by time, each time
     a cut point; a layer's coverage of a point its starts at or before it less its ends at or before it
-    (cumulative sums); what the CPU thread was in, the call or NVTX self piece starting last at or before
+    (cumulative counts); what the CPU thread was in, the call or NVTX self piece starting last at or before
     it (a forward fill of its row) if it has not ended (each call or family name a code). Where the GPU idles, no
     call waits and the thread has one kind of interval that do not overlap (NVTX ranges alone), the sums follow
     from the intervals' overlaps with the steps, with no sweep; when the thread does nothing but ranges that
@@ -308,10 +308,9 @@ def budget_totals(
         # Runs: consecutive idle, or busy, pieces of one step, numbered in order. The idle pieces' part is their run's:
         # its length, and after a sync call the refill (the pieces after a sync that ends within LAUNCH_GAP_NS of the
         # run's end, the first such sync's end a threshold per run). Per-run values are gathered, not filled per piece.
-        idle, in_sync, run = pl.col("_gpu").is_null(), pl.col("_in_sync"), pl.col("_run")
-        first = ((idle != idle.shift(1)) | (pl.col("_step") != pl.col("_step").shift(1))).fill_null(True)
-        segments = segments.with_columns(first.alias("_first"))
-        first = pl.col("_first")
+        idle, in_sync, run, first = pl.col("_gpu").is_null(), pl.col("_in_sync"), pl.col("_run"), pl.col("_first")
+        segments = segments.with_columns(
+            ((idle != idle.shift(1)) | (pl.col("_step") != pl.col("_step").shift(1))).fill_null(True).alias("_first"))
         segments = segments.with_columns((pl.when(first).then(True).cum_count() - 1).alias("_run"))
         runs = segments.select(start.filter(first).alias("_start"), end.filter(first.shift(-1).fill_null(True)))
         run_ns = runs["end_ns"] - runs["_start"]

@@ -15,6 +15,16 @@ import nsight_core
 from nsight_core.analysis.budget import PARTS, SYNC_API
 from nsight_core.analysis.intervals import busy_ns
 from nsight_core.analysis.steps import find_steps
+from nsight_core.trace.model import (
+    API_COLUMNS,
+    KERNEL_COLUMNS,
+    MARK_COLUMNS,
+    MEMCPY_COLUMNS,
+    MEMSET_COLUMNS,
+    NVTX_COLUMNS,
+    OSRT_COLUMNS,
+    Window,
+)
 
 CAPTURES = ["h200-torch-mlp/training.nsys-rep", "h200-torch-mlp/evaluation.nsys-rep",
             "h200-two-streams/two_streams.nsys-rep"]
@@ -95,6 +105,41 @@ def test_steps_the_gpu_never_ran_in_are_budgeted_alike_beside_steps_it_ran_in(lo
     assert {a.kind for a in idle.budget.idle_activities} == ({"cuda_api", "nvtx"} if calls else {"nvtx"})
     steady = pl.col("step") > 0
     assert nsight_core.step_budgets(cpu_only).filter(steady).equals(nsight_core.step_budgets(one_kernel).filter(steady))
+
+
+def _us(*spans: tuple[int, int]) -> dict[str, list[int]]:
+    return {"start_ns": [start * 1_000 for start, _ in spans], "end_ns": [end * 1_000 for _, end in spans]}
+
+
+def test_the_idle_time_a_sync_causes_is_sync_wait_and_only_that() -> None:
+    """Three 1 ms steps built by hand (µs below): GPU idle while the thread sits in cudaStreamSynchronize is
+    sync_wait, and so is the refill after it when the GPU runs again within 100 µs of the sync's end (the
+    relaunch after the drained queue); idle time after a sync the GPU waits longer behind is not the sync's."""
+    thread = 7
+    kernels = [(0, 100), (400, 500), (900, 950),  # step 0: sync 100-350, then the GPU runs at 400: all sync_wait
+               (1000, 1100), (1900, 1950),        # step 1: sync 1100-1150, the GPU idles 750 µs more: gpu_idle
+               (2000, 2100), (2600, 2700)]        # step 2: syncs 2100-2150 and 2300-2550; only the second refills
+    syncs = [(100, 350), (1100, 1150), (2100, 2150), (2300, 2550)]
+    frames = {name: pl.DataFrame(schema=schema) for name, schema in (
+        ("memcpy", MEMCPY_COLUMNS), ("memset", MEMSET_COLUMNS), ("nvtx_marks", MARK_COLUMNS), ("osrt", OSRT_COLUMNS))}
+    frames["kernels"] = pl.DataFrame({**_us(*kernels), "device": 0, "stream": 7, "name": "gemm", "short_name": "gemm",
+                                      "correlation_id": range(len(kernels)), "pid": 1}, schema=KERNEL_COLUMNS)
+    frames["cuda_api"] = pl.DataFrame({**_us(*syncs), "name": "cudaStreamSynchronize", "thread": thread,
+                                       "correlation_id": range(100, 100 + len(syncs)), "name_id": 1},
+                                      schema=API_COLUMNS)
+    frames["nvtx"] = pl.DataFrame({**_us((0, 1000), (1000, 2000), (2000, 3000)), "name": ["step_0", "step_1", "step_2"],
+                                   "domain": "", "thread": thread, "depth": 0, "kind": "push_pop", "closed": True},
+                                  schema=NVTX_COLUMNS)
+    trace = SimpleNamespace(**frames, window=Window(0, 3_000_000))
+
+    rows = nsight_core.step_budgets(trace).select("step", *(pl.col(f"{part}_ns") // 1_000 for part in PARTS))
+    assert rows.rows() == [
+        # step, compute, exposed_comm, exposed_copy, sync_wait, launch_gap, gpu_idle (µs)
+        (0, 250, 0, 0, 300, 50, 400),
+        (1, 150, 0, 0, 50, 50, 750),
+        (2, 200, 0, 0, 350, 0, 450),
+    ]
+    assert nsight_core.analyze(trace).budget.part("sync_wait").total_ns == 700_000
 
 
 def test_frames_built_by_hand_with_unnamed_ranges_are_analysed(load: Callable[[str], Any]) -> None:

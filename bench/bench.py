@@ -421,7 +421,7 @@ def analysis_section(costs: list[Costs], baseline_mb: float) -> list[str]:
         "for its coverage, forward fills for the call or NVTX range the CPU thread is in, a few expressions per",
         "piece and a group-by, two batches at a time. A `perf` profile has no hot spot: the time is spread over",
         "a dozen such column passes of a few per cent each. The load of these shared machines moves it by up to",
-        "1.5x between runs: 0.09-0.14 s for the 200 k-kernel capture on 2026-12-03, in one process, minutes apart.",
+        "2x between runs: 0.09-0.19 s for the 200 k-kernel capture on 2026-12-03, within one hour.",
         ""] if slow else []) + ([
         "Why the memory miss. The imports' share is above. Polars' allocator keeps freed memory for reuse.",
         "`_RJEM_MALLOC_CONF=dirty_decay_ms:0,muzzy_decay_ms:0` returns it at once. Measured on 2026-12-03 with the",

@@ -134,7 +134,7 @@ WAITER = ("import os, subprocess, sys\n"
 
 # Prints, as JSON, what the analysis of argv[1] costs: it builds what `nsight report` builds from the Trace
 # (the frames it reads are then cached on it), then times analyze() argv[2] times: the seconds of each.
-ANALYSIS = ("import json, statistics, sys, time\n"
+ANALYSIS = ("import json, sys, time\n"
             "import polars as pl\n"
             "from nsight_core.analysis.analyze import analyze\n"
             "from nsight_core.analysis.completeness import CaptureFacts, check_completeness\n"

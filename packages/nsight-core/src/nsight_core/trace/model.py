@@ -59,6 +59,8 @@ SYNC_KINDS: dict[int, str] = {0: "Unknown", 1: "Event sync", 2: "Stream wait syn
                               4: "Context sync"}
 
 I64, U64, STR = pl.Int64, pl.UInt64, pl.String
+ID = None
+"""An id read only to be looked up or compared: kept in the export's own type (see ``tables.Wanted``)."""
 
 KERNEL_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream": I64, "name": STR,
                           "short_name": STR, "correlation_id": I64, "pid": I64}
@@ -157,7 +159,7 @@ class Trace:
     def kernels(self) -> pl.DataFrame:
         """CUDA kernels, by start time."""
         raw = self._tables.read("CUPTI_ACTIVITY_KIND_KERNEL", {
-            "start": I64, "end": I64, "deviceId": I64, "streamId": I64, "demangledName": I64, "shortName": I64,
+            "start": I64, "end": I64, "deviceId": I64, "streamId": I64, "demangledName": ID, "shortName": ID,
             "correlationId": I64, "globalPid": I64})
         if raw is None:
             return _empty(KERNEL_COLUMNS)
@@ -235,7 +237,7 @@ class Trace:
     @functools.cached_property
     def osrt(self) -> pl.DataFrame:
         """OS-runtime calls (trace=osrt): sleeps, locks, reads, polls."""
-        raw = self._tables.read("OSRT_API", {"start": I64, "end": I64, "nameId": I64, "globalTid": I64})
+        raw = self._tables.read("OSRT_API", {"start": I64, "end": I64, "nameId": ID, "globalTid": I64})
         if raw is None:
             return _empty(OSRT_COLUMNS)
         return _by_start(raw).select(
@@ -254,11 +256,19 @@ class Trace:
     @functools.cached_property
     def _nvtx_events(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """NVTX ranges (``nvtx``) and marks (``nvtx_marks``) from one read of the table, text and domain resolved."""
+        # The text first, alone: usually every name is a registered string and the text all null, which Polars still
+        # holds as 16 bytes a row (48 MB for 3 M ranges). Then it is a constant, let go before the rest is read.
+        texts = self._tables.read("NVTX_EVENTS", {"text": STR})
+        if texts is None:
+            return _empty(NVTX_COLUMNS), _empty(MARK_COLUMNS)
+        text = texts["text"] if texts["text"].null_count() < texts.height else pl.lit(None, STR).alias("text")
+        del texts
         raw = self._tables.read("NVTX_EVENTS", {
-            "start": I64, "end": I64, "eventType": I64, "text": STR, "textId": I64, "globalTid": I64,
-            "domainId": I64})
+            "start": I64, "end": I64, "eventType": ID, "textId": ID, "globalTid": I64, "domainId": ID})
         if raw is None:
             return _empty(NVTX_COLUMNS), _empty(MARK_COLUMNS)
+        raw = raw.with_columns(text)
+        del text
         # `nsys stats` ends a range that never ended at the table's last timestamp, of any event type.
         last = raw.select(pl.max_horizontal(pl.col("start").max(), pl.col("end").max())).item()
         # A domain is created once per process (eventType 75, its name as text); ranges name it by id.

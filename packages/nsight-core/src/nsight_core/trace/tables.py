@@ -27,6 +27,11 @@ from nsight_core.errors import StatsError, one_line
 
 Schema = Mapping[str, pl.DataType | type[pl.DataType]]
 """Column name -> the Polars type the Trace wants it as."""
+Wanted = Mapping[str, pl.DataType | type[pl.DataType] | None]
+"""The columns to read: name -> the Polars type the Trace wants, or None for an id that is only looked up or
+compared. That one keeps the export's own integer type: casting nsys' UInt32/UInt64 ids to Int64 would copy
+the column while the original is alive (3 M NVTX ranges: 72 MB at once, for columns dropped a moment later).
+Int64 where the column must be made (SQLite rows, a column the export lacks)."""
 SQLITE_BATCH_ROWS = 200_000
 """Rows per sqlite3 fetch: bounds the Python objects alive at once on the SQLite path."""
 
@@ -40,7 +45,7 @@ class ExportTables(Protocol):
         """The column names of TABLE (empty when it is missing)."""
         ...
 
-    def read(self, table: str, schema: Schema) -> pl.DataFrame | None:
+    def read(self, table: str, schema: Wanted) -> pl.DataFrame | None:
         """The columns of SCHEMA from TABLE, cast to its types, or None when the export has no such table."""
         ...
 
@@ -89,7 +94,7 @@ class ArrowDirTables:
         except (OSError, ValueError, struct.error, pl.exceptions.PolarsError):
             return self._read(table, None, n_rows=0)  # the whole stream; a damaged one fails there, by name
 
-    def read(self, table: str, schema: Schema) -> pl.DataFrame | None:
+    def read(self, table: str, schema: Wanted) -> pl.DataFrame | None:
         if table not in self._files:
             return None
         present = self.columns(table)
@@ -123,9 +128,10 @@ class SqliteTables:
             return frozenset()
         return frozenset(row[1] for row in self._connection.execute(f'PRAGMA table_info("{table}")'))
 
-    def read(self, table: str, schema: Schema) -> pl.DataFrame | None:
+    def read(self, table: str, wanted: Wanted) -> pl.DataFrame | None:
         if table not in self._tables:
             return None
+        schema = _made(wanted)
         present = self.columns(table)
         listed = ", ".join(f'"{c}"' if c in present else f'NULL AS "{c}"' for c in schema)
         query = f'SELECT {listed} FROM "{table}"'
@@ -140,10 +146,16 @@ class SqliteTables:
         return pl.concat(batches)
 
 
-def _typed(frame: pl.DataFrame, schema: Schema) -> pl.DataFrame:
-    """FRAME in SCHEMA's order and types; a column the export lacks (an older schema) is null."""
-    return frame.select((pl.col(name) if name in frame.columns else pl.lit(None)).cast(dtype).alias(name)
-                        for name, dtype in schema.items())
+def _typed(frame: pl.DataFrame, wanted: Wanted) -> pl.DataFrame:
+    """FRAME in WANTED's order and types; a column the export lacks (an older schema) is null."""
+    return frame.select(pl.col(name) if name in frame.columns and dtype is None else
+                        (pl.col(name) if name in frame.columns else pl.lit(None)).cast(made).alias(name)
+                        for (name, dtype), made in zip(wanted.items(), _made(wanted).values(), strict=True))
+
+
+def _made(wanted: Wanted) -> Schema:
+    """WANTED's types where a column is made rather than read from Arrow: Int64 for the ids kept as they are."""
+    return {name: pl.Int64 if dtype is None else dtype for name, dtype in wanted.items()}
 
 
 class DamagedExportError(StatsError):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.metadata
 import json
 import logging
 import os
@@ -167,11 +166,26 @@ def _add_reports_option(parser: argparse.ArgumentParser) -> None:
                         "any nsys report name is accepted and gets a table)")
 
 
-def _version() -> str:
-    try:
-        return importlib.metadata.version("nsight-core")
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree that is not installed
-        return "unknown (not installed)"
+class _PrintVersion(argparse.Action):
+    """`--version`: the installed version, looked up only when asked.
+
+    Why: importing importlib.metadata and finding the distribution take 15-20 ms, which every `nsight run` and
+    `nsight launch` in front of a profiled task would pay to build a help text it does not print.
+    """
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> NoReturn:
+        import importlib.metadata
+
+        try:
+            version = importlib.metadata.version("nsight-core")
+        except importlib.metadata.PackageNotFoundError:  # run from a source tree that is not installed
+            version = "unknown (not installed)"
+        print(f"{parser.prog} {version}")
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -180,8 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Profile programs with NVIDIA Nsight Systems and summarise where the GPU time went.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="show progress and debug messages")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}",
-                        help="print nsight's version and exit")
+    parser.add_argument("--version", action=_PrintVersion, help="print nsight's version and exit")
     commands = parser.add_subparsers(dest="name", required=True, metavar="COMMAND")
 
     run = commands.add_parser(

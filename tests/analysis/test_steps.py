@@ -12,7 +12,7 @@ from analysis_helpers import FIXTURES
 from capture_helpers import capture_cpu
 
 import nsight_core
-from nsight_core.analysis.steps import find_steps
+from nsight_core.analysis.steps import family_codes, find_steps, nvtx_families
 
 TRAINING = "h200-torch-mlp/training.nsys-rep"
 TWO_STREAMS = "h200-two-streams/two_streams.nsys-rep"
@@ -114,3 +114,18 @@ def test_one_name_pattern_on_two_threads_and_in_two_domains_is_three_families(tm
     ranges = {(family.pattern, family.domain): family.count for family in analysis.ranges}
     assert {key: count for key, count in ranges.items() if key[0] == "step_{n}"} == {("step_{n}", ""): 7,
                                                                                    ("step_{n}", "data"): 2}
+
+
+def test_families_stay_apart_when_their_key_needs_64_bits() -> None:
+    """70,000 names on 70,000 threads: 4.9e9 (family, thread) pairs do not fit a 32-bit key, and none may merge."""
+    count = 70_000
+    letters = pl.int_range(count, eager=True)
+    names = pl.Series(["".join(chr(97 + i // 26**k % 26) for k in range(4)) for i in range(count)])  # no digits
+    nvtx = pl.DataFrame({
+        "start_ns": pl.int_range(2 * count, eager=True) * 10, "end_ns": pl.int_range(2 * count, eager=True) * 10 + 5,
+        "name": pl.concat([names, names]), "domain": [""] * (2 * count),
+        "thread": pl.concat([letters * 7 + 1, letters * 7 + 1]), "depth": [0] * (2 * count)})
+    families = nvtx_families(nvtx, family_codes(nvtx, "name"))
+    assert families.height == count and (families["count"] == 2).all()
+    paired = dict(zip(names.to_list(), (letters * 7 + 1).to_list(), strict=True))
+    assert all(paired[pattern] == thread for pattern, thread in families.select("pattern", "thread").iter_rows())

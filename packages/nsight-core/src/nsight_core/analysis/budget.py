@@ -461,8 +461,17 @@ def _nvtx_pieces(nesting: Nesting, thread: int | None, lo: int, hi: int,
         timed = located.select("_at", "_code", pl.col("self_ns").alias("total_ns"),
                                (pl.col("end_ns") <= pl.col("_end")).fill_null(False).alias("_whole"))
         del located
-        # Summed per step and family at once: the later passes see a row per family and step, not per range.
-        whole = timed.filter("_whole").group_by("_at", "_code").agg(pl.col("total_ns").sum())
+        # Summed per step and family at once: the later passes see a row per family and step, not per range. Grouped
+        # by one integer of the two, which only whole ranges have (the others' null group is dropped): no copy of the
+        # whole ranges and no key of two columns (3 M ranges: 45 MB against 145 MB at once).
+        size = nesting.families.len() + 1  # codes, and one for no family (a range without a name)
+        key = pl.col("_at").cast(pl.UInt64) * size + pl.col("_code").fill_null(size - 1)
+        summed = timed.group_by(pl.when("_whole").then(key).alias("_key")).agg(pl.col("total_ns").sum()) \
+            .drop_nulls("_key")
+        code = (summed["_key"] % size).cast(pl.UInt32)
+        whole = summed.select((pl.col("_key") // size).cast(pl.Int64).alias("_at"),
+                              pl.when(pl.lit(code) < size - 1).then(pl.lit(code)).alias("_code"), "total_ns")
+        del summed
         of = ~timed["_whole"]
         del timed
         if not of.any():  # every range inside one step: no pieces at all

@@ -242,6 +242,21 @@ def test_damaged_sqlite_beside_the_trace_is_not_used(capture: Path, nsys: Nsys) 
         assert db.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone() == (361,)
 
 
+def test_sqlite_export_a_tool_indexed_reads_as_the_arrow_export(capture: Path, nsys: Nsys, tmp_path: Path) -> None:
+    """An index that covers one of the queries (here on the ranges' text, as a user's or a tool's own query might
+    add) must not reorder that column against the others: the frames are those of the arrow export."""
+    sqlite = tmp_path / "indexed.sqlite"
+    nsys.export(capture, sqlite, "sqlite")
+    with sqlite3.connect(sqlite) as db:
+        db.execute("CREATE INDEX by_text ON NVTX_EVENTS(text)")
+        texts = [text for (text,) in db.execute("SELECT text FROM NVTX_EVENTS")]  # the index's order
+    db.close()
+    assert texts == sorted(texts) and len(set(texts)) == 20, "the index gives the ranges' texts in its order"
+    indexed, arrow = load_trace(sqlite), load_trace(capture)
+    for name in FRAMES:
+        assert getattr(indexed, name).equals(getattr(arrow, name)), name
+    assert indexed.nvtx["name"].to_list()[:3] == ["step_0", "step_1", "step_2"]
+
 @pytest.mark.parametrize(("command", "beside"), [("stats", True), ("report", False)])
 def test_damaged_sqlite_given_as_input_is_a_clear_error(capture: Path, command: str, beside: bool) -> None:
     sqlite = capture.with_suffix(".sqlite")

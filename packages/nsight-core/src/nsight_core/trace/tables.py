@@ -134,7 +134,9 @@ class SqliteTables:
         schema = _made(wanted)
         present = self.columns(table)
         listed = ", ".join(f'"{c}"' if c in present else f'NULL AS "{c}"' for c in schema)
-        query = f'SELECT {listed} FROM "{table}"'
+        # In the table's own order, whatever indexes a tool added: the Trace reads a table's columns in more than one
+        # query and lines them up by row (an index that covers a query would give its rows in the index's order).
+        query = f'SELECT {listed} FROM "{table}" ORDER BY rowid'
         batches = [pl.DataFrame(schema=schema)]
         try:
             cursor = self._connection.execute(query)

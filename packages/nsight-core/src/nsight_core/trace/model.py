@@ -1,8 +1,8 @@
 """The Trace: every event of one capture as Polars frames with resolved names, on the capture's clock.
 
 Each frame is built on first use from only the columns it needs and kept: a report that never looks
-at OS-runtime calls never reads them (``nvtx`` and ``nvtx_marks`` come from one table, read once for
-both). Names are resolved once per table through nsys' string table (StringIds) by a lookup column,
+at OS-runtime calls never reads them (``nvtx`` and ``nvtx_marks`` come from one table, read for
+both at once). Names are resolved once per table through nsys' string table (StringIds) by a lookup column,
 never per row in Python, after any sort (sorting copies the strings a frame holds). Times are
 nanoseconds on the capture's clock, where the collection window runs from 0 to its duration
 (ANALYSIS_DETAILS).
@@ -255,7 +255,7 @@ class Trace:
 
     @functools.cached_property
     def _nvtx_events(self) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """NVTX ranges (``nvtx``) and marks (``nvtx_marks``) from one read of the table, text and domain resolved."""
+        """NVTX ranges (``nvtx``) and marks (``nvtx_marks``) from the one table, text and domain resolved."""
         # The text first, alone: usually every name is a registered string and the text all null, which Polars still
         # holds as 16 bytes a row (48 MB for 3 M ranges). Then it is a constant, let go before the rest is read.
         texts = self._tables.read("NVTX_EVENTS", {"text": STR})

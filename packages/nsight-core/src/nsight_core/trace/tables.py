@@ -45,8 +45,9 @@ class ExportTables(Protocol):
         """The column names of TABLE (empty when it is missing)."""
         ...
 
-    def read(self, table: str, schema: Wanted) -> pl.DataFrame | None:
-        """The columns of SCHEMA from TABLE, cast to its types, or None when the export has no such table."""
+    def read(self, table: str, wanted: Wanted) -> pl.DataFrame | None:
+        """The WANTED columns of TABLE in its rows' order, cast to their types (None: as exported), or None when the
+        export has no such table."""
         ...
 
 
@@ -94,11 +95,11 @@ class ArrowDirTables:
         except (OSError, ValueError, struct.error, pl.exceptions.PolarsError):
             return self._read(table, None, n_rows=0)  # the whole stream; a damaged one fails there, by name
 
-    def read(self, table: str, schema: Wanted) -> pl.DataFrame | None:
+    def read(self, table: str, wanted: Wanted) -> pl.DataFrame | None:
         if table not in self._files:
             return None
         present = self.columns(table)
-        return _typed(self._read(table, [c for c in schema if c in present]), schema)
+        return _typed(self._read(table, [c for c in wanted if c in present]), wanted)
 
     def _read(self, table: str, columns: list[str] | None, n_rows: int | None = None) -> pl.DataFrame:
         path = self._files[table]
@@ -150,9 +151,9 @@ class SqliteTables:
 
 def _typed(frame: pl.DataFrame, wanted: Wanted) -> pl.DataFrame:
     """FRAME in WANTED's order and types; a column the export lacks (an older schema) is null."""
-    return frame.select(pl.col(name) if name in frame.columns and dtype is None else
-                        (pl.col(name) if name in frame.columns else pl.lit(None)).cast(made).alias(name)
-                        for (name, dtype), made in zip(wanted.items(), _made(wanted).values(), strict=True))
+    made = _made(wanted)
+    return frame.select((pl.col(name) if dtype is None else pl.col(name).cast(dtype)) if name in frame.columns
+                        else pl.lit(None, made[name]).alias(name) for name, dtype in wanted.items())
 
 
 def _made(wanted: Wanted) -> Schema:

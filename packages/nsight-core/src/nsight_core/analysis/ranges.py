@@ -142,20 +142,22 @@ def range_families(nesting: Nesting, span_ns: int) -> list[RangeFamily]:
         return []
     timed = nesting.ranges
     # Grouped by one code of (family, domain) (:func:`joint_code`), not by the strings: a fraction of the memory.
-    domains = distinct_codes(timed, "domain")
+    domain, domains = distinct_codes(timed, "domain")
     duration = pl.col("_duration")
     grouped = (
-        timed.select(joint_code((nesting.family, nesting.families), domains), "self_ns",
+        timed.select(joint_code((pl.lit(nesting.family), nesting.families.len()), (pl.lit(domain), domains.len())),
+                     "self_ns",
                      (pl.col("end_ns") - pl.col("start_ns")).alias("_duration"))
         .group_by("_key", maintain_order=True)
         .agg(pl.len().alias("count"), duration.sum().alias("summed_ns"), pl.col("self_ns").sum(),
              duration.median().alias("p50_ns"), duration.mean().alias("mean_ns"), duration.min().alias("min_ns"),
              duration.max().alias("max_ns"))
     )
-    pattern, domain = joint_parts(grouped["_key"], nesting.families, domains[1])
+    pattern, domain = joint_parts(grouped["_key"], nesting.families.len(), domains.len())
     grouped = (
         # A range without a name (or domain) in frames built by hand is the family '' (as the loader names it).
-        grouped.select(pattern.fill_null("").alias("pattern"), domain.fill_null("").alias("domain"), pl.exclude("_key"))
+        grouped.select(nesting.families.gather(pattern).fill_null("").alias("pattern"),
+                       domains.gather(domain).fill_null("").alias("domain"), pl.exclude("_key"))
         .with_columns((pl.col("self_ns") / span_ns if span_ns else pl.lit(0.0)).alias("self_fraction"))
         .sort(["self_ns", "pattern"], descending=[True, False])
     )

@@ -257,6 +257,7 @@ def test_sqlite_export_a_tool_indexed_reads_as_the_arrow_export(capture: Path, n
         assert getattr(indexed, name).equals(getattr(arrow, name)), name
     assert indexed.nvtx["name"].to_list()[:3] == ["step_0", "step_1", "step_2"]
 
+
 @pytest.mark.parametrize(("command", "beside"), [("stats", True), ("report", False)])
 def test_damaged_sqlite_given_as_input_is_a_clear_error(capture: Path, command: str, beside: bool) -> None:
     sqlite = capture.with_suffix(".sqlite")

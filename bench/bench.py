@@ -21,10 +21,12 @@ process's own peak is given as well. Per capture, in a process of its own on an 
 analysis (`analyze(trace)`) in events per second over the events it reads (the fastest of ANALYSIS_RUNS
 runs, timeit's convention, with the median), and the bytes of the
 Trace's frames a report reads (Polars' ``estimated_size``), which `nsight report`'s Python peak is
-compared with. Then: the finalize (everything `nsight report` does after the export: the five
-reports, summary, completeness, analysis, page) on NVTX captures of 10,000 to 1,000,000 ranges, in one
-warm process; import times (the CLI with and without bytecode caches, `nsight_core`, and
-`flyteplugins.nsight` over `import flyte, flyte.io`); 10,000 distinct kernels from recorded CSVs.
+compared with; the memory guard's estimate of a summary's peak (nsight_core.memory) against the
+report's peak less its imports, which it must cover. Then: the finalize (everything `nsight report`
+does after the export: the five reports, summary, completeness, analysis, page) on NVTX captures of
+10,000 to 1,000,000 ranges, in one warm process; import times (the CLI with and without bytecode
+caches, `nsight_core`, and `flyteplugins.nsight` over `import flyte, flyte.io`); 10,000 distinct
+kernels from recorded CSVs.
 
 Targets (issue 8), each verdict saying met or NOT met and by how much: `nsight report` on the large
 captures at most 0.2x the reference's time and at most 1.0x one bare SQLite export's; the analysis at
@@ -55,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from nsight_core import DEFAULT_REPORTS, find_nsys, load_stats
+from nsight_core.memory import summary_bytes
 from nsight_core.nsys import Nsys
 
 HERE = Path(__file__).resolve().parent
@@ -149,7 +152,8 @@ ANALYSIS = ("import json, sys, time\n"
             "seconds = []\n"
             "for _ in range(int(sys.argv[2])):\n"
             "    start = time.perf_counter(); analyze(trace); seconds.append(time.perf_counter() - start)\n"
-            "print(json.dumps({'events': events, 'bytes_read': read, 'seconds': seconds}))\n")
+            "print(json.dumps({'events': events, 'bytes_read': read, 'event_bytes': trace.event_bytes,\n"
+            "                  'seconds': seconds}))\n")
 # Prints, as JSON, the median seconds of the finalize (the profile and its page, the export made before)
 # of each of argv[2:], argv[1] times each, in one process warmed by one untimed finalize first.
 FINALIZE = ("import json, statistics, sys, time\n"
@@ -355,6 +359,7 @@ class Costs:
     name: str
     events: int
     bytes_read: int
+    event_bytes: int
     runs: list[float]
     report_python_mb: float
 
@@ -375,7 +380,8 @@ class Costs:
 def analysis_costs(trace: Path, scratch: Path, repeat: int, report_python_mb: float) -> Costs:
     """ANALYSIS on an exported fresh copy of TRACE; REPORT_PYTHON_MB: `nsight report`'s Python peak on it."""
     result = python_json(ANALYSIS, [fresh_copy(trace, scratch), max(repeat, ANALYSIS_RUNS)])
-    return Costs(trace.name, result["events"], result["bytes_read"], result["seconds"], report_python_mb)
+    return Costs(trace.name, result["events"], result["bytes_read"], result["event_bytes"], result["seconds"],
+                 report_python_mb)
 
 
 def analysis_section(costs: list[Costs], baseline_mb: float) -> list[str]:
@@ -439,6 +445,27 @@ def analysis_section(costs: list[Costs], baseline_mb: float) -> list[str]:
         "would need the frames built and analysed a slice at a time.",
         ""] if heavy else [])
     return [*lines, "", *[f"- {line}" for line in verdicts], "", *why]
+
+
+def guard_section(costs: list[Costs], baseline_mb: float) -> list[str]:
+    """The memory guard's estimate (nsight_core.memory) against what the report took above its imports."""
+    lines = ["### Memory guard", "",
+             "Before a summary reads any event, `nsight_core.memory` estimates its peak from the bytes of the export's",
+             "event tables and refuses it (the trace kept) when the process cannot spare that much: inside a task, a",
+             "container over its limit is killed with the job. The estimate must cover what the summary takes; here",
+             "it is compared with the report's Python peak less the imports (a task holds those already).", "",
+             "| capture | event tables (Arrow) | estimate | report peak - imports | estimate / measured |",
+             "| --- | --- | --- | --- | --- |"]
+    short = []
+    for cost in costs:
+        estimate, taken = summary_bytes(cost.event_bytes), (cost.report_python_mb - baseline_mb) * 2**20
+        ratio = estimate / taken if taken > 0 else math.inf
+        short += [cost.name] if ratio < 1 else []
+        lines.append(f"| {cost.name} | {cost.event_bytes / 2**20:.1f} MB | {estimate / 2**20:.0f} MB "
+                     f"| {taken / 2**20:.0f} MB | {ratio:.2f}x |")
+    verdict = (f"The estimate is below what was taken for {', '.join(short)}: raise SUMMARY_BYTES_PER_STORED_BYTE."
+               if short else "The estimate covers every capture's summary.")
+    return [*lines, "", f"- {verdict}", ""]
 
 
 def import_baseline_mb() -> float:
@@ -609,7 +636,9 @@ def main() -> None:
             sections += table(trace, heading, provenance, holds, rows, costs[-1].events >= LARGE_EVENTS)
         scaling = [*((size, record_nvtx_capture(size, scratch)[0]) for size in FINALIZE_SIZES if size < args.ranges),
                    (args.ranges, nvtx_trace)]
-        sections += [*analysis_section(costs, import_baseline_mb()), *finalize_scaling(scaling, scratch, args.repeat)]
+        baseline = import_baseline_mb()
+        sections += [*analysis_section(costs, baseline), *guard_section(costs, baseline),
+                     *finalize_scaling(scaling, scratch, args.repeat)]
         imports = import_times(7 if not args.quick else 3)
         extras = in_process(scratch)
     elapsed = time.perf_counter() - started

@@ -218,6 +218,21 @@ def test_damaged_trace_is_attached_but_not_summarised(run_action, tmp_path, faul
     assert_nothing_left(result)
 
 
+def test_a_summary_that_would_not_fit_in_memory_is_not_built(run_action):
+    """The task's container cannot spare what summarising the trace needs (here: a limit of 1 MB, as
+    NSIGHT_SUMMARY_MEMORY states one nsight cannot see): no summary, one warning with the numbers and the
+    remedies, the trace attached, the task as unprofiled."""
+    result = run_action(HERE, MODULE, "region", {"steps": STEPS}, env={"NSIGHT_SUMMARY_MEMORY": "1M"})
+    assert_unprofiled_value(result, "region")
+    warning = one_warning(result)
+    assert "could not summarise" in warning and "needs about" in warning and "allows 1.0 MB" in warning
+    assert sections(result.report) == []
+    assert "not summarised" in result.report and "NSIGHT_SUMMARY_MEMORY=off" in html.unescape(result.report)
+    [trace] = result.traces_named("capture_report_file")
+    assert trace.is_relative_to(result.workdir / "raw")
+    assert_nothing_left(result)
+
+
 POST_FAULTS = {
     "export fails": ("export", 'echo "Error: export failed" >&2; exit 1'),
     "export corrupt": ("export", 'for a; do o=$a; done; OUT=$(echo "$@" | sed -n "s/.*-o \\([^ ]*\\).*/\\1/p"); '

@@ -20,6 +20,7 @@ from nsight_core.analysis.completeness import CaptureFacts, Completeness, captur
 from nsight_core.analysis.summary import Tile, summary_tiles
 from nsight_core.analysis.timeline import TraceSummary, summarize_trace
 from nsight_core.errors import StatsError
+from nsight_core.memory import check_summary_memory
 from nsight_core.stats.load import load_stats, recorded_captures, stats_of_trace
 from nsight_core.stats.models import ProfileStats
 from nsight_core.stats.reports import DEFAULT_REPORTS
@@ -63,6 +64,7 @@ def build_profile(
     if not is_event_source(path):
         return CaptureProfile(title=title or path.name, source=str(path), stats=load_stats(path, reports))
     trace = load_trace(path)
+    check_summary_memory(trace.event_bytes, path.name)  # before any event is read: never the task's OOM kill
     if facts is None:
         facts = capture_facts(path) if path.suffix in REPORT_SUFFIXES else CaptureFacts()
     # The analysis runs beside the reports, summary and completeness (Polars computes without the GIL), on

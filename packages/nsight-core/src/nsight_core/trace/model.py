@@ -83,6 +83,12 @@ PROCESS_COLUMNS: Schema = {"pid": I64, "name": STR}
 THREAD_COLUMNS: Schema = {"thread": I64, "tid": I64, "pid": I64, "name": STR}
 
 
+EVENT_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+                "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "CUPTI_ACTIVITY_KIND_RUNTIME", "OSRT_API", "COMPOSITE_EVENTS",
+                "NVTX_EVENTS", "StringIds")
+"""The export's tables the frames read events from (and the strings they name): what a summary grows with."""
+
+
 def _empty(schema: Schema) -> pl.DataFrame:
     return pl.DataFrame(schema=schema)
 
@@ -126,6 +132,12 @@ class Trace:
 
     def __repr__(self) -> str:
         return f"Trace({self.report or self.source})"
+
+    @property
+    def event_bytes(self) -> int:
+        """About how many bytes the event tables behind the frames hold as Arrow, known before any is read: what
+        the memory of a summary grows with (:mod:`nsight_core.memory`)."""
+        return self._tables.arrow_bytes(EVENT_TABLES)
 
     # -- strings and enums, resolved once --------------------------------------------------------------
 

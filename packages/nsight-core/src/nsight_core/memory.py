@@ -1,0 +1,157 @@
+"""Whether a capture's summary fits in the memory this process may still take, checked before it is built.
+
+Why: the summary (reports, analysis, page) is built inside the user's task, after its body, from events
+held in memory. Its peak grows with them: measured on real captures, about 45 MB plus 1.4-2.4x the bytes
+of the export's event tables (docs/benchmarks.md). A container that passes its memory limit is killed,
+and with it the job that was profiled: profiling must never do that. So the estimate below is compared
+with what the process may still take (the container's limit less what it holds, and the host's available
+memory) before any event is read. A summary that would not fit is refused with an error that gives both
+numbers; the trace itself is kept, for `nsight report` where there is more memory, or nsys-ui.
+
+``NSIGHT_SUMMARY_MEMORY`` overrides what the process may take: a size (``2G``, ``512M``: powers of 1024)
+for a limit nsight cannot see, or ``off`` to build the summary whatever it needs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from nsight_core.errors import NsightError
+
+ENV_SUMMARY_MEMORY = "NSIGHT_SUMMARY_MEMORY"
+SUMMARY_BASE_BYTES = 96 << 20
+"""What a summary takes whatever its size (fixed costs of its frames, reports and page; measured 45-55 MB, with a
+margin). The imports are not in it: a process that checks has made them."""
+SUMMARY_BYTES_PER_STORED_BYTE = 3
+"""The summary's peak per byte of the event tables in the export, with a margin: measured 1.4x (3 M NVTX
+ranges) to 2.9x (200 k kernels, long names), plus the base (docs/benchmarks.md, "Memory guard")."""
+_UNLIMITED = 1 << 60
+"""cgroup v1 writes "no limit" as a huge number (9223372036854771712); anything above this is none."""
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+
+
+class NotEnoughMemoryError(NsightError):
+    """A capture's summary needs more memory than this process may take: it is not built."""
+
+
+def summary_bytes(stored_bytes: int) -> int:
+    """The memory a summary of events taking STORED_BYTES in their export may peak at (an upper estimate)."""
+    return SUMMARY_BASE_BYTES + SUMMARY_BYTES_PER_STORED_BYTE * stored_bytes
+
+
+def check_summary_memory(stored_bytes: int, what: str) -> None:
+    """Raise :class:`NotEnoughMemoryError` when the summary of WHAT (events taking STORED_BYTES in their export)
+    needs more than this process may take; do nothing when it fits or nothing is known of the limit."""
+    setting = os.environ.get(ENV_SUMMARY_MEMORY, "").strip()
+    if setting.lower() == "off":
+        return
+    allowed: int | None
+    if setting:
+        allowed, source = parse_size(setting), f"{ENV_SUMMARY_MEMORY}={setting}"
+    else:
+        allowed, source = headroom_bytes(), "this process's free memory (its container's limit and the host's)"
+    needed = summary_bytes(stored_bytes)
+    if allowed is None or needed <= allowed:
+        return
+    raise NotEnoughMemoryError(
+        f"summarising {what} needs about {_size(needed)} of memory (its events take {_size(stored_bytes)} in the "
+        f"export) and {source} allows {_size(allowed)}, so it is not summarised: that could get the process "
+        f"killed. The trace is kept: summarise it where there is more memory (nsight report TRACE) or open it "
+        f"in nsys-ui; or give the task more memory, or set {ENV_SUMMARY_MEMORY}=off to summarise it anyway.")
+
+
+def parse_size(text: str) -> int:
+    """TEXT (``2G``, ``512M``, ``1.5GiB``, ``1048576``; powers of 1024) in bytes."""
+    match = _SIZE.match(text)
+    if not match:
+        raise NsightError(f"{ENV_SUMMARY_MEMORY}={text!r} is not a size: write it as 2G, 512M or a number of "
+                          "bytes, or off to build every summary whatever it needs.")
+    number, unit = match.groups()
+    return int(float(number) * 1024 ** "bkmgt".index(unit.lower() or "b"))
+
+
+def headroom_bytes(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """How much more memory this process may take: the least of the host's available memory and, for each
+    memory limit on its cgroup or the cgroups above it, the limit less what they hold (reclaimable file cache
+    left out, as Kubernetes counts its "working set"). None when none of it can be read."""
+    found = [value for value in (_available(proc / "meminfo"), *_cgroup_headrooms(proc / "self" / "cgroup", cgroups))
+             if value is not None]
+    return max(0, min(found)) if found else None
+
+
+def _available(meminfo: Path) -> int | None:
+    fields = _fields(meminfo)
+    return fields["MemAvailable"] * 1024 if "MemAvailable" in fields else None
+
+
+def _cgroup_headrooms(membership: Path, cgroups: Path) -> list[int | None]:
+    """The headroom under every memory limit on this process: cgroup v2 (each level up to the mount's root has
+    its own memory.max) and v1 (memory.stat gives the limit in force over the hierarchy)."""
+    try:
+        lines = membership.read_text().splitlines()
+    except OSError:
+        return []
+    headrooms: list[int | None] = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        relative = path.lstrip("/")
+        if controllers == "":  # cgroup v2; in a container with its own cgroup namespace the path is "/"
+            root = cgroups if (cgroups / "memory.max").exists() or not (cgroups / "unified").is_dir() \
+                else cgroups / "unified"
+            level = root / relative
+            while level.is_relative_to(root):
+                headrooms.append(_v2_headroom(level))
+                if level == root:
+                    break
+                level = level.parent
+        elif "memory" in controllers.split(","):
+            mount = cgroups / "memory"
+            headrooms.append(_v1_headroom(mount / relative if (mount / relative).is_dir() else mount))
+    return headrooms
+
+
+def _v2_headroom(level: Path) -> int | None:
+    limit, current = _number(level / "memory.max"), _number(level / "memory.current")
+    if limit is None or current is None:
+        return None
+    return limit - current + _fields(level / "memory.stat").get("inactive_file", 0)
+
+
+def _v1_headroom(level: Path) -> int | None:
+    stat, usage = _fields(level / "memory.stat"), _number(level / "memory.usage_in_bytes")
+    limit = stat.get("hierarchical_memory_limit", _number(level / "memory.limit_in_bytes"))
+    if limit is None or usage is None or limit >= _UNLIMITED:
+        return None
+    return limit - usage + stat.get("total_inactive_file", 0)
+
+
+def _number(path: Path) -> int | None:
+    """The integer in PATH; None when it is missing, unreadable or "max" (no limit)."""
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _fields(path: Path) -> dict[str, int]:
+    """``name value`` (or ``Name: value kB``) lines of PATH; empty when it cannot be read."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return {}
+    fields = {}
+    for line in lines:
+        parts = line.replace(":", " ").split()
+        if len(parts) >= 2 and parts[1].isdigit():
+            fields[parts[0]] = int(parts[1])
+    return fields
+
+
+def _size(count: int) -> str:
+    for unit, power in (("GB", 30), ("MB", 20)):
+        if count >= 1 << power:
+            return f"{count / (1 << power):.1f} {unit}"
+    return f"{count / 1024:.0f} KB"

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from nsight_core import DEFAULT_REPORTS, find_nsys, load_stats
-from nsight_core.memory import summary_bytes
+from nsight_core.memory import export_bytes, summary_bytes
 from nsight_core.nsys import Nsys
 
 HERE = Path(__file__).resolve().parent
@@ -362,6 +362,8 @@ class Costs:
     event_bytes: int
     runs: list[float]
     report_python_mb: float
+    trace_bytes: int
+    export_mb: float
 
     @property
     def seconds(self) -> float:
@@ -377,11 +379,14 @@ class Costs:
         return self.report_python_mb * 2**20 / self.bytes_read if self.bytes_read else math.inf
 
 
-def analysis_costs(trace: Path, scratch: Path, repeat: int, report_python_mb: float) -> Costs:
-    """ANALYSIS on an exported fresh copy of TRACE; REPORT_PYTHON_MB: `nsight report`'s Python peak on it."""
+def analysis_costs(trace: Path, scratch: Path, repeat: int, rows: list[Row]) -> Costs:
+    """ANALYSIS on an exported fresh copy of TRACE; ROWS: its table's rows (`nsight report`'s Python peak on it,
+    the arrowdir export's peak)."""
     result = python_json(ANALYSIS, [fresh_copy(trace, scratch), max(repeat, ANALYSIS_RUNS)])
+    report_python_mb = next(row.python_mb for row in rows if row.label == "`nsight report`") or 0.0
+    export_mb = next(row.tree_mb for row in rows if row.label == ARROW_ROW)
     return Costs(trace.name, result["events"], result["bytes_read"], result["event_bytes"], result["seconds"],
-                 report_python_mb)
+                 report_python_mb, trace.stat().st_size, export_mb)
 
 
 def analysis_section(costs: list[Costs], baseline_mb: float) -> list[str]:
@@ -448,23 +453,30 @@ def analysis_section(costs: list[Costs], baseline_mb: float) -> list[str]:
 
 
 def guard_section(costs: list[Costs], baseline_mb: float) -> list[str]:
-    """The memory guard's estimate (nsight_core.memory) against what the report took above its imports."""
+    """The memory guard's estimates (nsight_core.memory) against what the export and the summary took."""
     lines = ["### Memory guard", "",
-             "Before a summary reads any event, `nsight_core.memory` estimates its peak from the bytes of the export's",
-             "event tables and refuses it (the trace kept) when the process cannot spare that much: inside a task, a",
-             "container over its limit is killed with the job. The estimate must cover what the summary takes; here",
-             "it is compared with the report's Python peak less the imports (a task holds those already).", "",
-             "| capture | event tables (Arrow) | estimate | report peak - imports | estimate / measured |",
-             "| --- | --- | --- | --- | --- |"]
+             "Before nsys' arrow export starts, and before the summary reads any event, `nsight_core.memory`",
+             "estimates the step's peak (the export's from the trace's bytes, the summary's from the bytes of the",
+             "export's event tables) and refuses it, the trace kept, when the process cannot spare that much: inside",
+             "a task, a container over its limit is killed with the job. Each estimate must cover what its step",
+             "takes: the export's is compared with the bare arrowdir export's peak above, the summary's with the",
+             "report's Python peak less the imports (a task holds those already).", "",
+             "| capture | trace | export: estimate | measured | ratio | event tables (Arrow) | summary: estimate "
+             "| measured | ratio |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     short = []
     for cost in costs:
-        estimate, taken = summary_bytes(cost.event_bytes), (cost.report_python_mb - baseline_mb) * 2**20
-        ratio = estimate / taken if taken > 0 else math.inf
-        short += [cost.name] if ratio < 1 else []
-        lines.append(f"| {cost.name} | {cost.event_bytes / 2**20:.1f} MB | {estimate / 2**20:.0f} MB "
-                     f"| {taken / 2**20:.0f} MB | {ratio:.2f}x |")
-    verdict = (f"The estimate is below what was taken for {', '.join(short)}: raise SUMMARY_BYTES_PER_STORED_BYTE."
-               if short else "The estimate covers every capture's summary.")
+        steps = [(export_bytes(cost.trace_bytes), cost.export_mb * 2**20),
+                 (summary_bytes(cost.event_bytes), (cost.report_python_mb - baseline_mb) * 2**20)]
+        cells = []
+        for estimate, taken in steps:
+            ratio = estimate / taken if taken > 0 else math.inf
+            short += [cost.name] if ratio < 1 else []
+            cells.append(f"{estimate / 2**20:.0f} MB | {taken / 2**20:.0f} MB | {ratio:.2f}x")
+        lines.append(f"| {cost.name} | {cost.trace_bytes / 2**20:.1f} MB | {cells[0]} "
+                     f"| {cost.event_bytes / 2**20:.1f} MB | {cells[1]} |")
+    verdict = (f"An estimate is below what its step took for {', '.join(short)}: raise its factor in "
+               "nsight_core.memory." if short else "Every estimate covers what its step took.")
     return [*lines, "", f"- {verdict}", ""]
 
 
@@ -631,8 +643,7 @@ def main() -> None:
             holds = contents(trace, scratch)
             rows = measure(trace, nsys, scratch, args.repeat)
             commands = commands or [f"- {row.label}: {row.command}" for row in rows]
-            report_peak = next(row.python_mb for row in rows if row.label == "`nsight report`") or 0.0
-            costs.append(analysis_costs(trace, scratch, args.repeat, report_peak))
+            costs.append(analysis_costs(trace, scratch, args.repeat, rows))
             sections += table(trace, heading, provenance, holds, rows, costs[-1].events >= LARGE_EVENTS)
         scaling = [*((size, record_nvtx_capture(size, scratch)[0]) for size in FINALIZE_SIZES if size < args.ranges),
                    (args.ranges, nvtx_trace)]

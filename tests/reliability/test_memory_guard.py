@@ -19,6 +19,7 @@ import pytest
 from nsight_core.memory import (
     NotEnoughMemoryError,
     check_summary_memory,
+    export_bytes,
     headroom_bytes,
     parse_size,
     summary_bytes,
@@ -148,17 +149,22 @@ def report(capture: Path, page: Path, limit: str) -> subprocess.CompletedProcess
 
 
 @pytest.mark.nsys
-def test_nsight_report_refuses_a_summary_that_does_not_fit(tmp_path: Path) -> None:
+def test_nsight_report_refuses_an_export_or_a_summary_that_does_not_fit(tmp_path: Path) -> None:
+    """Each step is checked before it starts: nsys' arrow export from the trace's size (no export is made when it
+    would not fit), the summary from the export's tables; with the check off the page is made."""
     capture = tmp_path / "diagnosis.nsys-rep"
     shutil.copyfile(CAPTURE, capture)
-    page = tmp_path / "page.html"
-    refused = report(capture, page, "16M")
-    assert refused.returncode == 1, refused.stderr
-    [error] = [line for line in refused.stderr.splitlines() if line.startswith("nsight: error:")]
-    assert "summarising diagnosis.nsys-rep needs about" in error and "NSIGHT_SUMMARY_MEMORY=16M allows 16.0 MB" \
-        in error and "NSIGHT_SUMMARY_MEMORY=off" in error
-    assert not page.exists()
-    assert capture.exists()  # the trace is kept, and so is its export: the next run reuses it
+    page, export = tmp_path / "page.html", tmp_path / "diagnosis.arrowdir"
+    assert export_bytes(capture.stat().st_size) < 64 << 20 < summary_bytes(0)
+    for limit, step in (("16M", "exporting diagnosis.nsys-rep for its summary"),
+                        ("64M", "summarising diagnosis.nsys-rep")):
+        refused = report(capture, page, limit)
+        assert refused.returncode == 1, refused.stderr
+        [error] = [line for line in refused.stderr.splitlines() if line.startswith("nsight: error:")]
+        assert f"{step} needs about" in error and f"NSIGHT_SUMMARY_MEMORY={limit} allows {limit[:-1]}.0 MB" in error
+        assert "NSIGHT_SUMMARY_MEMORY=off" in error and not page.exists()
+        assert export.exists() == (limit == "64M")  # the export is made only when it fits, and then kept
+    assert capture.exists()
     allowed = report(capture, page, "off")
     assert allowed.returncode == 0, allowed.stderr
     assert "What to fix" in page.read_text()

@@ -1,15 +1,18 @@
-"""Whether a capture's summary fits in the memory this process may still take, checked before it is built.
+"""Whether a capture's export and summary fit in the memory this process may still take, checked before each.
 
-Why: the summary (reports, analysis, page) is built inside the user's task, after its body, from events
-held in memory. Its peak grows with them: measured on real captures, about 45 MB plus 1.4-2.4x the bytes
-of the export's event tables (docs/benchmarks.md). A container that passes its memory limit is killed,
-and with it the job that was profiled: profiling must never do that. So the estimate below is compared
-with what the process may still take (the container's limit less what it holds, and the host's available
-memory) before any event is read. A summary that would not fit is refused with an error that gives both
-numbers; the trace itself is kept, for `nsight report` where there is more memory, or nsys-ui.
+Why: the export (nsys, a child process) and the summary (reports, analysis, page) run inside the user's
+task, after its body, in its container. Both grow with the capture. nsys' arrow export holds each table
+whole before it writes it: measured 8-15x the .nsys-rep's bytes (454 MB for a 33 MB trace of 3 M NVTX
+ranges), where its SQLite export stays at 33 MB. The summary holds the events it reads: about 45 MB plus
+1.4-2.9x the bytes of the export's event tables (docs/benchmarks.md). A container that passes its memory
+limit is killed, and with it the job that was profiled: profiling must never do that. So each step's
+estimate is compared with what the process may still take (the container's limit less what it holds, and
+the host's available memory) before it starts: the export's from the trace's size, the summary's from the
+export's tables before any event is read. One that would not fit is refused with an error that gives
+both numbers; the trace itself is kept, for `nsight report` where there is more memory, or nsys-ui.
 
 ``NSIGHT_SUMMARY_MEMORY`` overrides what the process may take: a size (``2G``, ``512M``: powers of 1024)
-for a limit nsight cannot see, or ``off`` to build the summary whatever it needs.
+for a limit nsight cannot see, or ``off`` to go ahead whatever it needs.
 """
 
 from __future__ import annotations
@@ -21,6 +24,11 @@ from pathlib import Path
 from nsight_core.errors import NsightError
 
 ENV_SUMMARY_MEMORY = "NSIGHT_SUMMARY_MEMORY"
+EXPORT_BASE_BYTES = 32 << 20
+"""What nsys' arrow export takes whatever the trace (measured 33-44 MB for small ones)."""
+EXPORT_BYTES_PER_TRACE_BYTE = 20
+"""nsys' arrow export's peak per byte of the .nsys-rep, with a margin: measured 8.3x (200 k kernels) to 14.9x
+(1 M NVTX ranges) over the base."""
 SUMMARY_BASE_BYTES = 96 << 20
 """What a summary takes whatever its size (fixed costs of its frames, reports and page; measured 45-55 MB, with a
 margin). The imports are not in it: a process that checks has made them."""
@@ -33,7 +41,7 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE
 
 
 class NotEnoughMemoryError(NsightError):
-    """A capture's summary needs more memory than this process may take: it is not built."""
+    """A capture's export or summary needs more memory than this process may take: neither is made."""
 
 
 def summary_bytes(stored_bytes: int) -> int:
@@ -41,9 +49,25 @@ def summary_bytes(stored_bytes: int) -> int:
     return SUMMARY_BASE_BYTES + SUMMARY_BYTES_PER_STORED_BYTE * stored_bytes
 
 
+def export_bytes(trace_bytes: int) -> int:
+    """The memory nsys' arrow export of a .nsys-rep of TRACE_BYTES may peak at (an upper estimate)."""
+    return EXPORT_BASE_BYTES + EXPORT_BYTES_PER_TRACE_BYTE * trace_bytes
+
+
 def check_summary_memory(stored_bytes: int, what: str) -> None:
     """Raise :class:`NotEnoughMemoryError` when the summary of WHAT (events taking STORED_BYTES in their export)
     needs more than this process may take; do nothing when it fits or nothing is known of the limit."""
+    _check(summary_bytes(stored_bytes), f"summarising {what}", f"its events take {_size(stored_bytes)} in the export")
+
+
+def check_export_memory(trace_bytes: int, what: str) -> None:
+    """Raise :class:`NotEnoughMemoryError` when nsys' arrow export of WHAT (a .nsys-rep of TRACE_BYTES) needs more
+    than this process may take: its summary would need more still."""
+    _check(export_bytes(trace_bytes), f"exporting {what} for its summary",
+           f"nsys' arrow export of a {_size(trace_bytes)} trace holds each table whole")
+
+
+def _check(needed: int, doing: str, why: str) -> None:
     setting = os.environ.get(ENV_SUMMARY_MEMORY, "").strip()
     if setting.lower() == "off":
         return
@@ -52,14 +76,13 @@ def check_summary_memory(stored_bytes: int, what: str) -> None:
         allowed, source = parse_size(setting), f"{ENV_SUMMARY_MEMORY}={setting}"
     else:
         allowed, source = headroom_bytes(), "this process's free memory (its container's limit and the host's)"
-    needed = summary_bytes(stored_bytes)
     if allowed is None or needed <= allowed:
         return
     raise NotEnoughMemoryError(
-        f"summarising {what} needs about {_size(needed)} of memory (its events take {_size(stored_bytes)} in the "
-        f"export) and {source} allows {_size(allowed)}, so it is not summarised: that could get the process "
-        f"killed. The trace is kept: summarise it where there is more memory (nsight report TRACE) or open it "
-        f"in nsys-ui; or give the task more memory, or set {ENV_SUMMARY_MEMORY}=off to summarise it anyway.")
+        f"{doing} needs about {_size(needed)} of memory ({why}) and {source} allows {_size(allowed)}, so it is "
+        "not summarised: that could get the process killed. The trace is kept: summarise it where there is more "
+        f"memory (nsight report TRACE) or open it in nsys-ui; or give the task more memory, or set "
+        f"{ENV_SUMMARY_MEMORY}=off to summarise it anyway.")
 
 
 def parse_size(text: str) -> int:

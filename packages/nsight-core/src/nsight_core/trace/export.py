@@ -27,6 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from nsight_core.memory import check_export_memory
 from nsight_core.nsys import Nsys, find_nsys
 
 log = logging.getLogger("nsight")
@@ -128,6 +129,8 @@ def export(report: Path, kind: str, nsys: Nsys | None = None) -> Path:
     target = export_path(report, kind)
     if is_current(target, report):
         return target
+    if kind == "arrowdir":  # it holds each table whole; SQLite's export takes the same ~33 MB whatever the trace
+        check_export_memory(report.stat().st_size, report.name)
     nsys = nsys or find_nsys()
     _remove_abandoned(target)
     temporary = _temporary(target)

@@ -50,7 +50,7 @@ def lay_out(root: Path, files: dict[str, str]) -> None:
 
 def test_host_memory_only(tmp_path: Path) -> None:
     lay_out(tmp_path, {"proc/meminfo": "MemTotal:       24683568 kB\nMemAvailable:    8388608 kB\n",
-                       "proc/self/cgroup": "0::/\n"})
+                       "proc/self/cgroup": "a line of no cgroup\n0::/\n"})
     assert headroom_bytes(tmp_path / "proc", tmp_path / "cgroup") == 8 * GIB
 
 

@@ -118,7 +118,10 @@ def _cgroup_headrooms(membership: Path, cgroups: Path) -> list[int | None]:
         return []
     headrooms: list[int | None] = []
     for line in lines:
-        _, controllers, path = line.split(":", 2)
+        fields = line.split(":", 2)  # hierarchy-ID:controllers:path
+        if len(fields) != 3:
+            continue
+        _, controllers, path = fields
         relative = path.lstrip("/")
         if controllers == "":  # cgroup v2; in a container with its own cgroup namespace the path is "/"
             root = cgroups if (cgroups / "memory.max").exists() or not (cgroups / "unified").is_dir() \

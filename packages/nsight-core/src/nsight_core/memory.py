@@ -3,8 +3,9 @@
 Why: the export (nsys, a child process) and the summary (reports, analysis, page) run inside the user's
 task, after its body, in its container. Both grow with the capture. nsys' arrow export holds each table
 whole before it writes it: measured 8-15x the .nsys-rep's bytes (454 MB for a 33 MB trace of 3 M NVTX
-ranges), where its SQLite export stays at 33 MB. The summary holds the events it reads: about 45 MB plus
-1.4-2.9x the bytes of the export's event tables (docs/benchmarks.md). A container that passes its memory
+ranges), where its SQLite export stays at 33 MB. The summary holds the events it reads: 1.4-2.4x the bytes
+of the export's event tables, plus 45-150 MB that grow with Polars' threads (docs/benchmarks.md, and
+docs/gpu-verification.md for a 2 M-kernel capture on the 16-core H200 machine). A container that passes its memory
 limit is killed, and with it the job that was profiled: profiling must never do that. So each step's
 estimate is compared with what the process may still take (the container's limit less what it holds, and
 the host's available memory) before it starts: the export's from the trace's size, the summary's from the
@@ -29,12 +30,15 @@ EXPORT_BASE_BYTES = 32 << 20
 EXPORT_BYTES_PER_TRACE_BYTE = 20
 """nsys' arrow export's peak per byte of the .nsys-rep, with a margin: measured 8.3x (200 k kernels) to 14.9x
 (1 M NVTX ranges) over the base."""
-SUMMARY_BASE_BYTES = 96 << 20
-"""What a summary takes whatever its size (fixed costs of its frames, reports and page; measured 45-55 MB, with a
-margin). The imports are not in it: a process that checks has made them."""
+SUMMARY_BASE_BYTES = 64 << 20
+"""What a summary takes whatever its size, beside the per-thread part below (its frames', reports' and page's
+fixed costs). The imports are not in it: a process that checks has made them."""
+SUMMARY_BYTES_PER_THREAD = 8 << 20
+"""Per thread of Polars' pool: each keeps its own allocator arena and works on its own part of the data. On the
+H200 machine, from 2 to 16 threads the same summary took 74 MB (200 k kernels) to 233 MB (2 M kernels) more."""
 SUMMARY_BYTES_PER_STORED_BYTE = 3
-"""The summary's peak per byte of the event tables in the export, with a margin: measured 1.4x (3 M NVTX
-ranges) to 2.9x (200 k kernels, long names), plus the base (docs/benchmarks.md, "Memory guard")."""
+"""The summary's peak per byte of the event tables in the export, with a margin: measured 1.4x (3 M NVTX ranges,
+2 threads) to 2.4x (1 M NVTX ranges, 16 threads) over the base (docs/gpu-verification.md, session I)."""
 _UNLIMITED = 1 << 60
 """cgroup v1 writes "no limit" as a huge number (9223372036854771712); anything above this is none."""
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
@@ -45,8 +49,12 @@ class NotEnoughMemoryError(NsightError):
 
 
 def summary_bytes(stored_bytes: int) -> int:
-    """The memory a summary of events taking STORED_BYTES in their export may peak at (an upper estimate)."""
-    return SUMMARY_BASE_BYTES + SUMMARY_BYTES_PER_STORED_BYTE * stored_bytes
+    """The memory a summary of events taking STORED_BYTES in their export may peak at (an upper estimate), with as
+    many threads as Polars runs here."""
+    import polars as pl  # here: the export's check, and `import nsight_core`, need no Polars
+
+    return SUMMARY_BASE_BYTES + SUMMARY_BYTES_PER_THREAD * pl.thread_pool_size() \
+        + SUMMARY_BYTES_PER_STORED_BYTE * stored_bytes
 
 
 def export_bytes(trace_bytes: int) -> int:

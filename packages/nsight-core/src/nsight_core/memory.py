@@ -2,7 +2,7 @@
 
 Why: the export (nsys, a child process) and the summary (reports, analysis, page) run inside the user's
 task, after its body, in its container. Both grow with the capture. nsys' arrow export holds each table
-whole before it writes it: measured 8-15x the .nsys-rep's bytes (454 MB for a 33 MB trace of 3 M NVTX
+whole before it writes it: measured 5-15x the .nsys-rep's bytes (454 MB for a 33 MB trace of 3 M NVTX
 ranges), where its SQLite export stays at 33 MB. The summary holds the events it reads: 1.4-2.4x the bytes
 of the export's event tables, plus 45-150 MB that grow with Polars' threads (docs/benchmarks.md, and
 docs/gpu-verification.md for a 2 M-kernel capture on the 16-core H200 machine). A container that passes its memory
@@ -28,8 +28,8 @@ ENV_SUMMARY_MEMORY = "NSIGHT_SUMMARY_MEMORY"
 EXPORT_BASE_BYTES = 32 << 20
 """What nsys' arrow export takes whatever the trace (measured 33-44 MB for small ones)."""
 EXPORT_BYTES_PER_TRACE_BYTE = 20
-"""nsys' arrow export's peak per byte of the .nsys-rep, with a margin: measured 8.3x (200 k kernels) to 14.9x
-(1 M NVTX ranges) over the base."""
+"""nsys' arrow export's peak per byte of the .nsys-rep, with a margin: measured 5.3x (2 M kernels) to 14.9x (1 M NVTX
+ranges), whatever the machine (docs/gpu-verification.md, session I)."""
 SUMMARY_BASE_BYTES = 64 << 20
 """What a summary takes whatever its size, beside the per-thread part below (its frames', reports' and page's
 fixed costs). The imports are not in it: a process that checks has made them."""

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from nsight_core import NotEnoughMemoryError
 from nsight_core.memory import (
-    NotEnoughMemoryError,
     check_summary_memory,
     export_bytes,
     headroom_bytes,

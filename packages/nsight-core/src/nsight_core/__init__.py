@@ -16,6 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from nsight_core.errors import (
+    NotEnoughMemoryError,
     NsightError,
     NsysCommandError,
     NsysNotFoundError,
@@ -54,6 +55,7 @@ __all__ = [
     "DEFAULT_REPORTS",
     "Analysis",
     "Capture",
+    "NotEnoughMemoryError",
     "NsightError",
     "NsysCommandError",
     "NsysNotFoundError",

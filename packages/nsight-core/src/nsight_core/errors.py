@@ -40,6 +40,11 @@ class StatsError(NsightError):
     """A report file or export could not be read."""
 
 
+class NotEnoughMemoryError(NsightError):
+    """A capture's export or summary would need more memory than the process may take, so neither was made
+    (:mod:`nsight_core.memory`); the trace is kept."""
+
+
 def is_permission_failure(text: str) -> bool:
     """True when nsys output names one of the known permission failures."""
     lowered = text.lower()

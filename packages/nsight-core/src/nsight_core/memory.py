@@ -22,7 +22,7 @@ import os
 import re
 from pathlib import Path
 
-from nsight_core.errors import NsightError
+from nsight_core.errors import NotEnoughMemoryError, NsightError
 
 ENV_SUMMARY_MEMORY = "NSIGHT_SUMMARY_MEMORY"
 EXPORT_BASE_BYTES = 32 << 20
@@ -42,10 +42,6 @@ SUMMARY_BYTES_PER_STORED_BYTE = 3
 _UNLIMITED = 1 << 60
 """cgroup v1 writes "no limit" as a huge number (9223372036854771712); anything above this is none."""
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
-
-
-class NotEnoughMemoryError(NsightError):
-    """A capture's export or summary needs more memory than this process may take: neither is made."""
 
 
 def summary_bytes(stored_bytes: int) -> int:

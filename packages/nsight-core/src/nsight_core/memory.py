@@ -26,10 +26,11 @@ from nsight_core.errors import NotEnoughMemoryError, NsightError
 
 ENV_SUMMARY_MEMORY = "NSIGHT_SUMMARY_MEMORY"
 EXPORT_BASE_BYTES = 32 << 20
-"""What nsys' arrow export takes whatever the trace (measured 33-44 MB for small ones)."""
-EXPORT_BYTES_PER_TRACE_BYTE = 20
-"""nsys' arrow export's peak per byte of the .nsys-rep, with a margin: measured 5.3x (2 M kernels) to 14.9x (1 M NVTX
-ranges), whatever the machine (docs/gpu-verification.md, session I)."""
+"""What nsys' export takes whatever the trace (measured 32-44 MB for small ones)."""
+EXPORT_BYTES_PER_TRACE_BYTE = {"arrowdir": 20, "sqlite": 0}
+"""nsys' export's peak per byte of the .nsys-rep, by export type, with a margin. The arrow export holds each table
+whole: measured 5.3x (2 M kernels) to 14.9x (1 M NVTX ranges), whatever the machine (docs/gpu-verification.md,
+session I). The SQLite export streams its rows: 32-36 MB from 0.4 MB to 33 MB traces."""
 SUMMARY_BASE_BYTES = 64 << 20
 """What a summary takes whatever its size, beside the per-thread part below (its frames', reports' and page's
 fixed costs). The imports are not in it: a process that checks has made them."""
@@ -53,9 +54,9 @@ def summary_bytes(stored_bytes: int) -> int:
         + SUMMARY_BYTES_PER_STORED_BYTE * stored_bytes
 
 
-def export_bytes(trace_bytes: int) -> int:
-    """The memory nsys' arrow export of a .nsys-rep of TRACE_BYTES may peak at (an upper estimate)."""
-    return EXPORT_BASE_BYTES + EXPORT_BYTES_PER_TRACE_BYTE * trace_bytes
+def export_bytes(trace_bytes: int, kind: str = "arrowdir") -> int:
+    """The memory nsys' KIND export of a .nsys-rep of TRACE_BYTES may peak at (an upper estimate)."""
+    return EXPORT_BASE_BYTES + EXPORT_BYTES_PER_TRACE_BYTE[kind] * trace_bytes
 
 
 def check_summary_memory(stored_bytes: int, what: str) -> None:
@@ -64,11 +65,11 @@ def check_summary_memory(stored_bytes: int, what: str) -> None:
     _check(summary_bytes(stored_bytes), f"summarising {what}", f"its events take {_size(stored_bytes)} in the export")
 
 
-def check_export_memory(trace_bytes: int, what: str) -> None:
-    """Raise :class:`NotEnoughMemoryError` when nsys' arrow export of WHAT (a .nsys-rep of TRACE_BYTES) needs more
+def check_export_memory(trace_bytes: int, kind: str, what: str) -> None:
+    """Raise :class:`NotEnoughMemoryError` when nsys' KIND export of WHAT (a .nsys-rep of TRACE_BYTES) needs more
     than this process may take: its summary would need more still."""
-    _check(export_bytes(trace_bytes), f"exporting {what} for its summary",
-           f"nsys' arrow export of a {_size(trace_bytes)} trace holds each table whole")
+    _check(export_bytes(trace_bytes, kind), f"exporting {what} for its summary",
+           f"nsys' {kind} export of a {_size(trace_bytes)} trace")
 
 
 def _check(needed: int, doing: str, why: str) -> None:
@@ -128,14 +129,9 @@ def _cgroup_headrooms(membership: Path, cgroups: Path) -> list[int | None]:
         _, controllers, path = fields
         relative = path.lstrip("/")
         if controllers == "":  # cgroup v2; in a container with its own cgroup namespace the path is "/"
-            root = cgroups if (cgroups / "memory.max").exists() or not (cgroups / "unified").is_dir() \
-                else cgroups / "unified"
-            level = root / relative
-            while level.is_relative_to(root):
-                headrooms.append(_v2_headroom(level))
-                if level == root:
-                    break
-                level = level.parent
+            root = cgroups / "unified" if (cgroups / "unified").is_dir() else cgroups  # beside v1, or alone
+            levels = (root / relative, *(root / relative).parents)
+            headrooms += [_v2_headroom(level) for level in levels if level.is_relative_to(root)]
         elif "memory" in controllers.split(","):
             mount = cgroups / "memory"
             headrooms.append(_v1_headroom(mount / relative if (mount / relative).is_dir() else mount))

@@ -129,8 +129,7 @@ def export(report: Path, kind: str, nsys: Nsys | None = None) -> Path:
     target = export_path(report, kind)
     if is_current(target, report):
         return target
-    if kind == "arrowdir":  # it holds each table whole; SQLite's export takes the same ~33 MB whatever the trace
-        check_export_memory(report.stat().st_size, report.name)
+    check_export_memory(report.stat().st_size, kind, report.name)
     nsys = nsys or find_nsys()
     _remove_abandoned(target)
     temporary = _temporary(target)

@@ -225,7 +225,7 @@ def test_a_summary_that_would_not_fit_in_memory_is_not_built(run_action):
     result = run_action(HERE, MODULE, "region", {"steps": STEPS}, env={"NSIGHT_SUMMARY_MEMORY": "1M"})
     assert_unprofiled_value(result, "region")
     warning = one_warning(result)
-    assert "could not summarise" in warning and "needs about" in warning and "allows 1.0 MB" in warning
+    assert "could not summarise" in warning and "needs about" in warning and "allows 1.00 MiB" in warning
     assert sections(result.report) == []
     assert "not summarised" in result.report and "NSIGHT_SUMMARY_MEMORY=off" in html.unescape(result.report)
     [trace] = result.traces_named("capture_report_file")

@@ -161,7 +161,7 @@ def test_nsight_report_refuses_an_export_or_a_summary_that_does_not_fit(tmp_path
         refused = report(capture, page, limit)
         assert refused.returncode == 1, refused.stderr
         [error] = [line for line in refused.stderr.splitlines() if line.startswith("nsight: error:")]
-        assert f"{step} needs about" in error and f"NSIGHT_SUMMARY_MEMORY={limit} allows {limit[:-1]}.0 MB" in error
+        assert f"{step} needs about" in error and f"NSIGHT_SUMMARY_MEMORY={limit} allows {limit[:-1]}.00 MiB" in error
         assert "NSIGHT_SUMMARY_MEMORY=off" in error and not page.exists()
         assert export.exists() == (limit == "64M")  # the export is made only when it fits, and then kept
     assert capture.exists()

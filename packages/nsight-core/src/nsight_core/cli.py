@@ -80,6 +80,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     from nsight_core.profile import build_profile
     from nsight_core.render.findings import render_analysis, render_completeness
     from nsight_core.render.text import render_text
+    from nsight_core.render.units import for_stream
     from nsight_core.stats.load import load_stats
 
     reports = args.reports or DEFAULT_REPORTS
@@ -96,11 +97,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
             payload["completeness"] = profile.completeness.model_dump(mode="json")
         print(json.dumps(payload, indent=2, ensure_ascii=False))
     else:
+        text = ""
         if profile is not None and profile.completeness is not None:
-            sys.stdout.write(render_completeness(profile.completeness))
+            text += render_completeness(profile.completeness)
         if profile is not None and profile.analysis is not None:
-            sys.stdout.write(render_analysis(profile.analysis) + "\n")
-        sys.stdout.write(render_text(stats))
+            text += render_analysis(profile.analysis) + "\n"
+        sys.stdout.write(for_stream(text + render_text(stats), sys.stdout))
     return _unknown_reports(stats)
 
 

@@ -23,6 +23,7 @@ import re
 from pathlib import Path
 
 from nsight_core.errors import NotEnoughMemoryError, NsightError
+from nsight_core.render.units import size as _size
 
 ENV_SUMMARY_MEMORY = "NSIGHT_SUMMARY_MEMORY"
 EXPORT_BASE_BYTES = 32 << 20
@@ -174,10 +175,3 @@ def _fields(path: Path) -> dict[str, int]:
         if len(parts) >= 2 and parts[1].isdigit():
             fields[parts[0]] = int(parts[1])
     return fields
-
-
-def _size(count: int) -> str:
-    for unit, power in (("GB", 30), ("MB", 20)):
-        if count >= 1 << power:
-            return f"{count / (1 << power):.1f} {unit}"
-    return f"{count / 1024:.0f} KB"

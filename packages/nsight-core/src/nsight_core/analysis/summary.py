@@ -13,11 +13,12 @@ from pydantic import BaseModel, Field
 
 from nsight_core.analysis.kernels import nccl_share
 from nsight_core.analysis.timeline import TraceSummary
+from nsight_core.render.units import BYTES_PER_NSYS_MB, duration
+from nsight_core.render.units import size as format_size
 from nsight_core.stats.models import ProfileStats
 from nsight_core.stats.reports import canonical
 
 NEEDS_TRACE = "needs the event trace: recorded CSVs have totals only; pass the .nsys-rep or .sqlite export"
-MB = 1_000_000
 _EXPORT_PATH = re.compile(r"\S+\.sqlite\b")
 
 # (tile label, the operation name nsys writes in cuda_gpu_mem_*_sum)
@@ -37,22 +38,6 @@ class Tile(BaseModel):
     number: float | None = Field(default=None, description="The raw value (ns, bytes, count or 0..1)")
     detail: str = ""
     missing: str | None = Field(default=None, description="Why there is no value")
-
-
-def format_ns(ns: float) -> str:
-    """A duration in the largest unit that keeps it >= 1 (ns, µs, ms, s)."""
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if abs(ns) >= scale:
-            return f"{ns / scale:,.2f} {unit}"
-    return f"{ns:,.0f} ns"
-
-
-def format_bytes(count: float) -> str:
-    """A byte count in decimal units, as nsys reports MB."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if count >= scale:
-            return f"{count / scale:,.2f} {unit}"
-    return f"{count:,.0f} B"
 
 
 def _report_missing(stats: ProfileStats, report: str) -> str:
@@ -95,7 +80,7 @@ def _cpu_tiles(trace: TraceSummary) -> list[Tile]:
     if trace.osrt:
         top = trace.osrt[0]
         tiles.append(Tile(label="OS runtime calls", value=f"{trace.osrt_calls:,}", number=trace.osrt_calls,
-                          detail=f"longest in total: {top.name} ({top.calls:,} calls, {format_ns(top.total_ns)})"))
+                          detail=f"longest in total: {top.name} ({top.calls:,} calls, {duration(top.total_ns)})"))
     else:
         tiles.append(Tile(label="OS runtime calls", missing="none traced (add osrt to the trace domains)"))
     if trace.samples:
@@ -110,17 +95,17 @@ def _trace_tiles(trace: TraceSummary | None) -> list[Tile]:
     if trace.first_event_ns is None:
         empty = "the export holds no traced events"
         return [Tile(label=label, missing=empty) for label in ("Capture span", "GPU kernel time", "GPU busy")]
-    recorded = f"; collection ran {format_ns(trace.recorded_ns)}" if trace.recorded_ns else ""
-    own = f", {format_ns(trace.profiler_ns)} of it the profiler's start-up and stop" if trace.profiler_ns else ""
-    span = Tile(label="Capture span", value=format_ns(trace.span_ns), number=trace.span_ns,
+    recorded = f"; collection ran {duration(trace.recorded_ns)}" if trace.recorded_ns else ""
+    own = f", {duration(trace.profiler_ns)} of it the profiler's start-up and stop" if trace.profiler_ns else ""
+    span = Tile(label="Capture span", value=duration(trace.span_ns), number=trace.span_ns,
                 detail=f"the user's activity, first to last traced event{recorded}{own}")
     if not trace.kernel_count:
         reason = "no CUDA kernels in the trace (trace=cuda off, or no GPU work ran)"
         return [span, Tile(label="GPU kernel time", missing=reason), Tile(label="GPU busy", missing=reason)]
     gpus = f" across {trace.devices} GPUs" if trace.devices > 1 else ""
     kernel_time = Tile(
-        label="GPU kernel time", value=format_ns(trace.kernel_busy_ns), number=trace.kernel_busy_ns,
-        detail=f"union of kernel intervals{gpus}; summed per kernel: {format_ns(trace.kernel_sum_ns)}",
+        label="GPU kernel time", value=duration(trace.kernel_busy_ns), number=trace.kernel_busy_ns,
+        detail=f"union of kernel intervals{gpus}; summed per kernel: {duration(trace.kernel_sum_ns)}",
     )
     fraction = trace.busy_fraction or 0.0
     busy = Tile(label="GPU busy", value=f"{fraction:.1%}", number=fraction,
@@ -141,7 +126,7 @@ def _kernel_tiles(stats: ProfileStats, trace: TraceSummary | None) -> list[Tile]
         Tile(label="Kernel launches", value=f"{launches:,}", number=launches),
         Tile(label="Distinct kernels", value=f"{len(stats.kernels):,}", number=len(stats.kernels)),
         Tile(label="NCCL share", value=f"{nccl.share:.1%}", number=nccl.share,
-             detail=f"{nccl.nccl_kernels} NCCL kernels, {format_ns(nccl.nccl_time_ns)} of summed kernel time"
+             detail=f"{nccl.nccl_kernels} NCCL kernels, {duration(nccl.nccl_time_ns)} of summed kernel time"
              if nccl.nccl_kernels else "no NCCL kernels ran (no multi-GPU communication)"),
     ]
 
@@ -163,9 +148,9 @@ def _memory_tiles(stats: ProfileStats) -> list[Tile]:
             tiles.append(Tile(label=label, value="none", number=0, detail="none in this capture"))
             continue
         count = counted.instances
-        value = format_bytes(size.total_mb * MB) if size else "size not reported"
-        took = f", {format_ns(time.total_time_ns)} on the GPU" if time else ""
-        tiles.append(Tile(label=label, value=value, number=size.total_mb * MB if size else None,
+        value = format_size(size.total_mb * BYTES_PER_NSYS_MB) if size else "size not reported"
+        took = f", {duration(time.total_time_ns)} on the GPU" if time else ""
+        tiles.append(Tile(label=label, value=value, number=size.total_mb * BYTES_PER_NSYS_MB if size else None,
                           detail=f"{count:,} operation{'' if count == 1 else 's'}{took}"))
     return tiles
 
@@ -186,5 +171,5 @@ def _api_tile(stats: ProfileStats) -> Tile:
         return Tile(label="CUDA API time", missing=_report_missing(stats, "cuda_api_sum"))
     total = sum(row.total_time_ns for row in stats.api_calls)
     calls = sum(row.instances for row in stats.api_calls)
-    return Tile(label="CUDA API time", value=format_ns(total), number=total,
+    return Tile(label="CUDA API time", value=duration(total), number=total,
                 detail=f"{calls:,} calls of {len(stats.api_calls)} functions, CPU time in the CUDA API")

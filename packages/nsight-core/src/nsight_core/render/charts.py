@@ -20,6 +20,7 @@ from nsight_core.analysis.ranges import RangeFamily
 from nsight_core.analysis.summary import NEEDS_TRACE
 from nsight_core.analysis.timeline import TraceSummary
 from nsight_core.profile import CaptureProfile
+from nsight_core.render.units import BYTES_PER_NSYS_MB, MIB, MICROSECONDS
 from nsight_core.stats.models import ProfileStats
 
 TOP_N = 20
@@ -117,7 +118,7 @@ def top_kernels_chart(stats: ProfileStats, top: int = TOP_N) -> ChartSpec:
         alt.Tooltip("name:N", title="Kernel"),
         alt.Tooltip("total_ms:Q", title="Total (ms)", format=",.3f"),
         alt.Tooltip("instances:Q", title="Launches", format=","),
-        alt.Tooltip("avg_us:Q", title="Average (µs)", format=",.2f"),
+        alt.Tooltip("avg_us:Q", title=f"Average ({MICROSECONDS})", format=",.2f"),
         alt.Tooltip("time_pct:Q", title="Share of kernel time (%)", format=".1f"),
     ]))
 
@@ -238,11 +239,12 @@ def memory_chart(stats: ProfileStats) -> ChartSpec:
     title = "Memory operations"
     if not stats.memory_size and not stats.memory_time:
         return ChartSpec(title=title, missing="no memory copies or memsets were traced in this capture")
-    sizes = stats.frame("memory_size").select("name", (pl.col("total_mb")).alias("value"), "instances")
+    sizes = stats.frame("memory_size").select(
+        "name", (pl.col("total_mb") * BYTES_PER_NSYS_MB / MIB).alias("value"), "instances")
     times = stats.frame("memory_time").select(
         "name", (pl.col("total_time_ns") / NS_PER_MS).alias("value"), "instances")
     drawn = [(name, frame, label, axis, color) for name, frame, label, axis, color in (
-        ("sizes", sizes, "Bytes moved", "Total (MB)", "#4c78a8"),
+        ("sizes", sizes, "Bytes moved", "Total (MiB)", "#4c78a8"),
         ("times", times, "GPU time", "Total time (ms)", "#f58518"),
     ) if frame.height]
     charts = [

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from nsight_core.analysis.diff import Delta, NameDelta, TraceDiff
-from nsight_core.render.text import _ns, _short, _table
+from nsight_core.render.text import _short, _table
+from nsight_core.render.units import duration, quantity
 
 TOP_NAMES = 10
 _GATE_LABELS = {"step_p50": "step p50", "gpu_busy": "GPU busy time", "kernel_time_sum": "summed kernel time"}
@@ -16,16 +17,10 @@ def verdict_line(result: TraceDiff) -> str:
         return "not comparable: the captures share no step, GPU busy or kernel time to compare"
     label = _GATE_LABELS[gate.metric]
     change = f"{abs(gate.change):.1%}"
-    numbers = f"{label} {_ns(gate.a_ns)} -> {_ns(gate.b_ns)}"
+    numbers = f"{label} {duration(gate.a_ns)} -> {duration(gate.b_ns)}"
     if result.verdict == "unchanged":
         return f"unchanged: {numbers} ({gate.change:+.1%}, within noise)"
     return f"B is {change} {result.verdict} than A: {numbers}"
-
-
-def _value(delta: Delta, value: float | None) -> str:
-    if value is None:
-        return "-"
-    return _ns(value) if delta.unit == "ns" else f"{value:,.1%}" if delta.unit == "fraction" else f"{value:,.0f}"
 
 
 def _change(change: float | None) -> str:
@@ -36,19 +31,19 @@ def _signed(delta: Delta) -> str:
     if delta.delta is None:
         return "-"
     if delta.unit == "ns":
-        return ("+" if delta.delta > 0 else "") + _ns(delta.delta)
+        return duration(delta.delta, signed=True)
     return f"{delta.delta:+,.0f}"
 
 
 def _names(rows: list[NameDelta]) -> list[list[str]]:
-    return [[_ns(r.a_ns), _ns(r.b_ns), f"{r.delta_ns / 1e6:+,.3f} ms", _change(r.change),
+    return [[duration(r.a_ns), duration(r.b_ns), duration(r.delta_ns, signed=True), _change(r.change),
              f"{r.a_instances:,} -> {r.b_instances:,}", _short(r.name)] for r in rows[:TOP_NAMES]]
 
 
 def render_diff(result: TraceDiff) -> str:
     """The verdict, the step/budget/summary deltas, and the kernels and NVTX ranges that changed most."""
     lines = [verdict_line(result), f"A: {result.a}", f"B: {result.b}", ""]
-    rows = [[d.group, d.name, _value(d, d.a), _value(d, d.b),
+    rows = [[d.group, d.name, quantity(d.a, d.unit), quantity(d.b, d.unit),
              _signed(d), _change(d.change)]
             for d in result.deltas]
     lines += _table(["Group", "Metric", "A", "B", "B - A", "Change"], rows)

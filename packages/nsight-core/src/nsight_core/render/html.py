@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 from typing import Any
 
@@ -29,6 +29,7 @@ from nsight_core.analysis.analyze import Analysis
 from nsight_core.profile import CaptureProfile
 from nsight_core.render.charts import ChartSpec, capture_charts, warm_up
 from nsight_core.render.findings import budget_lines, evidence_text, saving_text, steps_text
+from nsight_core.render.units import duration, nsys_megabytes
 from nsight_core.stats.reports import table_of
 
 MAX_TABLE_ROWS = 200
@@ -240,17 +241,32 @@ def _report_frames(profile: CaptureProfile) -> Iterator[tuple[str, pl.DataFrame]
 
 
 def _table(report: str, frame: pl.DataFrame) -> dict[str, Any]:
-    """A report's first MAX_TABLE_ROWS rows as cells: text, and for numbers the value to sort by."""
+    """A report's first MAX_TABLE_ROWS rows as cells: text, and for numbers the value to sort by.
+
+    Durations (``*_ns`` columns) and sizes (nsys' ``*_mb``) read as words in one set of units (render/units.py),
+    their headers without the suffix; the cell still sorts by the raw number.
+    """
     shown = frame.head(MAX_TABLE_ROWS)
     numeric = {name for name, dtype in shown.schema.items() if dtype.is_numeric()}
-    rows = [[_cell(value, name in numeric) for name, value in row.items()] for row in shown.iter_rows(named=True)]
-    return {"report": report, "header": shown.columns, "rows": rows, "total": frame.height}
+    formats = {name: _UNIT_COLUMNS[suffix] for name in numeric
+               for _, _, suffix in [name.rpartition("_")] if suffix in _UNIT_COLUMNS}
+    rows = [[_cell(value, name in numeric, formats.get(name)) for name, value in row.items()]
+            for row in shown.iter_rows(named=True)]
+    header = [name.rpartition("_")[0] if name in formats else name for name in shown.columns]
+    return {"report": report, "header": header, "rows": rows, "total": frame.height}
 
 
-def _cell(value: object, numeric: bool) -> dict[str, Any] | None:
+_UNIT_COLUMNS: dict[str, Callable[[float], str]] = {"ns": duration, "mb": nsys_megabytes}
+"""Column suffix -> how its numbers read."""
+
+
+def _cell(value: object, numeric: bool, unit: Callable[[float], str] | None = None) -> dict[str, Any] | None:
     if value is None:
         return None
     if numeric and isinstance(value, int | float):
-        text = f"{value:,}" if isinstance(value, int) else f"{value:,.3f}".rstrip("0").rstrip(".")
+        if unit is not None:
+            text = unit(value)
+        else:
+            text = f"{value:,}" if isinstance(value, int) else f"{value:,.3f}".rstrip("0").rstrip(".")
         return {"numeric": True, "text": text, "sort": repr(value)}
     return {"numeric": False, "text": str(value)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from nsight_core.render.units import duration, nsys_megabytes
 from nsight_core.stats.models import MemorySizeRow, ProfileStats, TimeRow
 
 _TITLES = {
@@ -15,16 +16,8 @@ _TITLES = {
     "nvtx_ranges": "NVTX ranges",
 }
 _MAX_NAME = 80
-
-
-def _ns(value: float | None) -> str:
-    """A duration in the unit a person reads fastest, keeping three significant digits or more."""
-    if value is None:
-        return "-"
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:,.3f} {unit}"
-    return f"{value:,.0f} ns"
+_ns = duration
+"""The name render/findings.py imports (until it calls :func:`nsight_core.render.units.duration`)."""
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -40,13 +33,14 @@ def _short(name: str) -> str:
 
 
 def _time_rows(rows: Sequence[TimeRow]) -> list[list[str]]:
-    return [[f"{r.time_pct:.1f}", _ns(r.total_time_ns), f"{r.instances:,}", _ns(r.avg_ns), _ns(r.med_ns),
-             _ns(r.min_ns), _ns(r.max_ns), _ns(r.stddev_ns), _short(r.name)] for r in rows]
+    return [[f"{r.time_pct:.1f}", duration(r.total_time_ns), f"{r.instances:,}", duration(r.avg_ns),
+             duration(r.med_ns), duration(r.min_ns), duration(r.max_ns), duration(r.stddev_ns), _short(r.name)]
+            for r in rows]
 
 
 def _size_rows(rows: Sequence[MemorySizeRow]) -> list[list[str]]:
-    return [[f"{r.total_mb:,.3f}", f"{r.instances:,}", f"{r.avg_mb:,.3f}", f"{r.min_mb:,.3f}",
-             f"{r.max_mb:,.3f}", _short(r.name)] for r in rows]
+    return [[nsys_megabytes(r.total_mb), f"{r.instances:,}", nsys_megabytes(r.avg_mb), nsys_megabytes(r.min_mb),
+             nsys_megabytes(r.max_mb), _short(r.name)] for r in rows]
 
 
 def _generic(rows: list[dict[str, Any]]) -> list[str]:
@@ -64,7 +58,7 @@ def render_text(stats: ProfileStats) -> str:
             continue
         lines += ["", f"== {title} ({len(rows)} rows)"]
         if table == "memory_size":
-            lines += _table(["Total MB", "Count", "Avg MB", "Min MB", "Max MB", "Operation"], _size_rows(rows))
+            lines += _table(["Total", "Count", "Avg", "Min", "Max", "Operation"], _size_rows(rows))
         else:
             lines += _table(time_header, _time_rows(rows))
     for report, rows in stats.other.items():

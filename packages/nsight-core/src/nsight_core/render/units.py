@@ -1,0 +1,107 @@
+"""The one formatter of durations, sizes, rates and shares: every page, table, chart label, message and finding
+writes its numbers through here, so one quantity reads the same everywhere.
+
+Why one module: a 64 MiB copy read "67.11 MB" on a tile and "64.00 MiB" in a finding, and a duration "1.50 µs"
+in one place and "1.500 us" in another. The rules, in one place:
+- Sizes in binary units (B, KiB, MiB, GiB, TiB: powers of 1024), the units memory and copies are counted in.
+  nsys' own tables keep their decimal MB *numbers* (``total_mb``: nsys prints bytes / 1e6), but any size shown as
+  words goes through :func:`size`.
+- Durations in the largest unit that keeps the number >= 1 (ns, µs, ms, s), two decimals (whole ns).
+- Microseconds are written ``µs`` (U+00B5). Only a stream that cannot encode it gets ``us``
+  (:func:`for_stream`): no second spelling where it can.
+
+No Polars, no pydantic: memory.py and the CLI's messages use it before anything heavy is loaded.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TextIO
+
+MICROSECONDS = "µs"
+ASCII_MICROSECONDS = "us"
+Unit = Literal["ns", "bytes", "bytes_per_s", "fraction", "count"]
+"""What a number measures, as analysis results name it (:func:`quantity`)."""
+
+_DURATIONS = (("s", 1e9), ("ms", 1e6), (MICROSECONDS, 1e3))
+_SIZES = ("KiB", "MiB", "GiB", "TiB")
+MIB = 1 << 20
+"""Bytes per MiB: charts that draw sizes draw them in MiB."""
+BYTES_PER_NSYS_MB = 1_000_000
+"""nsys' ``*_mb`` columns count decimal megabytes (bytes / 1e6)."""
+
+
+def duration(ns: float | None, signed: bool = False) -> str:
+    """NS nanoseconds as ``1.50 µs``, ``38.20 ms``, ``2.00 s`` or ``512 ns``; ``-`` for None; SIGNED: ``+`` before
+    a positive value (a change)."""
+    if ns is None:
+        return "-"
+    sign = "+" if signed and ns > 0 else ""
+    for unit, scale in _DURATIONS:
+        if abs(ns) >= scale:
+            return f"{sign}{ns / scale:,.2f} {unit}"
+    return f"{sign}{ns:,.0f} ns"
+
+
+def size(count: float | None) -> str:
+    """COUNT bytes in binary units: ``64.00 MiB``, ``1.50 GiB``, ``512 B``; ``-`` for None."""
+    if count is None:
+        return "-"
+    scaled, unit = float(count), "B"
+    for name in _SIZES:
+        if abs(scaled) < 1024:
+            break
+        scaled, unit = scaled / 1024, name
+    return f"{scaled:,.0f} {unit}" if unit == "B" else f"{scaled:,.2f} {unit}"
+
+
+def nsys_megabytes(megabytes: float | None) -> str:
+    """A size nsys reported in its decimal MB (the ``*_mb`` columns), in binary units like every other size."""
+    return size(None if megabytes is None else megabytes * BYTES_PER_NSYS_MB)
+
+
+def rate(bytes_per_s: float | None) -> str:
+    """A bandwidth in binary units per second: ``1.46 GiB/s``."""
+    return "-" if bytes_per_s is None else f"{size(bytes_per_s)}/s"
+
+
+def fraction(value: float | None) -> str:
+    """A share as a percentage with one decimal: ``61.0%``."""
+    return "-" if value is None else f"{value:.1%}"
+
+
+def count(value: float | None) -> str:
+    """A count with thousands separators (one decimal when it is not whole: a per-step mean)."""
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
+
+
+def quantity(value: float | None, unit: Unit | str) -> str:
+    """VALUE in UNIT (``ns``, ``bytes``, ``bytes_per_s``, ``fraction``, ``count``) as a person reads it: the entry
+    point for numbers whose unit comes with them (findings' evidence, diff deltas)."""
+    if unit == "ns":
+        return duration(value)
+    if unit == "bytes":
+        return size(value)
+    if unit == "bytes_per_s":
+        return rate(value)
+    if unit == "fraction":
+        return fraction(value)
+    return count(value)
+
+
+def for_stream(text: str, stream: TextIO) -> str:
+    """TEXT as STREAM can write it: unchanged when its encoding holds every character (UTF-8 terminals, files);
+    else ``µs`` spelled ``us`` where the encoding lacks ``µ``, and any other character it lacks replaced, instead
+    of a UnicodeEncodeError in the middle of a table (``LANG=C``, a Windows console)."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        text.encode(encoding)
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        MICROSECONDS.encode(encoding)
+    except UnicodeEncodeError:
+        text = text.replace(MICROSECONDS, ASCII_MICROSECONDS)
+    return text.encode(encoding, errors="replace").decode(encoding)

@@ -8,10 +8,12 @@ the unprofiled run would give: `expected(task, steps)`.
 
 import asyncio
 import contextlib
+import multiprocessing
 import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import flyte
 
@@ -167,3 +169,24 @@ def expected(task: str, steps: int) -> int:
     plain = sum(range(steps))
     return {"gathered": 2 * plain, "threaded": 2 * plain, "loop": 3 * plain,
             "hostile_regions": plain}.get(task, plain)
+
+
+def _idle(ready: Any) -> None:
+    ready.set()
+    time.sleep(60)
+
+
+@nsys_profile(trace=CPU_TRACE)
+@env.task
+async def workers(steps: int) -> int:
+    """Ends a forked and a spawned worker of its own with SIGTERM, then works: neither worker's end is
+    the task's, and the collection records on."""
+    for method in ("fork", "spawn"):
+        context = multiprocessing.get_context(method)
+        ready = context.Event()
+        worker = context.Process(target=_idle, args=(ready,))
+        worker.start()
+        ready.wait(60)  # a spawned worker has imported this module, nsight-core and its handlers by now
+        worker.terminate()
+        worker.join()
+    return work(steps)

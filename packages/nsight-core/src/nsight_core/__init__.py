@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from nsight_core import lineage  # noqa: F401  (first: it records which process imported nsight-core)
 from nsight_core.errors import (
     NotEnoughMemoryError,
     NsightError,

@@ -35,6 +35,8 @@ from nsight_core.errors import (
 ENV_NSYS = "NSIGHT_NSYS"
 ENV_SIGNAL_FILE = "NSIGHT_SIGNAL_FILE"
 """Where a profiled process that dies of a signal writes its number (nsys itself may then exit 0)."""
+ENV_PRIMARY_PID = "NSIGHT_PRIMARY_PID"
+"""The pid of the command nsys started (the program): only its death by a signal is the program's."""
 INSTALL_PREFIX_ENV = "NSIGHT_NSYS_PREFIX"
 
 DEFAULT_TRACE: tuple[str, ...] = ("cuda", "nvtx")
@@ -276,9 +278,11 @@ class Nsys:
 
 
 # Run by nsys in front of CMD: it removes the file $1 (CMD is starting: removing needs no disk space,
-# unlike writing), and, unless $2 is '-', gives CMD back the stdout/stderr of the caller (fds $2 and
-# $3); nsys' own messages (progress bars, "Generated: ...") keep the pipe they were started with.
-_REDIRECT = 'rm -f "$1"; [ "$2" = - ] || eval "exec 1>&$2 2>&$3 $2>&- $3>&-"; shift 3; exec "$@"'
+# unlike writing), tells CMD its own pid (ENV_PRIMARY_PID: it execs into CMD), and, unless $2 is '-',
+# gives CMD back the stdout/stderr of the caller (fds $2 and $3); nsys' own messages (progress bars,
+# "Generated: ...") keep the pipe they were started with.
+_REDIRECT = ('rm -f "$1"; export NSIGHT_PRIMARY_PID=$$; '
+             '[ "$2" = - ] || eval "exec 1>&$2 2>&$3 $2>&- $3>&-"; shift 3; exec "$@"')
 _FORWARDED = (signal.SIGINT, signal.SIGTERM)
 
 

@@ -32,6 +32,7 @@ from typing import Any, Literal, NoReturn, Self
 
 from pydantic import BaseModel
 
+from nsight_core import lineage
 from nsight_core.capture import Capture
 from nsight_core.errors import (
     PERMISSION_REMEDIES,
@@ -46,6 +47,7 @@ from nsight_core.nsys import (
     DEFAULT_CAPTURE,
     DEFAULT_TRACE,
     ENV_NSYS,
+    ENV_PRIMARY_PID,
     ENV_SIGNAL_FILE,
     QUICK_TIMEOUT,
     STOP_TIMEOUT,
@@ -161,8 +163,8 @@ class Session:
         self.trace = validate_trace(trace)
         self.sample = sample
         self._runs: Path | None = None
-        if output_dir:
-            self.output_dir = Path(output_dir)
+        if output_dir:  # absolute: the program may change directory before it opens a region
+            self.output_dir = Path(output_dir).absolute()
         else:  # named by time, so the latest run is the last one listed (and `latest` points at it)
             self._runs = Path.cwd() / RUNS_DIR
             self.output_dir = self._runs / f"{time.strftime('%Y%m%d-%H%M%S')}-{self.name if name else short}"
@@ -175,6 +177,9 @@ class Session:
         self._running: Path | None = None  # the report base of the collection nsys is recording
         self._overlapped: list[str] = []
         self._started_at = 0.0
+        # The process this session's collections belong to: a forked child inherits this object, and
+        # the importer's pid covers a child forked before the session was first looked up (see start).
+        self._pid = lineage.forked_from() or os.getpid()
 
     @property
     def nsys(self) -> Nsys:
@@ -187,7 +192,7 @@ class Session:
         """The environment a process started under `nsys launch` needs to find this session."""
         env = dict(os.environ if base is None else base)
         env.update({ENV_SESSION: self.name, ENV_OUTPUT_DIR: str(self.output_dir),
-                    ENV_TRACE: ",".join(self.trace), ENV_NSYS: str(self.nsys.path)})
+                    ENV_TRACE: ",".join(self.trace), ENV_NSYS: str(self.nsys.path.absolute())})
         if self.sample is not None:
             env[ENV_SAMPLE] = self.sample
         else:
@@ -300,6 +305,11 @@ class Session:
         this call (a :class:`Region` in this context, see ``_enclosing``) can never end first: then
         REGION fails at once.
         """
+        if os.getpid() != self._pid:  # checked before the slot: its lock may have been held at the fork
+            raise NsysCommandError(
+                f"region {region!r} was opened in a forked child (pid {os.getpid()}) of the profiled process "
+                f"(pid {self._pid}): nsys records the processes it started, and its collection belongs to "
+                "that process; start workers with the 'spawn' method to record regions in them")
         token = self._take_slot(region, retry_seconds)
         try:
             self._begin(region, time.monotonic() + retry_seconds)
@@ -516,6 +526,7 @@ class Region:
         self.capture: Capture | None = None
         self._started = False
         self._token = 0
+        self._pid = os.getpid()  # a forked child that leaves the block stops nothing of its parent's
 
     def __enter__(self) -> Self:
         self._start()
@@ -525,6 +536,7 @@ class Region:
     def _start(self) -> None:
         if self.session is None:
             return
+        self._pid = os.getpid()
         try:
             self._token = self.session.start(self.name)
             self._started = True
@@ -547,7 +559,7 @@ class Region:
         self._finish()
 
     def _finish(self) -> None:
-        if self.session is None or not self._started:
+        if self.session is None or not self._started or os.getpid() != self._pid:
             return
         self._started = False
         try:
@@ -574,7 +586,7 @@ class Region:
         return self
 
     def _undo(self) -> None:
-        if self.session is not None and self._started:
+        if self.session is not None and self._started and os.getpid() == self._pid:
             self._started = False
             with contextlib.suppress(NsightError):
                 self.session.stop()
@@ -590,6 +602,15 @@ class Region:
 _current: Session | None = None
 _current_lock = threading.Lock()
 _previous_sigterm: Any = None
+
+
+def _renew_lock_in_child() -> None:
+    """A forked child gets a fresh lock: another thread of the parent may have held it at the fork."""
+    global _current_lock
+    _current_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_renew_lock_in_child)
 
 
 def _current_session() -> Session | None:
@@ -624,7 +645,8 @@ def _handle_termination() -> None:
 
 
 def _abort_current(why: str) -> None:
-    if _current is not None:
+    """Stop this process's collection; a forked child's copy of the session is its parent's, not its own."""
+    if _current is not None and _current._pid == os.getpid():
         _current.abort(why)
 
 
@@ -634,8 +656,9 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     if callable(previous):
         previous(signum, frame)
     elif previous != signal.SIG_IGN:
-        with contextlib.suppress(OSError, KeyError):  # tell `nsight launch`/`run`: nsys may exit 0
-            Path(os.environ[ENV_SIGNAL_FILE]).write_text(str(signum))
+        if os.environ.get(ENV_PRIMARY_PID) == str(os.getpid()):  # a worker's death is not the program's
+            with contextlib.suppress(OSError, KeyError):  # tell `nsight launch`/`run`: nsys may exit 0
+                Path(os.environ[ENV_SIGNAL_FILE]).write_text(str(signum))
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 

@@ -1,0 +1,123 @@
+"""Faults around the profiled process itself (issue 21): its children, its working folder, other runs
+into the same folder, a killed `nsight`, small temp space. Real nsys 2023.4.4; one `nsight run` is
+shared by the cases a single program can show together (each test names the case it checks)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from capture_helpers import run_captured
+from fault_tasks import expected
+from flyte_harness import nvtx_counts
+
+from nsight_core import load_trace
+
+pytestmark = [pytest.mark.nsys, pytest.mark.reliability]
+
+HERE = Path(__file__).resolve().parent
+STEPS = 4
+NSIGHT = [sys.executable, "-m", "nsight_core.cli"]
+TIMEOUT = 240
+
+# A program whose workers are forked, terminated, and that changes directory before its region.
+FAMILY = """
+    import logging, multiprocessing as mp, os, signal, sys, time, nvtx, nsight_core
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+
+    def square(x):
+        return x * x
+
+    def idle(ready):
+        ready.set()
+        time.sleep(60)
+
+    def terminated(method):
+        context = mp.get_context(method)
+        ready = context.Event()
+        worker = context.Process(target=idle, args=(ready,))
+        worker.start()
+        ready.wait(60)  # a spawned worker has imported nsight_core (and its SIGTERM handler) by now
+        worker.terminate()
+        worker.join()
+        return worker.exitcode
+
+    if __name__ == "__main__":
+        pid = os.fork()  # before any region: a forked child's own region
+        if pid == 0:
+            with nsight_core.range("in-child"):
+                print("child region ran", flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        os.chdir("elsewhere")  # a relative -o names the folder nsight was started in
+        with nsight_core.range("r"):
+            with nvtx.annotate("before"):
+                with mp.get_context("fork").Pool(2) as pool:  # its end sends SIGTERM to every worker
+                    print("pool", sum(pool.map(square, range(10))), flush=True)
+            print("workers", terminated("fork"), terminated("spawn"), flush=True)
+            pid = os.fork()
+            if pid == 0:
+                sys.exit(0)  # a forked child's exit: atexit handlers run
+            os.waitpid(pid, 0)
+            with nvtx.annotate("after"):
+                time.sleep(0.05)
+        print("done", flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def family(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """One `nsight run --capture manual -o out` of FAMILY, started in a fresh folder."""
+    folder = tmp_path_factory.mktemp("family")
+    (folder / "elsewhere").mkdir()
+    (folder / "job.py").write_text(textwrap.dedent(FAMILY))
+    done = run_captured([*NSIGHT, "run", "--capture", "manual", "--trace", "nvtx", "-o", "out", "--",
+                         sys.executable, "job.py"], cwd=folder, timeout=TIMEOUT, stdin=subprocess.DEVNULL,
+                        env={k: v for k, v in os.environ.items() if not k.startswith("NSIGHT_")})
+    return done, folder
+
+
+def test_forked_and_spawned_workers_never_change_the_exit_code(family):
+    """Pool(fork) ends its workers with SIGTERM; a terminated worker of either start method is the
+    program's business: `nsight run` exits as the program did (it exited 143 in 6 of 10 runs)."""
+    done, _ = family
+    assert done.returncode == 0, done.stderr
+    assert "pool 285" in done.stdout and "workers -15 -15" in done.stdout and "done" in done.stdout
+
+
+def test_a_forked_child_never_stops_the_parents_collection(family):
+    """A forked child that exits (atexit) or is terminated (SIGTERM handler) once stopped the
+    parent's collection: the rest of the region was missing, silently."""
+    done, folder = family
+    names = set(load_trace(folder / "out" / "r.nsys-rep").nvtx["name"].to_list())
+    assert {"before", "after"} <= names, (names, done.stderr)
+    assert "stopped the collection" not in done.stderr
+
+
+def test_a_region_in_a_forked_child_warns_and_runs_unprofiled(family):
+    done, folder = family
+    assert "child region ran" in done.stdout
+    [warning] = [line for line in done.stderr.splitlines() if "in-child" in line]
+    assert "could not start collection" in warning and "forked child" in warning and "spawn" in warning
+    assert sorted(p.name for p in (folder / "out").glob("*.nsys-rep")) == ["r.nsys-rep"]
+
+
+def test_a_relative_output_folder_survives_a_change_of_directory(family):
+    """-o out, then os.chdir: the trace lands in ./out of where nsight ran, not <newdir>/out."""
+    done, folder = family
+    assert done.stdout.splitlines()[-1] == str(folder / "out" / "r.nsys-rep"), done.stderr
+    assert not (folder / "elsewhere" / "out").exists()
+
+
+def test_a_task_that_ends_its_own_workers_exits_as_unprofiled(run_action):
+    """In a pod: a task that terminated its own worker returned its output, but the container exited
+    143 and the tab said "NVTX: no data" (fork: the worker stopped the collection; spawn: it wrote the
+    signal file meant for the task's own death)."""
+    result = run_action(HERE, "fault_tasks", "workers", {"steps": STEPS})
+    assert result.returncode == 0, result.stderr
+    assert result.error is None and result.output == expected("workers", STEPS)
+    assert nvtx_counts(result.report) == [{f"step_{i}": 1 for i in range(STEPS)}], result.stderr

@@ -168,6 +168,8 @@ STOP_FAULTS = {
     "loses the report": ('"$REAL" "$@" >/dev/null; rm -f "$NSIGHT_OUTPUT_DIR"/training.nsys-rep; exit 0', "wrote no"),
     "fills the disk": ('"$REAL" "$@" >/dev/null; rm -f "$NSIGHT_OUTPUT_DIR"/training.nsys-rep; '
                        'echo partial > "$TMPDIR/nsys-report-dead.qdstrm"; '
+                       'echo live > "$TMPDIR/nsys-report-live.qdstrm"; '
+                       'echo "[QuadDCommon::tag_report_file_name*] = \\"$TMPDIR/nsys-report-dead.qdstrm\\"" >&2; '
                        'echo "Error writing file: No space left on device" >&2; exit 1', "disk filled up"),
 }
 
@@ -185,6 +187,8 @@ def test_nsys_stop_fault(run_action, tmp_path, fault):
     assert len(mine) == 1 and cause in mine[0], result.stderr
     assert sections(result.report) == []
     assert wait_gone(sleeper) == []
+    if fault == "fills the disk":  # only the stream nsys named is deleted: another session's is live
+        (result.workdir / "tmp" / "nsys-report-live.qdstrm").unlink()
     assert_nothing_left(result)
 
 

@@ -121,3 +121,36 @@ def test_a_task_that_ends_its_own_workers_exits_as_unprofiled(run_action):
     assert result.returncode == 0, result.stderr
     assert result.error is None and result.output == expected("workers", STEPS)
     assert nvtx_counts(result.report) == [{f"step_{i}": 1 for i in range(STEPS)}], result.stderr
+
+
+def test_runs_into_one_folder_at_once_each_list_their_own_traces(tmp_path):
+    """Three `nsight run` into one -o: each lists only the trace its own region wrote, none is
+    overwritten (a run that ended used to delete the others' live claims), and no claim is left."""
+    job = tmp_path / "job.py"
+    job.write_text("import sys, time, nsight_core\nwith nsight_core.range('r'):\n    time.sleep(float(sys.argv[1]))\n")
+    runs = [subprocess.Popen([*NSIGHT, "run", "--capture", "manual", "--trace", "nvtx", "-o", str(tmp_path / "o"),
+                              "--", sys.executable, str(job), seconds], stdout=subprocess.PIPE, text=True,
+                             stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL) for seconds in ("0.2", "3", "6")]
+    listed = [run.communicate(timeout=TIMEOUT)[0].splitlines() for run in runs]
+    assert [run.returncode for run in runs] == [0, 0, 0]
+    assert all(len(lines) == 1 for lines in listed), listed
+    assert sorted(Path(lines[0]).name for lines in listed) == ["r.1.nsys-rep", "r.2.nsys-rep", "r.nsys-rep"]
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["r.1.nsys-rep", "r.2.nsys-rep", "r.nsys-rep"]
+
+
+def test_a_script_without_the_executable_bit_exits_126_as_unprofiled(tmp_path):
+    job = tmp_path / "job.sh"
+    job.write_text("#!/bin/sh\necho ran\n")
+    unprofiled = subprocess.run(f"'{job}'", shell=True, capture_output=True)
+    done = run_captured([*NSIGHT, "run", "-o", str(tmp_path / "o"), "--", str(job)], timeout=TIMEOUT)
+    assert done.returncode == unprofiled.returncode == 126
+    [line] = done.stderr.splitlines()
+    assert "is not executable" in line and "chmod +x" in line
+
+
+def test_latest_points_at_the_last_run_that_wrote_a_trace(tmp_path):
+    """A failed run gets its folder, but `nsight-runs/latest` keeps pointing at the last good one."""
+    good = run_captured([*NSIGHT, "run", "--trace", "nvtx", "--", "true"], cwd=tmp_path, timeout=TIMEOUT)
+    bad = run_captured([*NSIGHT, "run", "--trace", "nvtx,bogus", "--", "true"], cwd=tmp_path, timeout=TIMEOUT)
+    assert good.returncode == 0 and bad.returncode == 1, (good.stderr, bad.stderr)
+    assert os.readlink(tmp_path / "nsight-runs" / "latest") == Path(good.stdout.splitlines()[-1]).parent.name

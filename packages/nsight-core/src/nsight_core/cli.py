@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from nsight_core.errors import CommandNotFoundError, NsightError
+from nsight_core.errors import CommandNotExecutableError, CommandNotFoundError, NsightError
 from nsight_core.nsys import DEFAULT_CAPTURE, DEFAULT_TRACE
 from nsight_core.stats.reports import DEFAULT_REPORTS
 from nsight_core.trace.export import REPORT_SUFFIXES, export_ahead, is_event_source
@@ -126,6 +126,19 @@ def cmd_report(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise NsightError(f"cannot write the report to {args.output}: {exc.strerror or exc}") from exc
     print(args.output)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    exports = _exports_ahead([args.path])
+    from nsight_core.report import export_perfetto
+
+    for export in exports.values():
+        export.result()
+    written = export_perfetto(args.path, args.output)
+    log.info("wrote %s events: %s", f"{sum(written.events.values()):,}",
+             ", ".join(f"{count:,} {category}" for category, count in written.events.items() if count))
+    print(written.path)
     return 0
 
 
@@ -242,6 +255,23 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--title", default="GPU Profile", help="page title (default: %(default)s)")
     report.set_defaults(func=cmd_report)
 
+    export = commands.add_parser(
+        "export", help="write a capture's whole timeline for ui.perfetto.dev or chrome://tracing",
+        description="Write PATH's whole timeline as Chrome Trace Event JSON, which ui.perfetto.dev and "
+        "chrome://tracing open: a process per GPU with a thread per stream (kernels, memory copies, memsets), and "
+        "the traced processes' threads (NVTX ranges nested, CUDA API calls, OS-runtime calls, NVTX marks), each "
+        "event with its name and details. Written in slices, so a capture of millions of events takes the memory "
+        "of its events, not of their JSON. PATH is a .nsys-rep (exported once, beside it) or its .sqlite or "
+        "arrow-directory export; recorded CSVs have no events. Prints the file written. Exit status: 0, or 1 "
+        "when PATH cannot be read or the file cannot be written.")
+    export.add_argument("path", type=Path, metavar="PATH", help=".nsys-rep, .sqlite or arrow-directory export")
+    export.add_argument("--format", choices=("perfetto",), default="perfetto",
+                        help="the file format (default: %(default)s: Chrome Trace Event JSON)")
+    export.add_argument("-o", "--output", type=Path, default=None,
+                        help="the file to write; gzip-compressed when it ends in .gz (default: beside PATH, "
+                        "<name>.perfetto.json.gz)")
+    export.set_defaults(func=cmd_export)
+
     launch = commands.add_parser(
         "launch", help="exec a command inside a new nsys session (what a container runtime wraps with)",
         description="Replace this process with `nsys launch` of CMD in a session named NAME; the command then "
@@ -275,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="nsight: %(message)s",
                         stream=sys.stderr)
     code = _dispatch(args)
-    if argv is None and args.func in (cmd_stats, cmd_report):
+    if argv is None and args.func in (cmd_stats, cmd_report, cmd_export):
         _exit_now(code)
     return code
 
@@ -283,9 +313,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args))
-    except CommandNotFoundError as exc:
+    except CommandNotFoundError as exc:  # a shell's statuses: 126 not executable, 127 not found
         print(f"nsight: error: {exc}", file=sys.stderr)
-        return 127
+        return 126 if isinstance(exc, CommandNotExecutableError) else 127
     except NsightError as exc:
         print(f"nsight: error: {exc}", file=sys.stderr)
         return 1
@@ -299,7 +329,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _exit_now(code: int) -> NoReturn:
-    """End the process of `nsight stats` or `nsight report` without Python's teardown of its modules.
+    """End the process of `nsight stats`, `report` or `export` without Python's teardown of its modules.
 
     Why: tearing down Polars, pydantic and Altair takes 0.1-0.2 s after the work is done (a tenth of a
     report on a 200 k-kernel capture), and these commands need none of it: their files are written and

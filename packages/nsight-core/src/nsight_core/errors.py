@@ -55,6 +55,10 @@ class CommandNotFoundError(NsightError):
     """The command to profile does not exist; nothing was run."""
 
 
+class CommandNotExecutableError(CommandNotFoundError):
+    """The command to profile is a file that cannot be executed (a shell's 126); nothing was run."""
+
+
 def one_line(error: BaseException | str) -> str:
     """ERROR as one log line: nsys' multi-line messages folded, so each warning stays one line."""
     return " ".join(str(error).split())

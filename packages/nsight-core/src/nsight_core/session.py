@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import builtins
 import contextlib
 import contextvars
 import errno
+import fcntl
 import itertools
 import logging
 import os
@@ -36,6 +36,7 @@ from nsight_core import lineage
 from nsight_core.capture import Capture
 from nsight_core.errors import (
     PERMISSION_REMEDIES,
+    CommandNotExecutableError,
     CommandNotFoundError,
     NsightError,
     NsysCommandError,
@@ -64,6 +65,7 @@ ENV_SESSION = "NSIGHT_SESSION"
 ENV_OUTPUT_DIR = "NSIGHT_OUTPUT_DIR"
 ENV_SAMPLE = "NSIGHT_SAMPLE"
 ENV_TRACE = "NSIGHT_TRACE"
+ENV_CLAIMS = "NSIGHT_CLAIMS"
 
 START_RETRY_SECONDS = 7.0
 """How long a region waits for another one's block: the time the other region of this process spends
@@ -180,6 +182,9 @@ class Session:
         # The process this session's collections belong to: a forked child inherits this object, and
         # the importer's pid covers a child forked before the session was first looked up (see start).
         self._pid = lineage.forked_from() or os.getpid()
+        self._claim: int | None = None  # the descriptor holding the running collection's claim
+        self.claims: Path | None = None
+        """A file each region appends the report base it claimed to (`Session.run` reads it)."""
 
     @property
     def nsys(self) -> Nsys:
@@ -193,10 +198,11 @@ class Session:
         env = dict(os.environ if base is None else base)
         env.update({ENV_SESSION: self.name, ENV_OUTPUT_DIR: str(self.output_dir),
                     ENV_TRACE: ",".join(self.trace), ENV_NSYS: str(self.nsys.path.absolute())})
-        if self.sample is not None:
-            env[ENV_SAMPLE] = self.sample
-        else:
-            env.pop(ENV_SAMPLE, None)
+        for variable, value in ((ENV_SAMPLE, self.sample), (ENV_CLAIMS, self.claims)):
+            if value is not None:
+                env[variable] = str(value)
+            else:
+                env.pop(variable, None)
         return env
 
     def command(self, argv: Sequence[str], capture: CaptureMode = DEFAULT_CAPTURE) -> list[str]:
@@ -224,17 +230,20 @@ class Session:
         nsys_argv = self._nsys_argv(capture)
         if not argv:
             raise ValueError("no command to profile: give the program and its arguments.")
-        if shutil.which(argv[0]) is None:
-            raise CommandNotFoundError(f"command not found: {argv[0]!r} is not an executable file nor on PATH; "
-                                       "nothing was run.")
+        _check_runnable(argv[0])
         self._prepare_output_dir()
-        before = set(self.output_dir.glob("*.nsys-rep"))
-        env = self.child_env() if capture == "manual" else None
-        finished = run_command(nsys_argv, argv, env=env, timeout=timeout,
-                               session=self.name if capture == "manual" else None)
-        for claim in self.output_dir.glob("*" + _CLAIM):  # every process of the session has ended
-            claim.unlink(missing_ok=True)
-        reports = sorted(set(self.output_dir.glob("*.nsys-rep")) - before, key=lambda p: p.stat().st_mtime)
+        with tempfile.TemporaryDirectory(prefix="nsight-claims-") as scratch:
+            self.claims = Path(scratch, "claims")
+            env = self.child_env() if capture == "manual" else None
+            finished = run_command(nsys_argv, argv, env=env, timeout=timeout,
+                                   session=self.name if capture == "manual" else None)
+            bases = ([Path(line) for line in self.claims.read_text().splitlines()] if self.claims.exists()
+                     else []) if capture == "manual" else [self.output_dir / self.name]
+            self.claims = None
+        for base in bases:  # every process of the session has ended: claims left are its killed ones'
+            _clear_claim(base)
+        reports = sorted((report for base in bases if (report := base.with_name(base.name + ".nsys-rep")).exists()),
+                         key=lambda p: p.stat().st_mtime)
         diagnosis, returncode = None, finished.returncode
         if not finished.started:
             diagnosis = (diagnose(finished.nsys_output, self.output_dir)
@@ -244,6 +253,11 @@ class Session:
             diagnosis = diagnose(finished.nsys_output, self.output_dir) or (
                 "the command opened no nsight_core.range() block" if capture == "manual"
                 else "nsys wrote no report (see its messages above)")
+        if diagnosis:  # nsys has ended: a raw stream it named never becomes a report
+            for stream in named_raw_streams(finished.nsys_output):
+                stream.unlink(missing_ok=True)
+        else:
+            self._point_latest()
         return RunResult(returncode=returncode, output_dir=self.output_dir, reports=reports,
                          diagnosis=diagnosis)
 
@@ -256,6 +270,9 @@ class Session:
         except OSError as exc:
             raise NsightError(f"cannot write the reports to {self.output_dir}: {exc.strerror or exc}. "
                               "Choose a writable folder (nsight run -o DIR, Session(output_dir=...)).") from exc
+
+    def _point_latest(self) -> None:
+        """Point `nsight-runs/latest` at this run's time-named folder: only once it holds a report."""
         if self._runs is not None:
             link = self._runs / f".latest-{uuid.uuid4().hex[:8]}"
             try:
@@ -282,15 +299,20 @@ class Session:
     def _report_base(self, region: str) -> Path:
         """A path no earlier region of any process used: same-name regions never overwrite.
 
-        The claim that reserves a name holds its owner's pid, so a claim left by a killed process is
-        taken over instead of shifting every later name (`x.1` although `x` does not exist).
+        A name is reserved by a claim (see ``_take_claim``) held until the stop is done; a `Session.run`
+        learns of it from the line the region adds to its claims list (``claims``), so the run's
+        reports are the files its own regions created, whatever other runs write into the folder.
         """
         stem = sanitize(region, fallback="region")
         for attempt in itertools.count():
             candidate = self.output_dir / (stem if attempt == 0 else f"{stem}.{attempt}")
             if any(candidate.with_name(candidate.name + s).exists() for s in _REPORT_SUFFIXES):
                 continue
-            if _take_claim(candidate):
+            if (fd := _take_claim(candidate)) is not None:
+                self._claim = fd
+                if self.claims is not None:
+                    with self.claims.open("a") as listing:  # one short append: atomic between processes
+                        listing.write(f"{candidate}\n")
                 return candidate
         raise AssertionError("unreachable")
 
@@ -390,8 +412,12 @@ class Session:
         except BaseException:  # also KeyboardInterrupt / cancellation: leave no collection running
             if self._running is not None:
                 self.abort(f"region {region!r} was interrupted while it started")
-            _release_claim(base)
+            self._release_claim(base)
             raise
+
+    def _release_claim(self, base: Path) -> None:
+        fd, self._claim = self._claim, None
+        _release_claim(base, fd)
 
     def _stop_quietly(self) -> None:
         with contextlib.suppress(NsightError):
@@ -417,11 +443,11 @@ class Session:
             mark(STOP_MARK)
             result = self.nsys.stop(self.name)
         finally:
-            _release_claim(base)
+            self._release_claim(base)
             self._release_slot()
         report = base.with_name(base.name + ".nsys-rep")
         if not report.exists():
-            _remove_raw_streams(base, since=time.time() - duration - 1)
+            _remove_raw_streams(base, result.output)
             cause = diagnose(result.output, self.output_dir) or one_line(result.output[-1000:]) or "no message"
             raise NsysCommandError(f"nsys stop for region {region!r} wrote no {report} (exit "
                                    f"{result.returncode}): {cause}")
@@ -446,7 +472,7 @@ class Session:
         except NsightError as exc:
             outcome = f"nsys stop failed: {one_line(exc)}"
         finally:
-            _release_claim(base)
+            self._release_claim(base)
         print(f"nsight: WARNING: {why}: stopped the collection of region {self._collecting!r}; {outcome}.",
               file=sys.stderr, flush=True)
 
@@ -455,55 +481,55 @@ class Session:
         return Region(self, name, on_capture)
 
 
-def _take_claim(base: Path) -> bool:
-    """Reserve BASE for this process: an atomic link of a file holding our pid. A claim whose owner
-    is gone is stale and taken over, so a killed process never shifts later names."""
+def _take_claim(base: Path) -> int | None:
+    """Reserve BASE for this process: an exclusive `flock` on BASE.claim; its descriptor, or None when
+    another process holds it. The kernel frees the lock when its holder dies, however it dies, so a
+    claim left by a killed process is free to take (no name shifts to `x.1`), and a reused pid can
+    never fake an owner. Raises OSError when the folder cannot be written."""
     claim = base.with_name(base.name + _CLAIM)
-    draft = base.with_name(f".{base.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}{_CLAIM}")
-    draft.write_text(str(os.getpid()))
-    try:
-        for _ in builtins.range(2):
-            try:
-                os.link(draft, claim)
-                return True
-            except FileExistsError:
-                if not _stale(claim):
-                    return False
-                claim.unlink(missing_ok=True)
-        return False
-    finally:
-        draft.unlink(missing_ok=True)
+    while True:
+        fd = os.open(claim, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        with contextlib.suppress(FileNotFoundError):
+            held, named = os.fstat(fd), os.stat(claim)
+            if (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino):
+                return fd
+        os.close(fd)  # its holder deleted the file between our open and our lock: a new one
 
 
-def _stale(claim: Path) -> bool:
-    try:
-        pid = int(claim.read_text() or "0")
-    except (OSError, ValueError):
-        return False
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+def _release_claim(base: Path, fd: int | None) -> None:
+    """Delete BASE's claim, then let go of it (in this order: a waiter then finds no file to lock)."""
+    if fd is not None:
+        base.with_name(base.name + _CLAIM).unlink(missing_ok=True)
+        os.close(fd)
 
 
-def _remove_raw_streams(base: Path, since: float) -> None:
-    """After a stop that wrote no report: delete the raw .qdstrm nsys left for it (beside the report
-    or as $TMPDIR/nsys-report-*.qdstrm, written since the collection began); with the disk full it
-    can never become a report, and in a pod it only fills ephemeral storage."""
-    candidates = [base.with_name(base.name + ".qdstrm"), *Path(tempfile.gettempdir()).glob("nsys-report-*.qdstrm")]
-    for stream in candidates:
+def _clear_claim(base: Path) -> None:
+    """Delete BASE's claim unless a live process holds it (after a run: those of its killed processes)."""
+    with contextlib.suppress(OSError):
+        _release_claim(base, _take_claim(base))
+
+
+def _remove_raw_streams(base: Path, nsys_output: str) -> None:
+    """After a stop that wrote no report: delete the raw .qdstrm nsys left for it, beside the report or
+    the one nsys' output names (`$TMPDIR/nsys-report-XXXX.qdstrm`); with the disk full it can never
+    become a report, and in a pod it only fills ephemeral storage. Only those: another session's
+    stream in the same $TMPDIR is live."""
+    for stream in (base.with_name(base.name + ".qdstrm"), *named_raw_streams(nsys_output)):
         with contextlib.suppress(OSError):
-            if stream.stat().st_mtime >= since:
-                stream.unlink()
+            stream.unlink()
 
 
-def _release_claim(base: Path) -> None:
-    base.with_name(base.name + _CLAIM).unlink(missing_ok=True)
+_QDSTRM = re.compile(r"""['"]?(/[^'"\n]*?\.qdstrm)['"]?""")
+
+
+def named_raw_streams(nsys_output: str) -> list[Path]:
+    """The .qdstrm files nsys' messages name ("Generating '/tmp/nsys-report-1a2b.qdstrm'")."""
+    return sorted({Path(found) for found in _QDSTRM.findall(nsys_output)})
 
 
 class Region:
@@ -625,6 +651,7 @@ def _current_session() -> Session | None:
             _current = Session(name, trace=os.environ.get(ENV_TRACE, ",".join(DEFAULT_TRACE)).split(","),
                                sample=os.environ.get(ENV_SAMPLE), output_dir=os.environ.get(ENV_OUTPUT_DIR),
                                nsys=nsys)
+            _current.claims = Path(claims) if (claims := os.environ.get(ENV_CLAIMS)) else None
     _handle_termination()
     return _current
 
@@ -698,6 +725,18 @@ def exec_launch(argv: Sequence[str], *, name: str, trace: Sequence[str] | str = 
     if not finished.started:
         _exec_unprofiled(argv, _never_started(finished.nsys_output))
     sys.exit(finished.returncode)
+
+
+def _check_runnable(program: str) -> None:
+    """Refuse, before anything starts, a PROGRAM that does not exist (127) or cannot be executed (126),
+    as a shell would: nsys would report either only after its own start, as its own failure."""
+    if shutil.which(program) is not None:
+        return
+    if os.sep in program and Path(program).is_file():
+        raise CommandNotExecutableError(f"permission denied: {program!r} is not executable (chmod +x it, or run "
+                                        "it through its interpreter); nothing was run.")
+    raise CommandNotFoundError(f"command not found: {program!r} is not an executable file nor on PATH; "
+                               "nothing was run.")
 
 
 def _never_started(nsys_output: str) -> str:

@@ -1,0 +1,170 @@
+"""A capture's whole timeline as Chrome Trace Event JSON, the format ui.perfetto.dev and chrome://tracing open.
+
+What it holds: one process per GPU with a thread per stream (kernels, memory copies, memsets), and the
+traced processes with their threads (NVTX ranges, nested as they were pushed; CUDA API calls; OS-runtime
+calls; NVTX marks as instants), every process and thread named by a metadata event. Times are µs (the format's
+unit) with ns kept as decimals. Start/end NVTX ranges may overlap on a thread, which "X" slices cannot, so they
+are async begin/end pairs (``b``/``e``); push/pop ranges are ``X`` slices and nest.
+
+Why it streams: a long capture has millions of events, and a Python object per event (a dict, then its JSON)
+would take gigabytes and minutes. Each frame is cut into slices of CHUNK_ROWS; each slice becomes its JSON
+text in Polars (``struct.json_encode``: names escaped there, not by hand) and is written before the next is
+made, so what is held beside the trace's frames is one slice's text.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import polars as pl
+
+from nsight_core.trace.model import Trace
+
+CHUNK_ROWS = 50_000
+GPU_PID_BASE = 1 << 24
+"""GPUs are processes GPU_PID_BASE + device: above every OS pid (nsys keeps pids in 24 bits)."""
+
+_US = 1000.0
+
+
+Part = tuple[pl.DataFrame, list[pl.Expr]]
+"""Events to write: a frame and the fields of each row's event, encoded a slice at a time."""
+
+
+def write_perfetto(trace: Trace, output: Path) -> dict[str, int]:
+    """Write TRACE's timeline to OUTPUT (gzip-compressed when it ends in ``.gz``); the events written per category
+    (metadata under ``__metadata``). The file is replaced only once it is whole."""
+    partial = output.with_name(f".{output.name}.partial")
+    counts: dict[str, int] = {}
+    try:
+        # gzip level 6 (zlib's default), not gzip.open's 9: this JSON is large and 9 is slow on it.
+        with gzip.open(partial, "wb", compresslevel=6) if output.suffix == ".gz" else partial.open("wb") as stream:
+            stream.write(b'{"displayTimeUnit":"ns","traceEvents":[\n')
+            separator = b""
+            for category, parts in _events(trace):
+                for frame, fields in parts:
+                    for chunk in frame.iter_slices(CHUNK_ROWS):
+                        text = chunk.select(pl.struct(*fields).struct.json_encode().str.join(",\n")).item()
+                        stream.write(separator + text.encode())
+                        separator = b",\n"
+                    counts[category] = counts.get(category, 0) + frame.height
+            stream.write(b"\n]}\n")
+        partial.replace(output)
+    finally:
+        partial.unlink(missing_ok=True)
+    return counts
+
+
+def _slice(category: str, name: pl.Expr, pid: pl.Expr, tid: pl.Expr, args: pl.Expr | None = None) -> list[pl.Expr]:
+    """The fields of a complete ("X") event from ``start_ns`` and ``end_ns``."""
+    fields = [name.alias("name"), pl.lit(category).alias("cat"), pl.lit("X").alias("ph"),
+              (pl.col("start_ns") / _US).alias("ts"), ((pl.col("end_ns") - pl.col("start_ns")) / _US).alias("dur"),
+              pid.alias("pid"), tid.alias("tid")]
+    return fields if args is None else [*fields, args.alias("args")]
+
+
+def _os_pid(thread: pl.Expr) -> pl.Expr:
+    """The OS pid inside nsys' global thread id (bits 24..47)."""
+    return (thread // (1 << 24)) % (1 << 24)
+
+
+def _os_tid(thread: pl.Expr) -> pl.Expr:
+    return thread % (1 << 24)
+
+
+THREAD = pl.col("thread")
+GPU_PID, STREAM = pl.col("device") + GPU_PID_BASE, pl.col("stream")
+
+
+def _nvtx_name() -> pl.Expr:
+    """``domain:name``, or the name alone in the default domain (as nsys-ui shows them)."""
+    return pl.when(pl.col("domain") != "").then(pl.format("{}:{}", "domain", "name")).otherwise("name")
+
+
+def _events(trace: Trace) -> Iterator[tuple[str, list[Part]]]:
+    """(category, its parts), one category at a time, then the metadata naming their processes and threads."""
+    for category, parts in _ENCODERS:
+        yield category, parts(trace)
+    yield "__metadata", _metadata(trace)
+
+
+def _kernels(trace: Trace) -> list[Part]:
+    name = pl.when(pl.col("short_name") != "").then("short_name").otherwise("name")
+    args = pl.struct(pl.col("name").alias("kernel"), "device", "stream", "correlation_id")
+    return [(trace.kernels, _slice("kernel", name, GPU_PID, STREAM, args))]
+
+
+def _memcpy(trace: Trace) -> list[Part]:
+    args = pl.struct("bytes", "direction", "src_kind", "dst_kind", "device", "stream", "correlation_id")
+    return [(trace.memcpy, _slice("memcpy", pl.format("Memcpy {}", "direction"), GPU_PID, STREAM, args))]
+
+
+def _memset(trace: Trace) -> list[Part]:
+    args = pl.struct("bytes", "device", "stream", "correlation_id")
+    return [(trace.memset, _slice("memset", pl.lit("Memset"), GPU_PID, STREAM, args))]
+
+
+def _cuda_api(trace: Trace) -> list[Part]:
+    return [(trace.cuda_api, _slice("cuda_api", pl.col("name"), _os_pid(THREAD), _os_tid(THREAD),
+                                    pl.struct("correlation_id")))]
+
+
+def _osrt(trace: Trace) -> list[Part]:
+    return [(trace.osrt, _slice("osrt", pl.col("name"), _os_pid(THREAD), _os_tid(THREAD)))]
+
+
+def _nvtx(trace: Trace) -> list[Part]:
+    """Push/pop ranges as "X" slices (they nest); start/end ranges as async begin/end pairs (they may overlap)."""
+    pid, tid, name = _os_pid(THREAD), _os_tid(THREAD), _nvtx_name()
+    args = pl.struct("domain", "depth", "closed")
+    push_pop = pl.col("kind") == "push_pop"
+    parts: list[Part] = [(trace.nvtx.filter(push_pop), _slice("nvtx", name, pid, tid, args))]
+    crossing = trace.nvtx.with_row_index("_id").filter(~push_pop)
+    for phase, time in (("b", "start_ns"), ("e", "end_ns")):
+        parts.append((crossing, [name.alias("name"), pl.lit("nvtx").alias("cat"), pl.lit(phase).alias("ph"),
+                                 (pl.col(time) / _US).alias("ts"), pid.alias("pid"), tid.alias("tid"),
+                                 pl.col("_id").alias("id"), args.alias("args")]))
+    return parts
+
+
+def _marks(trace: Trace) -> list[Part]:
+    return [(trace.nvtx_marks, [_nvtx_name().alias("name"), pl.lit("nvtx_mark").alias("cat"), pl.lit("i").alias("ph"),
+                                pl.lit("t").alias("s"), (pl.col("time_ns") / _US).alias("ts"),
+                                _os_pid(THREAD).alias("pid"), _os_tid(THREAD).alias("tid")])]
+
+
+_ENCODERS: tuple[tuple[str, Callable[[Trace], list[Part]]], ...] = (
+    ("kernel", _kernels), ("memcpy", _memcpy), ("memset", _memset), ("cuda_api", _cuda_api), ("nvtx", _nvtx),
+    ("osrt", _osrt), ("nvtx_mark", _marks))
+
+
+def _metadata(trace: Trace) -> list[Part]:
+    """process_name and thread_name events for every process and thread that has an event: GPUs by device and
+    model, streams by number; processes and threads by the names nsys recorded, else by their ids."""
+    streams = pl.concat([frame.select("device", "stream") for frame in (trace.kernels, trace.memcpy, trace.memset)])
+    streams = streams.unique().sort("device", "stream")
+    gpus = streams.select("device").unique().join(trace.gpus.select("device", "name"), on="device", how="left")
+    threads = pl.concat([frame.select("thread") for frame in (trace.cuda_api, trace.nvtx, trace.osrt,
+                                                               trace.nvtx_marks)]).unique().sort("thread")
+    threads = threads.join(trace.threads.select("thread", "name").unique("thread"), on="thread", how="left") \
+        .with_columns(_os_pid(THREAD).alias("pid"), _os_tid(THREAD).alias("tid"))
+    processes = threads.select("pid").unique().sort("pid").join(trace.processes.unique("pid"), on="pid", how="left")
+
+    def named(kind: str, pid: pl.Expr, tid: pl.Expr, name: pl.Expr) -> list[pl.Expr]:
+        return [pl.lit(kind).alias("name"), pl.lit("M").alias("ph"), pid.alias("pid"), tid.alias("tid"),
+                pl.struct(name.alias("name")).alias("args")]
+
+    def labelled(label: str, number: str, unnamed: str) -> pl.Expr:
+        """``<recorded name> (<label> <number>)``, or ``<unnamed> <number>`` without a recorded name."""
+        return pl.when(pl.col("name").fill_null("") != "").then(pl.format(f"{{}} ({label} {{}})", "name", number)) \
+            .otherwise(pl.format(f"{unnamed} {{}}", number))
+
+    return [
+        (gpus, named("process_name", GPU_PID, pl.lit(0), pl.when(pl.col("name").is_not_null())
+                     .then(pl.format("GPU {} ({})", "device", "name")).otherwise(pl.format("GPU {}", "device")))),
+        (streams, named("thread_name", GPU_PID, STREAM, pl.format("Stream {}", "stream"))),
+        (processes, named("process_name", pl.col("pid"), pl.lit(0), labelled("pid", "pid", "Process"))),
+        (threads, named("thread_name", pl.col("pid"), pl.col("tid"), labelled("tid", "tid", "Thread"))),
+    ]

@@ -54,6 +54,8 @@ class Profiling:
     notes: list[str] = field(default_factory=list)
     context: contextvars.Context | None = None
     """The task's context (flyte's included), for regions in threads the task body started."""
+    perfetto: bool = False
+    """Also write each capture's whole timeline as Perfetto JSON and attach it beside its trace."""
 
 
 active: contextvars.ContextVar[Profiling | None] = contextvars.ContextVar("nsight_profiling", default=None)
@@ -89,8 +91,9 @@ def capture_report_file_sync(report_path: str) -> File:
     return File.from_local_sync(path, remote_destination=_raw_data_destination(path))
 
 
-def _summarize(state: Profiling, capture: Capture, title: str, source: str) -> None:
-    """Profile the capture and re-render the tab with every capture so far.
+def _summarize(state: Profiling, capture: Capture, title: str, source: str, timeline: bool = False) -> Path | None:
+    """Profile the capture and re-render the tab with every capture so far; with TIMELINE, also write its Perfetto
+    timeline beside the trace and return where (None when it was not written).
 
     SOURCE is where a reader of the tab finds the trace (a traced step's output, a raw-data location),
     never a path inside the pod. The profile and renderer modules load polars and altair, so they are
@@ -100,8 +103,10 @@ def _summarize(state: Profiling, capture: Capture, title: str, source: str) -> N
 
     if state.sections is None:
         state.sections = GrowingFragment()
+    written = None
     try:
-        state.sections.add(_profile(capture, state.reports, title).model_copy(update={"source": source}))
+        profile, written = _profile(capture, state.reports, title, timeline)
+        state.sections.add(profile.model_copy(update={"source": source}))
     except Exception as exc:
         log.warning("could not summarise the trace of %r, so the GPU Profile tab leaves it out (%s); "
                     "open the trace in nsys-ui instead: %s", capture.region, one_line(exc), source)
@@ -110,16 +115,23 @@ def _summarize(state: Profiling, capture: Capture, title: str, source: str) -> N
         others = ", ".join(repr(name) for name in capture.overlapped)
         state.notes.append(f"{title}: its trace also holds the activity of {others}, which ran while it "
                            "recorded (nsys records one collection at a time) and has no section of its own.")
-    if state.sections or state.notes:
+    _render(state)
+    return written
+
+
+def _render(state: Profiling) -> None:
+    """Replace the tab with every section and note so far."""
+    if state.sections is not None and (state.sections or state.notes):
         import flyte.report  # here, not at the top: ~10 ms of every import of the plugin, needed once a trace is in
 
         flyte.report.get_tab(TAB).replace(state.sections.render(state.notes))
 
 
-def _profile(capture: Capture, reports: tuple[str, ...], title: str) -> CaptureProfile:
-    """The profile of CAPTURE, made from a link to its trace in a folder of its own that is deleted
-    afterwards: the exports and stats files of regions in a loop would otherwise pile up in the pod's
-    ephemeral storage (and get it evicted). The trace itself is kept."""
+def _profile(capture: Capture, reports: tuple[str, ...], title: str,
+             timeline: bool) -> tuple[CaptureProfile, Path | None]:
+    """The profile of CAPTURE (and with TIMELINE its Perfetto timeline, beside the trace), made from a link to its
+    trace in a folder of its own that is deleted afterwards: the exports and stats files of regions in a loop would
+    otherwise pile up in the pod's ephemeral storage (and get it evicted). The trace itself is kept."""
     from nsight_core.analysis.completeness import capture_facts
     from nsight_core.profile import build_profile
 
@@ -131,9 +143,48 @@ def _profile(capture: Capture, reports: tuple[str, ...], title: str) -> CaptureP
         except OSError:
             linked.symlink_to(capture.path.resolve())
         # The facts come from the trace where it lies (a leftover .qdstrm beside it) and from nsys' stop output.
-        return build_profile(linked, reports, title, facts=capture_facts(capture.path, capture.nsys_output))
+        profile = build_profile(linked, reports, title, facts=capture_facts(capture.path, capture.nsys_output))
+        return profile, _timeline(capture, linked) if timeline else None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _timeline(capture: Capture, linked: Path) -> Path | None:
+    """CAPTURE's Perfetto timeline beside its trace, from LINKED's export (made for the profile); None, with a
+    warning, when it cannot be written: the tab and the trace do not depend on it."""
+    from nsight_core.report import export_perfetto, perfetto_path
+
+    try:
+        return export_perfetto(linked, perfetto_path(capture.path)).path
+    except Exception as exc:
+        log.warning("could not write the Perfetto timeline of %r (%s); the tab and the trace are unaffected",
+                    capture.region, one_line(exc))
+        return None
+
+
+def _timeline_attached(state: Profiling, title: str, where: str) -> None:
+    state.notes.append(f"{title}: whole timeline for ui.perfetto.dev or chrome://tracing: {where}")
+    _render(state)
+
+
+def _attach_timeline_sync(state: Profiling, path: Path, title: str) -> None:
+    """Attach the Perfetto file at PATH as the trace was: a traced step's output, or raw data on a clustered worker."""
+    try:
+        where = (f"{_raw_upload(path)} (in the task's raw data)" if state.clustered else
+                 f"{capture_report_file_sync(str(path)).path} (the output of traced step capture_report_file_sync)")
+    except Exception as exc:
+        where = f"not uploaded ({one_line(exc)})"
+    _timeline_attached(state, title, where)
+
+
+async def _attach_timeline(state: Profiling, path: Path, title: str) -> None:
+    """:func:`_attach_timeline_sync` from an async task body."""
+    try:
+        where = (f"{await asyncio.to_thread(_raw_upload, path)} (in the task's raw data)" if state.clustered else
+                 f"{(await capture_report_file(str(path))).path} (the output of traced step capture_report_file)")
+    except Exception as exc:
+        where = f"not uploaded ({one_line(exc)})"
+    _timeline_attached(state, title, where)
 
 
 NOT_ATTACHED = "not attached (attach_report=False): the trace stayed in the task's container"
@@ -142,9 +193,14 @@ NOT_ATTACHED = "not attached (attach_report=False): the trace stayed in the task
 def _upload(state: Profiling, capture: Capture, title: str) -> str:
     """A clustered worker has no controller, so no traced step: its trace goes straight to raw data
     and the tab says where."""
-    uploaded = File.from_local_sync(capture.path, remote_destination=_raw_data_destination(capture.path))
-    state.notes.append(f"{title}: trace (.nsys-rep) uploaded to {uploaded.path}")
-    return f"{uploaded.path} (in the task's raw data)"
+    uploaded = _raw_upload(capture.path)
+    state.notes.append(f"{title}: trace (.nsys-rep) uploaded to {uploaded}")
+    return f"{uploaded} (in the task's raw data)"
+
+
+def _raw_upload(path: Path) -> str:
+    """PATH uploaded to a fresh location under the task's raw data; where it went."""
+    return str(File.from_local_sync(path, remote_destination=_raw_data_destination(path)).path)
 
 
 def _not_uploaded(capture: Capture, error: Exception) -> str:
@@ -171,6 +227,7 @@ def publish_sync(state: Profiling, capture: Capture, title: str) -> None:
     """
     try:
         on_loop = _on_event_loop()
+        attached = False
         if not state.attach_report:
             source = NOT_ATTACHED
         elif on_loop and not state.clustered:
@@ -182,9 +239,12 @@ def publish_sync(state: Profiling, capture: Capture, title: str) -> None:
                 source = (_upload(state, capture, title) if state.clustered else
                           f"{capture_report_file_sync(str(capture.path)).path} (the output of traced step "
                           "capture_report_file_sync)")
+                attached = True
             except Exception as exc:
                 source = _not_uploaded(capture, exc)
-        _summarize(state, capture, title, source)
+        timeline = _summarize(state, capture, title, source, state.perfetto and attached)
+        if timeline is not None:
+            _attach_timeline_sync(state, timeline, title)
         if not on_loop:
             import flyte.report
 
@@ -196,6 +256,7 @@ def publish_sync(state: Profiling, capture: Capture, title: str) -> None:
 async def publish(state: Profiling, capture: Capture, title: str) -> None:
     """Attach and report CAPTURE from an async task body (nsys stats runs off the event loop)."""
     try:
+        attached = False
         if not state.attach_report:
             source = NOT_ATTACHED
         else:
@@ -203,9 +264,12 @@ async def publish(state: Profiling, capture: Capture, title: str) -> None:
                 source = (await asyncio.to_thread(_upload, state, capture, title) if state.clustered else
                           f"{(await capture_report_file(str(capture.path))).path} (the output of traced step "
                           "capture_report_file)")
+                attached = True
             except Exception as exc:
                 source = _not_uploaded(capture, exc)
-        await asyncio.to_thread(_summarize, state, capture, title, source)
+        timeline = await asyncio.to_thread(_summarize, state, capture, title, source, state.perfetto and attached)
+        if timeline is not None:
+            await _attach_timeline(state, timeline, title)
         import flyte.report
 
         await flyte.report.flush.aio()

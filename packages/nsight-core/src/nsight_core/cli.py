@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from nsight_core.errors import CommandNotExecutableError, CommandNotFoundError, NsightError
 from nsight_core.nsys import DEFAULT_CAPTURE, DEFAULT_TRACE
+from nsight_core.render.text import DEFAULT_LIMIT
 from nsight_core.stats.reports import DEFAULT_REPORTS
 from nsight_core.trace.export import REPORT_SUFFIXES, export_ahead, is_event_source
 
@@ -35,6 +36,12 @@ def _csv_list(value: str) -> list[str]:
     if not items:
         raise argparse.ArgumentTypeError(f"{value!r} is empty: give one or more names separated by commas")
     return items
+
+
+def _row_limit(value: str) -> int:
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of rows: give 0 (every row) or more")
+    return int(value)
 
 
 def _command(args: argparse.Namespace) -> list[str]:
@@ -102,7 +109,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             text += render_completeness(profile.completeness)
         if profile is not None and profile.analysis is not None:
             text += render_analysis(profile.analysis) + "\n"
-        sys.stdout.write(for_stream(text + render_text(stats), sys.stdout))
+        sys.stdout.write(for_stream(text + render_text(stats, args.limit or None), sys.stdout))
     return _unknown_reports(stats)
 
 
@@ -236,6 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
         "Exit status: 0, or 1 when no requested report exists or the input cannot be read.")
     stats.add_argument("path", type=Path, help=".nsys-rep, .sqlite, arrow directory, or a directory of recorded CSVs")
     _add_reports_option(stats)
+    stats.add_argument("--limit", type=_row_limit, default=DEFAULT_LIMIT, metavar="N",
+                       help="rows per table in the text output (default: %(default)s; 0: every row); a cut table "
+                       "says how many rows it left out. --json always has every row")
     stats.add_argument("--json", action="store_true", help="print one JSON object (the reports' rows, skipped "
                        "reports, and for event inputs: window, steps, budget, ranges, findings, completeness)")
     stats.set_defaults(func=cmd_stats)

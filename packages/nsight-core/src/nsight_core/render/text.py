@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nsight_core.render.units import duration, nsys_megabytes
-from nsight_core.stats.models import MemorySizeRow, ProfileStats, TimeRow
+
+if TYPE_CHECKING:  # the CLI reads DEFAULT_LIMIT before it loads pydantic
+    from nsight_core.stats.models import MemorySizeRow, ProfileStats, TimeRow
 
 _TITLES = {
     "kernels": "CUDA GPU kernels",
@@ -48,23 +50,40 @@ def _generic(rows: list[dict[str, Any]]) -> list[str]:
     return _table(header, [["" if row[h] is None else str(row[h]) for h in header] for row in rows])
 
 
-def render_text(stats: ProfileStats) -> str:
-    """Every table of STATS, then the skipped reports with their reasons."""
+DEFAULT_LIMIT = 50
+"""Rows per table `nsight stats` prints unless told (--limit): a long capture has thousands of kernel names."""
+
+
+def render_text(stats: ProfileStats, limit: int | None = DEFAULT_LIMIT) -> str:
+    """Every table of STATS, each cut to its first LIMIT rows (None: all) with a line saying how many were cut, then
+    the skipped reports with their reasons. The tables are in nsys' order (the most time first), so the cut rows
+    are the ones that matter least."""
     lines: list[str] = []
     time_header = ["Time %", "Total", "Count", "Avg", "Med", "Min", "Max", "StdDev", "Name"]
     for table, title in _TITLES.items():
         rows = getattr(stats, table)
         if not rows:
             continue
-        lines += ["", f"== {title} ({len(rows)} rows)"]
+        lines += ["", f"== {title} ({len(rows):,} rows)"]
+        shown = rows[:limit]
         if table == "memory_size":
-            lines += _table(["Total", "Count", "Avg", "Min", "Max", "Operation"], _size_rows(rows))
+            lines += _table(["Total", "Count", "Avg", "Min", "Max", "Operation"], _size_rows(shown))
         else:
-            lines += _table(time_header, _time_rows(rows))
+            lines += _table(time_header, _time_rows(shown))
+        lines += _cut(len(rows), len(shown))
     for report, rows in stats.other.items():
-        lines += ["", f"== {report} ({len(rows)} rows)"]
-        lines += _generic(rows) if rows else ["(no rows)"]
+        lines += ["", f"== {report} ({len(rows):,} rows)"]
+        lines += _generic(rows[:limit]) + _cut(len(rows), len(rows[:limit])) if rows else ["(no rows)"]
     if stats.skipped:
         lines += ["", "== Skipped reports"]
         lines += [f"{report}: {reason}" for report, reason in stats.skipped.items()]
     return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def _cut(total: int, shown: int) -> list[str]:
+    """The line under a cut table: how many rows it left out, and how to see them."""
+    if shown == total:
+        return []
+    cut = total - shown
+    return [f"... {cut:,} more row{'s' if cut != 1 else ''} not shown (the first {shown:,} of {total:,}; --limit N "
+            "shows N, --limit 0 all, --json every row)"]

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,40 @@ def test_latest_points_at_the_last_run_that_wrote_a_trace(tmp_path):
     bad = run_captured([*NSIGHT, "run", "--trace", "nvtx,bogus", "--", "true"], cwd=tmp_path, timeout=TIMEOUT)
     assert good.returncode == 0 and bad.returncode == 1, (good.stderr, bad.stderr)
     assert os.readlink(tmp_path / "nsight-runs" / "latest") == Path(good.stdout.splitlines()[-1]).parent.name
+
+
+def test_a_killed_nsight_takes_nsys_and_the_program_with_it(tmp_path):
+    """SIGKILL to `nsight run` (`timeout -s KILL`, `subprocess.run(timeout=)`): nsys and the program
+    used to record on, orphaned; now they get SIGTERM (the kernel's parent-death signal)."""
+    ready = tmp_path / "ready"
+    job = tmp_path / "job.py"
+    job.write_text(textwrap.dedent(f"""
+        import os, time, nsight_core
+        with nsight_core.range("r"):
+            open({str(ready)!r}, "w").write(str(os.getpid()))
+            time.sleep(120)
+    """))
+    run = subprocess.Popen([*NSIGHT, "run", "--capture", "manual", "--trace", "nvtx", "-o", str(tmp_path / "o"),
+                            "--", sys.executable, str(job)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + TIMEOUT
+    while not (ready.exists() and ready.read_text()):
+        assert run.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    program = int(ready.read_text())
+    nsys = [int(pid) for pid in subprocess.run(["pgrep", "-P", str(run.pid)], capture_output=True,
+                                               text=True).stdout.split()]
+    run.kill()
+    run.wait()
+    deadline = time.monotonic() + 60  # the program would sleep on for two minutes
+    for pid in (program, *nsys):
+        while running(pid):
+            assert time.monotonic() < deadline, f"process {pid} outlived the killed nsight"
+            time.sleep(0.1)
+
+
+def running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False

@@ -9,6 +9,7 @@ for an unknown report).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import os
 import re
@@ -403,8 +404,9 @@ def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], pending: P
         fds = [str(out_fd), str(err_fd)]
     argv = [*nsys_argv, "/bin/sh", "-c", _REDIRECT, "nsight", str(pending), *fds, *command]
     try:
-        process = subprocess.Popen(argv, env=dict(env), stdout=write_fd,
-                                   stderr=write_fd, pass_fds=kept, process_group=None if interactive else 0)
+        process = subprocess.Popen(argv, env=dict(env), stdout=write_fd, stderr=write_fd, pass_fds=kept,
+                                   process_group=None if interactive else 0,
+                                   preexec_fn=_terminated_with(os.getpid()))
     except OSError as exc:
         raise NsysCommandError(f"could not run {argv[0]}: {exc}") from exc
     finally:
@@ -456,6 +458,26 @@ def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], pending: P
     elif returncode < 0:
         returncode = 128 - returncode
     return Finished(returncode, output, started=started), transient
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _terminated_with(parent: int) -> Callable[[], None]:
+    """What a child runs before it execs nsys: SIGTERM when PARENT (this process) dies, even by SIGKILL.
+
+    nsys passes SIGTERM on to the command and writes the trace so far, so nothing records on, orphaned,
+    after `nsight run` or `nsight launch` was killed (`timeout -s KILL`, `subprocess.run(timeout=)`).
+    The kernel keeps the setting across the exec; a parent already gone before it was set is checked.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the child must not load a library
+
+    def arm() -> None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arm
 
 
 def _await_start(process: subprocess.Popen[bytes], pending: Path, interactive: bool) -> bool:

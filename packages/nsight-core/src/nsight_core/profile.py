@@ -9,10 +9,12 @@ CSV directories have no events, so their profile has stats only and says so.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+import polars as pl
 from pydantic import BaseModel, Field
 
 from nsight_core.analysis.analyze import Analysis, analyze
@@ -26,6 +28,7 @@ from nsight_core.stats.models import ProfileStats
 from nsight_core.stats.reports import DEFAULT_REPORTS
 from nsight_core.trace.export import REPORT_SUFFIXES, is_event_source
 from nsight_core.trace.load import load_trace
+from nsight_core.trace.model import Trace
 
 log = logging.getLogger("nsight")
 
@@ -73,9 +76,33 @@ def build_profile(
         getattr(trace, frame)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsight-analysis") as pool:
         analysis = pool.submit(analyze, trace)
-        profile = CaptureProfile(title=title or path.stem, source=str(path), stats=stats_of_trace(trace, reports),
+        profile = CaptureProfile(title=title or capture_title(path, trace), source=str(path),
+                                 stats=stats_of_trace(trace, reports),
                                  trace=summarize_trace(trace), completeness=check_completeness(trace, facts))
         return diagnosed(profile, analysis)
+
+
+GENERATED_NAME = re.compile(r"nsight-[0-9a-f]{8}")
+"""The name a Session without one gives itself, and so the file of its whole-process capture (`nsight run`)."""
+
+
+def capture_title(path: Path, trace: Trace) -> str:
+    """A capture's section title: its file's name, which is its region's (or a named run's); for the capture of an
+    unnamed run, whose file is named by a random id (nsight-cb27362c), the program it recorded instead.
+
+    The program is the process with the most CPU events (NVTX ranges, CUDA and OS calls), named by its main
+    thread: nsys records a process's name when it starts, which for `nsight run` is the shell that then execs the
+    command, while the thread carries the command's own name."""
+    if not GENERATED_NAME.fullmatch(path.stem):
+        return path.stem
+    threads = pl.concat([frame.select("thread") for frame in (trace.nvtx, trace.cuda_api, trace.osrt)])
+    if not threads.height:
+        return f"whole-process capture {path.stem}"
+    pid = threads.select(((pl.col("thread") // (1 << 24)) % (1 << 24)).mode().first()).item()
+    main = trace.threads.filter((pl.col("pid") == pid) & (pl.col("tid") == pid))["name"].to_list()
+    named = trace.processes.filter(pl.col("pid") == pid)["name"].to_list()
+    program = next((name for name in (*main, *named) if name), f"pid {pid}")
+    return f"{program} (whole process, pid {pid})"
 
 
 ANALYSIS_FRAMES = ("kernels", "memcpy", "memset", "cuda_api", "osrt", "nvtx", "nvtx_marks", "window")

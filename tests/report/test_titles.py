@@ -1,0 +1,39 @@
+"""A capture's section is titled by its region's name, or for an unnamed `nsight run`'s whole-process capture (a
+file named by a random id, nsight-1a2b3c4d.nsys-rep) by the program it recorded: never by the id."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from capture_helpers import capture_cpu, run_captured
+
+from nsight_core.nsys import Nsys
+from nsight_core.profile import build_profile
+
+pytestmark = pytest.mark.nsys
+
+
+def test_whole_process_capture_is_titled_by_its_program(tmp_path: Path, nsys: Nsys) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("import time, nvtx\nfor i in range(3):\n    with nvtx.annotate(f'step_{i}'):\n"
+                      "        time.sleep(0.01)\n")
+    done = run_captured([sys.executable, "-m", "nsight_core.cli", "run", "--trace", "nvtx,osrt", "--sample", "none",
+                         "-o", str(tmp_path / "out"), "--", sys.executable, str(script)], timeout=240)
+    assert done.returncode == 0, done.stderr
+    [capture] = [Path(line) for line in done.stdout.splitlines() if line.endswith(".nsys-rep")]
+    assert re.fullmatch(r"nsight-[0-9a-f]{8}", capture.stem)  # the file keeps the run's id
+    page = tmp_path / "page.html"
+    report = run_captured([sys.executable, "-m", "nsight_core.cli", "report", str(capture), "-o", str(page)],
+                          timeout=240)
+    assert report.returncode == 0, report.stderr
+    [title] = re.findall(r"<h2>([^<]*)</h2><p class=\"nsr-source\">", page.read_text())
+    assert re.fullmatch(r"python[\d.]* \(whole process, pid \d+\)", title), title
+    assert capture.stem not in title
+
+
+def test_region_capture_keeps_its_name(tmp_path: Path, nsys: Nsys) -> None:
+    capture = capture_cpu(tmp_path, "time.sleep(0.01)\n", region="training")
+    assert build_profile(capture).title == "training"

@@ -5,6 +5,7 @@ shared by the cases a single program can show together (each test names the case
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,7 @@ from capture_helpers import run_captured
 from fault_tasks import expected
 from flyte_harness import nvtx_counts
 
-from nsight_core import load_trace
+from nsight_core import find_nsys, load_trace
 
 pytestmark = [pytest.mark.nsys, pytest.mark.reliability]
 
@@ -47,6 +48,8 @@ FAMILY = """
         worker.join()
         return worker.exitcode
 
+    HOSTILE = "na\u00efve \U0001f680 \x1b[31mred\x07 bell"  # é-like, an emoji, an escape sequence, a bell
+
     if __name__ == "__main__":
         pid = os.fork()  # before any region: a forked child's own region
         if pid == 0:
@@ -66,6 +69,8 @@ FAMILY = """
             os.waitpid(pid, 0)
             with nvtx.annotate("after"):
                 time.sleep(0.05)
+            with nvtx.annotate(HOSTILE):
+                pass
         print("done", flush=True)
 """
 
@@ -192,3 +197,55 @@ def running(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
     except OSError:
         return False
+
+
+def nsight_stats(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return run_captured([*NSIGHT, *args], timeout=TIMEOUT, env={**os.environ, **(env or {})},
+                        stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("command", ["stats", "stats --json", "diff"])
+def test_names_a_latin1_stream_cannot_hold_are_escaped(family, command):
+    """PYTHONIOENCODING=latin-1 (or a C locale) and an emoji in an NVTX name: a UnicodeEncodeError
+    traceback before; now the output is written, what the stream lacks escaped or replaced."""
+    _, folder = family
+    trace = str(folder / "out" / "r.nsys-rep")
+    done = subprocess.run([*NSIGHT, *command.split(), trace, *([trace] if command == "diff" else [])],
+                          capture_output=True, timeout=TIMEOUT, env={**os.environ, "PYTHONIOENCODING": "latin-1"})
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
+    assert b"red" in done.stdout
+
+
+def test_control_characters_in_names_are_shown_escaped(family):
+    _, folder = family
+    done = nsight_stats("stats", str(folder / "out" / "r.nsys-rep"))
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout
+    assert "\\x1b[31mred\\x07 bell" in done.stdout
+
+
+@pytest.fixture
+def sealed(family, tmp_path):  # type: ignore[no-untyped-def]
+    """The family's trace alone in a read-only filesystem, which is HOME and the cache folder too."""
+    folder = tmp_path / "sealed"
+    folder.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(folder)]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        shutil.copy(next(family[1].rglob("r.nsys-rep")), folder)
+        subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_a_trace_in_a_read_only_folder_with_an_unwritable_cache_is_summarised(sealed, tmp_path):
+    """The export falls back to the temp folder (it ended in a 28-line traceback)."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    done = nsight_stats("stats", str(sealed / "r.nsys-rep"),
+                        env={"HOME": str(sealed), "XDG_CACHE_HOME": str(sealed / "cache"), "TMPDIR": str(temp),
+                             "NSIGHT_NSYS": str(find_nsys().path)})
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "after" in done.stdout
+    assert list(temp.glob("nsight-cache-*/nsight/*"))

@@ -312,6 +312,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    for stream in (sys.stdout, sys.stderr):  # a name a latin-1 or C-locale stream cannot hold: escaped
+        with contextlib.suppress(AttributeError, ValueError):  # a stream without reconfigure (a test's)
+            stream.reconfigure(errors="backslashreplace")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="nsight: %(message)s",
                         stream=sys.stderr)
     code = _dispatch(args)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +31,17 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return [fmt(header), fmt(["-" * w for w in widths]), *(fmt(r) for r in rows)]
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(name: str) -> str:
+    """NAME with its control characters escaped (``\\x1b``, ``\\n``): an NVTX or kernel name is the program's
+    data, and raw it could move the cursor, recolour or clear the reader's terminal, or break a table's line."""
+    return _CONTROL.sub(lambda found: found.group().encode("unicode_escape").decode("ascii"), name)
+
+
 def _short(name: str) -> str:
+    name = printable(name)
     return name if len(name) <= _MAX_NAME else name[: _MAX_NAME - 3] + "..."
 
 

@@ -21,12 +21,14 @@ import logging
 import os
 import re
 import shutil
+import tempfile
 import uuid
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from nsight_core.errors import StatsError
 from nsight_core.memory import check_export_memory
 from nsight_core.nsys import Nsys, find_nsys
 
@@ -49,13 +51,22 @@ def is_event_source(path: Path) -> bool:
 
 
 def derived_dir(source: Path) -> Path:
-    """Where files derived from SOURCE go: beside it, or a per-file cache folder when that is read-only."""
+    """Where files derived from SOURCE go: beside it, or a per-file cache folder when that is read-only,
+    or one in the temp folder when the cache cannot be written either (a read-only or missing HOME)."""
     if os.access(source.parent, os.W_OK):
         return source.parent
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nsight"
-    folder = cache / hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:16]
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    key = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:16]
+    for cache in (os.environ.get("XDG_CACHE_HOME") or Path("~/.cache").expanduser(),
+                  Path(tempfile.gettempdir()) / f"nsight-cache-{os.getuid()}"):
+        folder = Path(cache) / "nsight" / key
+        with contextlib.suppress(OSError):  # a HOME that cannot be found stays "~": never the working folder
+            if not folder.is_absolute():
+                continue
+            folder.mkdir(parents=True, exist_ok=True)
+            if os.access(folder, os.W_OK | os.X_OK):
+                return folder
+    raise StatsError(f"cannot write the export of {source}: neither its folder, the cache folder nor the temp folder "
+                     f"({tempfile.gettempdir()}) is writable; copy the trace to a writable folder")
 
 
 def export_path(report: Path, kind: str) -> Path:

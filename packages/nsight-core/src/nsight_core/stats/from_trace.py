@@ -2,16 +2,22 @@
 
 Each report is the query nsys runs (its reports/*.py, 2023.4) restated as one group-by: the same
 grouping key (the name; for CUDA API calls nsys' string id of the function), the same statistics
-(sample standard deviation, median of the middle two), the same rounding (one decimal, halves away
-from zero, as SQLite's round(); sizes as nsys prints bytes / 1e6 with printf's %.3f), the same order
-(ties in the grouping key's order, as nsys' SQLite returns them). Equality with `nsys stats` on the
-same capture is tested (tests/core/test_stats_from_events.py), so a page built from events shows nsys'
-own numbers. A report whose events the capture lacks is skipped with nsys' reason.
+(sample standard deviation, median of the middle two), the same rounding to one decimal (sizes as nsys
+prints bytes / 1e6 with printf's %.3f), the same order (ties in the grouping key's order, as nsys' SQLite
+returns them). The rounding is the one of the nsys that wrote the export: 2023.4.4 rounds like SQLite's
+round() (the value times ten, halves away from zero: 170622.05 gives 170622.1), 2025.3 the double's exact
+value (170622.05 is 170622.0499... and gives 170622.0; an exact half, 1597.25, goes away from zero).
+Equality with `nsys stats` on the same capture is tested for both (tests/core/test_stats_from_events.py,
+tests/core/test_nsys_2025.py), so a page built from events shows nsys' own numbers. A report whose events
+the capture lacks is skipped with nsys' reason; one whose table the export holds in a schema nsight-core
+cannot read, with the Trace's note.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from decimal import ROUND_HALF_UP, Decimal
 from typing import TypeVar
 
 import polars as pl
@@ -32,11 +38,34 @@ MB_DECIMALS = 3
 """nsys prints sizes in MB with three decimals."""
 
 
-def _round(value: pl.Expr, decimals: int = 1) -> pl.Expr:
-    return value.round(decimals, mode="half_away_from_zero")
+EXACT_ROUNDING_SINCE = 2025
+"""The first nsys year whose reports round a double's exact value (measured: 2023.4.4 does not, 2025.3 does;
+no 2024 release was measured)."""
+_YEAR = re.compile(r"(\d{4})\.")
+
+Rounding = Callable[[pl.Expr], pl.Expr]
 
 
-def _time_summary(frame: pl.DataFrame, name: pl.Expr, key: str = "name", by_instances: bool = False) -> pl.DataFrame:
+def _sqlite_round(value: pl.Expr) -> pl.Expr:
+    """One decimal as SQLite's round(): the value times ten, halves away from zero."""
+    return value.round(1, mode="half_away_from_zero")
+
+
+def _exact_round(value: pl.Expr) -> pl.Expr:
+    """One decimal of the double's exact value, halves away from zero (per report row: a report is small)."""
+    tenth = Decimal("0.1")
+    return value.map_elements(lambda number: float(Decimal(number).quantize(tenth, ROUND_HALF_UP)),
+                              return_dtype=pl.Float64)
+
+
+def rounding(trace: Trace) -> Rounding:
+    """How the nsys that wrote TRACE's export rounds its reports' decimals (SQLite's way where unknown)."""
+    year = _YEAR.match(trace.meta.get("EXPORT_PRODUCT_VERSION", ""))
+    return _exact_round if year and int(year.group(1)) >= EXACT_ROUNDING_SINCE else _sqlite_round
+
+
+def _time_summary(frame: pl.DataFrame, name: pl.Expr, round_: Rounding, key: str = "name",
+                  by_instances: bool = False) -> pl.DataFrame:
     """Per KEY (a column, or "name"): NAME, time %, total, instances, avg, med, min, max, stddev of end - start.
 
     In nsys' order: total time descending; among equal totals, fewer instances first where the report
@@ -51,28 +80,29 @@ def _time_summary(frame: pl.DataFrame, name: pl.Expr, key: str = "name", by_inst
     summary = frame.group_by(key).agg(
         *([] if by_name else [pl.col("_name").first().alias("name")]),
         duration.sum().alias("total_time_ns"), pl.len().cast(pl.Int64).alias("instances"),
-        _round(duration.mean()).alias("avg_ns"), _round(duration.median()).alias("med_ns"),
+        duration.mean().alias("avg_ns"), duration.median().alias("med_ns"),
         duration.min().alias("min_ns"), duration.max().alias("max_ns"),
-        _round(duration.std(ddof=1).fill_null(0.0)).alias("stddev_ns"),
+        duration.std(ddof=1).fill_null(0.0).alias("stddev_ns"),
     )
     order = ["total_time_ns", *(["instances"] if by_instances else []), key]
-    return summary.with_columns(
-        _round(pl.col("total_time_ns") * 100.0 / pl.col("total_time_ns").sum()).fill_nan(0.0).alias("time_pct"),
-    ).sort(order, descending=[True] + [False] * (len(order) - 1))
+    share = (pl.col("total_time_ns") * 100.0 / pl.col("total_time_ns").sum()).fill_nan(0.0)
+    return summary.with_columns(round_(share).alias("time_pct"), *(round_(pl.col(column)).alias(column)
+                                                                    for column in ("avg_ns", "med_ns", "stddev_ns"))
+                                ).sort(order, descending=[True] + [False] * (len(order) - 1))
 
 
 def kernel_summary(trace: Trace) -> list[KernelRow] | str:
     """cuda_gpu_kern_sum: kernels by demangled name."""
     if not trace.kernels.height:
         return "does not contain CUDA kernel data."
-    return _rows(KernelRow, _time_summary(trace.kernels, pl.col("name"), by_instances=True))
+    return _rows(KernelRow, _time_summary(trace.kernels, pl.col("name"), rounding(trace), by_instances=True))
 
 
 def api_summary(trace: Trace) -> list[ApiCallRow] | str:
     """cuda_api_sum: CUDA runtime and driver calls by nsys' string id of the function (its full name)."""
     if not trace.cuda_api.height:
         return "does not contain CUDA trace data."
-    return _rows(ApiCallRow, _time_summary(trace.cuda_api, pl.col("name"), key="name_id"))
+    return _rows(ApiCallRow, _time_summary(trace.cuda_api, pl.col("name"), rounding(trace), key="name_id"))
 
 
 def _memory_operations(trace: Trace) -> pl.DataFrame:
@@ -88,7 +118,7 @@ def memory_time_summary(trace: Trace) -> list[MemoryTimeRow] | str:
     operations = _memory_operations(trace)
     if not operations.height:
         return "does not contain GPU memory data."
-    return _rows(MemoryTimeRow, _time_summary(operations, pl.col("operation")))
+    return _rows(MemoryTimeRow, _time_summary(operations, pl.col("operation"), rounding(trace)))
 
 
 def memory_size_summary(trace: Trace) -> list[MemorySizeRow] | str:
@@ -124,18 +154,19 @@ def nvtx_summary(trace: Trace) -> list[NvtxRangeRow] | str:
     named = ranges.select((pl.col("domain") == "").all()).item()
     name = pl.col("name") if named else (pl.when(pl.col("domain") != "").then(pl.format("{}:{}", "domain", "name"))
                                          .otherwise(pl.col("name")))
-    return _rows(NvtxRangeRow, _time_summary(ranges, name))
+    return _rows(NvtxRangeRow, _time_summary(ranges, name, rounding(trace)))
 
 
 Rows = list[KernelRow] | list[ApiCallRow] | list[MemoryTimeRow] | list[MemorySizeRow] | list[NvtxRangeRow]
-DERIVED: dict[str, tuple[str, Callable[[Trace], Rows | str]]] = {
-    "cuda_gpu_kern_sum": ("kernels", kernel_summary),
-    "cuda_gpu_mem_time_sum": ("memory_time", memory_time_summary),
-    "cuda_gpu_mem_size_sum": ("memory_size", memory_size_summary),
-    "cuda_api_sum": ("api_calls", api_summary),
-    "nvtx_pushpop_sum": ("nvtx_ranges", nvtx_summary),
+MEMORY_TABLES = ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+DERIVED: dict[str, tuple[str, Callable[[Trace], Rows | str], tuple[str, ...]]] = {
+    "cuda_gpu_kern_sum": ("kernels", kernel_summary, ("CUPTI_ACTIVITY_KIND_KERNEL",)),
+    "cuda_gpu_mem_time_sum": ("memory_time", memory_time_summary, MEMORY_TABLES),
+    "cuda_gpu_mem_size_sum": ("memory_size", memory_size_summary, MEMORY_TABLES),
+    "cuda_api_sum": ("api_calls", api_summary, ("CUPTI_ACTIVITY_KIND_RUNTIME",)),
+    "nvtx_pushpop_sum": ("nvtx_ranges", nvtx_summary, ("NVTX_EVENTS",)),
 }
-"""Each default report: the ProfileStats list it fills and how it is computed."""
+"""Each default report: the ProfileStats list it fills, how it is computed, and the export tables it reads."""
 
 
 def is_derived(report: str) -> bool:
@@ -144,11 +175,14 @@ def is_derived(report: str) -> bool:
 
 
 def add_derived(stats: ProfileStats, report: str, trace: Trace) -> None:
-    """Compute REPORT (see :func:`is_derived`) from TRACE into STATS, or record why it has no data."""
-    table, compute = DERIVED[canonical(report)]
+    """Compute REPORT (see :func:`is_derived`) from TRACE into STATS, or record why it has no data: nothing of
+    the kind was traced, or the export holds its table in a schema nsight-core cannot read (the Trace's note)."""
+    table, compute, sources = DERIVED[canonical(report)]
     rows = compute(trace)
+    unreadable = [trace.notes[source] for source in sources if source in trace.notes]
     if isinstance(rows, str):
-        stats.skipped[report] = f"no data: the capture {rows}"
+        stats.skipped[report] = (f"unreadable: {'; '.join(unreadable)}" if unreadable
+                                 else f"no data: the capture {rows}")
         return
     getattr(stats, table).extend(rows)
 

@@ -47,6 +47,7 @@ def stats_of_trace(trace: Trace, reports: Sequence[str] = DEFAULT_REPORTS, nsys:
             others.append(report)
     if others:
         _run_nsys_stats(stats, trace, others, nsys or find_nsys())
+    stats.notes.extend(trace.notes.values())
     return stats
 
 

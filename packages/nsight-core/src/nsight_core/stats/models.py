@@ -77,6 +77,8 @@ class ProfileStats(BaseModel):
     nvtx_ranges: list[NvtxRangeRow] = Field(default_factory=list)
     other: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
     skipped: dict[str, str] = Field(default_factory=dict, description="report name -> why it has no rows")
+    notes: list[str] = Field(default_factory=list, description="What the export held in a schema nsight-core "
+                             "cannot read, and what was left out for it")
     reports: list[str] = Field(default_factory=list, description="The requested report names, in order")
 
     def frame(self, name: str) -> pl.DataFrame:

@@ -7,6 +7,11 @@ the name, unwrapped once when nsys wrapped it. That keeps commas, quotes, `<`/`>
 leading/trailing spaces exactly as the user wrote them. A newline inside a name is written raw too, so
 a line that cannot be a row (fewer fields than the header) continues the name of the row above it; only
 an empty line inside a name is lost (blank lines are skipped).
+
+NVTX range names: nsys 2023.4 writes a range of the default domain by its name (`step_0`) and one of a
+named domain as `domain:name`; 2025.3 writes `domain:name` for every range, the default domain being
+empty (`:step_0`). A report whose every name carries that separator is of the newer kind, and its
+leading ':' is dropped, so both versions' CSVs give the names the events give.
 """
 
 from __future__ import annotations
@@ -126,6 +131,8 @@ def parse_report(report: str, text: str) -> tuple[str | None, list[Any]]:
     if table is None:
         return None, _generic_rows(raw)
     frame = typed_frame(report, raw)
+    if table == "nvtx_ranges":
+        frame = _default_domain_bare(frame)
     model = _ROW_MODELS[table]
     missing = {f for f, info in model.model_fields.items() if info.is_required()} - set(frame.columns)
     if missing:
@@ -134,6 +141,14 @@ def parse_report(report: str, text: str) -> tuple[str | None, list[Any]]:
             "This nsys version writes a layout nsight-core does not know; please report it."
         )
     return table, [model.model_validate(row) for row in frame.iter_rows(named=True)]
+
+
+def _default_domain_bare(ranges: pl.DataFrame) -> pl.DataFrame:
+    """RANGES (nvtx_pushpop_sum) with the default domain's ':' dropped where every name carries a domain (2025.3)."""
+    name = pl.col("name")
+    if not ranges.height or not ranges.select(name.str.contains(":", literal=True).all()).item():
+        return ranges
+    return ranges.with_columns(pl.when(name.str.starts_with(":")).then(name.str.slice(1)).otherwise(name).alias("name"))
 
 
 def _generic_rows(raw: pl.DataFrame) -> list[dict[str, Any]]:

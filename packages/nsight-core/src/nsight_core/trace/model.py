@@ -28,13 +28,13 @@ Frames and columns (every frame has them, empty when nothing of the kind was tra
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
-from nsight_core.trace.tables import ExportTables, Schema
+from nsight_core.trace.tables import ExportTables, Schema, SchemaMismatch, Wanted
 
 # NVTX_EVENTS.eventType values (ENUM_NSYS_EVENT_TYPE; the ids nsys' own reports use).
 NVTX_MARK_TYPES = (34, 65)
@@ -129,6 +129,9 @@ class Trace:
         self._tables = tables
         self.source = tables.source
         self.report = report
+        self.notes: dict[str, str] = {}
+        """Per table, what of it was left out because the export's schema differs from the one nsight-core reads
+        (filled as frames are read): a table without a column it needs, or with one of another type."""
 
     def __repr__(self) -> str:
         return f"Trace({self.report or self.source})"
@@ -139,12 +142,42 @@ class Trace:
         the memory of a summary grows with (:mod:`nsight_core.memory`)."""
         return self._tables.arrow_bytes(EVENT_TABLES)
 
+    def _read(self, table: str, wanted: Wanted, required: Collection[str] = ("start", "end")) -> pl.DataFrame | None:
+        """TABLE's WANTED columns, or None when the export has no such table.
+
+        A schema nsight-core has not seen degrades with a note (``notes[table]``), never a crash: without a
+        REQUIRED column (missing, or of another type) the table's events are left out; another such column is
+        null (every column read is in the 2023.4.4 and 2025.3 exports).
+        """
+        present = self._tables.columns(table)
+        if not present:
+            return None
+        missing = [column for column in wanted if column not in present]
+        if lost := [column for column in missing if column in required]:
+            self.notes[table] = f"{table} has no column {', '.join(lost)}: its events are left out"
+            return None
+        if missing:
+            self.notes[table] = f"{table} has no column {', '.join(missing)}: left empty"
+        try:
+            return self._tables.read(table, wanted)
+        except SchemaMismatch as error:
+            mistyped = error.columns
+            if not mistyped or set(mistyped) & set(required):
+                self.notes[table] = f"{error}: its events are left out"
+                return None
+            self.notes[table] = f"{error}: {', '.join(mistyped)} left empty"
+            raw = self._tables.read(table, {name: dtype for name, dtype in wanted.items() if name not in mistyped})
+        if raw is None:
+            return None
+        return raw.with_columns(pl.lit(None, I64 if wanted[name] is None else wanted[name]).alias(name)
+                                for name in mistyped).select(list(wanted))
+
     # -- strings and enums, resolved once --------------------------------------------------------------
 
     @functools.cached_property
     def strings(self) -> pl.DataFrame:
         """nsys' string table: id -> value."""
-        frame = self._tables.read("StringIds", {"id": I64, "value": STR})
+        frame = self._read("StringIds", {"id": I64, "value": STR}, required=("id", "value"))
         return frame if frame is not None else _empty({"id": I64, "value": STR})
 
     def _string(self, id_column: str, table: pl.DataFrame | None = None) -> pl.Expr:
@@ -153,7 +186,7 @@ class Trace:
         return pl.col(id_column).replace_strict(table["id"], table["value"], default=None, return_dtype=STR)
 
     def _enum(self, table: str, fallback: Mapping[int, str]) -> pl.DataFrame:
-        frame = self._tables.read(table, {"id": I64, "label": STR})
+        frame = self._read(table, {"id": I64, "label": STR}, required=("id", "label"))
         if frame is None:
             return pl.DataFrame({"id": list(fallback), "label": list(fallback.values())},
                                 schema={"id": I64, "label": STR})
@@ -170,7 +203,7 @@ class Trace:
     @functools.cached_property
     def kernels(self) -> pl.DataFrame:
         """CUDA kernels, by start time."""
-        raw = self._tables.read("CUPTI_ACTIVITY_KIND_KERNEL", {
+        raw = self._read("CUPTI_ACTIVITY_KIND_KERNEL", {
             "start": I64, "end": I64, "deviceId": I64, "streamId": I64, "demangledName": ID, "shortName": ID,
             "correlationId": I64, "globalPid": I64})
         if raw is None:
@@ -185,7 +218,7 @@ class Trace:
     @functools.cached_property
     def memcpy(self) -> pl.DataFrame:
         """Memory copies with direction and the memory kind of each side (pageable copies show here)."""
-        raw = self._tables.read("CUPTI_ACTIVITY_KIND_MEMCPY", {
+        raw = self._read("CUPTI_ACTIVITY_KIND_MEMCPY", {
             "start": I64, "end": I64, "deviceId": I64, "streamId": I64, "bytes": I64, "copyKind": I64,
             "srcKind": I64, "dstKind": I64, "correlationId": I64})
         if raw is None:
@@ -202,7 +235,7 @@ class Trace:
     @functools.cached_property
     def memset(self) -> pl.DataFrame:
         """Memsets."""
-        raw = self._tables.read("CUPTI_ACTIVITY_KIND_MEMSET", {
+        raw = self._read("CUPTI_ACTIVITY_KIND_MEMSET", {
             "start": I64, "end": I64, "deviceId": I64, "streamId": I64, "bytes": I64, "correlationId": I64})
         if raw is None:
             return _empty(MEMSET_COLUMNS)
@@ -214,7 +247,7 @@ class Trace:
     @functools.cached_property
     def sync(self) -> pl.DataFrame:
         """CUDA synchronisation events (stream, event, context syncs) as the GPU side saw them."""
-        raw = self._tables.read("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", {
+        raw = self._read("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", {
             "start": I64, "end": I64, "deviceId": I64, "streamId": I64, "syncType": I64, "correlationId": I64})
         if raw is None:
             return _empty(SYNC_COLUMNS)
@@ -230,7 +263,7 @@ class Trace:
     @functools.cached_property
     def cuda_api(self) -> pl.DataFrame:
         """CUDA runtime and driver API calls; names without nsys' ``_v3020``-style version suffix."""
-        raw = self._tables.read("CUPTI_ACTIVITY_KIND_RUNTIME", {
+        raw = self._read("CUPTI_ACTIVITY_KIND_RUNTIME", {
             "start": I64, "end": I64, "nameId": I64, "globalTid": I64, "correlationId": I64})
         if raw is None:
             return _empty(API_COLUMNS)
@@ -249,7 +282,7 @@ class Trace:
     @functools.cached_property
     def osrt(self) -> pl.DataFrame:
         """OS-runtime calls (trace=osrt): sleeps, locks, reads, polls."""
-        raw = self._tables.read("OSRT_API", {"start": I64, "end": I64, "nameId": ID, "globalTid": I64})
+        raw = self._read("OSRT_API", {"start": I64, "end": I64, "nameId": ID, "globalTid": I64})
         if raw is None:
             return _empty(OSRT_COLUMNS)
         return _by_start(raw).select(
@@ -260,7 +293,7 @@ class Trace:
     @functools.cached_property
     def samples(self) -> pl.DataFrame:
         """CPU samples (sample=process-tree/system-wide), where the capture has them."""
-        raw = self._tables.read("COMPOSITE_EVENTS", {"start": I64, "globalTid": I64, "cpu": I64})
+        raw = self._read("COMPOSITE_EVENTS", {"start": I64, "globalTid": I64, "cpu": I64}, required=("start",))
         if raw is None:
             return _empty(SAMPLE_COLUMNS)
         return _by_start(raw).select(pl.col("start").alias("time_ns"), pl.col("globalTid").alias("thread"), "cpu")
@@ -270,13 +303,14 @@ class Trace:
         """NVTX ranges (``nvtx``) and marks (``nvtx_marks``) from the one table, text and domain resolved."""
         # The text first, alone: usually every name is a registered string and the text all null, which Polars still
         # holds as 16 bytes a row (48 MB for 3 M ranges). Then it is a constant, let go before the rest is read.
-        texts = self._tables.read("NVTX_EVENTS", {"text": STR})
+        texts = self._read("NVTX_EVENTS", {"text": STR}, required=())
         if texts is None:
             return _empty(NVTX_COLUMNS), _empty(MARK_COLUMNS)
         text = texts["text"] if texts["text"].null_count() < texts.height else pl.lit(None, STR).alias("text")
         del texts
-        raw = self._tables.read("NVTX_EVENTS", {
-            "start": I64, "end": I64, "eventType": ID, "textId": ID, "globalTid": I64, "domainId": ID})
+        raw = self._read("NVTX_EVENTS", {
+            "start": I64, "end": I64, "eventType": ID, "textId": ID, "globalTid": I64, "domainId": ID},
+            required=("start", "end", "eventType"))
         if raw is None:
             return _empty(NVTX_COLUMNS), _empty(MARK_COLUMNS)
         raw = raw.with_columns(text)
@@ -356,7 +390,7 @@ class Trace:
     @functools.cached_property
     def window(self) -> Window:
         """The collection window: [0, duration] from the export, else the span of the traced events."""
-        details = self._tables.read("ANALYSIS_DETAILS", {"duration": I64})
+        details = self._read("ANALYSIS_DETAILS", {"duration": I64}, required=("duration",))
         if details is not None and details.height and details["duration"][0] is not None:
             return Window(0, int(details["duration"][0]))
         bounds = pl.concat([frame.select("start_ns", "end_ns") for frame in
@@ -369,9 +403,9 @@ class Trace:
     @functools.cached_property
     def gpus(self) -> pl.DataFrame:
         """The GPUs of the target: device id, name, memory, bandwidth, SMs, compute capability."""
-        raw = self._tables.read("TARGET_INFO_GPU", {
+        raw = self._read("TARGET_INFO_GPU", {
             "id": I64, "name": STR, "totalMemory": I64, "memoryBandwidth": I64, "smCount": I64,
-            "computeMajor": I64, "computeMinor": I64, "busLocation": STR})
+            "computeMajor": I64, "computeMinor": I64, "busLocation": STR}, required=("id",))
         if raw is None:
             return _empty(GPU_COLUMNS)
         return raw.select(
@@ -383,13 +417,13 @@ class Trace:
     @functools.cached_property
     def processes(self) -> pl.DataFrame:
         """Processes seen in the capture: pid and name."""
-        raw = self._tables.read("PROCESSES", {"pid": I64, "name": STR})
+        raw = self._read("PROCESSES", {"pid": I64, "name": STR}, required=("pid",))
         return raw.unique(maintain_order=True) if raw is not None else _empty(PROCESS_COLUMNS)
 
     @functools.cached_property
     def threads(self) -> pl.DataFrame:
         """Named threads: the nsys thread id (``thread`` in the other frames), OS tid and pid, name."""
-        raw = self._tables.read("ThreadNames", {"nameId": I64, "globalTid": I64})
+        raw = self._read("ThreadNames", {"nameId": I64, "globalTid": I64}, required=("globalTid",))
         if raw is None:
             return _empty(THREAD_COLUMNS)
         return raw.select(
@@ -401,7 +435,7 @@ class Trace:
         """Facts about the export and the target: EXPORT_PRODUCT_VERSION, CudaDriverVersion, ..."""
         facts: dict[str, str] = {}
         for table in ("TARGET_INFO_SYSTEM_ENV", "META_DATA_EXPORT"):
-            frame = self._tables.read(table, {"name": STR, "value": STR})
+            frame = self._read(table, {"name": STR, "value": STR}, required=("name", "value"))
             if frame is not None:
                 facts.update(zip(frame["name"].fill_null("").to_list(), frame["value"].fill_null("").to_list(),
                                  strict=True))

@@ -4,6 +4,9 @@ nsys names its tables and columns the same way in every export format (CUPTI_ACT
 start, end, deviceId ...), so the Trace is built from one interface, :class:`ExportTables`: "these
 columns of that table, or None when the export has no such table". nsys writes a table only when it
 holds data (lazy export), so a missing table means "nothing of this kind was traced", not an error.
+A column of another type than the Trace wants (a schema nsight-core has not seen) raises
+:class:`SchemaMismatch`, which names the table and the columns: the Trace turns that into a note and
+leaves the table's events out (or the column, where the events stand without it), never a crash.
 
 An arrow directory (`nsys export --type arrowdir`) holds one Arrow IPC *stream* file per table; Polars
 reads just the requested columns of it without a Python object per row. SQLite is the fallback for
@@ -107,7 +110,7 @@ class ArrowDirTables:
         if table not in self._files:
             return None
         present = self.columns(table)
-        return _typed(self._read(table, [c for c in wanted if c in present]), wanted)
+        return _typed(self._read(table, [c for c in wanted if c in present]), wanted, table)
 
     def arrow_bytes(self, tables: Iterable[str]) -> int:
         return sum(self._files[table].stat().st_size for table in tables if table in self._files)
@@ -157,7 +160,22 @@ class SqliteTables:
         except sqlite3.DatabaseError as error:
             raise DamagedExportError(f"{self.source}: table {table} cannot be read ({one_line(error)}).") \
                 from error
+        except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError) as error:
+            raise SchemaMismatch(table, self._mistyped(table, schema, present), error) from error
         return pl.concat(batches)
+
+    def _mistyped(self, table: str, schema: Schema, present: frozenset[str]) -> dict[str, str]:
+        """The columns of SCHEMA whose values in TABLE are of another storage class than the type wanted:
+        name -> the classes found (only asked once a read has failed)."""
+        wanted_class = {name: "text" if dtype == pl.String else "real" if dtype.is_float() else "integer"
+                        for name, dtype in schema.items() if name in present}
+        found: dict[str, str] = {}
+        for name, expected in wanted_class.items():
+            classes = {row[0] for row in self._connection.execute(
+                f'SELECT DISTINCT typeof("{name}") FROM "{table}" LIMIT 8')} - {"null", expected}
+            if classes - ({"integer"} if expected == "real" else set()):
+                found[name] = "/".join(sorted(classes))
+        return found
 
     def arrow_bytes(self, tables: Iterable[str]) -> int:
         """From the tables' pages (SQLite's dbstat), or the whole file's size where SQLite lacks dbstat."""
@@ -173,16 +191,55 @@ class SqliteTables:
         return int(pages * SQLITE_TO_ARROW)
 
 
-def _typed(frame: pl.DataFrame, wanted: Wanted) -> pl.DataFrame:
-    """FRAME in WANTED's order and types; a column the export lacks (an older schema) is null."""
+def _typed(frame: pl.DataFrame, wanted: Wanted, table: str) -> pl.DataFrame:
+    """FRAME in WANTED's order and types; a column the export lacks (an older schema) is null. An id (None)
+    must be an integer; a column that does not cast is a :class:`SchemaMismatch` naming it."""
     made = _made(wanted)
+    mistyped = {name: str(frame.schema[name]) for name, dtype in wanted.items() if name in frame.columns
+                and not _casts(frame[name], pl.Int64 if dtype is None else dtype)}
+    if mistyped:
+        raise SchemaMismatch(table, mistyped)
     return frame.select((pl.col(name) if dtype is None else pl.col(name).cast(dtype)) if name in frame.columns
                         else pl.lit(None, made[name]).alias(name) for name, dtype in wanted.items())
+
+
+def _casts(column: pl.Series, dtype: pl.DataType | type[pl.DataType]) -> bool:
+    """COLUMN is of DTYPE's kind (any integer for an integer, a number for a float, text for text) and casts
+    to it: a string of digits where nsys writes an integer is another schema, not a value to parse."""
+    source = column.dtype
+    if source == pl.Null:
+        return True
+    if dtype == pl.String:
+        fits = source == pl.String
+    elif dtype.is_float():
+        fits = source.is_numeric()
+    elif dtype.is_integer():
+        fits = source.is_integer()
+    else:
+        fits = source == dtype
+    if not fits:
+        return False
+    try:
+        column.cast(dtype, strict=True)
+    except pl.exceptions.PolarsError:
+        return False
+    return True
 
 
 def _made(wanted: Wanted) -> Schema:
     """WANTED's types where a column is made rather than read from Arrow: Int64 for the ids kept as they are."""
     return {name: pl.Int64 if dtype is None else dtype for name, dtype in wanted.items()}
+
+
+class SchemaMismatch(StatsError):
+    """A table whose columns hold another type than nsight-core reads them as: another nsys schema."""
+
+    def __init__(self, table: str, columns: Mapping[str, str], error: Exception | None = None) -> None:
+        self.table = table
+        self.columns = dict(columns)
+        found = ", ".join(f"{name} ({kind})" for name, kind in self.columns.items())
+        detail = f": {found}" if found else f" ({one_line(error)})" if error else ""
+        super().__init__(f"{table} has columns of another type than nsight-core reads{detail}")
 
 
 class DamagedExportError(StatsError):

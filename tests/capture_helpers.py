@@ -40,11 +40,11 @@ def capture_cpu(folder: Path, body: str, region: str = "work") -> Path:
     return reports[0]
 
 
-def sleepy_steps(steps: int, sleep_s: float, busy_s: float) -> str:
-    """A training-loop shape on the CPU: each step_<i> loads data (a sleep), then computes (a spin)."""
+def sleepy_steps(steps: int, sleep_s: float, busy_s: float, name: str = "step") -> str:
+    """A training-loop shape on the CPU: each <NAME>_<i> loads data (a sleep), then computes (a spin)."""
     return f"""
         for i in range({steps}):
-            with nvtx.annotate(f"step_{{i}}"):
+            with nvtx.annotate(f"{name}_{{i}}"):
                 with nvtx.annotate("data"):
                     time.sleep({sleep_s})
                 with nvtx.annotate("compute"):

@@ -1,20 +1,32 @@
-"""`nsight diff` as a CI gate: real captures and recorded CSVs, exit codes from a subprocess."""
+"""`nsight diff` as a CI gate: real captures and recorded CSVs; exit codes, reasons and Markdown from a subprocess.
+
+The exit codes a CI job sees: 0 (passed, or not comparable without a gate), 3 (slower than allowed),
+4 (a gate was set and the captures are not comparable: renamed steps, another GPU, an incomplete trace),
+1 (an error).
+"""
 
 from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
-from analysis_helpers import FIXTURES
+from analysis_helpers import FIXTURES, copy_capture
 from capture_helpers import capture_cpu, sleepy_steps
 
 import nsight_core
-from nsight_core.cli import SLOWER_EXIT
+from nsight_core.cli import NOT_COMPARABLE_EXIT, SLOWER_EXIT
+from nsight_core.render.units import duration
+from nsight_core.trace.export import export
+
+PAIRS = FIXTURES / "h200-fix-pairs"
+INCOMPLETE = FIXTURES / "h200-quick-start-cuda13-incomplete" / "train.nsys-rep"
+MARKDOWN_HEADER = "| A | B | B - A | Change | Metric |"
 
 
 def nsight_diff(*args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -38,6 +50,24 @@ def recorded(tmp_path: Path, name: str, kernel_scale: float) -> Path:
     return folder
 
 
+@pytest.fixture(scope="module")
+def loops(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Real nsys CPU captures of one loop: steps of 6 ms, the same 3x slower, and 3x slower renamed `iter_*`."""
+    root = tmp_path_factory.mktemp("loops")
+    return {"fast": capture_cpu(root / "fast", sleepy_steps(6, 0.004, 0.002)),
+            "slow": capture_cpu(root / "slow", sleepy_steps(6, 0.016, 0.002)),
+            "renamed": capture_cpu(root / "renamed", sleepy_steps(6, 0.016, 0.002, name="iter"))}
+
+
+@pytest.fixture(scope="module")
+def h200(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Private copies of H200 recordings (exports land beside them): a fix pair and an incomplete capture."""
+    root = tmp_path_factory.mktemp("h200")
+    return {"problem": copy_capture(PAIRS / "two-problem.nsys-rep", root),
+            "fixed": copy_capture(PAIRS / "two-fixed.nsys-rep", root),
+            "incomplete": copy_capture(INCOMPLETE, root)}
+
+
 def test_recorded_csvs_gate_on_summed_kernel_time(tmp_path: Path) -> None:
     base, slow = recorded(tmp_path, "base", 1.0), recorded(tmp_path, "slow", 1.2)
     failed = nsight_diff(base, slow, "--fail-if-slower", "10")
@@ -54,7 +84,7 @@ def test_json_is_one_object_with_the_verdict(tmp_path: Path) -> None:
     done = nsight_diff(base, slow, "--json")
     assert done.returncode == 0
     data = json.loads(done.stdout)
-    assert data["verdict"] == "slower" and data["gate"]["metric"] == "kernel_time_sum"
+    assert data["verdict"] == "slower" and data["gate"]["metric"] == "kernel_time_sum" and data["reasons"] == []
     assert data["gate"]["change"] == pytest.approx(0.5, rel=1e-3)
     assert {k["name"] for k in data["kernels"]} and all(k["change"] == pytest.approx(0.5, abs=1e-3)
                                                         for k in data["kernels"])
@@ -65,17 +95,103 @@ def test_a_missing_capture_is_an_error_not_a_pass(tmp_path: Path) -> None:
     assert done.returncode == 1 and "does not exist" in done.stderr
 
 
+def test_json_and_markdown_are_one_choice(tmp_path: Path) -> None:
+    base = recorded(tmp_path, "base", 1.0)
+    done = nsight_diff(base, base, "--json", "--markdown")
+    assert done.returncode == 2 and "not allowed with argument" in done.stderr
+
+
 @pytest.mark.nsys
-def test_a_slower_capture_fails_the_gate_and_a_faster_one_passes(tmp_path: Path) -> None:
-    """Real nsys captures: steps of 6 ms against steps of 12 ms, judged on the step p50."""
-    fast = capture_cpu(tmp_path / "fast", sleepy_steps(6, 0.004, 0.002))
-    slow = capture_cpu(tmp_path / "slow", sleepy_steps(6, 0.010, 0.002))
+def test_a_slower_capture_fails_the_gate_and_a_faster_one_passes(loops: dict[str, Path]) -> None:
+    """Real nsys captures: steps of 6 ms against steps of 18 ms, judged on the step p50."""
+    fast, slow = loops["fast"], loops["slow"]
     regressed = nsight_diff(fast, slow, "--fail-if-slower", "10")
     assert regressed.returncode == SLOWER_EXIT, regressed.stdout + regressed.stderr
     assert regressed.stdout.splitlines()[0].startswith("B is") and "step p50" in regressed.stdout.splitlines()[0]
+    assert "(allowed: 10 %)" in regressed.stderr
     improved = nsight_diff(slow, fast, "--fail-if-slower", "10")
-    assert improved.returncode == 0, improved.stderr
+    assert improved.returncode == 0 and "allowed" not in improved.stderr, improved.stderr
     same = nsight_core.diff(fast, fast)
-    assert same.verdict == "unchanged" and same.gate.metric == "step_p50"
-    parts = {d.name: d for d in nsight_core.diff(fast, slow).deltas if d.group == "budget"}
-    assert parts["gpu_idle_per_step"].delta is not None and parts["gpu_idle_per_step"].delta > 4e6
+    assert same.verdict == "unchanged" and same.gate.metric == "step_p50" and same.reasons == []
+    result = nsight_core.diff(fast, slow)
+    assert result.gate.change is not None and result.gate.change > 1.5  # the 3x slowdown, measured
+    parts = {d.name: d for d in result.deltas if d.group == "budget"}
+    assert parts["gpu_idle_per_step"].delta is not None and parts["gpu_idle_per_step"].delta > 8e6
+
+
+@pytest.mark.nsys
+def test_renamed_steps_are_not_comparable_and_fail_a_gate(loops: dict[str, Path]) -> None:
+    """The same 3x slower loop with its steps renamed `step_*` -> `iter_*`: the gate must not pass it."""
+    fast, renamed = loops["fast"], loops["renamed"]
+    reason = "not comparable: the step families differ (A: step_{n}, B: iter_{n}): name the steps alike in both"
+    gated = nsight_diff(fast, renamed, "--fail-if-slower", "5")
+    assert gated.returncode == NOT_COMPARABLE_EXIT, gated.stdout + gated.stderr
+    assert gated.stdout.splitlines()[0].startswith(reason)
+    assert "nsight: the gate cannot judge B against A: " + reason in gated.stderr
+    ungated = nsight_diff(fast, renamed)
+    assert ungated.returncode == 0 and ungated.stdout.splitlines()[0].startswith(reason)
+    data = json.loads(nsight_diff(fast, renamed, "--json").stdout)
+    assert data["verdict"] == "not_comparable"
+    assert data["reasons"] == [{"code": "step-families-differ", "a": ["step_{n}"], "b": ["iter_{n}"]}]
+    markdown = nsight_diff(fast, renamed, "--fail-if-slower", "5", "--markdown")
+    assert markdown.returncode == NOT_COMPARABLE_EXIT
+    lines = markdown.stdout.splitlines()
+    assert lines[0] == "### nsight diff: not comparable"
+    assert "**Gate** (fail when B is more than 5 % slower): **failed: the captures are not comparable**" in lines
+    assert "- the step families differ (A: step_{n}, B: iter_{n}): name the steps alike in both to compare step " \
+           "times" in lines
+    assert MARKDOWN_HEADER in lines and not any(line.startswith("For reference only") for line in lines)
+
+
+@pytest.mark.parametrize("first, second", [("problem", "fixed"), ("fixed", "problem")])
+def test_a_fix_pair_on_the_h200_is_comparable(h200: dict[str, Path], first: str, second: str) -> None:
+    """two-problem (21.3 ms per step unprofiled) against two-fixed (3.2 ms): one GPU, one step family, complete."""
+    truth = json.loads((PAIRS / "truth.json").read_text())["cases"]["two"]["variants"]
+    real_change = truth[second]["step_ms"] / truth[first]["step_ms"] - 1
+    result = nsight_core.diff(h200[first], h200[second])
+    assert result.reasons == [] and result.gate.metric == "step_p50" and result.gate.change is not None
+    assert (result.gate.change > 0) == (real_change > 0) and abs(result.gate.change) > 0.5
+    done = nsight_diff(h200[first], h200[second], "--fail-if-slower", "5", "--markdown")
+    lines = done.stdout.splitlines()
+    word = "slower" if real_change > 0 else "faster"
+    assert lines[0] == f"### nsight diff: B is {abs(result.gate.change):.1%} {word} than A: step p50 " \
+                       f"{duration(result.gate.a_ns)} -> {duration(result.gate.b_ns)}"
+    outcome = "failed: B is slower than allowed" if real_change > 0 else "passed"
+    assert f"**Gate** (fail when B is more than 5 % slower): **{outcome}**" in lines
+    assert done.returncode == (SLOWER_EXIT if real_change > 0 else 0), done.stderr
+    row = f"| {duration(result.gate.a_ns)} | {duration(result.gate.b_ns)} | "
+    assert any(line.startswith(row) and line.endswith(" | steps: step_p50 |") for line in lines)
+    assert "<details><summary>Kernels: top 10 of" in done.stdout and "Not comparable:" not in done.stdout
+
+
+def test_an_incomplete_capture_is_not_comparable(h200: dict[str, Path]) -> None:
+    """The whole-process CUDA 13 capture nsys 2023.4.4 imported in part, against a complete H200 capture."""
+    gated = nsight_diff(h200["fixed"], h200["incomplete"], "--fail-if-slower", "5")
+    assert gated.returncode == NOT_COMPARABLE_EXIT, gated.stdout + gated.stderr
+    verdict = gated.stdout.splitlines()[0]
+    assert verdict.startswith("not comparable: B's trace is incomplete (") and "cuda ends early" in verdict
+    assert "`nsight stats` on B says what it misses [for reference only: step p50 " in verdict
+    reverse = nsight_diff(h200["incomplete"], h200["fixed"])
+    assert reverse.returncode == 0 and reverse.stdout.startswith("not comparable: A's trace is incomplete (")
+    markdown = nsight_diff(h200["fixed"], h200["incomplete"], "--markdown").stdout.splitlines()
+    assert markdown[0] == "### nsight diff: not comparable" and "Not comparable:" in markdown
+    assert any(line.startswith("- B's trace is incomplete (") for line in markdown)
+    assert any(line.startswith("For reference only: step p50 ") for line in markdown)
+    assert not any(line.startswith("**Gate**") for line in markdown)  # no gate was asked for
+
+
+def test_a_capture_on_another_gpu_is_not_comparable(h200: dict[str, Path], tmp_path: Path) -> None:
+    """The same capture, its SQLite export's GPU renamed as if recorded on an A100: only the GPU differs."""
+    same = export(copy_capture(h200["fixed"], tmp_path / "same"), "sqlite")
+    other = export(copy_capture(h200["fixed"], tmp_path / "other"), "sqlite")
+    db = sqlite3.connect(other)
+    db.execute("UPDATE TARGET_INFO_GPU SET name = 'NVIDIA A100-SXM4-80GB'")
+    db.commit()
+    db.close()
+    assert nsight_diff(h200["fixed"], same, "--fail-if-slower", "5").returncode == 0
+    gated = nsight_diff(h200["fixed"], other, "--fail-if-slower", "5")
+    assert gated.returncode == NOT_COMPARABLE_EXIT, gated.stdout + gated.stderr
+    assert gated.stdout.startswith("not comparable: they ran on different GPUs (A: NVIDIA H200, "
+                                   "B: NVIDIA A100-SXM4-80GB) [for reference only: step p50 ")
+    data = json.loads(nsight_diff(h200["fixed"], other, "--json").stdout)
+    assert data["reasons"] == [{"code": "gpu-differs", "a": ["NVIDIA H200"], "b": ["NVIDIA A100-SXM4-80GB"]}]

@@ -17,7 +17,7 @@ from nsight_core.errors import CommandNotExecutableError, CommandNotFoundError, 
 from nsight_core.nsys import DEFAULT_CAPTURE, DEFAULT_TRACE
 from nsight_core.render.text import DEFAULT_LIMIT
 from nsight_core.stats.reports import DEFAULT_REPORTS
-from nsight_core.trace.export import REPORT_SUFFIXES, export_ahead, is_event_source
+from nsight_core.trace.export import REPORT_SUFFIXES, export_ahead
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -84,39 +84,22 @@ def _exports_ahead(paths: Sequence[Path]) -> dict[Path, Future[Path]]:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     exports = _exports_ahead([args.path])
-    from nsight_core.profile import build_profile
-    from nsight_core.render.findings import render_analysis, render_completeness
-    from nsight_core.render.text import render_text
     from nsight_core.render.units import for_stream
-    from nsight_core.stats.load import load_stats
+    from nsight_core.report import build_profile, stats_json, stats_text
 
-    reports = args.reports or DEFAULT_REPORTS
     for export in exports.values():
         export.result()
-    profile = build_profile(args.path, reports) if is_event_source(args.path) else None
-    stats = profile.stats if profile is not None else load_stats(args.path, args.reports)
+    profile = build_profile(args.path, args.reports)
     if args.json:
-        payload = stats.model_dump(mode="json", exclude={"reports"})
-        if profile is not None and profile.analysis is not None:
-            payload.update(profile.analysis.model_dump(mode="json", include={"window", "steps", "budget",
-                                                                             "budget_scope", "ranges", "findings"}))
-        if profile is not None and profile.completeness is not None:
-            payload["completeness"] = profile.completeness.model_dump(mode="json")
-        print(json.dumps(payload, indent=2, ensure_ascii=False))
+        print(json.dumps(stats_json(profile), indent=2, ensure_ascii=False))
     else:
-        text = ""
-        if profile is not None and profile.completeness is not None:
-            text += render_completeness(profile.completeness)
-        if profile is not None and profile.analysis is not None:
-            text += render_analysis(profile.analysis) + "\n"
-        sys.stdout.write(for_stream(text + render_text(stats, args.limit or None), sys.stdout))
-    return _unknown_reports(stats)
+        sys.stdout.write(for_stream(stats_text(profile, args.limit or None), sys.stdout))
+    return _unknown_reports(profile.stats)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     exports = _exports_ahead(args.paths)
-    from nsight_core.profile import build_profile, capture_paths
-    from nsight_core.render.html import prepare, render_page
+    from nsight_core.report import build_profile, capture_paths, prepare, write_page
 
     prepare()  # while nsys exports
     paths = [capture for path in args.paths for capture in capture_paths(path)]
@@ -128,11 +111,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         profiles.append(build_profile(path, args.reports or DEFAULT_REPORTS))
         if _unknown_reports(profiles[-1].stats):
             return 1
-    try:
-        args.output.write_text(render_page(profiles, title=args.title), encoding="utf-8")
-    except OSError as exc:
-        raise NsightError(f"cannot write the report to {args.output}: {exc.strerror or exc}") from exc
-    print(args.output)
+    print(write_page(profiles, args.output, title=args.title))
     return 0
 
 
@@ -157,19 +136,29 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 
 SLOWER_EXIT = 3
-"""`nsight diff --fail-if-slower`: B is slower than allowed (1 stays 'could not compare': an error)."""
+"""`nsight diff --fail-if-slower`: B is slower than allowed (1 stays an error: a capture that cannot be read)."""
+NOT_COMPARABLE_EXIT = 4
+"""`nsight diff --fail-if-slower`: the captures are not comparable (step families, GPUs, an incomplete trace), so
+the gate cannot pass; without a gate, not comparable exits 0 and says why."""
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
     from nsight_core.compare import diff
-    from nsight_core.render.diff import render_diff, verdict_line
+    from nsight_core.render.diff import gate_line, render_diff, render_markdown
+    from nsight_core.render.units import for_stream
 
     result = diff(args.a, args.b)
-    sys.stdout.write(result.model_dump_json(indent=2) + "\n" if args.json else render_diff(result))
-    if args.fail_if_slower is not None and result.slower_than(args.fail_if_slower):
-        print(f"nsight: {verdict_line(result)} (allowed: {args.fail_if_slower:g} %)", file=sys.stderr)
-        return SLOWER_EXIT
-    return 0
+    if args.json:
+        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+    else:
+        text = render_markdown(result, args.fail_if_slower) if args.markdown else render_diff(result)
+        sys.stdout.write(for_stream(text, sys.stdout))
+    if args.fail_if_slower is None:
+        return 0
+    outcome = result.outcome(args.fail_if_slower)
+    if outcome != "passed":
+        print(for_stream(f"nsight: {gate_line(result, args.fail_if_slower)}", sys.stderr), file=sys.stderr)
+    return {"passed": 0, "slower": SLOWER_EXIT, "not_comparable": NOT_COMPARABLE_EXIT}[outcome]
 
 
 def _add_profiling_options(parser: argparse.ArgumentParser) -> None:
@@ -300,12 +289,19 @@ def build_parser() -> argparse.ArgumentParser:
         "summary numbers, each with absolute and % change, and a one-line verdict on top. A and B are .nsys-rep "
         "files, .sqlite or arrow-directory exports, or directories of recorded CSVs (totals only: no steps or "
         "budget). The verdict compares step p50 when both have the same step family, else GPU busy time, else "
-        f"summed kernel time. Exit status: 0, or {SLOWER_EXIT} when --fail-if-slower is exceeded, 1 on errors.")
+        "summed kernel time. Captures with different step families, on different GPUs, or with an incomplete "
+        "trace are not comparable: the output says why. Exit status: 0 (also when not comparable, without a "
+        f"gate), {SLOWER_EXIT} when --fail-if-slower is exceeded, {NOT_COMPARABLE_EXIT} when --fail-if-slower is "
+        "given and the captures are not comparable, 1 on errors.")
     compare.add_argument("a", type=Path, metavar="A", help="the baseline capture")
     compare.add_argument("b", type=Path, metavar="B", help="the capture to judge against A")
     compare.add_argument("--fail-if-slower", type=float, default=None, metavar="PCT",
-                         help=f"exit {SLOWER_EXIT} when B is more than PCT %% slower than A (e.g. 10)")
-    compare.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
+                         help=f"exit {SLOWER_EXIT} when B is more than PCT %% slower than A (e.g. 10), "
+                         f"{NOT_COMPARABLE_EXIT} when the two are not comparable")
+    shape = compare.add_mutually_exclusive_group()
+    shape.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
+    shape.add_argument("--markdown", action="store_true",
+                       help="print the comparison as Markdown for a pull-request comment (verdict, gate, tables)")
     compare.set_defaults(func=cmd_diff)
     return parser
 

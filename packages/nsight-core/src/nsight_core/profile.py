@@ -53,11 +53,13 @@ class CaptureProfile(BaseModel):
 
 def build_profile(
     path: str | Path,
-    reports: Sequence[str] = DEFAULT_REPORTS,
+    reports: Sequence[str] | None = DEFAULT_REPORTS,
     title: str | None = None,
     facts: CaptureFacts | None = None,
 ) -> CaptureProfile:
     """Profile of PATH: a .nsys-rep/.qdrep, its .sqlite or arrow export, or recorded CSVs (DIR or DIR/PREFIX).
+
+    REPORTS: the nsys reports to show; None: the default ones of a trace, every one recorded of CSVs.
 
     FACTS: what is known of how the capture was made (nsys' output, versions); by default only what lies
     beside PATH (a leftover raw stream). The export and `nsys stats` log their progress (logger "nsight"),
@@ -77,7 +79,7 @@ def build_profile(
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsight-analysis") as pool:
         analysis = pool.submit(analyze, trace)
         profile = CaptureProfile(title=title or capture_title(path, trace), source=str(path),
-                                 stats=stats_of_trace(trace, reports),
+                                 stats=stats_of_trace(trace, reports or DEFAULT_REPORTS),
                                  trace=summarize_trace(trace), completeness=check_completeness(trace, facts))
         return diagnosed(profile, analysis)
 

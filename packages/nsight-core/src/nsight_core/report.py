@@ -1,22 +1,66 @@
-"""The public report API: what a capture's report is made of and the files it is written to.
+"""The public report API: build a capture's profile, render it (page, tab fragment, terminal text, JSON), export
+its whole timeline.
 
 The CLI (`nsight stats`, `report`, `export`) and the Flyte adapter call these names and nothing deeper, so the
-modules behind them (profile, render, trace) can change without breaking either.
+modules behind them (profile, render, trace, analysis) can change without breaking either:
+
+>>> profile = build_profile("training.nsys-rep")
+>>> Path("report.html").write_text(render_page([profile]))
+>>> print(stats_text(profile))
+>>> export_perfetto("training.nsys-rep", "training.json.gz")
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field
 
+from nsight_core.analysis.completeness import CaptureFacts, capture_facts
 from nsight_core.errors import NsightError, StatsError
 from nsight_core.memory import check_summary_memory
+from nsight_core.profile import CaptureProfile, build_profile, capture_paths
+from nsight_core.render.findings import render_analysis, render_completeness
+from nsight_core.render.html import GrowingFragment, prepare, render_fragment, render_page
 from nsight_core.render.perfetto import write_perfetto
+from nsight_core.render.text import DEFAULT_LIMIT, render_text
 from nsight_core.trace.export import is_event_source
 from nsight_core.trace.load import load_trace
 
 PERFETTO_SUFFIX = ".perfetto.json.gz"
+
+
+def stats_text(profile: CaptureProfile, limit: int | None = DEFAULT_LIMIT) -> str:
+    """What `nsight stats` prints: a warning when the trace is incomplete, What to fix (steps, budget, findings),
+    then every table, each cut to its first LIMIT rows (None: all) with a line saying how many were cut."""
+    text = render_completeness(profile.completeness) if profile.completeness is not None else ""
+    if profile.analysis is not None:
+        text += render_analysis(profile.analysis) + "\n"
+    return text + render_text(profile.stats, limit)
+
+
+def stats_json(profile: CaptureProfile) -> dict[str, Any]:
+    """What `nsight stats --json` prints: every report's rows, the skipped reports with why, and for captures with
+    events the window, steps, budget, ranges, findings and completeness. Numbers only: durations in ns (``*_ns``),
+    sizes as nsys reports them (``*_mb``: decimal MB) or in bytes."""
+    payload = profile.stats.model_dump(mode="json", exclude={"reports"})
+    if profile.analysis is not None:
+        payload.update(profile.analysis.model_dump(mode="json", include={"window", "steps", "budget", "budget_scope",
+                                                                         "ranges", "findings"}))
+    if profile.completeness is not None:
+        payload["completeness"] = profile.completeness.model_dump(mode="json")
+    return payload
+
+
+def write_page(profiles: list[CaptureProfile], output: str | Path, title: str = "GPU Profile") -> Path:
+    """Write the standalone page of PROFILES (one section each) to OUTPUT; OUTPUT."""
+    output = Path(output)
+    try:
+        output.write_text(render_page(profiles, title=title), encoding="utf-8")
+    except OSError as exc:
+        raise NsightError(f"cannot write the report to {output}: {exc.strerror or exc}") from exc
+    return output
 
 
 class PerfettoExport(BaseModel):
@@ -51,3 +95,23 @@ def export_perfetto(capture: str | Path, output: str | Path | None = None) -> Pe
         return PerfettoExport(path=target, events=write_perfetto(trace, target))
     except OSError as exc:
         raise NsightError(f"cannot write {target}: {exc.strerror or exc}; choose another file with -o/output.") from exc
+
+
+__all__ = [
+    "DEFAULT_LIMIT",
+    "CaptureFacts",
+    "CaptureProfile",
+    "GrowingFragment",
+    "PerfettoExport",
+    "build_profile",
+    "capture_facts",
+    "capture_paths",
+    "export_perfetto",
+    "perfetto_path",
+    "prepare",
+    "render_fragment",
+    "render_page",
+    "stats_json",
+    "stats_text",
+    "write_page",
+]

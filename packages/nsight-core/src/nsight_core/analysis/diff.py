@@ -1,21 +1,27 @@
-"""Two captures side by side: did B get slower than A, and where.
+"""Two captures side by side: did B get slower than A, and where; or why the two cannot be judged.
 
 Everything is matched by name (kernels by name, NVTX ranges by family, budget parts by part), with
 absolute and relative deltas. One number decides the verdict, the gate: the step p50 when both
-captures have steps of the same family (`step_{n}` in both), else GPU busy time (the union of
-kernel intervals), else, for recorded CSVs that have only totals, summed kernel time. Inputs are
-either a trace's frames or recorded statistics; a CSV side simply lacks what needs events.
+captures have steps of the same family (`step_{n}` in both), else, when neither has steps, GPU busy
+time (the union of kernel intervals), else, for recorded CSVs that have only totals, summed kernel time.
+Inputs are either a trace's frames or recorded statistics; a CSV side simply lacks what needs events.
+
+A number is only a verdict when the captures measure the same thing: steps of different families
+(`step_{n}` against `iter_{n}`), work on different GPUs, or a trace that misses part of what ran make
+the comparison meaningless, and a CI gate must not pass a 3x slowdown because of it. Those cases are
+:class:`Reason` codes (no words here: render words them), and the verdict is then ``not_comparable``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 import polars as pl
 from pydantic import BaseModel, Field
 
 from nsight_core.analysis.analyze import Analysis, EventTables, analyze
+from nsight_core.analysis.completeness import Completeness
 from nsight_core.analysis.intervals import busy_ns
 from nsight_core.analysis.steps import family_pattern
 from nsight_core.stats.models import ProfileStats
@@ -27,6 +33,15 @@ Group = Literal["steps", "budget", "summary"]
 Unit = Literal["ns", "count", "fraction"]
 Verdict = Literal["slower", "faster", "unchanged", "not_comparable"]
 GateMetric = Literal["step_p50", "gpu_busy", "kernel_time_sum"]
+ReasonCode = Literal["step-families-differ", "gpu-differs", "incomplete-a", "incomplete-b", "nothing-to-compare"]
+GateOutcome = Literal["passed", "slower", "not_comparable"]
+
+
+class TraceWithGpus(EventTables, Protocol):
+    """The frames analysis reads, plus the target's GPUs (``Trace.gpus``: device, name, ...)."""
+
+    @property
+    def gpus(self) -> pl.DataFrame: ...
 
 
 @dataclass(frozen=True)
@@ -34,7 +49,9 @@ class Side:
     """One capture as diff needs it: per-name totals, and the analysis where there are events.
 
     ``kernels``: name, instances, total_ns. ``ranges``: the same per NVTX range family (summed time,
-    nesting included). ``analysis`` and ``gpu_busy_ns`` are None for recorded statistics.
+    nesting included). ``analysis`` and ``gpu_busy_ns`` are None for recorded statistics. ``gpus``: the
+    names of the GPUs its work ran on, one per device, sorted; empty when unknown or none ran.
+    ``completeness``: None where it was not checked (recorded statistics).
     """
 
     source: str
@@ -42,6 +59,8 @@ class Side:
     ranges: pl.DataFrame
     analysis: Analysis | None
     gpu_busy_ns: int | None
+    gpus: tuple[str, ...] = ()
+    completeness: Completeness | None = None
 
 
 class Delta(BaseModel):
@@ -77,6 +96,18 @@ class Gate(BaseModel):
     change: float | None = Field(description="(b - a) / a")
 
 
+class Reason(BaseModel):
+    """Why B cannot be judged against A: a code and the values on each side behind it.
+
+    ``step-families-differ``: the step family patterns (empty: no steps). ``gpu-differs``: the GPU names,
+    one per device. ``incomplete-a``/``-b``: the completeness warning codes. ``nothing-to-compare``: none.
+    """
+
+    code: ReasonCode
+    a: list[str] = Field(default_factory=list)
+    b: list[str] = Field(default_factory=list)
+
+
 class TraceDiff(BaseModel):
     """Capture B against capture A."""
 
@@ -84,17 +115,25 @@ class TraceDiff(BaseModel):
     b: str
     verdict: Verdict
     gate: Gate
+    reasons: list[Reason] = Field(description="Why the captures are not comparable; empty when they are. The gate "
+                                  "numbers are still given where they exist, for reference, but judge nothing")
     deltas: list[Delta] = Field(description="Step statistics, budget parts per step and summary numbers")
     kernels: list[NameDelta] = Field(description="Matched by name, largest absolute time change first")
     ranges: list[NameDelta] = Field(description="NVTX range families matched by pattern, largest change first")
 
     def slower_than(self, percent: float) -> bool:
-        """True when B's gate number is more than PERCENT % above A's."""
-        return self.gate.change is not None and self.gate.change * 100 > percent
+        """True when the captures are comparable and B's gate number is more than PERCENT % above A's."""
+        return not self.reasons and self.gate.change is not None and self.gate.change * 100 > percent
+
+    def outcome(self, percent: float) -> GateOutcome:
+        """A gate of PERCENT %: passed, slower, or not comparable (a gate that cannot judge must not pass)."""
+        if self.reasons:
+            return "not_comparable"
+        return "slower" if self.slower_than(percent) else "passed"
 
 
-def side_from_trace(source: str, trace: EventTables) -> Side:
-    """A side with events: totals from the frames and the full analysis."""
+def side_from_trace(source: str, trace: TraceWithGpus, completeness: Completeness | None = None) -> Side:
+    """A side with events: totals from the frames, the full analysis, the GPUs it ran on and COMPLETENESS."""
     duration = pl.col("end_ns") - pl.col("start_ns")
 
     def totals(frame: pl.DataFrame, name: pl.Expr) -> pl.DataFrame:
@@ -103,7 +142,19 @@ def side_from_trace(source: str, trace: EventTables) -> Side:
 
     return Side(source=source, kernels=totals(trace.kernels, pl.col("name")),
                 ranges=totals(trace.nvtx, family_pattern(pl.col("name"))), analysis=analyze(trace),
-                gpu_busy_ns=busy_ns(trace.kernels) if trace.kernels.height else None)
+                gpu_busy_ns=busy_ns(trace.kernels) if trace.kernels.height else None, gpus=gpus_used(trace),
+                completeness=completeness)
+
+
+def gpus_used(trace: TraceWithGpus) -> tuple[str, ...]:
+    """The names of the GPUs that ran TRACE's kernels, copies or memsets, one per device, sorted.
+
+    Empty when no GPU work was traced, or when a device that worked is not among the target's GPUs
+    (an export without TARGET_INFO_GPU): unknown, so never a reason to refuse a comparison.
+    """
+    devices = pl.concat([frame.select("device") for frame in (trace.kernels, trace.memcpy, trace.memset)]).unique()
+    names = devices.join(trace.gpus.select("device", "name"), on="device", how="left")["name"]
+    return () if names.null_count() else tuple(sorted(names.to_list()))
 
 
 def side_from_stats(source: str, stats: ProfileStats) -> Side:
@@ -123,12 +174,25 @@ def _delta(group: Group, name: str, unit: Unit, a: float | None, b: float | None
                  change=delta / a if delta is not None and a else None)
 
 
+def _step_patterns(a: Side, b: Side) -> tuple[str | None, str | None] | None:
+    """Each side's step family pattern (None: no steps); None when a side has no events to find steps in."""
+    if a.analysis is None or b.analysis is None:
+        return None
+    fa, fb = a.analysis.steps.family, b.analysis.steps.family
+    return (fa.pattern if fa else None), (fb.pattern if fb else None)
+
+
 def _gate(a: Side, b: Side) -> Gate:
     steps_a = a.analysis.steps.family if a.analysis else None
     steps_b = b.analysis.steps.family if b.analysis else None
+    patterns = _step_patterns(a, b)
+    metric: GateMetric | None
+    values: tuple[float | None, float | None]
     if steps_a and steps_b and steps_a.pattern == steps_b.pattern:
-        metric: GateMetric | None = "step_p50"
-        values: tuple[float | None, float | None] = (steps_a.p50_ns, steps_b.p50_ns)
+        metric, values = "step_p50", (steps_a.p50_ns, steps_b.p50_ns)
+    elif patterns is not None and any(patterns):
+        # Steps on one side only, or of two families: no other number stands in for a step time.
+        metric, values = None, (None, None)
     elif a.gpu_busy_ns and b.gpu_busy_ns:
         metric, values = "gpu_busy", (a.gpu_busy_ns, b.gpu_busy_ns)
     else:
@@ -139,8 +203,32 @@ def _gate(a: Side, b: Side) -> Gate:
     return Gate(metric=metric, a_ns=first, b_ns=second, change=change)
 
 
-def _verdict(gate: Gate) -> Verdict:
-    if gate.change is None:
+def _incomplete(side: Side) -> list[str]:
+    """The completeness warning codes of a side found incomplete; empty when complete or not checked."""
+    found = side.completeness
+    return [str(w.code) for w in found.warnings] if found is not None and not found.complete else []
+
+
+def _reasons(a: Side, b: Side, gate: Gate) -> list[Reason]:
+    """Every reason B's gate number cannot be judged against A's, in the order a reader checks them."""
+    reasons: list[Reason] = []
+    patterns = _step_patterns(a, b)
+    if patterns is not None and patterns[0] != patterns[1]:
+        first, second = patterns
+        reasons.append(Reason(code="step-families-differ", a=[first] if first else [], b=[second] if second else []))
+    if a.gpus and b.gpus and a.gpus != b.gpus:
+        reasons.append(Reason(code="gpu-differs", a=list(a.gpus), b=list(b.gpus)))
+    if missing := _incomplete(a):
+        reasons.append(Reason(code="incomplete-a", a=missing))
+    if missing := _incomplete(b):
+        reasons.append(Reason(code="incomplete-b", b=missing))
+    if not reasons and gate.change is None:
+        reasons.append(Reason(code="nothing-to-compare"))
+    return reasons
+
+
+def _verdict(gate: Gate, reasons: list[Reason]) -> Verdict:
+    if reasons or gate.change is None:  # no change without a reason: nothing-to-compare
         return "not_comparable"
     if abs(gate.change) <= NOISE_FRACTION:
         return "unchanged"
@@ -181,6 +269,7 @@ def _by_name(a: pl.DataFrame, b: pl.DataFrame) -> list[NameDelta]:
 def diff_sides(a: Side, b: Side) -> TraceDiff:
     """B against A: the gate, the verdict and every matched delta."""
     gate = _gate(a, b)
+    reasons = _reasons(a, b, gate)
     summary = [_delta("summary", "gpu_busy", "ns", a.gpu_busy_ns, b.gpu_busy_ns)] \
         if a.gpu_busy_ns is not None or b.gpu_busy_ns is not None else []
     summary.append(_delta("summary", "kernel_time_sum", "ns", int(a.kernels["total_ns"].sum()),
@@ -188,7 +277,7 @@ def diff_sides(a: Side, b: Side) -> TraceDiff:
     summary.append(_delta("summary", "kernel_launches", "count", int(a.kernels["instances"].sum()),
                           int(b.kernels["instances"].sum())))
     return TraceDiff(
-        a=a.source, b=b.source, verdict=_verdict(gate), gate=gate,
+        a=a.source, b=b.source, verdict=_verdict(gate, reasons), gate=gate, reasons=reasons,
         deltas=[*_analysis_deltas(a.analysis, b.analysis), *summary],
         kernels=_by_name(a.kernels, b.kernels), ranges=_by_name(a.ranges, b.ranges),
     )

@@ -1,26 +1,82 @@
-"""`nsight diff` as text: the verdict first (one line), then the matched numbers."""
+"""`nsight diff` in words: text for a terminal (the verdict first, on one line), Markdown for a pull request.
+
+Both say why two captures are not comparable (:class:`~nsight_core.analysis.diff.Reason` codes) before any
+number, and then give the gate numbers for reference only: a reader must not take them for a verdict.
+"""
 
 from __future__ import annotations
 
-from nsight_core.analysis.diff import Delta, NameDelta, TraceDiff
-from nsight_core.render.text import _short, _table
+from collections import Counter
+
+from nsight_core.analysis.diff import Delta, GateOutcome, NameDelta, Reason, TraceDiff
+from nsight_core.render.text import _short, _table, printable
 from nsight_core.render.units import duration, quantity
 
 TOP_NAMES = 10
 _GATE_LABELS = {"step_p50": "step p50", "gpu_busy": "GPU busy time", "kernel_time_sum": "summed kernel time"}
+_NOTHING = "the captures share no step, GPU busy or kernel time to compare"
+
+
+def _family(patterns: list[str]) -> str:
+    return printable(patterns[0]) if patterns else "no steps"
+
+
+def _gpus(names: list[str]) -> str:
+    return ", ".join(printable(name) if n == 1 else f"{n} x {printable(name)}" for name, n in Counter(names).items())
+
+
+def _missing(side: str, codes: list[str]) -> str:
+    signs = ", ".join(code.replace("_", " ") for code in codes)
+    return f"{side}'s trace is incomplete ({signs}): `nsight stats` on {side} says what it misses"
+
+
+def reason_text(reason: Reason) -> str:
+    """One reason, as a clause that says what differs and what to do."""
+    match reason.code:
+        case "step-families-differ":
+            return (f"the step families differ (A: {_family(reason.a)}, B: {_family(reason.b)}): name the steps "
+                    "alike in both to compare step times")
+        case "gpu-differs":
+            return f"they ran on different GPUs (A: {_gpus(reason.a)}, B: {_gpus(reason.b)})"
+        case "incomplete-a":
+            return _missing("A", reason.a)
+        case "incomplete-b":
+            return _missing("B", reason.b)
+        case "nothing-to-compare":
+            return _NOTHING
+
+
+def _gate_numbers(result: TraceDiff) -> str | None:
+    gate = result.gate
+    if gate.metric is None:
+        return None
+    change = f" ({gate.change:+.1%})" if gate.change is not None else ""
+    return f"{_GATE_LABELS[gate.metric]} {duration(gate.a_ns)} -> {duration(gate.b_ns)}{change}"
 
 
 def verdict_line(result: TraceDiff) -> str:
-    """One line: is B slower or faster than A, by how much, on which number."""
+    """One line: is B slower or faster than A, by how much, on which number; or why it cannot say."""
     gate = result.gate
-    if gate.metric is None or gate.change is None:
-        return "not comparable: the captures share no step, GPU busy or kernel time to compare"
+    numbers = _gate_numbers(result)
+    if result.reasons:
+        reference = f" [for reference only: {numbers}]" if numbers else ""
+        return "not comparable: " + "; ".join(reason_text(r) for r in result.reasons) + reference
+    assert gate.metric is not None and gate.change is not None  # comparable: the analysis gave a gate number
     label = _GATE_LABELS[gate.metric]
-    change = f"{abs(gate.change):.1%}"
-    numbers = f"{label} {duration(gate.a_ns)} -> {duration(gate.b_ns)}"
+    plain = f"{label} {duration(gate.a_ns)} -> {duration(gate.b_ns)}"
     if result.verdict == "unchanged":
-        return f"unchanged: {numbers} ({gate.change:+.1%}, within noise)"
-    return f"B is {change} {result.verdict} than A: {numbers}"
+        return f"unchanged: {plain} ({gate.change:+.1%}, within noise)"
+    return f"B is {abs(gate.change):.1%} {result.verdict} than A: {plain}"
+
+
+def gate_line(result: TraceDiff, percent: float) -> str:
+    """Why a gate of PERCENT % failed (the CLI's message on stderr), or that it passed."""
+    outcome = result.outcome(percent)
+    if outcome == "passed":
+        return f"gate passed (allowed: {percent:g} % slower)"
+    if outcome == "slower":
+        return f"{verdict_line(result)} (allowed: {percent:g} %)"
+    return f"the gate cannot judge B against A: {verdict_line(result)}"
 
 
 def _change(change: float | None) -> str:
@@ -35,21 +91,66 @@ def _signed(delta: Delta) -> str:
     return f"{delta.delta:+,.0f}"
 
 
-def _names(rows: list[NameDelta]) -> list[list[str]]:
-    return [[duration(r.a_ns), duration(r.b_ns), duration(r.delta_ns, signed=True), _change(r.change),
-             f"{r.a_instances:,} -> {r.b_instances:,}", _short(r.name)] for r in rows[:TOP_NAMES]]
+def _delta_cells(delta: Delta) -> list[str]:
+    return [quantity(delta.a, delta.unit), quantity(delta.b, delta.unit), _signed(delta), _change(delta.change)]
+
+
+def _name_cells(row: NameDelta) -> list[str]:
+    return [duration(row.a_ns), duration(row.b_ns), duration(row.delta_ns, signed=True), _change(row.change),
+            f"{row.a_instances:,} -> {row.b_instances:,}"]
+
+
+def _named(result: TraceDiff) -> list[tuple[str, list[NameDelta]]]:
+    """The kernels and NVTX range families that changed most, with the title of their table."""
+    return [(f"{title}: top {min(TOP_NAMES, len(rows))} of {len(rows)} by change", rows[:TOP_NAMES])
+            for title, rows in (("Kernels", result.kernels), ("NVTX ranges (summed time)", result.ranges)) if rows]
 
 
 def render_diff(result: TraceDiff) -> str:
     """The verdict, the step/budget/summary deltas, and the kernels and NVTX ranges that changed most."""
-    lines = [verdict_line(result), f"A: {result.a}", f"B: {result.b}", ""]
-    rows = [[d.group, d.name, quantity(d.a, d.unit), quantity(d.b, d.unit),
-             _signed(d), _change(d.change)]
-            for d in result.deltas]
-    lines += _table(["Group", "Metric", "A", "B", "B - A", "Change"], rows)
-    header = ["A", "B", "B - A", "Change", "Count", "Name"]
-    for title, named in (("Kernels", result.kernels), ("NVTX ranges (summed time)", result.ranges)):
-        if named:
-            lines += ["", f"== {title}: top {min(TOP_NAMES, len(named))} of {len(named)} by change"]
-            lines += _table(header, _names(named))
+    lines = [verdict_line(result), f"A: {printable(result.a)}", f"B: {printable(result.b)}", ""]
+    lines += _table(["Group", "Metric", "A", "B", "B - A", "Change"],
+                    [[d.group, d.name, *_delta_cells(d)] for d in result.deltas])
+    for title, rows in _named(result):
+        lines += ["", f"== {title}"]
+        lines += _table(["A", "B", "B - A", "Change", "Count", "Name"],
+                        [[*_name_cells(r), _short(r.name)] for r in rows])
+    return "\n".join(lines) + "\n"
+
+
+_OUTCOME_WORDS: dict[GateOutcome, str] = {"passed": "passed", "slower": "failed: B is slower than allowed",
+                                          "not_comparable": "failed: the captures are not comparable"}
+
+
+def _cell(text: str) -> str:
+    """TEXT as a Markdown table cell: code-formatted, its pipes escaped (GitHub splits cells on them)."""
+    return "`" + printable(text).replace("`", "'").replace("|", "\\|") + "`"
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A GitHub table: the last column (names) left-aligned, numbers right-aligned."""
+    align = ["---:"] * (len(header) - 1) + [":---"]
+    return ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |",
+            *("| " + " | ".join(row) + " |" for row in rows)]
+
+
+def render_markdown(result: TraceDiff, percent: float | None = None) -> str:
+    """The comparison as a pull-request comment: the verdict, the gate of PERCENT % where one was set, why the
+    captures are not comparable, then a table of the compared numbers and the top kernels and ranges (folded)."""
+    title = "not comparable" if result.reasons else verdict_line(result)
+    lines = [f"### nsight diff: {title}", "", f"**A** {_cell(result.a)} vs **B** {_cell(result.b)}", ""]
+    if percent is not None:
+        lines += [f"**Gate** (fail when B is more than {percent:g} % slower): "
+                  f"**{_OUTCOME_WORDS[result.outcome(percent)]}**", ""]
+    if result.reasons:
+        lines += ["Not comparable:", *(f"- {reason_text(r)}" for r in result.reasons), ""]
+        if numbers := _gate_numbers(result):
+            lines += [f"For reference only: {numbers}", ""]
+    lines += _md_table(["A", "B", "B - A", "Change", "Metric"],
+                       [[*_delta_cells(d), f"{d.group}: {d.name}"] for d in result.deltas])
+    for title, rows in _named(result):
+        lines += ["", f"<details><summary>{title}</summary>", ""]
+        lines += _md_table(["A", "B", "B - A", "Change", "Count", "Name"],
+                           [[*_name_cells(r), _cell(_short(r.name))] for r in rows])
+        lines += ["", "</details>"]
     return "\n".join(lines) + "\n"

@@ -195,3 +195,13 @@ def test_a_capture_on_another_gpu_is_not_comparable(h200: dict[str, Path], tmp_p
                                    "B: NVIDIA A100-SXM4-80GB) [for reference only: step p50 ")
     data = json.loads(nsight_diff(h200["fixed"], other, "--json").stdout)
     assert data["reasons"] == [{"code": "gpu-differs", "a": ["NVIDIA H200"], "b": ["NVIDIA A100-SXM4-80GB"]}]
+
+
+def test_captures_with_nothing_to_compare_fail_a_gate() -> None:
+    """The DDP capture's recorded CSVs hold no kernel (nsys 2023.4.4 lost them): no number to judge B on."""
+    csvs = FIXTURES / "h200-ddp-cuda13-incomplete"
+    gated = nsight_diff(csvs, csvs, "--fail-if-slower", "5")
+    assert gated.returncode == NOT_COMPARABLE_EXIT, gated.stdout + gated.stderr
+    reason = "not comparable: the captures share no step, GPU busy or kernel time to compare"
+    assert gated.stdout.splitlines()[0] == reason and reason in gated.stderr
+    assert nsight_diff(csvs, csvs).returncode == 0

@@ -99,13 +99,15 @@ def _trace_tiles(trace: TraceSummary | None) -> list[Tile]:
     own = f", {duration(trace.profiler_ns)} of it the profiler's start-up and stop" if trace.profiler_ns else ""
     span = Tile(label="Capture span", value=duration(trace.span_ns), number=trace.span_ns,
                 detail=f"the user's activity, first to last traced event{recorded}{own}")
-    if not trace.kernel_count:
+    if not (trace.kernel_count or trace.graph_count):
         reason = "no CUDA kernels in the trace (trace=cuda off, or no GPU work ran)"
         return [span, Tile(label="GPU kernel time", missing=reason), Tile(label="GPU busy", missing=reason)]
     gpus = f" across {trace.devices} GPUs" if trace.devices > 1 else ""
+    graphs = f" and {trace.graph_count:,} CUDA-graph launches" if trace.graph_count else ""
     kernel_time = Tile(
         label="GPU kernel time", value=duration(trace.kernel_busy_ns), number=trace.kernel_busy_ns,
-        detail=f"union of kernel intervals{gpus}; summed per kernel: {duration(trace.kernel_sum_ns)}",
+        detail=f"union of kernel{graphs} intervals{gpus}; summed per piece: {duration(trace.kernel_sum_ns)}"
+        if graphs else f"union of kernel intervals{gpus}; summed per kernel: {duration(trace.kernel_sum_ns)}",
     )
     fraction = trace.busy_fraction or 0.0
     busy = Tile(label="GPU busy", value=f"{fraction:.1%}", number=fraction,
@@ -116,6 +118,10 @@ def _trace_tiles(trace: TraceSummary | None) -> list[Tile]:
 def _kernel_tiles(stats: ProfileStats, trace: TraceSummary | None) -> list[Tile]:
     if not stats.kernels:
         reason = _report_missing(stats, "cuda_gpu_kern_sum")
+        if trace is not None and trace.graph_count and not trace.kernel_count:
+            return [Tile(label="CUDA-graph launches", value=f"{trace.graph_count:,}", number=trace.graph_count,
+                         detail="traced whole: their kernels are not listed (--cuda-graph-trace=node lists them)"),
+                    Tile(label="Distinct kernels", missing=reason)]
         if trace is not None and trace.kernel_count:
             return [Tile(label="Kernel launches", value=f"{trace.kernel_count:,}", number=trace.kernel_count,
                          detail="from the event trace"), Tile(label="Distinct kernels", missing=reason)]

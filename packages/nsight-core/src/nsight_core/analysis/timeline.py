@@ -17,11 +17,12 @@ TOP_CALLS = 20
 
 
 class TimelineBucket(BaseModel):
-    """One slice of the capture: the share of it the GPUs ran kernels, and ran copies or memsets."""
+    """One slice of the capture: the share of it the GPUs ran kernels (or CUDA graphs), and ran copies or memsets."""
 
     start_ns: int = Field(description="Slice start, relative to the first traced event")
     end_ns: int
-    kernel_fraction: float = Field(description="0..1: union of kernel time in the slice / (width x GPUs)")
+    kernel_fraction: float = Field(description="0..1: union of kernel and CUDA-graph time in the slice / "
+                                   "(width x GPUs)")
     copy_fraction: float = Field(description="0..1: the same for memory copies and memsets")
 
 
@@ -53,10 +54,12 @@ class TraceSummary(BaseModel):
     recorded_ns: int | None = Field(description="How long collection ran (nsys start to stop), if the export says")
     profiler_ns: int = Field(default=0, description="Collection time outside the user's window (the profiler's)")
     gpu_traced: bool = Field(default=True, description="Any kernel, copy, memset or CUDA API call was traced")
-    devices: int = Field(description="GPUs that ran kernels")
+    devices: int = Field(description="GPUs that ran kernels or CUDA graphs")
     kernel_count: int
-    kernel_sum_ns: int = Field(description="Summed kernel durations; overlapping kernels counted twice")
-    kernel_busy_ns: int = Field(description="Union of kernel intervals per GPU; overlap counted once")
+    graph_count: int = Field(default=0, description="CUDA-graph launches traced whole (their kernels are not in "
+                             "kernel_count)")
+    kernel_sum_ns: int = Field(description="Summed kernel and CUDA-graph durations; overlapping ones counted twice")
+    kernel_busy_ns: int = Field(description="Union of kernel and CUDA-graph intervals per GPU; overlap counted once")
     copy_count: int = Field(description="Memory copies and memsets")
     timeline: list[TimelineBucket]
     nvtx: list[NvtxInstance] = Field(description="The longest MAX_TIMELINE_RANGES range instances")
@@ -68,7 +71,7 @@ class TraceSummary(BaseModel):
 
     @property
     def busy_fraction(self) -> float | None:
-        """Kernel busy time over the span (per GPU); None when the span is empty."""
+        """Kernel (and CUDA-graph) busy time over the span (per GPU); None when the span is empty."""
         if not self.span_ns:
             return None
         return self.kernel_busy_ns / (self.span_ns * max(self.devices, 1))
@@ -76,7 +79,7 @@ class TraceSummary(BaseModel):
 
 def summarize_trace(trace: Trace, buckets: int = TIMELINE_BUCKETS) -> TraceSummary:
     """Reduce a capture's events to the user's window, busy time, timeline, NVTX ranges and OS calls."""
-    kernels = trace.kernels
+    kernels = compute(trace)
     window = capture_window(trace)
     traced = any(frame.height for frame in (kernels, trace.memcpy, trace.memset, trace.cuda_api, trace.nvtx,
                                               trace.nvtx_marks, trace.osrt, trace.samples))
@@ -90,7 +93,8 @@ def summarize_trace(trace: Trace, buckets: int = TIMELINE_BUCKETS) -> TraceSumma
         profiler_ns=window.profiler_ns if traced else 0,
         gpu_traced=bool(kernels.height or trace.memcpy.height or trace.memset.height or trace.cuda_api.height),
         devices=kernels["device"].n_unique() if kernels.height else 0,
-        kernel_count=kernels.height,
+        kernel_count=trace.kernels.height,
+        graph_count=trace.graphs.height,
         kernel_sum_ns=int((kernels["end_ns"] - kernels["start_ns"]).sum()) if kernels.height else 0,
         kernel_busy_ns=busy_ns(kernels),
         copy_count=trace.memcpy.height + trace.memset.height,
@@ -112,8 +116,19 @@ def call_totals(calls: pl.DataFrame, top: int = TOP_CALLS) -> list[CallTotal]:
     return [CallTotal(**row) for row in totals.to_dicts()]
 
 
+def compute(trace: EventTables) -> pl.DataFrame:
+    """The GPU's compute (device, start_ns, end_ns): kernels and the CUDA-graph launches traced whole, each piece of
+    work once (the Trace's ``graphs`` leaves out launches whose nodes are kernels); frames without ``graphs``
+    (built by hand) have kernels alone."""
+    columns = ["device", "start_ns", "end_ns"]
+    graphs: pl.DataFrame | None = getattr(trace, "graphs", None)
+    if graphs is None or not graphs.height:
+        return trace.kernels.select(columns)
+    return pl.concat([trace.kernels.select(columns), graphs.select(columns)]).sort("start_ns")
+
+
 def busy_timeline(trace: EventTables, start_ns: int, end_ns: int, buckets: int) -> list[TimelineBucket]:
-    """Kernel and copy busy fractions of BUCKETS equal slices of [start_ns, end_ns]."""
+    """Compute (kernels, CUDA graphs) and copy busy fractions of BUCKETS equal slices of [start_ns, end_ns]."""
     edges = bucket_edges(start_ns, end_ns, buckets)
     if not edges:
         return []
@@ -122,7 +137,7 @@ def busy_timeline(trace: EventTables, start_ns: int, end_ns: int, buckets: int) 
     return [
         TimelineBucket(start_ns=edges[i] - start_ns, end_ns=edges[i + 1] - start_ns, kernel_fraction=kernel,
                        copy_fraction=copy)
-        for i, (kernel, copy) in enumerate(zip(busy_fractions(trace.kernels, edges), busy_fractions(copies, edges),
+        for i, (kernel, copy) in enumerate(zip(busy_fractions(compute(trace), edges), busy_fractions(copies, edges),
                                                strict=True))
     ]
 

@@ -265,7 +265,7 @@ def timeline_chart(trace: TraceSummary | None) -> ChartSpec:
     title = "GPU activity over the capture"
     if trace is None:
         return ChartSpec(title=title, missing=NEEDS_TRACE)
-    if not trace.timeline or not (trace.kernel_count or trace.copy_count or trace.nvtx):
+    if not trace.timeline or not (trace.kernel_count or trace.graph_count or trace.copy_count or trace.nvtx):
         return ChartSpec(title=title, missing="the trace holds no kernels, memory operations or NVTX ranges")
     buckets = pl.DataFrame([bucket.model_dump() for bucket in trace.timeline]).with_columns(
         (pl.col("start_ns") / NS_PER_MS).alias("start_ms"),
@@ -281,7 +281,8 @@ def timeline_chart(trace: TraceSummary | None) -> ChartSpec:
                      alt.Tooltip("end_ms:Q", title="To (ms)", format=",.3f"),
                      alt.Tooltip(f"{field}:Q", title=f"{label} busy", format=".1%")],
         ).properties(width=WIDTH, height=90)
-        for field, label, color, count in (("kernel_fraction", "Kernels", "#76b900", trace.kernel_count),
+        for field, label, color, count in (("kernel_fraction", "Kernels", "#76b900",
+                                            trace.kernel_count + trace.graph_count),
                                            ("copy_fraction", "Copies", "#4c78a8", trace.copy_count))
         if count
     ]

@@ -13,6 +13,7 @@ if TYPE_CHECKING:  # the CLI reads DEFAULT_LIMIT before it loads pydantic
 
 _TITLES = {
     "kernels": "CUDA GPU kernels",
+    "graphs": "CUDA graphs (whole launches on the GPU)",
     "api_calls": "CUDA API calls",
     "memory_time": "GPU memory operations (time)",
     "memory_size": "GPU memory operations (size)",
@@ -88,6 +89,8 @@ def render_text(stats: ProfileStats, limit: int | None = DEFAULT_LIMIT) -> str:
     if stats.skipped:
         lines += ["", "== Skipped reports"]
         lines += [f"{report}: {reason}" for report, reason in stats.skipped.items()]
+    if stats.notes:
+        lines += ["", "== Notes on the export", *stats.notes]
     return "\n".join(lines).lstrip("\n") + "\n"
 
 

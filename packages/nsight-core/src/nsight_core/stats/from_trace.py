@@ -24,6 +24,7 @@ import polars as pl
 
 from nsight_core.stats.models import (
     ApiCallRow,
+    GraphRow,
     KernelRow,
     MemorySizeRow,
     MemoryTimeRow,
@@ -96,6 +97,15 @@ def kernel_summary(trace: Trace) -> list[KernelRow] | str:
     if not trace.kernels.height:
         return "does not contain CUDA kernel data."
     return _rows(KernelRow, _time_summary(trace.kernels, pl.col("name"), rounding(trace), by_instances=True))
+
+
+def graph_summary(trace: Trace) -> list[GraphRow]:
+    """CUDA-graph launches on the GPU by graph (none where the trace has no graph-level rows): GPU work as much as
+    a kernel is, which nsys' kernel report leaves out; the same statistics and order as its time reports."""
+    if not trace.graphs.height:
+        return []
+    return _rows(GraphRow, _time_summary(trace.graphs, pl.format("CUDA graph {}", "graph_id"), rounding(trace),
+                                         key="graph_id"))
 
 
 def api_summary(trace: Trace) -> list[ApiCallRow] | str:
@@ -179,10 +189,14 @@ def add_derived(stats: ProfileStats, report: str, trace: Trace) -> None:
     the kind was traced, or the export holds its table in a schema nsight-core cannot read (the Trace's note)."""
     table, compute, sources = DERIVED[canonical(report)]
     rows = compute(trace)
+    if table == "kernels":  # a graph launch is GPU work too: shown beside the kernels
+        stats.graphs.extend(graph_summary(trace))
     unreadable = [trace.notes[source] for source in sources if source in trace.notes]
     if isinstance(rows, str):
+        graphs = (" Its GPU work ran in CUDA graphs, traced as whole launches (see graphs; nsys records each node "
+                  "as a kernel with --cuda-graph-trace=node)." if table == "kernels" and stats.graphs else "")
         stats.skipped[report] = (f"unreadable: {'; '.join(unreadable)}" if unreadable
-                                 else f"no data: the capture {rows}")
+                                 else f"no data: the capture {rows}{graphs}")
         return
     getattr(stats, table).extend(rows)
 

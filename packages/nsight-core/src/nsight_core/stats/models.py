@@ -52,6 +52,13 @@ class NvtxRangeRow(TimeRow):
     style: str | None = Field(default=None, description="Range style, where the nsys version reports it")
 
 
+class GraphRow(TimeRow):
+    """The launches of one CUDA graph as the GPU ran them (nsys 2025's graph-level trace). Not an nsys report:
+    the GPU work the kernel report lacks when graphs are traced whole, computed from the trace's ``graphs``."""
+
+    graph_id: int = Field(description="nsys' graph id (CUPTI_ACTIVITY_KIND_GRAPH_TRACE.graphId)")
+
+
 class MemorySizeRow(_Row):
     """A memory operation kind by size (cuda_gpu_mem_size_sum / gpumemsizesum)."""
 
@@ -75,6 +82,8 @@ class ProfileStats(BaseModel):
     memory_time: list[MemoryTimeRow] = Field(default_factory=list)
     memory_size: list[MemorySizeRow] = Field(default_factory=list)
     nvtx_ranges: list[NvtxRangeRow] = Field(default_factory=list)
+    graphs: list[GraphRow] = Field(default_factory=list, description="CUDA-graph launches per graph, from the events "
+                                   "(with cuda_gpu_kern_sum): GPU work the kernel report does not show")
     other: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
     skipped: dict[str, str] = Field(default_factory=dict, description="report name -> why it has no rows")
     notes: list[str] = Field(default_factory=list, description="What the export held in a schema nsight-core "
@@ -103,7 +112,7 @@ class ProfileStats(BaseModel):
     @property
     def is_empty(self) -> bool:
         return not (self.kernels or self.api_calls or self.memory_time or self.memory_size
-                    or self.nvtx_ranges or any(self.other.values()))
+                    or self.nvtx_ranges or self.graphs or any(self.other.values()))
 
 
 _TABLE_MODELS: dict[str, type[_Row]] = {
@@ -112,6 +121,7 @@ _TABLE_MODELS: dict[str, type[_Row]] = {
     "memory_time": MemoryTimeRow,
     "memory_size": MemorySizeRow,
     "nvtx_ranges": NvtxRangeRow,
+    "graphs": GraphRow,
 }
 _POLARS_TYPES: dict[Any, Any] = {str: pl.String, int: pl.Int64, float: pl.Float64, str | None: pl.String,
                                  float | None: pl.Float64}

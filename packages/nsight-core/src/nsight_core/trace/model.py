@@ -10,6 +10,13 @@ nanoseconds on the capture's clock, where the collection window runs from 0 to i
 Frames and columns (every frame has them, empty when nothing of the kind was traced):
 
 - ``kernels``: start_ns, end_ns, device, stream, name (demangled), short_name, correlation_id, pid
+- ``graphs``: CUDA-graph launches as the GPU ran them, one row per launch (nsys 2025's graph-level trace,
+  CUPTI_ACTIVITY_KIND_GRAPH_TRACE; its default, ``--cuda-graph-trace=graph``): start_ns, end_ns, device,
+  stream, graph_id, correlation_id (that of the ``cudaGraphLaunch`` call). The graph's kernels are not in
+  ``kernels`` then: a graph launch is GPU work as a kernel is. With ``--cuda-graph-trace=node`` nsys records
+  each node as a kernel carrying the launch's correlation id instead (and 2025.3 writes no graph rows); a graph
+  row whose correlation id some kernel carries is left out here, so graph work counts once, never twice.
+  Empty (with these columns) where the export has no graph trace (nsys 2023.4, or no graph ran).
 - ``memcpy``: start_ns, end_ns, device, stream, bytes, direction ("Host-to-Device" ...), src_kind,
   dst_kind ("Pageable", "Pinned", "Device" ...), correlation_id
 - ``memset``: start_ns, end_ns, device, stream, bytes, correlation_id
@@ -64,6 +71,8 @@ ID = None
 
 KERNEL_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream": I64, "name": STR,
                           "short_name": STR, "correlation_id": I64, "pid": I64}
+GRAPH_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream": I64, "graph_id": I64,
+                         "correlation_id": I64}
 MEMCPY_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream": I64, "bytes": I64,
                           "direction": STR, "src_kind": STR, "dst_kind": STR, "correlation_id": I64}
 MEMSET_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream": I64, "bytes": I64,
@@ -83,9 +92,9 @@ PROCESS_COLUMNS: Schema = {"pid": I64, "name": STR}
 THREAD_COLUMNS: Schema = {"thread": I64, "tid": I64, "pid": I64, "name": STR}
 
 
-EVENT_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
-                "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "CUPTI_ACTIVITY_KIND_RUNTIME", "OSRT_API", "COMPOSITE_EVENTS",
-                "NVTX_EVENTS", "StringIds")
+EVENT_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "CUPTI_ACTIVITY_KIND_RUNTIME",
+                "OSRT_API", "COMPOSITE_EVENTS", "NVTX_EVENTS", "StringIds")
 """The export's tables the frames read events from (and the strings they name): what a summary grows with."""
 
 
@@ -214,6 +223,21 @@ class Trace:
             self._string("shortName").fill_null("").alias("short_name"),
             pl.col("correlationId").alias("correlation_id"), _pid(pl.col("globalPid")).alias("pid"),
         )
+
+    @functools.cached_property
+    def graphs(self) -> pl.DataFrame:
+        """CUDA-graph launches on the GPU, by start; those whose nodes are in ``kernels`` left out (see the module)."""
+        raw = self._read("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", {
+            "start": I64, "end": I64, "deviceId": I64, "streamId": I64, "graphId": I64, "correlationId": I64})
+        if raw is None:
+            return _empty(GRAPH_COLUMNS)
+        graphs = _by_start(raw).select(
+            pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
+            pl.col("streamId").alias("stream"), pl.col("graphId").alias("graph_id"),
+            pl.col("correlationId").alias("correlation_id"))
+        if not self.kernels.height:
+            return graphs
+        return graphs.filter(~pl.col("correlation_id").is_in(self.kernels["correlation_id"].implode()))
 
     @functools.cached_property
     def memcpy(self) -> pl.DataFrame:
@@ -394,7 +418,8 @@ class Trace:
         if details is not None and details.height and details["duration"][0] is not None:
             return Window(0, int(details["duration"][0]))
         bounds = pl.concat([frame.select("start_ns", "end_ns") for frame in
-                            (self.kernels, self.memcpy, self.memset, self.cuda_api, self.nvtx, self.osrt)])
+                            (self.kernels, self.graphs, self.memcpy, self.memset, self.cuda_api, self.nvtx,
+                             self.osrt)])
         if not bounds.height:
             return Window(0, 0)
         first, last = bounds.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)

@@ -2,8 +2,9 @@
 
 The public API: :class:`Session` (run a command under nsys; open regions inside it), :func:`range`
 (a region of the current session, a no-op outside one), :func:`load_trace` (a capture's events as
-Polars frames), :func:`load_stats` (typed statistics of a capture or of recorded CSVs),
-:data:`DEFAULT_REPORTS`, and the :class:`NsightError` family.
+Polars frames), :func:`load_stats` (typed statistics of a capture or of recorded CSVs), :func:`analyze`,
+:func:`diff`, :data:`DEFAULT_REPORTS`, every type these return, and the :class:`NsightError` family (every
+error nsight raises on purpose). :mod:`nsight_core.report` builds, renders and exports a capture's report.
 
 Every name but the errors, ``find_nsys`` and ``DEFAULT_REPORTS`` loads on first use, not at import: a
 training script that only opens regions should not pay for the analysis stack (Polars), and
@@ -17,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from nsight_core import lineage  # noqa: F401  (first: it records which process imported nsight-core)
 from nsight_core.errors import (
+    CommandNotExecutableError,
+    CommandNotFoundError,
     NotEnoughMemoryError,
     NsightError,
     NsysCommandError,
@@ -24,24 +27,30 @@ from nsight_core.errors import (
     NsysPermissionError,
     StatsError,
 )
-from nsight_core.nsys import find_nsys
+from nsight_core.nsys import DEFAULT_TRACE, Nsys, find_nsys
 from nsight_core.stats.reports import DEFAULT_REPORTS
 
 if TYPE_CHECKING:
     from nsight_core.analysis.analyze import Analysis, analyze, step_budgets
+    from nsight_core.analysis.diff import TraceDiff
     from nsight_core.capture import Capture
     from nsight_core.compare import diff
-    from nsight_core.session import Region, RunResult, Session, range
+    from nsight_core.report import CaptureProfile, PerfettoExport
+    from nsight_core.session import Region, RunResult, Session, range, validate_trace
     from nsight_core.stats.load import load_stats
     from nsight_core.stats.models import ProfileStats
-    from nsight_core.trace import Trace, load_trace
+    from nsight_core.trace import Trace, Window, load_trace
+    from nsight_core.trace.tables import DamagedExportError, SchemaMismatch
 
 _LAZY = {"Capture": "nsight_core.capture", "Region": "nsight_core.session", "RunResult": "nsight_core.session",
          "Session": "nsight_core.session", "range": "nsight_core.session",
          "load_stats": "nsight_core.stats.load", "ProfileStats": "nsight_core.stats.models",
          "analyze": "nsight_core.analysis.analyze", "step_budgets": "nsight_core.analysis.analyze",
          "Analysis": "nsight_core.analysis.analyze", "diff": "nsight_core.compare",
-         "load_trace": "nsight_core.trace", "Trace": "nsight_core.trace"}
+         "load_trace": "nsight_core.trace", "Trace": "nsight_core.trace", "Window": "nsight_core.trace",
+         "validate_trace": "nsight_core.session", "TraceDiff": "nsight_core.analysis.diff",
+         "CaptureProfile": "nsight_core.report", "PerfettoExport": "nsight_core.report",
+         "DamagedExportError": "nsight_core.trace.tables", "SchemaMismatch": "nsight_core.trace.tables"}
 
 
 def __getattr__(name: str) -> Any:
@@ -54,19 +63,29 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "DEFAULT_REPORTS",
+    "DEFAULT_TRACE",
     "Analysis",
     "Capture",
+    "CaptureProfile",
+    "CommandNotExecutableError",
+    "CommandNotFoundError",
+    "DamagedExportError",
     "NotEnoughMemoryError",
     "NsightError",
+    "Nsys",
     "NsysCommandError",
     "NsysNotFoundError",
     "NsysPermissionError",
+    "PerfettoExport",
     "ProfileStats",
     "Region",
     "RunResult",
+    "SchemaMismatch",
     "Session",
     "StatsError",
     "Trace",
+    "TraceDiff",
+    "Window",
     "analyze",
     "diff",
     "find_nsys",
@@ -74,4 +93,5 @@ __all__ = [
     "load_trace",
     "range",
     "step_budgets",
+    "validate_trace",
 ]

@@ -28,8 +28,7 @@ from nsight_core.errors import one_line
 
 if TYPE_CHECKING:
     from nsight_core import Capture, Session
-    from nsight_core.profile import CaptureProfile
-    from nsight_core.render.html import GrowingFragment
+    from nsight_core.report import CaptureProfile, GrowingFragment
 
 log = logging.getLogger("flyteplugins.nsight")
 
@@ -99,7 +98,7 @@ def _summarize(state: Profiling, capture: Capture, title: str, source: str, time
     never a path inside the pod. The profile and renderer modules load polars and altair, so they are
     imported here, by profiled runs only, not by every import of the plugin.
     """
-    from nsight_core.render.html import GrowingFragment
+    from nsight_core.report import GrowingFragment
 
     if state.sections is None:
         state.sections = GrowingFragment()
@@ -132,8 +131,7 @@ def _profile(capture: Capture, reports: tuple[str, ...], title: str,
     """The profile of CAPTURE (and with TIMELINE its Perfetto timeline, beside the trace), made from a link to its
     trace in a folder of its own that is deleted afterwards: the exports and stats files of regions in a loop would
     otherwise pile up in the pod's ephemeral storage (and get it evicted). The trace itself is kept."""
-    from nsight_core.analysis.completeness import capture_facts
-    from nsight_core.profile import build_profile
+    from nsight_core.report import build_profile, capture_facts
 
     scratch = Path(tempfile.mkdtemp(prefix=".nsight-profile-", dir=capture.path.parent))
     try:

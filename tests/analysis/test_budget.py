@@ -134,10 +134,10 @@ def test_the_idle_time_a_sync_causes_is_sync_wait_and_only_that() -> None:
 
     rows = nsight_core.step_budgets(trace).select("step", *(pl.col(f"{part}_ns") // 1_000 for part in PARTS))
     assert rows.rows() == [
-        # step, compute, exposed_comm, exposed_copy, sync_wait, launch_gap, gpu_idle (µs)
-        (0, 250, 0, 0, 300, 50, 400),
-        (1, 150, 0, 0, 50, 50, 750),
-        (2, 200, 0, 0, 350, 0, 450),
+        # step, compute, exposed_comm, exposed_copy, sync_wait, launch_gap, gpu_idle, stream_wait (µs)
+        (0, 250, 0, 0, 300, 50, 400, 0),
+        (1, 150, 0, 0, 50, 50, 750, 0),
+        (2, 200, 0, 0, 350, 0, 450, 0),
     ]
     assert nsight_core.analyze(trace).budget.part("sync_wait").total_ns == 700_000
 

@@ -11,7 +11,7 @@ import pytest
 from analysis_helpers import FIXTURES
 
 import nsight_core
-from nsight_core.analysis.findings import NOMINAL_PINNED_BYTES_PER_S
+from nsight_core.analysis.findings import NOMINAL_PINNED_PCIE5_BYTES_PER_S
 
 DIAGNOSIS = "h200-diagnosis/diagnosis.nsys-rep"
 STEPS = 12
@@ -42,22 +42,24 @@ def test_the_warm_up_step_is_found(analysis: nsight_core.Analysis) -> None:
     first = recorded.filter(pl.col("Range") == "step_0")["Total Time (ns)"][0]
     assert analysis.steps.family is not None and analysis.steps.family.count == STEPS
     finding = _one(analysis, "warmup")
-    assert _evidence(finding, "first_step") == first
+    # The loop syncs every step, so the GPU's first step (read on its clock) is the range's, give or take a launch.
+    assert _evidence(finding, "first_step") == analysis.steps.family.first_ns == pytest.approx(first, rel=0.01)
     assert analysis.budget.steps == STEPS - 1, "the budget is of the steady steps"
 
 
 def test_the_pageable_copy_is_found_with_its_cost(analysis: nsight_core.Analysis) -> None:
     recorded = pl.read_csv(FIXTURES / "h200-diagnosis" / "diagnosis_cuda_gpu_mem_time_sum.csv")
     big_copy_ns = recorded["Total Time (ns)"][0] - recorded["Min (ns)"][0] * STEPS  # less the .item() reads
-    injected = big_copy_ns / STEPS - COPY_BYTES / NOMINAL_PINNED_BYTES_PER_S * 1e9
+    injected = big_copy_ns / STEPS - COPY_BYTES / NOMINAL_PINNED_PCIE5_BYTES_PER_S * 1e9
     finding = _one(analysis, "pageable_copy")
     assert _evidence(finding, "copies") == STEPS and _evidence(finding, "largest_copy") == COPY_BYTES
     assert finding.saving is not None and finding.saving.per_step_ns == pytest.approx(injected, rel=0.3)
     assert finding.severity == "critical"
 
 
-def test_the_sleep_is_gpu_idle_worth_twenty_ms_per_step(analysis: nsight_core.Analysis) -> None:
-    finding = _one(analysis, "gpu_idle")
+def test_the_sleep_is_untraced_host_time_worth_twenty_ms_per_step(analysis: nsight_core.Analysis) -> None:
+    # No range marks the sleep, and no CUDA call runs in it: host work nothing traced, not dispatch.
+    finding = _one(analysis, "untraced_host")
     assert finding.saving is not None and finding.saving.per_step_ns == pytest.approx(SLEEP_NS, rel=0.3)
     assert finding.severity in {"warning", "critical"}
 
@@ -76,7 +78,8 @@ def test_the_tiny_kernels_are_launch_bound(analysis: nsight_core.Analysis) -> No
     assert _evidence(finding, "kernel_duration_p50") < _evidence(finding, "launch_call_p50")
     assert finding.saving is not None and finding.saving.per_step_ns is not None
     gaps = _evidence(finding, "launch_gap_per_step_mean")
-    assert finding.saving.per_step_ns == gaps and gaps < TINY_KERNELS * _evidence(finding, "launch_call_p50") * 3
+    assert finding.saving.per_step_ns == gaps == analysis.budget.part("launch_gap").per_step_mean_ns
+    assert gaps < analysis.budget.wall_ns / analysis.budget.steps
 
 
 def test_savings_never_exceed_the_step(analysis: nsight_core.Analysis) -> None:

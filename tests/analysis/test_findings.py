@@ -12,7 +12,7 @@ from analysis_helpers import FIXTURES
 from capture_helpers import capture_cpu, sleepy_steps
 
 import nsight_core
-from nsight_core.analysis.findings import NOMINAL_PINNED_BYTES_PER_S
+from nsight_core.analysis.findings import NOMINAL_PINNED_PCIE5_BYTES_PER_S
 from nsight_core.session import START_SETTLE_SECONDS
 
 MIB = 1 << 20
@@ -39,7 +39,7 @@ def test_the_64_mib_pageable_device_to_host_copy_is_found_with_its_bandwidth(loa
     assert 1.4e9 < achieved < 1.8e9
     assert finding.severity == "critical"
     assert finding.saving is not None
-    assert finding.saving.total_ns == pytest.approx(copy_ns - 64 * MIB / NOMINAL_PINNED_BYTES_PER_S * 1e9)
+    assert finding.saving.total_ns == pytest.approx(copy_ns - 64 * MIB / NOMINAL_PINNED_PCIE5_BYTES_PER_S * 1e9)
     assert finding.saving.per_step_ns is None, "the copy ran after the steps, not in them"
 
 

@@ -95,7 +95,7 @@ def test_stats_json_says_what_to_fix_with_steps_and_savings(tmp_path: Path, nsys
     assert result["steps"]["source"] == "nvtx" and result["steps"]["family"]["pattern"] == "step_{n}"
     assert result["steps"]["family"]["count"] == 12 and result["steps"]["warmup"] is True
     kinds = [finding["kind"] for finding in result["findings"]]
-    assert {"pageable_copy", "gpu_idle", "warmup"} <= set(kinds)
+    assert {"pageable_copy", "untraced_host", "warmup"} <= set(kinds)
     pageable = next(f for f in result["findings"] if f["kind"] == "pageable_copy")
     assert pageable["saving"]["per_step_ns"] > 0 and pageable["suggestion"]
     parts = {part["part"]: part["total_ns"] for part in result["budget"]["parts"]}

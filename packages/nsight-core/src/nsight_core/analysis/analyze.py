@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal
 
 import polars as pl
 from pydantic import BaseModel, Field
@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from nsight_core.analysis import findings as find
 from nsight_core.analysis.budget import (
     StepBudget,
+    bound_by,
     budget_totals,
     is_thread,
     per_step,
@@ -25,50 +26,17 @@ from nsight_core.analysis.budget import (
     summarize_budget,
     sync_calls,
 )
+from nsight_core.analysis.events import EventTables
 from nsight_core.analysis.findings import Context, Finding
 from nsight_core.analysis.footprint import UserWindow, capture_window, users_calls
+from nsight_core.analysis.gpu_budget import gpu_budget_totals
+from nsight_core.analysis.projection import gpu_work, graph_launches, launched, project_steps, step_of_launch
 from nsight_core.analysis.ranges import Nesting, RangeFamily, range_families
-from nsight_core.analysis.steps import StepStats, family_codes, find_steps, matching
+from nsight_core.analysis.steps import StepStats, family_codes, find_steps, matching, on_gpu_clock
 
-LAUNCH_API = r"^cu(da)?LaunchKernel|^cuLaunch"
-
-
-class Window(Protocol):
-    """The collection window (nsys start to stop) on the capture's clock."""
-
-    @property
-    def start_ns(self) -> int: ...
-
-    @property
-    def end_ns(self) -> int: ...
-
-
-class EventTables(Protocol):
-    """The frames analysis reads, with the column names of ``nsight_core.load_trace``'s Trace."""
-
-    @property
-    def kernels(self) -> pl.DataFrame: ...
-
-    @property
-    def memcpy(self) -> pl.DataFrame: ...
-
-    @property
-    def memset(self) -> pl.DataFrame: ...
-
-    @property
-    def cuda_api(self) -> pl.DataFrame: ...
-
-    @property
-    def nvtx(self) -> pl.DataFrame: ...
-
-    @property
-    def nvtx_marks(self) -> pl.DataFrame: ...
-
-    @property
-    def osrt(self) -> pl.DataFrame: ...
-
-    @property
-    def window(self) -> Window: ...
+LAUNCH_API = r"^cu(da)?LaunchKernel|^cuLaunch|^cu(da)?GraphLaunch"
+MIN_PROJECTED = 2
+"""NVTX steps are read on the GPU's clock when at least this many launched GPU work."""
 
 
 class Analysis(BaseModel):
@@ -86,7 +54,8 @@ class Analysis(BaseModel):
 @dataclass(frozen=True)
 class _Steps:
     """A capture's steps (or the user window as one), their CPU thread and its blocking calls: what the budget
-    and the findings' inputs both start from."""
+    and the findings' inputs both start from. On the GPU's clock (``gpu``), STEPS are the steps' GPU windows
+    (with their ranges as cpu_start_ns/cpu_end_ns) and WORK the launched GPU work."""
 
     window: UserWindow
     stats: StepStats
@@ -94,22 +63,47 @@ class _Steps:
     scope: Literal["steps", "capture"]
     thread: int | None
     blocking: pl.DataFrame
+    work: pl.DataFrame | None = None
+
+    @property
+    def ranges(self) -> pl.DataFrame:
+        """The steps as their CPU ranges (step, start_ns, end_ns): where the host's calls of a step lie."""
+        if self.work is None:
+            return self.steps
+        return self.steps.select("step", pl.col("cpu_start_ns").alias("start_ns"), pl.col("cpu_end_ns").alias("end_ns"))
 
 
 def _steps(trace: EventTables, window: UserWindow, families: tuple[pl.Series, pl.Series]) -> _Steps:
-    """Find the steps (or take the user WINDOW as one); FAMILIES: the NVTX ranges' :func:`family_codes`."""
+    """Find the steps (or take the user WINDOW as one); FAMILIES: the NVTX ranges' :func:`family_codes`.
+
+    NVTX steps whose ranges launched GPU work are projected onto the GPU (:mod:`projection`): their statistics,
+    budget and findings are read on the GPU's clock, the CPU's periods kept beside them.
+    """
     stats, steps = find_steps(trace.nvtx, trace.kernels, families)
+    thread = step_thread(stats.family.thread if stats.family else None, trace.cuda_api, trace.osrt)
+    blocking = sync_calls(trace.cuda_api, trace.memcpy)
+    if stats.source == "nvtx" and stats.family is not None:
+        work = launched(gpu_work(trace), trace.cuda_api)
+        work = work.with_columns(step_of_launch(work, steps))
+        windows = project_steps(steps, work)
+        if windows.height >= MIN_PROJECTED:
+            return _Steps(window, on_gpu_clock(stats, windows), windows, "steps", thread, blocking, work)
     scope: Literal["steps", "capture"] = "steps"
     if not steps.height:
         scope = "capture"
         steps = pl.DataFrame({"step": [0], "start_ns": [window.start_ns], "end_ns": [window.end_ns],
                               "name": [""], "thread": [None]}, schema=steps.schema)
-    thread = step_thread(stats.family.thread if stats.family else None, trace.cuda_api, trace.osrt)
-    return _Steps(window, stats, steps, scope, thread, sync_calls(trace.cuda_api, trace.memcpy))
+    return _Steps(window, stats, steps, scope, thread, blocking)
 
 
-def _totals(trace: EventTables, found: _Steps, nesting: Nesting) -> pl.DataFrame:
-    """FOUND's steps' budget, summed per step, part and CPU activity (:func:`budget_totals`)."""
+def _totals(trace: EventTables, found: _Steps, nesting: Nesting, families: tuple[pl.Series, pl.Series]) -> pl.DataFrame:
+    """FOUND's steps' budget, summed per step, part and CPU activity (:func:`budget_totals`, or on the GPU's clock
+    :func:`gpu_budget_totals`)."""
+    if found.work is not None and found.stats.family is not None:
+        codes, patterns = families
+        family_mask = pl.Series(codes == (patterns == found.stats.family.pattern).arg_true()[0])
+        return gpu_budget_totals(found.steps, found.work, found.blocking, trace.nvtx, family_mask, found.thread,
+                                 trace.cuda_api)
     columns = ["start_ns", "end_ns"]
     copies = pl.concat([trace.memcpy.select(columns), trace.memset.select(columns)])
     return budget_totals(found.steps, trace.kernels, copies, trace.cuda_api, users_calls(trace.osrt, found.window),
@@ -124,7 +118,8 @@ def analyze(trace: EventTables) -> Analysis:
     """
     window = capture_window(trace)
     families = family_codes(trace.nvtx, "name")  # for the steps and the nesting both
-    gpu_traced = bool(trace.kernels.height or trace.memcpy.height or trace.memset.height)
+    gpu_traced = bool(trace.kernels.height or trace.memcpy.height or trace.memset.height
+                      or graph_launches(trace) is not None)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsight-beside") as pool:
         # What needs no budget runs beside it, on the core its batches leave idle (Polars computes without the GIL):
         # the NVTX ranges' nesting and self times (the budget takes the nesting when it is made), and the findings'
@@ -134,20 +129,25 @@ def analyze(trace: EventTables) -> Analysis:
         found = _steps(trace, window, families)
         stats, steps = found.stats, found.steps
         steady = steps.slice(1) if stats.warmup else steps
-        syncs = pool.submit(_syncs_in, steady, found.blocking, trace.memcpy, found.thread)
-        shape = pool.submit(_launch_shape, steady, trace.kernels, trace.cuda_api)
-        totals = _totals(trace, found, nesting.result())
+        steady_ranges = found.ranges.slice(1) if stats.warmup else found.ranges
+        syncs = pool.submit(_syncs_in, steady_ranges, found.blocking, trace.memcpy, found.thread)
+        shape = pool.submit(_launch_shape, steady_ranges, trace.kernels, trace.cuda_api)
+        totals = _totals(trace, found, nesting.result(), families)
     budget = summarize_budget(totals.filter(pl.col("step").is_in(steady["step"].implode())), steady, found.thread)
+    if found.work is not None:
+        stats = stats.model_copy(update={"bound": bound_by(budget)})
     context = Context(steps=stats, budget=budget, window_ns=window.span_ns,
                       step_p50_ns=stats.family.p50_ns if stats.family else None)
-    pageable = find.pageable_copies(context, trace.memcpy, steady if found.scope == "steps" else steps.clear())
+    pageable = find.pageable_copies(context, trace.memcpy, steady if found.scope == "steps" else steps.clear(),
+                                    find.nominal_pinned(getattr(trace, "gpus", None)))
     gpu_findings = [
-        find.gpu_idle(context),
-        find.sync_wait(context, *syncs.result()),
+        *find.idle_findings(context, *syncs.result()),
         find.launch_bound(context, *shape.result()),
         *pageable,
         find.exposed_copy(context, pageable),
         find.exposed_comm(context),
+        find.fp32_matmul(context, trace.kernels, steady),
+        find.device_bound(context, trace.kernels, steady),
     ] if gpu_traced else []
     return Analysis(
         window=window, steps=stats, budget=budget, budget_scope=found.scope,
@@ -163,7 +163,7 @@ def step_budgets(trace: EventTables) -> pl.DataFrame:
     """
     families = family_codes(trace.nvtx, "name")
     found = _steps(trace, capture_window(trace), families)
-    return per_step(_totals(trace, found, Nesting.of(trace.nvtx, families)), found.steps)
+    return per_step(_totals(trace, found, Nesting.of(trace.nvtx, families), families), found.steps)
 
 
 def _in_steps(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:

@@ -29,16 +29,19 @@ import polars as pl
 from pydantic import BaseModel, Field
 
 from nsight_core.analysis.ranges import Nesting, in_parent_order, nest, self_pieces, self_time, with_parents
-from nsight_core.analysis.steps import distinct_codes, joint_code, joint_parts, matching
+from nsight_core.analysis.steps import Bound, distinct_codes, joint_code, joint_parts, matching
 
 LAUNCH_GAP_NS = 100_000
 """GPU idle stretches shorter than this (100 µs) are launch overhead between queued work."""
 TOP_ACTIVITIES = 8
 SYNC_API = r"^cu(da)?(DeviceSynchronize|StreamSynchronize|EventSynchronize|CtxSynchronize|Memcpy|Memset)"
 """Calls that block the CPU until the GPU catches up (Memcpy/Memset only without 'Async')."""
-Part = Literal["compute", "exposed_comm", "exposed_copy", "sync_wait", "launch_gap", "gpu_idle"]
-PARTS: tuple[Part, ...] = ("compute", "exposed_comm", "exposed_copy", "sync_wait", "launch_gap", "gpu_idle")
-CpuKind = Literal["cuda_api", "osrt", "nvtx", "untraced"]
+Part = Literal["compute", "exposed_comm", "exposed_copy", "sync_wait", "launch_gap", "gpu_idle", "stream_wait"]
+PARTS: tuple[Part, ...] = ("compute", "exposed_comm", "exposed_copy", "sync_wait", "launch_gap", "gpu_idle",
+                           "stream_wait")
+"""``stream_wait`` (the GPU waited on queued work's dependency) is measured on the GPU's clock only
+(:mod:`nsight_core.analysis.gpu_budget`)."""
+CpuKind = Literal["cuda_api", "osrt", "nvtx", "untraced", "dispatch"]
 
 _LAYERS = ("compute", "comm", "copy", "in_step")
 _LOOKUP = 2 * len(_LAYERS)
@@ -61,7 +64,8 @@ class CpuActivity(BaseModel):
     """What the step's CPU thread was doing while the GPU idled (sync waits and gaps)."""
 
     part: Part = Field(description="The idle part this time belongs to")
-    kind: CpuKind = Field(description="In a CUDA API call, an OS-runtime call, only an NVTX range, or nothing traced")
+    kind: CpuKind = Field(description="In a CUDA API call, an OS-runtime call, only an NVTX range, nothing traced, or "
+                          "dispatching (CUDA calls and framework time inside a step, outside any user range)")
     name: str = Field(description="The call or innermost range name; '' when untraced")
     total_ns: int
     per_step_mean_ns: float
@@ -80,6 +84,18 @@ class StepBudget(BaseModel):
     def part(self, name: Part) -> BudgetPart:
         """The part called NAME."""
         return next(part for part in self.parts if part.part == name)
+
+
+DEVICE_BOUND_BUSY = 0.9
+"""Steps whose GPU windows are at least this busy are device-bound: the host kept the GPU fed."""
+
+
+def bound_by(budget: StepBudget) -> Bound:
+    """Which clock bounds the loop: device when the GPU was busy through DEVICE_BOUND_BUSY of its steps, else host."""
+    if not budget.wall_ns:
+        return "unknown"
+    busy = sum(budget.part(part).total_ns for part in ("compute", "exposed_comm", "exposed_copy"))
+    return "device" if busy >= DEVICE_BOUND_BUSY * budget.wall_ns else "host"
 
 
 def sync_calls(cuda_api: pl.DataFrame, memcpy: pl.DataFrame) -> pl.DataFrame:

@@ -32,7 +32,7 @@ from typing import Literal, Protocol
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.analyze import EventTables
+from nsight_core.analysis.events import EventTables
 
 CompletenessCode = Literal["importer_errors", "raw_stream_left", "cuda_ends_early", "nsys_older_than_cuda"]
 

@@ -20,8 +20,9 @@ from typing import Literal, Protocol
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.analyze import Analysis, EventTables, analyze
+from nsight_core.analysis.analyze import Analysis, analyze
 from nsight_core.analysis.completeness import Completeness
+from nsight_core.analysis.events import EventTables
 from nsight_core.analysis.intervals import busy_ns
 from nsight_core.analysis.steps import family_pattern
 from nsight_core.stats.models import ProfileStats

@@ -17,12 +17,12 @@ from typing import Literal
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.budget import StepBudget
+from nsight_core.analysis.budget import CpuActivity, StepBudget
 from nsight_core.analysis.steps import StepStats
 
 FindingKind = Literal[
-    "gpu_idle", "sync_wait", "launch_bound", "pageable_copy", "exposed_copy", "exposed_comm", "warmup",
-    "too_few_steps", "no_steps",
+    "gpu_idle", "host_work", "untraced_host", "stream_wait", "sync_wait", "launch_bound", "pageable_copy",
+    "exposed_copy", "exposed_comm", "device_bound", "fp32_matmul", "warmup", "too_few_steps", "no_steps",
 ]
 Severity = Literal["info", "warning", "critical"]
 Unit = Literal["ns", "bytes", "bytes_per_s", "count", "fraction"]
@@ -39,9 +39,16 @@ MIN_STEPS = 5
 PAGEABLE_MIN_BYTES = 1 << 20
 SMALL_COPY_BYTES = 4096
 """A device-to-host copy this small in a step is a scalar read back (`.item()`, `float(loss)`)."""
+TOP_KERNELS = 5
+FP32_GEMM = r"(?i)(sgemm|gemm.*(_ffma_|f32f32_f32f32_f32))"
+"""cuBLAS kernels that multiply FP32 matrices on the FP32 pipes (`sm80_xmma_gemm_f32f32_f32f32_f32_..._ffma_...`)."""
+TENSOR_CORE_GEMM = r"(?i)(tf32|tensorop|hmma|bf16|f16)"
 NOMINAL_PINNED_BYTES_PER_S = 25e9
-"""What a pinned host copy achieves over PCIe 4.0 x16 (PCIe 5.0 does about twice): the reference
-when the capture has no pinned copy of that direction to compare with, so the saving errs low."""
+"""What a pinned host copy achieves over PCIe 4.0 x16: the reference when the capture has no pinned copy of
+that direction to compare with (and its GPU is older than Hopper), so the saving errs low."""
+NOMINAL_PINNED_PCIE5_BYTES_PER_S = 50e9
+"""The same over PCIe 5.0 x16, which Hopper and later GPUs have (an H200 reached 53 GB/s H2D pinned)."""
+PCIE5_COMPUTE_CAPABILITY = 9.0
 
 
 class Where(BaseModel):
@@ -115,7 +122,7 @@ def _share(saving: Saving) -> float:
 
 
 def _budget_finding(
-    context: Context, part: Literal["gpu_idle", "sync_wait", "exposed_copy", "exposed_comm"],
+    context: Context, part: Literal["gpu_idle", "sync_wait", "exposed_copy", "exposed_comm", "stream_wait"],
     kind: FindingKind, title: str, suggestion: str, extra: list[Evidence], seen: bool = False,
 ) -> Finding | None:
     """A finding whose saving is one budget part: its mean per step (the total over steps / steps).
@@ -145,19 +152,56 @@ def _budget_finding(
                    evidence=evidence, saving=saving)
 
 
-def gpu_idle(context: Context) -> Finding | None:
-    """GPU idle stretches (longer than a launch gap, no sync) and what the CPU did during them."""
-    return _budget_finding(
-        context, "gpu_idle", "gpu_idle", "The GPU sits idle during each step while the CPU works",
-        "Overlap the host work listed in the evidence with GPU work: prefetch the next batch "
-        "(DataLoader num_workers>0, pin_memory=True) and move logging or I/O off the step's thread.", [])
+def _activities(context: Context, part: str, kinds: tuple[str, ...]) -> list[CpuActivity]:
+    return [a for a in context.budget.idle_activities if a.part == part and a.kind in kinds] if context.budget else []
+
+
+def _activity_finding(context: Context, activities: list[CpuActivity], kind: FindingKind, title: str,
+                      suggestion: str, metric: str) -> Finding | None:
+    """A finding whose saving is the GPU idle time the host's ACTIVITIES held up (their mean per step)."""
+    if context.budget is None or not activities:
+        return None
+    total = sum(a.total_ns for a in activities)
+    saving = _saving(context, _per_step(context, total / max(context.budget.steps, 1)), total)
+    if _share(saving) < REPORT_SHARE:
+        return None
+    evidence = [Evidence(metric=metric, value=a.per_step_mean_ns, unit="ns",
+                         where=Where(kind="range", name=a.name) if a.kind == "nvtx" else None) for a in activities]
+    return Finding(kind=kind, severity=_severity(_share(saving)), title=title, suggestion=suggestion,
+                   evidence=evidence, saving=saving)
+
+
+def idle_findings(context: Context, syncs: pl.DataFrame, small_reads: int) -> list[Finding | None]:
+    """The GPU's idle time by root cause (:mod:`nsight_core.analysis.gpu_budget`): a sync that drained the queue,
+    host work in user ranges, untraced host time, waits on other streams. One finding per cause, each saving that
+    cause's part of the budget, so savings do not overlap."""
+    return [
+        sync_wait(context, syncs, small_reads),
+        _activity_finding(
+            context, _activities(context, "gpu_idle", ("nvtx",)), "host_work",
+            "The GPU waits while the host runs the ranges below between steps",
+            "Take this host work off the GPU's critical path: prefetch the next batch in background workers "
+            "(DataLoader num_workers>0, a loader thread or queue) and move logging or I/O off the step's thread.",
+            "gpu_idle_while_host_in_range_per_step"),
+        _activity_finding(
+            context, _activities(context, "gpu_idle", ("untraced", "osrt", "cuda_api")), "untraced_host",
+            "The GPU waits on host time outside every NVTX range",
+            "Mark the host work between steps with NVTX ranges (flyteplugins.nsight.nvtx / nvtx.annotate) to see what "
+            "it is, or trace OS-runtime calls (trace=cuda,nvtx,osrt).",
+            "gpu_idle_while_host_untraced_per_step"),
+        _budget_finding(
+            context, "stream_wait", "stream_wait", "Queued GPU work waits on another stream, an event or a copy",
+            "Check cross-stream dependencies (wait_stream, events, a copy on the default stream) that serialise work "
+            "the GPU could overlap.", []),
+    ]
 
 
 def sync_wait(context: Context, syncs: pl.DataFrame, small_reads: int) -> Finding | None:
     """Syncs that drain the GPU queue inside steps: `.item()`, `cudaStreamSynchronize`, sync copies.
 
-    SYNCS: blocking calls inside the steady steps (name, step); SMALL_READS: device-to-host copies
-    of at most SMALL_COPY_BYTES in them.
+    The saving is the idle stretch each causes: from the queue draining to the next launch, with what the host
+    did meanwhile (the range it went on to, dispatch) as evidence. SYNCS: blocking calls inside the steady steps'
+    ranges (name, step); SMALL_READS: device-to-host copies of at most SMALL_COPY_BYTES in them.
     """
     steps = max(context.budget.steps if context.budget else 1, 1)
     calls = syncs.group_by("name").len().sort(["len", "name"], descending=[True, False])
@@ -166,10 +210,11 @@ def sync_wait(context: Context, syncs: pl.DataFrame, small_reads: int) -> Findin
     if small_reads:
         extra.append(Evidence(metric="small_device_to_host_copies_per_step", value=small_reads / steps, unit="count",
                               where=Where(kind="copy", name="Device-to-Host")))
-    title = ("Reading scalars back (.item()-style device-to-host syncs) stalls the GPU every step" if small_reads
-             else "Synchronising calls drain the GPU queue every step")
+    title = ("Reading scalars back (.item()-style device-to-host syncs) drains the GPU's queue every step"
+             if small_reads else "Synchronising calls drain the GPU's queue every step")
     suggestion = ("Keep step results on the GPU (accumulate the loss as a tensor) and read them back every N steps; "
-                  "drop torch.cuda.synchronize() and blocking copies from the loop.")
+                  "drop torch.cuda.synchronize() and blocking copies from the loop, so the host's next work "
+                  "overlaps the GPU's.")
     return _budget_finding(context, "sync_wait", "sync_wait", title, suggestion, extra,
                            seen=syncs.height >= steps)
 
@@ -177,11 +222,14 @@ def sync_wait(context: Context, syncs: pl.DataFrame, small_reads: int) -> Findin
 def launch_bound(context: Context, kernels_per_step: float, kernel_p50_ns: float,
                  launch_p50_ns: float) -> Finding | None:
     """Many short kernels: the GPU waits on launches (short gaps between work) more than it computes them."""
-    if context.budget is None or not kernel_p50_ns or kernel_p50_ns >= launch_p50_ns:
+    if context.budget is None:
         return None
     measured = context.budget.part("launch_gap")
     saving = _saving(context, _per_step(context, measured.per_step_mean_ns), measured.total_ns)
-    if _share(saving) < REPORT_SHARE and kernels_per_step < MANY_KERNELS:
+    short = bool(kernel_p50_ns) and kernel_p50_ns < launch_p50_ns
+    if _share(saving) < REPORT_SHARE and not (short and kernels_per_step >= MANY_KERNELS):
+        return None
+    if context.steps.clock == "cpu" and not short:
         return None
     evidence = [
         Evidence(metric="kernels_per_step", value=kernels_per_step, unit="count"),
@@ -192,17 +240,27 @@ def launch_bound(context: Context, kernels_per_step: float, kernel_p50_ns: float
     ]
     return Finding(
         kind="launch_bound", severity=_severity(_share(saving)),
-        title="Kernels are shorter than their launches: the step is launch-bound",
-        suggestion="Capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or torch.cuda.graphs) "
-        "or fuse the small kernels so fewer launches do the same work.",
+        title="The GPU waits on the host's dispatch: launches and framework time between kernels",
+        suggestion="Capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or torch.cuda.graphs), "
+        "fuse the small kernels, or give each launch more work (a larger batch).",
         evidence=evidence, saving=saving)
 
 
-def pageable_copies(context: Context, memcpy: pl.DataFrame, steps: pl.DataFrame) -> list[Finding]:
+def nominal_pinned(gpus: pl.DataFrame | None) -> float:
+    """The pinned-copy bandwidth to expect from the capture's GPUS (their compute capability: PCIe 5 from Hopper)."""
+    if gpus is None or not gpus.height:
+        return NOMINAL_PINNED_BYTES_PER_S
+    capability = gpus.select(pl.col("compute_capability").cast(pl.Float64, strict=False).min()).item()
+    return NOMINAL_PINNED_PCIE5_BYTES_PER_S if capability and capability >= PCIE5_COMPUTE_CAPABILITY \
+        else NOMINAL_PINNED_BYTES_PER_S
+
+
+def pageable_copies(context: Context, memcpy: pl.DataFrame, steps: pl.DataFrame,
+                    nominal: float = NOMINAL_PINNED_BYTES_PER_S) -> list[Finding]:
     """Copies to or from pageable host memory of at least PAGEABLE_MIN_BYTES, one finding per direction.
 
     Achievable bandwidth is the best pinned copy of that direction in the capture (at least
-    PAGEABLE_MIN_BYTES), else NOMINAL_PINNED_BYTES_PER_S. The saving is each copy's time minus its
+    PAGEABLE_MIN_BYTES), else NOMINAL (:func:`nominal_pinned`). The saving is each copy's time minus its
     time at the achievable bandwidth; per step: what the copies inside STEPS (the steady ones) save,
     over their number.
     """
@@ -218,7 +276,7 @@ def pageable_copies(context: Context, memcpy: pl.DataFrame, steps: pl.DataFrame)
     ).with_columns(pl.when(pl.col("start_ns") < pl.col("step_end")).then(pl.col("step")).alias("step"))
     findings = []
     for (direction,), copies in located.group_by("direction", maintain_order=True):
-        achievable = float(best.get(direction, NOMINAL_PINNED_BYTES_PER_S))
+        achievable = float(best.get(direction, nominal))
         each = (duration - pl.col("bytes") / achievable * 1e9).clip(lower_bound=0)
         summed = copies.select(
             pl.col("bytes").sum(), duration.sum().alias("ns"), each.sum().alias("saving"),
@@ -275,6 +333,60 @@ def exposed_comm(context: Context) -> Finding | None:
         "Overlap gradient communication with backward: DDP buckets (bucket_cap_mb), no_sync() for gradient "
         "accumulation, or FSDP prefetching.", [],
         seen=bool(context.budget and context.budget.part("exposed_comm").total_ns))
+
+
+def _top_kernels(kernels: pl.DataFrame, steps: pl.DataFrame, count: int) -> pl.DataFrame:
+    """The COUNT kernels (by short name) that ran longest inside STEPS' windows: name, total_ns."""
+    if not steps.height:
+        return pl.DataFrame(schema={"short_name": pl.String, "total_ns": pl.Int64})
+    lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
+    inside = kernels.filter((pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi))
+    return (inside.group_by("short_name").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("total_ns"))
+            .sort(["total_ns", "short_name"], descending=[True, False]).head(count))
+
+
+def device_bound(context: Context, kernels: pl.DataFrame, steps: pl.DataFrame) -> Finding | None:
+    """A loop the GPU bounds with little to win around its kernels: an info line naming the top kernels."""
+    if context.steps.bound != "device" or context.budget is None:
+        return None
+    busy = sum(context.budget.part(p).fraction for p in ("compute", "exposed_comm", "exposed_copy"))
+    steps_count = max(context.budget.steps, 1)
+    evidence = [Evidence(metric="gpu_busy_fraction_of_step", value=busy, unit="fraction")]
+    evidence += [Evidence(metric="kernel_time_per_step", value=total / steps_count, unit="ns",
+                          where=Where(kind="kernel", name=name))
+                 for name, total in _top_kernels(kernels, steps, TOP_KERNELS).iter_rows()]
+    return Finding(kind="device_bound", severity="info",
+                   title="The loop is device-bound: the GPU is busy through its steps",
+                   suggestion="Speed up the kernels themselves: lower precision (bf16, TF32), fused kernels "
+                   "(torch.compile), larger matrix shapes; the host is not what holds the step.",
+                   evidence=evidence, saving=None)
+
+
+def fp32_matmul(context: Context, kernels: pl.DataFrame, steps: pl.DataFrame) -> Finding | None:
+    """FP32 matrix kernels that use no tensor cores (cuBLAS' sgemm/f32 paths): TF32 or bf16 would run them on
+    tensor cores. No saving is claimed (so it is info): what TF32 gains depends on the shapes and is not read
+    from a trace (on the H200, 4096-wide FP32 matmuls took 10.7 ms a step, 1.5 ms with TF32)."""
+    if context.budget is None or not steps.height or context.step_p50_ns is None:
+        return None
+    lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
+    names = kernels.filter((pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)).select(
+        "short_name", "name", (pl.col("end_ns") - pl.col("start_ns")).alias("ns"))
+    fp32 = names.filter(pl.col("name").str.contains(FP32_GEMM) & ~pl.col("name").str.contains(TENSOR_CORE_GEMM))
+    share = float(fp32["ns"].sum()) / context.budget.wall_ns if context.budget.wall_ns else 0.0
+    if share < WARNING_SHARE:
+        return None
+    per_step = float(fp32["ns"].sum()) / max(context.budget.steps, 1)
+    top = fp32.group_by("short_name").agg(pl.col("ns").sum()).sort("ns", descending=True).head(TOP_KERNELS)
+    return Finding(
+        kind="fp32_matmul", severity="info",
+        title="Single-precision matrix multiplies run without tensor cores",
+        suggestion="Allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True, or "
+        "torch.set_float32_matmul_precision('high')) or train in bf16 autocast.",
+        evidence=[Evidence(metric="fp32_matmul_time_per_step", value=per_step, unit="ns"),
+                  Evidence(metric="fp32_matmul_fraction_of_step_time", value=share, unit="fraction"),
+                  *(Evidence(metric="kernel_time_per_step", value=ns / max(context.budget.steps, 1), unit="ns",
+                             where=Where(kind="kernel", name=name)) for name, ns in top.iter_rows())],
+        saving=None)
 
 
 def warmup(context: Context) -> Finding | None:

@@ -20,7 +20,7 @@ from nsight_core.marks import LIVE_MARK, OWN_DOMAIN, STOP_MARK
 from nsight_core.session import START_SETTLE_SECONDS
 
 if TYPE_CHECKING:
-    from nsight_core.analysis.analyze import EventTables
+    from nsight_core.analysis.events import EventTables
 
 SLEEP_CALLS = r"^(clock_nanosleep|nanosleep|usleep|sleep|select|poll)$"
 _SETTLE_NS = int(START_SETTLE_SECONDS * 1e9)

@@ -29,6 +29,8 @@ STEP_COLUMNS = {"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "nam
 
 StepSource = Literal["nvtx", "kernel-period", "none"]
 Trend = Literal["flat", "rising", "falling", "unknown"]
+Clock = Literal["gpu", "cpu"]
+Bound = Literal["host", "device", "unknown"]
 
 
 class StepFamily(BaseModel):
@@ -60,6 +62,12 @@ class StepStats(BaseModel):
     trend_ns_per_step: float = Field(default=0.0, description="Least-squares slope of step duration over step index")
     kernels_per_period: int | None = Field(default=None, description="Kernel-period steps: kernels in one period")
     candidates: list[StepFamily] = Field(default_factory=list, description="Every repeated family, chosen one first")
+    clock: Clock = Field(default="cpu", description="gpu: the family's durations are its steps' GPU periods (first "
+                         "GPU work to the next step's); cpu: its ranges' durations")
+    cpu_p50_ns: float | None = Field(default=None, description="On the GPU's clock: the ranges' own p50 (CPU period)")
+    cpu_p95_ns: float | None = Field(default=None, description="On the GPU's clock: the ranges' own p95")
+    bound: Bound = Field(default="unknown", description="device: the GPU was busy through its steps (the host ran "
+                         "ahead); host: the GPU waited on the host; unknown: not read on the GPU's clock")
 
 
 def family_pattern(name: pl.Expr) -> pl.Expr:
@@ -193,6 +201,18 @@ def find_steps(nvtx: pl.DataFrame, kernels: pl.DataFrame,
     family = _family_of(steps, pattern=f"kernel period of {period}", thread=None)
     stats = StepStats(source="kernel-period", family=family, kernels_per_period=period, candidates=candidates)
     return _with_shape(stats, steps), steps
+
+
+def on_gpu_clock(stats: StepStats, windows: pl.DataFrame) -> StepStats:
+    """STATS with the family's durations, warm-up and trend read from the steps' GPU WINDOWS (step, start_ns,
+    end_ns), the ranges' own p50 and p95 kept as the CPU's period."""
+    assert stats.family is not None
+    family = _family_of(windows, stats.family.pattern, stats.family.thread).model_copy(
+        update={"domain": stats.family.domain, "depth": stats.family.depth})
+    gpu = stats.model_copy(update={"family": family, "clock": "gpu", "cpu_p50_ns": stats.family.p50_ns,
+                                   "cpu_p95_ns": stats.family.p95_ns, "warmup": False, "warmup_excess_ns": 0.0,
+                                   "trend": "unknown", "trend_ns_per_step": 0.0})
+    return _with_shape(gpu, windows)
 
 
 def _family_instances(nvtx: pl.DataFrame, codes: tuple[pl.Series, pl.Series], family: StepFamily) -> pl.DataFrame:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.analyze import EventTables
+from nsight_core.analysis.events import EventTables
 from nsight_core.analysis.footprint import capture_window, users_calls
 from nsight_core.analysis.intervals import bucket_edges, busy_fractions, busy_ns
 from nsight_core.trace.model import Trace

@@ -20,8 +20,10 @@ PART_LABELS = {
     "sync_wait": "sync waits",
     "launch_gap": "launch gaps",
     "gpu_idle": "GPU idle",
+    "stream_wait": "waits on other streams",
 }
-CPU_LABELS = {"cuda_api": "in CUDA call", "osrt": "in OS call", "nvtx": "in range", "untraced": "untraced CPU time"}
+CPU_LABELS = {"cuda_api": "in CUDA call", "osrt": "in OS call", "nvtx": "in range", "untraced": "untraced CPU time",
+              "dispatch": "dispatching (CUDA calls, framework)"}
 
 
 def quantity(value: float, unit: str) -> str:

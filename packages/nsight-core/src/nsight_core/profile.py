@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.analyze import Analysis, analyze
+from nsight_core.analysis.analyze import Analysis, analyze, withhold_savings
 from nsight_core.analysis.completeness import CaptureFacts, Completeness, capture_facts, check_completeness
 from nsight_core.analysis.summary import Tile, summary_tiles
 from nsight_core.analysis.timeline import TraceSummary, summarize_trace
@@ -118,7 +118,10 @@ def diagnosed(profile: CaptureProfile, analysis: Future[Analysis]) -> CapturePro
     must cost the "What to fix" section, not the user's statistics (profiling never breaks the job).
     """
     try:
-        return profile.model_copy(update={"analysis": analysis.result()})
+        found = analysis.result()
+        if profile.completeness is not None:
+            found = withhold_savings(found, profile.completeness)
+        return profile.model_copy(update={"analysis": found})
     except Exception as error:  # see the docstring: one part fails, not the page
         log.warning("could not diagnose %s (%s: %s); the page shows its statistics without 'What to fix'",
                     profile.source, type(error).__name__, error)

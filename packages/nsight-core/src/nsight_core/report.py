@@ -47,7 +47,7 @@ def stats_json(profile: CaptureProfile) -> dict[str, Any]:
     payload = profile.stats.model_dump(mode="json", exclude={"reports"})
     if profile.analysis is not None:
         payload.update(profile.analysis.model_dump(mode="json", include={"window", "steps", "budget", "budget_scope",
-                                                                         "ranges", "findings"}))
+                                                                         "ranges", "findings", "savings_withheld"}))
     if profile.completeness is not None:
         payload["completeness"] = profile.completeness.model_dump(mode="json")
     return payload

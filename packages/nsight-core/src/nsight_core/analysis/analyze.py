@@ -26,6 +26,7 @@ from nsight_core.analysis.budget import (
     summarize_budget,
     sync_calls,
 )
+from nsight_core.analysis.completeness import Completeness
 from nsight_core.analysis.events import EventTables
 from nsight_core.analysis.findings import Context, Finding
 from nsight_core.analysis.footprint import UserWindow, capture_window, users_calls
@@ -49,6 +50,8 @@ class Analysis(BaseModel):
     budget_scope: Literal["steps", "capture"] = Field(description="What the budget's steps are")
     ranges: list[RangeFamily] = Field(description="NVTX range families with self time, shares of the user window")
     findings: list[Finding]
+    savings_withheld: list[str] = Field(default_factory=list, description="Completeness codes for which the "
+                                        "findings' savings were withheld: a trace that lost data claims no saving")
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,17 @@ def analyze(trace: EventTables) -> Analysis:
         ranges=ranges.result(),
         findings=find.ordered([*gpu_findings, find.warmup(context), find.step_count(context)]),
     )
+
+
+def withhold_savings(analysis: Analysis, completeness: Completeness) -> Analysis:
+    """ANALYSIS without savings when COMPLETENESS says the trace lost data: time that was not recorded looks
+    idle, and a saving read from it is a number the fix would not deliver (a whole-process capture whose CUDA
+    events stop early claimed 102 % of its step)."""
+    if completeness.complete:
+        return analysis
+    findings = [finding.model_copy(update={"saving": None, "severity": "info"}) for finding in analysis.findings]
+    return analysis.model_copy(update={"findings": findings,
+                                       "savings_withheld": [warning.code for warning in completeness.warnings]})
 
 
 def step_budgets(trace: EventTables) -> pl.DataFrame:

@@ -153,7 +153,11 @@ def _budget_finding(
 
 
 def _activities(context: Context, part: str, kinds: tuple[str, ...]) -> list[CpuActivity]:
-    return [a for a in context.budget.idle_activities if a.part == part and a.kind in kinds] if context.budget else []
+    """The budget's CPU activities of PART and KINDS; the steps' own range is none (a CPU-clock budget names it)."""
+    steps = context.steps.family.pattern if context.steps.family else None
+    return [a for a in context.budget.idle_activities
+            if a.part == part and a.kind in kinds and not (a.kind == "nvtx" and a.name == steps)] \
+        if context.budget else []
 
 
 def _activity_finding(context: Context, activities: list[CpuActivity], kind: FindingKind, title: str,

@@ -111,6 +111,9 @@ def budget_lines(budget: StepBudget) -> list[str]:
 def render_analysis(analysis: Analysis) -> str:
     """Steps, budget and findings of one capture as text ("What to fix" first)."""
     lines = ["== What to fix"]
+    if analysis.savings_withheld:
+        lines.append("(no savings: the trace is incomplete (" + ", ".join(analysis.savings_withheld).replace("_", " ")
+                     + "), so time it lost would look like time to win; fix the recording first)")
     for finding in analysis.findings:
         lines += finding_lines(finding)
     if not analysis.findings:
@@ -126,4 +129,6 @@ def render_completeness(completeness: Completeness) -> str:
     lines = ["== WARNING: this trace is incomplete or suspect; the numbers below may miss part of what ran"]
     for warning in completeness.warnings:
         lines += [f"- {warning.message}", f"  cause: {warning.cause}", f"  fix: {warning.fix}"]
+    lines += [f"- nsys said ({said.severity.lower()}{', lost data' if said.lost_data else ''}): {said.text}"
+              for said in completeness.diagnostics]
     return "\n".join(lines) + "\n\n"

@@ -97,6 +97,8 @@ def test_nsight_stats_json_equals_nsys_2025(tmp_path: Path) -> None:
     for report, table in TABLES.items():
         assert printed[table] == rows(theirs, report), report
     assert printed["skipped"] == {}
+    # the analysis reads frames in a thread of its own, beside the reports: one SQLite connection serves both
+    assert printed["steps"]["family"]["count"] == 60 and "could not diagnose" not in done.stderr
 
 
 # -- a schema nsight-core has not seen: trimmed copies of a real 2025.3 export ------------------------------

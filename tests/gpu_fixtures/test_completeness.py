@@ -7,12 +7,16 @@ and the diagnosis fixture, made by the same nsys on the same machine, are comple
 from __future__ import annotations
 
 import shutil
+import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import nsight_core
 from nsight_core.analysis.completeness import capture_facts, check_completeness
+from nsight_core.trace.export import export as export_capture
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 RECORDING_NSYS = "2023.4.4.54"
@@ -98,3 +102,94 @@ def test_nsys_saying_so_is_enough(tmp_path):
     assert [w.code for w in result.warnings] == ["nsys_older_than_cuda", "importer_errors"]
     assert "nsys_older_than_cuda" not in [w.code for w in check_completeness(
         nsight_core.load_trace(report), capture_facts(report, output, "2025.3.1")).warnings]
+
+
+# -- nsys 2025.3's own diagnostics, CUDA graphs and CUDA contexts -----------------------------------------------
+
+PAIRS_2025 = FIXTURES / "h200-fix-pairs-2025"
+NOT_ALL_CUDA = "Not all CUDA events might have been collected."
+
+
+def edited_copy(source: Path, tmp_path: Path, *statements: str) -> Path:
+    """A copy of the SQLite export SOURCE changed by STATEMENTS."""
+    target = Path(shutil.copyfile(source, tmp_path / source.name))
+    with sqlite3.connect(target) as connection:
+        for statement in statements:
+            connection.execute(statement)
+    connection.close()
+    return target
+
+
+def test_graph_launches_without_gpu_work_are_incomplete(tmp_path):
+    """nsys 2023.4.4 recorded the 20 CUDAGraph.replay() steps of graph-fixed with their cudaGraphLaunch calls and no
+    GPU work at all: a red box, which nsight stats prints before any number."""
+    report = private_copy("h200-fix-pairs/graph-fixed.nsys-rep", tmp_path)
+    result = check_completeness(nsight_core.load_trace(report))
+    assert not result.complete
+    assert [w.code for w in result.warnings] == ["nsys_older_than_cuda", "graph_work_missing"]
+    missing = result.warnings[1]
+    assert missing.message.startswith("20 of 20 CUDA graph launches have no GPU work in the trace")
+    assert "cuda_graph_trace='node'" in missing.fix and "2025.3" in missing.fix
+    done = subprocess.run([sys.executable, "-m", "nsight_core.cli", "stats", str(report)], capture_output=True,
+                          text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("== WARNING: this trace is incomplete")
+    assert "20 of 20 CUDA graph launches have no GPU work" in done.stdout
+
+
+@pytest.mark.parametrize("export", sorted(FIXTURES.glob("h200-*2025*/*.sqlite")), ids=lambda p: p.name)
+def test_nsys_2025_captures_are_complete_with_nsys_warnings_kept(export):
+    """Every 2025.3 capture is complete (graph-fixed too: its launches are on the GPU as graph rows); nsys'
+    warnings are kept with their text, none of them a loss."""
+    result = check_completeness(nsight_core.load_trace(export))
+    assert result.complete and result.warnings == [], result.warnings
+    assert result.nsys_version is not None and result.nsys_version.startswith("2025.3")
+    assert all(d.severity in {"Warning", "Error"} and d.text and not d.lost_data for d in result.diagnostics)
+
+
+def test_region_warnings_of_nsys_2025_are_kept_as_said():
+    result = check_completeness(nsight_core.load_trace(PAIRS_2025 / "graph-fixed.sqlite"))
+    assert [(d.severity, d.source, d.text) for d in result.diagnostics] == [
+        ("Warning", "Analysis", "Not all NVTX events might have been collected."),
+        ("Warning", "Analysis", NOT_ALL_CUDA)]
+
+
+def test_warnings_about_another_process_are_no_loss():
+    """The whole-process capture: nsys warns that the launcher (not the CUDA program) used no CUDA or NVTX."""
+    trace = nsight_core.load_trace(FIXTURES / "h200-2025-process" / "nsight-0013a405.sqlite")
+    result = check_completeness(trace)
+    assert result.complete
+    assert {d.text for d in result.diagnostics} == {
+        "No NVTX events collected. Does the process use NVTX?", "CUDA profiling might have not been started correctly.",
+        "No CUDA events collected. Does the process use CUDA?"}
+    assert {d.pid for d in result.diagnostics}.isdisjoint(set(trace.cuda_contexts["pid"]))
+
+
+def test_an_nsys_error_is_lost_data_with_its_text(tmp_path):
+    """graph-fixed's export with nsys' "Not all CUDA events" raised to an error (as when nsys drops events): the
+    trace is incomplete, nsys' own words in the message and in what nsight stats prints."""
+    export = edited_copy(PAIRS_2025 / "graph-fixed.sqlite", tmp_path,
+                         f"UPDATE DIAGNOSTIC_EVENT SET severity = 3 WHERE text = '{NOT_ALL_CUDA}'")
+    result = check_completeness(nsight_core.load_trace(export))
+    assert [w.code for w in result.warnings] == ["nsys_lost_data"]
+    assert result.warnings[0].message == f"nsys reported that the capture lost data: {NOT_ALL_CUDA}"
+    assert result.warnings[0].evidence["nsys_said"] == f"Error: {NOT_ALL_CUDA}"
+    done = subprocess.run([sys.executable, "-m", "nsight_core.cli", "stats", str(export)], capture_output=True,
+                          text=True, timeout=240, check=False)
+    assert f"- nsys said (error, lost data): {NOT_ALL_CUDA}" in done.stdout
+
+
+def test_a_cuda_context_without_cuda_calls_is_incomplete(tmp_path):
+    """graph-fixed as nsys 2023.4.4 wrote it, without its CUDA API table (what a region around graph replays came
+    back as in an earlier H200 run): a CUDA context under trace=cuda and no CUDA call is a red box."""
+    report = private_copy("h200-fix-pairs/graph-fixed.nsys-rep", tmp_path)
+    (tmp_path / "edited").mkdir()
+    export = edited_copy(export_capture(report, "sqlite"), tmp_path / "edited",
+                         "DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME")
+    trace = nsight_core.load_trace(export)
+    assert trace.cuda_contexts.height == 1 and trace.cuda_api.height == 0
+    result = check_completeness(trace)
+    assert [w.code for w in result.warnings] == ["nsys_older_than_cuda", "cuda_calls_missing"]
+    assert result.warnings[1].message.startswith(
+        f"process {trace.cuda_contexts['pid'][0]} created a CUDA context while CUDA was traced, yet the trace holds "
+        "no CUDA API call")

@@ -13,6 +13,19 @@ beside the report, and a report page of plausible nothing. Four kinds of evidenc
   process used CUDA, yet its CUDA activity ends well before its NVTX ranges do and almost no range has
   any CUDA call or GPU work in it. A GPU program's labelled steps launch work; ranges with none after
   CUDA "stopped" are what a truncated import looks like.
+- ``nsys_lost_data``: nsys' own diagnostics (DIAGNOSTIC_EVENT, written by nsys 2025) hold an error, or a
+  warning that says events were lost, dropped or could not be collected. Every warning and error nsys wrote
+  is kept in ``Completeness.diagnostics`` with its text; the everyday ones are not a loss: "Not all CUDA
+  events might have been collected." is in every region capture (events before `nsys start` are not
+  recorded, by design), "No CUDA events collected. Does the process use CUDA?" names a process that did not.
+- ``cuda_calls_missing``: a process created a CUDA context (TARGET_INFO_CUDA_CONTEXT_INFO: nsys' CUDA
+  injection saw it, so trace=cuda was on), yet not one CUDA API call was imported. Measured with nsys
+  2023.4.4 on the H200: a region around `CUDAGraph.replay()` steps came back with a CUDA context, no CUDA
+  call, no kernel and 1 of 30 NVTX ranges, and `nsys stop` printed nothing alarming.
+- ``graph_work_missing``: the program launched CUDA graphs (`cudaGraphLaunch`), yet at least half of the
+  launches have no GPU record at all: no graph-level row (nsys 2025's CUPTI_ACTIVITY_KIND_GRAPH_TRACE) and no
+  node kernel carrying the launch's correlation id. nsys 2023.4.4 records graph launches this way (the H200
+  fix pair `graph-fixed`: 20 launches, no GPU work), so the GPU side of the steps is simply absent.
 - ``nsys_older_than_cuda``: the nsys predates the CUDA major version the driver reports. Alone this
   is NOT a warning: nsys 2023.4.4 imports regions opened after CUDA initialises completely on CUDA 13
   (the recorded fixtures), so warning on every such capture would be noise. It is reported as the
@@ -34,13 +47,24 @@ from pydantic import BaseModel, Field
 
 from nsight_core.analysis.events import EventTables
 
-CompletenessCode = Literal["importer_errors", "raw_stream_left", "cuda_ends_early", "nsys_older_than_cuda"]
+CompletenessCode = Literal["importer_errors", "raw_stream_left", "cuda_ends_early", "nsys_lost_data",
+                           "cuda_calls_missing", "graph_work_missing", "nsys_older_than_cuda"]
 
 CUDA_TAIL_NS = 100_000_000
 """CUDA activity must end at least this long before the last NVTX range for `cuda_ends_early`."""
 MAX_RANGES_WITH_CUDA = 0.1
 """...and at most this share of the NVTX ranges may hold a CUDA call (same thread) or GPU work."""
 MIN_RANGES = 2
+MIN_GRAPH_LAUNCHES = 2
+MAX_GRAPH_LAUNCHES_WITHOUT_GPU = 0.5
+"""A share of graph launches without any GPU record above this is a loss (one launch still running when a region
+stops is not)."""
+GRAPH_LAUNCH_API = r"^cu(da)?GraphLaunch"
+REPORTED_SEVERITIES = ("Warning", "Error")
+"""nsys' diagnostics kept in the verdict: its informational lines ("Profiling has started.") are not."""
+_LOSS_WORDS = re.compile(r"\b(?:lost|los(?:e|ing)|dropp\w*|discard\w*|overflow\w*|overr?un\w*|truncat\w*|"
+                         r"corrupt\w*|could not be (?:collected|imported|recorded)|failed)\b", re.IGNORECASE)
+"""Words in an nsys warning that say events are missing, not merely that some might be."""
 
 # The first nsys release that knows each CUDA major version's API (nsys ships with the toolkit; the
 # 2023.4.4 importer says "Rel/CUDA12.4" in its own errors, 2024.2.3 came with CUDA 12.5, 2025.3 with 13.0).
@@ -75,6 +99,17 @@ class CaptureFacts(BaseModel):
                                              "e.g. torch.version.cuda, where it was recorded")
 
 
+class NsysDiagnostic(BaseModel):
+    """One warning or error nsys itself wrote about the capture (DIAGNOSTIC_EVENT), as nsys worded it."""
+
+    severity: str = Field(description="Warning or Error")
+    source: str = Field(description="The nsys part that said it: Injection, Daemon or Analysis")
+    text: str
+    pid: int | None = Field(description="The process it is about, where nsys names one")
+    lost_data: bool = Field(description="It says events are missing (an error, or a warning of lost, dropped or "
+                            "uncollected events): the trace is incomplete")
+
+
 class CompletenessWarning(BaseModel):
     """One sign that the trace misses part of what ran: what was found, why, and what to do."""
 
@@ -93,6 +128,8 @@ class Completeness(BaseModel):
     cuda_version: str | None = Field(description="CUDA of the profiled process (runtime where recorded, "
                                      "else the driver's), 'major.minor'")
     warnings: list[CompletenessWarning]
+    diagnostics: list[NsysDiagnostic] = Field(default_factory=list, description="Every warning and error nsys "
+                                              "wrote about the capture (nsys 2025 and later), with its text")
 
 
 def capture_facts(report: Path, nsys_output: str = "", nsys_version: str | None = None,
@@ -108,12 +145,86 @@ def check_completeness(trace: TraceWithMeta, facts: CaptureFacts | None = None) 
     facts = facts or CaptureFacts()
     nsys_version = facts.nsys_version or trace.meta.get(_EXPORT_VERSION_KEY)
     cuda_version = facts.cuda_runtime_version or _driver_cuda(trace.meta)
+    diagnostics = nsys_diagnostics(trace)
     losses = [w for w in (_importer_errors(facts.nsys_output), _raw_stream_left(facts.leftover_files),
-                          _cuda_ends_early(trace)) if w is not None]
+                          _cuda_ends_early(trace), _nsys_lost_data(diagnostics), _cuda_calls_missing(trace),
+                          _graph_work_missing(trace)) if w is not None]
     too_old = _nsys_older_than_cuda(nsys_version, cuda_version) if losses else None
     warnings = [*([too_old] if too_old else []), *losses]
     return Completeness(complete=not warnings, nsys_version=nsys_version, cuda_version=cuda_version,
-                        warnings=warnings)
+                        warnings=warnings, diagnostics=diagnostics)
+
+
+def _frame(trace: EventTables, name: str) -> pl.DataFrame | None:
+    """TRACE's frame NAME where it has one (the Trace does; frames built by hand may not)."""
+    frame: pl.DataFrame | None = getattr(trace, name, None)
+    return frame if frame is not None and frame.height else None
+
+
+def nsys_diagnostics(trace: EventTables) -> list[NsysDiagnostic]:
+    """The warnings and errors of nsys' own diagnostics in TRACE, each marked where it means lost data."""
+    frame = _frame(trace, "diagnostics")
+    if frame is None:
+        return []
+    reported = frame.filter(pl.col("severity").is_in(REPORTED_SEVERITIES))
+    return [NsysDiagnostic(severity=row["severity"], source=row["source"], text=row["text"].strip(), pid=row["pid"],
+                           lost_data=row["severity"] == "Error" or bool(_LOSS_WORDS.search(row["text"])))
+            for row in reported.iter_rows(named=True)]
+
+
+def _nsys_lost_data(diagnostics: Sequence[NsysDiagnostic]) -> CompletenessWarning | None:
+    lost = [d for d in diagnostics if d.lost_data]
+    if not lost:
+        return None
+    said = list(dict.fromkeys(f"{d.severity}: {d.text}" for d in lost))
+    return CompletenessWarning(
+        code="nsys_lost_data",
+        message=f"nsys reported that the capture lost data: {lost[0].text}",
+        cause="nsys' own diagnostics (written into the report) name events it could not collect or import",
+        fix="record again; for lost buffers, shorter regions (capture='manual' around fewer steps) or fewer trace "
+            "domains; " + _GENERIC_FIX,
+        evidence={"nsys_said": " | ".join(said)[:500], "diagnostics": len(lost)})
+
+
+def _cuda_calls_missing(trace: EventTables) -> CompletenessWarning | None:
+    """A process created a CUDA context under trace=cuda, and not one CUDA API call was imported."""
+    contexts = _frame(trace, "cuda_contexts")
+    if contexts is None or trace.cuda_api.height:
+        return None
+    pids = ", ".join(str(pid) for pid in contexts["pid"].unique(maintain_order=True).to_list())
+    return CompletenessWarning(
+        code="cuda_calls_missing",
+        message=f"process {pids} created a CUDA context while CUDA was traced, yet the trace holds no CUDA API call "
+                f"({trace.kernels.height} kernels, {trace.nvtx.height} NVTX ranges): its CUDA activity was not "
+                "imported",
+        cause="nsys lost the CUDA events of the capture (seen with nsys 2023.4.4 on CUDA 13, around CUDA graph "
+              "replays)",
+        fix=_GENERIC_FIX,
+        evidence={"cuda_contexts": contexts.height, "kernels": trace.kernels.height, "nvtx_ranges": trace.nvtx.height,
+                  "unended_ranges": int((~trace.nvtx["closed"]).sum()) if "closed" in trace.nvtx.columns else 0})
+
+
+def _graph_work_missing(trace: EventTables) -> CompletenessWarning | None:
+    """CUDA graphs were launched, and most launches left no GPU record (no graph row, no node kernel)."""
+    launches = trace.cuda_api.filter(pl.col("name").str.contains(GRAPH_LAUNCH_API))["correlation_id"]
+    if launches.len() < MIN_GRAPH_LAUNCHES:
+        return None
+    graphs = _frame(trace, "graphs")
+    recorded = pl.concat([frame["correlation_id"] for frame in (trace.kernels, trace.memcpy, trace.memset,
+                                                                 *([graphs] if graphs is not None else []))])
+    missing = int((~launches.is_in(recorded.implode())).sum())
+    if missing <= MAX_GRAPH_LAUNCHES_WITHOUT_GPU * launches.len():
+        return None
+    return CompletenessWarning(
+        code="graph_work_missing",
+        message=f"{missing} of {launches.len()} CUDA graph launches have no GPU work in the trace: the GPU side of "
+                "those steps is missing",
+        cause="this nsys records a CUDA graph launch on the CPU side only (nsys 2023.4 exports no graph-level GPU "
+              "rows), or its GPU records were lost",
+        fix="use nsys 2025.3 or later (the NGC PyTorch image's), which records each launch on the GPU; or record "
+            "with cuda_graph_trace='node' (nsys --cuda-graph-trace=node), which records the graph's kernels",
+        evidence={"graph_launches": launches.len(), "launches_without_gpu_work": missing,
+                  "graph_rows": graphs.height if graphs is not None else 0, "kernels": trace.kernels.height})
 
 
 _GENERIC_FIX = ("use an nsys at least as new as the profiled process's CUDA runtime, or record regions opened "

@@ -201,7 +201,7 @@ def add_derived(stats: ProfileStats, report: str, trace: Trace) -> None:
     getattr(stats, table).extend(rows)
 
 
-Row = TypeVar("Row", KernelRow, ApiCallRow, MemoryTimeRow, MemorySizeRow, NvtxRangeRow)
+Row = TypeVar("Row", KernelRow, ApiCallRow, MemoryTimeRow, MemorySizeRow, NvtxRangeRow, GraphRow)
 
 
 def _rows(model: type[Row], frame: pl.DataFrame) -> list[Row]:

@@ -29,6 +29,9 @@ Frames and columns (every frame has them, empty when nothing of the kind was tra
 - ``nvtx_marks``: time_ns, name, domain, thread
 - ``osrt``: OS-runtime calls: start_ns, end_ns, name, thread
 - ``samples``: CPU samples: time_ns, thread, cpu
+- ``diagnostics``: nsys' own record of the capture (DIAGNOSTIC_EVENT, nsys 2025): time_ns, severity ("Info",
+  "Warning", "Error" ...), source ("Injection", "Daemon", "Analysis" ...), text, pid; empty before 2025
+- ``cuda_contexts``: the CUDA contexts nsys saw (TARGET_INFO_CUDA_CONTEXT_INFO): device, context_id, pid
 - ``gpus``, ``processes``, ``threads``: device, process and thread info; ``meta``: export and target facts
 """
 
@@ -62,6 +65,8 @@ MEMORY_KINDS: dict[int, str] = {
     0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static",
     6: "Managed Static", 7: "Unknown",
 }
+DIAGNOSTIC_SEVERITIES: dict[int, str] = {0: "Unknown", 1: "Info", 2: "Warning", 3: "Error", 4: "Verbose"}
+DIAGNOSTIC_SOURCES: dict[int, str] = {0: "Unknown source", 1: "Injection", 2: "Daemon", 3: "Analysis"}
 SYNC_KINDS: dict[int, str] = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync",
                               4: "Context sync"}
 
@@ -89,6 +94,8 @@ SAMPLE_COLUMNS: Schema = {"time_ns": I64, "thread": I64, "cpu": I64}
 GPU_COLUMNS: Schema = {"device": I64, "name": STR, "memory_bytes": I64, "bandwidth_bytes_per_s": I64,
                        "sm_count": I64, "compute_capability": STR, "bus": STR}
 PROCESS_COLUMNS: Schema = {"pid": I64, "name": STR}
+DIAGNOSTIC_COLUMNS: Schema = {"time_ns": I64, "severity": STR, "source": STR, "text": STR, "pid": I64}
+CONTEXT_COLUMNS: Schema = {"device": I64, "context_id": I64, "pid": I64}
 THREAD_COLUMNS: Schema = {"thread": I64, "tid": I64, "pid": I64, "name": STR}
 
 
@@ -424,6 +431,29 @@ class Trace:
             return Window(0, 0)
         first, last = bounds.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
         return Window(int(first), int(last))
+
+    @functools.cached_property
+    def diagnostics(self) -> pl.DataFrame:
+        """What nsys itself said about the capture (nsys 2025's DIAGNOSTIC_EVENT), in the export's order."""
+        raw = self._read("DIAGNOSTIC_EVENT", {"timestamp": I64, "severity": I64, "source": I64, "text": STR,
+                                              "globalPid": I64}, required=("severity", "text"))
+        if raw is None:
+            return _empty(DIAGNOSTIC_COLUMNS)
+        return raw.select(
+            pl.col("timestamp").alias("time_ns"),
+            self._label("severity", "ENUM_DIAGNOSTIC_SEVERITY_LEVEL", DIAGNOSTIC_SEVERITIES).alias("severity"),
+            self._label("source", "ENUM_DIAGNOSTIC_SOURCE_TYPE", DIAGNOSTIC_SOURCES).alias("source"),
+            pl.col("text").fill_null(""), _pid(pl.col("globalPid")).alias("pid"))
+
+    @functools.cached_property
+    def cuda_contexts(self) -> pl.DataFrame:
+        """The CUDA contexts of the traced processes: present once a process initialised CUDA under trace=cuda."""
+        raw = self._read("TARGET_INFO_CUDA_CONTEXT_INFO", {"deviceId": I64, "contextId": I64, "processId": I64},
+                         required=("contextId",))
+        if raw is None:
+            return _empty(CONTEXT_COLUMNS)
+        return raw.select(pl.col("deviceId").alias("device"), pl.col("contextId").alias("context_id"),
+                          pl.col("processId").alias("pid"))
 
     @functools.cached_property
     def gpus(self) -> pl.DataFrame:

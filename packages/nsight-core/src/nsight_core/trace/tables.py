@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import sqlite3
 import struct
+import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Protocol
@@ -125,12 +126,18 @@ class ArrowDirTables:
 
 
 class SqliteTables:
-    """An `nsys export --type sqlite` file, read table by table in batches."""
+    """An `nsys export --type sqlite` file, read table by table in batches.
+
+    One connection, shared by the threads that read frames (the analysis runs beside the reports), one query at a
+    time under a lock: sqlite3 refuses a connection another thread made unless told, and reads nothing faster
+    for two cursors at once.
+    """
 
     def __init__(self, path: Path) -> None:
         self.source = path
+        self._lock = threading.RLock()
         try:
-            self._connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            self._connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
             names = self._connection.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
         except sqlite3.DatabaseError as error:
             raise DamagedExportError(f"{path} is not a readable SQLite export ({one_line(error)}).") from error
@@ -141,7 +148,8 @@ class SqliteTables:
     def columns(self, table: str) -> frozenset[str]:
         if table not in self._tables:
             return frozenset()
-        return frozenset(row[1] for row in self._connection.execute(f'PRAGMA table_info("{table}")'))
+        with self._lock:
+            return frozenset(row[1] for row in self._connection.execute(f'PRAGMA table_info("{table}")'))
 
     def read(self, table: str, wanted: Wanted) -> pl.DataFrame | None:
         if table not in self._tables:
@@ -154,9 +162,10 @@ class SqliteTables:
         query = f'SELECT {listed} FROM "{table}" ORDER BY rowid'
         batches = [pl.DataFrame(schema=schema)]
         try:
-            cursor = self._connection.execute(query)
-            while rows := cursor.fetchmany(SQLITE_BATCH_ROWS):
-                batches.append(pl.DataFrame(rows, schema=schema, orient="row"))
+            with self._lock:
+                cursor = self._connection.execute(query)
+                while rows := cursor.fetchmany(SQLITE_BATCH_ROWS):
+                    batches.append(pl.DataFrame(rows, schema=schema, orient="row"))
         except sqlite3.DatabaseError as error:
             raise DamagedExportError(f"{self.source}: table {table} cannot be read ({one_line(error)}).") \
                 from error
@@ -171,8 +180,9 @@ class SqliteTables:
                         for name, dtype in schema.items() if name in present}
         found: dict[str, str] = {}
         for name, expected in wanted_class.items():
-            classes = {row[0] for row in self._connection.execute(
-                f'SELECT DISTINCT typeof("{name}") FROM "{table}" LIMIT 8')} - {"null", expected}
+            with self._lock:
+                classes = {row[0] for row in self._connection.execute(
+                    f'SELECT DISTINCT typeof("{name}") FROM "{table}" LIMIT 8')} - {"null", expected}
             if classes - ({"integer"} if expected == "real" else set()):
                 found[name] = "/".join(sorted(classes))
         return found
@@ -184,8 +194,9 @@ class SqliteTables:
             return 0
         try:
             marks = ", ".join("?" for _ in present)
-            (pages,) = self._connection.execute(
-                f"SELECT COALESCE(SUM(pgsize), 0) FROM dbstat WHERE name IN ({marks})", present).fetchone()
+            with self._lock:
+                (pages,) = self._connection.execute(
+                    f"SELECT COALESCE(SUM(pgsize), 0) FROM dbstat WHERE name IN ({marks})", present).fetchone()
         except sqlite3.DatabaseError:  # no dbstat in this build of SQLite
             pages = self.source.stat().st_size
         return int(pages * SQLITE_TO_ARROW)

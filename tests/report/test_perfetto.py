@@ -18,11 +18,12 @@ from typing import Any
 import polars as pl
 import pytest
 from capture_helpers import capture_cpu
+from report_helpers import write_recorded
 
 from nsight_core import load_trace
 from nsight_core.nsys import Nsys
 from nsight_core.render import perfetto
-from nsight_core.report import export_perfetto
+from nsight_core.report import build_profile, export_perfetto, render_page
 from nsight_core.trace import Trace
 
 pytestmark = pytest.mark.nsys
@@ -159,6 +160,13 @@ def test_slices_join_into_one_document(h200_copy: Path, tmp_path: Path, monkeypa
     monkeypatch.setattr(perfetto, "CHUNK_ROWS", 7)
     sliced = loaded(export_perfetto(capture, tmp_path / "sliced.json").path)
     assert sliced == whole and len(whole) > 1000
+
+
+def test_the_page_says_how_to_get_the_timeline(h200_copy: Path, tmp_path: Path, nsys: Nsys) -> None:
+    page = render_page([build_profile(h200_copy / "training.nsys-rep")])
+    assert "nsight export TRACE.nsys-rep -o timeline.json.gz" in page and "ui.perfetto.dev" in page
+    recorded = write_recorded(tmp_path / "csv", "only", kernels=[("k", 10, 1)])
+    assert "nsight export" not in render_page([build_profile(recorded)])  # totals only: no timeline to export
 
 
 def nsight(*args: str) -> subprocess.CompletedProcess[str]:

@@ -1,8 +1,9 @@
 """`nsight export --format perfetto` and ``nsight_core.report.export_perfetto``: the file loads back as Chrome Trace
 Event JSON (gzip + json) and holds every event of the trace's frames, by category, on named processes and threads.
 
-The counts are checked against the frames of the same trace (kernels, copies, memsets, CUDA API calls, NVTX
-ranges and marks, OS-runtime calls), on the recorded H200 captures and on a CPU capture made with real nsys.
+The counts are checked against the frames of the same trace (kernels, CUDA-graph launches, copies, memsets, CUDA
+API calls, NVTX ranges and marks, OS-runtime calls), on the recorded H200 captures and on a CPU capture made with
+real nsys.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def loaded(path: Path) -> list[dict[str, Any]]:
 def expected_counts(trace: Trace) -> Counter[str]:
     """What the frames hold: a start/end NVTX range is two events (begin, end), a push/pop range one."""
     crossing = trace.nvtx.filter(pl.col("kind") != "push_pop").height
-    return Counter({"kernel": trace.kernels.height, "memcpy": trace.memcpy.height, "memset": trace.memset.height,
+    return Counter({"kernel": trace.kernels.height, "graph": trace.graphs.height, "memcpy": trace.memcpy.height,
+                    "memset": trace.memset.height,
                     "cuda_api": trace.cuda_api.height, "nvtx": trace.nvtx.height + crossing,
                     "osrt": trace.osrt.height, "nvtx_mark": trace.nvtx_marks.height})
 

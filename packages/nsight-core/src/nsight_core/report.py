@@ -67,8 +67,8 @@ class PerfettoExport(BaseModel):
     """A written Perfetto (Chrome Trace Event JSON) file and how many events of each category it holds."""
 
     path: Path
-    events: dict[str, int] = Field(description="Events per category (kernel, memcpy, memset, cuda_api, nvtx, osrt, "
-                                   "nvtx_mark), and the naming metadata under __metadata")
+    events: dict[str, int] = Field(description="Events per category (kernel, graph, memcpy, memset, cuda_api, nvtx, "
+                                   "osrt, nvtx_mark), and the naming metadata under __metadata")
 
 
 def perfetto_path(capture: str | Path) -> Path:

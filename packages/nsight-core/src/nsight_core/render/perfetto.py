@@ -1,6 +1,7 @@
 """A capture's whole timeline as Chrome Trace Event JSON, the format ui.perfetto.dev and chrome://tracing open.
 
-What it holds: one process per GPU with a thread per stream (kernels, memory copies, memsets), and the
+What it holds: one process per GPU with a thread per stream (kernels, CUDA-graph launches traced whole, memory
+copies, memsets), and the
 traced processes with their threads (NVTX ranges, nested as they were pushed; CUDA API calls; OS-runtime
 calls; NVTX marks as instants), every process and thread named by a metadata event. Times are µs (the format's
 unit) with ns kept as decimals. Start/end NVTX ranges may overlap on a thread, which "X" slices cannot, so they
@@ -98,6 +99,12 @@ def _kernels(trace: Trace) -> list[Part]:
     return [(trace.kernels, _slice("kernel", name, GPU_PID, STREAM, args))]
 
 
+def _graphs(trace: Trace) -> list[Part]:
+    """CUDA-graph launches nsys traced whole (their kernels are not listed one by one)."""
+    args = pl.struct("graph_id", "device", "stream", "correlation_id")
+    return [(trace.graphs, _slice("graph", pl.format("CUDA graph {}", "graph_id"), GPU_PID, STREAM, args))]
+
+
 def _memcpy(trace: Trace) -> list[Part]:
     args = pl.struct("bytes", "direction", "src_kind", "dst_kind", "device", "stream", "correlation_id")
     return [(trace.memcpy, _slice("memcpy", pl.format("Memcpy {}", "direction"), GPU_PID, STREAM, args))]
@@ -138,14 +145,15 @@ def _marks(trace: Trace) -> list[Part]:
 
 
 _ENCODERS: tuple[tuple[str, Callable[[Trace], list[Part]]], ...] = (
-    ("kernel", _kernels), ("memcpy", _memcpy), ("memset", _memset), ("cuda_api", _cuda_api), ("nvtx", _nvtx),
-    ("osrt", _osrt), ("nvtx_mark", _marks))
+    ("kernel", _kernels), ("graph", _graphs), ("memcpy", _memcpy), ("memset", _memset), ("cuda_api", _cuda_api),
+    ("nvtx", _nvtx), ("osrt", _osrt), ("nvtx_mark", _marks))
 
 
 def _metadata(trace: Trace) -> list[Part]:
     """process_name and thread_name events for every process and thread that has an event: GPUs by device and
     model, streams by number; processes and threads by the names nsys recorded, else by their ids."""
-    streams = pl.concat([frame.select("device", "stream") for frame in (trace.kernels, trace.memcpy, trace.memset)])
+    streams = pl.concat([frame.select("device", "stream")
+                         for frame in (trace.kernels, trace.graphs, trace.memcpy, trace.memset)])
     streams = streams.unique().sort("device", "stream")
     gpus = streams.select("device").unique().join(trace.gpus.select("device", "name"), on="device", how="left")
     threads = pl.concat([frame.select("thread") for frame in (trace.cuda_api, trace.nvtx, trace.osrt,

@@ -12,6 +12,7 @@ from analysis_helpers import FIXTURES
 
 import nsight_core
 from nsight_core.analysis.findings import NOMINAL_PINNED_PCIE5_BYTES_PER_S
+from nsight_core.render.findings import finding_title
 
 DIAGNOSIS = "h200-diagnosis/diagnosis.nsys-rep"
 STEPS = 12
@@ -67,7 +68,7 @@ def test_the_sleep_is_untraced_host_time_worth_twenty_ms_per_step(analysis: nsig
 def test_the_item_sync_is_found_every_step(analysis: nsight_core.Analysis) -> None:
     finding = _one(analysis, "sync_wait")
     assert _evidence(finding, "small_device_to_host_copies_per_step") >= 1
-    assert ".item()" in finding.title
+    assert ".item()" in finding_title(finding)
     assert finding.saving is not None and finding.saving.per_step_ns is not None
     assert 0 < finding.saving.per_step_ns < SLEEP_NS, "the sync owns its stall, not the sleep after it"
 

@@ -13,6 +13,7 @@ from capture_helpers import capture_cpu, sleepy_steps
 
 import nsight_core
 from nsight_core.analysis.findings import NOMINAL_PINNED_PCIE5_BYTES_PER_S
+from nsight_core.render.findings import finding_suggestion, finding_title
 from nsight_core.session import START_SETTLE_SECONDS
 
 MIB = 1 << 20
@@ -29,7 +30,7 @@ def test_the_64_mib_pageable_device_to_host_copy_is_found_with_its_bandwidth(loa
     recorded = pl.read_csv(FIXTURES / "h200-torch-mlp" / "training_cuda_gpu_mem_time_sum.csv").filter(
         pl.col("Operation") == "[CUDA memcpy Device-to-Host]")
     copy_ns = recorded["Total Time (ns)"][0]
-    found = [f for f in analysis.findings if f.kind == "pageable_copy" and "Device-to-Host" in f.title]
+    found = [f for f in analysis.findings if f.kind == "pageable_copy" and "Device-to-Host" in finding_title(f)]
     assert len(found) == 1
     finding = found[0]
     assert _evidence(finding, "largest_copy") == 64 * MIB
@@ -47,8 +48,9 @@ def test_findings_are_data_with_units(load: Callable[[str], Any]) -> None:
     analysis = nsight_core.analyze(load("h200-torch-mlp/training.nsys-rep"))
     assert analysis.findings
     for finding in analysis.findings:
-        assert "\n" not in finding.title and not any(ch.isdigit() for ch in finding.title)
-        assert finding.suggestion and finding.evidence
+        title = finding_title(finding)
+        assert "\n" not in title and not any(ch.isdigit() for ch in title)
+        assert finding_suggestion(finding) and finding.evidence
     dumped = analysis.model_dump(mode="json")
     assert dumped["findings"][0]["evidence"][0]["unit"] in {"ns", "bytes", "bytes_per_s", "count", "fraction"}
 

@@ -21,7 +21,7 @@ from nsight_core.analysis.completeness import CaptureFacts, capture_facts
 from nsight_core.errors import NsightError, StatsError
 from nsight_core.memory import check_summary_memory
 from nsight_core.profile import CaptureProfile, build_profile, capture_paths
-from nsight_core.render.findings import render_analysis, render_completeness
+from nsight_core.render.findings import finding_json, render_analysis, render_completeness
 from nsight_core.render.html import GrowingFragment, prepare, render_fragment, render_page
 from nsight_core.render.perfetto import write_perfetto
 from nsight_core.render.text import DEFAULT_LIMIT, render_text
@@ -47,7 +47,8 @@ def stats_json(profile: CaptureProfile) -> dict[str, Any]:
     payload = profile.stats.model_dump(mode="json", exclude={"reports"})
     if profile.analysis is not None:
         payload.update(profile.analysis.model_dump(mode="json", include={"window", "steps", "budget", "budget_scope",
-                                                                         "ranges", "findings", "savings_withheld"}))
+                                                                         "ranges", "savings_withheld"}))
+        payload["findings"] = [finding_json(finding) for finding in profile.analysis.findings]
     if profile.completeness is not None:
         payload["completeness"] = profile.completeness.model_dump(mode="json")
     return payload

@@ -21,7 +21,7 @@ from nsight_core.analysis.budget import CpuActivity, StepBudget
 from nsight_core.analysis.steps import StepStats
 
 FindingKind = Literal[
-    "gpu_idle", "host_work", "untraced_host", "stream_wait", "sync_wait", "launch_bound", "pageable_copy",
+    "host_work", "untraced_host", "stream_wait", "sync_wait", "launch_bound", "pageable_copy",
     "exposed_copy", "exposed_comm", "device_bound", "fp32_matmul", "warmup", "too_few_steps", "no_steps",
 ]
 Severity = Literal["info", "warning", "critical"]
@@ -79,12 +79,13 @@ class Saving(BaseModel):
 
 
 class Finding(BaseModel):
-    """One thing to fix: severity, title, evidence, one suggestion and the estimated saving."""
+    """One thing to fix: its kind (the cause), severity, evidence and the estimated saving. Numbers and codes only:
+    :mod:`nsight_core.render.findings` gives each kind its title and suggestion."""
 
     kind: FindingKind
     severity: Severity
-    title: str = Field(description="One line, no numbers (they are in evidence and saving)")
-    suggestion: str = Field(description="One concrete change to make")
+    subject: str = Field(default="", description="What the kind is about, where one kind has several: the copy "
+                         "direction of a pageable_copy; 'scalar_reads' for a sync_wait of .item()-style reads")
     evidence: list[Evidence]
     saving: Saving | None = Field(description="None for findings that are about the measurement itself")
 
@@ -123,7 +124,7 @@ def _share(saving: Saving) -> float:
 
 def _budget_finding(
     context: Context, part: Literal["gpu_idle", "sync_wait", "exposed_copy", "exposed_comm", "stream_wait"],
-    kind: FindingKind, title: str, suggestion: str, extra: list[Evidence], seen: bool = False,
+    kind: FindingKind, extra: list[Evidence], seen: bool = False, subject: str = "",
 ) -> Finding | None:
     """A finding whose saving is one budget part: its mean per step (the total over steps / steps).
 
@@ -148,8 +149,7 @@ def _budget_finding(
           for activity in context.budget.idle_activities if activity.part == part),
         *extra,
     ]
-    return Finding(kind=kind, severity=_severity(_share(saving)), title=title, suggestion=suggestion,
-                   evidence=evidence, saving=saving)
+    return Finding(kind=kind, severity=_severity(_share(saving)), subject=subject, evidence=evidence, saving=saving)
 
 
 def _activities(context: Context, part: str, kinds: tuple[str, ...]) -> list[CpuActivity]:
@@ -160,8 +160,8 @@ def _activities(context: Context, part: str, kinds: tuple[str, ...]) -> list[Cpu
         if context.budget else []
 
 
-def _activity_finding(context: Context, activities: list[CpuActivity], kind: FindingKind, title: str,
-                      suggestion: str, metric: str) -> Finding | None:
+def _activity_finding(context: Context, activities: list[CpuActivity], kind: FindingKind,
+                      metric: str) -> Finding | None:
     """A finding whose saving is the GPU idle time the host's ACTIVITIES held up (their mean per step)."""
     if context.budget is None or not activities:
         return None
@@ -171,8 +171,7 @@ def _activity_finding(context: Context, activities: list[CpuActivity], kind: Fin
         return None
     evidence = [Evidence(metric=metric, value=a.per_step_mean_ns, unit="ns",
                          where=Where(kind="range", name=a.name) if a.kind == "nvtx" else None) for a in activities]
-    return Finding(kind=kind, severity=_severity(_share(saving)), title=title, suggestion=suggestion,
-                   evidence=evidence, saving=saving)
+    return Finding(kind=kind, severity=_severity(_share(saving)), evidence=evidence, saving=saving)
 
 
 def idle_findings(context: Context, syncs: pl.DataFrame, small_reads: int) -> list[Finding | None]:
@@ -181,22 +180,11 @@ def idle_findings(context: Context, syncs: pl.DataFrame, small_reads: int) -> li
     cause's part of the budget, so savings do not overlap."""
     return [
         sync_wait(context, syncs, small_reads),
-        _activity_finding(
-            context, _activities(context, "gpu_idle", ("nvtx",)), "host_work",
-            "The GPU waits while the host runs the ranges below between steps",
-            "Take this host work off the GPU's critical path: prefetch the next batch in background workers "
-            "(DataLoader num_workers>0, a loader thread or queue) and move logging or I/O off the step's thread.",
-            "gpu_idle_while_host_in_range_per_step"),
-        _activity_finding(
-            context, _activities(context, "gpu_idle", ("untraced", "osrt", "cuda_api")), "untraced_host",
-            "The GPU waits on host time outside every NVTX range",
-            "Mark the host work between steps with NVTX ranges (flyteplugins.nsight.nvtx / nvtx.annotate) to see what "
-            "it is, or trace OS-runtime calls (trace=cuda,nvtx,osrt).",
-            "gpu_idle_while_host_untraced_per_step"),
-        _budget_finding(
-            context, "stream_wait", "stream_wait", "Queued GPU work waits on another stream, an event or a copy",
-            "Check cross-stream dependencies (wait_stream, events, a copy on the default stream) that serialise work "
-            "the GPU could overlap.", []),
+        _activity_finding(context, _activities(context, "gpu_idle", ("nvtx",)), "host_work",
+                          "gpu_idle_while_host_in_range_per_step"),
+        _activity_finding(context, _activities(context, "gpu_idle", ("untraced", "osrt", "cuda_api")),
+                          "untraced_host", "gpu_idle_while_host_untraced_per_step"),
+        _budget_finding(context, "stream_wait", "stream_wait", []),
     ]
 
 
@@ -214,13 +202,8 @@ def sync_wait(context: Context, syncs: pl.DataFrame, small_reads: int) -> Findin
     if small_reads:
         extra.append(Evidence(metric="small_device_to_host_copies_per_step", value=small_reads / steps, unit="count",
                               where=Where(kind="copy", name="Device-to-Host")))
-    title = ("Reading scalars back (.item()-style device-to-host syncs) drains the GPU's queue every step"
-             if small_reads else "Synchronising calls drain the GPU's queue every step")
-    suggestion = ("Keep step results on the GPU (accumulate the loss as a tensor) and read them back every N steps; "
-                  "drop torch.cuda.synchronize() and blocking copies from the loop, so the host's next work "
-                  "overlaps the GPU's.")
-    return _budget_finding(context, "sync_wait", "sync_wait", title, suggestion, extra,
-                           seen=syncs.height >= steps)
+    return _budget_finding(context, "sync_wait", "sync_wait", extra, seen=syncs.height >= steps,
+                           subject="scalar_reads" if small_reads else "")
 
 
 def launch_bound(context: Context, kernels_per_step: float, kernel_p50_ns: float,
@@ -243,11 +226,7 @@ def launch_bound(context: Context, kernels_per_step: float, kernel_p50_ns: float
         Evidence(metric="launch_gap_fraction_of_step_time", value=measured.fraction, unit="fraction"),
     ]
     return Finding(
-        kind="launch_bound", severity=_severity(_share(saving)),
-        title="The GPU waits on the host's dispatch: launches and framework time between kernels",
-        suggestion="Capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or torch.cuda.graphs), "
-        "fuse the small kernels, or give each launch more work (a larger batch).",
-        evidence=evidence, saving=saving)
+        kind="launch_bound", severity=_severity(_share(saving)), evidence=evidence, saving=saving)
 
 
 def nominal_pinned(gpus: pl.DataFrame | None) -> float:
@@ -294,9 +273,7 @@ def pageable_copies(context: Context, memcpy: pl.DataFrame, steps: pl.DataFrame,
         where = Where(kind="copy", name=str(direction), step=largest["step"], start_ns=largest["start_ns"])
         findings.append(Finding(
             kind="pageable_copy", severity=_severity(_share(saving)),
-            title=f"{direction} copies use pageable host memory",
-            suggestion="Use pinned host memory for these copies (tensor.pin_memory(), "
-            "torch.empty(..., pin_memory=True) or DataLoader(pin_memory=True)) and copy with non_blocking=True.",
+            subject=str(direction),
             evidence=[
                 Evidence(metric="copies", value=copies.height, unit="count", where=where),
                 Evidence(metric="bytes", value=summed["bytes"], unit="bytes", where=where),
@@ -314,9 +291,7 @@ def pageable_copies(context: Context, memcpy: pl.DataFrame, steps: pl.DataFrame,
 def exposed_copy(context: Context, pageable: list[Finding]) -> Finding | None:
     """Copies that no kernel overlaps, less what the PAGEABLE findings already save of them in the steps."""
     finding = _budget_finding(
-        context, "exposed_copy", "exposed_copy", "Memory copies run while no kernel does",
-        "Overlap the copies with compute: pinned memory and non_blocking=True on a side stream, or prefetch the "
-        "next batch while this one computes.", [])
+        context, "exposed_copy", "exposed_copy", [])
     if finding is None or finding.saving is None or context.budget is None:
         return finding
     claimed = sum(f.saving.per_step_ns * context.budget.steps for f in pageable
@@ -333,9 +308,7 @@ def exposed_copy(context: Context, pageable: list[Finding]) -> Finding | None:
 def exposed_comm(context: Context) -> Finding | None:
     """NCCL kernels no compute kernel overlaps: communication the step waits for."""
     return _budget_finding(
-        context, "exposed_comm", "exposed_comm", "Communication (NCCL) is not hidden behind compute",
-        "Overlap gradient communication with backward: DDP buckets (bucket_cap_mb), no_sync() for gradient "
-        "accumulation, or FSDP prefetching.", [],
+        context, "exposed_comm", "exposed_comm", [],
         seen=bool(context.budget and context.budget.part("exposed_comm").total_ns))
 
 
@@ -360,9 +333,6 @@ def device_bound(context: Context, kernels: pl.DataFrame, steps: pl.DataFrame) -
                           where=Where(kind="kernel", name=name))
                  for name, total in _top_kernels(kernels, steps, TOP_KERNELS).iter_rows()]
     return Finding(kind="device_bound", severity="info",
-                   title="The loop is device-bound: the GPU is busy through its steps",
-                   suggestion="Speed up the kernels themselves: lower precision (bf16, TF32), fused kernels "
-                   "(torch.compile), larger matrix shapes; the host is not what holds the step.",
                    evidence=evidence, saving=None)
 
 
@@ -383,9 +353,6 @@ def fp32_matmul(context: Context, kernels: pl.DataFrame, steps: pl.DataFrame) ->
     top = fp32.group_by("short_name").agg(pl.col("ns").sum()).sort("ns", descending=True).head(TOP_KERNELS)
     return Finding(
         kind="fp32_matmul", severity="info",
-        title="Single-precision matrix multiplies run without tensor cores",
-        suggestion="Allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True, or "
-        "torch.set_float32_matmul_precision('high')) or train in bf16 autocast.",
         evidence=[Evidence(metric="fp32_matmul_time_per_step", value=per_step, unit="ns"),
                   Evidence(metric="fp32_matmul_fraction_of_step_time", value=share, unit="fraction"),
                   *(Evidence(metric="kernel_time_per_step", value=ns / max(context.budget.steps, 1), unit="ns",
@@ -400,9 +367,7 @@ def warmup(context: Context) -> Finding | None:
         return None
     first = Where(kind="step", name=stats.family.pattern, step=0)
     return Finding(
-        kind="warmup", severity="info", title="The first step is a warm-up outlier",
-        suggestion="Leave the first step out of timings (or warm up before the profiled region); if start-up "
-        "matters, cache compilation (torch.compile cache, cudnn.benchmark tuned once).",
+        kind="warmup", severity="info",
         evidence=[Evidence(metric="first_step", value=stats.family.first_ns, unit="ns", where=first),
                   Evidence(metric="step_p50", value=stats.family.p50_ns, unit="ns"),
                   Evidence(metric="first_step_excess", value=stats.warmup_excess_ns, unit="ns", where=first)],
@@ -414,14 +379,12 @@ def step_count(context: Context) -> Finding | None:
     stats = context.steps
     if stats.family is None:
         return Finding(
-            kind="no_steps", severity="info", title="No repeating steps found: the budget covers the whole capture",
-            suggestion="Mark each training step with an NVTX range (nsight_core or nvtx: range('step_<n>')).",
+            kind="no_steps", severity="info",
             evidence=[], saving=None)
     if stats.family.count >= MIN_STEPS:
         return None
     return Finding(
-        kind="too_few_steps", severity="info", title="Too few steps to judge step-to-step variation",
-        suggestion=f"Profile at least {MIN_STEPS} steps (10 or more after the warm-up) for stable percentiles.",
+        kind="too_few_steps", severity="info",
         evidence=[Evidence(metric="steps", value=stats.family.count, unit="count",
                            where=Where(kind="range", name=stats.family.pattern))],
         saving=None)

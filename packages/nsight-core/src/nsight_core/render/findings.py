@@ -9,7 +9,7 @@ from __future__ import annotations
 from nsight_core.analysis.analyze import Analysis
 from nsight_core.analysis.budget import StepBudget
 from nsight_core.analysis.completeness import Completeness
-from nsight_core.analysis.findings import Evidence, Finding, Saving, Where
+from nsight_core.analysis.findings import MIN_STEPS, Evidence, Finding, Saving, Where
 from nsight_core.analysis.steps import StepStats
 from nsight_core.render.text import _ns
 
@@ -76,12 +76,77 @@ def evidence_text(evidence: Evidence) -> str:
         (f" ({place})" if place else "")
 
 
+TITLES: dict[str, str] = {
+    "sync_wait": "Synchronising calls drain the GPU's queue every step",
+    "sync_wait/scalar_reads": "Reading scalars back (.item()-style device-to-host syncs) drains the GPU's queue "
+                              "every step",
+    "host_work": "The GPU waits while the host runs the ranges below between steps",
+    "untraced_host": "The GPU waits on host time outside every NVTX range",
+    "stream_wait": "Queued GPU work waits on another stream, an event or a copy",
+    "launch_bound": "The GPU waits on the host's dispatch: launches and framework time between kernels",
+    "pageable_copy": "{subject} copies use pageable host memory",
+    "exposed_copy": "Memory copies run while no kernel does",
+    "exposed_comm": "Communication (NCCL) is not hidden behind compute",
+    "device_bound": "The loop is device-bound: the GPU is busy through its steps",
+    "fp32_matmul": "Single-precision matrix multiplies run without tensor cores",
+    "warmup": "The first step is a warm-up outlier",
+    "no_steps": "No repeating steps found: the budget covers the whole capture",
+    "too_few_steps": "Too few steps to judge step-to-step variation",
+}
+"""Each finding kind's one-line title (no numbers: they are in the evidence and saving); KIND/SUBJECT first."""
+SUGGESTIONS: dict[str, str] = {
+    "sync_wait": "Keep step results on the GPU (accumulate the loss as a tensor) and read them back every N steps; "
+                 "drop torch.cuda.synchronize() and blocking copies from the loop, so the host's next work overlaps "
+                 "the GPU's.",
+    "host_work": "Take this host work off the GPU's critical path: prefetch the next batch in background workers "
+                 "(DataLoader num_workers>0, a loader thread or queue) and move logging or I/O off the step's thread.",
+    "untraced_host": "Mark the host work between steps with NVTX ranges (flyteplugins.nsight.nvtx / nvtx.annotate) to "
+                     "see what it is, or trace OS-runtime calls (trace=cuda,nvtx,osrt).",
+    "stream_wait": "Check cross-stream dependencies (wait_stream, events, a copy on the default stream) that "
+                   "serialise work the GPU could overlap.",
+    "launch_bound": "Capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or torch.cuda.graphs), "
+                    "fuse the small kernels, or give each launch more work (a larger batch).",
+    "pageable_copy": "Use pinned host memory for these copies (tensor.pin_memory(), torch.empty(..., pin_memory=True) "
+                     "or DataLoader(pin_memory=True)) and copy with non_blocking=True.",
+    "exposed_copy": "Overlap the copies with compute: pinned memory and non_blocking=True on a side stream, or "
+                    "prefetch the next batch while this one computes.",
+    "exposed_comm": "Overlap gradient communication with backward: DDP buckets (bucket_cap_mb), no_sync() for "
+                    "gradient accumulation, or FSDP prefetching.",
+    "device_bound": "Speed up the kernels themselves: lower precision (bf16, TF32), fused kernels (torch.compile), "
+                    "larger matrix shapes; the host is not what holds the step.",
+    "fp32_matmul": "Allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True, or "
+                   "torch.set_float32_matmul_precision('high')) or train in bf16 autocast.",
+    "warmup": "Leave the first step out of timings (or warm up before the profiled region); if start-up matters, "
+              "cache compilation (torch.compile cache, cudnn.benchmark tuned once).",
+    "no_steps": "Mark each training step with an NVTX range (nsight_core or nvtx: range('step_<n>')).",
+    "too_few_steps": f"Profile at least {MIN_STEPS} steps (10 or more after the warm-up) for stable percentiles.",
+}
+"""Each finding kind's one concrete change to make."""
+
+
+def finding_title(finding: Finding) -> str:
+    """FINDING's one-line title."""
+    title = TITLES.get(f"{finding.kind}/{finding.subject}", TITLES[finding.kind])
+    return title.format(subject=finding.subject)
+
+
+def finding_suggestion(finding: Finding) -> str:
+    """FINDING's suggestion."""
+    return SUGGESTIONS[finding.kind]
+
+
+def finding_json(finding: Finding) -> dict[str, object]:
+    """FINDING as JSON, with its title and suggestion worded: what `stats --json` and the page carry."""
+    return {**finding.model_dump(mode="json"), "title": finding_title(finding),
+            "suggestion": finding_suggestion(finding)}
+
+
 def finding_lines(finding: Finding) -> list[str]:
     """A finding as a few lines: severity and title, the saving, the suggestion, the evidence."""
-    lines = [f"[{finding.severity}] {finding.title}"]
+    lines = [f"[{finding.severity}] {finding_title(finding)}"]
     if finding.saving is not None:
         lines.append(f"  saving: {saving_text(finding.saving)}")
-    lines.append(f"  fix: {finding.suggestion}")
+    lines.append(f"  fix: {finding_suggestion(finding)}")
     lines += [f"  - {evidence_text(e)}" for e in finding.evidence]
     return lines
 

@@ -28,7 +28,14 @@ from markupsafe import Markup
 from nsight_core.analysis.analyze import Analysis
 from nsight_core.profile import CaptureProfile
 from nsight_core.render.charts import ChartSpec, capture_charts, warm_up
-from nsight_core.render.findings import budget_lines, evidence_text, saving_text, steps_text
+from nsight_core.render.findings import (
+    budget_lines,
+    evidence_text,
+    finding_suggestion,
+    finding_title,
+    saving_text,
+    steps_text,
+)
 from nsight_core.render.units import duration, nsys_megabytes
 from nsight_core.stats.reports import table_of
 
@@ -215,7 +222,7 @@ def _diagnosis(analysis: Analysis) -> dict[str, Any]:
     """What to fix: each finding's words, then the steps line and the budget lines."""
     budget = budget_lines(analysis.budget)
     return {
-        "findings": [{"severity": f.severity, "title": f.title, "suggestion": f.suggestion,
+        "findings": [{"severity": f.severity, "title": finding_title(f), "suggestion": finding_suggestion(f),
                       "saving": saving_text(f.saving) if f.saving else None,
                       "evidence": [evidence_text(e) for e in f.evidence]} for f in analysis.findings],
         "steps": steps_text(analysis.steps), "budget_title": budget[0], "budget": [line.strip() for line in budget[1:]],

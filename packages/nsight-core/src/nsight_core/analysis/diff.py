@@ -34,7 +34,8 @@ Group = Literal["steps", "budget", "summary"]
 Unit = Literal["ns", "count", "fraction"]
 Verdict = Literal["slower", "faster", "unchanged", "not_comparable"]
 GateMetric = Literal["step_p50", "gpu_busy", "kernel_time_sum"]
-ReasonCode = Literal["step-families-differ", "gpu-differs", "incomplete-a", "incomplete-b", "nothing-to-compare"]
+ReasonCode = Literal["step-families-differ", "clocks-differ", "gpu-differs", "incomplete-a", "incomplete-b",
+                     "nothing-to-compare"]
 GateOutcome = Literal["passed", "slower", "not_comparable"]
 
 
@@ -100,7 +101,8 @@ class Gate(BaseModel):
 class Reason(BaseModel):
     """Why B cannot be judged against A: a code and the values on each side behind it.
 
-    ``step-families-differ``: the step family patterns (empty: no steps). ``gpu-differs``: the GPU names,
+    ``step-families-differ``: the step family patterns (empty: no steps). ``clocks-differ``: the clock each side's
+    step times are read on (gpu: projected onto the GPU's work; cpu: the ranges). ``gpu-differs``: the GPU names,
     one per device. ``incomplete-a``/``-b``: the completeness warning codes. ``nothing-to-compare``: none.
     """
 
@@ -217,6 +219,9 @@ def _reasons(a: Side, b: Side, gate: Gate) -> list[Reason]:
     if patterns is not None and patterns[0] != patterns[1]:
         first, second = patterns
         reasons.append(Reason(code="step-families-differ", a=[first] if first else [], b=[second] if second else []))
+    clocks = [side.analysis.steps.clock for side in (a, b) if side.analysis is not None and side.analysis.steps.family]
+    if len(clocks) == 2 and clocks[0] != clocks[1]:
+        reasons.append(Reason(code="clocks-differ", a=[clocks[0]], b=[clocks[1]]))
     if a.gpus and b.gpus and a.gpus != b.gpus:
         reasons.append(Reason(code="gpu-differs", a=list(a.gpus), b=list(b.gpus)))
     if missing := _incomplete(a):

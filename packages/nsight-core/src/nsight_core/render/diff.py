@@ -36,6 +36,10 @@ def reason_text(reason: Reason) -> str:
         case "step-families-differ":
             return (f"the step families differ (A: {_family(reason.a)}, B: {_family(reason.b)}): name the steps "
                     "alike in both to compare step times")
+        case "clocks-differ":
+            return (f"A's steps are timed on the {reason.a[0].upper()}'s clock, B's on the {reason.b[0].upper()}'s "
+                    "(one of them launched no GPU work inside its step ranges, or lost its CUDA events): a step time "
+                    "of one is not the other's")
         case "gpu-differs":
             return f"they ran on different GPUs (A: {_gpus(reason.a)}, B: {_gpus(reason.b)})"
         case "incomplete-a":

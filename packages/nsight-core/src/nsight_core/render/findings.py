@@ -157,8 +157,12 @@ def steps_text(steps: StepStats) -> str:
     if family is None:
         return f"steps: none found ({steps.reason})"
     warmup = f", first step {_ns(family.first_ns)} (warm-up)" if steps.warmup else ""
+    clock = ""
+    if steps.clock == "gpu" and steps.cpu_p50_ns is not None:
+        clock = (f"; on the GPU's clock, {steps.bound}-bound (the ranges themselves: p50 {_ns(steps.cpu_p50_ns)}"
+                 + (", the host runs ahead of the GPU)" if steps.bound == "device" else ")"))
     return (f"steps: {family.count} x {family.pattern} ({steps.source}): p50 {_ns(family.p50_ns)}, "
-            f"p95 {_ns(family.p95_ns)}, max {_ns(family.max_ns)}{warmup}, trend {steps.trend}")
+            f"p95 {_ns(family.p95_ns)}, max {_ns(family.max_ns)}{warmup}, trend {steps.trend}{clock}")
 
 
 def budget_lines(budget: StepBudget) -> list[str]:

@@ -141,8 +141,8 @@ def _budget_finding(
         Evidence(metric=f"{part}_per_step_mean", value=measured.per_step_mean_ns, unit="ns"),
         Evidence(metric=f"{part}_per_step_p50", value=measured.per_step_p50_ns, unit="ns"),
         Evidence(metric=f"{part}_fraction_of_step_time", value=measured.fraction, unit="fraction"),
-        *(Evidence(metric=f"untraced_cpu_during_{part}" if activity.kind == "untraced" else f"cpu_during_{part}",
-                   value=activity.total_ns, unit="ns",
+        *(Evidence(metric=f"untraced_cpu_during_{part}_per_step" if activity.kind == "untraced"
+                   else f"cpu_during_{part}_per_step", value=activity.per_step_mean_ns, unit="ns",
                    where=None if activity.kind == "untraced" else Where(
                        kind="api" if activity.kind == "cuda_api" else "osrt" if activity.kind == "osrt" else "range",
                        name=activity.name))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -249,3 +250,35 @@ def test_a_trace_in_a_read_only_folder_with_an_unwritable_cache_is_summarised(se
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert "after" in done.stdout
     assert list(temp.glob("nsight-cache-*/nsight/*"))
+
+
+def test_two_interrupts_in_a_row_keep_the_trace(tmp_path):
+    """SIGINT twice within 0.1 s (an impatient Ctrl-C, a scheduler's repeat): the second reached nsys
+    while it wrote the trace, which nsys then dropped ("Collection stop is not allowed in this state"),
+    left its raw stream, and nsight blamed a missing region. nsys gets each signal once; the program
+    holds a Ctrl-C back while its region's trace is written."""
+    ready, temp = tmp_path / "ready", tmp_path / "temp"
+    temp.mkdir()
+    job = tmp_path / "job.py"
+    job.write_text(textwrap.dedent(f"""
+        import time, nvtx, nsight_core
+        with nsight_core.range("r"):
+            with nvtx.annotate("work"):
+                open({str(ready)!r}, "w").write("x")
+                time.sleep(120)
+    """))
+    run = subprocess.Popen([*NSIGHT, "run", "--capture", "manual", "--trace", "nvtx", "-o", str(tmp_path / "o"),
+                            "--", sys.executable, str(job)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           stdin=subprocess.DEVNULL, start_new_session=True, env={**os.environ, "TMPDIR": str(temp)})
+    deadline = time.monotonic() + TIMEOUT
+    while not ready.exists():
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+        time.sleep(0.05)
+    time.sleep(0.5)
+    os.killpg(run.pid, signal.SIGINT)
+    time.sleep(0.1)
+    os.killpg(run.pid, signal.SIGINT)
+    stdout, stderr = run.communicate(timeout=TIMEOUT)
+    assert run.returncode == 130, stderr
+    assert stdout.splitlines()[-1] == str(tmp_path / "o" / "r.nsys-rep"), stderr
+    assert "could not stop" not in stderr and list(temp.glob("*.qdstrm")) == []

@@ -420,8 +420,9 @@ def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], pending: P
     received: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
+        repeated = signum in received  # nsys, signalled again while it writes the trace, drops it
         received.append(signum)
-        if not (interactive and signum == signal.SIGINT):
+        if not repeated and not (interactive and signum == signal.SIGINT):
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signum)
 

@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Literal, NoReturn, Self
@@ -251,8 +251,10 @@ class Session:
             returncode = returncode or 1
         elif not reports:
             diagnosis = diagnose(finished.nsys_output, self.output_dir) or (
-                "the command opened no nsight_core.range() block" if capture == "manual"
-                else "nsys wrote no report (see its messages above)")
+                "nsys wrote no report (see its messages above)" if capture == "process"
+                else "the command opened no nsight_core.range() block" if not bases
+                else f"nsys wrote no trace of the region(s) the command opened ({', '.join(b.name for b in bases)}): "
+                "see the warnings above; at a terminal, a second Ctrl-C while nsys writes a trace makes it drop it")
         if diagnosis:  # nsys has ended: a raw stream it named never becomes a report
             for stream in named_raw_streams(finished.nsys_output):
                 stream.unlink(missing_ok=True)
@@ -441,7 +443,8 @@ class Session:
         duration = time.monotonic() - self._started_at
         try:
             mark(STOP_MARK)
-            result = self.nsys.stop(self.name)
+            with _interrupts_deferred():
+                result = self.nsys.stop(self.name)
         finally:
             self._release_claim(base)
             self._release_slot()
@@ -479,6 +482,25 @@ class Session:
     def range(self, name: str, on_capture: Callable[[Capture], None] | None = None) -> Region:
         """A `with` / `async with` block recorded as its own capture (see :class:`Region`)."""
         return Region(self, name, on_capture)
+
+
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Hold Ctrl-C back while nsys writes the trace: a second Ctrl-C right after the first (which ended
+    the block) killed `nsys stop` half way, so the trace was lost and its raw stream left behind. One
+    that came while the block ended normally is raised once the trace is written; one that came while
+    a KeyboardInterrupt already unwinds is dropped. In the main thread only (Python's signal rule)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught and not isinstance(sys.exc_info()[1], KeyboardInterrupt):
+        raise KeyboardInterrupt
 
 
 def _take_claim(base: Path) -> int | None:

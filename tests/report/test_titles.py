@@ -1,5 +1,6 @@
 """A capture's section is titled by its region's name, or for an unnamed `nsight run`'s whole-process capture (a
-file named by a random id, nsight-1a2b3c4d.nsys-rep) by the program it recorded: never by the id."""
+file named by a random id, nsight-1a2b3c4d.nsys-rep) by the command it recorded (where the export holds it) or the
+program: never by the id."""
 
 from __future__ import annotations
 
@@ -32,6 +33,16 @@ def test_whole_process_capture_is_titled_by_its_program(tmp_path: Path, nsys: Ns
     [title] = re.findall(r"<h2>([^<]*)</h2><p class=\"nsr-source\">", page.read_text())
     assert re.fullmatch(r"python[\d.]* \(whole process, pid \d+\)", title), title
     assert capture.stem not in title
+
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def test_the_command_when_the_export_holds_it() -> None:
+    """The H200 whole-process capture `nsight run` made with nsys 2025 (its SQLite export keeps the command line):
+    titled by the command nsight's shell wrapper ran, the wrapper left out."""
+    profile = build_profile(FIXTURES / "h200-2025-process" / "nsight-0013a405.sqlite")
+    assert profile.title == "python3 /work/main/bench/gpu/fix_pairs.py --time-only truth.json --cases quick_start,graph"
 
 
 def test_region_capture_keeps_its_name(tmp_path: Path, nsys: Nsys) -> None:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+import shlex
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import count, takewhile
 from pathlib import Path
 
 import polars as pl
@@ -90,13 +92,18 @@ GENERATED_NAME = re.compile(r"nsight-[0-9a-f]{8}")
 
 def capture_title(path: Path, trace: Trace) -> str:
     """A capture's section title: its file's name, which is its region's (or a named run's); for the capture of an
-    unnamed run, whose file is named by a random id (nsight-cb27362c), the program it recorded instead.
+    unnamed run, whose file is named by a random id (nsight-cb27362c), the command it recorded instead.
 
-    The program is the process with the most CPU events (NVTX ranges, CUDA and OS calls), named by its main
+    The command is in the export when nsys wrote it there (its SQLite exports: META_DATA_CAPTURE); else the title
+    is the program, by the process with the most CPU events (NVTX ranges, CUDA and OS calls), named by its main
     thread: nsys records a process's name when it starts, which for `nsight run` is the shell that then execs the
     command, while the thread carries the command's own name."""
     if not GENERATED_NAME.fullmatch(path.stem):
         return path.stem
+    command = recorded_command(trace.meta)
+    if command:
+        text = shlex.join(command)
+        return text if len(text) <= MAX_TITLE else text[:MAX_TITLE - 1] + "…"
     threads = pl.concat([frame.select("thread") for frame in (trace.nvtx, trace.cuda_api, trace.osrt)])
     if not threads.height:
         return f"whole-process capture {path.stem}"
@@ -105,6 +112,19 @@ def capture_title(path: Path, trace: Trace) -> str:
     named = trace.processes.filter(pl.col("pid") == pid)["name"].to_list()
     program = next((name for name in (*main, *named) if name), f"pid {pid}")
     return f"{program} (whole process, pid {pid})"
+
+
+MAX_TITLE = 100
+
+
+def recorded_command(meta: Mapping[str, str]) -> list[str]:
+    """The command a capture recorded, from the export's META (empty when it does not say): without the shell that
+    `nsight run` starts it with (``/bin/sh -c SCRIPT nsight PENDING FD FD CMD...``, nsys.py)."""
+    arguments = takewhile(lambda key: key in meta, (f"PROCESS_0:ARGUMENT_{index}" for index in count()))
+    argv = [meta.get("PROCESS_0:COMMAND", ""), *(meta[key] for key in arguments)]
+    if argv[:2] == ["/bin/sh", "-c"] and argv[3:4] == ["nsight"]:
+        argv = argv[7:]
+    return argv if argv and argv[0] else []
 
 
 ANALYSIS_FRAMES = ("kernels", "memcpy", "memset", "cuda_api", "osrt", "nvtx", "nvtx_marks", "window")

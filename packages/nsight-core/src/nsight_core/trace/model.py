@@ -487,9 +487,10 @@ class Trace:
 
     @functools.cached_property
     def meta(self) -> Mapping[str, str]:
-        """Facts about the export and the target: EXPORT_PRODUCT_VERSION, CudaDriverVersion, ..."""
+        """Facts about the export and the target: EXPORT_PRODUCT_VERSION, CudaDriverVersion, ..., and where the export
+        has them (SQLite), how the capture was made: PROCESS_0:COMMAND, PROCESS_0:ARGUMENT_0, ..."""
         facts: dict[str, str] = {}
-        for table in ("TARGET_INFO_SYSTEM_ENV", "META_DATA_EXPORT"):
+        for table in ("META_DATA_CAPTURE", "TARGET_INFO_SYSTEM_ENV", "META_DATA_EXPORT"):
             frame = self._read(table, {"name": STR, "value": STR}, required=("name", "value"))
             if frame is not None:
                 facts.update(zip(frame["name"].fill_null("").to_list(), frame["value"].fill_null("").to_list(),

@@ -219,15 +219,15 @@ def _reasons(a: Side, b: Side, gate: Gate) -> list[Reason]:
     if patterns is not None and patterns[0] != patterns[1]:
         first, second = patterns
         reasons.append(Reason(code="step-families-differ", a=[first] if first else [], b=[second] if second else []))
-    clocks = [side.analysis.steps.clock for side in (a, b) if side.analysis is not None and side.analysis.steps.family]
-    if len(clocks) == 2 and clocks[0] != clocks[1]:
-        reasons.append(Reason(code="clocks-differ", a=[clocks[0]], b=[clocks[1]]))
     if a.gpus and b.gpus and a.gpus != b.gpus:
         reasons.append(Reason(code="gpu-differs", a=list(a.gpus), b=list(b.gpus)))
     if missing := _incomplete(a):
         reasons.append(Reason(code="incomplete-a", a=missing))
     if missing := _incomplete(b):
         reasons.append(Reason(code="incomplete-b", b=missing))
+    clocks = [side.analysis.steps.clock for side in (a, b) if side.analysis is not None and side.analysis.steps.family]
+    if len(clocks) == 2 and clocks[0] != clocks[1]:
+        reasons.append(Reason(code="clocks-differ", a=[clocks[0]], b=[clocks[1]]))
     if not reasons and gate.change is None:
         reasons.append(Reason(code="nothing-to-compare"))
     return reasons

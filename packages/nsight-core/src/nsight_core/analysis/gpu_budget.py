@@ -67,17 +67,19 @@ def gpu_budget_totals(windows: pl.DataFrame, work: pl.DataFrame, blocking: pl.Da
 def _pieces(windows: pl.DataFrame, work: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
     """The GPU timeline between LO and HI cut at every edge of WORK and of WINDOWS: step, start_ns, ns, state
     (compute, exposed_comm, exposed_copy or idle)."""
-    layer = (pl.when(pl.col("kind").is_in(["copy", "memset"])).then(pl.lit(2))
-             .when(pl.col("comm")).then(pl.lit(1)).otherwise(pl.lit(0)))
+    copy = pl.col("kind").is_in(["copy", "memset"])
+    layers = {"l0": ~copy & ~pl.col("comm"), "l1": ~copy & pl.col("comm"), "l2": copy}
     edges = pl.concat([
-        work.select(pl.col("start_ns").clip(lo, hi).alias("t"), layer.alias("layer"), pl.lit(1).alias("delta")),
-        work.select(pl.col("end_ns").clip(lo, hi).alias("t"), layer.alias("layer"), pl.lit(-1).alias("delta")),
-        windows.select(pl.col("start_ns").alias("t"), pl.lit(0).alias("layer"), pl.lit(0).alias("delta")),
-        pl.DataFrame({"t": [hi], "layer": [0], "delta": [0]}),
-    ], how="vertical_relaxed")
-    counts = (edges.group_by("t").agg(*(pl.col("delta").filter(pl.col("layer") == i).sum().alias(f"l{i}")
-                                        for i in range(3)))
-              .sort("t").with_columns(pl.col("l0", "l1", "l2").cum_sum()))
+        work.select(pl.col("start_ns").clip(lo, hi).alias("t"), *(test.cast(pl.Int32).alias(name)
+                                                                  for name, test in layers.items())),
+        work.select(pl.col("end_ns").clip(lo, hi).alias("t"), *(-test.cast(pl.Int32).alias(name)
+                                                               for name, test in layers.items())),
+        windows.select(pl.col("start_ns").alias("t"), *(pl.lit(0, pl.Int32).alias(name) for name in layers)),
+        pl.DataFrame({"t": [hi], **{name: [0] for name in layers}}, schema={"t": pl.Int64, **dict.fromkeys(layers,
+                                                                                                        pl.Int32)}),
+    ], how="vertical_relaxed").sort("t")
+    # After a sort, one cumulative sum per layer; the state after all edges at one time is its last row's.
+    counts = edges.with_columns(pl.col(*layers).cum_sum()).filter(pl.col("t") != pl.col("t").shift(-1).fill_null(-1))
     state = (pl.when(pl.col("l0") > 0).then(pl.lit("compute")).when(pl.col("l1") > 0).then(pl.lit("exposed_comm"))
              .when(pl.col("l2") > 0).then(pl.lit("exposed_copy")).otherwise(pl.lit("idle")))
     pieces = counts.select(pl.col("t").alias("start_ns"), (pl.col("t").shift(-1) - pl.col("t")).alias("ns"),

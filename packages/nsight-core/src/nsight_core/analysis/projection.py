@@ -58,8 +58,12 @@ def launched(work: pl.DataFrame, cuda_api: pl.DataFrame) -> pl.DataFrame:
     call matched)."""
     calls = cuda_api.select("correlation_id", pl.col("start_ns").alias("launch_ns"),
                             pl.col("end_ns").alias("launch_end_ns"), pl.col("name").alias("launch_name"), "thread")
-    calls = calls.unique("correlation_id", keep="first")
-    return work.join(calls, on="correlation_id", how="left", maintain_order="left")
+    joined = work.join(calls, on="correlation_id", how="left", maintain_order="left")
+    if joined.height == work.height:
+        return joined
+    # Two processes reused a correlation id: each piece of work keeps the first call that has it.
+    return work.join(calls.unique("correlation_id", keep="first"), on="correlation_id", how="left",
+                     maintain_order="left")
 
 
 def step_of_launch(launches: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:
@@ -71,12 +75,12 @@ def step_of_launch(launches: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:
     """
     if not steps.height:
         return pl.Series("step", [None] * launches.height, pl.Int64)
-    ranges = steps.select("step", pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e"))
-    order = launches.select(pl.int_range(pl.len()).alias("_row"), "launch_ns")
-    located = (order.filter(pl.col("launch_ns").is_not_null()).sort("launch_ns")
-               .join_asof(ranges, left_on="launch_ns", right_on="_s", strategy="backward"))
-    located = located.select("_row", pl.when(pl.col("launch_ns") < pl.col("_e")).then(pl.col("step")).alias("step"))
-    return order.join(located, on="_row", how="left").sort("_row")["step"]
+    starts, ends, numbers = steps["start_ns"], steps["end_ns"], steps["step"]
+    # A binary search in the step starts, not a join: the launches stay in their order.
+    position = pl.lit(starts).search_sorted(pl.col("launch_ns"), side="right").cast(pl.Int64) - 1
+    inside = (position >= 0) & (pl.col("launch_ns") < pl.lit(ends).gather(position.clip(lower_bound=0)))
+    return launches.select(pl.when(inside).then(pl.lit(numbers).gather(position.clip(lower_bound=0)))
+                           .alias("step"))["step"]
 
 
 def project_steps(steps: pl.DataFrame, work: pl.DataFrame) -> pl.DataFrame:

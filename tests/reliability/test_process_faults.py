@@ -282,3 +282,15 @@ def test_two_interrupts_in_a_row_keep_the_trace(tmp_path):
     assert run.returncode == 130, stderr
     assert stdout.splitlines()[-1] == str(tmp_path / "o" / "r.nsys-rep"), stderr
     assert "could not stop" not in stderr and list(temp.glob("*.qdstrm")) == []
+
+
+def test_a_report_of_a_good_and_a_damaged_trace_still_writes_the_good_ones_page(family, tmp_path):
+    good, bad = tmp_path / "good.nsys-rep", tmp_path / "bad.nsys-rep"
+    shutil.copy(next(family[1].rglob("r.nsys-rep")), good)
+    bad.write_bytes(good.read_bytes()[:5000])
+    done = nsight_stats("report", str(good), str(bad), "-o", str(tmp_path / "page.html"))
+    assert done.returncode == 1
+    [error] = [line for line in done.stderr.splitlines() if "error" in line]
+    assert "bad.nsys-rep" in error and "leaves" in error
+    assert done.stdout.strip() == str(tmp_path / "page.html")
+    assert "after" in (tmp_path / "page.html").read_text()

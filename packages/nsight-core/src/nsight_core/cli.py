@@ -103,16 +103,23 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     prepare()  # while nsys exports
     paths = [capture for path in args.paths for capture in capture_paths(path)]
-    profiles = []
-    for path in paths:
+    profiles, left_out = [], 0
+    for path in paths:  # one capture that cannot be read costs its own section, not the others' page
         log.info("reading %s", path)
-        if path in exports:
-            exports[path].result()
-        profiles.append(build_profile(path, args.reports or DEFAULT_REPORTS))
+        try:
+            if path in exports:
+                exports[path].result()
+            profiles.append(build_profile(path, args.reports or DEFAULT_REPORTS))
+        except NsightError as exc:
+            print(f"nsight: error: {exc} The page leaves {path} out.", file=sys.stderr)
+            left_out += 1
+            continue
         if _unknown_reports(profiles[-1].stats):
             return 1
+    if not profiles:
+        return 1
     print(write_page(profiles, args.output, title=args.title))
-    return 0
+    return 1 if left_out else 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -245,7 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
         "union of kernel intervals, launches, copies, NVTX, CUDA API), charts and the detail table of every "
         "report, with 'What to fix' on top. PATH is a .nsys-rep, a .sqlite or arrow-directory export, or a "
         "directory of recorded CSVs (one section per recorded prefix). A .nsys-rep is exported once, beside it. "
-        "The page needs no network.")
+        "The page needs no network. A capture that cannot be read is left out of the page with one error line. "
+        "Exit status: 0, or 1 when a capture was left out (the page holds the others) or none could be read.")
     report.add_argument("paths", nargs="+", type=Path, metavar="PATH",
                         help=".nsys-rep, .sqlite, arrow directory, or a directory of recorded CSVs")
     report.add_argument("-o", "--output", type=Path, default=Path("report.html"),

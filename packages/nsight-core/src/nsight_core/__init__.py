@@ -25,6 +25,7 @@ from nsight_core.errors import (
     NsysCommandError,
     NsysNotFoundError,
     NsysPermissionError,
+    ReportTooNewError,
     StatsError,
 )
 from nsight_core.nsys import DEFAULT_TRACE, Nsys, find_nsys
@@ -79,6 +80,7 @@ __all__ = [
     "PerfettoExport",
     "ProfileStats",
     "Region",
+    "ReportTooNewError",
     "RunResult",
     "SchemaMismatch",
     "Session",

@@ -32,6 +32,11 @@ class NsysCommandError(NsightError):
     """An nsys command failed, timed out, or did not do what it reported."""
 
 
+class ReportTooNewError(NsysCommandError):
+    """A .nsys-rep written by a newer nsys than the one installed, which cannot read it: the message names both
+    versions and the way out (a newer nsys via NSIGHT_NSYS, or the report's .sqlite/.arrowdir export)."""
+
+
 class NsysPermissionError(NsysCommandError):
     """nsys ran but was refused the privileges it needs; the message carries the remedies."""
 

@@ -28,9 +28,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from nsight_core.errors import StatsError
+from nsight_core.errors import NsysCommandError, StatsError
 from nsight_core.memory import check_export_memory
 from nsight_core.nsys import Nsys, find_nsys
+from nsight_core.trace.writer import check_writer, explain_failure
 
 log = logging.getLogger("nsight")
 
@@ -142,12 +143,16 @@ def export(report: Path, kind: str, nsys: Nsys | None = None) -> Path:
         return target
     check_export_memory(report.stat().st_size, kind, report.name)
     nsys = nsys or find_nsys()
+    check_writer(report, nsys.version, nsys.path)  # a report newer than this nsys: one line, not its protobuf error
     _remove_abandoned(target)
     temporary = _temporary(target)
     log.info("exporting %s (%s, once per capture)", report, kind)
     try:
         version = _version_of(report)  # before nsys reads it: a report rewritten meanwhile is not current
-        nsys.export(report, temporary, kind)
+        try:
+            nsys.export(report, temporary, kind)
+        except NsysCommandError as error:
+            raise explain_failure(report, nsys.version, nsys.path) or error from error
         record = _record(version, temporary)
         for attempt in (1, 2):  # a concurrent export of the same report may have renamed into place first
             discard(target)

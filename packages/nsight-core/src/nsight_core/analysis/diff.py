@@ -226,7 +226,8 @@ def _reasons(a: Side, b: Side, gate: Gate) -> list[Reason]:
     if missing := _incomplete(b):
         reasons.append(Reason(code="incomplete-b", b=missing))
     clocks = [side.analysis.steps.clock for side in (a, b) if side.analysis is not None and side.analysis.steps.family]
-    if len(clocks) == 2 and clocks[0] != clocks[1]:
+    if len(clocks) == 2 and clocks[0] != clocks[1] and not any(r.code.startswith("incomplete") for r in reasons):
+        # An incomplete side explains its lost clock already: the reason is its cause, not this.
         reasons.append(Reason(code="clocks-differ", a=[clocks[0]], b=[clocks[1]]))
     if not reasons and gate.change is None:
         reasons.append(Reason(code="nothing-to-compare"))

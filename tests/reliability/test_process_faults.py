@@ -294,3 +294,45 @@ def test_a_report_of_a_good_and_a_damaged_trace_still_writes_the_good_ones_page(
     assert "bad.nsys-rep" in error and "leaves" in error
     assert done.stdout.strip() == str(tmp_path / "page.html")
     assert "after" in (tmp_path / "page.html").read_text()
+
+
+@pytest.fixture
+def small_temp(tmp_path):  # type: ignore[no-untyped-def]
+    """An 8 MiB tmpfs, as pods often have for /tmp."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(folder)]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    yield folder
+    subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+BUSY = """
+    import nvtx, nsight_core
+    with nsight_core.range("r"):
+        for i in range(200_000):
+            with nvtx.annotate(f"step_{i}"):
+                pass
+    print("done", flush=True)
+"""
+
+
+def test_a_small_temp_folder_runs_the_program_unprofiled(small_temp, tmp_path):
+    """nsys streams into $TMPDIR; when it filled up, nsys' injected library crashed the program
+    (exit 139). Now the space is checked first: one line naming the folder, the program runs as is."""
+    job = tmp_path / "job.py"
+    job.write_text(textwrap.dedent(BUSY))
+    done = run_captured([*NSIGHT, "run", "--capture", "manual", "--trace", "nvtx", "-o", str(tmp_path / "o"), "--",
+                         sys.executable, str(job)], timeout=TIMEOUT, stdin=subprocess.DEVNULL,
+                        env={**os.environ, "TMPDIR": str(small_temp)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "done\n"
+    [line] = done.stderr.splitlines()
+    assert "ran unprofiled" in line and str(small_temp) in line and "256.00 MiB" in line and "TMPDIR" in line
+
+
+def test_a_task_with_a_small_temp_folder_runs_unprofiled(run_action, small_temp):
+    result = run_action(HERE, "fault_tasks", "whole", {"steps": STEPS}, env={"TMPDIR": str(small_temp)})
+    assert result.returncode == 0 and result.output == expected("whole", STEPS), result.stderr
+    [warning] = [line for line in result.stderr.splitlines() if "nsight: WARNING" in line]
+    assert "runs unprofiled" in warning and str(small_temp) in warning

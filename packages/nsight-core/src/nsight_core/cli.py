@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import logging
 import os
@@ -317,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     for stream in (sys.stdout, sys.stderr):  # a name a latin-1 or C-locale stream cannot hold: escaped
-        with contextlib.suppress(AttributeError, ValueError):  # a stream without reconfigure (a test's)
+        if isinstance(stream, io.TextIOWrapper):  # not a test harness's stream
             stream.reconfigure(errors="backslashreplace")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="nsight: %(message)s",
                         stream=sys.stderr)

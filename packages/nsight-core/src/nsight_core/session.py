@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -32,7 +33,7 @@ from typing import Any, Literal, NoReturn, Self
 
 from pydantic import BaseModel
 
-from nsight_core import lineage
+from nsight_core import lineage, tempspace
 from nsight_core.capture import Capture
 from nsight_core.errors import (
     PERMISSION_REMEDIES,
@@ -232,6 +233,9 @@ class Session:
             raise ValueError("no command to profile: give the program and its arguments.")
         _check_runnable(argv[0])
         self._prepare_output_dir()
+        if why := tempspace.shortfall():  # profiling must never be what kills the program
+            return RunResult(returncode=_run_plain(argv), output_dir=self.output_dir, reports=[],
+                             diagnosis=f"{argv[0]} ran unprofiled: {why}")
         with tempfile.TemporaryDirectory(prefix="nsight-claims-") as scratch:
             self.claims = Path(scratch, "claims")
             env = self.child_env() if capture == "manual" else None
@@ -743,10 +747,18 @@ def exec_launch(argv: Sequence[str], *, name: str, trace: Sequence[str] | str = 
         nsys_argv, env = session._nsys_argv("manual"), session.child_env()
     except (NsightError, ValueError, OSError) as exc:
         _exec_unprofiled(argv, one_line(exc))
+    if why := tempspace.shortfall():
+        _exec_unprofiled(argv, why)
     finished = run_command(nsys_argv, argv, env=env, session=session.name)
     if not finished.started:
         _exec_unprofiled(argv, _never_started(finished.nsys_output))
     sys.exit(finished.returncode)
+
+
+def _run_plain(argv: Sequence[str]) -> int:
+    """Run ARGV without nsys; its exit code (128+N after signal N, as the profiled run would give)."""
+    code = subprocess.run(list(argv), check=False).returncode
+    return 128 - code if code < 0 else code
 
 
 def _check_runnable(program: str) -> None:

@@ -1,0 +1,51 @@
+"""nsys' temp space: whether the folder nsys streams a recording into has room for one.
+
+nsys writes every collection first as a raw stream, ``$TMPDIR/nsys-report-XXXX.qdstrm``, and only at the
+end converts it into the ``.nsys-rep``. When that folder fills up (a pod's small tmpfs) nsys 2023.4.4's
+injected library crashes the profiled program (exit 139, measured with 1 and 8 MiB tmpfs), so the
+space is checked before anything starts: too little, and the program runs unprofiled instead.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from nsight_core.errors import NsightError
+from nsight_core.memory import parse_size
+from nsight_core.render.units import size
+
+ENV_MIN_TEMP_SPACE = "NSIGHT_MIN_TEMP_SPACE"
+MIN_TEMP_SPACE = 256 * 1024**2
+"""The free space nsys' temp folder needs by default: a CPU-side capture of a few minutes streams tens of MB,
+a GPU one hundreds; the raw stream grows faster than the `.nsys-rep` it becomes."""
+
+
+def nsys_temp_dir() -> Path:
+    """The folder nsys streams into: $TMPDIR, else /tmp (nsys has no other fallback)."""
+    return Path(os.environ.get("TMPDIR") or "/tmp")
+
+
+def shortfall() -> str | None:
+    """Why nsys' temp folder is too small to record into, in words with the remedy; None when it has room.
+
+    ``NSIGHT_MIN_TEMP_SPACE`` sets the space needed (``1G``, ``64M``) or turns the check ``off``.
+    """
+    setting = os.environ.get(ENV_MIN_TEMP_SPACE, "").strip()
+    if setting.lower() == "off":
+        return None
+    try:
+        needed = parse_size(setting) if setting else MIN_TEMP_SPACE
+    except NsightError:
+        needed = MIN_TEMP_SPACE
+    folder = nsys_temp_dir()
+    try:
+        stat = os.statvfs(folder)
+    except OSError:
+        return None  # a folder that does not exist: nsys' own message says so
+    free = stat.f_bavail * stat.f_frsize
+    if free >= needed:
+        return None
+    return (f"nsys' temp folder {folder} has {size(free)} free and a recording needs at least {size(needed)} there "
+            f"(a full one crashes the program): point TMPDIR at a larger folder, or set {ENV_MIN_TEMP_SPACE} to "
+            "the space nsys may use (e.g. 64M) or off")

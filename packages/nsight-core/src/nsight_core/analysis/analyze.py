@@ -30,7 +30,7 @@ from nsight_core.analysis.completeness import Completeness
 from nsight_core.analysis.events import EventTables
 from nsight_core.analysis.findings import Context, Finding
 from nsight_core.analysis.footprint import UserWindow, capture_window, users_calls
-from nsight_core.analysis.gpu_budget import gpu_budget_totals
+from nsight_core.analysis.gpu_budget import gpu_budget_totals, idle_stretches
 from nsight_core.analysis.projection import gpu_work, graph_launches, launched, project_steps, step_of_launch
 from nsight_core.analysis.ranges import Nesting, RangeFamily, range_families
 from nsight_core.analysis.steps import StepStats, family_codes, find_steps, matching, on_gpu_clock
@@ -168,6 +168,44 @@ def withhold_savings(analysis: Analysis, completeness: Completeness) -> Analysis
     findings = [finding.model_copy(update={"saving": None, "severity": "info"}) for finding in analysis.findings]
     return analysis.model_copy(update={"findings": findings,
                                        "savings_withheld": [warning.code for warning in completeness.warnings]})
+
+
+class StepView(BaseModel):
+    """What a step view draws (:func:`step_view`): the steps' windows, and the idle stretches with their causes."""
+
+    model_config = {"arbitrary_types_allowed": True}
+
+    clock: Literal["gpu", "cpu"]
+    windows: pl.DataFrame = Field(description="step, start_ns, end_ns (the window drawn), cpu_start_ns, cpu_end_ns")
+    idle: pl.DataFrame = Field(description="step, start_ns, end_ns, part, cpu_kind, cpu_name: each GPU idle stretch "
+                               "and the cause that holds most of it (empty on the CPU's clock)")
+    median_step: int | None = Field(description="The steady step whose window is the median's (None: no steps)")
+    slowest_step: int | None
+
+
+def step_view(trace: EventTables) -> StepView:
+    """The steps' windows and idle causes of TRACE, with its median and slowest steady step: what the page draws
+    in full (a step of a few thousand events, whatever the capture's size)."""
+    families = family_codes(trace.nvtx, "name")
+    found = _steps(trace, capture_window(trace), families)
+    windows = found.steps
+    if "cpu_start_ns" not in windows.columns:
+        windows = windows.with_columns(pl.col("start_ns").alias("cpu_start_ns"), pl.col("end_ns").alias("cpu_end_ns"))
+    idle = pl.DataFrame(schema={"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "part": pl.String,
+                                "cpu_kind": pl.String, "cpu_name": pl.String})
+    if found.work is not None and found.stats.family is not None:
+        codes, patterns = families
+        family_mask = pl.Series(codes == (patterns == found.stats.family.pattern).arg_true()[0])
+        idle = idle_stretches(found.steps, found.work, found.blocking, trace.nvtx, family_mask, found.thread,
+                              trace.cuda_api)
+    steady = windows.slice(1) if found.stats.warmup else windows
+    median = slowest = None
+    if found.scope == "steps" and steady.height:
+        ordered = steady.select("step", (pl.col("end_ns") - pl.col("start_ns")).alias("d")).sort("d", "step")
+        median, slowest = int(ordered["step"][(ordered.height - 1) // 2]), int(ordered["step"][-1])
+    shown = windows.select("step", "start_ns", "end_ns", "cpu_start_ns", "cpu_end_ns")
+    return StepView(clock="gpu" if found.work is not None else "cpu", windows=shown, idle=idle, median_step=median,
+                    slowest_step=slowest)
 
 
 def step_budgets(trace: EventTables) -> pl.DataFrame:

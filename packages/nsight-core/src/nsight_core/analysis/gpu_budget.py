@@ -36,8 +36,8 @@ decode), untraced unless a range marks it."""
 TOP_RANGES = 8
 """Host ranges named in the budget; the others are summed as OTHER_RANGES."""
 OTHER_RANGES = "(other ranges)"
-TOTAL_COLUMNS = {"step": pl.Int64, "part": pl.String, "cpu_kind": pl.String, "cpu_name": pl.String,
-                 "total_ns": pl.Int64}
+TOTAL_COLUMNS = {"step": pl.Int64, "a": pl.Int64, "b": pl.Int64, "part": pl.String, "cpu_kind": pl.String,
+                 "cpu_name": pl.String, "total_ns": pl.Int64}
 
 
 def gpu_budget_totals(windows: pl.DataFrame, work: pl.DataFrame, blocking: pl.DataFrame, nvtx: pl.DataFrame,
@@ -50,18 +50,38 @@ def gpu_budget_totals(windows: pl.DataFrame, work: pl.DataFrame, blocking: pl.Da
     calls (:func:`nsight_core.analysis.budget.sync_calls`). NVTX: all ranges; FAMILY_MASK marks the step
     family's. THREAD: the steps' CPU thread. CUDA_API: every thread's calls (dispatch, :func:`_dispatch_runs`).
     """
+    rows = _cause_rows(windows, work, blocking, nvtx, family_mask, thread, cuda_api)
+    return (rows.group_by("step", "part", "cpu_kind", "cpu_name").agg(pl.col("total_ns").sum())
+            .sort("step", "part", "cpu_kind", "cpu_name", nulls_last=True))
+
+
+def idle_stretches(windows: pl.DataFrame, work: pl.DataFrame, blocking: pl.DataFrame, nvtx: pl.DataFrame,
+                   family_mask: pl.Series, thread: int | None, cuda_api: pl.DataFrame) -> pl.DataFrame:
+    """Each GPU idle stretch of WINDOWS (arguments as :func:`gpu_budget_totals`) with the cause that holds most
+    of it: step, start_ns, end_ns, part, cpu_kind, cpu_name. What a step view shades and labels."""
+    rows = _cause_rows(windows, work, blocking, nvtx, family_mask, thread, cuda_api).filter(pl.col("a").is_not_null())
+    return (rows.group_by("step", "a", "b", "part", "cpu_kind", "cpu_name").agg(pl.col("total_ns").sum())
+            .sort("total_ns", descending=True).unique(["step", "a"], keep="first")
+            .select("step", pl.col("a").alias("start_ns"), pl.col("b").alias("end_ns"), "part", "cpu_kind", "cpu_name")
+            .sort("start_ns"))
+
+
+def _cause_rows(windows: pl.DataFrame, work: pl.DataFrame, blocking: pl.DataFrame, nvtx: pl.DataFrame,
+                family_mask: pl.Series, thread: int | None, cuda_api: pl.DataFrame) -> pl.DataFrame:
+    """The budget's rows before they are summed: step, a, b (the idle piece; null for busy time), part, cpu_kind,
+    cpu_name, total_ns."""
     lo, hi = windows.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
     pieces = _pieces(windows, work.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)), lo, hi)
     busy = pieces.filter(pl.col("state") != "idle").group_by("step", "state").agg(pl.col("ns").sum())
-    busy_rows = busy.select("step", pl.col("state").alias("part"), pl.lit(None, pl.String).alias("cpu_kind"),
-                            pl.lit(None, pl.String).alias("cpu_name"), pl.col("ns").alias("total_ns"))
+    none = pl.lit(None, pl.Int64)
+    busy_rows = busy.select("step", none.alias("a"), none.alias("b"), pl.col("state").alias("part"),
+                            pl.lit(None, pl.String).alias("cpu_kind"), pl.lit(None, pl.String).alias("cpu_name"),
+                            pl.col("ns").alias("total_ns"))
     idle = _with_cause(pieces.filter(pl.col("state") == "idle"), work, blocking, thread)
     host = _Host.of(nvtx, family_mask, windows, thread, cuda_api)
     rows = [busy_rows, *_idle_rows(idle, host)]
     return (pl.concat([frame.cast(TOTAL_COLUMNS) for frame in rows])  # type: ignore[arg-type]
-            .filter(pl.col("total_ns") > 0)
-            .group_by("step", "part", "cpu_kind", "cpu_name").agg(pl.col("total_ns").sum())
-            .sort("step", "part", "cpu_kind", "cpu_name", nulls_last=True))
+            .filter(pl.col("total_ns") > 0))
 
 
 def _pieces(windows: pl.DataFrame, work: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
@@ -138,8 +158,8 @@ class _Host:
                    _dispatch_runs(cuda_api))
 
     def split(self, spans: pl.DataFrame) -> pl.DataFrame:
-        """SPANS (step, q0, q1, part_for_ranges, part_for_dispatch, part_for_untraced) as rows of step, part,
-        cpu_kind, cpu_name, total_ns."""
+        """SPANS (step, a, b: the idle piece; q0, q1: the host's span of it; the parts for ranges, dispatch and
+        untraced time) as rows of step, a, b, part, cpu_kind, cpu_name, total_ns."""
         in_steps = _covered(self.steps, spans)
         rows = []
         in_ranges_inside = pl.zeros(spans.height, pl.Int64, eager=True)
@@ -147,8 +167,7 @@ class _Host:
         for name, ranges in self.ranges.items():
             covered = _covered(ranges, spans)
             inside = _inside(ranges, self.steps)
-            rows.append(spans.select("step", pl.col("ranges_part").alias("part"), pl.lit("nvtx").alias("cpu_kind"),
-                                     pl.lit(name).alias("cpu_name"), pl.lit(covered).alias("total_ns")))
+            rows.append(_host_rows(spans, "ranges_part", "nvtx", name, covered))
             in_ranges_inside += covered * inside
             in_ranges_outside += covered * (1 - inside)
         length = spans.select(pl.col("q1") - pl.col("q0")).to_series()
@@ -156,11 +175,15 @@ class _Host:
         dispatch = pl.select(pl.min_horizontal(pl.lit(dispatching), pl.lit((in_steps - in_ranges_inside)
                                                                            .clip(lower_bound=0)))).to_series()
         untraced = (length - in_ranges_inside - in_ranges_outside - dispatch).clip(lower_bound=0)
-        rows.append(spans.select("step", pl.col("dispatch_part").alias("part"), pl.lit("dispatch").alias("cpu_kind"),
-                                 pl.lit("").alias("cpu_name"), pl.lit(dispatch).alias("total_ns")))
-        rows.append(spans.select("step", pl.col("untraced_part").alias("part"), pl.lit("untraced").alias("cpu_kind"),
-                                 pl.lit("").alias("cpu_name"), pl.lit(untraced).alias("total_ns")))
+        rows.append(_host_rows(spans, "dispatch_part", "dispatch", "", dispatch))
+        rows.append(_host_rows(spans, "untraced_part", "untraced", "", untraced))
         return pl.concat(rows)
+
+
+def _host_rows(spans: pl.DataFrame, part: str, kind: str, name: str, values: pl.Series) -> pl.DataFrame:
+    """SPANS' rows of one host activity: its part (from column PART), KIND, NAME and VALUES ns each."""
+    return spans.select("step", "a", "b", pl.col(part).alias("part"), pl.lit(kind).alias("cpu_kind"),
+                        pl.lit(name).alias("cpu_name"), pl.lit(values).alias("total_ns"))
 
 
 def _dispatch_runs(cuda_api: pl.DataFrame) -> pl.DataFrame:
@@ -212,12 +235,12 @@ def _idle_rows(idle: pl.DataFrame, host: _Host) -> list[pl.DataFrame]:
     queued = traced.filter(pl.col("launch_end_ns") <= pl.col("a"))
     late = traced.filter(pl.col("launch_end_ns") > pl.col("a"))
     rows = [
-        untraced.select("step", pl.lit("gpu_idle").alias("part"), pl.lit("untraced").alias("cpu_kind"),
+        untraced.select("step", "a", "b", pl.lit("gpu_idle").alias("part"), pl.lit("untraced").alias("cpu_kind"),
                         pl.lit("").alias("cpu_name"), (pl.col("b") - pl.col("a")).alias("total_ns")),
-        queued.select("step", pl.when(pl.col("b") - pl.col("a") < QUEUED_GAP_NS).then(pl.lit("launch_gap"))
+        queued.select("step", "a", "b", pl.when(pl.col("b") - pl.col("a") < QUEUED_GAP_NS).then(pl.lit("launch_gap"))
                       .otherwise(pl.lit("stream_wait")).alias("part"), none.alias("cpu_kind"), none.alias("cpu_name"),
                       (pl.col("b") - pl.col("a")).alias("total_ns")),
-        late.select("step", pl.lit("launch_gap").alias("part"), pl.lit("dispatch").alias("cpu_kind"),
+        late.select("step", "a", "b", pl.lit("launch_gap").alias("part"), pl.lit("dispatch").alias("cpu_kind"),
                     pl.col("launch_name").alias("cpu_name"), (pl.col("b") - pl.col("late_end")).alias("total_ns")),
     ]
     # A sync is to blame for as long as the host had waited in it for queued work before the drain: without
@@ -225,14 +248,14 @@ def _idle_rows(idle: pl.DataFrame, host: _Host) -> list[pl.DataFrame]:
     synced = late.filter(pl.col("sync_name").is_not_null()).with_columns(
         pl.min_horizontal("late_end", pl.col("a") + pl.col("sync_waited_ns")).alias("blamed_end"))
     call_end = pl.min_horizontal("sync_end_ns", "blamed_end")
-    rows.append(synced.select("step", pl.lit("sync_wait").alias("part"), pl.lit("cuda_api").alias("cpu_kind"),
+    rows.append(synced.select("step", "a", "b", pl.lit("sync_wait").alias("part"), pl.lit("cuda_api").alias("cpu_kind"),
                               pl.col("sync_name").alias("cpu_name"), (call_end - pl.col("a")).alias("total_ns")))
     spans = [
-        synced.select("step", call_end.alias("q0"), pl.col("blamed_end").alias("q1"),
+        synced.select("step", "a", "b", call_end.alias("q0"), pl.col("blamed_end").alias("q1"),
                       *(pl.lit("sync_wait").alias(f"{kind}_part") for kind in ("ranges", "dispatch", "untraced"))),
-        synced.select("step", pl.col("blamed_end").alias("q0"), pl.col("late_end").alias("q1"), *_HOST_PARTS),
+        synced.select("step", "a", "b", pl.col("blamed_end").alias("q0"), pl.col("late_end").alias("q1"), *_HOST_PARTS),
         late.filter(pl.col("sync_name").is_null()).select(
-            "step", pl.col("a").alias("q0"), pl.col("late_end").alias("q1"), *_HOST_PARTS),
+            "step", "a", "b", pl.col("a").alias("q0"), pl.col("late_end").alias("q1"), *_HOST_PARTS),
     ]
     rows.append(host.split(pl.concat(spans)))
     return rows

@@ -22,6 +22,7 @@ from typing import TypeVar
 
 import polars as pl
 
+from nsight_core.stats import exact
 from nsight_core.stats.models import (
     ApiCallRow,
     GraphRow,
@@ -32,7 +33,9 @@ from nsight_core.stats.models import (
     ProfileStats,
 )
 from nsight_core.stats.reports import canonical
+from nsight_core.trace import streamed
 from nsight_core.trace.model import Trace
+from nsight_core.trace.streamed import is_streamed
 
 BYTES_PER_MB = 1_000_000
 MB_DECIMALS = 3
@@ -65,7 +68,29 @@ def rounding(trace: Trace) -> Rounding:
     return _exact_round if year and int(year.group(1)) >= EXACT_ROUNDING_SINCE else _sqlite_round
 
 
-def _time_summary(frame: pl.DataFrame, name: pl.Expr, round_: Rounding, key: str = "name",
+def _summary(frame: pl.LazyFrame, key: str, value: str, streamed: bool, prefix: str) -> pl.DataFrame:
+    """Per KEY of FRAME: total, instances, avg, med, min, max, stddev of VALUE (an integer column), named
+    PREFIX_total ... (``total_time_ns`` where PREFIX is 'time', else ``total_<prefix>``), plus ``name`` where KEY is
+    not the name. One streamed pass; the medians by selection where STREAMED (:mod:`nsight_core.stats.exact`),
+    else by Polars' median over the frame in memory: exact either way.
+    """
+    named = [] if key == "name" else [pl.col("name").first()]
+    values = pl.col(value)
+    aggregated = frame.group_by(key).agg(
+        *named, *exact.sums(values), values.min().alias("_min"), values.max().alias("_max"),
+        *([] if streamed else [values.median().alias("_median")])).collect(engine="streaming")
+    if streamed:
+        aggregated = aggregated.join(exact.medians(frame, key, value, aggregated), on=key, how="left")
+    unit = "ns" if prefix == "time" else prefix
+    summary = exact.finish(aggregated, f"avg_{unit}", f"stddev_{unit}")
+    return summary.select(
+        key, *([] if key == "name" else ["name"]),
+        pl.col("_sum").alias("total_time_ns" if prefix == "time" else f"total_{prefix}"),
+        pl.col("_n").alias("instances"), f"avg_{unit}", pl.col("_median").alias(f"med_{unit}"),
+        pl.col("_min").alias(f"min_{unit}"), pl.col("_max").alias(f"max_{unit}"), f"stddev_{unit}")
+
+
+def _time_summary(frame: pl.LazyFrame, name: pl.Expr, round_: Rounding, streamed: bool, key: str = "name",
                   by_instances: bool = False) -> pl.DataFrame:
     """Per KEY (a column, or "name"): NAME, time %, total, instances, avg, med, min, max, stddev of end - start.
 
@@ -74,17 +99,9 @@ def _time_summary(frame: pl.DataFrame, name: pl.Expr, round_: Rounding, key: str
     SQLite returns the groups its ORDER BY leaves tied.
     """
     # Only the columns the report needs, the duration once (each statistic of an expression computes it anew).
-    by_name = key == "name"
-    frame = frame.select(*([] if by_name else [key]), name.alias("name" if by_name else "_name"),
+    frame = frame.select(*([] if key == "name" else [key]), name.alias("name"),
                          (pl.col("end_ns") - pl.col("start_ns")).alias("_duration"))
-    duration = pl.col("_duration")
-    summary = frame.group_by(key).agg(
-        *([] if by_name else [pl.col("_name").first().alias("name")]),
-        duration.sum().alias("total_time_ns"), pl.len().cast(pl.Int64).alias("instances"),
-        duration.mean().alias("avg_ns"), duration.median().alias("med_ns"),
-        duration.min().alias("min_ns"), duration.max().alias("max_ns"),
-        duration.std(ddof=1).fill_null(0.0).alias("stddev_ns"),
-    )
+    summary = _summary(frame, key, "_duration", streamed, "time")
     order = ["total_time_ns", *(["instances"] if by_instances else []), key]
     share = (pl.col("total_time_ns") * 100.0 / pl.col("total_time_ns").sum()).fill_nan(0.0)
     return summary.with_columns(round_(share).alias("time_pct"), *(round_(pl.col(column)).alias(column)
@@ -94,54 +111,45 @@ def _time_summary(frame: pl.DataFrame, name: pl.Expr, round_: Rounding, key: str
 
 def kernel_summary(trace: Trace) -> list[KernelRow] | str:
     """cuda_gpu_kern_sum: kernels by demangled name."""
-    if not trace.kernels.height:
-        return "does not contain CUDA kernel data."
-    return _rows(KernelRow, _time_summary(trace.kernels, pl.col("name"), rounding(trace), by_instances=True))
+    summary = _time_summary(streamed.kernels(trace), pl.col("name"), rounding(trace), is_streamed(trace),
+                            by_instances=True)
+    return _rows(KernelRow, summary) if summary.height else "does not contain CUDA kernel data."
 
 
 def graph_summary(trace: Trace) -> list[GraphRow]:
     """CUDA-graph launches on the GPU by graph (none where the trace has no graph-level rows): GPU work as much as
     a kernel is, which nsys' kernel report leaves out; the same statistics and order as its time reports."""
-    if not trace.graphs.height:
-        return []
-    return _rows(GraphRow, _time_summary(trace.graphs, pl.format("CUDA graph {}", "graph_id"), rounding(trace),
-                                         key="graph_id"))
+    return _rows(GraphRow, _time_summary(streamed.graphs(trace), pl.format("CUDA graph {}", "graph_id"),
+                                         rounding(trace), is_streamed(trace), key="graph_id"))
 
 
 def api_summary(trace: Trace) -> list[ApiCallRow] | str:
     """cuda_api_sum: CUDA runtime and driver calls by nsys' string id of the function (its full name)."""
-    if not trace.cuda_api.height:
-        return "does not contain CUDA trace data."
-    return _rows(ApiCallRow, _time_summary(trace.cuda_api, pl.col("name"), rounding(trace), key="name_id"))
+    summary = _time_summary(streamed.cuda_api(trace), pl.col("name"), rounding(trace), is_streamed(trace),
+                            key="name_id")
+    return _rows(ApiCallRow, summary) if summary.height else "does not contain CUDA trace data."
 
 
-def _memory_operations(trace: Trace) -> pl.DataFrame:
+def _memory_operations(trace: Trace) -> pl.LazyFrame:
     columns = ("start_ns", "end_ns", "bytes")
     return pl.concat([
-        trace.memcpy.select(pl.format("[CUDA memcpy {}]", "direction").alias("operation"), *columns),
-        trace.memset.select(pl.lit("[CUDA memset]").alias("operation"), *columns),
+        streamed.memcpy(trace).select(pl.format("[CUDA memcpy {}]", "direction").alias("name"), *columns),
+        streamed.memset(trace).select(pl.lit("[CUDA memset]").alias("name"), *columns),
     ])
 
 
 def memory_time_summary(trace: Trace) -> list[MemoryTimeRow] | str:
     """cuda_gpu_mem_time_sum: copies by direction and memsets, by time."""
-    operations = _memory_operations(trace)
-    if not operations.height:
-        return "does not contain GPU memory data."
-    return _rows(MemoryTimeRow, _time_summary(operations, pl.col("operation"), rounding(trace)))
+    summary = _time_summary(_memory_operations(trace), pl.col("name"), rounding(trace), is_streamed(trace))
+    return _rows(MemoryTimeRow, summary) if summary.height else "does not contain GPU memory data."
 
 
 def memory_size_summary(trace: Trace) -> list[MemorySizeRow] | str:
     """cuda_gpu_mem_size_sum: copies by direction and memsets, by size (MB, three decimals)."""
-    operations = _memory_operations(trace)
-    if not operations.height:
+    summary = _summary(_memory_operations(trace).select("name", "bytes"), "name", "bytes", is_streamed(trace), "mb")
+    if not summary.height:
         return "does not contain GPU memory data."
-    size = pl.col("bytes")
-    summary = operations.group_by(pl.col("operation").alias("name")).agg(
-        size.sum().alias("total_mb"), pl.len().cast(pl.Int64).alias("instances"), size.mean().alias("avg_mb"),
-        size.median().alias("med_mb"), size.min().alias("min_mb"), size.max().alias("max_mb"),
-        size.std(ddof=1).fill_null(0.0).alias("stddev_mb"),
-    ).sort(["total_mb", "name"], descending=[True, False])
+    summary = summary.sort(["total_mb", "name"], descending=[True, False])
     return [MemorySizeRow.model_validate({field: _megabytes(value) if field.endswith("_mb") else value
                                           for field, value in row.items()}) for row in summary.to_dicts()]
 
@@ -154,17 +162,10 @@ def _megabytes(size: float) -> float:
 
 def nvtx_summary(trace: Trace) -> list[NvtxRangeRow] | str:
     """nvtx_pushpop_sum: push/pop ranges by `domain:name` (the name alone in the default domain)."""
-    ranges = trace.nvtx.select("start_ns", "end_ns", "name", "domain", "kind")
-    push_pop = pl.col("kind") == "push_pop"
-    if not ranges.select(push_pop.all()).item():  # a filter copies even what it keeps
-        ranges = ranges.filter(push_pop)
-    if not ranges.height:
-        return "does not contain NV Tools Extension (NVTX) push/pop ranges."
-    # `domain:name`, made only where there is a domain (the default domain's names are used as they are).
-    named = ranges.select((pl.col("domain") == "").all()).item()
-    name = pl.col("name") if named else (pl.when(pl.col("domain") != "").then(pl.format("{}:{}", "domain", "name"))
-                                         .otherwise(pl.col("name")))
-    return _rows(NvtxRangeRow, _time_summary(ranges, name, rounding(trace)))
+    name = pl.when(pl.col("domain") != "").then(pl.format("{}:{}", "domain", "name")).otherwise(pl.col("name"))
+    summary = _time_summary(streamed.nvtx_push_pop(trace), name, rounding(trace), is_streamed(trace))
+    return _rows(NvtxRangeRow, summary) if summary.height else \
+        "does not contain NV Tools Extension (NVTX) push/pop ranges."
 
 
 Rows = list[KernelRow] | list[ApiCallRow] | list[MemoryTimeRow] | list[MemorySizeRow] | list[NvtxRangeRow]

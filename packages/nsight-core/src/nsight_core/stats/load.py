@@ -12,7 +12,7 @@ from pathlib import Path
 from nsight_core.errors import StatsError
 from nsight_core.nsys import Nsys, find_nsys
 from nsight_core.stats.from_trace import add_derived, is_derived
-from nsight_core.stats.models import ProfileStats
+from nsight_core.stats.models import ExportRead, ProfileStats
 from nsight_core.stats.parse import add_report, read_csv_text
 from nsight_core.stats.reports import DEFAULT_REPORTS, aliases, canonical
 from nsight_core.trace.export import derived_dir, export, is_event_source
@@ -48,6 +48,8 @@ def stats_of_trace(trace: Trace, reports: Sequence[str] = DEFAULT_REPORTS, nsys:
     if others:
         _run_nsys_stats(stats, trace, others, nsys or find_nsys())
     stats.notes.extend(trace.notes.values())
+    if (choice := trace.tables.choice) is not None:
+        stats.export = ExportRead(**choice._asdict())
     return stats
 
 

@@ -70,6 +70,18 @@ class MemorySizeRow(_Row):
     stddev_mb: float
 
 
+class ExportRead(BaseModel):
+    """How a capture's events were read: the export nsight chose for it, and why (nsight_core.trace.export)."""
+
+    kind: str = Field(description="The nsys export read: 'arrowdir' or 'sqlite'")
+    reason: str = Field(description="'streamed': the trace is over stream_above_bytes, so its SQLite export's tables "
+                        "were copied to Parquet on disk and the reports streamed them in bounded memory; 'whole': "
+                        "the arrow export, read whole (the faster); 'no_arrowdir': SQLite read whole, as this nsys "
+                        "has no arrow export")
+    trace_bytes: int = Field(description="The .nsys-rep's size")
+    stream_above_bytes: int = Field(description="The size above which a trace is streamed")
+
+
 class ProfileStats(BaseModel):
     """Everything `nsys stats` said about one capture: typed rows, other reports, skipped reports.
 
@@ -89,6 +101,8 @@ class ProfileStats(BaseModel):
     notes: list[str] = Field(default_factory=list, description="What the export held in a schema nsight-core "
                              "cannot read, and what was left out for it")
     reports: list[str] = Field(default_factory=list, description="The requested report names, in order")
+    export: ExportRead | None = Field(default=None, description="How the events were read, where nsight exported the "
+                                      "capture itself; None for an export the user passed, or recorded CSVs")
 
     def frame(self, name: str) -> pl.DataFrame:
         """One table as a Polars frame (for analyses and users' own code).

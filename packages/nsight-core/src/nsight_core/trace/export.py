@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from nsight_core.errors import NsysCommandError, StatsError
 from nsight_core.memory import check_export_memory
@@ -169,16 +169,38 @@ def export(report: Path, kind: str, nsys: Nsys | None = None) -> Path:
     return target
 
 
-def capture_export(report: Path, nsys: Nsys | None = None) -> Path:
-    """REPORT's export for reading its events: an arrow directory, or SQLite where this nsys has no arrowdir.
+STREAM_ABOVE_BYTES = 32 << 20
+"""A .nsys-rep larger than this is exported to SQLite and summarised by streaming its tables from disk
+(:mod:`nsight_core.trace.spill`); up to it, to an arrow directory read whole. nsys 2023.4.4's arrow export peaks at
+about 15x the trace and a summary of whole frames at about 30x (docs/memory.md): up to 32 MB that stays under
+1 GiB, and there the arrow export is the faster (1.3 s where SQLite takes 1.3-3 s for 1 M NVTX ranges)."""
 
-    A current arrow export is used without asking nsys anything (not even for its version).
-    """
-    arrow = export_path(report, "arrowdir")
-    if is_current(arrow, report):
-        return arrow
-    nsys = nsys or find_nsys()
-    return export(report, "arrowdir" if "arrowdir" in nsys.export_types else "sqlite", nsys)
+
+class ExportChoice(NamedTuple):
+    """Which export a capture's events are read from, and why: ``streamed`` (SQLite, tables streamed from disk: the
+    trace is over ``stream_above_bytes``), ``whole`` (arrowdir, read whole), or ``no_arrowdir`` (SQLite read whole:
+    this nsys has no arrow export)."""
+
+    kind: str
+    reason: str
+    trace_bytes: int
+    stream_above_bytes: int = STREAM_ABOVE_BYTES
+
+
+def export_choice(report: Path, nsys: Nsys | None = None, stream_above: int = STREAM_ABOVE_BYTES) -> ExportChoice:
+    """How REPORT's events are read (see :class:`ExportChoice`). A current arrow export of a trace small enough is
+    used without asking nsys anything (not even for its version)."""
+    size = report.stat().st_size
+    if size > stream_above:
+        return ExportChoice("sqlite", "streamed", size, stream_above)
+    if is_current(export_path(report, "arrowdir"), report) or "arrowdir" in (nsys or find_nsys()).export_types:
+        return ExportChoice("arrowdir", "whole", size, stream_above)
+    return ExportChoice("sqlite", "no_arrowdir", size, stream_above)
+
+
+def capture_export(report: Path, nsys: Nsys | None = None) -> Path:
+    """REPORT's export for reading its events, of the kind :func:`export_choice` picks."""
+    return export(report, export_choice(report, nsys).kind, nsys)
 
 
 def export_ahead(reports: Iterable[Path]) -> dict[Path, Future[Path]]:

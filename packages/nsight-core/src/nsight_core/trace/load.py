@@ -6,9 +6,10 @@ from pathlib import Path
 
 from nsight_core.errors import StatsError
 from nsight_core.nsys import Nsys
-from nsight_core.trace.export import ARROW_SUFFIX, REPORT_SUFFIXES, SQLITE_SUFFIX, capture_export, discard, export
+from nsight_core.trace.export import REPORT_SUFFIXES, SQLITE_SUFFIX, ExportChoice, discard, export, export_choice
 from nsight_core.trace.model import Trace
-from nsight_core.trace.tables import ArrowDirTables, DamagedExportError, SqliteTables
+from nsight_core.trace.spill import SpilledTables
+from nsight_core.trace.tables import ArrowDirTables, DamagedExportError, ExportTables, SqliteTables
 
 
 def load_trace(path: str | Path, nsys: Nsys | None = None) -> Trace:
@@ -44,17 +45,25 @@ def _sqlite_remedy(sqlite: Path) -> str:
 
 
 def _from_report(report: Path, nsys: Nsys | None) -> Trace:
-    """Export REPORT once (arrowdir, or SQLite where this nsys has no arrowdir) and open it.
+    """Export REPORT once, as :func:`export_choice` picks, and open it: an arrow directory (read whole), or SQLite
+    (its tables streamed from Parquet on disk where the trace is large, :class:`SpilledTables`).
 
-    A current arrow export is read without asking nsys anything. An export that turns out unreadable is
-    discarded and made again once; a second failure is an error that names the file, never an empty trace.
+    An export that turns out unreadable is discarded and made again once; a second failure is an error that names
+    the file, never an empty trace.
     """
-    target = capture_export(report, nsys)
-    kind = "arrowdir" if target.suffix == ARROW_SUFFIX else "sqlite"
+    choice = export_choice(report, nsys)
+    target = export(report, choice.kind, nsys)
     try:
-        tables = ArrowDirTables(target) if kind == "arrowdir" else SqliteTables(target)
+        tables = _open(target, choice)
     except DamagedExportError:
         discard(target)
-        target = export(report, kind, nsys)
-        tables = ArrowDirTables(target) if kind == "arrowdir" else SqliteTables(target)
+        tables = _open(export(report, choice.kind, nsys), choice)
     return Trace(tables, report)
+
+
+def _open(target: Path, choice: ExportChoice) -> ExportTables:
+    if choice.kind == "arrowdir":
+        return ArrowDirTables(target, choice)
+    if choice.reason == "streamed":
+        return SpilledTables(SqliteTables(target), choice)
+    return SqliteTables(target, choice)

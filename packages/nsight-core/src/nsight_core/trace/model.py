@@ -153,6 +153,12 @@ class Trace:
         return f"Trace({self.report or self.source})"
 
     @property
+    def tables(self) -> ExportTables:
+        """The export's tables the frames are read from; its ``choice`` says which export and why (None where the
+        user passed the export), and a streamed one is also scanned lazily (:mod:`nsight_core.trace.streamed`)."""
+        return self._tables
+
+    @property
     def event_bytes(self) -> int:
         """About how many bytes the event tables behind the frames hold as Arrow, known before any is read: what
         the memory of a summary grows with (:mod:`nsight_core.memory`)."""
@@ -298,17 +304,21 @@ class Trace:
             "start": I64, "end": I64, "nameId": I64, "globalTid": I64, "correlationId": I64})
         if raw is None:
             return _empty(API_COLUMNS)
-        # The suffix is cut from the string table (a few hundred strings), not from every call's name.
-        value = pl.col("value")
-        versioned = value.str.slice(-6, 2) == "_v"
-        names = self.strings.with_columns(
-            pl.when(versioned).then(value.str.slice(0, value.str.len_chars() - 6)).otherwise(value).alias("value"))
         return _by_start(raw).select(
             pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"),
-            self._string("nameId", names).fill_null("").alias("name"),
+            self._string("nameId", self.api_names).fill_null("").alias("name"),
             pl.col("globalTid").alias("thread"), pl.col("correlationId").alias("correlation_id"),
             pl.col("nameId").alias("name_id"),
         )
+
+    @functools.cached_property
+    def api_names(self) -> pl.DataFrame:
+        """The string table with nsys' ``_v3020``-style version suffixes cut: the names of CUDA API calls (cut from the
+        string table, a few hundred strings, not from every call's name)."""
+        value = pl.col("value")
+        versioned = value.str.slice(-6, 2) == "_v"
+        return self.strings.with_columns(
+            pl.when(versioned).then(value.str.slice(0, value.str.len_chars() - 6)).otherwise(value).alias("value"))
 
     @functools.cached_property
     def osrt(self) -> pl.DataFrame:

@@ -21,13 +21,14 @@ import io
 import sqlite3
 import struct
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
 
 import polars as pl
 
 from nsight_core.errors import StatsError, one_line
+from nsight_core.trace.export import ExportChoice
 
 Schema = Mapping[str, pl.DataType | type[pl.DataType]]
 """Column name -> the Polars type the Trace wants it as."""
@@ -48,6 +49,8 @@ class ExportTables(Protocol):
     """Columns of the tables of one export."""
 
     source: Path
+    choice: ExportChoice | None
+    """Which export nsight chose for the capture and why; None for an export the user passed."""
 
     def columns(self, table: str) -> frozenset[str]:
         """The column names of TABLE (empty when it is missing)."""
@@ -70,8 +73,9 @@ _CONTINUATION = b"\xff\xff\xff\xff"
 class ArrowDirTables:
     """An `nsys export --type arrowdir` directory: <table>.arrow IPC stream files."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, choice: ExportChoice | None = None) -> None:
         self.source = directory
+        self.choice = choice
         self._files = {path.stem: path for path in directory.glob("*.arrow")}
         if not self._files:
             raise StatsError(f"{directory} holds no .arrow tables: it is not an nsys arrowdir export "
@@ -133,8 +137,9 @@ class SqliteTables:
     for two cursors at once.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, choice: ExportChoice | None = None) -> None:
         self.source = path
+        self.choice = choice
         self._lock = threading.RLock()
         try:
             self._connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
@@ -154,24 +159,29 @@ class SqliteTables:
     def read(self, table: str, wanted: Wanted) -> pl.DataFrame | None:
         if table not in self._tables:
             return None
+        return pl.concat([pl.DataFrame(schema=_made(wanted)), *self.batches(table, wanted)])
+
+    def batches(self, table: str, wanted: Wanted, rows: int = SQLITE_BATCH_ROWS) -> Iterator[pl.DataFrame]:
+        """TABLE's WANTED columns ROWS rows at a time, in its rows' order (none when the table is missing or empty):
+        what :meth:`read` joins, and what a spill to disk writes one at a time (:mod:`nsight_core.trace.spill`)."""
+        if table not in self._tables:
+            return
         schema = _made(wanted)
         present = self.columns(table)
         listed = ", ".join(f'"{c}"' if c in present else f'NULL AS "{c}"' for c in schema)
         # In the table's own order, whatever indexes a tool added: the Trace reads a table's columns in more than one
         # query and lines them up by row (an index that covers a query would give its rows in the index's order).
         query = f'SELECT {listed} FROM "{table}" ORDER BY rowid'
-        batches = [pl.DataFrame(schema=schema)]
         try:
             with self._lock:
                 cursor = self._connection.execute(query)
-                while rows := cursor.fetchmany(SQLITE_BATCH_ROWS):
-                    batches.append(pl.DataFrame(rows, schema=schema, orient="row"))
+                while batch := cursor.fetchmany(rows):
+                    yield pl.DataFrame(batch, schema=schema, orient="row")
         except sqlite3.DatabaseError as error:
             raise DamagedExportError(f"{self.source}: table {table} cannot be read ({one_line(error)}).") \
                 from error
         except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError) as error:
             raise SchemaMismatch(table, self._mistyped(table, schema, present), error) from error
-        return pl.concat(batches)
 
     def _mistyped(self, table: str, schema: Schema, present: frozenset[str]) -> dict[str, str]:
         """The columns of SCHEMA whose values in TABLE are of another storage class than the type wanted:

@@ -1,0 +1,92 @@
+"""A large capture's event tables spilled from its SQLite export to Parquet on disk, for summaries that stream.
+
+Why: nsys' arrow and parquet exports hold each table whole before writing it (measured with nsys 2023.4.4 on
+NVTX captures: 160-165 MB for 1 M ranges, growing with the capture, docs/memory.md), and a Trace holds its frames
+whole after that. nsys' SQLite export streams (32 MB whatever the size). So a large capture is exported to
+SQLite and each table the summary reads is copied, its needed columns only, into Parquet files of
+``SQLITE_BATCH_ROWS`` rows each (one fetch of rows at a time in memory); Polars' streaming engine then scans
+those files (:mod:`nsight_core.stats.from_trace`), so no whole event table is ever in memory.
+
+The Parquet files live in a temporary folder beside the export (or in the temp folder where that is not
+writable); the folder is removed when the tables are closed, or garbage-collected, or at the latest when the
+interpreter exits. Before a table is copied the free space there is checked against the table's size as Arrow,
+an upper bound of its Parquet size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+import threading
+import weakref
+from collections.abc import Iterable
+from pathlib import Path
+
+import polars as pl
+
+from nsight_core.errors import StatsError
+from nsight_core.render.units import size as _size
+from nsight_core.trace.export import ExportChoice
+from nsight_core.trace.tables import SqliteTables, Wanted, _made
+
+SPILL_PREFIX = "nsight-spill-"
+"""The temporary folder's name starts with this (``.`` before it: hidden beside the capture)."""
+
+
+class SpilledTables:
+    """An SQLite export read as :class:`SqliteTables` does, whose tables can also be scanned lazily from Parquet.
+
+    ``choice`` says which export was chosen and why (see :func:`nsight_core.trace.export.export_choice`).
+    """
+
+    def __init__(self, sqlite: SqliteTables, choice: ExportChoice, folder: Path | None = None) -> None:
+        self.source = sqlite.source
+        self.choice: ExportChoice | None = choice
+        self._sqlite = sqlite
+        base = folder if folder is not None else sqlite.source.parent
+        try:
+            self.folder = Path(tempfile.mkdtemp(prefix="." + SPILL_PREFIX, dir=base))
+        except OSError:  # a read-only folder: the temp folder
+            self.folder = Path(tempfile.mkdtemp(prefix=SPILL_PREFIX))
+        self._remove = weakref.finalize(self, shutil.rmtree, self.folder, ignore_errors=True)
+        self._spilled: dict[str, Path] = {}
+        self._lock = threading.Lock()
+
+    def columns(self, table: str) -> frozenset[str]:
+        return self._sqlite.columns(table)
+
+    def read(self, table: str, wanted: Wanted) -> pl.DataFrame | None:
+        return self._sqlite.read(table, wanted)
+
+    def arrow_bytes(self, tables: Iterable[str]) -> int:
+        return self._sqlite.arrow_bytes(tables)
+
+    def scan(self, table: str, wanted: Wanted) -> pl.LazyFrame | None:
+        """TABLE's WANTED columns (typed as :meth:`read` gives them) as a lazy scan of Parquet files, copied from the
+        SQLite export on first use; None when the export has no such table."""
+        if not self.columns(table):
+            return None
+        key = hashlib.sha256(repr((table, sorted(_made(wanted).items(), key=str))).encode()).hexdigest()[:16]
+        with self._lock:  # two threads asking for one table copy it once
+            if key not in self._spilled:
+                self._spilled[key] = self._spill(table, wanted, self.folder / f"{table}-{key}")
+        return pl.scan_parquet(self._spilled[key] / "*.parquet", schema=dict(_made(wanted)))
+
+    def _spill(self, table: str, wanted: Wanted, target: Path) -> Path:
+        needed, free = self._sqlite.arrow_bytes([table]), shutil.disk_usage(self.folder).free
+        if needed > free:
+            raise StatsError(f"summarising {self.source.name} copies its table {table} to disk (about "
+                             f"{_size(needed)}) and {self.folder.parent} has {_size(free)} free: free some space "
+                             "there, or pass a copy of the capture in a folder with more.")
+        target.mkdir()
+        written = 0
+        for written, batch in enumerate(self._sqlite.batches(table, wanted), start=1):
+            batch.write_parquet(target / f"{written:06d}.parquet")
+        if not written:  # an empty table: one empty file, so the scan has its schema
+            pl.DataFrame(schema=_made(wanted)).write_parquet(target / "000000.parquet")
+        return target
+
+    def close(self) -> None:
+        """Remove the Parquet files now (they are also removed when these tables are garbage-collected)."""
+        self._remove()

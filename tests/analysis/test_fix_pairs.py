@@ -144,3 +144,13 @@ def test_a_device_bound_loop_without_syncs_is_said_to_be_one(version: str) -> No
     assert analysis.steps.cpu_p50_ns < 0.3 * analysis.steps.family.p50_ns, "the host ran ahead of the GPU"
     assert [f.kind for f in analysis.findings if f.severity != "info"] == []
     assert any(f.kind == "device_bound" for f in analysis.findings)
+
+
+@pytest.mark.parametrize("version", list(RECORDINGS))
+def test_the_sync_finding_names_the_call_its_range_and_what_the_host_did_next(version: str) -> None:
+    """`.item()` every step, then 2 ms of logging in a `log` range: the sync is blamed, with the log after it."""
+    finding = next(f for f in _analysis(version, "sync_log-problem").findings if f.kind == "sync_wait")
+    places = {(e.metric, e.where.kind, e.where.name) for e in finding.evidence if e.where is not None}
+    assert ("sync_calls_per_step", "api", "cudaStreamSynchronize in step_{n}") in places
+    assert ("cpu_during_sync_wait_per_step", "range", "log") in places
+    assert finding.subject == "scalar_reads"

@@ -31,7 +31,14 @@ from nsight_core.analysis.events import EventTables
 from nsight_core.analysis.findings import Context, Finding
 from nsight_core.analysis.footprint import UserWindow, capture_window, users_calls
 from nsight_core.analysis.gpu_budget import gpu_budget_totals, idle_stretches
-from nsight_core.analysis.projection import gpu_work, graph_launches, launched, project_steps, step_of_launch
+from nsight_core.analysis.projection import (
+    gpu_work,
+    graph_launches,
+    innermost_range,
+    launched,
+    project_steps,
+    step_of_launch,
+)
 from nsight_core.analysis.ranges import Nesting, RangeFamily, range_families
 from nsight_core.analysis.steps import StepStats, family_codes, find_steps, matching, on_gpu_clock
 
@@ -133,7 +140,7 @@ def analyze(trace: EventTables) -> Analysis:
         stats, steps = found.stats, found.steps
         steady = steps.slice(1) if stats.warmup else steps
         steady_ranges = found.ranges.slice(1) if stats.warmup else found.ranges
-        syncs = pool.submit(_syncs_in, steady_ranges, found.blocking, trace.memcpy, found.thread)
+        syncs = pool.submit(_syncs_in, steady_ranges, found.blocking, trace.memcpy, found.thread, trace.nvtx)
         shape = pool.submit(_launch_shape, steady_ranges, trace.kernels, trace.cuda_api)
         totals = _totals(trace, found, nesting.result(), families)
     budget = summarize_budget(totals.filter(pl.col("step").is_in(steady["step"].implode())), steady, found.thread)
@@ -226,10 +233,12 @@ def _in_steps(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     return located.filter(pl.col("start_ns") < pl.col("_step_end")).drop("_step_start", "_step_end")
 
 
-def _syncs_in(steps: pl.DataFrame, blocking: pl.DataFrame, memcpy: pl.DataFrame,
-              thread: int | None) -> tuple[pl.DataFrame, int]:
-    """The steps' blocking calls on their thread, and their small device-to-host copies (scalar reads)."""
+def _syncs_in(steps: pl.DataFrame, blocking: pl.DataFrame, memcpy: pl.DataFrame, thread: int | None,
+              nvtx: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """The steps' blocking calls on their thread with the innermost range each came from (``range``, the steps'
+    own family by name), and their small device-to-host copies (scalar reads)."""
     calls = _in_steps(blocking.filter(is_thread(thread)), steps)
+    calls = calls.with_columns(innermost_range(calls, nvtx).str.replace_all(r"\d+", "{n}"))
     small = _in_steps(memcpy.filter((pl.col("direction") == "Device-to-Host")
                                     & (pl.col("bytes") <= find.SMALL_COPY_BYTES)), steps)
     return calls, small.height

@@ -122,6 +122,10 @@ def _share(saving: Saving) -> float:
     return saving.step_fraction if saving.step_fraction is not None else saving.capture_fraction
 
 
+_ACTIVITY_PREFIX = {"untraced": "untraced_cpu", "dispatch": "dispatch"}
+"""CPU activities named by their metric alone (no call or range to point at)."""
+
+
 def _budget_finding(
     context: Context, part: Literal["gpu_idle", "sync_wait", "exposed_copy", "exposed_comm", "stream_wait"],
     kind: FindingKind, extra: list[Evidence], seen: bool = False, subject: str = "",
@@ -141,9 +145,9 @@ def _budget_finding(
         Evidence(metric=f"{part}_per_step_mean", value=measured.per_step_mean_ns, unit="ns"),
         Evidence(metric=f"{part}_per_step_p50", value=measured.per_step_p50_ns, unit="ns"),
         Evidence(metric=f"{part}_fraction_of_step_time", value=measured.fraction, unit="fraction"),
-        *(Evidence(metric=f"untraced_cpu_during_{part}_per_step" if activity.kind == "untraced"
-                   else f"cpu_during_{part}_per_step", value=activity.per_step_mean_ns, unit="ns",
-                   where=None if activity.kind == "untraced" else Where(
+        *(Evidence(metric=f"{_ACTIVITY_PREFIX.get(activity.kind, 'cpu')}_during_{part}_per_step",
+                   value=activity.per_step_mean_ns, unit="ns",
+                   where=None if activity.kind in _ACTIVITY_PREFIX else Where(
                        kind="api" if activity.kind == "cuda_api" else "osrt" if activity.kind == "osrt" else "range",
                        name=activity.name))
           for activity in context.budget.idle_activities if activity.part == part),
@@ -193,12 +197,14 @@ def sync_wait(context: Context, syncs: pl.DataFrame, small_reads: int) -> Findin
 
     The saving is the idle stretch each causes: from the queue draining to the next launch, with what the host
     did meanwhile (the range it went on to, dispatch) as evidence. SYNCS: blocking calls inside the steady steps'
-    ranges (name, step); SMALL_READS: device-to-host copies of at most SMALL_COPY_BYTES in them.
+    ranges (name, step, range: the innermost range each came from); SMALL_READS: device-to-host copies of at most
+    SMALL_COPY_BYTES in them.
     """
     steps = max(context.budget.steps if context.budget else 1, 1)
-    calls = syncs.group_by("name").len().sort(["len", "name"], descending=[True, False])
+    calls = syncs.group_by("name", "range").len().sort(["len", "name", "range"], descending=[True, False, False])
     extra = [Evidence(metric="sync_calls_per_step", value=count / steps, unit="count",
-                      where=Where(kind="api", name=name)) for name, count in calls.iter_rows()]
+                      where=Where(kind="api", name=f"{name} in {source}" if source else name))
+             for name, source, count in calls.iter_rows()]
     if small_reads:
         extra.append(Evidence(metric="small_device_to_host_copies_per_step", value=small_reads / steps, unit="count",
                               where=Where(kind="copy", name="Device-to-Host")))

@@ -131,3 +131,19 @@ def range_gpu_spans(nvtx: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
                                                 "gpu_ops": pl.Int64}))
     return (indexed.join(spans, on="_range", how="left", maintain_order="left")
             .with_columns(pl.col("gpu_ops").fill_null(0)).drop("_range"))
+
+
+def innermost_range(calls: pl.DataFrame, nvtx: pl.DataFrame) -> pl.Series:
+    """The name of the innermost NVTX range open on each of CALLS' threads at its start ('' where none): the range a
+    call came from. One as-of join per nesting depth, the deepest hit kept."""
+    found = pl.Series("range", [""] * calls.height, pl.String)
+    order = calls.select(pl.int_range(pl.len()).alias("_row"), "start_ns", "thread").sort("start_ns")
+    for depth in nvtx["depth"].unique().sort():
+        level = nvtx.filter(pl.col("depth") == depth).select(
+            "thread", pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e"), pl.col("name").alias("_n"))
+        hit = order.join_asof(level.sort("_s"), left_on="start_ns", right_on="_s", by="thread", strategy="backward")
+        inside = pl.when(pl.col("start_ns") < pl.col("_e")).then(pl.col("_n")).alias("_n")
+        named = hit.select("_row", inside).sort("_row")
+        found = pl.select(pl.when(pl.lit(named["_n"]).is_not_null()).then(pl.lit(named["_n"]))
+                          .otherwise(pl.lit(found))).to_series().alias("range")
+    return found

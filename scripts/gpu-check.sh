@@ -3,13 +3,15 @@
 # torch with CUDA, nsys, and this project's packages in the Python that runs (`nsight` and `a0` on
 # PATH). docs/gpu-verification.md has the results of the last run and how to read them.
 #
-# usage: scripts/gpu-check.sh [OUT=nsight-runs/gpu-check] [STEPS=versions,costs,examples,diagnosis,stats,completeness]
+# usage: scripts/gpu-check.sh [OUT=nsight-runs/gpu-check] [STEPS=versions,costs,examples,diagnosis,fixpairs,stats,completeness]
 #   versions   driver, CUDA, torch, nsys             -> OUT/versions.txt
 #   costs      the profiled path's pieces timed alone (bench/gpu/launch_cost.py) -> OUT/costs.md
 #   examples   every Flyte example through `a0`, profiled and unprofiled, with our costs timed
 #              (bench/gpu/actions.py; GPU_CHECK_CASES=quick_start,regions,... picks some)
 #                                                      -> OUT/actions/summary.json, the table on stdout
 #   diagnosis  bench/gpu/diagnosis.py under `nsight run --capture manual` -> OUT/diagnosis/
+#   fixpairs   every fix pair of bench/gpu/fix_pairs.py: timed unprofiled, then recorded as regions, with nsys'
+#              own stats CSVs (bench/gpu/fix_pairs.sh; EXPORT=sqlite adds SQLite exports) -> OUT/fixpairs/
 #   stats      `nsys stats` directly and `nsight stats --json` on every .nsys-rep under OUT, then
 #              bench/gpu/compare_stats.py: names, instances and totals must be equal -> OUT/compare.txt
 #   completeness  every .nsys-rep's incomplete-trace verdict (bench/gpu/completeness_report.py)
@@ -21,7 +23,7 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=$(mkdir -p "${1:-nsight-runs/gpu-check}" && cd "${1:-nsight-runs/gpu-check}" && pwd)
-STEPS=",${2:-versions,costs,examples,diagnosis,stats,completeness},"
+STEPS=",${2:-versions,costs,examples,diagnosis,fixpairs,stats,completeness},"
 PYTHON=${PYTHON:-python3}
 REPORTS=cuda_gpu_kern_sum,cuda_api_sum,nvtx_pushpop_sum,cuda_gpu_mem_time_sum,cuda_gpu_mem_size_sum
 NSYS=${NSIGHT_NSYS:-$(command -v nsys || echo "${XDG_DATA_HOME:-$HOME/.local/share}/nsight/nsys/bin/nsys")}
@@ -60,6 +62,10 @@ if step diagnosis; then
   nsight run --capture manual --trace cuda,nvtx -o "$OUT/diagnosis" -- "$PYTHON" "$ROOT/bench/gpu/diagnosis.py" \
     > "$OUT/diagnosis/run.txt" 2> "$OUT/diagnosis/stderr.txt" || fail "the diagnosis fixture did not record"
   cat "$OUT/diagnosis/run.txt"
+fi
+
+if step fixpairs; then
+  bash "$ROOT/bench/gpu/fix_pairs.sh" "$OUT/fixpairs" || fail "the fix pairs did not record"
 fi
 
 if step stats; then

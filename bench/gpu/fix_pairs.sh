@@ -11,7 +11,7 @@ REPORTS=cuda_gpu_kern_sum,cuda_api_sum,nvtx_pushpop_sum,cuda_gpu_mem_time_sum,cu
 "$NSYS" --version > "$OUT/nsys-version.txt"
 nsight run --capture manual --trace cuda,nvtx -o "$OUT" -- python3 "$ROOT/bench/gpu/fix_pairs.py" \
   "$OUT/truth.json" ${CASES:+--cases "$CASES"} > "$OUT/run.txt" 2> "$OUT/stderr.txt"
-echo "fix_pairs.sh: nsight run exited $?"; cat "$OUT/run.txt"; grep fix_pairs "$OUT/stderr.txt"
+rc=$?; echo "fix_pairs.sh: nsight run exited $rc"; cat "$OUT/run.txt"; grep fix_pairs "$OUT/stderr.txt"
 find "$OUT" -name '*.nsys-rep' | sort | while read -r rep; do
   prefix=${rep%.nsys-rep}
   "$NSYS" stats -r "$REPORTS" -f csv --force-export=true -o "$prefix" "$rep" > /dev/null 2>&1 || echo "stats failed: $rep"
@@ -21,3 +21,4 @@ find "$OUT" -name '*.nsys-rep' | sort | while read -r rep; do
   fi
 done
 du -sh "$OUT"
+exit $rc

@@ -148,7 +148,7 @@ def test_cli_json_shape_on_h200(h200: Path) -> None:
                           capture_output=True, text=True, check=True)
     data = json.loads(done.stdout)
     assert set(data) == {"kernels", "api_calls", "memory_time", "memory_size", "nvtx_ranges", "other", "skipped",
-                         "notes", "graphs"}
+                         "notes", "graphs", "export"}
     assert data["notes"] == [] and data["graphs"] == []
     first = data["kernels"][0]
     assert first["instances"] == 40 and first["total_time_ns"] == 14487570 and first["time_pct"] == 36.7

@@ -28,7 +28,7 @@ PIECES = {
     "nsight launch -- true (all of it)": ["nsight", "launch", "--session", "cost-{id}", "--trace", "cuda,nvtx",
                                           "--", "true"],
     "the same without the CLI's report imports": [
-        sys.executable, "-c", "from nsight_core.session import exec_launch; "
+        sys.executable, "-c", "from nsight_core.launch import exec_launch; "
         "exec_launch(['true'], name='cost-{id}', trace=('cuda', 'nvtx'))"],
 }
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from nsight_core import DEFAULT_REPORTS, NsysNotFoundError, NsysPermissionError, Session, load_stats
-from nsight_core.nsys import Nsys, end_leftover_agents, find_nsys
+from nsight_core.nsys import Nsys, find_nsys
+from nsight_core.supervise import end_leftover_agents
 
 
 def _fake_nsys(directory: Path, body: str) -> Path:

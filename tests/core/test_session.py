@@ -208,7 +208,7 @@ def test_start_in_a_session_that_does_not_exist_is_refused(tmp_path: Path, nsys:
     """`nsys start` on an unknown session exits 0 and records nothing; we must notice."""
     session = Session("no-such-session-anywhere", trace=("nvtx",), output_dir=tmp_path, nsys=nsys)
     with pytest.raises(NsysCommandError, match="does not exist"):
-        session.start("region")
+        session.collector.start("region")
     assert list(tmp_path.iterdir()) == []
 
 

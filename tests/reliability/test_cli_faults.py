@@ -14,8 +14,10 @@ import pytest
 from capture_helpers import run_captured
 
 from nsight_core import Session, find_nsys
-from nsight_core.nsys import START_ATTEMPTS
-from nsight_core.session import DEFAULT_CAPTURE, ENV_OUTPUT_DIR, exec_wrapper
+from nsight_core.launch import exec_wrapper
+from nsight_core.nsys import DEFAULT_CAPTURE
+from nsight_core.session import ENV_OUTPUT_DIR
+from nsight_core.supervise import START_ATTEMPTS
 
 pytestmark = [pytest.mark.nsys, pytest.mark.reliability]
 

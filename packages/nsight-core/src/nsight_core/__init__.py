@@ -35,16 +35,17 @@ if TYPE_CHECKING:
     from nsight_core.analysis.analyze import Analysis, analyze, step_budgets
     from nsight_core.analysis.diff import TraceDiff
     from nsight_core.capture import Capture
+    from nsight_core.collection import Region, range
     from nsight_core.compare import diff
     from nsight_core.report import CaptureProfile, PerfettoExport
-    from nsight_core.session import Region, RunResult, Session, range, validate_trace
+    from nsight_core.session import RunResult, Session, validate_trace
     from nsight_core.stats.load import load_stats
     from nsight_core.stats.models import ProfileStats
     from nsight_core.trace import Trace, Window, load_trace
     from nsight_core.trace.tables import DamagedExportError, SchemaMismatch
 
-_LAZY = {"Capture": "nsight_core.capture", "Region": "nsight_core.session", "RunResult": "nsight_core.session",
-         "Session": "nsight_core.session", "range": "nsight_core.session",
+_LAZY = {"Capture": "nsight_core.capture", "Region": "nsight_core.collection", "RunResult": "nsight_core.session",
+         "Session": "nsight_core.session", "range": "nsight_core.collection",
          "load_stats": "nsight_core.stats.load", "ProfileStats": "nsight_core.stats.models",
          "analyze": "nsight_core.analysis.analyze", "step_budgets": "nsight_core.analysis.analyze",
          "Analysis": "nsight_core.analysis.analyze", "diff": "nsight_core.compare",

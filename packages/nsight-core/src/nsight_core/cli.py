@@ -137,7 +137,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from nsight_core.session import exec_launch
+    from nsight_core.launch import exec_launch
 
     exec_launch(_command(args), name=args.session, trace=args.trace, sample=args.sample,
                 output_dir=args.output_dir)

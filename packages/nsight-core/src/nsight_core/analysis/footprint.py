@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Literal
 import polars as pl
 from pydantic import BaseModel, Field
 
+from nsight_core.collection import START_SETTLE_SECONDS
 from nsight_core.marks import LIVE_MARK, OWN_DOMAIN, STOP_MARK
-from nsight_core.session import START_SETTLE_SECONDS
 
 if TYPE_CHECKING:
     from nsight_core.analysis.events import EventTables

@@ -1,0 +1,71 @@
+"""Report names reserved across processes, and the raw streams of traces that never became reports.
+
+A region reserves ``<name>.nsys-rep`` with a claim, ``<name>.claim``, an exclusive ``flock`` held for as
+long as its collection records and stops. The kernel frees a lock when its holder dies, however it dies,
+so a killed process never leaves a name taken, and a reused pid can never fake an owner. A run's outputs
+are the names its own regions claimed, never whatever else is in the folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+from pathlib import Path
+
+REPORT_SUFFIXES = (".nsys-rep", ".qdstrm", ".qdrep")
+"""The files a collection leaves under its name: a name with any of them is taken."""
+CLAIM = ".claim"
+
+
+def take_claim(base: Path) -> int | None:
+    """Reserve BASE for this process: an exclusive `flock` on BASE.claim; its descriptor, or None when
+    another process holds it. The kernel frees the lock when its holder dies, however it dies, so a
+    claim left by a killed process is free to take (no name shifts to `x.1`). Raises OSError when the
+    folder cannot be written."""
+    claim = base.with_name(base.name + CLAIM)
+    while True:
+        fd = os.open(claim, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        with contextlib.suppress(FileNotFoundError):
+            held, named = os.fstat(fd), os.stat(claim)
+            if (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino):
+                return fd
+        os.close(fd)  # its holder deleted the file between our open and our lock: a new one
+
+
+def release_claim(base: Path, fd: int | None) -> None:
+    """Delete BASE's claim, then let go of it (in this order: a waiter then finds no file to lock)."""
+    if fd is not None:
+        base.with_name(base.name + CLAIM).unlink(missing_ok=True)
+        os.close(fd)
+
+
+def clear_claim(base: Path) -> None:
+    """Delete BASE's claim unless a live process holds it (after a run: those of its killed processes)."""
+    with contextlib.suppress(OSError):
+        release_claim(base, take_claim(base))
+
+
+def remove_raw_streams(base: Path, nsys_output: str) -> None:
+    """After a stop that wrote no report: delete the raw .qdstrm nsys left for it, beside the report or
+    the one nsys' output names (`$TMPDIR/nsys-report-XXXX.qdstrm`); with the disk full it can never
+    become a report, and in a pod it only fills ephemeral storage. Only those: another session's
+    stream in the same $TMPDIR is live."""
+    for stream in (base.with_name(base.name + ".qdstrm"), *named_raw_streams(nsys_output)):
+        with contextlib.suppress(OSError):
+            stream.unlink()
+
+
+_QDSTRM = re.compile(r"""['"]?(/[^'"\n]*?\.qdstrm)['"]?""")
+
+
+def named_raw_streams(nsys_output: str) -> list[Path]:
+    """The .qdstrm files nsys' messages name ("Generating '/tmp/nsys-report-1a2b.qdstrm'")."""
+    return sorted({Path(found) for found in _QDSTRM.findall(nsys_output)})
+

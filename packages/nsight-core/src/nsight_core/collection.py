@@ -1,0 +1,473 @@
+"""Recording regions from inside a process of a session: the collection slot and :class:`Region`.
+
+nsys records one collection per session at a time. A process launched into a session (through
+`nsys launch`, see :mod:`nsight_core.session`) holds one :class:`Collector`: the slot its regions take
+in turn, the `nsys start`/`nsys stop` around each block, and the handlers that stop a collection left
+open at SIGTERM or exit. A region, its collection and those handlers belong to the process that opened
+them: a forked child (:mod:`nsight_core.lineage`) never stops, exits or signals on its parent's behalf.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import contextvars
+import functools
+import itertools
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any, Literal, Self
+
+from nsight_core import lineage
+from nsight_core.capture import Capture
+from nsight_core.claims import REPORT_SUFFIXES, release_claim, remove_raw_streams, take_claim
+from nsight_core.errors import NsightError, NsysCommandError, one_line
+from nsight_core.marks import LIVE_MARK, STOP_MARK, mark
+from nsight_core.nsys import QUICK_TIMEOUT, STOP_TIMEOUT, Nsys, find_nsys, nsys_at
+from nsight_core.supervise import ENV_PRIMARY_PID, ENV_SIGNAL_FILE
+
+log = logging.getLogger("nsight")
+
+START_RETRY_SECONDS = 7.0
+"""How long a region waits for another one's block: the time the other region of this process spends
+recording while this one waits (its `nsys start` and `nsys stop` are waited out, uncounted), and how long
+`nsys start` is retried while another process of the session records."""
+START_WAIT_CAP = 2 * START_RETRY_SECONDS + 4 * QUICK_TIMEOUT + STOP_TIMEOUT
+"""The longest a region ever waits for another of its process (1034 s with the default timeouts): the
+sum of the bounds of the other's start (session check, `nsys start` and its retries, a quiet stop), of
+its block and of its stop. Reached only when an nsys command outlives its own timeout."""
+# `nsys start` returns before CUDA/NVTX collection is live in the target: on an H200 a region that
+# began at once lost its first NVTX ranges and, right after another region, everything; 20 ms of
+# waiting gave exact counts (bench/GPU.md). The margin is cheap next to a start (~0.3 s there).
+START_SETTLE_SECONDS = 0.25
+_START_RETRY_INTERVAL = 0.5
+# On SIGTERM a pod has a grace period (30 s by default) before SIGKILL: the stop must fit in it.
+ABORT_STOP_TIMEOUT = 20.0
+# The collections (slot tokens) of the regions whose blocks enclose the code running in this context:
+# asyncio tasks and asyncio.to_thread inherit it, a threading.Thread starts without it.
+_enclosing: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar("nsight_enclosing", default=())
+_tokens = itertools.count(1)
+_Phase = Literal["starting", "recording", "stopping"]
+
+
+class Collector:
+    """This process's collection slot in its nsys session.
+
+    One collection at a time: nsys allows one per session. A region that wants to start while another
+    of this process holds the collection waits for it (see :meth:`start`) and otherwise runs unprofiled;
+    the lock is never held while nsys runs, so a waiting region cannot stretch another.
+    """
+
+    def __init__(self, settings: Settings, nsys: Callable[[], Nsys]) -> None:
+        """NSYS finds the nsys to run when a region first needs it: a missing one costs that region's
+        profile (it runs unprofiled), never the look-up of the session."""
+        self.settings = settings
+        self.name = settings.name
+        self.output_dir = settings.output_dir
+        self.sample = settings.sample
+        self.claims = settings.claims
+        self._nsys = nsys
+        self.captures: list[Capture] = []
+        self._slot = threading.Condition()
+        self._collecting: str | None = None  # the region holding the slot (starting, recording or stopping)
+        self._phase: _Phase = "starting"  # what the region holding the slot is doing
+        self._token = 0  # that region's collection, as Region marks the blocks it encloses
+        self._running: Path | None = None  # the report base of the collection nsys is recording
+        self._overlapped: list[str] = []
+        self._started_at = 0.0
+        # The process this slot's collections belong to: a forked child inherits this object, and the
+        # importer's pid covers a child forked before the slot was first looked up (see start).
+        self._pid = lineage.forked_from() or os.getpid()
+        self._claim: int | None = None  # the descriptor holding the running collection's claim
+
+    @property
+    def nsys(self) -> Nsys:
+        return self._nsys()
+
+    @property
+    def collecting(self) -> bool:
+        return self._running is not None
+
+    def _exists(self) -> bool:
+        listing = self.nsys.sessions()
+        return any(self.name in line.split() for line in listing.splitlines()[1:])
+
+    def _report_base(self, region: str) -> Path:
+        """A path no earlier region of any process used: same-name regions never overwrite.
+
+        A name is reserved by a claim (:mod:`nsight_core.claims`) held until the stop is done; a `Session.run`
+        learns of it from the line the region adds to its claims list (``claims``), so the run's
+        reports are the files its own regions created, whatever other runs write into the folder.
+        """
+        stem = sanitize(region, fallback="region")
+        for attempt in itertools.count():
+            candidate = self.output_dir / (stem if attempt == 0 else f"{stem}.{attempt}")
+            if any(candidate.with_name(candidate.name + s).exists() for s in REPORT_SUFFIXES):
+                continue
+            if (fd := take_claim(candidate)) is not None:
+                self._claim = fd
+                if self.claims is not None:
+                    with self.claims.open("a") as listing:  # one short append: atomic between processes
+                        listing.write(f"{candidate}\n")
+                return candidate
+        raise AssertionError("unreachable")
+
+    def start(self, region: str, retry_seconds: float = START_RETRY_SECONDS) -> int:
+        """Start collecting REGION; returns the token of its collection. Raises NsightError when it
+        cannot (nested in the region recording, another region past the wait, nsys refused, the output
+        folder is not writable); nothing is left running then.
+
+        While another region of this process holds the collection, REGION waits: through the other's
+        `nsys start` and `nsys stop` (each bounded by its own timeout, uncounted) and for up to
+        RETRY_SECONDS of its block, ``START_WAIT_CAP`` at most in all. A region whose block encloses
+        this call (a :class:`Region` in this context, see ``_enclosing``) can never end first: then
+        REGION fails at once.
+        """
+        if os.getpid() != self._pid:  # checked before the slot: its lock may have been held at the fork
+            raise NsysCommandError(
+                f"region {region!r} was opened in a forked child (pid {os.getpid()}) of the profiled process "
+                f"(pid {self._pid}): nsys records the processes it started, and its collection belongs to "
+                "that process; start workers with the 'spawn' method to record regions in them")
+        token = self._take_slot(region, retry_seconds)
+        try:
+            self._begin(region, time.monotonic() + retry_seconds)
+        except BaseException:
+            self._release_slot()
+            raise
+        self._started_at = time.monotonic()
+        with self._slot:
+            self._phase = "recording"
+            self._slot.notify_all()
+        return token
+
+    def _take_slot(self, region: str, retry_seconds: float) -> int:
+        """Wait for the slot (see :meth:`start`) and take it for REGION; its token."""
+        enclosing = _enclosing.get()
+        cap = time.monotonic() + START_WAIT_CAP
+        counted = 0.0  # how long the holder has recorded its block while REGION waited
+        with self._slot:
+            while (holder := self._collecting) is not None:
+                recording = self._phase == "recording"
+                if self._token in enclosing:
+                    raise self._overlap(region, f"{region!r} is nested in region {holder!r}, which records it")
+                now = time.monotonic()
+                left = min(retry_seconds - counted if recording else cap - now, cap - now)
+                if left <= 0:
+                    raise self._overlap(region, (
+                        f"region {holder!r} is recording and nsys records one collection per session; "
+                        f"{region!r} waited for {retry_seconds:.0f} s of its block") if recording else (
+                        f"{region!r} waited {START_WAIT_CAP:.0f} s for region {holder!r}, which is still "
+                        f"{self._phase} (an nsys command outlived its timeout)"))
+                self._slot.wait(left)  # every change of holder or phase wakes it
+                if recording:
+                    counted += time.monotonic() - now
+            self._collecting, self._phase, self._token = region, "starting", next(_tokens)
+            self._overlapped = []
+            return self._token
+
+    def _overlap(self, region: str, why: str) -> NsysCommandError:
+        """REGION runs unprofiled beside the holder: its capture says so (called holding the lock)."""
+        self._overlapped.append(region)
+        where = {"starting": f"its activity may be in {self._collecting!r}'s trace",
+                 "recording": f"its activity is in {self._collecting!r}'s trace",
+                 "stopping": "its activity is in no trace"}[self._phase]
+        return NsysCommandError(f"{why}; {region!r} runs unprofiled, and {where}. Do not nest or overlap regions.")
+
+    def _begin(self, region: str, deadline: float) -> None:
+        """`nsys start` for REGION, retried while another process of the session records."""
+        if not self._exists():
+            raise NsysCommandError(
+                f"nsys session {self.name!r} does not exist: this process was not started by "
+                "`nsys launch` for it (nsys start would exit 0 and record nothing)."
+            )
+        try:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            base = self._report_base(region)
+        except OSError as exc:
+            raise NsysCommandError(
+                f"cannot write the trace of region {region!r} to {self.output_dir}: {exc.strerror or exc}. "
+                f"Give the session a writable folder (${ENV_OUTPUT_DIR}, nsight launch --output-dir)."
+            ) from exc
+        try:
+            while True:
+                try:
+                    result = self.nsys.start(self.name, base, self.sample)
+                except NsysCommandError:
+                    self._stop_quietly()  # a start that timed out may have started after all
+                    raise
+                if result.returncode == 0:
+                    break
+                if not Nsys.is_busy(result) or time.monotonic() >= deadline:
+                    reason = ("another process of this session is recording" if Nsys.is_busy(result)
+                              else one_line(result.output[-1000:]))
+                    raise NsysCommandError(f"nsys start for region {region!r} failed: {reason}")
+                time.sleep(_START_RETRY_INTERVAL)
+            self._running = base
+            time.sleep(START_SETTLE_SECONDS)
+            mark(LIVE_MARK)  # the user's window starts here (analysis/footprint.py)
+        except BaseException:  # also KeyboardInterrupt / cancellation: leave no collection running
+            if self._running is not None:
+                self.abort(f"region {region!r} was interrupted while it started")
+            self._release_claim(base)
+            raise
+
+    def _release_claim(self, base: Path) -> None:
+        fd, self._claim = self._claim, None
+        release_claim(base, fd)
+
+    def _stop_quietly(self) -> None:
+        with contextlib.suppress(NsightError):
+            self.nsys.stop(self.name, timeout=QUICK_TIMEOUT)
+
+    def _release_slot(self) -> None:
+        with self._slot:
+            self._collecting = None
+            self._slot.notify_all()
+
+    def stop(self) -> Capture:
+        """Stop the running collection and return its verified capture."""
+        with self._slot:
+            base, region = self._running, self._collecting
+            if base is None or region is None:
+                raise NsysCommandError("stop without a running collection in this process.")
+            self._running = None
+            self._phase = "stopping"  # a waiting region no longer counts this time against the block
+            self._slot.notify_all()
+            overlapped = tuple(self._overlapped)
+        duration = time.monotonic() - self._started_at
+        try:
+            mark(STOP_MARK)
+            with _interrupts_deferred():
+                result = self.nsys.stop(self.name)
+        finally:
+            self._release_claim(base)
+            self._release_slot()
+        report = base.with_name(base.name + ".nsys-rep")
+        if not report.exists():
+            remove_raw_streams(base, result.output)
+            cause = diagnose(result.output, self.output_dir) or one_line(result.output[-1000:]) or "no message"
+            raise NsysCommandError(f"nsys stop for region {region!r} wrote no {report} (exit "
+                                   f"{result.returncode}): {cause}")
+        capture = Capture(region=region, path=report, session=self.name, duration_s=duration,
+                          nsys_output=result.output, overlapped=overlapped)
+        self.captures.append(capture)
+        return capture
+
+    def abort(self, why: str, timeout: float = ABORT_STOP_TIMEOUT) -> None:
+        """Stop the running collection, if any, within TIMEOUT and without taking a lock.
+
+        For a signal handler or interpreter exit: the trace nsys writes is kept, nobody publishes it.
+        """
+        base = self._running
+        if base is None:
+            return
+        self._running = None
+        try:
+            self.nsys.stop(self.name, timeout=timeout)
+            kept = base.with_name(base.name + ".nsys-rep")
+            outcome = f"its trace is {kept}" if kept.exists() else "nsys wrote no trace"
+        except NsightError as exc:
+            outcome = f"nsys stop failed: {one_line(exc)}"
+        finally:
+            self._release_claim(base)
+        print(f"nsight: WARNING: {why}: stopped the collection of region {self._collecting!r}; {outcome}.",
+              file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Hold Ctrl-C back while nsys writes the trace: a second Ctrl-C right after the first (which ended
+    the block) killed `nsys stop` half way, so the trace was lost and its raw stream left behind. One
+    that came while the block ended normally is raised once the trace is written; one that came while
+    a KeyboardInterrupt already unwinds is dropped. In the main thread only (Python's signal rule)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught and not isinstance(sys.exc_info()[1], KeyboardInterrupt):
+        raise KeyboardInterrupt
+
+
+
+class Region:
+    """Records its block as one capture. Never raises because of profiling.
+
+    When a collection cannot start, it logs ``could not start collection`` and runs the block
+    unprofiled: at once when it is nested in the region recording (that region's ``with`` / ``async
+    with`` block encloses it in this context: the same thread, or an asyncio task or
+    ``asyncio.to_thread`` call started inside it), after the wait of :meth:`Collector.start` when
+    another region records (a thread started inside a block counts as such). ``on_capture`` runs
+    after the stop, also when the block raised, before the block's exception propagates; its own
+    errors are logged. A cancellation while the collection starts stops it again once the start is done.
+    """
+
+    def __init__(self, session: Collector | None, name: str,
+                 on_capture: Callable[[Capture], None] | None = None) -> None:
+        self.session = session
+        self.name = name
+        self.on_capture = on_capture
+        self.capture: Capture | None = None
+        self._started = False
+        self._token = 0
+        self._pid = os.getpid()  # a forked child that leaves the block stops nothing of its parent's
+
+    def __enter__(self) -> Self:
+        self._start()
+        self._enclose()
+        return self
+
+    def _start(self) -> None:
+        if self.session is None:
+            return
+        self._pid = os.getpid()
+        try:
+            self._token = self.session.start(self.name)
+            self._started = True
+        except NsightError as exc:
+            log.warning("could not start collection for region %r; running it unprofiled: %s", self.name,
+                        one_line(exc))
+
+    def _enclose(self) -> None:
+        """Mark the code of the block, in the caller's context, as recorded by this region."""
+        if self._started:
+            _enclosing.set((*_enclosing.get(), self._token))
+
+    def _disclose(self) -> None:
+        if self._token:
+            _enclosing.set(tuple(token for token in _enclosing.get() if token != self._token))
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._disclose()
+        self._finish()
+
+    def _finish(self) -> None:
+        if self.session is None or not self._started or os.getpid() != self._pid:
+            return
+        self._started = False
+        try:
+            self.capture = self.session.stop()
+        except NsightError as error:
+            log.warning("could not stop collection for region %r: %s", self.name, one_line(error))
+            return
+        if self.on_capture is not None:
+            try:
+                self.on_capture(self.capture)
+            except Exception as error:
+                log.warning("processing the capture of region %r failed: %s", self.name, one_line(error))
+
+    async def __aenter__(self) -> Self:
+        starting = asyncio.ensure_future(asyncio.to_thread(self._start))
+        try:
+            await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            # The start cannot be interrupted; once it is done, stop what it started, in a thread of
+            # its own (not daemonic: interpreter exit waits for it), whatever else is cancelled.
+            starting.add_done_callback(lambda _done: threading.Thread(target=self._undo).start())
+            raise
+        self._enclose()  # here, not in the thread: its context is a copy of this task's
+        return self
+
+    def _undo(self) -> None:
+        if self.session is not None and self._started and os.getpid() == self._pid:
+            self._started = False
+            with contextlib.suppress(NsightError):
+                self.session.stop()
+            log.warning("region %r was cancelled while its collection started; the collection was stopped",
+                        self.name)
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        self._disclose()
+        await asyncio.to_thread(self._finish)
+
+
+_current: Collector | None = None
+_current_lock = threading.Lock()
+_previous_sigterm: Any = None
+
+
+def _renew_lock_in_child() -> None:
+    """A forked child gets a fresh lock: another thread of the parent may have held it at the fork."""
+    global _current_lock
+    _current_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_renew_lock_in_child)
+
+
+def current_collector() -> Collector | None:
+    """This process's slot in the session it was launched into (:meth:`Settings.from_env`), or None when
+    it runs without nsys; the first look-up from the main thread installs the SIGTERM and exit handlers."""
+    global _current
+    settings = Settings.from_env()
+    if settings is None:
+        return None
+    with _current_lock:
+        if _current is None or _current.name != settings.name:
+            found = settings.nsys
+            _current = Collector(settings, functools.cache(lambda: (nsys_at(str(found)) if found else None)
+                                                           or find_nsys()))
+    _handle_termination()
+    return _current
+
+
+def _handle_termination() -> None:
+    """In a process launched into a session: on SIGTERM (a preempted pod) or at exit, stop the running
+    collection, so its trace is flushed within the grace period instead of lost with the process.
+
+    Python's default for SIGTERM is to die at once; the handler stops the collection, then hands the
+    signal to whatever handled it before, or re-raises it so the exit status still says SIGTERM.
+    Installable from the main thread only: elsewhere this is left to the next call from there.
+    """
+    global _previous_sigterm
+    if _previous_sigterm is not None or threading.current_thread() is not threading.main_thread():
+        return
+    _previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
+    atexit.register(_abort_current, "the process is exiting")
+
+
+def _abort_current(why: str) -> None:
+    """Stop this process's collection; a forked child's copy of the slot is its parent's, not its own."""
+    if _current is not None and _current._pid == os.getpid():
+        _current.abort(why)
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    _abort_current("SIGTERM")
+    previous = _previous_sigterm
+    if callable(previous):
+        previous(signum, frame)
+    elif previous != signal.SIG_IGN:
+        if os.environ.get(ENV_PRIMARY_PID) == str(os.getpid()):  # a worker's death is not the program's
+            with contextlib.suppress(OSError, KeyError):  # tell `nsight launch`/`run`: nsys may exit 0
+                Path(os.environ[ENV_SIGNAL_FILE]).write_text(str(signum))
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+def range(name: str, on_capture: Callable[[Capture], None] | None = None) -> Region:
+    """Record the block as its own capture when this process runs in an nsight session; else do nothing."""
+    return Region(current_collector(), name, on_capture)
+
+
+
+# Last, because session.py imports this module's names in turn: whichever of the two is imported first,
+# the other then finds every name it needs already defined.
+from nsight_core.session import ENV_OUTPUT_DIR, ENV_SESSION, Settings, diagnose, sanitize  # noqa: E402
+
+if os.environ.get(ENV_SESSION):  # imported by a launched process: usually first from its main thread
+    _handle_termination()

@@ -1,0 +1,86 @@
+"""The exec wrapper: what a container runtime re-execs an action into, so it runs under `nsys launch`.
+
+Public (the Flyte adapter stamps :func:`exec_wrapper` into a task's environment): a missing nsys, a
+bad setting or too little temp space must cost the profile, never the job, so every failure here
+falls back to exec'ing the command unprofiled after one warning line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from nsight_core import tempspace
+from nsight_core.errors import NsightError, one_line
+from nsight_core.nsys import DEFAULT_TRACE
+from nsight_core.session import Session, default_output_dir, sanitize, validate_trace
+from nsight_core.supervise import never_started, run_command
+
+
+def exec_launch(argv: Sequence[str], *, name: str, trace: Sequence[str] | str = DEFAULT_TRACE,
+                sample: str | None = None, output_dir: str | Path | None = None) -> NoReturn:
+    """Run ARGV under `nsys launch` and exit as it did, or replace this process with ARGV alone.
+
+    This is what a container runtime re-execs into (Flyte's exec wrapper): a missing nsys or a bad
+    setting must cost the profile, never the job, so every failure here falls back to exec'ing ARGV
+    unprofiled after one warning line. When profiling, this process stays as nsys' parent instead of
+    exec'ing into it: nsys exits 0 when it is signalled itself, so a preempted pod (SIGTERM to its
+    first process) would report success. Staying lets SIGTERM/SIGINT be forwarded to nsys (which
+    passes them on and writes the trace) and the exit status say 128+N. The session name gets a
+    random suffix: a retried attempt never reuses the previous attempt's session, folder or paths.
+    """
+    if not argv:
+        raise ValueError("no command to launch: give the program and its arguments after --.")
+    try:
+        unique = f"{sanitize(name)[:80]}-{uuid.uuid4().hex[:6]}"
+        session = Session(unique, trace=trace, sample=sample, output_dir=output_dir or default_output_dir(unique))
+        session._prepare_output_dir()
+        nsys_argv, env = session._nsys_argv("manual"), session.child_env()
+    except (NsightError, ValueError, OSError) as exc:
+        _exec_unprofiled(argv, one_line(exc))
+    if why := tempspace.shortfall():
+        _exec_unprofiled(argv, why)
+    finished = run_command(nsys_argv, argv, env=env, session=session.name)
+    if not finished.started:
+        _exec_unprofiled(argv, never_started(finished.nsys_output))
+    sys.exit(finished.returncode)
+
+
+def _exec_unprofiled(argv: Sequence[str], why: str) -> NoReturn:
+    print(f"nsight: WARNING: profiling is off for this run, {argv[0]} runs unprofiled: {why}",
+          file=sys.stderr, flush=True)
+    os.execvp(argv[0], list(argv))
+
+
+# The exec wrapper for container runtimes (Flyte's _F_EXEC_WRAPPER): a POSIX sh script, because the
+# runtime execvp's the wrapper's first word and a missing `nsight` would kill the job before it
+# starts. It looks for `nsight` on PATH, then beside the entrypoint (an unactivated venv), then asks
+# the entrypoint's own interpreter (its #! line) for `-m nsight_core.cli` (a --target install), and
+# otherwise runs the job unprofiled after one warning line. Positional: $1 session, $2 trace,
+# $3 sample ('' for nsys' default), then the command. No $NAME in the script: runtimes expand those.
+_WRAPPER = """__nsight_s=$1 __nsight_t=$2 __nsight_m=$3; shift 3
+for __nsight_c in "$(command -v nsight)" "${1%/*}/nsight"; do
+  if [ -f "$__nsight_c" ] && [ -x "$__nsight_c" ]; then
+    exec "$__nsight_c" launch --session "$__nsight_s" --trace "$__nsight_t" \
+      ${__nsight_m:+--sample "$__nsight_m"} -- "$@"
+  fi
+done
+__nsight_p=$(sed -n '1s/^#![[:space:]]*//p;q' "$1" 2>/dev/null)
+if [ -n "$__nsight_p" ] && $__nsight_p -c 'import nsight_core.cli' 2>/dev/null; then
+  exec $__nsight_p -m nsight_core.cli launch --session "$__nsight_s" --trace "$__nsight_t" \
+    ${__nsight_m:+--sample "$__nsight_m"} -- "$@"
+fi
+echo "nsight: WARNING: profiling is off for this run, $1 runs unprofiled: the nsight command is neither on" \
+  "PATH nor beside $1, and ${__nsight_p:-its interpreter} cannot import nsight_core; install nsight-core" \
+  "into the task image's Python environment" >&2
+exec "$@"
+"""
+
+
+def exec_wrapper(session: str, trace: Sequence[str], sample: str | None) -> list[str]:
+    """The words of an exec wrapper that runs the command it is given under `nsight launch`."""
+    return ["/bin/sh", "-c", _WRAPPER, "nsight-wrapper", session, ",".join(validate_trace(trace)), sample or ""]

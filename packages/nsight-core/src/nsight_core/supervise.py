@@ -1,0 +1,331 @@
+"""Running and supervising a command under nsys: its stdio, signals, retries, and what nsys leaves behind.
+
+`nsight run` and `nsight launch` stay nsys' parent for the whole run instead of exec'ing into it: they
+hand the command its stdout/stderr while holding nsys' own messages back until the command has
+started, forward SIGTERM/SIGINT (each once), run nsys again where it failed before starting anything,
+end an nsys agent that outlives nsys, and make nsys die with them (a parent-death signal). The nsys
+command lines themselves are :mod:`nsight_core.nsys`'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nsight_core.errors import PERMISSION_REMEDIES, NsysCommandError, is_permission_failure, one_line
+from nsight_core.nsys import QUICK_TIMEOUT, lost_its_agent
+
+ENV_SIGNAL_FILE = "NSIGHT_SIGNAL_FILE"
+"""Where a profiled process that dies of a signal writes its number (nsys itself may then exit 0)."""
+ENV_PRIMARY_PID = "NSIGHT_PRIMARY_PID"
+"""The pid of the command nsys started (the program): only its death by a signal is the program's."""
+
+# Run by nsys in front of CMD: it removes the file $1 (CMD is starting: removing needs no disk space,
+# unlike writing), tells CMD its own pid (ENV_PRIMARY_PID: it execs into CMD), and, unless $2 is '-',
+# gives CMD back the stdout/stderr of the caller (fds $2 and $3); nsys' own messages (progress bars,
+# "Generated: ...") keep the pipe they were started with.
+_REDIRECT = ('rm -f "$1"; export NSIGHT_PRIMARY_PID=$$; '
+             '[ "$2" = - ] || eval "exec 1>&$2 2>&$3 $2>&- $3>&-"; shift 3; exec "$@"')
+_FORWARDED = (signal.SIGINT, signal.SIGTERM)
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How a profiled command ended."""
+
+    returncode: int
+    """The command's exit code; 128+N when it, or nsight on its behalf, got signal N."""
+    nsys_output: str
+    """The tail of nsys' own messages (copied to stderr as they came once the command started)."""
+    started: bool = True
+    """False when nsys ended without ever starting the command (then returncode is nsys' own)."""
+
+
+
+# nsys 2023.4.4 on a loaded machine at times loses its agent before it starts the command
+# ("Connection to Agent lost", exit 0; "Local Endpoint is not available", exit 1; or "End of file" alone,
+# the agent's connection closing, seen in the test suite on 2026-12-03). Nothing ran then, so trying
+# again is safe.
+START_ATTEMPTS = 3
+
+
+def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[str, str] | None = None,
+                timeout: float | None = None, session: str | None = None) -> Finished:
+    """Run COMMAND under NSYS_ARGV with COMMAND's stdio untouched and nsys' own output on stderr.
+
+    SIGTERM, and SIGINT when stdin is not a terminal, are forwarded to nsys, which passes them on to
+    COMMAND and still writes the trace; nsys then runs in its own process group so that a signal to
+    this process's group is not delivered twice. At a terminal nsys stays in the foreground group
+    (COMMAND may read from it), which delivers Ctrl-C to everyone already. SESSION names the nsys
+    session NSYS_ARGV creates (`nsys launch --session-new`): an agent of it still running once nsys
+    has ended is ended too.
+
+    nsys is run again (START_ATTEMPTS in all) while it fails before COMMAND starts in a way that is
+    not a setting's fault (a lost agent, an exit 0, a hang past QUICK_TIMEOUT): nothing ran, so that
+    is safe. Its messages reach stderr once COMMAND has started; those of a launch that never started
+    it are only in the result's ``nsys_output``, for the one message the caller prints.
+    """
+    interactive = os.isatty(0)
+    with tempfile.TemporaryDirectory(prefix="nsight-run-") as scratch:
+        pending, died = Path(scratch, "pending"), Path(scratch, "signal")
+        env = {**(os.environ if env is None else env), ENV_SIGNAL_FILE: str(died)}
+        for _attempt in range(START_ATTEMPTS):  # again only while nsys fails transiently before COMMAND starts
+            pending.touch()
+            finished, transient = _run_under_nsys(nsys_argv, command, pending, env, timeout, interactive, session)
+            if finished.started or not transient:
+                break
+        died_of = died.read_text().strip() if died.exists() else ""
+    if session:
+        end_leftover_agents(session)
+    if not finished.started:
+        return finished
+    if finished.returncode == 0 and died_of.isdigit():  # nsys, signalled itself, exits 0 regardless
+        return Finished(128 + int(died_of), finished.nsys_output)
+    return finished
+
+
+def end_leftover_agents(session: str, grace: float = 2.0) -> list[int]:
+    """End the agents of nsys session SESSION that outlive nsys; their pids.
+
+    nsys 2023.4.4 sometimes leaves a session's agent (`nsys --start-agent --session-name=S`, a
+    daemon) running after nsys itself ended: after SIGTERM to nsys, or after "Connection to Agent
+    lost". It holds the profiled command's stdout and stderr (a caller waiting for their end waits
+    forever) and a session lock in $TMPDIR. Each gets GRACE seconds to exit, then SIGTERM, then SIGKILL.
+    """
+    wanted = [b"--start-agent", f"--session-name={session}".encode()]
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if all(word in cmdline.read_bytes().split(b"\0") for word in wanted):
+                found.append(int(cmdline.parent.name))
+    alive = found
+    for signum in (0, signal.SIGTERM, signal.SIGKILL):  # 0 sends nothing: a grace period first
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signum)
+        deadline = time.monotonic() + grace
+        while (alive := [pid for pid in alive if _running(pid)]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not alive:
+            break
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether PID runs (a zombie does not); reaps it where this process inherited it (a pod's PID 1)."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], pending: Path, env: Mapping[str, str],
+                    timeout: float | None, interactive: bool, session: str | None) -> tuple[Finished, bool]:
+    """One run of COMMAND under nsys; whether a failure to start it was transient (worth another try).
+
+    SESSION: the nsys session NSYS_ARGV creates, whose agent a launch that hung leaves behind.
+    """
+    out_fd, err_fd = _low_dup(_fileno(sys.stdout, 1)), _low_dup(_fileno(sys.stderr, 2))
+    kept: tuple[int, ...]
+    if out_fd is None or err_fd is None:  # no single-digit fd free: nsys' output stays beside COMMAND's
+        for fd in (out_fd, err_fd):
+            if fd is not None:
+                os.close(fd)
+        read_fd, write_fd, kept, fds = None, None, (), ["-", "-"]
+    else:
+        read_fd, write_fd = os.pipe()
+        kept = (out_fd, err_fd)
+        fds = [str(out_fd), str(err_fd)]
+    argv = [*nsys_argv, "/bin/sh", "-c", _REDIRECT, "nsight", str(pending), *fds, *command]
+    try:
+        process = subprocess.Popen(argv, env=dict(env), stdout=write_fd, stderr=write_fd, pass_fds=kept,
+                                   process_group=None if interactive else 0,
+                                   preexec_fn=_terminated_with(os.getpid()))
+    except OSError as exc:
+        raise NsysCommandError(f"could not run {argv[0]}: {exc}") from exc
+    finally:
+        for fd in (write_fd, *kept):
+            if fd is not None:
+                os.close(fd)
+    relay = _Relay()
+    copier = threading.Thread(target=relay.copy, args=(read_fd,), daemon=True)
+    if read_fd is not None:
+        copier.start()
+    received: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        repeated = signum in received  # nsys, signalled again while it writes the trace, drops it
+        received.append(signum)
+        if not repeated and not (interactive and signum == signal.SIGINT):
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signum)
+
+    previous = _install(forward, _FORWARDED)
+    began = time.monotonic()
+    try:
+        hung = not _await_start(process, pending, interactive)
+        if hung and session:  # its agent would hold the session's name and nsys' output pipe
+            end_leftover_agents(session, grace=0.5)
+        if not pending.exists():
+            relay.pass_on()
+        left = None if timeout is None else max(timeout - (time.monotonic() - began), 0.0)
+        returncode = process.wait(timeout=left)
+    except subprocess.TimeoutExpired as exc:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=QUICK_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        raise NsysCommandError(f"`{' '.join(command)}` did not finish within {timeout} s and was stopped.") from exc
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if read_fd is not None:
+            copier.join(timeout=QUICK_TIMEOUT)
+    output = relay.tail.decode(errors="replace")
+    if hung:
+        output += f"\nnsys had not started the command after {QUICK_TIMEOUT:.0f} s and was stopped"
+    started = not pending.exists()
+    transient = not received and (hung or returncode == 0 or lost_its_agent(output))
+    if received:
+        returncode = 128 + received[-1]
+    elif returncode < 0:
+        returncode = 128 - returncode
+    return Finished(returncode, output, started=started), transient
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _terminated_with(parent: int) -> Callable[[], None]:
+    """What a child runs before it execs nsys: SIGTERM when PARENT (this process) dies, even by SIGKILL.
+
+    nsys passes SIGTERM on to the command and writes the trace so far, so nothing records on, orphaned,
+    after `nsight run` or `nsight launch` was killed (`timeout -s KILL`, `subprocess.run(timeout=)`).
+    The kernel keeps the setting across the exec; a parent already gone before it was set is checked.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the child must not load a library
+
+    def arm() -> None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arm
+
+
+def _await_start(process: subprocess.Popen[bytes], pending: Path, interactive: bool) -> bool:
+    """Wait until nsys starts the command (PENDING is gone) or ends without; False when it hung instead.
+
+    nsys 2023.4.4 at times hangs under load before it starts anything. After QUICK_TIMEOUT nsys is
+    killed (nothing of the user's ran, so nothing is lost) and the caller may try again.
+    """
+    deadline = time.monotonic() + QUICK_TIMEOUT
+    while pending.exists() and process.poll() is None:
+        if time.monotonic() >= deadline:
+            with contextlib.suppress(ProcessLookupError):
+                if interactive:  # nsys shares this process's group at a terminal: only nsys itself
+                    process.kill()
+                else:
+                    os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            return not pending.exists()
+        time.sleep(0.02)
+    return True
+
+
+def _install(handler: Callable[[int, object], None], signals: Sequence[int]) -> dict[int, Any]:
+    """Install HANDLER for SIGNALS (possible in the main thread only); the handlers it replaced."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {signum: signal.signal(signum, handler) for signum in signals}
+
+
+def _low_dup(fd: int) -> int | None:
+    """A copy of FD on a free descriptor 3..9: POSIX sh redirects single-digit descriptors only."""
+    for low in range(3, 10):
+        try:
+            os.fstat(low)
+        except OSError:
+            return os.dup2(fd, low, inheritable=False)
+    return None
+
+
+def _fileno(stream: Any, default: int) -> int:
+    """STREAM's file descriptor; DEFAULT when it has none (a test harness's in-memory stream)."""
+    try:
+        return int(stream.fileno())
+    except (AttributeError, ValueError, OSError):
+        return default
+
+
+class _Relay:
+    """nsys' own messages on their way to stderr, held back until nsys has started the command.
+
+    A launch that never starts the command (a rejected setting, a lost agent, tried again) would
+    otherwise print nsys' usage text or a message a retry makes moot: its words go into the one
+    warning the caller prints instead (``tail``).
+    """
+
+    def __init__(self, keep: int = 16_384) -> None:
+        self.tail = bytearray()
+        self._passing = False
+        self._keep = keep
+        self._lock = threading.Lock()
+
+    def copy(self, read_fd: int | None) -> None:
+        """Read nsys' messages from READ_FD until nsys ends (a thread's body)."""
+        if read_fd is None:
+            return
+        with os.fdopen(read_fd, "rb", buffering=0) as pipe:
+            while chunk := pipe.read(65_536):
+                with self._lock:
+                    self.tail.extend(chunk)
+                    del self.tail[:-self._keep]
+                    if self._passing:
+                        _to_stderr(chunk)
+
+    def pass_on(self) -> None:
+        """The command started: what nsys said so far (all held in the tail) goes out, and from now on as it comes."""
+        with self._lock:
+            if not self._passing:
+                self._passing = True
+                _to_stderr(bytes(self.tail))
+
+
+def _to_stderr(chunk: bytes) -> None:
+    if not chunk:
+        return
+    stream = getattr(sys.stderr, "buffer", None)
+    if stream is not None:
+        stream.write(chunk)
+    else:
+        sys.stderr.write(chunk.decode(errors="replace"))
+
+
+def run_plain(argv: Sequence[str]) -> int:
+    """Run ARGV without nsys; its exit code (128+N after signal N, as the profiled run would give)."""
+    code = subprocess.run(list(argv), check=False).returncode
+    return 128 - code if code < 0 else code
+
+
+def never_started(nsys_output: str) -> str:
+    """Why the command never ran, in nsys' words (all of them where they are few: a rejected setting is
+    followed by usage text), with the remedies where nsys was refused permissions."""
+    words = one_line(nsys_output)
+    why = f"nsys ended without starting it (its last words: {words[-600:] or 'no message'})"
+    return f"{why}. {PERMISSION_REMEDIES}" if is_permission_failure(words) else why

@@ -23,7 +23,7 @@ from nsight_core.analysis.analyze import Analysis, analyze, withhold_savings
 from nsight_core.analysis.completeness import CaptureFacts, Completeness, capture_facts, check_completeness
 from nsight_core.analysis.summary import Tile, summary_tiles
 from nsight_core.analysis.timeline import TraceSummary, summarize_trace
-from nsight_core.errors import StatsError
+from nsight_core.errors import NotEnoughMemoryError, StatsError
 from nsight_core.memory import check_summary_memory
 from nsight_core.stats.load import load_stats, recorded_captures, stats_of_trace
 from nsight_core.stats.models import ProfileStats
@@ -31,6 +31,7 @@ from nsight_core.stats.reports import DEFAULT_REPORTS
 from nsight_core.trace.export import REPORT_SUFFIXES, is_event_source
 from nsight_core.trace.load import load_trace
 from nsight_core.trace.model import Trace
+from nsight_core.trace.streamed import is_streamed
 
 log = logging.getLogger("nsight")
 
@@ -71,7 +72,17 @@ def build_profile(
     if not is_event_source(path):
         return CaptureProfile(title=title or path.name, source=str(path), stats=load_stats(path, reports))
     trace = load_trace(path)
-    check_summary_memory(trace.event_bytes, path.name)  # before any event is read: never the task's OOM kill
+    try:
+        check_summary_memory(trace.event_bytes, path.name)  # before any event is read: never the task's OOM kill
+    except NotEnoughMemoryError as error:
+        if not is_streamed(trace):
+            raise
+        # A large capture's reports stream from disk in bounded memory (trace/streamed.py); the summary, completeness
+        # and analysis still read whole frames: it gets its statistics, and says what it lacks (nsight stats prints
+        # the statistics' notes).
+        stats = stats_of_trace(trace, reports or DEFAULT_REPORTS)
+        stats.notes.append(f"Statistics only, no summary or 'What to fix': {error}")
+        return CaptureProfile(title=title or path.stem, source=str(path), stats=stats)
     if facts is None:
         facts = capture_facts(path) if path.suffix in REPORT_SUFFIXES else CaptureFacts()
     # The analysis runs beside the reports, summary and completeness (Polars computes without the GIL), on

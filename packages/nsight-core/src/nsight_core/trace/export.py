@@ -187,10 +187,10 @@ class ExportChoice(NamedTuple):
     stream_above_bytes: int = STREAM_ABOVE_BYTES
 
 
-def export_choice(report: Path, nsys: Nsys | None = None, stream_above: int = STREAM_ABOVE_BYTES) -> ExportChoice:
+def export_choice(report: Path, nsys: Nsys | None = None) -> ExportChoice:
     """How REPORT's events are read (see :class:`ExportChoice`). A current arrow export of a trace small enough is
     used without asking nsys anything (not even for its version)."""
-    size = report.stat().st_size
+    size, stream_above = report.stat().st_size, STREAM_ABOVE_BYTES
     if size > stream_above:
         return ExportChoice("sqlite", "streamed", size, stream_above)
     if is_current(export_path(report, "arrowdir"), report) or "arrowdir" in (nsys or find_nsys()).export_types:

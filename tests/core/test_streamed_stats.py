@@ -1,0 +1,136 @@
+"""Large captures: the five default reports streamed from a spilled SQLite export equal nsys' own and the whole-frame
+path's on every H200 fixture, the Parquet copies are removed, and a capture over the threshold takes that path.
+
+The streamed path is what a trace over ``STREAM_ABOVE_BYTES`` (32 MiB) gets; the fixtures are far smaller, so the
+tests build it directly (SpilledTables over a real nsys SQLite export) or lower the threshold. Its memory on a
+10 M-range capture is tested in tests/core/test_large_capture.py (slow: `make bench`).
+"""
+
+from __future__ import annotations
+
+import gc
+import shutil
+import statistics
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+import nsight_core
+from nsight_core import NotEnoughMemoryError
+from nsight_core.nsys import Nsys
+from nsight_core.profile import build_profile
+from nsight_core.stats import exact
+from nsight_core.stats.load import stats_from_csv_dir, stats_of_trace
+from nsight_core.stats.models import ProfileStats
+from nsight_core.stats.reports import DEFAULT_REPORTS
+from nsight_core.trace import export as export_module
+from nsight_core.trace.export import ExportChoice, export, export_choice
+from nsight_core.trace.model import Trace
+from nsight_core.trace.spill import SPILL_PREFIX, SpilledTables
+from nsight_core.trace.streamed import is_streamed
+from nsight_core.trace.tables import SqliteTables
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+REPORTS_2023 = sorted(p for p in FIXTURES.rglob("*.nsys-rep") if "2025" not in p.parent.name)
+SQLITE_2025 = sorted(FIXTURES.rglob("*.sqlite"))
+TABLES = ("kernels", "api_calls", "memory_time", "memory_size", "nvtx_ranges")
+STREAMED = ExportChoice("sqlite", "streamed", 0)
+
+
+def rows(stats: ProfileStats) -> dict[str, Any]:
+    return {table: [row.model_dump() for row in getattr(stats, table)] for table in (*TABLES, "graphs")}
+
+
+def spills(folder: Path) -> list[Path]:
+    return sorted(folder.glob(f".{SPILL_PREFIX}*"))
+
+
+def sqlite_of(capture: Path, tmp_path: Path, nsys: Nsys) -> Path:
+    """A writable SQLite export of CAPTURE: nsys 2025.3's own beside a 2025 fixture, else made by the real nsys."""
+    copy = tmp_path / capture.name
+    shutil.copyfile(capture, copy)
+    return copy if copy.suffix == ".sqlite" else export(copy, "sqlite", nsys)
+
+
+@pytest.mark.nsys
+@pytest.mark.parametrize("capture", REPORTS_2023 + SQLITE_2025, ids=lambda p: p.relative_to(FIXTURES).as_posix())
+def test_streamed_reports_equal_nsys_and_the_whole_frames(capture: Path, nsys: Nsys, tmp_path: Path) -> None:
+    sqlite = sqlite_of(capture, tmp_path, nsys)
+    whole = stats_of_trace(nsight_core.load_trace(sqlite))
+    tables = SpilledTables(SqliteTables(sqlite), STREAMED)
+    streamed = stats_of_trace(Trace(tables))
+    assert rows(streamed) == rows(whole)
+    assert streamed.skipped == whole.skipped and streamed.notes == whole.notes
+    if list(capture.parent.glob(f"{capture.stem}_*.csv")):  # nsys' own, where recorded (the whole frames' equality
+        # with nsys on every fixture is tests/core/test_stats_from_events.py's)
+        recorded = stats_from_csv_dir(capture.parent / capture.stem, list(DEFAULT_REPORTS))
+        for table in TABLES:
+            assert rows(streamed)[table] == [row.model_dump() for row in getattr(recorded, table)], table
+    assert any(rows(streamed)[table] for table in TABLES)
+    # Copied to Parquet beside the export, and removed when the tables close.
+    [spill] = spills(sqlite.parent)
+    assert list(spill.rglob("*.parquet"))
+    tables.close()
+    assert not spills(sqlite.parent)
+
+
+def test_the_parquet_copies_go_with_the_trace(tmp_path: Path) -> None:
+    """Nobody closes the tables: the copies go when the trace is collected."""
+    sqlite = tmp_path / "graph_node.sqlite"
+    shutil.copyfile(FIXTURES / "h200-2025-graph-node" / "graph_node.sqlite", sqlite)
+    trace = Trace(SpilledTables(SqliteTables(sqlite), STREAMED))
+    assert stats_of_trace(trace).kernels
+    assert spills(tmp_path)
+    del trace
+    gc.collect()
+    assert not spills(tmp_path)
+
+
+@pytest.mark.nsys
+def test_a_capture_over_the_threshold_is_streamed(nsys: Nsys, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The choice by size, recorded in the statistics; a profile of a streamed capture whose summary does not fit
+    in the memory allowed gets its statistics with a note, where one read whole is refused as before."""
+    capture = tmp_path / "training.nsys-rep"
+    shutil.copyfile(FIXTURES / "h200-torch-mlp" / "training.nsys-rep", capture)
+    recorded = stats_from_csv_dir(FIXTURES / "h200-torch-mlp" / "training", list(DEFAULT_REPORTS))
+    size = capture.stat().st_size
+    assert export_choice(capture, nsys) == ExportChoice("arrowdir", "whole", size)
+    export_read = nsight_core.load_stats(capture).export
+    assert export_read is not None and export_read.model_dump() == ExportChoice("arrowdir", "whole", size)._asdict()
+
+    monkeypatch.setattr(export_module, "STREAM_ABOVE_BYTES", size - 1)
+    assert export_choice(capture, nsys) == ExportChoice("sqlite", "streamed", size, size - 1)
+    trace = nsight_core.load_trace(capture)
+    assert is_streamed(trace) and trace.source == capture.with_suffix(".sqlite")
+    del trace
+    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "1M")
+    profile = build_profile(capture)
+    assert profile.stats.export is not None and profile.stats.export.reason == "streamed"
+    assert rows(profile.stats)["nvtx_ranges"] == [row.model_dump() for row in recorded.nvtx_ranges]
+    assert profile.analysis is None and profile.trace is None
+    assert any(note.startswith("Statistics only") for note in profile.stats.notes)
+    gc.collect()
+    assert not spills(tmp_path)
+
+    monkeypatch.setattr(export_module, "STREAM_ABOVE_BYTES", size)
+    with pytest.raises(NotEnoughMemoryError):
+        build_profile(capture)
+
+
+@pytest.mark.parametrize("values", [
+    [7], [3, 1], [5, 5, 5, 5], [-4, 10, 2**40, 0, 3],
+    [1000] * 999 + [2**41, 2**33, 1, 1001],  # most values in one narrow bucket of a wide range
+    [*range(0, 3_000_000, 7), 2**45],
+])
+def test_medians_by_selection_are_exact(values: list[int]) -> None:
+    frame = pl.LazyFrame({"key": ["a"] * len(values) + ["b", "b"], "value": [*values, 9, 2**50]})
+    groups = frame.group_by("key").agg(*exact.sums(pl.col("value")), pl.col("value").min().alias("_min"),
+                                       pl.col("value").max().alias("_max")).collect()
+    medians = dict(exact.medians(frame, "key", "value", groups).iter_rows())
+    assert medians == {"a": statistics.median(values), "b": statistics.median([9, 2**50])}
+    finished = exact.finish(groups.sort("key"), "mean", "stddev").row(0, named=True)
+    assert finished["mean"] == pytest.approx(statistics.fmean(values), rel=1e-15)
+    assert finished["stddev"] == (pytest.approx(statistics.stdev(values), rel=1e-15) if len(values) > 1 else 0.0)

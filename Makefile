@@ -45,8 +45,10 @@ test: nsys
 demo: nsys
 	@bash scripts/demo.sh
 
+# First the slow tests (a 10 M-range capture's `nsight stats` in bounded memory), then the timings.
 # BENCH_ARGS: e.g. --trace PATH.nsys-rep (a large GPU capture recorded elsewhere), or --quick.
 bench: nsys
+	$(PY) -m pytest -m slow -q -p no:cacheprovider tests/core/test_large_capture.py
 	$(PY) bench/bench.py $(BENCH_ARGS)
 
 clean:

@@ -9,6 +9,7 @@ space is checked before anything starts: too little, and the program runs unprof
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from nsight_core.errors import NsightError
@@ -41,8 +42,13 @@ def shortfall() -> str | None:
     folder = nsys_temp_dir()
     try:
         stat = os.statvfs(folder)
-    except OSError:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except FileNotFoundError:
         return None  # a folder that does not exist: nsys' own message says so
+    except OSError as exc:  # read-only, not ours: that is the cause to name, whatever the space
+        return (f"nsys' temp folder {folder} cannot be written ({exc.strerror or exc}): point TMPDIR at a "
+                "writable folder")
     free = stat.f_bavail * stat.f_frsize
     if free >= needed:
         return None

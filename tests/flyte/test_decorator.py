@@ -36,6 +36,7 @@ def test_wrong_decorator_order_fails_at_import():
     ({"trace": ["cuda", "os rt"]}, ValueError, r"trace domain 'os rt' is not valid"),
     ({"reports": ["cuda_api_sum", 7]}, TypeError, r"report 7 is not a report name: .*cuda_gpu_kern_sum"),
     ({"sample": "cpu --x"}, ValueError, r"sample='cpu --x' is not an nsys --sample value"),
+    ({"cuda_graph_trace": "nodes"}, ValueError, r"cuda_graph_trace='nodes' is not an nsys --cuda-graph-trace value"),
 ])
 def test_bad_arguments_fail_at_decoration_time(kwargs, error, message):
     with pytest.raises(error, match=message):
@@ -61,7 +62,7 @@ def test_stamps_the_wrapper_and_turns_on_the_report():
     wrapper = shlex.split(task.env_vars["_F_EXEC_WRAPPER"])
     # /bin/sh, not `nsight`: the runtime execvp's the first word (tests/reliability runs it without nsight)
     assert wrapper[:2] == ["/bin/sh", "-c"]
-    assert wrapper[3:] == ["nsight-wrapper", "nsight-${RUN_NAME}-${ACTION_NAME}", "nvtx,osrt", ""]
+    assert wrapper[3:] == ["nsight-wrapper", "nsight-${RUN_NAME}-${ACTION_NAME}", "nvtx,osrt", "", ""]
     assert "_F_EXEC_WRAPPER_CLUSTERED" not in task.env_vars
     assert tasks.clustered.env_vars["_F_EXEC_WRAPPER_CLUSTERED"] == "1"
     # `flyte deploy` serialises the environment's registry: it must hold the profiled task.
@@ -77,7 +78,18 @@ def test_sample_and_existing_env_vars_are_kept():
         return x
 
     assert sampled.env_vars["KEEP"] == "1"
-    assert shlex.split(sampled.env_vars["_F_EXEC_WRAPPER"])[5:] == ["cuda,nvtx", "cpu"]
+    assert shlex.split(sampled.env_vars["_F_EXEC_WRAPPER"])[5:] == ["cuda,nvtx", "cpu", ""]
+
+
+def test_cuda_graph_trace_reaches_the_wrapper():
+    graphs_env = flyte.TaskEnvironment(name="nsight_graph_nodes")
+
+    @nsys_profile(cuda_graph_trace="node")
+    @graphs_env.task
+    async def replayed(x: int) -> int:
+        return x
+
+    assert shlex.split(replayed.env_vars["_F_EXEC_WRAPPER"])[5:] == ["cuda,nvtx", "", "node"]
 
 
 def test_override_keeps_profiling():

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from nsight_core.errors import CommandNotExecutableError, CommandNotFoundError, NsightError
-from nsight_core.nsys import DEFAULT_CAPTURE, DEFAULT_TRACE
+from nsight_core.nsys import CUDA_GRAPH_TRACES, DEFAULT_CAPTURE, DEFAULT_TRACE
 from nsight_core.render.text import DEFAULT_LIMIT
 from nsight_core.stats.reports import DEFAULT_REPORTS
 from nsight_core.trace.export import REPORT_SUFFIXES, export_ahead
@@ -57,7 +57,8 @@ def _command(args: argparse.Namespace) -> list[str]:
 def cmd_run(args: argparse.Namespace) -> int:
     from nsight_core.session import Session
 
-    session = Session(trace=args.trace, sample=args.sample, output_dir=args.output)
+    session = Session(trace=args.trace, sample=args.sample, output_dir=args.output,
+                      cuda_graph_trace=args.cuda_graph_trace)
     result = session.run(_command(args), capture=args.capture)
     for report in result.reports:
         print(report, flush=True)
@@ -140,7 +141,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from nsight_core.launch import exec_launch
 
     exec_launch(_command(args), name=args.session, trace=args.trace, sample=args.sample,
-                output_dir=args.output_dir)
+                output_dir=args.output_dir, cuda_graph_trace=args.cuda_graph_trace)
 
 
 SLOWER_EXIT = 3
@@ -176,6 +177,9 @@ def _add_profiling_options(parser: argparse.ArgumentParser) -> None:
                         "nvtx,osrt)")
     parser.add_argument("--sample", default=None,
                         help="CPU sampling passed to nsys --sample, e.g. none or cpu (default: nsys' own)")
+    parser.add_argument("--cuda-graph-trace", choices=CUDA_GRAPH_TRACES, default=None,
+                        help="passed to nsys --cuda-graph-trace: 'graph' records each CUDA graph launch whole, 'node' "
+                        "each of its kernels (default: nsys' own: graph where the CUDA driver is 11.7 or newer)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
 

@@ -16,13 +16,14 @@ from typing import NoReturn
 
 from nsight_core import tempspace
 from nsight_core.errors import NsightError, one_line
-from nsight_core.nsys import DEFAULT_TRACE
+from nsight_core.nsys import DEFAULT_TRACE, validate_cuda_graph_trace
 from nsight_core.session import Session, default_output_dir, sanitize, validate_trace
 from nsight_core.supervise import never_started, run_command
 
 
 def exec_launch(argv: Sequence[str], *, name: str, trace: Sequence[str] | str = DEFAULT_TRACE,
-                sample: str | None = None, output_dir: str | Path | None = None) -> NoReturn:
+                sample: str | None = None, output_dir: str | Path | None = None,
+                cuda_graph_trace: str | None = None) -> NoReturn:
     """Run ARGV under `nsys launch` and exit as it did, or replace this process with ARGV alone.
 
     This is what a container runtime re-execs into (Flyte's exec wrapper): a missing nsys or a bad
@@ -37,7 +38,8 @@ def exec_launch(argv: Sequence[str], *, name: str, trace: Sequence[str] | str = 
         raise ValueError("no command to launch: give the program and its arguments after --.")
     try:
         unique = f"{sanitize(name)[:80]}-{uuid.uuid4().hex[:6]}"
-        session = Session(unique, trace=trace, sample=sample, output_dir=output_dir or default_output_dir(unique))
+        session = Session(unique, trace=trace, sample=sample, output_dir=output_dir or default_output_dir(unique),
+                          cuda_graph_trace=cuda_graph_trace)
         session._prepare_output_dir()
         nsys_argv, env = session._nsys_argv("manual"), session.child_env()
     except (NsightError, ValueError, OSError) as exc:
@@ -61,18 +63,19 @@ def _exec_unprofiled(argv: Sequence[str], why: str) -> NoReturn:
 # starts. It looks for `nsight` on PATH, then beside the entrypoint (an unactivated venv), then asks
 # the entrypoint's own interpreter (its #! line) for `-m nsight_core.cli` (a --target install), and
 # otherwise runs the job unprofiled after one warning line. Positional: $1 session, $2 trace,
-# $3 sample ('' for nsys' default), then the command. No $NAME in the script: runtimes expand those.
-_WRAPPER = """__nsight_s=$1 __nsight_t=$2 __nsight_m=$3; shift 3
+# $3 sample, $4 CUDA graph trace ('' for nsys' default), then the command. No $NAME in the script: runtimes
+# expand those.
+_WRAPPER = """__nsight_s=$1 __nsight_t=$2 __nsight_m=$3 __nsight_g=$4; shift 4
 for __nsight_c in "$(command -v nsight)" "${1%/*}/nsight"; do
   if [ -f "$__nsight_c" ] && [ -x "$__nsight_c" ]; then
     exec "$__nsight_c" launch --session "$__nsight_s" --trace "$__nsight_t" \
-      ${__nsight_m:+--sample "$__nsight_m"} -- "$@"
+      ${__nsight_m:+--sample "$__nsight_m"} ${__nsight_g:+--cuda-graph-trace "$__nsight_g"} -- "$@"
   fi
 done
 __nsight_p=$(sed -n '1s/^#![[:space:]]*//p;q' "$1" 2>/dev/null)
 if [ -n "$__nsight_p" ] && $__nsight_p -c 'import nsight_core.cli' 2>/dev/null; then
   exec $__nsight_p -m nsight_core.cli launch --session "$__nsight_s" --trace "$__nsight_t" \
-    ${__nsight_m:+--sample "$__nsight_m"} -- "$@"
+    ${__nsight_m:+--sample "$__nsight_m"} ${__nsight_g:+--cuda-graph-trace "$__nsight_g"} -- "$@"
 fi
 echo "nsight: WARNING: profiling is off for this run, $1 runs unprofiled: the nsight command is neither on" \
   "PATH nor beside $1, and ${__nsight_p:-its interpreter} cannot import nsight_core; install nsight-core" \
@@ -81,6 +84,8 @@ exec "$@"
 """
 
 
-def exec_wrapper(session: str, trace: Sequence[str], sample: str | None) -> list[str]:
+def exec_wrapper(session: str, trace: Sequence[str], sample: str | None,
+                 cuda_graph_trace: str | None = None) -> list[str]:
     """The words of an exec wrapper that runs the command it is given under `nsight launch`."""
-    return ["/bin/sh", "-c", _WRAPPER, "nsight-wrapper", session, ",".join(validate_trace(trace)), sample or ""]
+    return ["/bin/sh", "-c", _WRAPPER, "nsight-wrapper", session, ",".join(validate_trace(trace)), sample or "",
+            validate_cuda_graph_trace(cuda_graph_trace) or ""]

@@ -102,6 +102,23 @@ def uninjected_env() -> dict[str, str]:
     return env
 
 
+CUDA_GRAPH_TRACES = ("graph", "node")
+"""nsys --cuda-graph-trace: ``graph`` records each graph launch whole (nsys' default; nsys 2025 exports it as one
+GPU row), ``node`` each of the graph's kernels (more events, the kernels by name). nsys 2023.4 and 2025.3 take it
+on `launch` and `profile`."""
+
+
+def validate_cuda_graph_trace(value: str | None) -> str | None:
+    """VALUE (None: nsys' default), checked before any process starts: nsys' own error comes after a launch."""
+    if value is not None and value not in CUDA_GRAPH_TRACES:
+        raise ValueError(f"cuda_graph_trace={value!r} is not an nsys --cuda-graph-trace value: use 'graph' (each "
+                         "launch whole) or 'node' (each kernel of the graph), or leave it out for nsys' default.")
+    return value
+
+
+def _graph_option(cuda_graph_trace: str | None) -> list[str]:
+    return [] if cuda_graph_trace is None else [f"--cuda-graph-trace={validate_cuda_graph_trace(cuda_graph_trace)}"]
+
 def _version_of(path: str) -> str | None:
     try:
         result = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=QUICK_TIMEOUT,
@@ -202,16 +219,18 @@ class Nsys:
         return result
 
     # -- command lines for processes we do not run ourselves ------------------------------------
-    def launch_argv(self, session: str, trace: Sequence[str], command: Sequence[str]) -> list[str]:
-        """`nsys launch`: start COMMAND in a session that records nothing until `nsys start`."""
+    def launch_argv(self, session: str, trace: Sequence[str], command: Sequence[str],
+                    cuda_graph_trace: str | None = None) -> list[str]:
+        """`nsys launch`: start COMMAND in a session that records nothing until `nsys start` (graph tracing is
+        a launch option: `nsys start` has none)."""
         return [str(self.path), "launch", f"--session-new={session}", f"--trace={','.join(trace)}",
-                "--wait=primary", *command]
+                *_graph_option(cuda_graph_trace), "--wait=primary", *command]
 
     def profile_argv(self, output: Path, trace: Sequence[str], sample: str | None,
-                     command: Sequence[str]) -> list[str]:
+                     command: Sequence[str], cuda_graph_trace: str | None = None) -> list[str]:
         """`nsys profile`: record COMMAND from start to exit into OUTPUT.nsys-rep."""
-        argv = [str(self.path), "profile", f"--trace={','.join(trace)}", "-o", str(output),
-                "--force-overwrite=true", "--wait=primary"]
+        argv = [str(self.path), "profile", f"--trace={','.join(trace)}", *_graph_option(cuda_graph_trace), "-o",
+                str(output), "--force-overwrite=true", "--wait=primary"]
         if sample is not None:
             argv.append(f"--sample={sample}")
         return [*argv, *command]

@@ -29,7 +29,15 @@ from nsight_core import tempspace
 from nsight_core.capture import Capture
 from nsight_core.claims import clear_claim, named_raw_streams
 from nsight_core.errors import CommandNotExecutableError, CommandNotFoundError, NsightError, one_line
-from nsight_core.nsys import DEFAULT_CAPTURE, DEFAULT_TRACE, ENV_NSYS, CaptureMode, Nsys, find_nsys
+from nsight_core.nsys import (
+    DEFAULT_CAPTURE,
+    DEFAULT_TRACE,
+    ENV_NSYS,
+    CaptureMode,
+    Nsys,
+    find_nsys,
+    validate_cuda_graph_trace,
+)
 from nsight_core.supervise import never_started, run_command, run_plain
 
 log = logging.getLogger("nsight")
@@ -156,11 +164,12 @@ class Session:
 
     def __init__(self, name: str | None = None, *, trace: Sequence[str] | str = DEFAULT_TRACE,
                  sample: str | None = None, output_dir: str | Path | None = None,
-                 nsys: Nsys | None = None) -> None:
+                 nsys: Nsys | None = None, cuda_graph_trace: str | None = None) -> None:
         short = uuid.uuid4().hex[:8]
         self.name = sanitize(name) if name else f"nsight-{short}"
         self.trace = validate_trace(trace)
         self.sample = sample
+        self.cuda_graph_trace = validate_cuda_graph_trace(cuda_graph_trace)
         self._runs: Path | None = None
         if output_dir:  # absolute: the program may change directory before it opens a region
             self.output_dir = Path(output_dir).absolute()
@@ -194,9 +203,10 @@ class Session:
 
     def _nsys_argv(self, capture: CaptureMode) -> list[str]:
         if capture == "manual":
-            return self.nsys.launch_argv(self.name, self.trace, [])
+            return self.nsys.launch_argv(self.name, self.trace, [], self.cuda_graph_trace)
         if capture == "process":
-            return self.nsys.profile_argv(self.output_dir / self.name, self.trace, self.sample, [])
+            return self.nsys.profile_argv(self.output_dir / self.name, self.trace, self.sample, [],
+                                          self.cuda_graph_trace)
         raise ValueError(f"capture={capture!r} is not a capture mode: use 'process' or 'manual'.")
 
     def run(self, argv: Sequence[str], capture: CaptureMode = DEFAULT_CAPTURE,

@@ -33,6 +33,7 @@ from flyteplugins.nsight import _flyte_io
 from flyteplugins.nsight.nsys import ProfiledRange
 from nsight_core import DEFAULT_REPORTS, DEFAULT_TRACE, Session, validate_trace
 from nsight_core.launch import exec_wrapper
+from nsight_core.nsys import validate_cuda_graph_trace
 
 log = logging.getLogger("flyteplugins.nsight")
 
@@ -56,10 +57,12 @@ class Settings:
     reports: tuple[str, ...]
     attach_report: bool
     perfetto: bool = False
+    cuda_graph_trace: str | None = None
 
     @classmethod
     def of(cls, trace: Sequence[str] | str, sample: str | None, capture: str,
-           reports: Sequence[str] | str, attach_report: bool, perfetto: bool = False) -> Settings:
+           reports: Sequence[str] | str, attach_report: bool, perfetto: bool = False,
+           cuda_graph_trace: str | None = None) -> Settings:
         if capture not in get_args(CaptureMode):
             raise ValueError(f"capture={capture!r} is not a capture mode: use 'task' (the whole task body) "
                              "or 'manual' (only nsys.range blocks).")
@@ -72,11 +75,12 @@ class Settings:
                 raise TypeError(f"report {name!r} is not a report name: reports must be nsys stats report "
                                 f"names (strings) such as {', '.join(DEFAULT_REPORTS)}.")
         return cls(validate_trace(trace), sample, cast(CaptureMode, capture), names, bool(attach_report),
-                   bool(perfetto))
+                   bool(perfetto), validate_cuda_graph_trace(cuda_graph_trace))
 
     def container_env(self, clustered: bool) -> dict[str, str]:
         """The env vars that make the runtime re-exec the action under `nsight launch`."""
-        env = {EXEC_WRAPPER: shlex.join(exec_wrapper(SESSION_TEMPLATE, self.trace, self.sample))}
+        wrapper = exec_wrapper(SESSION_TEMPLATE, self.trace, self.sample, self.cuda_graph_trace)
+        env = {EXEC_WRAPPER: shlex.join(wrapper)}
         if clustered:
             # The runtime then wraps only global rank 0; every other rank runs as if undecorated.
             env[EXEC_WRAPPER_CLUSTERED] = "1"
@@ -143,13 +147,15 @@ def nsys_profile(task: T, /) -> T: ...
 @overload
 def nsys_profile(*, trace: Sequence[str] | str = ..., sample: str | None = ..., capture: CaptureMode = ...,
                  reports: Sequence[str] | str = ..., attach_report: bool = ...,
-                 enabled: bool = ..., perfetto: bool = ...) -> Callable[[T], T]: ...
+                 enabled: bool = ..., perfetto: bool = ...,
+                 cuda_graph_trace: Literal["graph", "node"] | None = ...) -> Callable[[T], T]: ...
 
 
 def nsys_profile(task: T | None = None, /, *, trace: Sequence[str] | str = DEFAULT_TRACE,
                  sample: str | None = None, capture: CaptureMode = "task",
                  reports: Sequence[str] | str = DEFAULT_REPORTS, attach_report: bool = True,
-                 enabled: bool = True, perfetto: bool = False) -> T | Callable[[T], T]:
+                 enabled: bool = True, perfetto: bool = False,
+                 cuda_graph_trace: Literal["graph", "node"] | None = None) -> T | Callable[[T], T]:
     """Profile a Flyte task with NVIDIA Nsight Systems; place it above ``@env.task``.
 
     Args:
@@ -163,11 +169,14 @@ def nsys_profile(task: T | None = None, /, *, trace: Sequence[str] | str = DEFAU
             ui.perfetto.dev or chrome://tracing) beside its .nsys-rep; needs ``attach_report``. Off by default:
             it costs about 3 s and 9-13 MB (gzip) per million events (measured on 2 cores: 1 M NVTX ranges; an
             H200 capture of 350 k kernels and their 700 k CUDA calls).
+        cuda_graph_trace: passed to ``nsys --cuda-graph-trace``: ``"graph"`` records each CUDA graph launch whole
+            (nsys 2025 records it on the GPU as one piece of work), ``"node"`` each kernel of the graph, by name
+            (more events). None keeps nsys' default (graph where the CUDA driver is 11.7 or newer).
 
     Arguments are checked even when ``enabled`` is False: a typo should fail on the first import,
     not on the first profiled run.
     """
-    settings = Settings.of(trace, sample, capture, reports, attach_report, perfetto)
+    settings = Settings.of(trace, sample, capture, reports, attach_report, perfetto, cuda_graph_trace)
 
     def decorate(target: T) -> T:
         if not isinstance(target, AsyncFunctionTaskTemplate):

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from nsight_core.analysis.analyze import Analysis, analyze, withhold_savings
 from nsight_core.analysis.completeness import CaptureFacts, Completeness, capture_facts, check_completeness
+from nsight_core.analysis.step_events import StepDrawing, drawing_for
 from nsight_core.analysis.summary import Tile, summary_tiles
 from nsight_core.analysis.timeline import TraceSummary, summarize_trace
 from nsight_core.errors import NotEnoughMemoryError, StatsError
@@ -47,6 +48,8 @@ class CaptureProfile(BaseModel):
     completeness: Completeness | None = Field(default=None, description="Whether the trace holds all that ran; "
                                               "None without events")
     notes: list[str] = Field(default_factory=list, description="Plain-text lines shown below the charts")
+    steps_drawn: StepDrawing | None = Field(default=None, description="The steps the page draws in full, with their "
+                                            "events, and every step's budget; None without steps")
 
     @property
     def tiles(self) -> list[Tile]:
@@ -94,7 +97,7 @@ def build_profile(
         profile = CaptureProfile(title=title or capture_title(path, trace), source=str(path),
                                  stats=stats_of_trace(trace, reports or DEFAULT_REPORTS),
                                  trace=summarize_trace(trace), completeness=check_completeness(trace, facts))
-        return diagnosed(profile, analysis)
+        return with_steps_drawn(diagnosed(profile, analysis), trace)
 
 
 GENERATED_NAME = re.compile(r"nsight-[0-9a-f]{8}")
@@ -157,6 +160,19 @@ def diagnosed(profile: CaptureProfile, analysis: Future[Analysis]) -> CapturePro
         log.warning("could not diagnose %s (%s: %s); the page shows its statistics without 'What to fix'",
                     profile.source, type(error).__name__, error)
         return profile.model_copy(update={"notes": [*profile.notes, f"What to fix: the analysis failed "
+                                                    f"({type(error).__name__}: {error})"]})
+
+
+def with_steps_drawn(profile: CaptureProfile, trace: Trace) -> CaptureProfile:
+    """PROFILE with the steps its page draws in full (:func:`drawing_for`); should that fail, a note says so and the
+    rest of the page stays (as for the analysis: :func:`diagnosed`)."""
+    if profile.analysis is None:
+        return profile
+    try:
+        return profile.model_copy(update={"steps_drawn": drawing_for(trace, profile.analysis)})
+    except Exception as error:  # see the docstring
+        log.warning("could not select %s's steps to draw (%s: %s)", profile.source, type(error).__name__, error)
+        return profile.model_copy(update={"notes": [*profile.notes, f"Step view: the selection of its steps failed "
                                                     f"({type(error).__name__}: {error})"]})
 
 

@@ -26,15 +26,26 @@ import polars as pl
 from markupsafe import Markup
 
 from nsight_core.analysis.analyze import Analysis
+from nsight_core.analysis.findings import Where
 from nsight_core.profile import CaptureProfile
 from nsight_core.render.charts import ChartSpec, capture_charts, warm_up
 from nsight_core.render.findings import (
+    PART_LABELS,
     budget_lines,
     evidence_text,
     finding_suggestion,
     finding_title,
     saving_text,
     steps_text,
+)
+from nsight_core.render.step_view import (
+    KIND_COLORS,
+    KIND_LABELS,
+    PART_COLORS,
+    step_panels,
+    step_view_data,
+    step_view_script,
+    where_json,
 )
 from nsight_core.render.units import duration, nsys_megabytes
 from nsight_core.stats.reports import table_of
@@ -76,10 +87,23 @@ _STYLE = """
 .nsight-report .nsr-saving{font-weight:600;color:#3e7c17}
 .nsight-report .nsr-evidence{font-size:.8rem;color:#52606d;margin:.1rem 0 0 0}
 .nsight-report .nsr-steps{font-size:.88rem;margin:.3rem 0}
+.nsight-report .nsr-where{cursor:pointer;text-decoration:underline dotted}
+.nsight-report .nsr-stepview{position:relative}
+.nsight-report .nsr-sv-help{font-size:.8rem;color:#52606d;margin:.2rem 0}
+.nsight-report .nsr-sv-help button{font-size:.8rem;margin-left:.2rem;padding:0 .45rem}
+.nsight-report .nsr-sv-title{font-weight:600;font-size:.9rem;margin:.6rem 0 .2rem}
+.nsight-report .nsr-sv-canvas{display:block;width:100%;height:120px;border:1px solid #d9e2ec;cursor:grab}
+.nsight-report .nsr-sv-idle{font-size:.8rem;color:#52606d;margin:.2rem 0;padding-left:1.2rem}
+.nsight-report .nsr-sv-idle li{cursor:pointer}
+.nsight-report .nsr-sv-tip{position:absolute;display:none;z-index:5;max-width:300px;background:#1f2933;color:#fff;
+font-size:.75rem;padding:.3rem .45rem;border-radius:4px;pointer-events:none;word-break:break-all}
+.nsight-report .nsr-legend{font-size:.78rem;color:#52606d;margin:.2rem 0}
+.nsight-report .nsr-legend span{display:inline-block;width:.8em;height:.8em;margin:0 .25em 0 .7em;vertical-align:-.05em}
 """
 
 _SCRIPT = """
 (function (root) {
+  window.nsightStepView.install(root);
   root.querySelectorAll("[data-nsr-spec]").forEach(function (element) {
     var spec = JSON.parse(document.getElementById(element.getAttribute("data-nsr-spec")).textContent);
     vegaEmbed(element, spec, {renderer: "svg", actions: false}).catch(function (error) {
@@ -165,7 +189,8 @@ class GrowingFragment:
         root = _Ids().next("report")
         return _templates().get_template("report.html.j2").render(
             root=root, style=Markup(_STYLE), sections=self._sections, report_notes=list(notes),
-            bundle=Markup(vega_bundle()), script=Markup(_SCRIPT % script_json(root)))
+            bundle=Markup(vega_bundle()), step_view=Markup(step_view_script()),
+            script=Markup(_SCRIPT % script_json(root)))
 
 
 def render_page(profiles: Sequence[CaptureProfile], title: str = "GPU Profile", notes: Sequence[str] = ()) -> str:
@@ -180,6 +205,7 @@ def prepare() -> None:
     for name in ("report.html.j2", "section.html.j2", "page.html.j2"):
         _templates().get_template(name)
     vega_bundle()
+    step_view_script()
     warm_up()
 
 
@@ -210,6 +236,7 @@ def _section(profile: CaptureProfile, ids: _Ids) -> dict[str, Any]:
         "incomplete": profile.completeness.warnings if profile.completeness and not profile.completeness.complete
         else [],
         "diagnosis": _diagnosis(profile.analysis) if profile.analysis is not None else None,
+        "steps": _steps(profile, ids),
         "tiles": profile.tiles,
         "charts": [_chart(chart, ids) for chart in capture_charts(profile)],
         "notes": profile.notes,
@@ -224,9 +251,30 @@ def _diagnosis(analysis: Analysis) -> dict[str, Any]:
     return {
         "findings": [{"severity": f.severity, "title": finding_title(f), "suggestion": finding_suggestion(f),
                       "saving": saving_text(f.saving) if f.saving else None,
-                      "evidence": [evidence_text(e) for e in f.evidence]} for f in analysis.findings],
+                      "evidence": [{"text": evidence_text(e), "where": _where(e.where)} for e in f.evidence]}
+                     for f in analysis.findings],
         "steps": steps_text(analysis.steps), "budget_title": budget[0], "budget": [line.strip() for line in budget[1:]],
     }
+
+
+def _where(where: Where | None) -> str | None:
+    """A piece of evidence's place as the step view's script reads it (a data attribute's JSON, which the template
+    escapes), if it has one."""
+    found = where_json(where)
+    return json.dumps(found, ensure_ascii=False) if found is not None else None
+
+
+def _steps(profile: CaptureProfile, ids: _Ids) -> dict[str, Any] | None:
+    """The step view of PROFILE (its drawn steps, render/step_view.py), None without steps."""
+    drawing = profile.steps_drawn
+    if drawing is None or not drawing.steps:
+        return None
+    parts = {part for step in drawing.steps for part in step.idle["part"].unique().to_list()}
+    return {"id": ids.next("steps"), "data": Markup(script_json(step_view_data(drawing))),
+            "panels": step_panels(drawing),
+            "legend": [(label, KIND_COLORS[kind]) for kind, label in KIND_LABELS.items()
+                       if kind in {k for step in drawing.steps for k in step.events["kind"].unique().to_list()}]
+            + [(f"GPU idle: {PART_LABELS[part]}", PART_COLORS[part]) for part in PART_COLORS if part in parts]}
 
 
 def _chart(chart: ChartSpec, ids: _Ids) -> dict[str, Any]:

@@ -1,0 +1,142 @@
+"""The steps a page draws in full, with their events: the median and slowest steady step (:func:`step_view`), and
+the steps a finding's evidence points at.
+
+A step's drawn span is its GPU window and its NVTX range together (on the CPU's clock they are one), so the host's
+calls that fed the GPU show beside the work they launched. Its events are every kernel, graph launch, copy and
+memset (one row per GPU stream), CUDA API call and NVTX range (one row per CPU thread) that overlaps the span: a
+few thousand at most for a training step, whatever the capture's size. A span holding more keeps its
+MAX_EVENTS longest (the page says how many it left out). Numbers and names only; the words are the page's.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import polars as pl
+from pydantic import BaseModel, Field
+
+from nsight_core.analysis.analyze import Analysis, StepView, step_budgets, step_view
+from nsight_core.analysis.events import EventTables
+
+MAX_EVENTS = 6000
+"""Events drawn of one step at most (a step of a few thousand kernels draws whole)."""
+MAX_EXTRA_STEPS = 4
+"""Steps drawn beyond the median and slowest because a finding's evidence points at them."""
+
+Role = Literal["median", "slowest", "evidence"]
+EVENT_SCHEMA = pl.Schema({
+    "lane": pl.String(), "device": pl.Int64(), "stream": pl.Int64(), "thread": pl.Int64(), "kind": pl.String(),
+    "name": pl.String(), "bytes": pl.Int64(), "depth": pl.Int64(), "start_ns": pl.Int64(), "end_ns": pl.Int64()})
+"""lane: gpu (device, stream) or cpu (thread); kind: kernel, graph, memcpy, memset, cuda_api, nvtx; name: the
+kernel's demangled name, the copy's direction, the call's or range's name ('' for a memset or graph); depth: an NVTX
+range's nesting level on its thread (0 for the rest); a graph launch's name is its graph id."""
+
+
+class DrawnStep(BaseModel):
+    """One step as the page draws it: its span, every event overlapping it and its GPU idle stretches."""
+
+    model_config = {"arbitrary_types_allowed": True}
+
+    step: int
+    roles: list[Role] = Field(description="Why it is drawn: the median, the slowest (one step may be both), evidence")
+    start_ns: int = Field(description="The span drawn: the GPU window and the step's range together")
+    end_ns: int
+    gpu_start_ns: int
+    gpu_end_ns: int
+    cpu_start_ns: int
+    cpu_end_ns: int
+    wall_ns: int = Field(description="The step's time: its GPU window on the GPU's clock, else its range")
+    events: pl.DataFrame = Field(description="EVENT_SCHEMA, by start")
+    idle: pl.DataFrame = Field(description="start_ns, end_ns, part, cpu_kind, cpu_name (empty on the CPU's clock)")
+    left_out: int = Field(description="Events overlapping the span not drawn (past MAX_EVENTS, the shortest)")
+
+
+class StepDrawing(BaseModel):
+    """What the page's step view and budget bars draw of one capture."""
+
+    model_config = {"arbitrary_types_allowed": True}
+
+    clock: Literal["gpu", "cpu"]
+    steps: list[DrawnStep] = Field(description="Median first, then the slowest, then evidence steps by index")
+    thread_names: dict[int, str] = Field(description="nsys thread id -> the thread's name, for the drawn threads")
+    budgets: pl.DataFrame = Field(description="step_budgets: step, wall_ns, <part>_ns (they add up to wall_ns)")
+    warmup_steps: int = Field(description="Leading steps left out of the steady state (0 or 1)")
+    median_step: int | None
+    slowest_step: int | None
+
+
+def step_drawing(trace: EventTables, warmup: bool, evidence_steps: tuple[int, ...] = (),
+                 evidence_times: tuple[int, ...] = ()) -> StepDrawing | None:
+    """The steps of TRACE to draw: the median and slowest steady step, then the steps EVIDENCE_STEPS names and those
+    holding EVIDENCE_TIMES (events' start_ns), up to MAX_EXTRA_STEPS. None when the capture has no steps.
+
+    WARMUP: whether the analysis left the first step out of the steady state (its StepStats.warmup)."""
+    view = step_view(trace)
+    if view.median_step is None or view.slowest_step is None:
+        return None
+    roles: dict[int, list[Role]] = {view.median_step: ["median"]}
+    roles.setdefault(view.slowest_step, []).append("slowest")
+    windows = view.windows
+    located = windows.filter(pl.any_horizontal(
+        (pl.col("start_ns") <= time) & (pl.col("end_ns") > time) for time in evidence_times))["step"].to_list() \
+        if evidence_times else []
+    for step in [*sorted(set(evidence_steps) | set(located))]:
+        if step not in roles and len(roles) < 2 + MAX_EXTRA_STEPS and step in windows["step"]:
+            roles[step] = ["evidence"]
+    drawn = [_drawn(trace, view, step, step_roles) for step, step_roles in roles.items()]
+    threads = {thread for step in drawn for thread in step.events["thread"].drop_nulls().unique().to_list()}
+    names = getattr(trace, "threads", None)
+    thread_names = dict(names.filter(pl.col("thread").is_in(list(threads))).select("thread", "name").iter_rows()) \
+        if names is not None else {}
+    return StepDrawing(clock=view.clock, steps=drawn, thread_names=thread_names, budgets=step_budgets(trace),
+                       warmup_steps=int(warmup), median_step=view.median_step, slowest_step=view.slowest_step)
+
+
+def _drawn(trace: EventTables, view: StepView, step: int, roles: list[Role]) -> DrawnStep:
+    window = view.windows.filter(pl.col("step") == step).row(0, named=True)
+    start = min(window["start_ns"], window["cpu_start_ns"])
+    end = max(window["end_ns"], window["cpu_end_ns"])
+    events = step_events(trace, start, end)
+    left_out = max(events.height - MAX_EVENTS, 0)
+    if left_out:
+        events = events.sort(pl.col("end_ns") - pl.col("start_ns"), descending=True).head(MAX_EVENTS).sort("start_ns")
+    return DrawnStep(step=step, roles=roles, start_ns=start, end_ns=end, gpu_start_ns=window["start_ns"],
+                     gpu_end_ns=window["end_ns"], cpu_start_ns=window["cpu_start_ns"], cpu_end_ns=window["cpu_end_ns"],
+                     wall_ns=window["end_ns"] - window["start_ns"], events=events,
+                     idle=view.idle.filter(pl.col("step") == step).drop("step"), left_out=left_out)
+
+
+def step_events(trace: EventTables, start_ns: int, end_ns: int) -> pl.DataFrame:
+    """Every event of TRACE overlapping [START_NS, END_NS), in EVENT_SCHEMA, by start."""
+    def overlapping(frame: pl.DataFrame) -> pl.DataFrame:
+        return frame.filter((pl.col("start_ns") < end_ns) & (pl.col("end_ns") > start_ns))
+
+    gpu = [pl.lit("gpu").alias("lane"), "device", "stream", pl.lit(None, pl.Int64).alias("thread")]
+    cpu = [pl.lit("cpu").alias("lane"), pl.lit(None, pl.Int64).alias("device"),
+           pl.lit(None, pl.Int64).alias("stream"), "thread"]
+    no_bytes, flat = pl.lit(None, pl.Int64).alias("bytes"), pl.lit(0, pl.Int64).alias("depth")
+    times = ("start_ns", "end_ns")
+    parts = [
+        overlapping(trace.kernels).select(*gpu, pl.lit("kernel").alias("kind"), "name", no_bytes, flat, *times),
+        overlapping(trace.memcpy).select(*gpu, pl.lit("memcpy").alias("kind"), pl.col("direction").alias("name"),
+                                         "bytes", flat, *times),
+        overlapping(trace.memset).select(*gpu, pl.lit("memset").alias("kind"), pl.lit("").alias("name"), "bytes",
+                                         flat, *times),
+        overlapping(trace.cuda_api).select(*cpu, pl.lit("cuda_api").alias("kind"), "name", no_bytes, flat, *times),
+        overlapping(trace.nvtx).select(*cpu, pl.lit("nvtx").alias("kind"), "name", no_bytes, "depth", *times),
+    ]
+    graphs = getattr(trace, "graphs", None)
+    if graphs is not None:
+        parts.append(overlapping(graphs).select(*gpu, pl.lit("graph").alias("kind"),
+                                                pl.col("graph_id").cast(pl.String).alias("name"), no_bytes, flat,
+                                                *times))
+    return pl.concat([part.cast(EVENT_SCHEMA) for part in parts]).sort("start_ns")
+
+
+def drawing_for(trace: EventTables, analysis: Analysis) -> StepDrawing | None:
+    """:func:`step_drawing` of TRACE with what its ANALYSIS says: the warm-up, and the steps and events its findings'
+    evidence points at (so a click on the evidence finds them drawn)."""
+    places = [e.where for finding in analysis.findings for e in finding.evidence if e.where is not None]
+    return step_drawing(trace, analysis.steps.warmup,
+                        tuple(where.step for where in places if where.step is not None),
+                        tuple(where.start_ns for where in places if where.start_ns is not None))

@@ -1,0 +1,151 @@
+"""The step view's data and words: what render/step_view.js draws of a capture's drawn steps (analysis/step_events.py).
+
+The page carries each step as columns (row, start, duration, name, kind: one number each per event, names once in
+a table), so a step of 6,000 events is ~150 kB of JSON. Times are nanoseconds since the step's drawn start, which
+is the axis the panels share. Every word a person reads on the view (row labels, idle causes, titles) is made here.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from typing import Any
+
+import polars as pl
+
+from nsight_core.analysis.findings import Where
+from nsight_core.analysis.step_events import DrawnStep, StepDrawing
+from nsight_core.render.findings import CPU_LABELS, PART_LABELS
+from nsight_core.render.units import duration, size
+
+PART_COLORS = {"compute": "#76b900", "exposed_comm": "#e8710a", "exposed_copy": "#4c78a8", "sync_wait": "#d93025",
+               "launch_gap": "#f9ab00", "gpu_idle": "#9aa5b1", "stream_wait": "#9334e6"}
+"""One color per budget part, the same in the step view and the budget bars."""
+KIND_COLORS = {"kernel": "#76b900", "graph": "#2a9d8f", "memcpy": "#4c78a8", "memset": "#9f86c0",
+               "cuda_api": "#f2a541", "nvtx": "#5b8def"}
+"""An event's color by kind (an NVTX range's by its name instead: nested ranges must differ)."""
+KIND_LABELS = {"kernel": "kernel", "graph": "CUDA graph launch", "memcpy": "copy", "memset": "memset",
+               "cuda_api": "CUDA call", "nvtx": "NVTX range"}
+ROLE_TITLES = {"median": "Median step", "slowest": "Slowest step", "evidence": "Step"}
+TOP_IDLE = 6
+"""Idle stretches listed under a panel (longest first); the canvas draws them all."""
+
+
+@functools.cache
+def step_view_script() -> str:
+    """render/step_view.js, read once per process (package data, so the page needs no network)."""
+    return (resources.files("nsight_core.render") / "step_view.js").read_text(encoding="utf-8")
+
+
+def step_view_data(drawing: StepDrawing) -> dict[str, Any]:
+    """The JSON the script draws: per step its rows, events as columns and idle stretches, names and words once."""
+    names: dict[str, int] = {}
+    labels: dict[str, int] = {}
+    steps = [_step(step, drawing, names, labels) for step in drawing.steps]
+    kinds = list(KIND_LABELS)
+    return {"steps": steps, "names": list(names), "short": [_short(name) for name in names], "labels": list(labels),
+            "kinds": kinds, "kind_labels": [KIND_LABELS[kind] for kind in kinds],
+            "kind_colors": [KIND_COLORS[kind] for kind in kinds],
+            "parts": {part: {"label": PART_LABELS[part], "color": color} for part, color in PART_COLORS.items()}}
+
+
+def step_panels(drawing: StepDrawing) -> list[dict[str, Any]]:
+    """What the template writes around each step's canvas: title, whether hidden (evidence steps until clicked),
+    the longest idle stretches as words (clickable: they zoom to the stretch), and what was left out."""
+    panels = []
+    for index, step in enumerate(drawing.steps):
+        idle = step.idle.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("d")).sort("d", descending=True)
+        rows = idle.head(TOP_IDLE).iter_rows(named=True)
+        panels.append({
+            "title": _title(step, drawing), "hidden": step.roles == ["evidence"],
+            "idle": [{"text": f"{duration(row['d'])} {_idle_label(row)}, at "
+                              f"{duration(row['start_ns'] - step.start_ns)}",
+                      "at": f"{index} {row['start_ns'] - step.start_ns} {row['d']}"} for row in rows],
+            "idle_total": f"{idle.height:,} GPU idle stretches, {duration(int(idle['d'].sum()))} in all" if idle.height
+            else None,
+            "left_out": f"The {step.left_out:,} shortest of its events are left out (a step draws at most "
+                        f"{step.events.height:,})." if step.left_out else None,
+        })
+    return panels
+
+
+def where_json(where: Where | None) -> dict[str, Any] | None:
+    """A finding's evidence place as the view's script finds it (None: nothing to show). A call counted per step
+    ('cudaStreamSynchronize in step_{n}') is looked for by its name."""
+    if where is None or where.kind == "capture":
+        return None
+    return {"kind": where.kind, "name": where.name.split(" in ")[0], "step": where.step, "start": where.start_ns}
+
+
+def _title(step: DrawnStep, drawing: StepDrawing) -> str:
+    roles = " and ".join(ROLE_TITLES[role].lower() if i else ROLE_TITLES[role] for i, role in enumerate(step.roles))
+    clock = "its GPU window" if drawing.clock == "gpu" else "its NVTX range"
+    return f"{roles}: step {step.step}, {duration(step.wall_ns)} ({clock})"
+
+
+def _idle_label(row: dict[str, Any]) -> str:
+    """'sync waits: in range log' (the part, then what the CPU was doing, where known)."""
+    cause = PART_LABELS[row["part"]]
+    if row["cpu_kind"] is None:
+        return cause
+    return f"{cause}: {CPU_LABELS[row['cpu_kind']]} {row['cpu_name'] or ''}".rstrip()
+
+
+def _short(name: str) -> str:
+    """A kernel's name without its template arguments and parameters, for inside a bar (hover has the full name)."""
+    cut = min((index for index in (name.find("<"), name.find("(")) if index > 0), default=len(name))
+    return name[:cut].rsplit("::", 1)[-1] if cut else name
+
+
+def _rows(events: pl.DataFrame, drawing: StepDrawing) -> tuple[pl.DataFrame, list[dict[str, str]], int]:
+    """EVENTS with their row index; the rows (GPU streams by device and stream, then per thread its NVTX levels
+    and its CUDA calls, the busiest thread first); how many rows are the GPU's."""
+    gpu = events.filter(pl.col("lane") == "gpu").select("device", "stream").unique().sort("device", "stream")
+    cpu = events.filter(pl.col("lane") == "cpu")
+    order = cpu.group_by("thread").len().sort("len", "thread", descending=[True, False])["thread"].to_list()
+    rows = [{"label": f"GPU {device} · stream {stream}", "lane": "gpu", "key": f"g{device}.{stream}"}
+            for device, stream in gpu.iter_rows()]
+    for thread in order:
+        name = drawing.thread_names.get(thread) or "thread"
+        label = f"{name} ({thread % (1 << 24)})"
+        mine = cpu.filter(pl.col("thread") == thread)
+        levels = mine.filter(pl.col("kind") == "nvtx").select((pl.col("depth").max() + 1).fill_null(0)).item()
+        rows += [{"label": f"{label} NVTX" if not level else f"  NVTX level {level + 1}", "lane": "cpu",
+                  "key": f"t{thread}.n{level}"} for level in range(levels)]
+        if mine.filter(pl.col("kind") == "cuda_api").height:
+            rows.append({"label": f"{label} CUDA calls", "lane": "cpu", "key": f"t{thread}.api"})
+    index = {row["key"]: position for position, row in enumerate(rows)}
+    key = (pl.when(pl.col("lane") == "gpu").then(pl.format("g{}.{}", "device", "stream"))
+           .when(pl.col("kind") == "nvtx").then(pl.format("t{}.n{}", "thread", "depth"))
+           .otherwise(pl.format("t{}.api", "thread")))
+    placed = events.with_columns(key.replace_strict(index, return_dtype=pl.Int64).alias("row"))
+    return placed, [{"label": row["label"], "lane": row["lane"]} for row in rows], gpu.height
+
+
+def _step(step: DrawnStep, drawing: StepDrawing, names: dict[str, int], labels: dict[str, int]) -> dict[str, Any]:
+    events, rows, gpu_rows = _rows(step.events, drawing)
+    kinds = {kind: index for index, kind in enumerate(KIND_LABELS)}
+    shown = events.with_columns(
+        pl.when(pl.col("kind") == "graph").then(pl.format("CUDA graph {}", "name"))
+        .when(pl.col("kind") == "memset").then(pl.lit("memset"))
+        .otherwise("name").alias("name"))
+    for name in shown["name"].unique(maintain_order=True).to_list():
+        names.setdefault(name, len(names))
+    idle = []
+    for row in step.idle.iter_rows(named=True):
+        label = _idle_label(row)
+        idle.append([row["start_ns"] - step.start_ns, row["end_ns"] - row["start_ns"], row["part"],
+                     labels.setdefault(label, len(labels))])
+    origin = step.start_ns
+    columns = shown.select(
+        "row", (pl.col("start_ns") - origin).alias("s"), (pl.col("end_ns") - pl.col("start_ns")).alias("d"),
+        pl.col("name").replace_strict(names, return_dtype=pl.Int64).alias("n"),
+        pl.col("kind").replace_strict(kinds, return_dtype=pl.Int64).alias("k"), "bytes")
+    sizes = [size(value) if value is not None else None for value in columns["bytes"].to_list()]
+    return {"step": step.step, "hidden": step.roles == ["evidence"], "t0": origin, "span": step.end_ns - origin,
+            "gpu": [step.gpu_start_ns - origin, step.gpu_end_ns - origin],
+            "cpu": [step.cpu_start_ns - origin, step.cpu_end_ns - origin],
+            "rows": rows, "gpu_rows": gpu_rows, "idle": idle,
+            "ev": {"r": columns["row"].to_list(), "s": columns["s"].to_list(), "d": columns["d"].to_list(),
+                   "n": columns["n"].to_list(), "k": columns["k"].to_list(),
+                   "b": sizes if any(value is not None for value in sizes) else None}}

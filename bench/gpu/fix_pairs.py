@@ -13,8 +13,8 @@ truth file holds, per case and variant, the median step time, the three repeats 
 Cases (variants: the problem first, then its fixes):
 - host_load:  an 8 ms host load per step (a sleep in a `data` range) before ~4 ms of GPU work | prefetched
               by a pool of loader threads.
-- dataloader: a DataLoader whose samples cost CPU time, num_workers=0 | num_workers=8 (4 left ~0.5 ms a step
-              of waiting on data in the recordings of 2026-12-03 22:35).
+- dataloader: a DataLoader whose samples cost CPU time, num_workers=0 | num_workers=4 (the loop still waits
+              ~0.5 ms a step for its batches; with 8 workers too: docs/gpu-verification.md, session J).
 - sync_log:   `loss.item()` every step, then 2 ms of host logging | the loss kept on the GPU.
 - graph:      a small MLP (30 kernels a step) launched eagerly | the same step replayed as a CUDA graph.
 - pageable:   a 64 MiB host batch copied from pageable memory | from pinned memory, non_blocking.
@@ -153,7 +153,7 @@ class CpuSamples(torch.utils.data.Dataset[torch.Tensor]):
 def dataloader() -> dict[str, Step]:
     train = trainer(mlp(4096, 3, torch.bfloat16))
     loaders = {}
-    for variant, workers in (("problem", 0), ("fixed", 8)):
+    for variant, workers in (("problem", 0), ("fixed", 4)):
         loader = torch.utils.data.DataLoader(CpuSamples(), batch_size=8, num_workers=workers,
                                              persistent_workers=workers > 0, prefetch_factor=4 if workers else None)
         loaders[variant] = iter(loader)  # workers start here, before any region opens

@@ -122,7 +122,8 @@ def range_gpu_spans(nvtx: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
     for depth in indexed["depth"].unique().sort():
         level = indexed.filter(pl.col("depth") == depth).select("_range", "thread", pl.col("start_ns").alias("_s"),
                                                                 pl.col("end_ns").alias("_e")).sort("_s")
-        hit = calls.join_asof(level, left_on="launch_ns", right_on="_s", by="thread", strategy="backward")
+        hit = calls.join_asof(level, left_on="launch_ns", right_on="_s", by="thread", strategy="backward",
+                              check_sortedness=False)
         found.append(hit.filter(pl.col("launch_ns") < pl.col("_e")).select("_range", "start_ns", "end_ns"))
     spans = (pl.concat(found).group_by("_range").agg(pl.col("start_ns").min().alias("gpu_start_ns"),
                                                     pl.col("end_ns").max().alias("gpu_end_ns"),
@@ -141,7 +142,8 @@ def innermost_range(calls: pl.DataFrame, nvtx: pl.DataFrame) -> pl.Series:
     for depth in nvtx["depth"].unique().sort():
         level = nvtx.filter(pl.col("depth") == depth).select(
             "thread", pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e"), pl.col("name").alias("_n"))
-        hit = order.join_asof(level.sort("_s"), left_on="start_ns", right_on="_s", by="thread", strategy="backward")
+        hit = order.join_asof(level.sort("_s"), left_on="start_ns", right_on="_s", by="thread", strategy="backward",
+                              check_sortedness=False)
         inside = pl.when(pl.col("start_ns") < pl.col("_e")).then(pl.col("_n")).alias("_n")
         named = hit.select("_row", inside).sort("_row")
         found = pl.select(pl.when(pl.lit(named["_n"]).is_not_null()).then(pl.lit(named["_n"]))

@@ -338,3 +338,39 @@ def test_a_task_with_a_small_temp_folder_runs_unprofiled(run_action, small_temp)
     assert result.returncode == 0 and result.output == expected("whole", STEPS), result.stderr
     [warning] = [line for line in result.stderr.splitlines() if "nsight: WARNING" in line]
     assert "runs unprofiled" in warning and str(small_temp) in warning
+
+
+def test_a_temp_folder_that_fills_while_recording_stops_the_collection_not_the_program(tmp_path):
+    """Room to start, then the temp folder fills (the program's own files, or a long recording): the
+    collection is stopped before it is full, its trace so far kept, and the program runs on."""
+    folder = tmp_path / "temp"
+    folder.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(folder)]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        job = tmp_path / "job.py"
+        job.write_text(textwrap.dedent(f"""
+            import os, time, nvtx, nsight_core
+            with nsight_core.range("r"):
+                with nvtx.annotate("before"):
+                    pass
+                with open({str(folder / "ballast")!r}, "wb") as ballast:  # leaves ~4 MiB of 64
+                    ballast.write(bytes(60 * 1024 * 1024))
+                time.sleep(3)
+                with nvtx.annotate("after the fill"):
+                    pass
+            os.unlink({str(folder / "ballast")!r})
+            print("done", flush=True)
+        """))
+        done = run_captured([*NSIGHT, "run", "--capture", "manual", "--trace", "nvtx", "-o", str(tmp_path / "o"),
+                             "--", sys.executable, str(job)], timeout=TIMEOUT, stdin=subprocess.DEVNULL,
+                            env={**os.environ, "TMPDIR": str(folder), "NSIGHT_MIN_TEMP_SPACE": "48M"})
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["done", str(tmp_path / "o" / "r.nsys-rep")], done.stderr
+    [warning] = [line for line in done.stderr.splitlines() if "WARNING" in line]
+    assert str(folder) in warning and "stopped the collection" in warning
+    assert "could not" not in done.stderr, done.stderr
+    names = set(load_trace(tmp_path / "o" / "r.nsys-rep").nvtx["name"].to_list())
+    assert "before" in names and "after the fill" not in names

@@ -46,7 +46,8 @@ def exec_launch(argv: Sequence[str], *, name: str, trace: Sequence[str] | str = 
         _exec_unprofiled(argv, one_line(exc))
     if why := tempspace.shortfall():
         _exec_unprofiled(argv, why)
-    finished = run_command(nsys_argv, argv, env=env, session=session.name)
+    with tempspace.watch(session._stop):
+        finished = run_command(nsys_argv, argv, env=env, session=session.name)
     if not finished.started:
         _exec_unprofiled(argv, never_started(finished.nsys_output))
     sys.exit(finished.returncode)

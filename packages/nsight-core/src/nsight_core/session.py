@@ -11,6 +11,7 @@ here trusts an nsys exit code on its own: the reports a run lists are the files 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -229,8 +230,9 @@ class Session:
         with tempfile.TemporaryDirectory(prefix="nsight-claims-") as scratch:
             claims = Path(scratch, "claims")
             env = replace(self.settings, claims=claims).to_env() if capture == "manual" else None
-            finished = run_command(nsys_argv, argv, env=env, timeout=timeout,
-                                   session=self.name if capture == "manual" else None)
+            with tempspace.watch(self._stop) if capture == "manual" else contextlib.nullcontext():
+                finished = run_command(nsys_argv, argv, env=env, timeout=timeout,
+                                       session=self.name if capture == "manual" else None)
             bases = ([Path(line) for line in claims.read_text().splitlines()] if claims.exists()
                      else []) if capture == "manual" else [self.output_dir / self.name]
         for base in bases:  # every process of the session has ended: claims left are its killed ones'
@@ -255,6 +257,10 @@ class Session:
             self._point_latest()
         return RunResult(returncode=returncode, output_dir=self.output_dir, reports=reports,
                          diagnosis=diagnosis)
+
+    def _stop(self) -> None:
+        """Stop the collection a region of this session records now (its trace is written and kept)."""
+        self.nsys.stop(self.name)
 
     def _prepare_output_dir(self) -> None:
         """Create the output folder (and point `latest` at a time-named one) or say why it cannot be."""

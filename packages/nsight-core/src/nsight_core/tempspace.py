@@ -3,13 +3,18 @@
 nsys writes every collection first as a raw stream, ``$TMPDIR/nsys-report-XXXX.qdstrm``, and only at the
 end converts it into the ``.nsys-rep``. When that folder fills up (a pod's small tmpfs) nsys 2023.4.4's
 injected library crashes the profiled program (exit 139, measured with 1 and 8 MiB tmpfs), so the
-space is checked before anything starts: too little, and the program runs unprofiled instead.
+space is checked before anything starts: too little, and the program runs unprofiled instead; while
+nsys records, :func:`watch` stops the collection before the folder fills.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import tempfile
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from nsight_core.errors import NsightError
@@ -55,3 +60,55 @@ def shortfall() -> str | None:
     return (f"nsys' temp folder {folder} has {size(free)} free and a recording needs at least {size(needed)} there "
             f"(a full one crashes the program): point TMPDIR at a larger folder, or set {ENV_MIN_TEMP_SPACE} to "
             "the space nsys may use (e.g. 64M) or off")
+
+
+WATCH_INTERVAL = 0.2
+"""Seconds between two looks at the temp folder's free space while nsys records."""
+
+
+def floor() -> int:
+    """The free space below which a recording is stopped: an eighth of what one needs to start (32 MiB by
+    default), left for nsys to finish the stream it is writing and for the program's own temp files."""
+    setting = os.environ.get(ENV_MIN_TEMP_SPACE, "").strip()
+    try:
+        needed = parse_size(setting) if setting and setting.lower() != "off" else MIN_TEMP_SPACE
+    except NsightError:
+        needed = MIN_TEMP_SPACE
+    return needed // 8
+
+
+@contextlib.contextmanager
+def watch(stop: Callable[[], object]) -> Iterator[None]:
+    """While the block runs (nsys records), call STOP when nsys' temp folder falls below :func:`floor`.
+
+    STOP ends the collection running then (`nsys stop`, which keeps the trace so far); the program runs
+    on, and a later region may record again once there is room. One warning, the first time. Off with
+    ``NSIGHT_MIN_TEMP_SPACE=off``.
+    """
+    if os.environ.get(ENV_MIN_TEMP_SPACE, "").strip().lower() == "off":
+        yield
+        return
+    done, limit, folder = threading.Event(), floor(), nsys_temp_dir()
+
+    def look() -> None:
+        warned = False
+        while not done.wait(WATCH_INTERVAL):
+            with contextlib.suppress(OSError):
+                stat = os.statvfs(folder)
+                if (free := stat.f_bavail * stat.f_frsize) >= limit:
+                    continue
+                if not warned:
+                    print(f"nsight: WARNING: nsys' temp folder {folder} is down to {size(free)} free (less than "
+                          f"{size(limit)}): stopped the collection so far, its trace is kept; point TMPDIR at a "
+                          "larger folder to record more", file=sys.stderr, flush=True)
+                    warned = True
+                with contextlib.suppress(NsightError):
+                    stop()
+
+    watcher = threading.Thread(target=look, name="nsight-temp-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()

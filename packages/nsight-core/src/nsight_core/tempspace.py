@@ -32,18 +32,22 @@ def nsys_temp_dir() -> Path:
     return Path(os.environ.get("TMPDIR") or "/tmp")
 
 
-def shortfall() -> str | None:
-    """Why nsys' temp folder is too small to record into, in words with the remedy; None when it has room.
-
-    ``NSIGHT_MIN_TEMP_SPACE`` sets the space needed (``1G``, ``64M``) or turns the check ``off``.
-    """
+def needed() -> int | None:
+    """The free space a recording needs to start: ``NSIGHT_MIN_TEMP_SPACE`` (``1G``, ``64M``; one that is not
+    a size counts as unset), else MIN_TEMP_SPACE; None when it is ``off`` (no check, no watchdog)."""
     setting = os.environ.get(ENV_MIN_TEMP_SPACE, "").strip()
     if setting.lower() == "off":
         return None
     try:
-        needed = parse_size(setting) if setting else MIN_TEMP_SPACE
+        return parse_size(setting) if setting else MIN_TEMP_SPACE
     except NsightError:
-        needed = MIN_TEMP_SPACE
+        return MIN_TEMP_SPACE
+
+
+def shortfall() -> str | None:
+    """Why nsys' temp folder is too small to record into, in words with the remedy; None when it has room."""
+    if (wanted := needed()) is None:
+        return None
     folder = nsys_temp_dir()
     try:
         stat = os.statvfs(folder)
@@ -55,9 +59,9 @@ def shortfall() -> str | None:
         return (f"nsys' temp folder {folder} cannot be written ({exc.strerror or exc}): point TMPDIR at a "
                 "writable folder")
     free = stat.f_bavail * stat.f_frsize
-    if free >= needed:
+    if free >= wanted:
         return None
-    return (f"nsys' temp folder {folder} has {size(free)} free and a recording needs at least {size(needed)} there "
+    return (f"nsys' temp folder {folder} has {size(free)} free and a recording needs at least {size(wanted)} there "
             f"(a full one crashes the program): point TMPDIR at a larger folder, or set {ENV_MIN_TEMP_SPACE} to "
             "the space nsys may use (e.g. 64M) or off")
 
@@ -66,29 +70,21 @@ WATCH_INTERVAL = 0.2
 """Seconds between two looks at the temp folder's free space while nsys records."""
 
 
-def floor() -> int:
-    """The free space below which a recording is stopped: an eighth of what one needs to start (32 MiB by
-    default), left for nsys to finish the stream it is writing and for the program's own temp files."""
-    setting = os.environ.get(ENV_MIN_TEMP_SPACE, "").strip()
-    try:
-        needed = parse_size(setting) if setting and setting.lower() != "off" else MIN_TEMP_SPACE
-    except NsightError:
-        needed = MIN_TEMP_SPACE
-    return needed // 8
-
-
 @contextlib.contextmanager
 def watch(stop: Callable[[], object]) -> Iterator[None]:
-    """While the block runs (nsys records), call STOP when nsys' temp folder falls below :func:`floor`.
+    """While the block runs (nsys records), call STOP when nsys' temp folder falls below an eighth of
+    :func:`needed`.
 
     STOP ends the collection running then (`nsys stop`, which keeps the trace so far); the program runs
     on, and a later region may record again once there is room. One warning, the first time. Off with
     ``NSIGHT_MIN_TEMP_SPACE=off``.
     """
-    if os.environ.get(ENV_MIN_TEMP_SPACE, "").strip().lower() == "off":
+    if (wanted := needed()) is None:
         yield
         return
-    done, limit, folder = threading.Event(), floor(), nsys_temp_dir()
+    # An eighth of what a recording needs to start (32 MiB by default): left for nsys to finish the
+    # stream it is writing and for the program's own temp files.
+    done, limit, folder = threading.Event(), wanted // 8, nsys_temp_dir()
 
     def look() -> None:
         warned = False

@@ -51,6 +51,7 @@ START_SETTLE_SECONDS = 0.25
 _START_RETRY_INTERVAL = 0.5
 # On SIGTERM a pod has a grace period (30 s by default) before SIGKILL: the stop must fit in it.
 ABORT_STOP_TIMEOUT = 20.0
+
 # The collections (slot tokens) of the regions whose blocks enclose the code running in this context:
 # asyncio tasks and asyncio.to_thread inherit it, a threading.Thread starts without it.
 _enclosing: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar("nsight_enclosing", default=())

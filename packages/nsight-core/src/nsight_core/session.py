@@ -148,9 +148,6 @@ def diagnose(nsys_output: str, where: Path) -> str | None:
     return None
 
 
-# The collections (slot tokens) of the regions whose blocks enclose the code running in this context:
-# asyncio tasks and asyncio.to_thread inherit it, a threading.Thread starts without it.
-
 class Session:
     """An nsys profiling session, seen from a script.
 

@@ -20,9 +20,11 @@ PAIRS = [("host_load", "fixed", ("host_work",)), ("dataloader", "fixed", ("host_
 
 
 def main() -> None:
-    print("| nsys | fix | cause (finding) | step p50, GPU clock | unprofiled step | predicted saving | real saving | off by |")
+    print("| nsys | fix | cause (finding) | step p50, GPU clock | unprofiled step | predicted saving | real saving "
+          "| off by |")
     print("|---|---|---|---|---|---|---|---|")
-    for version, folder, suffix in (("2023.4.4", "h200-fix-pairs", ".nsys-rep"), ("2025.3", "h200-fix-pairs-2025", ".sqlite")):
+    recordings = (("2023.4.4", "h200-fix-pairs", ".nsys-rep"), ("2025.3", "h200-fix-pairs-2025", ".sqlite"))
+    for version, folder, suffix in recordings:
         truth = json.loads((ROOT / folder / "truth.json").read_text())["cases"]
         for case, fixed, causes in PAIRS:
             problem = nsight_core.analyze(nsight_core.load_trace(ROOT / folder / f"{case}-problem{suffix}"))

@@ -37,6 +37,7 @@ from nsight_core.analysis.projection import (
     innermost_range,
     launched,
     project_steps,
+    range_gpu_spans,
     step_of_launch,
 )
 from nsight_core.analysis.ranges import Nesting, RangeFamily, range_families
@@ -135,8 +136,11 @@ def analyze(trace: EventTables) -> Analysis:
         # the NVTX ranges' nesting and self times (the budget takes the nesting when it is made), and the findings'
         # inputs once the steps are known.
         nesting = pool.submit(Nesting.of, trace.nvtx, families)
-        ranges = pool.submit(lambda: range_families(nesting.result(), window.span_ns))
         found = _steps(trace, window, families)
+        work = found.work if found.work is not None else launched(gpu_work(trace), trace.cuda_api)
+        ranges = pool.submit(lambda: range_families(nesting.result(), window.span_ns,
+                                                    range_gpu_spans(nesting.result().ranges, work)
+                                                    if gpu_traced else None))
         stats, steps = found.stats, found.steps
         steady = steps.slice(1) if stats.warmup else steps
         steady_ranges = found.ranges.slice(1) if stats.warmup else found.ranges

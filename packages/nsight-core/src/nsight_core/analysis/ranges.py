@@ -29,6 +29,9 @@ class RangeFamily(BaseModel):
     mean_ns: float
     min_ns: int
     max_ns: int
+    gpu_ops: int = Field(default=0, description="GPU work (kernels, copies, memsets, graphs) the ranges launched")
+    gpu_span_ns: int | None = Field(default=None, description="Summed GPU spans of the ranges: each from the start of "
+                                    "its first GPU work to the end of its last (None: they launched none)")
 
 
 def with_parents(nvtx: pl.DataFrame) -> pl.DataFrame:
@@ -136,22 +139,30 @@ def in_parent_order(pieces: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]) -> 
     return pl.concat([before_child.sort("id", maintain_order=True), after_last.sort("id"), leaves])
 
 
-def range_families(nesting: Nesting, span_ns: int) -> list[RangeFamily]:
-    """NESTING's ranges grouped by family, longest self time first, shares of the capture span SPAN_NS."""
+def range_families(nesting: Nesting, span_ns: int, gpu: pl.DataFrame | None = None) -> list[RangeFamily]:
+    """NESTING's ranges grouped by family, longest self time first, shares of the capture span SPAN_NS.
+
+    GPU: each of NESTING's ranges' GPU work, row for row (gpu_ops, gpu_start_ns, gpu_end_ns:
+    :func:`nsight_core.analysis.projection.range_gpu_spans`), where the capture has GPU work.
+    """
     if not nesting.ranges.height:
         return []
     timed = nesting.ranges
+    if gpu is not None:
+        timed = timed.with_columns(gpu["gpu_ops"], (gpu["gpu_end_ns"] - gpu["gpu_start_ns"]).alias("gpu_span_ns"))
     # Grouped by one code of (family, domain) (:func:`joint_code`), not by the strings: a fraction of the memory.
     domain, domains = distinct_codes(timed, "domain")
     duration = pl.col("_duration")
     grouped = (
         timed.select(joint_code((pl.lit(nesting.family), nesting.families.len()), (pl.lit(domain), domains.len())),
-                     "self_ns",
-                     (pl.col("end_ns") - pl.col("start_ns")).alias("_duration"))
+                     "self_ns", (pl.col("end_ns") - pl.col("start_ns")).alias("_duration"),
+                     *((pl.col("gpu_ops"), pl.col("gpu_span_ns")) if gpu is not None else ()))
         .group_by("_key", maintain_order=True)
         .agg(pl.len().alias("count"), duration.sum().alias("summed_ns"), pl.col("self_ns").sum(),
              duration.median().alias("p50_ns"), duration.mean().alias("mean_ns"), duration.min().alias("min_ns"),
-             duration.max().alias("max_ns"))
+             duration.max().alias("max_ns"),
+             *((pl.col("gpu_ops").sum(), pl.when(pl.col("gpu_span_ns").count() > 0)
+                .then(pl.col("gpu_span_ns").sum()).alias("gpu_span_ns")) if gpu is not None else ()))
     )
     pattern, domain = joint_parts(grouped["_key"], nesting.families.len(), domains.len())
     grouped = (

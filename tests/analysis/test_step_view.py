@@ -30,6 +30,6 @@ def test_the_median_step_shows_the_sync_and_the_log_after_it() -> None:
 
 
 def test_a_cpu_clock_capture_has_windows_and_no_causes() -> None:
-    trace = nsight_core.load_trace(PAIRS / "graph-fixed.nsys-rep")  # nsys 2023.4.4 kept no CUDA event here
+    trace = nsight_core.load_trace(PAIRS / "graph-fixed.nsys-rep")  # nsys 2023.4.4 kept no GPU work of the graphs
     view = step_view(trace)
     assert view.clock == "cpu" and view.idle.height == 0 and view.windows.height > 0

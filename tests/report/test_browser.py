@@ -38,11 +38,15 @@ def test_h200_report(h200_copy: Path, chromium: Chromium, artifacts: Path, nsys:
     page = render_page(profiles, title="GPU Profile: H200 torch MLP")
     html_file = artifacts / "report-h200.html"
     html_file.write_text(page)
-    load = chromium.load(html_file, artifacts / "report-h200.png", width=1100, height=1900)
+    load = chromium.load(html_file, artifacts / "report-h200.png", width=1100, height=2600)
     assert_drawn(load, page)
-    # Five charts a section, one explained instead: evaluation copies no memory. step_0..step_19 are
-    # one family, so the spread of repeated ranges is drawn for training too.
-    assert len(load.chart_marks()) == 9
+    # Seven charts a section, one explained instead: evaluation copies no memory. step_0..step_19 are
+    # one family, so the spread of repeated ranges is drawn for training too. The first two are the budget's:
+    # the median step's bar and every step's.
+    assert len(load.chart_marks()) == 13
+    assert page.count("The median step (step ") == 2 and page.count("Where each step&#39;s time went") == 2
+    # Each section draws its median and slowest step.
+    assert load.dom.count('class="nsr-sv-panel"') >= 4 and "Median step: step" in load.dom
     assert "no memory copies or memsets" in page and "no NVTX range" not in page
     # What to fix comes first and is in the page the browser drew.
     assert load.dom.index("What to fix") < load.dom.index('class="nsr-tiles"')

@@ -15,17 +15,25 @@ import polars as pl
 from altair.utils.schemapi import debug_mode
 from pydantic import BaseModel
 
+from nsight_core.analysis.budget import PARTS
 from nsight_core.analysis.kernels import unique_short_names
 from nsight_core.analysis.ranges import RangeFamily
+from nsight_core.analysis.step_events import StepDrawing
 from nsight_core.analysis.summary import NEEDS_TRACE
 from nsight_core.analysis.timeline import TraceSummary
 from nsight_core.profile import CaptureProfile
-from nsight_core.render.units import BYTES_PER_NSYS_MB, MIB, MICROSECONDS
+from nsight_core.render.findings import PART_LABELS
+from nsight_core.render.step_view import PART_COLORS
+from nsight_core.render.units import BYTES_PER_NSYS_MB, MIB, MICROSECONDS, duration
 from nsight_core.stats.models import ProfileStats
 
 TOP_N = 20
 WIDTH = 640
 NS_PER_MS = 1e6
+MAX_BUDGET_BARS = 200
+"""Steps drawn as bars at most; more are drawn in groups of consecutive steps (each bar a group's mean step)."""
+LABELLED_SHARE = 0.08
+"""A part of the median step's bar is labelled in place when it holds at least this share of the step."""
 
 
 class ChartSpec(BaseModel):
@@ -64,9 +72,10 @@ def _charts(profile: CaptureProfile) -> list[ChartSpec]:
     else:
         nvtx = [nvtx_totals_chart(stats), nvtx_distribution_chart(stats)]
     osrt = [osrt_chart(profile.trace)] if profile.trace is not None and profile.trace.osrt else []
+    budget = budget_charts(profile.steps_drawn) if profile.steps_drawn is not None else []
     if profile.trace is not None and not profile.trace.gpu_traced:
         return [timeline_chart(profile.trace), *nvtx, *osrt]
-    return [timeline_chart(profile.trace), top_kernels_chart(stats), *nvtx, memory_chart(stats), *osrt]
+    return [*budget, timeline_chart(profile.trace), top_kernels_chart(stats), *nvtx, memory_chart(stats), *osrt]
 
 
 def _spec(chart: alt.TopLevelMixin, **datasets: list[dict[str, Any]]) -> dict[str, Any]:
@@ -307,3 +316,75 @@ def timeline_chart(trace: TraceSummary | None) -> ChartSpec:
     ).properties(width=WIDTH, height=26 * levels)
     return ChartSpec(title=title, spec=_spec(alt.vconcat(*lanes, nvtx, spacing=4), buckets=buckets.to_dicts(),
                                              ranges=ranges.to_dicts()))
+
+
+def budget_charts(drawing: StepDrawing) -> list[ChartSpec]:
+    """The steady state's median step as one bar of its parts, then every step's bar (the same parts and colors)."""
+    budgets = drawing.budgets
+    if not budgets.height or drawing.clock != "gpu":
+        return []
+    parts = [part for part in PARTS if budgets[f"{part}_ns"].sum()]
+    colors = alt.Scale(domain=[PART_LABELS[part] for part in parts], range=[PART_COLORS[part] for part in parts])
+    return [median_budget_chart(drawing, parts, colors), step_budgets_chart(drawing, parts, colors)]
+
+
+def _long(budgets: pl.DataFrame, parts: list[str], order: dict[str, int]) -> pl.DataFrame:
+    """BUDGETS (step, wall_ns, <part>_ns) as one row per step and part: step, part (its words), order, ms, share."""
+    return (budgets.unpivot(index=["step", "wall_ns"], on=[f"{part}_ns" for part in parts], variable_name="part",
+                            value_name="ns")
+            .with_columns(pl.col("part").str.strip_suffix("_ns"))
+            .with_columns(pl.col("part").replace_strict(order, return_dtype=pl.Int64).alias("order"),
+                          pl.col("part").replace_strict(PART_LABELS).alias("part"),
+                          (pl.col("ns") / NS_PER_MS).alias("ms"),
+                          (pl.col("ns") / pl.col("wall_ns")).fill_nan(0.0).alias("share"))
+            .filter(pl.col("ns") > 0))
+
+
+def median_budget_chart(drawing: StepDrawing, parts: list[str], colors: alt.Scale) -> ChartSpec:
+    """The median steady step's time as one horizontal bar of its parts, the large ones labelled in place."""
+    step = drawing.median_step
+    row = drawing.budgets.filter(pl.col("step") == step)
+    wall = int(row["wall_ns"].sum())
+    title = f"The median step (step {step}, {duration(wall)}): where its time went"
+    rows = _long(row, parts, {part: index for index, part in enumerate(parts)}).sort("order").with_columns(
+        (pl.col("ms").cum_sum() - pl.col("ms") / 2).alias("middle"),
+        pl.when(pl.col("share") >= LABELLED_SHARE)
+        .then(pl.format("{} {}%", "part", (pl.col("share") * 100).round(0).cast(pl.Int64))).otherwise(pl.lit(""))
+        .alias("label"))
+    base = alt.Chart(_rows("median")).encode(y=alt.Y("step:O", title=None, axis=None))
+    bar = base.mark_bar(height=34).encode(
+        x=alt.X("ms:Q", stack="zero", title="Time in the median step (ms)",
+                scale=alt.Scale(domain=[0, wall / NS_PER_MS])),
+        color=alt.Color("part:N", title=None, scale=colors, legend=alt.Legend(orient="bottom", columns=4)),
+        order=alt.Order("order:Q"),
+        tooltip=[alt.Tooltip("part:N", title="Part"), alt.Tooltip("ms:Q", title="Time (ms)", format=",.3f"),
+                 alt.Tooltip("share:Q", title="Share of the step", format=".1%")])
+    text = base.mark_text(color="white", fontWeight="bold", fontSize=11).encode(
+        x=alt.X("middle:Q"), text=alt.Text("label:N"))
+    chart = alt.layer(bar, text).properties(width=WIDTH, height=44)
+    return ChartSpec(title=title, spec=_spec(chart, median=rows.to_dicts()))
+
+
+def step_budgets_chart(drawing: StepDrawing, parts: list[str], colors: alt.Scale) -> ChartSpec:
+    """Every step's time as a stacked bar of its parts; over MAX_BUDGET_BARS steps, groups of consecutive steps."""
+    budgets = drawing.budgets.sort("step")
+    title = "Where each step's time went"
+    group = -(-budgets.height // MAX_BUDGET_BARS)
+    if group > 1:
+        columns = ["wall_ns", *(f"{part}_ns" for part in parts)]
+        budgets = (budgets.with_columns((pl.col("step") // group * group).alias("step"))
+                   .group_by("step").agg(pl.col(column).mean().round(0).cast(pl.Int64) for column in columns))
+        title += f" (each bar the mean of {group} consecutive steps)"
+    warmup = f"; step {int(budgets['step'][0])} is the warm-up" if drawing.warmup_steps and group == 1 else ""
+    rows = _long(budgets, parts, {part: index for index, part in enumerate(parts)})
+    chart = alt.Chart(_rows("budgets")).mark_bar().encode(
+        x=alt.X("step:O", title=f"Step{warmup}",
+                axis=alt.Axis(labelOverlap=True)),
+        y=alt.Y("ms:Q", stack="zero", title="Time (ms)"),
+        color=alt.Color("part:N", title=None, scale=colors, legend=alt.Legend(orient="bottom", columns=4)),
+        order=alt.Order("order:Q"),
+        tooltip=[alt.Tooltip("step:O", title="Step"), alt.Tooltip("part:N", title="Part"),
+                 alt.Tooltip("ms:Q", title="Time (ms)", format=",.3f"),
+                 alt.Tooltip("share:Q", title="Share of the step", format=".1%")],
+    ).properties(width=WIDTH, height=180)
+    return ChartSpec(title=title, spec=_spec(chart, budgets=rows.to_dicts()))

@@ -65,13 +65,20 @@
       g.fillRect(GUTTER, top + r * ROW, width - GUTTER, ROW);
     }
     g.save(); g.beginPath(); g.rect(GUTTER, 0, width - GUTTER, this.height); g.clip();
-    // The step's GPU window and range, outside it greyed.
-    g.fillStyle = "rgba(120,130,140,0.10)";
-    var a = this.x(step.gpu[0]), b = this.x(step.gpu[1]);
-    if (gpuRows) {
-      g.fillRect(GUTTER, top, Math.max(a - GUTTER, 0), gpuRows * ROW);
-      g.fillRect(b, top, Math.max(width - b, 0), gpuRows * ROW);
-    }
+    // The step's GPU window over the GPU rows and its range over the CPU rows: outside them greyed, their edges
+    // marked under the axis (where the host runs ahead, the range comes well before the GPU window).
+    var spans = [[step.gpu, top, gpuRows, "#3e6b00"], [step.cpu, top + gpuRows * ROW, step.rows.length - gpuRows,
+                                                         "#1f4e8c"]];
+    spans.forEach(function (span, index) {
+      var a = this.x(span[0][0]), b = this.x(span[0][1]);
+      g.fillStyle = "rgba(90,100,110,0.16)";
+      if (span[2]) {
+        g.fillRect(GUTTER, span[1], Math.max(a - GUTTER, 0), span[2] * ROW);
+        g.fillRect(b, span[1], Math.max(width - b, 0), span[2] * ROW);
+      }
+      g.fillStyle = span[3];
+      g.fillRect(a, AXIS - 5 + index * 3, Math.max(b - a, 1), 2);
+    }, this);
     // Idle stretches: shaded over the GPU rows, labelled in the idle row.
     for (var i = 0; i < step.idle.length; i++) {
       var stretch = step.idle[i], x0 = this.x(stretch[0]), x1 = this.x(stretch[0] + stretch[1]);
@@ -293,7 +300,7 @@
     root.querySelectorAll("[data-nsr-steps]").forEach(function (element) {
       if (element.nsrView) { return; }
       element.nsrView = new View(element);
-      var section = element.closest(".nsr-section");
+      var section = element.closest(".nsr-section") || root;
       section.querySelectorAll("[data-nsr-where]").forEach(function (evidence) {
         evidence.addEventListener("click", function () {
           element.nsrView.focus(JSON.parse(evidence.getAttribute("data-nsr-where")));

@@ -51,18 +51,26 @@ def step_view_data(drawing: StepDrawing) -> dict[str, Any]:
 
 def step_panels(drawing: StepDrawing) -> list[dict[str, Any]]:
     """What the template writes around each step's canvas: title, whether hidden (evidence steps until clicked),
-    the longest idle stretches as words (clickable: they zoom to the stretch), and what was left out."""
+    the GPU's idle time by cause, most first, each with its longest stretch (a click zooms to it), and what was left
+    out."""
     panels = []
     for index, step in enumerate(drawing.steps):
-        idle = step.idle.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("d")).sort("d", descending=True)
-        rows = idle.head(TOP_IDLE).iter_rows(named=True)
+        idle = step.idle.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("d"), _idle_label())
+        causes = (idle.sort("d", descending=True)
+                  .group_by("label", maintain_order=True)
+                  .agg(pl.len().alias("n"), pl.col("d").sum().alias("total"), pl.col("d").first().alias("longest"),
+                       pl.col("start_ns").first().alias("at"))
+                  .sort("total", descending=True).head(TOP_IDLE))
         panels.append({
             "title": _title(step, drawing), "hidden": step.roles == ["evidence"],
-            "idle": [{"text": f"{duration(row['d'])} {_idle_label(row)}, at "
-                              f"{duration(row['start_ns'] - step.start_ns)}",
-                      "at": f"{index} {row['start_ns'] - step.start_ns} {row['d']}"} for row in rows],
-            "idle_total": f"{idle.height:,} GPU idle stretches, {duration(int(idle['d'].sum()))} in all" if idle.height
-            else None,
+            "idle": [{"text": f"{row['label']}: {duration(row['total'])}"
+                              + (f" in {row['n']:,} stretches, the longest {duration(row['longest'])}"
+                                 if row["n"] > 1 else "")
+                              + f" at {duration(row['at'] - step.start_ns)}",
+                      "at": f"{index} {row['at'] - step.start_ns} {row['longest']}"}
+                     for row in causes.iter_rows(named=True)],
+            "idle_total": f"GPU idle in all: {idle.height:,} stretches, {duration(int(idle['d'].sum()))}"
+            if idle.height else None,
             "left_out": f"The {step.left_out:,} shortest of its events are left out (a step draws at most "
                         f"{step.events.height:,})." if step.left_out else None,
         })
@@ -83,12 +91,13 @@ def _title(step: DrawnStep, drawing: StepDrawing) -> str:
     return f"{roles}: step {step.step}, {duration(step.wall_ns)} ({clock})"
 
 
-def _idle_label(row: dict[str, Any]) -> str:
-    """'sync waits: in range log' (the part, then what the CPU was doing, where known)."""
-    cause = PART_LABELS[row["part"]]
-    if row["cpu_kind"] is None:
-        return cause
-    return f"{cause}: {CPU_LABELS[row['cpu_kind']]} {row['cpu_name'] or ''}".rstrip()
+def _idle_label() -> pl.Expr:
+    """An idle stretch's words, 'sync waits: in range log' (the part, then what the CPU was doing where known)."""
+    cpu = pl.format(": {} {}", pl.col("cpu_kind").replace_strict(CPU_LABELS, default=""), pl.col("cpu_name")
+                    .fill_null(""))
+    return pl.format("{}{}", pl.col("part").replace_strict(PART_LABELS),
+                     pl.when(pl.col("cpu_kind").is_null()).then(pl.lit("")).otherwise(cpu)).str.strip_chars_end() \
+        .alias("label")
 
 
 def _short(name: str) -> str:
@@ -131,12 +140,12 @@ def _step(step: DrawnStep, drawing: StepDrawing, names: dict[str, int], labels: 
         .otherwise("name").alias("name"))
     for name in shown["name"].unique(maintain_order=True).to_list():
         names.setdefault(name, len(names))
-    idle = []
-    for row in step.idle.iter_rows(named=True):
-        label = _idle_label(row)
-        idle.append([row["start_ns"] - step.start_ns, row["end_ns"] - row["start_ns"], row["part"],
-                     labels.setdefault(label, len(labels))])
     origin = step.start_ns
+    stretches = step.idle.with_columns(_idle_label())
+    for label in stretches["label"].unique(maintain_order=True).to_list():
+        labels.setdefault(label, len(labels))
+    idle = stretches.select((pl.col("start_ns") - origin).alias("s"), (pl.col("end_ns") - pl.col("start_ns"))
+                            .alias("d"), "part", pl.col("label").replace_strict(labels, return_dtype=pl.Int64))
     columns = shown.select(
         "row", (pl.col("start_ns") - origin).alias("s"), (pl.col("end_ns") - pl.col("start_ns")).alias("d"),
         pl.col("name").replace_strict(names, return_dtype=pl.Int64).alias("n"),
@@ -145,7 +154,7 @@ def _step(step: DrawnStep, drawing: StepDrawing, names: dict[str, int], labels: 
     return {"step": step.step, "hidden": step.roles == ["evidence"], "t0": origin, "span": step.end_ns - origin,
             "gpu": [step.gpu_start_ns - origin, step.gpu_end_ns - origin],
             "cpu": [step.cpu_start_ns - origin, step.cpu_end_ns - origin],
-            "rows": rows, "gpu_rows": gpu_rows, "idle": idle,
+            "rows": rows, "gpu_rows": gpu_rows, "idle": idle.rows(),
             "ev": {"r": columns["row"].to_list(), "s": columns["s"].to_list(), "d": columns["d"].to_list(),
                    "n": columns["n"].to_list(), "k": columns["k"].to_list(),
                    "b": sizes if any(value is not None for value in sizes) else None}}

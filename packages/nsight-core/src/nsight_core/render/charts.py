@@ -8,6 +8,7 @@ with thousands of kernels small.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import altair as alt
@@ -328,7 +329,7 @@ def budget_charts(drawing: StepDrawing) -> list[ChartSpec]:
     return [median_budget_chart(drawing, parts, colors), step_budgets_chart(drawing, parts, colors)]
 
 
-def _long(budgets: pl.DataFrame, parts: list[str], order: dict[str, int]) -> pl.DataFrame:
+def _long(budgets: pl.DataFrame, parts: Sequence[str], order: dict[str, int]) -> pl.DataFrame:
     """BUDGETS (step, wall_ns, <part>_ns) as one row per step and part: step, part (its words), order, ms, share."""
     return (budgets.unpivot(index=["step", "wall_ns"], on=[f"{part}_ns" for part in parts], variable_name="part",
                             value_name="ns")
@@ -340,7 +341,7 @@ def _long(budgets: pl.DataFrame, parts: list[str], order: dict[str, int]) -> pl.
             .filter(pl.col("ns") > 0))
 
 
-def median_budget_chart(drawing: StepDrawing, parts: list[str], colors: alt.Scale) -> ChartSpec:
+def median_budget_chart(drawing: StepDrawing, parts: Sequence[str], colors: alt.Scale) -> ChartSpec:
     """The median steady step's time as one horizontal bar of its parts, the large ones labelled in place."""
     step = drawing.median_step
     row = drawing.budgets.filter(pl.col("step") == step)
@@ -365,7 +366,7 @@ def median_budget_chart(drawing: StepDrawing, parts: list[str], colors: alt.Scal
     return ChartSpec(title=title, spec=_spec(chart, median=rows.to_dicts()))
 
 
-def step_budgets_chart(drawing: StepDrawing, parts: list[str], colors: alt.Scale) -> ChartSpec:
+def step_budgets_chart(drawing: StepDrawing, parts: Sequence[str], colors: alt.Scale) -> ChartSpec:
     """Every step's time as a stacked bar of its parts; over MAX_BUDGET_BARS steps, groups of consecutive steps."""
     budgets = drawing.budgets.sort("step")
     title = "Where each step's time went"

@@ -20,6 +20,8 @@ from nsight_core.nsys import DEFAULT_TRACE, validate_cuda_graph_trace
 from nsight_core.session import Session, default_output_dir, sanitize, validate_trace
 from nsight_core.supervise import never_started, run_command
 
+__all__ = ["exec_launch", "exec_wrapper"]
+
 
 def exec_launch(argv: Sequence[str], *, name: str, trace: Sequence[str] | str = DEFAULT_TRACE,
                 sample: str | None = None, output_dir: str | Path | None = None,

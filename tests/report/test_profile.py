@@ -154,7 +154,8 @@ def test_cpu_only_capture_has_no_cuda_tables_and_says_so(tmp_path: Path, nsys: N
     # The timeline shows what there is: the NVTX lane only, no empty kernel or copy lanes.
     timeline = timeline_chart(profile.trace).spec
     assert timeline is not None and [lane["mark"]["type"] for lane in timeline["vconcat"]] == ["rect"]
-    assert timeline["vconcat"][0]["encoding"]["y"]["title"] == "NVTX"
+    assert timeline["vconcat"][0]["encoding"]["y"]["field"] == "row"  # one row per thread (and nesting level)
+    assert timeline["vconcat"][0]["encoding"]["color"]["title"] == "NVTX, per thread"
 
 
 def test_partial_export_reads_as_no_data_and_keeps_the_span_in_the_collection_window(tmp_path: Path) -> None:

@@ -33,6 +33,18 @@ class NvtxInstance(BaseModel):
     start_ns: int
     end_ns: int
     depth: int = Field(description="Nesting level on its thread: 0 for outermost ranges")
+    thread: int = Field(default=0, description="nsys' thread id (the Trace's ``thread``)")
+
+
+class NvtxBucket(BaseModel):
+    """One thread's outermost NVTX ranges in one slice of the capture (a long capture's timeline: its ranges are
+    too many and too short to draw one by one)."""
+
+    thread: int
+    start_ns: int = Field(description="Slice start, relative to the first traced event")
+    end_ns: int
+    name: str = Field(description="The range that covers most of the slice")
+    fraction: float = Field(description="0..1: the slice's share inside the thread's outermost ranges")
 
 
 class CallTotal(BaseModel):
@@ -64,6 +76,9 @@ class TraceSummary(BaseModel):
     timeline: list[TimelineBucket]
     nvtx: list[NvtxInstance] = Field(description="The longest MAX_TIMELINE_RANGES range instances")
     nvtx_total: int = Field(description="All NVTX range instances in the trace")
+    nvtx_buckets: list[NvtxBucket] = Field(default_factory=list, description="Over MAX_TIMELINE_RANGES ranges: each "
+                                           "thread's outermost ranges per slice, which the timeline draws instead")
+    thread_names: dict[int, str] = Field(default_factory=dict, description="NVTX threads' names by nsys thread id")
     osrt: list[CallTotal] = Field(default_factory=list, description=f"Top {TOP_CALLS} OS-runtime calls by total "
                                   "time in the user's window (the profiler's settle wait left out)")
     osrt_calls: int = Field(default=0, description="OS-runtime calls in the user's window")
@@ -101,6 +116,10 @@ def summarize_trace(trace: Trace, buckets: int = TIMELINE_BUCKETS) -> TraceSumma
         timeline=busy_timeline(trace, first, first + span, buckets) if first is not None else [],
         nvtx=nvtx_instances(trace.nvtx, first or 0),
         nvtx_total=trace.nvtx.height,
+        nvtx_buckets=nvtx_buckets(trace.nvtx, bucket_edges(first, first + span, buckets))
+        if first is not None and trace.nvtx.height > MAX_TIMELINE_RANGES else [],
+        thread_names=dict(trace.threads.filter(pl.col("thread").is_in(trace.nvtx["thread"].unique().implode()))
+                          .select("thread", "name").iter_rows()),
         osrt=call_totals(calls),
         osrt_calls=calls.height,
         samples=trace.samples.filter(in_window).height,
@@ -153,4 +172,30 @@ def nvtx_instances(nvtx: pl.DataFrame, origin_ns: int, limit: int = MAX_TIMELINE
     longest = nvtx.filter(duration >= shortest) if shortest is not None else nvtx
     kept = longest.top_k(limit, by=[duration, "start_ns"], reverse=[False, True]).sort("start_ns")
     return [NvtxInstance(**row) for row in kept.select(
-        "name", pl.col("start_ns") - origin_ns, pl.col("end_ns") - origin_ns, "depth").to_dicts()]
+        "name", pl.col("start_ns") - origin_ns, pl.col("end_ns") - origin_ns, "depth", "thread").to_dicts()]
+
+
+def nvtx_buckets(nvtx: pl.DataFrame, edges: list[int]) -> list[NvtxBucket]:
+    """Per thread and slice between consecutive EDGES (equal slices), the share inside the thread's outermost ranges
+    and the range name holding most of it. Columnar: each outermost range is cut at the edges it crosses (an
+    outermost range never overlaps another of its thread, so the shares add up to at most 1)."""
+    if len(edges) < 2:
+        return []
+    origin, width, last = edges[0], (edges[-1] - edges[0]) / (len(edges) - 1), len(edges) - 2
+    pieces = (nvtx.filter((pl.col("depth") == 0) & (pl.col("end_ns") > origin) & (pl.col("start_ns") < edges[-1]))
+              .select("thread", "name", "start_ns", "end_ns",
+                      pl.int_ranges(((pl.col("start_ns") - origin) / width).floor().clip(0, last).cast(pl.Int64),
+                                    ((pl.col("end_ns") - origin) / width).ceil().clip(1, last + 1).cast(pl.Int64))
+                      .alias("bucket"))
+              .explode("bucket")
+              .with_columns(pl.col("bucket").replace_strict(dict(enumerate(edges[:-1])), return_dtype=pl.Int64)
+                            .alias("b0"),
+                            pl.col("bucket").replace_strict(dict(enumerate(edges[1:])), return_dtype=pl.Int64)
+                            .alias("b1"))
+              .with_columns((pl.min_horizontal("end_ns", "b1") - pl.max_horizontal("start_ns", "b0")).alias("ns")))
+    by_name = pieces.group_by("thread", "bucket", "b0", "b1", "name").agg(pl.col("ns").sum())
+    rows = (by_name.sort("ns", descending=True).group_by("thread", "bucket", "b0", "b1", maintain_order=True)
+            .agg(pl.col("name").first(), pl.col("ns").sum()).sort("thread", "bucket"))
+    return [NvtxBucket(**row) for row in rows.select(
+        "thread", (pl.col("b0") - origin).alias("start_ns"), (pl.col("b1") - origin).alias("end_ns"), "name",
+        (pl.col("ns") / (pl.col("b1") - pl.col("b0"))).clip(0.0, 1.0).alias("fraction")).to_dicts()]

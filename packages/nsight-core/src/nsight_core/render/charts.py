@@ -300,23 +300,65 @@ def timeline_chart(trace: TraceSummary | None) -> ChartSpec:
     if not trace.nvtx:
         lanes[-1] = lanes[-1].encode(x=alt.X("start_ms:Q", title=axis_title, scale=x_scale))
         return ChartSpec(title=title, spec=_spec(alt.vconcat(*lanes, spacing=4), buckets=buckets.to_dicts()))
-    ranges = pl.DataFrame([instance.model_dump() for instance in trace.nvtx]).with_columns(
-        (pl.col("start_ns") / NS_PER_MS).alias("start_ms"),
-        (pl.col("end_ns") / NS_PER_MS).alias("end_ms"),
+    nvtx = _nvtx_lane(trace, x_scale, axis_title)
+    datasets = {"buckets": buckets.to_dicts(), "ranges": nvtx[1]}
+    return ChartSpec(title=title, spec=_spec(alt.vconcat(*lanes, nvtx[0], spacing=4), **datasets))
+
+
+TOP_LEGEND = 12
+"""Range names in the timeline's legend (and colors); the others share one color as OTHER_RANGES."""
+OTHER_RANGES = "(other ranges)"
+
+
+def _nvtx_lane(trace: TraceSummary, x_scale: alt.Scale, axis_title: str) -> tuple[alt.Chart, list[dict[str, Any]]]:
+    """The timeline's NVTX rows, one per thread (and nesting level), the range names in a legend: each range, or for a
+    capture of more than MAX_TIMELINE_RANGES, each thread's outermost ranges per slice (a mark per range would be
+    thousands of invisible slivers), as opaque as the slice is covered."""
+    aggregated = bool(trace.nvtx_buckets)
+    if aggregated:
+        frame = pl.DataFrame([bucket.model_dump() for bucket in trace.nvtx_buckets]).with_columns(
+            pl.lit(0).alias("depth"))
+    else:
+        frame = pl.DataFrame([instance.model_dump() for instance in trace.nvtx]).with_columns(pl.lit(1.0)
+                                                                                              .alias("fraction"))
+    covered = (pl.col("end_ns") - pl.col("start_ns")) * pl.col("fraction")
+    top = frame.group_by("name").agg(covered.sum().alias("t")).sort("t", "name", descending=[True, False])
+    names = top["name"].head(TOP_LEGEND).to_list()
+    thread = pl.col("thread")
+    label = pl.format("{} ({})", thread.replace_strict(trace.thread_names, default="thread", return_dtype=pl.String),
+                      thread % (1 << 24))
+    rows = frame.with_columns(
+        pl.when(pl.col("name").is_in(names)).then("name").otherwise(pl.lit(OTHER_RANGES)).alias("legend"),
+        pl.when(pl.col("depth") == 0).then(label).otherwise(pl.format("{} level {}", label, pl.col("depth") + 1))
+        .alias("row"),
+        (pl.col("start_ns") / NS_PER_MS).alias("start_ms"), (pl.col("end_ns") / NS_PER_MS).alias("end_ms"),
         ((pl.col("end_ns") - pl.col("start_ns")) / NS_PER_MS).alias("duration_ms"),
-    ).select("name", "depth", "start_ms", "end_ms", "duration_ms")
-    levels = int(ranges.select(pl.col("depth").max()).item() or 0) + 1
-    nvtx = alt.Chart(_rows("ranges")).mark_rect(stroke="white", strokeWidth=0.5).encode(
+    ).sort("thread", "depth", "start_ns")
+    order = rows["row"].unique(maintain_order=True).to_list()
+    legend = names + ([OTHER_RANGES] if top.height > len(names) else [])
+    tooltip = [alt.Tooltip("row:N", title="Thread"), alt.Tooltip("name:N", title="Range"),
+               alt.Tooltip("start_ms:Q", title="Start (ms)", format=",.3f")]
+    tooltip += ([alt.Tooltip("fraction:Q", title="Share of the slice in ranges", format=".0%")] if aggregated else
+                [alt.Tooltip("duration_ms:Q", title="Duration (ms)", format=",.3f")])
+    title = "NVTX, per thread" + (f": outermost ranges per slice ({trace.nvtx_total:,} ranges)" if aggregated else "")
+    chart = alt.Chart(_rows("ranges")).mark_rect(stroke="white", strokeWidth=0.5 if not aggregated else 0).encode(
         x=alt.X("start_ms:Q", title=axis_title, scale=x_scale),
         x2=alt.X2("end_ms"),
-        y=alt.Y("depth:O", title="NVTX"),
-        color=alt.Color("name:N", legend=None, scale=alt.Scale(scheme="tableau20")),
-        tooltip=[alt.Tooltip("name:N", title="Range"),
-                 alt.Tooltip("start_ms:Q", title="Start (ms)", format=",.3f"),
-                 alt.Tooltip("duration_ms:Q", title="Duration (ms)", format=",.3f")],
-    ).properties(width=WIDTH, height=26 * levels)
-    return ChartSpec(title=title, spec=_spec(alt.vconcat(*lanes, nvtx, spacing=4), buckets=buckets.to_dicts(),
-                                             ranges=ranges.to_dicts()))
+        y=alt.Y("row:N", title=None, sort=order, axis=alt.Axis(labelLimit=200)),
+        color=alt.Color("legend:N", title=title, sort=legend,
+                        scale=alt.Scale(domain=legend, range=[*TABLEAU[:len(names)], "#9aa5b1"][:len(legend)]),
+                        legend=alt.Legend(orient="bottom", columns=4, labelLimit=220, titleLimit=WIDTH)),
+        opacity=alt.Opacity("fraction:Q", legend=None, scale=alt.Scale(domain=[0, 1], range=[0.15, 1]))
+        if aggregated else alt.value(1),
+        tooltip=tooltip,
+    ).properties(width=WIDTH, height=22 * len(order))
+    columns = ["row", "name", "legend", "start_ms", "end_ms", "duration_ms", "fraction"]
+    return chart, rows.select(columns).to_dicts()
+
+
+TABLEAU = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
+           "#bab0ac", "#86bcb6", "#d37295"]
+"""Tableau 10's colors and two more: one per legend name (TOP_LEGEND)."""
 
 
 def budget_charts(drawing: StepDrawing) -> list[ChartSpec]:

@@ -5,7 +5,7 @@
    its scenegraph in ~100 ms). */
 (function () {
   "use strict";
-  var GUTTER = 190, ROW = 18, AXIS = 22, IDLE_ROW = 20, FONT = "11px system-ui,-apple-system,Segoe UI,sans-serif";
+  var LINKED = 4, GUTTER = 190, ROW = 18, AXIS = 22, IDLE_ROW = 20, FONT = "11px system-ui,-apple-system,Segoe UI,sans-serif";
   var PALETTE = ["#5b8def", "#e8710a", "#1e8e3e", "#d93025", "#9334e6", "#12b5cb", "#e52592", "#7cb342",
                  "#f9ab00", "#795548", "#607d8b", "#c2185b"];
 
@@ -33,7 +33,8 @@
   function Panel(view, step, element) {
     this.view = view; this.step = step; this.element = element;
     this.canvas = element.querySelector("canvas");
-    this.height = AXIS + IDLE_ROW + step.rows.length * ROW + 4;
+    this.idleRow = view.data.clock === "gpu" ? IDLE_ROW : 0;  // the CPU's clock has no GPU idle to label
+    this.height = AXIS + this.idleRow + step.rows.length * ROW + 4;
     this.byRow = step.rows.map(function () { return []; });
     for (var i = 0; i < step.ev.r.length; i++) { this.byRow[step.ev.r[i]].push(i); }
     this.highlight = -1;
@@ -44,7 +45,7 @@
 
   Panel.prototype.x = function (ns) {
     var width = this.canvas.clientWidth - GUTTER;
-    return GUTTER + (ns - this.view.v0) / (this.view.v1 - this.view.v0) * width;
+    return GUTTER + (ns - this.v0) / (this.v1 - this.v0) * width;
   };
 
   Panel.prototype.draw = function () {
@@ -58,7 +59,7 @@
     g.setTransform(ratio, 0, 0, ratio, 0, 0);
     g.clearRect(0, 0, width, this.height);
     g.font = FONT; g.textBaseline = "middle";
-    var top = AXIS + IDLE_ROW, v0 = this.view.v0, v1 = this.view.v1, gpuRows = step.gpu_rows;
+    var top = AXIS + this.idleRow, v0 = this.v0, v1 = this.v1, gpuRows = step.gpu_rows;
     // Row bands and labels.
     for (var r = 0; r < step.rows.length; r++) {
       g.fillStyle = step.rows[r].lane === "gpu" ? (r % 2 ? "#f3f7ee" : "#fbfdf8") : (r % 2 ? "#f1f4f9" : "#fafbfd");
@@ -70,6 +71,7 @@
     var spans = [[step.gpu, top, gpuRows, "#3e6b00"], [step.cpu, top + gpuRows * ROW, step.rows.length - gpuRows,
                                                          "#1f4e8c"]];
     spans.forEach(function (span, index) {
+      if (!index && data.clock !== "gpu") { return; }  // on the CPU's clock the step is its range alone
       var a = this.x(span[0][0]), b = this.x(span[0][1]);
       g.fillStyle = "rgba(90,100,110,0.16)";
       if (span[2]) {
@@ -84,11 +86,11 @@
       var stretch = step.idle[i], x0 = this.x(stretch[0]), x1 = this.x(stretch[0] + stretch[1]);
       if (x1 < GUTTER || x0 > width) { continue; }
       var color = data.parts[stretch[2]].color, w = Math.max(x1 - x0, 1);
-      g.fillStyle = color; g.globalAlpha = 0.85; g.fillRect(x0, AXIS + 2, w, IDLE_ROW - 4);
+      g.fillStyle = color; g.globalAlpha = 0.85; g.fillRect(x0, AXIS + 2, w, this.idleRow - 4);
       g.globalAlpha = 0.18; g.fillRect(x0, top, w, gpuRows * ROW); g.globalAlpha = 1;
       var label = data.labels[stretch[3]];
       if (w > 30) {
-        g.fillStyle = "#fff"; g.fillText(fit(g, label, w - 6), Math.max(x0, GUTTER) + 3, AXIS + IDLE_ROW / 2);
+        g.fillStyle = "#fff"; g.fillText(fit(g, label, w - 6), Math.max(x0, GUTTER) + 3, AXIS + this.idleRow / 2);
       }
     }
     // Events: at least a pixel wide; one rect per pixel column per row at most (a dense row stays cheap).
@@ -123,7 +125,7 @@
     }
     g.restore();
     g.fillStyle = "#1f2933";
-    g.fillText("GPU idle", 6, AXIS + IDLE_ROW / 2);
+    if (this.idleRow) { g.fillText("GPU idle", 6, AXIS + this.idleRow / 2); }
     for (r = 0; r < step.rows.length; r++) {
       g.fillStyle = step.rows[r].lane === "gpu" ? "#3e6b00" : "#1f4e8c";
       g.fillText(fit(g, step.rows[r].label, GUTTER - 10), 6, top + r * ROW + ROW / 2);
@@ -142,8 +144,8 @@
 
   /* What is under the pointer: an event of the row, else an idle stretch. */
   Panel.prototype.at = function (px, py) {
-    var step = this.step, top = AXIS + IDLE_ROW, ns = this.view.v0 + (px - GUTTER) / (this.canvas.clientWidth - GUTTER)
-      * (this.view.v1 - this.view.v0), slack = 3 * (this.view.v1 - this.view.v0) / (this.canvas.clientWidth - GUTTER);
+    var step = this.step, top = AXIS + this.idleRow, ns = this.v0 + (px - GUTTER) / (this.canvas.clientWidth - GUTTER)
+      * (this.v1 - this.v0), slack = 3 * (this.v1 - this.v0) / (this.canvas.clientWidth - GUTTER);
     if (px < GUTTER) { return null; }
     if (py >= AXIS && py < top) {
       for (var i = 0; i < step.idle.length; i++) {
@@ -192,13 +194,18 @@
   function View(root) {
     this.root = root;
     this.data = JSON.parse(document.getElementById(root.getAttribute("data-nsr-steps")).textContent);
-    this.full = Math.max.apply(null, this.data.steps.filter(function (s) { return !s.hidden; })
-      .map(function (s) { return s.span; }).concat([1]));
-    this.v0 = 0; this.v1 = this.full;
+    // One time axis for the steps when their spans are alike (the slowest within LINKED x the median's): zoom one,
+    // zoom all. Else each panel has its own, so a short median step is not a sliver beside a long outlier.
+    var spans = this.data.steps.filter(function (s) { return !s.hidden; }).map(function (s) { return s.span; });
+    this.linked = Math.max.apply(null, spans) <= LINKED * Math.min.apply(null, spans);
+    this.full = Math.max.apply(null, spans.concat([1]));
     this.tooltip = root.querySelector(".nsr-sv-tip");
     var view = this;
     this.panels = Array.prototype.map.call(root.querySelectorAll(".nsr-sv-panel"), function (element, index) {
-      return new Panel(view, view.data.steps[index], element);
+      var panel = new Panel(view, view.data.steps[index], element);
+      panel.full = view.linked ? view.full : panel.step.span;
+      panel.v0 = 0; panel.v1 = panel.full;
+      return panel;
     });
     this.panels.forEach(function (panel) {
       var canvas = panel.canvas, dragging = null;
@@ -208,24 +215,25 @@
           view.zoomAt(panel, event.clientX - canvas.getBoundingClientRect().left, Math.pow(1.0015, event.deltaY));
         } else if (event.shiftKey || Math.abs(event.deltaX) > Math.abs(event.deltaY)) {
           event.preventDefault();
-          view.pan((event.deltaX || event.deltaY) / (canvas.clientWidth - GUTTER));
+          view.pan(panel, (event.deltaX || event.deltaY) / (canvas.clientWidth - GUTTER));
         }
       }, {passive: false});
       canvas.addEventListener("mousedown", function (event) { dragging = event.clientX; });
       window.addEventListener("mouseup", function () { dragging = null; });
       window.addEventListener("mousemove", function (event) {
         if (dragging === null) { return; }
-        view.pan((dragging - event.clientX) / (canvas.clientWidth - GUTTER));
+        view.pan(panel, (dragging - event.clientX) / (canvas.clientWidth - GUTTER));
         dragging = event.clientX;
       });
-      canvas.addEventListener("dblclick", function () { view.reset(); });
+      canvas.addEventListener("dblclick", function () { view.reset(view.linked ? null : panel); });
     });
     root.querySelectorAll("[data-nsr-zoom]").forEach(function (button) {
       button.addEventListener("click", function () {
         var factor = button.getAttribute("data-nsr-zoom");
         if (factor === "reset") { view.reset(); return; }
-        var panel = view.panels[0];
-        view.zoomAt(panel, GUTTER + (panel.canvas.clientWidth - GUTTER) / 2, parseFloat(factor));
+        (view.linked ? view.panels.slice(0, 1) : view.panels).forEach(function (panel) {
+          view.zoomAt(panel, GUTTER + (panel.canvas.clientWidth - GUTTER) / 2, parseFloat(factor));
+        });
       });
     });
     root.querySelectorAll("[data-nsr-idle]").forEach(function (item) {
@@ -238,28 +246,31 @@
     this.draw();
   }
 
-  View.prototype.setView = function (v0, v1) {
-    var span = Math.max(v1 - v0, 1000), slack = this.full * 0.05;
-    v0 = Math.max(Math.min(v0, this.full + slack - span), -slack);
-    this.v0 = v0; this.v1 = v0 + span;
-    this.draw();
+  View.prototype.setView = function (panel, v0, v1) {
+    var span = Math.max(v1 - v0, 1000), slack = panel.full * 0.05;
+    v0 = Math.max(Math.min(v0, panel.full + slack - span), -slack);
+    (this.linked ? this.panels : [panel]).forEach(function (other) { other.v0 = v0; other.v1 = v0 + span; });
+    this.draw(panel);
   };
 
   View.prototype.zoomAt = function (panel, px, factor) {
-    var width = panel.canvas.clientWidth - GUTTER, at = this.v0 + (px - GUTTER) / width * (this.v1 - this.v0);
-    this.setView(at - (at - this.v0) * factor, at + (this.v1 - at) * factor);
+    var width = panel.canvas.clientWidth - GUTTER, at = panel.v0 + (px - GUTTER) / width * (panel.v1 - panel.v0);
+    this.setView(panel, at - (at - panel.v0) * factor, at + (panel.v1 - at) * factor);
   };
 
-  View.prototype.pan = function (fraction) {
-    var span = this.v1 - this.v0;
-    this.setView(this.v0 + fraction * span, this.v1 + fraction * span);
+  View.prototype.pan = function (panel, fraction) {
+    var span = panel.v1 - panel.v0;
+    this.setView(panel, panel.v0 + fraction * span, panel.v1 + fraction * span);
   };
 
-  View.prototype.reset = function () { this.setView(0, this.full); };
+  View.prototype.reset = function (panel) {
+    (panel ? [panel] : this.panels).forEach(function (one) { this.setView(one, 0, one.full); }, this);
+  };
 
-  View.prototype.draw = function () {
+  View.prototype.draw = function (changed) {
     this.panels.forEach(function (panel) { if (panel.element.offsetParent !== null) { panel.draw(); } });
-    this.root.setAttribute("data-nsr-view", Math.round(this.v0) + " " + Math.round(this.v1));
+    var panel = changed || this.panels[0];
+    this.root.setAttribute("data-nsr-view", Math.round(panel.v0) + " " + Math.round(panel.v1));
   };
 
   /* Bring [START, START + LENGTH) of panel INDEX into view (with room around it), showing the panel if hidden. */
@@ -267,8 +278,8 @@
     var panel = this.panels[index];
     panel.element.hidden = false;
     panel.highlight = event === undefined ? -1 : event;
-    var margin = Math.max(length * 0.25, (this.v1 - this.v0) * 0.02, 2000);
-    this.setView(start - margin, start + length + margin);
+    var margin = Math.max(length * 0.25, (panel.v1 - panel.v0) * 0.02, 2000);
+    this.setView(panel, start - margin, start + length + margin);
     this.root.setAttribute("data-nsr-focus", panel.step.step + " " + (event === undefined ? "" : event));
     panel.element.scrollIntoView({block: "nearest"});
   };

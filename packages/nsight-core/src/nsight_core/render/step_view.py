@@ -43,7 +43,8 @@ def step_view_data(drawing: StepDrawing) -> dict[str, Any]:
     labels: dict[str, int] = {}
     steps = [_step(step, drawing, names, labels) for step in drawing.steps]
     kinds = list(KIND_LABELS)
-    return {"steps": steps, "names": list(names), "short": [_short(name) for name in names], "labels": list(labels),
+    return {"clock": drawing.clock, "steps": steps, "names": list(names), "short": [_short(name) for name in names],
+            "labels": list(labels),
             "kinds": kinds, "kind_labels": [KIND_LABELS[kind] for kind in kinds],
             "kind_colors": [KIND_COLORS[kind] for kind in kinds],
             "parts": {part: {"label": PART_LABELS[part], "color": color} for part, color in PART_COLORS.items()}}

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 
 from nsight_core.analysis.analyze import Analysis, analyze, withhold_savings
 from nsight_core.analysis.completeness import CaptureFacts, Completeness, capture_facts, check_completeness
-from nsight_core.analysis.step_events import StepDrawing, drawing_for
+from nsight_core.analysis.step_events import StepDrawing, StepParts, drawing_for, step_parts
 from nsight_core.analysis.summary import Tile, summary_tiles
 from nsight_core.analysis.timeline import TraceSummary, summarize_trace
 from nsight_core.errors import NotEnoughMemoryError, StatsError
@@ -92,12 +92,15 @@ def build_profile(
     # frames read first: two threads must not both build one (a Python without cached_property's lock would).
     for frame in ANALYSIS_FRAMES:
         getattr(trace, frame)
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsight-analysis") as pool:
+    for frame in ("graphs", "threads"):  # what the step view reads beyond them, before it runs beside the analysis
+        getattr(trace, frame)
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="nsight-analysis") as pool:
         analysis = pool.submit(analyze, trace)
+        parts = pool.submit(step_parts, trace)
         profile = CaptureProfile(title=title or capture_title(path, trace), source=str(path),
                                  stats=stats_of_trace(trace, reports or DEFAULT_REPORTS),
                                  trace=summarize_trace(trace), completeness=check_completeness(trace, facts))
-        return with_steps_drawn(diagnosed(profile, analysis), trace)
+        return with_steps_drawn(diagnosed(profile, analysis), trace, parts)
 
 
 GENERATED_NAME = re.compile(r"nsight-[0-9a-f]{8}")
@@ -163,13 +166,13 @@ def diagnosed(profile: CaptureProfile, analysis: Future[Analysis]) -> CapturePro
                                                     f"({type(error).__name__}: {error})"]})
 
 
-def with_steps_drawn(profile: CaptureProfile, trace: Trace) -> CaptureProfile:
-    """PROFILE with the steps its page draws in full (:func:`drawing_for`); should that fail, a note says so and the
-    rest of the page stays (as for the analysis: :func:`diagnosed`)."""
+def with_steps_drawn(profile: CaptureProfile, trace: Trace, parts: Future[StepParts]) -> CaptureProfile:
+    """PROFILE with the steps its page draws in full (:func:`drawing_for`, from the PARTS made beside the analysis);
+    should that fail, a note says so and the rest of the page stays (as for the analysis: :func:`diagnosed`)."""
     if profile.analysis is None:
         return profile
     try:
-        return profile.model_copy(update={"steps_drawn": drawing_for(trace, profile.analysis)})
+        return profile.model_copy(update={"steps_drawn": drawing_for(trace, profile.analysis, parts.result())})
     except Exception as error:  # see the docstring
         log.warning("could not select %s's steps to draw (%s: %s)", profile.source, type(error).__name__, error)
         return profile.model_copy(update={"notes": [*profile.notes, f"Step view: the selection of its steps failed "

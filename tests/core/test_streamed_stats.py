@@ -36,7 +36,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 REPORTS_2023 = sorted(p for p in FIXTURES.rglob("*.nsys-rep") if "2025" not in p.parent.name)
 SQLITE_2025 = sorted(FIXTURES.rglob("*.sqlite"))
 TABLES = ("kernels", "api_calls", "memory_time", "memory_size", "nvtx_ranges")
-STREAMED = ExportChoice("sqlite", "streamed", 0)
+STREAMED = ExportChoice("sqlite", True, "large", 0)
 
 
 def rows(stats: ProfileStats) -> dict[str, Any]:
@@ -89,33 +89,38 @@ def test_the_parquet_copies_go_with_the_trace(tmp_path: Path) -> None:
 
 
 @pytest.mark.nsys
-def test_a_capture_over_the_threshold_is_streamed(nsys: Nsys, tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """The choice by size, recorded in the statistics; a profile of a streamed capture whose summary does not fit
-    in the memory allowed gets its statistics with a note, where one read whole is refused as before."""
+def test_a_large_capture_or_little_memory_streams(nsys: Nsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The choice by size and by the memory allowed, recorded in the statistics; a profile of a streamed capture
+    whose summary does not fit gets its statistics with a note, where one read whole is refused as before."""
     capture = tmp_path / "training.nsys-rep"
     shutil.copyfile(FIXTURES / "h200-torch-mlp" / "training.nsys-rep", capture)
     recorded = stats_from_csv_dir(FIXTURES / "h200-torch-mlp" / "training", list(DEFAULT_REPORTS))
     size = capture.stat().st_size
-    assert export_choice(capture, nsys) == ExportChoice("arrowdir", "whole", size)
+    assert export_choice(capture, nsys) == ExportChoice("arrowdir", False, "small", size)
     export_read = nsight_core.load_stats(capture).export
-    assert export_read is not None and export_read.model_dump() == ExportChoice("arrowdir", "whole", size)._asdict()
+    assert export_read is not None
+    assert export_read.model_dump() == ExportChoice("arrowdir", False, "small", size)._asdict()
 
-    monkeypatch.setattr(export_module, "STREAM_ABOVE_BYTES", size - 1)
-    assert export_choice(capture, nsys) == ExportChoice("sqlite", "streamed", size, size - 1)
-    trace = nsight_core.load_trace(capture)
-    assert is_streamed(trace) and trace.source == capture.with_suffix(".sqlite")
-    del trace
-    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "1M")
+    with monkeypatch.context() as patched:
+        patched.setattr(export_module, "STREAM_ABOVE_BYTES", size - 1)
+        assert export_choice(capture, nsys) == ExportChoice("sqlite", True, "large", size, size - 1)
+        trace = nsight_core.load_trace(capture)
+        assert is_streamed(trace) and trace.source == capture.with_suffix(".sqlite")
+        del trace
+
+    # Its arrow export would take 32 MiB and 20x the trace, the SQLite one 32 MiB, the summary over 64 MiB.
+    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "34M")
+    assert export_choice(capture, nsys) == ExportChoice("sqlite", True, "memory", size)
     profile = build_profile(capture)
-    assert profile.stats.export is not None and profile.stats.export.reason == "streamed"
+    assert profile.stats.export is not None and profile.stats.export.reason == "memory"
     assert rows(profile.stats)["nvtx_ranges"] == [row.model_dump() for row in recorded.nvtx_ranges]
     assert profile.analysis is None and profile.trace is None
     assert any(note.startswith("Statistics only") for note in profile.stats.notes)
     gc.collect()
     assert not spills(tmp_path)
 
-    monkeypatch.setattr(export_module, "STREAM_ABOVE_BYTES", size)
+    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "40M")  # the arrow export fits, the summary does not
+    assert not export_choice(capture, nsys).streamed
     with pytest.raises(NotEnoughMemoryError):
         build_profile(capture)
 

@@ -73,15 +73,25 @@ def check_export_memory(trace_bytes: int, kind: str, what: str) -> None:
            f"nsys' {kind} export of a {_size(trace_bytes)} trace")
 
 
-def _check(needed: int, doing: str, why: str) -> None:
+def export_fits(trace_bytes: int, kind: str) -> bool:
+    """Whether nsys' KIND export of a .nsys-rep of TRACE_BYTES fits what this process may take (True where nothing is
+    known of the limit): a large capture is streamed where its arrow export would not fit (trace/export.py)."""
+    allowed, _ = _allowed()
+    return allowed is None or export_bytes(trace_bytes, kind) <= allowed
+
+
+def _allowed() -> tuple[int | None, str]:
+    """What this process may still take (None: no limit known, or the guard is off), and where that comes from."""
     setting = os.environ.get(ENV_SUMMARY_MEMORY, "").strip()
     if setting.lower() == "off":
-        return
-    allowed: int | None
+        return None, setting
     if setting:
-        allowed, source = parse_size(setting), f"{ENV_SUMMARY_MEMORY}={setting}"
-    else:
-        allowed, source = headroom_bytes(), "this process's free memory (its container's limit and the host's)"
+        return parse_size(setting), f"{ENV_SUMMARY_MEMORY}={setting}"
+    return headroom_bytes(), "this process's free memory (its container's limit and the host's)"
+
+
+def _check(needed: int, doing: str, why: str) -> None:
+    allowed, source = _allowed()
     if allowed is None or needed <= allowed:
         return
     raise NotEnoughMemoryError(

@@ -74,10 +74,11 @@ class ExportRead(BaseModel):
     """How a capture's events were read: the export nsight chose for it, and why (nsight_core.trace.export)."""
 
     kind: str = Field(description="The nsys export read: 'arrowdir' or 'sqlite'")
-    reason: str = Field(description="'streamed': the trace is over stream_above_bytes, so its SQLite export's tables "
-                        "were copied to Parquet on disk and the reports streamed them in bounded memory; 'whole': "
-                        "the arrow export, read whole (the faster); 'no_arrowdir': SQLite read whole, as this nsys "
-                        "has no arrow export")
+    streamed: bool = Field(description="Its SQLite export's tables were copied to Parquet on disk and the reports "
+                           "streamed them in bounded memory; else the frames were read whole")
+    reason: str = Field(description="'large': streamed, the trace is over stream_above_bytes; 'memory': streamed, "
+                        "nsys' arrow export would not fit the memory allowed; 'small': the arrow export, read whole "
+                        "(the faster); 'no_arrowdir': SQLite read whole, as this nsys has no arrow export")
     trace_bytes: int = Field(description="The .nsys-rep's size")
     stream_above_bytes: int = Field(description="The size above which a trace is streamed")
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from nsight_core.errors import NsysCommandError, StatsError
-from nsight_core.memory import check_export_memory
+from nsight_core.memory import check_export_memory, export_fits
 from nsight_core.nsys import Nsys, find_nsys
 from nsight_core.trace.writer import check_writer, explain_failure
 
@@ -169,19 +169,22 @@ def export(report: Path, kind: str, nsys: Nsys | None = None) -> Path:
     return target
 
 
-STREAM_ABOVE_BYTES = 32 << 20
-"""A .nsys-rep larger than this is exported to SQLite and summarised by streaming its tables from disk
-(:mod:`nsight_core.trace.spill`); up to it, to an arrow directory read whole. nsys 2023.4.4's arrow export peaks at
-about 15x the trace and a summary of whole frames at about 30x (docs/memory.md): up to 32 MB that stays under
-1 GiB, and there the arrow export is the faster (1.3 s where SQLite takes 1.3-3 s for 1 M NVTX ranges)."""
+STREAM_ABOVE_BYTES = 128 << 20
+"""A .nsys-rep larger than this is exported to SQLite and its reports streamed from disk
+(:mod:`nsight_core.trace.spill`) whatever the memory; up to it, only where nsys' arrow export would not fit the
+memory allowed. Read whole (arrow export, frames in memory), 10 M NVTX ranges (a 111 MB trace) peaked at 1.7 GB,
+under the 2 GiB a summary may take, and ran 2-4x faster than streamed with the same whole-frame summary
+(docs/memory.md)."""
 
 
 class ExportChoice(NamedTuple):
-    """Which export a capture's events are read from, and why: ``streamed`` (SQLite, tables streamed from disk: the
-    trace is over ``stream_above_bytes``), ``whole`` (arrowdir, read whole), or ``no_arrowdir`` (SQLite read whole:
-    this nsys has no arrow export)."""
+    """Which export a capture's events are read from, and why. ``streamed``: SQLite, its reports streamed from
+    Parquet on disk, because the trace is ``large`` (over ``stream_above_bytes``) or its arrow export would not fit
+    the ``memory`` allowed (:func:`nsight_core.memory.export_fits`); else read whole: the arrow export (``small``), or
+    SQLite where this nsys has no arrow export (``no_arrowdir``)."""
 
     kind: str
+    streamed: bool
     reason: str
     trace_bytes: int
     stream_above_bytes: int = STREAM_ABOVE_BYTES
@@ -192,10 +195,12 @@ def export_choice(report: Path, nsys: Nsys | None = None) -> ExportChoice:
     used without asking nsys anything (not even for its version)."""
     size, stream_above = report.stat().st_size, STREAM_ABOVE_BYTES
     if size > stream_above:
-        return ExportChoice("sqlite", "streamed", size, stream_above)
+        return ExportChoice("sqlite", True, "large", size, stream_above)
+    if not export_fits(size, "arrowdir"):
+        return ExportChoice("sqlite", True, "memory", size, stream_above)
     if is_current(export_path(report, "arrowdir"), report) or "arrowdir" in (nsys or find_nsys()).export_types:
-        return ExportChoice("arrowdir", "whole", size, stream_above)
-    return ExportChoice("sqlite", "no_arrowdir", size, stream_above)
+        return ExportChoice("arrowdir", False, "small", size, stream_above)
+    return ExportChoice("sqlite", False, "no_arrowdir", size, stream_above)
 
 
 def capture_export(report: Path, nsys: Nsys | None = None) -> Path:

@@ -64,6 +64,6 @@ def _from_report(report: Path, nsys: Nsys | None) -> Trace:
 def _open(target: Path, choice: ExportChoice) -> ExportTables:
     if choice.kind == "arrowdir":
         return ArrowDirTables(target, choice)
-    if choice.reason == "streamed":
+    if choice.streamed:
         return SpilledTables(SqliteTables(target), choice)
     return SqliteTables(target, choice)

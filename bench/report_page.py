@@ -10,7 +10,8 @@ replaced by those rows (each copied from a real row of its table: names, ids, th
 Per page: bytes; the build (`build_profile` + `render_page`, in this process); and in Chromium (each load its own
 process, no GPU: software raster) the time from navigation to every chart and the step view drawn, measured by the
 page itself (performance.now(): the scripts' real compute; Chromium's timers run on virtual time), and the
-whole process's wall time (start-up included). The median of RUNS loads.
+whole process's wall time (start-up included) against an empty page's, loaded in turn (machines are noisy: the
+ratio compares across runs). The median of RUNS loads.
 
     .venv/bin/python bench/report_page.py [--trace PATH] [--runs 3]
 """
@@ -115,7 +116,12 @@ def main() -> None:
         html_file = Path(folder) / "page.html"
         body, end = page.rsplit("</body>", 1)
         html_file.write_text(body + PROBE + "</body>" + end, encoding="utf-8")
-        loads = [chromium_load(html_file, chromium) for _ in range(args.runs)]
+        empty = Path(folder) / "empty.html"
+        empty.write_text("<!DOCTYPE html><html><body>" + PROBE + "</body></html>", encoding="utf-8")
+        loads, baseline = [], []
+        for _ in range(args.runs):  # turn about, so a slow spell of the machine hits both
+            loads.append(chromium_load(html_file, chromium))
+            baseline.append(chromium_load(empty, chromium)[1])
     assert profile.trace is not None
     drawn = profile.steps_drawn.steps if profile.steps_drawn else []
     print(f"capture: {trace.name}: {profile.trace.kernel_count:,} kernels, {profile.trace.nvtx_total:,} NVTX ranges")
@@ -123,7 +129,8 @@ def main() -> None:
           f"{sum(step.events.height for step in drawn):,} events; built in {built:.2f} s")
     print(f"Chromium: drawn in {statistics.median(ms for ms, _ in loads) / 1000:.2f} s (median of {args.runs}; "
           f"all: {', '.join(f'{ms / 1000:.2f}' for ms, _ in loads)}), process wall "
-          f"{statistics.median(wall for _, wall in loads):.2f} s")
+          f"{statistics.median(wall for _, wall in loads):.2f} s, {statistics.median(baseline):.2f} s for an empty "
+          f"page: {statistics.median(wall for _, wall in loads) / statistics.median(baseline):.2f}x")
 
 
 if __name__ == "__main__":

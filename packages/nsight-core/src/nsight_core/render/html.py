@@ -274,7 +274,8 @@ def _steps(profile: CaptureProfile, ids: _Ids) -> dict[str, Any] | None:
             "panels": step_panels(drawing),
             "legend": [(label, KIND_COLORS[kind]) for kind, label in KIND_LABELS.items()
                        if kind in {k for step in drawing.steps for k in step.events["kind"].unique().to_list()}]
-            + [(f"GPU idle: {PART_LABELS[part]}", PART_COLORS[part]) for part in PART_COLORS if part in parts]}
+            + [(f"idle: {PART_LABELS[part]}" if part != "gpu_idle" else PART_LABELS[part], PART_COLORS[part])
+               for part in PART_COLORS if part in parts]}
 
 
 def _chart(chart: ChartSpec, ids: _Ids) -> dict[str, Any]:

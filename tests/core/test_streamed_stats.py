@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import shutil
+import sqlite3
 import statistics
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,34 @@ def test_the_parquet_copies_go_with_the_trace(tmp_path: Path) -> None:
     assert spills(tmp_path)
     del trace
     gc.collect()
+    assert not spills(tmp_path)
+
+
+EDITS = {
+    "a column of another type": [
+        'ALTER TABLE NVTX_EVENTS ADD COLUMN "_text" TEXT', 'UPDATE NVTX_EVENTS SET "_text" = "end" || \' ns\'',
+        'ALTER TABLE NVTX_EVENTS DROP COLUMN "end"', 'ALTER TABLE NVTX_EVENTS RENAME COLUMN "_text" TO "end"'],
+    "a renamed column": ['ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL RENAME COLUMN "start" TO "startNs"'],
+    "a missing table": ["DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME"],
+}
+
+
+@pytest.mark.parametrize("edit", EDITS)
+def test_a_schema_nsight_has_not_seen_streams_as_it_reads_whole(edit: str, tmp_path: Path) -> None:
+    """An export edited as another nsys might write it: the streamed reports skip, note and keep exactly what the
+    whole frames do (the table falls back to the Trace, whose notes say what was left out)."""
+    sqlite = tmp_path / "quick_start.sqlite"
+    shutil.copyfile(FIXTURES / "h200-fix-pairs-2025" / "quick_start-as_is.sqlite", sqlite)
+    with sqlite3.connect(sqlite) as connection:
+        for statement in EDITS[edit]:
+            connection.execute(statement)
+    connection.close()
+    whole = stats_of_trace(nsight_core.load_trace(sqlite))
+    tables = SpilledTables(SqliteTables(sqlite), STREAMED)
+    streamed = stats_of_trace(Trace(tables))
+    assert whole.skipped and streamed.skipped == whole.skipped
+    assert streamed.notes == whole.notes and rows(streamed) == rows(whole)
+    tables.close()
     assert not spills(tmp_path)
 
 

@@ -81,8 +81,12 @@ class SpilledTables:
                              "there, or pass a copy of the capture in a folder with more.")
         target.mkdir()
         written = 0
-        for written, batch in enumerate(self._sqlite.batches(table, wanted), start=1):
-            batch.write_parquet(target / f"{written:06d}.parquet")
+        try:
+            for written, batch in enumerate(self._sqlite.batches(table, wanted), start=1):
+                batch.write_parquet(target / f"{written:06d}.parquet")
+        except BaseException:  # never half a table: the next scan copies it again, or fails the same way
+            shutil.rmtree(target, ignore_errors=True)
+            raise
         if not written:  # an empty table: one empty file, so the scan has its schema
             pl.DataFrame(schema=_made(wanted)).write_parquet(target / "000000.parquet")
         return target

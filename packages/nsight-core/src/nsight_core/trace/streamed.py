@@ -12,6 +12,8 @@ left out: the same numbers and the same notes as a capture read whole.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import polars as pl
 
 from nsight_core.trace.model import (
@@ -24,7 +26,7 @@ from nsight_core.trace.model import (
     _pid,
 )
 from nsight_core.trace.spill import SpilledTables
-from nsight_core.trace.tables import Wanted
+from nsight_core.trace.tables import SchemaMismatch, Wanted
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 
@@ -40,7 +42,10 @@ def _scan(trace: Trace, table: str, wanted: Wanted) -> pl.LazyFrame | None:
     tables = trace.tables
     if not isinstance(tables, SpilledTables) or not set(wanted) <= tables.columns(table):
         return None
-    return tables.scan(table, wanted)
+    try:
+        return tables.scan(table, wanted)
+    except SchemaMismatch:  # a column of another type: the Trace reads what it can, and notes the rest
+        return None
 
 
 def _named(frame: pl.LazyFrame, id_column: str, names: pl.DataFrame, alias: str) -> pl.LazyFrame:
@@ -52,14 +57,21 @@ def _named(frame: pl.LazyFrame, id_column: str, names: pl.DataFrame, alias: str)
                       on=id_column, how="left")
 
 
+def _named_events(trace: Trace, table: str, id_column: str, names: pl.DataFrame, kept: Mapping[str, str],
+                  frame: str, name: str = "name", unnamed: str = "") -> pl.LazyFrame:
+    """TABLE's start_ns, end_ns, NAME (ID_COLUMN's value in NAMES, else UNNAMED) and KEPT columns (export name ->
+    frame name), scanned from disk; the Trace's FRAME where it is read whole."""
+    raw = _scan(trace, table, {"start": I64, "end": I64, id_column: I64, **dict.fromkeys(kept, I64)})
+    if raw is None:
+        return getattr(trace, frame).lazy().select("start_ns", "end_ns", name, *kept.values())
+    return _named(raw, id_column, names, name).select(
+        pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col(name).fill_null(unnamed),
+        *(pl.col(column).alias(alias) for column, alias in kept.items()))
+
+
 def kernels(trace: Trace) -> pl.LazyFrame:
     """start_ns, end_ns, name (demangled), correlation_id."""
-    raw = _scan(trace, KERNEL, {"start": I64, "end": I64, "demangledName": I64, "correlationId": I64})
-    if raw is None:
-        return trace.kernels.lazy().select("start_ns", "end_ns", "name", "correlation_id")
-    return _named(raw, "demangledName", trace.strings, "name").select(
-        pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("name").fill_null(""),
-        pl.col("correlationId").alias("correlation_id"))
+    return _named_events(trace, KERNEL, "demangledName", trace.strings, {"correlationId": "correlation_id"}, "kernels")
 
 
 def graphs(trace: Trace) -> pl.LazyFrame:
@@ -76,23 +88,15 @@ def graphs(trace: Trace) -> pl.LazyFrame:
 
 def cuda_api(trace: Trace) -> pl.LazyFrame:
     """start_ns, end_ns, name (no version suffix), name_id."""
-    raw = _scan(trace, "CUPTI_ACTIVITY_KIND_RUNTIME", {"start": I64, "end": I64, "nameId": I64})
-    if raw is None:
-        return trace.cuda_api.lazy().select("start_ns", "end_ns", "name", "name_id")
-    return _named(raw, "nameId", trace.api_names, "name").select(
-        pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("name").fill_null(""),
-        pl.col("nameId").alias("name_id"))
+    return _named_events(trace, "CUPTI_ACTIVITY_KIND_RUNTIME", "nameId", trace.api_names, {"nameId": "name_id"},
+                         "cuda_api")
 
 
 def memcpy(trace: Trace) -> pl.LazyFrame:
-    """start_ns, end_ns, bytes, direction."""
-    raw = _scan(trace, "CUPTI_ACTIVITY_KIND_MEMCPY", {"start": I64, "end": I64, "bytes": I64, "copyKind": I64})
-    if raw is None:
-        return trace.memcpy.lazy().select("start_ns", "end_ns", "bytes", "direction")
-    directions = trace._enum("ENUM_CUDA_MEMCPY_OPER", COPY_DIRECTIONS)
-    return _named(raw, "copyKind", directions, "direction").select(
-        pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), "bytes",
-        pl.col("direction").fill_null("Unknown"))
+    """start_ns, end_ns, direction, bytes."""
+    return _named_events(trace, "CUPTI_ACTIVITY_KIND_MEMCPY", "copyKind",
+                         trace._enum("ENUM_CUDA_MEMCPY_OPER", COPY_DIRECTIONS), {"bytes": "bytes"}, "memcpy",
+                         name="direction", unnamed="Unknown")
 
 
 def memset(trace: Trace) -> pl.LazyFrame:

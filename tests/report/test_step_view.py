@@ -17,9 +17,11 @@ import pytest
 from capture_helpers import capture_cpu, sleepy_steps
 from report_helpers import Chromium
 
+from nsight_core.analysis import step_events
 from nsight_core.nsys import Nsys
 from nsight_core.profile import CaptureProfile, build_profile
 from nsight_core.render.html import render_page
+from nsight_core.trace.load import load_trace
 
 pytestmark = pytest.mark.browser
 
@@ -37,12 +39,13 @@ PROBE = """
     for (var i = 0; i < d.length; i += 4) { if (d[i + 3] && (d[i] < 200 || d[i + 1] < 200 || d[i + 2] < 200)) n++; }
     return n;
   }
-  function hoverAcross(x) {
-    var box = canvas.getBoundingClientRect(), seen = [];
+  function hoverAcross(x, target) {
+    target = target || canvas;
+    var box = target.getBoundingClientRect(), seen = [];
     if (x === null) { return [0.3, 0.45, 0.6, 0.75].reduce(function (all, f) {
-      return all.concat(hoverAcross(190 + (box.width - 190) * f)); }, []); }
+      return all.concat(hoverAcross(190 + (box.width - 190) * f, target)); }, []); }
     for (var y = 4; y < box.height; y += 5) {
-      canvas.dispatchEvent(new MouseEvent("mousemove", {clientX: box.left + x, clientY: box.top + y, bubbles: true}));
+      target.dispatchEvent(new MouseEvent("mousemove", {clientX: box.left + x, clientY: box.top + y, bubbles: true}));
       if (tip.style.display === "block") { seen.push(tip.textContent); }
     }
     return seen;
@@ -63,7 +66,10 @@ PROBE = """
     evidence.click();
     out.focus = view.getAttribute("data-nsr-focus");
     out.focused = view.getAttribute("data-nsr-view");
-    out.focusHover = hoverAcross(190 + (box.width - 190) / 2);
+    var titles = Array.prototype.map.call(view.querySelectorAll(".nsr-sv-title"),
+                                          function (t) { return t.textContent; });
+    var shown = titles.findIndex(function (t) { return t.indexOf("step " + out.focus.split(" ")[0] + ",") >= 0; });
+    out.focusHover = hoverAcross(190 + (box.width - 190) / 2, view.querySelectorAll("canvas")[shown]);
   }
   var pre = document.createElement("pre");
   pre.id = "nsr-probe";
@@ -144,3 +150,28 @@ def test_cpu_capture(tmp_path: Path, chromium: Chromium, artifacts: Path, nsys: 
     assert seen["inked"][0] > 1000
     assert span(seen["zoomed"]) < 0.6 * span(seen["full"])
     assert any(text.startswith("step_") and "NVTX range" in text for text in seen["hover"]), seen["hover"]
+
+
+def test_evidence_with_an_event_zooms_to_it(chromium: Chromium, artifacts: Path) -> None:
+    """The pageable fix pair's largest copy (evidence with its step and start): a click brings that copy into view,
+    centred and outlined (a 64 MiB pageable copy is most of its step), and hover there names it with its size."""
+    profile = build_profile(FIXTURES / "h200-fix-pairs" / "pageable-problem.arrowdir")
+    seen, _ = probe(profile, chromium, artifacts, "pageable", evidence="largest copy")
+    step, event = seen["focus"].split()
+    assert step == "0" and event  # step 0 (the slowest), and an event of it
+    assert any(text.startswith("Host-to-Device") and "copy" in text and "64.00 MiB" in text
+               for text in seen["focusHover"]), seen["focusHover"]
+
+
+def test_a_step_of_too_many_events_keeps_the_longest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step holding more events than a step draws keeps its longest and the page says how many it left out."""
+    monkeypatch.setattr(step_events, "MAX_EVENTS", 40)
+    profile = build_profile(FIXTURES / "h200-fix-pairs-2025" / "sync_log-problem.sqlite")
+    assert profile.steps_drawn is not None
+    median = profile.steps_drawn.steps[0]
+    assert median.events.height == 40 and median.left_out > 0
+    kept = (median.events["end_ns"] - median.events["start_ns"]).min()
+    every = step_events.step_events(load_trace(FIXTURES / "h200-fix-pairs-2025" / "sync_log-problem.sqlite"),
+                                    median.start_ns, median.end_ns)
+    assert (every["end_ns"] - every["start_ns"]).sort(descending=True)[39] == kept
+    assert f"The {median.left_out:,} shortest of its events are left out" in render_page([profile])

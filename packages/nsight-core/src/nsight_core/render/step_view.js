@@ -313,8 +313,10 @@
       element.nsrView = new View(element);
       var section = element.closest(".nsr-section") || root;
       section.querySelectorAll("[data-nsr-where]").forEach(function (evidence) {
-        evidence.addEventListener("click", function () {
-          element.nsrView.focus(JSON.parse(evidence.getAttribute("data-nsr-where")));
+        var show = function () { element.nsrView.focus(JSON.parse(evidence.getAttribute("data-nsr-where"))); };
+        evidence.addEventListener("click", show);
+        evidence.addEventListener("keydown", function (event) {
+          if (event.key === "Enter" || event.key === " ") { event.preventDefault(); show(); }
         });
       });
     });

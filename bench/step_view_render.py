@@ -88,8 +88,8 @@ def synthetic(events: int) -> StepDrawing:
     step = DrawnStep(step=1, roles=["median", "slowest"], start_ns=0, end_ns=span, gpu_start_ns=0, gpu_end_ns=span,
                      cpu_start_ns=0, cpu_end_ns=span, wall_ns=span, events=pl.concat([kernels, calls]).sort("start_ns"),
                      idle=idle, left_out=0)
-    return StepDrawing(clock="gpu", steps=[step], thread_names={1: "python3", 2: "worker"}, budgets=pl.DataFrame(),
-                       warmup_steps=0, median_step=1, slowest_step=1)
+    return StepDrawing(clock="gpu", source="nvtx", steps=[step], thread_names={1: "python3", 2: "worker"},
+                       budgets=pl.DataFrame(), warmup_steps=0, median_step=1, slowest_step=1)
 
 
 def vega_spec(drawing: StepDrawing) -> dict[str, object]:

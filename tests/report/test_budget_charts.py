@@ -56,8 +56,3 @@ def test_long_captures_draw_groups_of_steps(sync_log: StepDrawing) -> None:
     assert chart.spec is not None
     bars = {row["step"] for row in chart.spec["datasets"]["budgets"]}
     assert len(bars) <= MAX_BUDGET_BARS and "mean of 25 consecutive steps" in chart.title
-
-
-def test_cpu_clock_draws_no_budget(sync_log: StepDrawing) -> None:
-    """On the CPU's clock (a CPU capture) the budget is the host's: no GPU parts to draw."""
-    assert budget_charts(sync_log.model_copy(update={"clock": "cpu"})) == []

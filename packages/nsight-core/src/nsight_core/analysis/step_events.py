@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from nsight_core.analysis.analyze import Analysis, StepView, step_budgets, step_view
 from nsight_core.analysis.events import EventTables
+from nsight_core.analysis.steps import StepSource, StepStats
 
 MAX_EVENTS = 6000
 """Events drawn of one step at most (a step of a few thousand kernels draws whole)."""
@@ -59,6 +60,7 @@ class StepDrawing(BaseModel):
     model_config = {"arbitrary_types_allowed": True}
 
     clock: Literal["gpu", "cpu"]
+    source: StepSource = Field(description="What the steps are: NVTX ranges or the kernel sequence's period")
     steps: list[DrawnStep] = Field(description="Median first, then the slowest, then evidence steps by index")
     thread_names: dict[int, str] = Field(description="nsys thread id -> the thread's name, for the drawn threads")
     budgets: pl.DataFrame = Field(description="step_budgets: step, wall_ns, <part>_ns (they add up to wall_ns)")
@@ -84,15 +86,15 @@ def step_parts(trace: EventTables) -> StepParts:
         return StepParts(step_view(trace), budgets.result())
 
 
-def step_drawing(trace: EventTables, parts: StepParts, warmup: bool, evidence_steps: tuple[int, ...] = (),
+def step_drawing(trace: EventTables, parts: StepParts, stats: StepStats, evidence_steps: tuple[int, ...] = (),
                  evidence_times: tuple[int, ...] = ()) -> StepDrawing | None:
     """The steps of TRACE to draw (PARTS: its :func:`step_parts`): the median and slowest steady step, then the steps
     EVIDENCE_STEPS names and those holding EVIDENCE_TIMES (events' start_ns), up to MAX_EXTRA_STEPS. None when the
     capture has no steps.
 
-    WARMUP: whether the analysis left the first step out of the steady state (its StepStats.warmup)."""
+    STATS: the analysis' steps (their source, and whether it left the first out of the steady state as a warm-up)."""
     view = parts.view
-    if view.median_step is None or view.slowest_step is None:
+    if view.median_step is None or view.slowest_step is None or stats.source == "none":
         return None
     roles: dict[int, list[Role]] = {view.median_step: ["median"]}
     roles.setdefault(view.slowest_step, []).append("slowest")
@@ -108,8 +110,9 @@ def step_drawing(trace: EventTables, parts: StepParts, warmup: bool, evidence_st
     names = getattr(trace, "threads", None)
     thread_names = dict(names.filter(pl.col("thread").is_in(list(threads))).select("thread", "name").iter_rows()) \
         if names is not None else {}
-    return StepDrawing(clock=view.clock, steps=drawn, thread_names=thread_names, budgets=parts.budgets,
-                       warmup_steps=int(warmup), median_step=view.median_step, slowest_step=view.slowest_step)
+    return StepDrawing(clock=view.clock, source=stats.source, steps=drawn, thread_names=thread_names,
+                       budgets=parts.budgets, warmup_steps=int(stats.warmup), median_step=view.median_step,
+                       slowest_step=view.slowest_step)
 
 
 def _drawn(trace: EventTables, view: StepView, step: int, roles: list[Role]) -> DrawnStep:
@@ -157,6 +160,6 @@ def drawing_for(trace: EventTables, analysis: Analysis, parts: StepParts) -> Ste
     """:func:`step_drawing` of TRACE with what its ANALYSIS says: the warm-up, and the steps and events its findings'
     evidence points at (so a click on the evidence finds them drawn)."""
     places = [e.where for finding in analysis.findings for e in finding.evidence if e.where is not None]
-    return step_drawing(trace, parts, analysis.steps.warmup,
+    return step_drawing(trace, parts, analysis.steps,
                         tuple(where.step for where in places if where.step is not None),
                         tuple(where.start_ns for where in places if where.start_ns is not None))

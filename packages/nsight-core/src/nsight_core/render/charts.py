@@ -362,9 +362,10 @@ TABLEAU = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b
 
 
 def budget_charts(drawing: StepDrawing) -> list[ChartSpec]:
-    """The steady state's median step as one bar of its parts, then every step's bar (the same parts and colors)."""
+    """The steady state's median step as one bar of its parts, then every step's bar (the same parts and colors).
+    Drawn for captures that traced GPU work (:func:`capture_charts`): a CPU capture's GPU is idle by design."""
     budgets = drawing.budgets
-    if not budgets.height or drawing.clock != "gpu":
+    if not budgets.height:
         return []
     parts = [part for part in PARTS if budgets[f"{part}_ns"].sum()]
     colors = alt.Scale(domain=[PART_LABELS[part] for part in parts], range=[PART_COLORS[part] for part in parts])

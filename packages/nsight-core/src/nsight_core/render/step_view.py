@@ -88,7 +88,8 @@ def where_json(where: Where | None) -> dict[str, Any] | None:
 
 def _title(step: DrawnStep, drawing: StepDrawing) -> str:
     roles = " and ".join(ROLE_TITLES[role].lower() if i else ROLE_TITLES[role] for i, role in enumerate(step.roles))
-    clock = "its GPU window" if drawing.clock == "gpu" else "its NVTX range"
+    clock = "its GPU window" if drawing.clock == "gpu" else \
+        "its kernel period" if drawing.source == "kernel-period" else "its NVTX range"
     return f"{roles}: step {step.step}, {duration(step.wall_ns)} ({clock})"
 
 

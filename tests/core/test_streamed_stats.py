@@ -12,6 +12,8 @@ import gc
 import shutil
 import sqlite3
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +89,21 @@ def test_the_parquet_copies_go_with_the_trace(tmp_path: Path) -> None:
     del trace
     gc.collect()
     assert not spills(tmp_path)
+
+
+def test_copies_a_killed_process_left_are_removed(tmp_path: Path) -> None:
+    """A process killed mid-summary cannot remove its copies: the next one that copies tables there does."""
+    sqlite = tmp_path / "graph_node.sqlite"
+    shutil.copyfile(FIXTURES / "h200-2025-graph-node" / "graph_node.sqlite", sqlite)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    leftover = tmp_path / f".{SPILL_PREFIX}{int(gone.stdout)}-abc"
+    (leftover / "NVTX_EVENTS-0").mkdir(parents=True)
+    alive = tmp_path / f".{SPILL_PREFIX}1-abc"  # pid 1 never ends
+    alive.mkdir()
+    tables = SpilledTables(SqliteTables(sqlite), STREAMED)
+    assert not leftover.exists() and alive.exists()
+    tables.close()
+    assert spills(tmp_path) == [alive]
 
 
 EDITS = {

@@ -9,13 +9,15 @@ those files (:mod:`nsight_core.stats.from_trace`), so no whole event table is ev
 
 The Parquet files live in a temporary folder beside the export (or in the temp folder where that is not
 writable); the folder is removed when the tables are closed, or garbage-collected, or at the latest when the
-interpreter exits. Before a table is copied the free space there is checked against the table's size as Arrow,
-an upper bound of its Parquet size.
+interpreter exits; one a killed process left is removed by the next process that copies tables there. Before a
+table is copied the free space there is checked against the table's size as Arrow, an upper bound of its Parquet
+size.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import tempfile
 import threading
@@ -31,7 +33,22 @@ from nsight_core.trace.export import ExportChoice
 from nsight_core.trace.tables import SqliteTables, Wanted, _made
 
 SPILL_PREFIX = "nsight-spill-"
-"""The temporary folder's name starts with this (``.`` before it: hidden beside the capture)."""
+"""The temporary folder's name starts with this and the process id (``.`` before it: hidden beside the capture)."""
+
+
+def _remove_abandoned(folder: Path) -> None:
+    """Remove the copies in FOLDER of processes that are gone (killed before they could remove their own): a
+    large capture's would otherwise stay on disk for good."""
+    for leftover in folder.glob(f"*{SPILL_PREFIX}*"):
+        pid = leftover.name.removeprefix(".").removeprefix(SPILL_PREFIX).partition("-")[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(leftover, ignore_errors=True)
+        except OSError:  # the process exists (another user's): its copies may be in use
+            continue
 
 
 class SpilledTables:
@@ -45,10 +62,12 @@ class SpilledTables:
         self.choice: ExportChoice | None = choice
         self._sqlite = sqlite
         base = folder if folder is not None else sqlite.source.parent
+        prefix = f"{SPILL_PREFIX}{os.getpid()}-"
         try:
-            self.folder = Path(tempfile.mkdtemp(prefix="." + SPILL_PREFIX, dir=base))
+            self.folder = Path(tempfile.mkdtemp(prefix="." + prefix, dir=base))
         except OSError:  # a read-only folder: the temp folder
-            self.folder = Path(tempfile.mkdtemp(prefix=SPILL_PREFIX))
+            self.folder = Path(tempfile.mkdtemp(prefix=prefix))
+        _remove_abandoned(self.folder.parent)
         self._remove = weakref.finalize(self, shutil.rmtree, self.folder, ignore_errors=True)
         self._spilled: dict[str, Path] = {}
         self._lock = threading.Lock()

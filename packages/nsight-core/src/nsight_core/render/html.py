@@ -103,7 +103,7 @@ font-size:.75rem;padding:.3rem .45rem;border-radius:4px;pointer-events:none;word
 
 _SCRIPT = """
 (function (root) {
-  window.nsightStepView.install(root);
+  try { window.nsightStepView.install(root); } catch (error) { console.error(error); }  // the charts still draw
   root.querySelectorAll("[data-nsr-spec]").forEach(function (element) {
     var spec = JSON.parse(document.getElementById(element.getAttribute("data-nsr-spec")).textContent);
     vegaEmbed(element, spec, {renderer: "svg", actions: false}).catch(function (error) {

@@ -171,6 +171,26 @@ def test_a_large_capture_or_little_memory_streams(nsys: Nsys, tmp_path: Path, mo
         build_profile(capture)
 
 
+def test_an_sqlite_passed_streams_where_it_would_not_fit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A .sqlite passed as it is: read whole with memory to spare (nothing said), streamed where its events would not
+    fit the memory allowed, with the same numbers as nsys' recorded CSVs."""
+    capture = FIXTURES / "h200-2025-graph-node" / "graph_node.sqlite"
+    sqlite = tmp_path / capture.name
+    shutil.copyfile(capture, sqlite)
+    assert not is_streamed(nsight_core.load_trace(sqlite))
+    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "34M")
+    trace = nsight_core.load_trace(sqlite)
+    assert is_streamed(trace)
+    stats = stats_of_trace(trace)
+    assert stats.export is not None and (stats.export.streamed, stats.export.reason) == (True, "memory")
+    recorded = stats_from_csv_dir(capture.parent / capture.stem, list(DEFAULT_REPORTS))
+    for table in TABLES:
+        assert rows(stats)[table] == [row.model_dump() for row in getattr(recorded, table)], table
+    del trace
+    gc.collect()
+    assert not spills(tmp_path)
+
+
 @pytest.mark.parametrize("values", [
     [7], [3, 1], [5, 5, 5, 5], [-4, 10, 2**40, 0, 3],
     [1000] * 999 + [2**41, 2**33, 1, 1001],  # most values in one narrow bucket of a wide range

@@ -80,6 +80,13 @@ def export_fits(trace_bytes: int, kind: str) -> bool:
     return allowed is None or export_bytes(trace_bytes, kind) <= allowed
 
 
+def summary_fits(stored_bytes: int) -> bool:
+    """Whether a summary of events taking STORED_BYTES in their export fits what this process may take (True where
+    nothing is known of the limit): an SQLite export passed as it is streamed where it would not (trace/load.py)."""
+    allowed, _ = _allowed()
+    return allowed is None or summary_bytes(stored_bytes) <= allowed
+
+
 def _allowed() -> tuple[int | None, str]:
     """What this process may still take (None: no limit known, or the guard is off), and where that comes from."""
     setting = os.environ.get(ENV_SUMMARY_MEMORY, "").strip()

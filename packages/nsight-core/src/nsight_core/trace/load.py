@@ -5,16 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from nsight_core.errors import StatsError
+from nsight_core.memory import summary_fits
 from nsight_core.nsys import Nsys
 from nsight_core.trace.export import REPORT_SUFFIXES, SQLITE_SUFFIX, ExportChoice, discard, export, export_choice
-from nsight_core.trace.model import Trace
+from nsight_core.trace.model import EVENT_TABLES, Trace
 from nsight_core.trace.spill import SpilledTables
 from nsight_core.trace.tables import ArrowDirTables, DamagedExportError, ExportTables, SqliteTables
 
 
 def load_trace(path: str | Path, nsys: Nsys | None = None) -> Trace:
-    """The events of PATH: a .nsys-rep (exported once to an arrow directory beside it), a .sqlite export,
-    or an arrow directory (`nsys export --type arrowdir`).
+    """The events of PATH: a .nsys-rep (exported once beside it, as :func:`export_choice` picks), a .sqlite export,
+    or an arrow directory (`nsys export --type arrowdir`). A large capture's tables are also scanned from Parquet
+    copies on disk, for reports that stream (:mod:`nsight_core.trace.spill`).
 
     >>> trace = load_trace("training.nsys-rep")
     >>> trace.nvtx.filter(pl.col("name") == "step").select((pl.col("end_ns") - pl.col("start_ns")).quantile(0.95))
@@ -29,9 +31,13 @@ def load_trace(path: str | Path, nsys: Nsys | None = None) -> Trace:
         return Trace(ArrowDirTables(path))
     if path.suffix == SQLITE_SUFFIX:
         try:
-            return Trace(SqliteTables(path))
+            tables = SqliteTables(path)
         except DamagedExportError as error:
             raise DamagedExportError(f"{error} {_sqlite_remedy(path)}") from error
+        # Passed as it is: streamed only where its events would not fit the memory allowed read whole.
+        if summary_fits(tables.arrow_bytes(EVENT_TABLES)):
+            return Trace(tables)
+        return Trace(SpilledTables(tables, ExportChoice("sqlite", True, "memory", path.stat().st_size)))
     raise StatsError(f"{path} is not a trace: pass a .nsys-rep, its .sqlite export or an arrow-directory export.")
 
 

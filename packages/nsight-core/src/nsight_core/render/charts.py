@@ -24,7 +24,7 @@ from nsight_core.analysis.summary import NEEDS_TRACE
 from nsight_core.analysis.timeline import TraceSummary
 from nsight_core.profile import CaptureProfile
 from nsight_core.render.findings import PART_LABELS
-from nsight_core.render.step_view import PART_COLORS
+from nsight_core.render.step_view import PART_COLORS, cpu_words
 from nsight_core.render.units import BYTES_PER_NSYS_MB, MIB, MICROSECONDS, duration
 from nsight_core.stats.models import ProfileStats
 
@@ -385,16 +385,26 @@ def _long(budgets: pl.DataFrame, parts: Sequence[str], order: dict[str, int]) ->
 
 
 def median_budget_chart(drawing: StepDrawing, parts: Sequence[str], colors: alt.Scale) -> ChartSpec:
-    """The median steady step's time as one horizontal bar of its parts, the large ones labelled in place."""
+    """The median steady step's time as one horizontal bar of its parts, the large ones labelled in place; an idle
+    part with what the host was mostly doing meanwhile (its idle stretches' causes: 'GPU idle 87% (in range data)')."""
     step = drawing.median_step
     row = drawing.budgets.filter(pl.col("step") == step)
     wall = int(row["wall_ns"].sum())
     title = f"The median step (step {step}, {duration(wall)}): where its time went"
-    rows = _long(row, parts, {part: index for index, part in enumerate(parts)}).sort("order").with_columns(
-        (pl.col("ms").cum_sum() - pl.col("ms") / 2).alias("middle"),
-        pl.when(pl.col("share") >= LABELLED_SHARE)
-        .then(pl.format("{} {}%", "part", (pl.col("share") * 100).round(0).cast(pl.Int64))).otherwise(pl.lit(""))
-        .alias("label"))
+    idle = next((drawn.idle for drawn in drawing.steps if drawn.step == step), drawing.steps[0].idle.clear())
+    causes = (idle.filter(pl.col("cpu_kind").is_not_null())
+              .group_by("part", cpu_words().alias("cause"))
+              .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("ns"))
+              .sort("ns", "cause", descending=[True, False]).group_by("part", maintain_order=True).first()
+              .select(pl.col("part").replace_strict(PART_LABELS), "cause"))
+    rows = (_long(row, parts, {part: index for index, part in enumerate(parts)}).sort("order")
+            .join(causes, on="part", how="left", maintain_order="left").with_columns(
+                (pl.col("ms").cum_sum() - pl.col("ms") / 2).alias("middle"),
+                pl.when(pl.col("share") >= LABELLED_SHARE)
+                .then(pl.format("{} {}%{}", "part", (pl.col("share") * 100).round(0).cast(pl.Int64),
+                                pl.when(pl.col("cause").is_not_null() & (pl.col("share") >= 2 * LABELLED_SHARE))
+                                .then(pl.format(" ({})", "cause")).otherwise(pl.lit(""))))
+                .otherwise(pl.lit("")).alias("label")))
     base = alt.Chart(_rows("median")).encode(y=alt.Y("step:O", title=None, axis=None))
     bar = base.mark_bar(height=34).encode(
         x=alt.X("ms:Q", stack="zero", title="Time in the median step (ms)",
@@ -402,8 +412,10 @@ def median_budget_chart(drawing: StepDrawing, parts: Sequence[str], colors: alt.
         color=alt.Color("part:N", title=None, scale=colors, legend=alt.Legend(orient="bottom", columns=4)),
         order=alt.Order("order:Q"),
         tooltip=[alt.Tooltip("part:N", title="Part"), alt.Tooltip("ms:Q", title="Time (ms)", format=",.3f"),
-                 alt.Tooltip("share:Q", title="Share of the step", format=".1%")])
-    text = base.mark_text(color="white", fontWeight="bold", fontSize=11).encode(
+                 alt.Tooltip("share:Q", title="Share of the step", format=".1%"),
+                 alt.Tooltip("cause:N", title="The host meanwhile, mostly")])
+    text = base.mark_text(color="white", fontWeight="bold", fontSize=11,  # cut to its part's width
+                          limit=alt.ExprRef(expr=f"datum.share * {WIDTH} - 8")).encode(
         x=alt.X("middle:Q"), text=alt.Text("label:N"))
     chart = alt.layer(bar, text).properties(width=WIDTH, height=44)
     return ChartSpec(title=title, spec=_spec(chart, median=rows.to_dicts()))

@@ -95,11 +95,15 @@ def _title(step: DrawnStep, drawing: StepDrawing) -> str:
 
 def _idle_label() -> pl.Expr:
     """An idle stretch's words, 'sync waits: in range log' (the part, then what the CPU was doing where known)."""
-    cpu = pl.format(": {} {}", pl.col("cpu_kind").replace_strict(CPU_LABELS, default=""), pl.col("cpu_name")
-                    .fill_null(""))
     return pl.format("{}{}", pl.col("part").replace_strict(PART_LABELS),
-                     pl.when(pl.col("cpu_kind").is_null()).then(pl.lit("")).otherwise(cpu)).str.strip_chars_end() \
-        .alias("label")
+                     pl.when(pl.col("cpu_kind").is_null()).then(pl.lit(""))
+                     .otherwise(pl.format(": {}", cpu_words()))).alias("label")
+
+
+def cpu_words() -> pl.Expr:
+    """What the CPU was doing in an idle stretch (cpu_kind, cpu_name), in words: 'in range log'; null where unknown."""
+    return pl.format("{} {}", pl.col("cpu_kind").replace_strict(CPU_LABELS, default=""),
+                     pl.col("cpu_name").fill_null("")).str.strip_chars_end()
 
 
 def _short(name: str) -> str:

@@ -203,7 +203,7 @@
     var view = this;
     this.panels = Array.prototype.map.call(root.querySelectorAll(".nsr-sv-panel"), function (element, index) {
       var panel = new Panel(view, view.data.steps[index], element);
-      panel.full = view.linked ? view.full : panel.step.span;
+      panel.full = view.linked ? Math.max(view.full, panel.step.span) : panel.step.span;  // an evidence step may be longer
       panel.v0 = 0; panel.v1 = panel.full;
       return panel;
     });

@@ -40,6 +40,7 @@ REPORTS_2023 = sorted(p for p in FIXTURES.rglob("*.nsys-rep") if "2025" not in p
 SQLITE_2025 = sorted(FIXTURES.rglob("*.sqlite"))
 TABLES = ("kernels", "api_calls", "memory_time", "memory_size", "nvtx_ranges")
 STREAMED = ExportChoice("sqlite", True, "large", 0)
+FRAMES = ("kernels", "graphs", "memcpy", "memset", "sync", "cuda_api", "osrt", "nvtx", "nvtx_marks", "threads")
 
 
 def rows(stats: ProfileStats) -> dict[str, Any]:
@@ -61,10 +62,14 @@ def sqlite_of(capture: Path, tmp_path: Path, nsys: Nsys) -> Path:
 @pytest.mark.parametrize("capture", REPORTS_2023 + SQLITE_2025, ids=lambda p: p.relative_to(FIXTURES).as_posix())
 def test_streamed_reports_equal_nsys_and_the_whole_frames(capture: Path, nsys: Nsys, tmp_path: Path) -> None:
     sqlite = sqlite_of(capture, tmp_path, nsys)
-    whole = stats_of_trace(nsight_core.load_trace(sqlite))
+    whole_trace = nsight_core.load_trace(sqlite)
+    whole = stats_of_trace(whole_trace)
     tables = SpilledTables(SqliteTables(sqlite), STREAMED)
-    streamed = stats_of_trace(Trace(tables))
+    streamed_trace = Trace(tables)
+    streamed = stats_of_trace(streamed_trace)
     assert rows(streamed) == rows(whole)
+    for frame in FRAMES:  # the frames the summary and analysis read whole, through the same Parquet copies
+        assert getattr(streamed_trace, frame).equals(getattr(whole_trace, frame)), frame
     assert streamed.skipped == whole.skipped and streamed.notes == whole.notes
     if list(capture.parent.glob(f"{capture.stem}_*.csv")):  # nsys' own, where recorded (the whole frames' equality
         # with nsys on every fixture is tests/core/test_stats_from_events.py's)

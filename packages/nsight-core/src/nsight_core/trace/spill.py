@@ -76,6 +76,9 @@ class SpilledTables:
         return self._sqlite.columns(table)
 
     def read(self, table: str, wanted: Wanted) -> pl.DataFrame | None:
+        """TABLE read whole from SQLite (the summary and analysis, where they fit). Not through a Parquet copy: that
+        was measured slower and no leaner for a whole profile (3 M NVTX ranges: 40 s and 1,112 MB against 25 s and
+        996 MB), though leaner for the NVTX frame alone (421 MB against 507)."""
         return self._sqlite.read(table, wanted)
 
     def arrow_bytes(self, tables: Iterable[str]) -> int:
@@ -90,7 +93,8 @@ class SpilledTables:
         with self._lock:  # two threads asking for one table copy it once
             if key not in self._spilled:
                 self._spilled[key] = self._spill(table, wanted, self.folder / f"{table}-{key}")
-        return pl.scan_parquet(self._spilled[key] / "*.parquet", schema=dict(_made(wanted)))
+        # In the table's order: the files are named by batch.
+        return pl.scan_parquet(sorted(self._spilled[key].glob("*.parquet")), schema=dict(_made(wanted)))
 
     def _spill(self, table: str, wanted: Wanted, target: Path) -> Path:
         needed, free = self._sqlite.arrow_bytes([table]), shutil.disk_usage(self.folder).free

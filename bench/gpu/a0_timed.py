@@ -24,7 +24,7 @@ import a0_shim  # noqa: E402  (patches the controller on import)
 
 from flyteplugins.nsight import _flyte_io, nvtx  # noqa: E402
 from nsight_core import nsys as nsys_module  # noqa: E402
-from nsight_core import session as session_module  # noqa: E402
+from nsight_core import collection as collection_module  # noqa: E402
 
 LOG = os.environ["NSIGHT_BENCH_LOG"]
 PROCESS = "profiled" if os.environ.get("_F_EXEC_WRAPPED") else "entry"
@@ -72,8 +72,8 @@ def timed(owner: object, name: str, event: str, keep_output: bool = False) -> No
 
 for method in ("start", "stop", "stats", "export", "sessions"):
     timed(nsys_module.Nsys, method, f"nsys {method}", keep_output=method in ("start", "stop", "stats"))
-timed(session_module.Session, "start", "region start")
-timed(session_module.Session, "stop", "region stop")
+timed(collection_module.Collector, "start", "region start")
+timed(collection_module.Collector, "stop", "region stop")
 timed(_flyte_io, "_summarize", "finalize summarize")
 timed(_flyte_io, "publish", "finalize publish")
 timed(_flyte_io, "publish_sync", "finalize publish")

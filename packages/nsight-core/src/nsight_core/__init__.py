@@ -28,7 +28,7 @@ from nsight_core.errors import (
     ReportTooNewError,
     StatsError,
 )
-from nsight_core.nsys import DEFAULT_TRACE, Nsys, find_nsys
+from nsight_core.nsys import DEFAULT_TRACE, Nsys, find_nsys, validate_cuda_graph_trace
 from nsight_core.stats.reports import DEFAULT_REPORTS
 
 if TYPE_CHECKING:
@@ -96,5 +96,6 @@ __all__ = [
     "load_trace",
     "range",
     "step_budgets",
+    "validate_cuda_graph_trace",
     "validate_trace",
 ]

@@ -31,9 +31,8 @@ from flyte.models import is_clustered_worker_env
 
 from flyteplugins.nsight import _flyte_io
 from flyteplugins.nsight.nsys import ProfiledRange
-from nsight_core import DEFAULT_REPORTS, DEFAULT_TRACE, Session, validate_trace
+from nsight_core import DEFAULT_REPORTS, DEFAULT_TRACE, Session, validate_cuda_graph_trace, validate_trace
 from nsight_core.launch import exec_wrapper
-from nsight_core.nsys import validate_cuda_graph_trace
 
 log = logging.getLogger("flyteplugins.nsight")
 

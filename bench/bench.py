@@ -59,6 +59,7 @@ from typing import Any
 from nsight_core import DEFAULT_REPORTS, find_nsys, load_stats
 from nsight_core.memory import export_bytes, summary_bytes
 from nsight_core.nsys import Nsys
+from nsight_core.trace.writer import release, writer_version
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -289,8 +290,11 @@ def record_nvtx_capture(ranges: int, scratch: Path) -> tuple[Path, float]:
 
 
 def largest_gpu_fixture() -> Path:
-    """The biggest GPU capture in tests/fixtures whose trace is complete (its kernels were recorded)."""
-    traces = [p for p in FIXTURES.glob("*/*.nsys-rep") if "incomplete" not in p.parent.name]
+    """The biggest GPU capture in tests/fixtures whose trace is complete (its kernels were recorded) and that this
+    machine's nsys can export (the nsys 2025.3 fixtures' reports cannot be: their SQLite exports are read instead)."""
+    installed = release(find_nsys().version)
+    traces = [p for p in FIXTURES.glob("*/*.nsys-rep") if "incomplete" not in p.parent.name
+              and (release(writer_version(p) or "") or (0, 0)) <= (installed or (0, 0))]
     return max(traces, key=lambda p: p.stat().st_size)
 
 

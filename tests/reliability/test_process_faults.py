@@ -374,3 +374,22 @@ def test_a_temp_folder_that_fills_while_recording_stops_the_collection_not_the_p
     assert "could not" not in done.stderr, done.stderr
     names = set(load_trace(tmp_path / "o" / "r.nsys-rep").nvtx["name"].to_list())
     assert "before" in names and "after the fill" not in names
+
+
+def test_pools_ended_at_once_never_hang_under_the_sigterm_handler(tmp_path):
+    """A process in a session has nsight's SIGTERM handler, and a forked Pool worker inherited it: a
+    SIGTERM that reached the worker between its fork and Python's re-initialisation was dropped (CPython
+    clears pending signals after a fork), so the pool's end waited forever for a worker that never died
+    (the family run hung so, now and then). No nsys needed: the handler is installed on import."""
+    job = tmp_path / "pools.py"
+    job.write_text(textwrap.dedent("""
+        import multiprocessing as mp, signal, nsight_core.collection
+        assert signal.getsignal(signal.SIGTERM) is nsight_core.collection._on_sigterm
+        for _ in range(300):
+            with mp.get_context("fork").Pool(2):  # its end terminates the workers it just forked
+                pass
+        print("done")
+    """))
+    done = run_captured([sys.executable, str(job)], timeout=120, stdin=subprocess.DEVNULL,
+                        env={**os.environ, "NSIGHT_SESSION": "no-such-session"})
+    assert done.returncode == 0 and done.stdout == "done\n", done.stderr

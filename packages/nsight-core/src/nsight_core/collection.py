@@ -401,13 +401,39 @@ _current_lock = threading.Lock()
 _previous_sigterm: Any = None
 
 
-def _renew_lock_in_child() -> None:
-    """A forked child gets a fresh lock: another thread of the parent may have held it at the fork."""
-    global _current_lock
+def _hold_sigterm() -> None:
+    """Before a fork, once the SIGTERM handler is ours: SIGTERM waits (blocked in the forking thread).
+
+    A signal that reaches a child between its fork and Python's re-initialisation there is dropped when
+    a Python-level handler is installed (CPython clears the pending flags after a fork). A forked
+    `multiprocessing.Pool` worker that its pool's end terminated at that moment never died and the
+    pool waited forever (seen in the test suite). Blocked, the signal stays pending in the kernel.
+    """
+    if _previous_sigterm is not None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+
+def _release_sigterm_in_parent() -> None:
+    if _previous_sigterm is not None:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+def _after_fork_in_child() -> None:
+    """A forked child: a fresh lock (another thread of the parent may have held it at the fork), and
+    SIGTERM handled as it was before nsight (the collection is the parent's; the default action kills
+    at once), then any SIGTERM held back during the fork delivered."""
+    global _current_lock, _previous_sigterm
     _current_lock = threading.Lock()
+    if _previous_sigterm is None:
+        return
+    with contextlib.suppress(ValueError, OSError):  # not the main thread: the handler stays, and passes on
+        signal.signal(signal.SIGTERM, _previous_sigterm)
+        _previous_sigterm = None
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
-os.register_at_fork(after_in_child=_renew_lock_in_child)
+os.register_at_fork(before=_hold_sigterm, after_in_parent=_release_sigterm_in_parent,
+                    after_in_child=_after_fork_in_child)
 
 
 def current_collector() -> Collector | None:

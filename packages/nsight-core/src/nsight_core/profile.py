@@ -19,9 +19,9 @@ from pathlib import Path
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.analyze import Analysis, analyze, withhold_savings
+from nsight_core.analysis.analyze import Analysis, Analyzed, analyze_steps, withhold_savings
 from nsight_core.analysis.completeness import CaptureFacts, Completeness, capture_facts, check_completeness
-from nsight_core.analysis.step_events import StepDrawing, StepParts, drawing_for, step_parts
+from nsight_core.analysis.step_events import StepDrawing, drawing_for
 from nsight_core.analysis.summary import Tile, summary_tiles
 from nsight_core.analysis.timeline import TraceSummary, summarize_trace
 from nsight_core.errors import NotEnoughMemoryError, StatsError
@@ -94,13 +94,12 @@ def build_profile(
         getattr(trace, frame)
     for frame in ("graphs", "threads"):  # what the step view reads beyond them, before it runs beside the analysis
         getattr(trace, frame)
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="nsight-analysis") as pool:
-        analysis = pool.submit(analyze, trace)
-        parts = pool.submit(step_parts, trace)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsight-analysis") as pool:
+        analyzed = pool.submit(analyze_steps, trace)
         profile = CaptureProfile(title=title or capture_title(path, trace), source=str(path),
                                  stats=stats_of_trace(trace, reports or DEFAULT_REPORTS),
                                  trace=summarize_trace(trace), completeness=check_completeness(trace, facts))
-        return with_steps_drawn(diagnosed(profile, analysis), trace, parts)
+        return with_steps_drawn(diagnosed(profile, analyzed), trace, analyzed)
 
 
 GENERATED_NAME = re.compile(r"nsight-[0-9a-f]{8}")
@@ -145,17 +144,17 @@ def recorded_command(meta: Mapping[str, str]) -> list[str]:
 
 
 ANALYSIS_FRAMES = ("kernels", "memcpy", "memset", "cuda_api", "osrt", "nvtx", "nvtx_marks", "window")
-"""What :func:`analyze` reads of a Trace (:class:`EventTables`)."""
+"""What :func:`analyze_steps` reads of a Trace (:class:`EventTables`)."""
 
 
-def diagnosed(profile: CaptureProfile, analysis: Future[Analysis]) -> CaptureProfile:
+def diagnosed(profile: CaptureProfile, analysis: Future[Analyzed]) -> CaptureProfile:
     """PROFILE with the ANALYSIS; should it fail, a note says so and the rest of the page stays.
 
     The diagnosis is the newest and most heuristic part of the page: a capture shape it does not expect
     must cost the "What to fix" section, not the user's statistics (profiling never breaks the job).
     """
     try:
-        found = analysis.result()
+        found = analysis.result().analysis
         if profile.completeness is not None:
             found = withhold_savings(found, profile.completeness)
         return profile.model_copy(update={"analysis": found})
@@ -166,7 +165,7 @@ def diagnosed(profile: CaptureProfile, analysis: Future[Analysis]) -> CapturePro
                                                     f"({type(error).__name__}: {error})"]})
 
 
-def with_steps_drawn(profile: CaptureProfile, trace: Trace, parts: Future[StepParts]) -> CaptureProfile:
+def with_steps_drawn(profile: CaptureProfile, trace: Trace, parts: Future[Analyzed]) -> CaptureProfile:
     """PROFILE with the steps its page draws in full (:func:`drawing_for`, from the PARTS made beside the analysis);
     should that fail, a note says so and the rest of the page stays (as for the analysis: :func:`diagnosed`)."""
     if profile.analysis is None:

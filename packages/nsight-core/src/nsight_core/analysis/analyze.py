@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import polars as pl
@@ -30,7 +30,7 @@ from nsight_core.analysis.completeness import Completeness
 from nsight_core.analysis.events import EventTables
 from nsight_core.analysis.findings import Context, Finding
 from nsight_core.analysis.footprint import UserWindow, capture_window, users_calls
-from nsight_core.analysis.gpu_budget import gpu_budget_totals, idle_stretches
+from nsight_core.analysis.gpu_budget import cause_rows, gpu_budget_totals, idle_stretches
 from nsight_core.analysis.projection import (
     gpu_work,
     graph_launches,
@@ -107,18 +107,24 @@ def _steps(trace: EventTables, window: UserWindow, families: tuple[pl.Series, pl
     return _Steps(window, stats, steps, scope, thread, blocking)
 
 
-def _totals(trace: EventTables, found: _Steps, nesting: Nesting, families: tuple[pl.Series, pl.Series]) -> pl.DataFrame:
+IDLE_COLUMNS = {"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "part": pl.String,
+                "cpu_kind": pl.String, "cpu_name": pl.String}
+
+
+def _totals(trace: EventTables, found: _Steps, nesting: Nesting,
+            families: tuple[pl.Series, pl.Series]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """FOUND's steps' budget, summed per step, part and CPU activity (:func:`budget_totals`, or on the GPU's clock
-    :func:`gpu_budget_totals`)."""
+    :func:`gpu_budget_totals`), and its GPU idle stretches with their causes (empty on the CPU's clock)."""
     if found.work is not None and found.stats.family is not None:
         codes, patterns = families
         family_mask = pl.Series(codes == (patterns == found.stats.family.pattern).arg_true()[0])
-        return gpu_budget_totals(found.steps, found.work, found.blocking, trace.nvtx, family_mask, found.thread,
-                                 trace.cuda_api)
+        rows = cause_rows(found.steps, found.work, found.blocking, trace.nvtx, family_mask, found.thread,
+                          trace.cuda_api)
+        return gpu_budget_totals(rows), idle_stretches(rows)
     columns = ["start_ns", "end_ns"]
     copies = pl.concat([trace.memcpy.select(columns), trace.memset.select(columns)])
-    return budget_totals(found.steps, trace.kernels, copies, trace.cuda_api, users_calls(trace.osrt, found.window),
-                         nesting, found.blocking, found.thread)
+    return (budget_totals(found.steps, trace.kernels, copies, trace.cuda_api, users_calls(trace.osrt, found.window),
+                          nesting, found.blocking, found.thread), pl.DataFrame(schema=IDLE_COLUMNS))
 
 
 def analyze(trace: EventTables) -> Analysis:
@@ -127,6 +133,23 @@ def analyze(trace: EventTables) -> Analysis:
     A capture without GPU activity (CPU-only) gets no GPU findings: its GPU is idle by design, and
     its budget's idle time shows what the CPU did.
     """
+    return analyze_steps(trace).analysis
+
+
+@dataclass(frozen=True)
+class Analyzed:
+    """An analysis with what a page draws of its steps, from one computation (:func:`analyze_steps`)."""
+
+    analysis: Analysis
+    view: StepView
+    budgets: pl.DataFrame = field(repr=False)
+    """:func:`step_budgets`: one row per step (warm-up included), wall_ns and <part>_ns."""
+
+
+def analyze_steps(trace: EventTables) -> Analyzed:
+    """:func:`analyze`, with the step view (:func:`step_view`) and every step's budget (:func:`step_budgets`) made
+    from the same projection and budget: a page needs all three, and each alone repeats the others' work (on a
+    200,000-kernel capture, three times the memory when they ran side by side)."""
     window = capture_window(trace)
     families = family_codes(trace.nvtx, "name")  # for the steps and the nesting both
     gpu_traced = bool(trace.kernels.height or trace.memcpy.height or trace.memset.height
@@ -146,7 +169,7 @@ def analyze(trace: EventTables) -> Analysis:
         steady_ranges = found.ranges.slice(1) if stats.warmup else found.ranges
         syncs = pool.submit(_syncs_in, steady_ranges, found.blocking, trace.memcpy, found.thread, trace.nvtx)
         shape = pool.submit(_launch_shape, steady_ranges, trace.kernels, trace.cuda_api)
-        totals = _totals(trace, found, nesting.result(), families)
+        totals, idle = _totals(trace, found, nesting.result(), families)
     budget = summarize_budget(totals.filter(pl.col("step").is_in(steady["step"].implode())), steady, found.thread)
     if found.work is not None:
         stats = stats.model_copy(update={"bound": bound_by(budget)})
@@ -163,11 +186,12 @@ def analyze(trace: EventTables) -> Analysis:
         find.fp32_matmul(context, trace.kernels, steady),
         find.device_bound(context, trace.kernels, steady),
     ] if gpu_traced else []
-    return Analysis(
+    analysis = Analysis(
         window=window, steps=stats, budget=budget, budget_scope=found.scope,
         ranges=ranges.result(),
         findings=find.ordered([*gpu_findings, find.warmup(context), find.step_count(context)]),
     )
+    return Analyzed(analysis, _view(found, idle), per_step(totals, found.steps))
 
 
 def withhold_savings(analysis: Analysis, completeness: Completeness) -> Analysis:
@@ -197,18 +221,13 @@ class StepView(BaseModel):
 def step_view(trace: EventTables) -> StepView:
     """The steps' windows and idle causes of TRACE, with its median and slowest steady step: what the page draws
     in full (a step of a few thousand events, whatever the capture's size)."""
-    families = family_codes(trace.nvtx, "name")
-    found = _steps(trace, capture_window(trace), families)
+    return analyze_steps(trace).view
+
+
+def _view(found: _Steps, idle: pl.DataFrame) -> StepView:
     windows = found.steps
     if "cpu_start_ns" not in windows.columns:
         windows = windows.with_columns(pl.col("start_ns").alias("cpu_start_ns"), pl.col("end_ns").alias("cpu_end_ns"))
-    idle = pl.DataFrame(schema={"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "part": pl.String,
-                                "cpu_kind": pl.String, "cpu_name": pl.String})
-    if found.work is not None and found.stats.family is not None:
-        codes, patterns = families
-        family_mask = pl.Series(codes == (patterns == found.stats.family.pattern).arg_true()[0])
-        idle = idle_stretches(found.steps, found.work, found.blocking, trace.nvtx, family_mask, found.thread,
-                              trace.cuda_api)
     steady = windows.slice(1) if found.stats.warmup else windows
     median = slowest = None
     if found.scope == "steps" and steady.height:
@@ -226,7 +245,7 @@ def step_budgets(trace: EventTables) -> pl.DataFrame:
     """
     families = family_codes(trace.nvtx, "name")
     found = _steps(trace, capture_window(trace), families)
-    return per_step(_totals(trace, found, Nesting.of(trace.nvtx, families), families), found.steps)
+    return per_step(_totals(trace, found, Nesting.of(trace.nvtx, families), families)[0], found.steps)
 
 
 def _in_steps(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:

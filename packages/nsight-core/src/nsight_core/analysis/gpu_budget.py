@@ -40,36 +40,34 @@ TOTAL_COLUMNS = {"step": pl.Int64, "a": pl.Int64, "b": pl.Int64, "part": pl.Stri
                  "cpu_name": pl.String, "total_ns": pl.Int64}
 
 
-def gpu_budget_totals(windows: pl.DataFrame, work: pl.DataFrame, blocking: pl.DataFrame, nvtx: pl.DataFrame,
-                      family_mask: pl.Series, thread: int | None, cuda_api: pl.DataFrame) -> pl.DataFrame:
-    """WINDOWS cut into parts and idle causes, summed per step, part and CPU activity: step, part, cpu_kind,
-    cpu_name, total_ns (cpu_kind null where the GPU ran or waited on itself).
+def gpu_budget_totals(rows: pl.DataFrame) -> pl.DataFrame:
+    """The budget of :func:`cause_rows`' ROWS summed per step, part and CPU activity: step, part, cpu_kind, cpu_name,
+    total_ns (cpu_kind null where the GPU ran or waited on itself)."""
+    return (rows.group_by("step", "part", "cpu_kind", "cpu_name").agg(pl.col("total_ns").sum())
+            .sort("step", "part", "cpu_kind", "cpu_name", nulls_last=True))
+
+
+def idle_stretches(rows: pl.DataFrame) -> pl.DataFrame:
+    """Each GPU idle stretch of :func:`cause_rows`' ROWS with the cause that holds most of it: step, start_ns,
+    end_ns, part, cpu_kind, cpu_name. What a step view shades and labels."""
+    return (rows.filter(pl.col("a").is_not_null())
+            .group_by("step", "a", "b", "part", "cpu_kind", "cpu_name").agg(pl.col("total_ns").sum())
+            .sort("total_ns", descending=True).unique(["step", "a"], keep="first")
+            .select("step", pl.col("a").alias("start_ns"), pl.col("b").alias("end_ns"), "part", "cpu_kind", "cpu_name")
+            .sort("start_ns"))
+
+
+def cause_rows(windows: pl.DataFrame, work: pl.DataFrame, blocking: pl.DataFrame, nvtx: pl.DataFrame,
+               family_mask: pl.Series, thread: int | None, cuda_api: pl.DataFrame) -> pl.DataFrame:
+    """WINDOWS cut into parts and idle causes, before they are summed: step, a, b (the idle piece; null for busy
+    time), part, cpu_kind, cpu_name, total_ns. One computation feeds both the budget (:func:`gpu_budget_totals`) and
+    the step view (:func:`idle_stretches`).
 
     WINDOWS: step, start_ns, end_ns (contiguous GPU windows) and cpu_start_ns, cpu_end_ns (the step ranges).
     WORK: :func:`nsight_core.analysis.projection.launched` GPU work (with launch_name). BLOCKING: synchronising
     calls (:func:`nsight_core.analysis.budget.sync_calls`). NVTX: all ranges; FAMILY_MASK marks the step
     family's. THREAD: the steps' CPU thread. CUDA_API: every thread's calls (dispatch, :func:`_dispatch_runs`).
     """
-    rows = _cause_rows(windows, work, blocking, nvtx, family_mask, thread, cuda_api)
-    return (rows.group_by("step", "part", "cpu_kind", "cpu_name").agg(pl.col("total_ns").sum())
-            .sort("step", "part", "cpu_kind", "cpu_name", nulls_last=True))
-
-
-def idle_stretches(windows: pl.DataFrame, work: pl.DataFrame, blocking: pl.DataFrame, nvtx: pl.DataFrame,
-                   family_mask: pl.Series, thread: int | None, cuda_api: pl.DataFrame) -> pl.DataFrame:
-    """Each GPU idle stretch of WINDOWS (arguments as :func:`gpu_budget_totals`) with the cause that holds most
-    of it: step, start_ns, end_ns, part, cpu_kind, cpu_name. What a step view shades and labels."""
-    rows = _cause_rows(windows, work, blocking, nvtx, family_mask, thread, cuda_api).filter(pl.col("a").is_not_null())
-    return (rows.group_by("step", "a", "b", "part", "cpu_kind", "cpu_name").agg(pl.col("total_ns").sum())
-            .sort("total_ns", descending=True).unique(["step", "a"], keep="first")
-            .select("step", pl.col("a").alias("start_ns"), pl.col("b").alias("end_ns"), "part", "cpu_kind", "cpu_name")
-            .sort("start_ns"))
-
-
-def _cause_rows(windows: pl.DataFrame, work: pl.DataFrame, blocking: pl.DataFrame, nvtx: pl.DataFrame,
-                family_mask: pl.Series, thread: int | None, cuda_api: pl.DataFrame) -> pl.DataFrame:
-    """The budget's rows before they are summed: step, a, b (the idle piece; null for busy time), part, cpu_kind,
-    cpu_name, total_ns."""
     lo, hi = windows.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
     pieces = _pieces(windows, work.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)), lo, hi)
     busy = pieces.filter(pl.col("state") != "idle").group_by("step", "state").agg(pl.col("ns").sum())

@@ -10,14 +10,12 @@ MAX_EVENTS longest (the page says how many it left out). Numbers and names only;
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Literal
 
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.analyze import Analysis, StepView, step_budgets, step_view
+from nsight_core.analysis.analyze import Analysis, Analyzed, StepView
 from nsight_core.analysis.events import EventTables
 from nsight_core.analysis.steps import StepSource, StepStats
 
@@ -69,30 +67,12 @@ class StepDrawing(BaseModel):
     slowest_step: int | None
 
 
-@dataclass(frozen=True)
-class StepParts:
-    """What a drawing is selected from: the steps' windows and idle stretches (:func:`step_view`) and every step's
-    budget (:func:`step_budgets`). Made beside the analysis (:func:`step_parts`), the events chosen after it."""
-
-    view: StepView
-    budgets: pl.DataFrame
-
-
-def step_parts(trace: EventTables) -> StepParts:
-    """TRACE's step view and step budgets, the two side by side (Polars computes without the GIL: each finds the
-    steps again, 0.9 and 0.5 s on a 200,000-kernel capture)."""
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsight-step-budgets") as pool:
-        budgets = pool.submit(step_budgets, trace)
-        return StepParts(step_view(trace), budgets.result())
-
-
-def step_drawing(trace: EventTables, parts: StepParts, stats: StepStats, evidence_steps: tuple[int, ...] = (),
+def step_drawing(trace: EventTables, parts: Analyzed, stats: StepStats, evidence_steps: tuple[int, ...] = (),
                  evidence_times: tuple[int, ...] = ()) -> StepDrawing | None:
-    """The steps of TRACE to draw (PARTS: its :func:`step_parts`): the median and slowest steady step, then the steps
-    EVIDENCE_STEPS names and those holding EVIDENCE_TIMES (events' start_ns), up to MAX_EXTRA_STEPS. None when the
-    capture has no steps.
-
-    STATS: the analysis' steps (their source, and whether it left the first out of the steady state as a warm-up)."""
+    """The steps of TRACE to draw (PARTS: its :func:`nsight_core.analysis.analyze.analyze_steps`): the median and
+    slowest steady step, then the steps EVIDENCE_STEPS names and those holding EVIDENCE_TIMES (events' start_ns), up
+    to MAX_EXTRA_STEPS. None when the capture has no steps. STATS: the analysis' steps (their source, and whether it
+    left the first out of the steady state as a warm-up)."""
     view = parts.view
     if view.median_step is None or view.slowest_step is None or stats.source == "none":
         return None
@@ -156,7 +136,7 @@ def step_events(trace: EventTables, start_ns: int, end_ns: int) -> pl.DataFrame:
     return pl.concat([part.cast(EVENT_SCHEMA) for part in parts]).sort("start_ns")
 
 
-def drawing_for(trace: EventTables, analysis: Analysis, parts: StepParts) -> StepDrawing | None:
+def drawing_for(trace: EventTables, analysis: Analysis, parts: Analyzed) -> StepDrawing | None:
     """:func:`step_drawing` of TRACE with what its ANALYSIS says: the warm-up, and the steps and events its findings'
     evidence points at (so a click on the evidence finds them drawn)."""
     places = [e.where for finding in analysis.findings for e in finding.evidence if e.where is not None]

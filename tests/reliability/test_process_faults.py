@@ -393,3 +393,26 @@ def test_pools_ended_at_once_never_hang_under_the_sigterm_handler(tmp_path):
     done = run_captured([sys.executable, str(job)], timeout=120, stdin=subprocess.DEVNULL,
                         env={**os.environ, "NSIGHT_SESSION": "no-such-session"})
     assert done.returncode == 0 and done.stdout == "done\n", done.stderr
+
+
+def test_a_lost_regions_name_is_not_given_to_the_next_one(tmp_path):
+    """A region in a loop whose stop wrote no report: its warning names r.nsys-rep, which the next region
+    of the same name then wrote, so the warning pointed at a good trace. The next region is r.1 now."""
+    count = tmp_path / "count"
+    fake = tmp_path / "nsys"
+    fake.write_text(f'#!/bin/sh\nif [ "$1" = stop ]; then echo x >> {count}; fi\n'
+                    f'"{find_nsys().path}" "$@"; code=$?\n'
+                    f'if [ "$1" = stop ] && [ $(wc -l < {count}) -eq 1 ]; then\n'
+                    '  rm -f "$NSIGHT_OUTPUT_DIR"/r.nsys-rep\nfi\n'
+                    'exit $code\n')
+    fake.chmod(0o755)
+    job = tmp_path / "job.py"
+    job.write_text("import nsight_core\nfor _ in range(2):\n    with nsight_core.range('r'):\n        pass\n")
+    done = run_captured([*NSIGHT, "run", "--capture", "manual", "--trace", "nvtx", "-o", str(tmp_path / "o"), "--",
+                         sys.executable, str(job)], timeout=TIMEOUT, stdin=subprocess.DEVNULL,
+                        env={**os.environ, "NSIGHT_NSYS": str(fake)})
+    assert done.returncode == 0, done.stderr
+    [warning] = [line for line in done.stderr.splitlines() if "could not stop" in line]
+    assert f"wrote no {tmp_path / 'o' / 'r.nsys-rep'}" in warning
+    assert done.stdout.splitlines() == [str(tmp_path / "o" / "r.1.nsys-rep")], done.stderr
+    assert not (tmp_path / "o" / "r.nsys-rep").exists()

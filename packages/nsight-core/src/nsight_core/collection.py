@@ -88,6 +88,9 @@ class Collector:
         # importer's pid covers a child forked before the slot was first looked up (see start).
         self._pid = lineage.forked_from() or os.getpid()
         self._claim: int | None = None  # the descriptor holding the running collection's claim
+        # Every name this process's regions took: a region whose stop wrote nothing keeps its name, so
+        # its warning ("wrote no x.nsys-rep") never names a file the next region wrote.
+        self._named: set[Path] = set()
 
     @property
     def nsys(self) -> Nsys:
@@ -102,7 +105,8 @@ class Collector:
         return any(self.name in line.split() for line in listing.splitlines()[1:])
 
     def _report_base(self, region: str) -> Path:
-        """A path no earlier region of any process used: same-name regions never overwrite.
+        """A path no earlier region of any process used, nor one of this process whose stop wrote
+        nothing: same-name regions never overwrite, and a lost region's name stays its own.
 
         A name is reserved by a claim (:mod:`nsight_core.claims`) held until the stop is done; a `Session.run`
         learns of it from the line the region adds to its claims list (``claims``), so the run's
@@ -111,10 +115,12 @@ class Collector:
         stem = sanitize(region, fallback="region")
         for attempt in itertools.count():
             candidate = self.output_dir / (stem if attempt == 0 else f"{stem}.{attempt}")
-            if any(candidate.with_name(candidate.name + s).exists() for s in REPORT_SUFFIXES):
+            if candidate in self._named or any(candidate.with_name(candidate.name + s).exists()
+                                                for s in REPORT_SUFFIXES):
                 continue
             if (fd := take_claim(candidate)) is not None:
                 self._claim = fd
+                self._named.add(candidate)
                 if self.claims is not None:
                     with self.claims.open("a") as listing:  # one short append: atomic between processes
                         listing.write(f"{candidate}\n")

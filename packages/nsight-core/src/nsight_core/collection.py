@@ -223,6 +223,8 @@ class Collector:
         except BaseException:  # also KeyboardInterrupt / cancellation: leave no collection running
             if self._running is not None:
                 self.abort(f"region {region!r} was interrupted while it started")
+            else:  # nothing recorded under the name, nothing warns of it: free for the next region
+                self._named.discard(base)
             self._release_claim(base)
             raise
 

@@ -18,6 +18,7 @@ import pytest
 
 from nsight_core import NotEnoughMemoryError
 from nsight_core.memory import (
+    SUMMARY_BYTES_PER_STORED_BYTE,
     check_summary_memory,
     export_bytes,
     headroom_bytes,
@@ -116,10 +117,11 @@ def test_a_size_that_is_none_says_how_to_write_one(monkeypatch: pytest.MonkeyPat
 @pytest.mark.nsys
 def test_the_estimate_grows_with_the_events(trace: Trace) -> None:
     """Above what a summary of the recorded H200 capture took (53 MB above the imports, docs/benchmarks.md),
-    and three times the bytes of any more events."""
+    and SUMMARY_BYTES_PER_STORED_BYTE times the bytes of any more events."""
     assert trace.event_bytes > 0
     assert summary_bytes(trace.event_bytes) > 53 << 20
-    assert summary_bytes(2 * trace.event_bytes) - summary_bytes(trace.event_bytes) == 3 * trace.event_bytes
+    grown = summary_bytes(2 * trace.event_bytes) - summary_bytes(trace.event_bytes)
+    assert grown == SUMMARY_BYTES_PER_STORED_BYTE * trace.event_bytes >= 5 * trace.event_bytes
 
 
 @pytest.mark.nsys

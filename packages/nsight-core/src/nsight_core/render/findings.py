@@ -11,7 +11,8 @@ from nsight_core.analysis.budget import StepBudget
 from nsight_core.analysis.completeness import Completeness
 from nsight_core.analysis.findings import MIN_STEPS, Evidence, Finding, Saving, Where
 from nsight_core.analysis.steps import StepStats
-from nsight_core.render.text import _ns
+from nsight_core.render.units import duration as _ns
+from nsight_core.render.units import quantity
 
 PART_LABELS = {
     "compute": "GPU compute",
@@ -24,28 +25,6 @@ PART_LABELS = {
 }
 CPU_LABELS = {"cuda_api": "in CUDA call", "osrt": "in OS call", "nvtx": "in range", "untraced": "untraced CPU time",
               "dispatch": "dispatching (CUDA calls, framework)"}
-
-
-def quantity(value: float, unit: str) -> str:
-    """VALUE in UNIT (ns, bytes, bytes_per_s, count, fraction) as a person reads it."""
-    if unit == "ns":
-        return _ns(value)
-    if unit == "bytes":
-        return _scaled(value, "B", 1024, ("KiB", "MiB", "GiB"))
-    if unit == "bytes_per_s":
-        return _scaled(value, "B/s", 1000, ("kB/s", "MB/s", "GB/s"))
-    if unit == "fraction":
-        return f"{value:.1%}"
-    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
-
-
-def _scaled(value: float, base: str, step: int, units: tuple[str, ...]) -> str:
-    scaled, unit = float(value), base
-    for name in units:
-        if abs(scaled) < step:
-            break
-        scaled, unit = scaled / step, name
-    return f"{scaled:,.2f} {unit}" if unit != base else f"{scaled:,.0f} {unit}"
 
 
 def saving_text(saving: Saving) -> str:

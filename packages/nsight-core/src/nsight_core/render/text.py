@@ -20,8 +20,6 @@ _TITLES = {
     "nvtx_ranges": "NVTX ranges",
 }
 _MAX_NAME = 80
-_ns = duration
-"""The name render/findings.py imports (until it calls :func:`nsight_core.render.units.duration`)."""
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:

@@ -23,8 +23,8 @@ sys.path.insert(0, os.environ["NSIGHT_BENCH_HARNESS"])  # tests/flyte, for a0_sh
 import a0_shim  # noqa: E402  (patches the controller on import)
 
 from flyteplugins.nsight import _flyte_io, nvtx  # noqa: E402
-from nsight_core import nsys as nsys_module  # noqa: E402
 from nsight_core import collection as collection_module  # noqa: E402
+from nsight_core import nsys as nsys_module  # noqa: E402
 
 LOG = os.environ["NSIGHT_BENCH_LOG"]
 PROCESS = "profiled" if os.environ.get("_F_EXEC_WRAPPED") else "entry"

@@ -113,7 +113,8 @@ def capture_title(path: Path, trace: Trace) -> str:
     The command is in the export when nsys wrote it there (its SQLite exports: META_DATA_CAPTURE); else the title
     is the program, by the process with the most CPU events (NVTX ranges, CUDA and OS calls), named by its main
     thread: nsys records a process's name when it starts, which for `nsight run` is the shell that then execs the
-    command, while the thread carries the command's own name."""
+    command, while the thread carries the command's own name (when nsys read it after the exec: otherwise both say
+    `sh`, and the title says only the pid)."""
     if not GENERATED_NAME.fullmatch(path.stem):
         return path.stem
     command = recorded_command(trace.meta)
@@ -126,8 +127,12 @@ def capture_title(path: Path, trace: Trace) -> str:
     pid = threads.select(((pl.col("thread") // (1 << 24)) % (1 << 24)).mode().first()).item()
     main = trace.threads.filter((pl.col("pid") == pid) & (pl.col("tid") == pid))["name"].to_list()
     named = trace.processes.filter(pl.col("pid") == pid)["name"].to_list()
-    program = next((name for name in (*main, *named) if name), f"pid {pid}")
-    return f"{program} (whole process, pid {pid})"
+    program = next((name for name in (*main, *named) if name and Path(name).name not in SHELLS), None)
+    return f"{program} (whole process, pid {pid})" if program else f"whole-process capture, pid {pid}"
+
+
+SHELLS = frozenset({"sh", "bash", "dash"})
+"""Names that are `nsight run`'s own shell, which nsys may record before it execs the command: no program's name."""
 
 
 MAX_TITLE = 100

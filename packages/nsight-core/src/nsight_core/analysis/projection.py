@@ -31,9 +31,9 @@ def graph_launches(trace: EventTables) -> pl.DataFrame | None:
 def gpu_work(trace: EventTables) -> pl.DataFrame:
     """All GPU work, by start: start_ns, end_ns, correlation_id, kind (kernel, copy, memset, graph), comm (NCCL).
 
-    A graph launch recorded as one row (nsys' default graph-level trace) is GPU work like a kernel; where its
-    nodes were recorded as kernels too (``--cuda-graph-trace=node``), the kernels are kept and the graph rows
-    that share their correlation id dropped, so nothing counts twice.
+    A graph launch recorded as one row (nsys' default graph-level trace) is GPU work like a kernel; the Trace's
+    ``graphs`` frame already leaves out launches whose nodes were recorded as kernels (``--cuda-graph-trace=node``),
+    so nothing counts twice.
     """
     kernels = trace.kernels
     parts = [
@@ -46,9 +46,8 @@ def gpu_work(trace: EventTables) -> pl.DataFrame:
     ]
     graphs = graph_launches(trace)
     if graphs is not None:
-        parts.append(graphs.filter(~pl.col("correlation_id").is_in(kernels["correlation_id"].implode()))
-                     .select("start_ns", "end_ns", "correlation_id", pl.lit("graph").alias("kind"),
-                             pl.lit(False).alias("comm")))
+        parts.append(graphs.select("start_ns", "end_ns", "correlation_id", pl.lit("graph").alias("kind"),
+                                   pl.lit(False).alias("comm")))
     work = pl.concat([part.cast(GPU_WORK_COLUMNS) for part in parts])  # type: ignore[arg-type]
     return work.sort("start_ns", maintain_order=True)
 

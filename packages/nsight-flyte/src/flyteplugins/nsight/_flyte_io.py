@@ -165,11 +165,18 @@ def _timeline_attached(state: Profiling, title: str, where: str) -> None:
     _render(state)
 
 
+def _timeline_place(state: Profiling, uploaded: str, step: str) -> str:
+    """Where an attached timeline went: the raw data on a clustered worker, else the output of traced step STEP."""
+    if state.clustered:
+        return f"{uploaded} (in the task's raw data)"
+    return f"{uploaded} (the output of traced step {step})"
+
+
 def _attach_timeline_sync(state: Profiling, path: Path, title: str) -> None:
     """Attach the Perfetto file at PATH as the trace was: a traced step's output, or raw data on a clustered worker."""
     try:
-        where = (f"{_raw_upload(path)} (in the task's raw data)" if state.clustered else
-                 f"{capture_report_file_sync(str(path)).path} (the output of traced step capture_report_file_sync)")
+        uploaded = _raw_upload(path) if state.clustered else capture_report_file_sync(str(path)).path
+        where = _timeline_place(state, str(uploaded), "capture_report_file_sync")
     except Exception as exc:
         where = f"not uploaded ({one_line(exc)})"
     _timeline_attached(state, title, where)
@@ -178,8 +185,9 @@ def _attach_timeline_sync(state: Profiling, path: Path, title: str) -> None:
 async def _attach_timeline(state: Profiling, path: Path, title: str) -> None:
     """:func:`_attach_timeline_sync` from an async task body."""
     try:
-        where = (f"{await asyncio.to_thread(_raw_upload, path)} (in the task's raw data)" if state.clustered else
-                 f"{(await capture_report_file(str(path))).path} (the output of traced step capture_report_file)")
+        uploaded = (await asyncio.to_thread(_raw_upload, path) if state.clustered
+                    else (await capture_report_file(str(path))).path)
+        where = _timeline_place(state, str(uploaded), "capture_report_file")
     except Exception as exc:
         where = f"not uploaded ({one_line(exc)})"
     _timeline_attached(state, title, where)

@@ -30,7 +30,7 @@ from nsight_core.analysis.completeness import Completeness
 from nsight_core.analysis.events import EventTables
 from nsight_core.analysis.findings import Context, Finding
 from nsight_core.analysis.footprint import UserWindow, capture_window, users_calls
-from nsight_core.analysis.gpu_budget import cause_rows, gpu_budget_totals, idle_stretches
+from nsight_core.analysis.gpu_budget import gpu_budget
 from nsight_core.analysis.projection import (
     gpu_work,
     graph_launches,
@@ -114,13 +114,12 @@ IDLE_COLUMNS = {"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "par
 def _totals(trace: EventTables, found: _Steps, nesting: Nesting,
             families: tuple[pl.Series, pl.Series]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """FOUND's steps' budget, summed per step, part and CPU activity (:func:`budget_totals`, or on the GPU's clock
-    :func:`gpu_budget_totals`), and its GPU idle stretches with their causes (empty on the CPU's clock)."""
+    :func:`gpu_budget`), and its GPU idle stretches with their causes (empty on the CPU's clock)."""
     if found.work is not None and found.stats.family is not None:
         codes, patterns = families
         family_mask = pl.Series(codes == (patterns == found.stats.family.pattern).arg_true()[0])
-        rows = cause_rows(found.steps, found.work, found.blocking, trace.nvtx, family_mask, found.thread,
+        return gpu_budget(found.steps, found.work, found.blocking, trace.nvtx, family_mask, found.thread,
                           trace.cuda_api)
-        return gpu_budget_totals(rows), idle_stretches(rows)
     columns = ["start_ns", "end_ns"]
     copies = pl.concat([trace.memcpy.select(columns), trace.memset.select(columns)])
     return (budget_totals(found.steps, trace.kernels, copies, trace.cuda_api, users_calls(trace.osrt, found.window),

@@ -18,7 +18,7 @@ import polars as pl
 from pydantic import BaseModel, Field
 
 from nsight_core.analysis.budget import CpuActivity, StepBudget
-from nsight_core.analysis.steps import StepStats
+from nsight_core.analysis.steps import StepStats, matching
 
 FindingKind = Literal[
     "host_work", "untraced_host", "stream_wait", "sync_wait", "launch_bound", "pageable_copy",
@@ -351,7 +351,8 @@ def fp32_matmul(context: Context, kernels: pl.DataFrame, steps: pl.DataFrame) ->
     lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
     names = kernels.filter((pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)).select(
         "short_name", "name", (pl.col("end_ns") - pl.col("start_ns")).alias("ns"))
-    fp32 = names.filter(pl.col("name").str.contains(FP32_GEMM) & ~pl.col("name").str.contains(TENSOR_CORE_GEMM))
+    fp32 = names.filter(matching(names, "name", lambda name: name.str.contains(FP32_GEMM)
+                                 & ~name.str.contains(TENSOR_CORE_GEMM)))
     share = float(fp32["ns"].sum()) / context.budget.wall_ns if context.budget.wall_ns else 0.0
     if share < WARNING_SHARE:
         return None

@@ -1,0 +1,71 @@
+"""The GPU budget runs a batch of steps at a time (bounded memory): its numbers do not depend on where the batches
+are cut, even when a step's work, an idle stretch's next launch or a sync crosses a cut."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from nsight_core.analysis import gpu_budget
+from nsight_core.analysis.analyze import analyze_steps
+
+CAPTURES = ["h200-diagnosis/diagnosis.nsys-rep", "h200-fix-pairs/sync_log-problem.nsys-rep",
+            "h200-fix-pairs/two-problem.nsys-rep", "h200-torch-mlp/training.nsys-rep",
+            "h200-two-streams/two_streams.nsys-rep"]
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_batches_of_a_few_kernels_give_the_budget_of_one_batch(capture: str, load: Callable[[str], Any],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    trace = load(capture)
+    whole = analyze_steps(trace)
+    assert whole.analysis.steps.clock == "gpu" and whole.budgets.height > 2
+    monkeypatch.setattr(gpu_budget, "BATCH_WORK", 7)  # a cut every few kernels: inside every step
+    batched = analyze_steps(trace)
+    assert batched.analysis == whole.analysis
+    assert batched.budgets.equals(whole.budgets)
+    assert batched.view.idle.equals(whole.view.idle) and whole.view.idle.height > 0
+
+
+def _frame(rows: list[tuple[Any, ...]], columns: dict[str, Any]) -> Any:
+    import polars as pl
+
+    return pl.DataFrame(rows, schema=columns, orient="row")
+
+
+def test_work_and_a_sync_that_cross_a_cut_count_in_the_next_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three steps of 100 ns: a long kernel runs from step 0's window into step 1's (busy there, not idle); in
+    step 1 the GPU drains while the host sits in a sync begun during step 0's window (the sync caused the idle).
+    Cut at every window, each lookup must still find them."""
+    import polars as pl
+
+    thread = 7
+    windows = _frame([(0, 0, 100, 0, 95), (1, 100, 200, 95, 198), (2, 200, 300, 198, 290)],
+                     {"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "cpu_start_ns": pl.Int64,
+                      "cpu_end_ns": pl.Int64})
+    i64, text = pl.Int64, pl.String
+    work = _frame([(0, 150, 1, "kernel", False, -10, -5, "cudaLaunchKernel", thread, 0),
+                   (100, 110, 2, "kernel", False, 96, 97, "cudaLaunchKernel", thread, 1),
+                   (200, 210, 3, "kernel", False, 197, 199, "cudaLaunchKernel", thread, 2),
+                   (210, 300, 4, "kernel", False, 199, 199, "cudaLaunchKernel", thread, 2)],
+                  {"start_ns": i64, "end_ns": i64, "correlation_id": i64, "kind": text, "comm": pl.Boolean,
+                   "launch_ns": i64, "launch_end_ns": i64, "launch_name": text, "thread": i64, "step": i64})
+    calls = work.select(pl.col("launch_ns").alias("start_ns"), pl.col("launch_end_ns").alias("end_ns"),
+                        pl.col("launch_name").alias("name"), "thread", "correlation_id")
+    blocking = _frame([(90, 196, "cudaDeviceSynchronize", thread, 9)],
+                      {"start_ns": i64, "end_ns": i64, "name": text, "thread": i64, "correlation_id": i64})
+    nvtx = windows.select(pl.col("cpu_start_ns").alias("start_ns"), pl.col("cpu_end_ns").alias("end_ns"),
+                          pl.format("step_{}", "step").alias("name"), pl.lit(thread).alias("thread"))
+    family = pl.Series([True] * 3)
+    arguments = (windows, work, blocking, nvtx, family, thread, calls)
+    whole = gpu_budget.gpu_budget(*arguments)
+    step_1 = dict(whole[0].filter(pl.col("step") == 1).select(pl.format("{}/{}", "part", pl.col("cpu_name")
+                                                                         .fill_null("")), "total_ns").iter_rows())
+    # Busy until the long kernel ends (150); idle until the launch at 197; the sync (90 to 196) drained the queue.
+    assert step_1 == {"compute/": 50, "sync_wait/cudaDeviceSynchronize": 46, "sync_wait/": 1,
+                      "launch_gap/cudaLaunchKernel": 3}
+    monkeypatch.setattr(gpu_budget, "BATCH_WORK", 1)  # one window per batch
+    batched = gpu_budget.gpu_budget(*arguments)
+    assert batched[0].equals(whole[0]) and batched[1].equals(whole[1])

@@ -4,12 +4,16 @@ shared by the cases a single program can show together (each test names the case
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import termios
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -195,6 +199,40 @@ def test_a_killed_nsight_takes_nsys_and_the_program_with_it(tmp_path):
             time.sleep(0.1)
 
 
+def test_an_agent_left_by_a_killed_nsight_is_ended_by_the_next_run(tmp_path):
+    """SIGKILL to `nsight run` just as nsys starts its session's agent (a daemon, in a session of its
+    own): nsys dies of the parent-death signal, but the agent stayed for minutes holding nsys' session
+    lock in $TMPDIR (and nsight's scratch folders stayed there). The next run ends it, and clears them."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    argv = [*NSIGHT, "run", "--capture", "manual", "--trace", "nvtx", "-o", str(tmp_path / "o"), "--",
+            sys.executable, "-c", "pass"]
+    killed = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                              start_new_session=True, env=env)
+    deadline = time.monotonic() + TIMEOUT
+    while not (left := agents_in(temp)):
+        assert killed.poll() is None and time.monotonic() < deadline, "nsys started no agent"
+        time.sleep(0.01)
+    killed.kill()
+    killed.wait()
+    done = run_captured(argv, timeout=TIMEOUT, stdin=subprocess.DEVNULL, env=env)
+    assert done.returncode == 0, done.stderr
+    assert [pid for pid in left if running(pid)] == [], f"the killed run's agent {left} outlived the next run"
+    assert sorted(p.name for p in temp.iterdir() if p.name.startswith("nsight-")) == []
+
+
+def agents_in(temp: Path) -> list[int]:
+    """The running nsys agents (`nsys --start-agent`) whose $TMPDIR is TEMP."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if (b"--start-agent" in cmdline.read_bytes().split(b"\0")
+                    and f"TMPDIR={temp}".encode() in (cmdline.parent / "environ").read_bytes().split(b"\0")):
+                found.append(int(cmdline.parent.name))
+    return [pid for pid in found if running(pid)]
+
+
 def running(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
@@ -254,36 +292,98 @@ def test_a_trace_in_a_read_only_folder_with_an_unwritable_cache_is_summarised(se
     assert list(temp.glob("nsight-cache-*/nsight/*"))
 
 
-def test_two_interrupts_in_a_row_keep_the_trace(tmp_path):
+INTERRUPTED = """
+    import sys, time, nvtx, nsight_core
+    with nsight_core.range("r"):  # under --capture process (no session) it records nothing of its own
+        with nvtx.annotate("work"):
+            open(sys.argv[1], "w").write("x")
+            time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize(("capture", "sent_to"), [("manual", "nsight"), ("manual", "terminal"),
+                                                  ("process", "terminal")])
+def test_two_interrupts_in_a_row_keep_the_trace(tmp_path, capture, sent_to):
     """SIGINT twice within 0.1 s (an impatient Ctrl-C, a scheduler's repeat): the second reached nsys
     while it wrote the trace, which nsys then dropped ("Collection stop is not allowed in this state"),
-    left its raw stream, and nsight blamed a missing region. nsys gets each signal once; the program
-    holds a Ctrl-C back while its region's trace is written."""
-    ready, temp = tmp_path / "ready", tmp_path / "temp"
+    left its raw stream, and nsight blamed a missing region ("see its messages above" with none above,
+    for `--capture process`). nsys gets each signal once, also from a terminal, whose Ctrl-C goes to the
+    whole foreground process group (`sent_to="terminal"`: Ctrl-C typed into a pty whose session nsight
+    leads; nsys stayed in that group and got both); the program holds a Ctrl-C back while its region's
+    trace is written."""
+    ready, temp, out = tmp_path / "ready", tmp_path / "temp", tmp_path / "o"
     temp.mkdir()
     job = tmp_path / "job.py"
-    job.write_text(textwrap.dedent(f"""
-        import time, nvtx, nsight_core
-        with nsight_core.range("r"):
-            with nvtx.annotate("work"):
-                open({str(ready)!r}, "w").write("x")
-                time.sleep(120)
-    """))
-    run = subprocess.Popen([*NSIGHT, "run", "--capture", "manual", "--trace", "nvtx", "-o", str(tmp_path / "o"),
-                            "--", sys.executable, str(job)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           stdin=subprocess.DEVNULL, start_new_session=True, env={**os.environ, "TMPDIR": str(temp)})
-    deadline = time.monotonic() + TIMEOUT
-    while not ready.exists():
-        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
-        time.sleep(0.05)
-    time.sleep(0.5)
-    os.killpg(run.pid, signal.SIGINT)
-    time.sleep(0.1)
-    os.killpg(run.pid, signal.SIGINT)
-    stdout, stderr = run.communicate(timeout=TIMEOUT)
-    assert run.returncode == 130, stderr
-    assert stdout.splitlines()[-1] == str(tmp_path / "o" / "r.nsys-rep"), stderr
-    assert "could not stop" not in stderr and list(temp.glob("*.qdstrm")) == []
+    job.write_text(textwrap.dedent(INTERRUPTED))
+    argv = [*NSIGHT, "run", "--capture", capture, "--trace", "nvtx", "-o", str(out), "--",
+            sys.executable, str(job), str(ready)]
+    env = {**os.environ, "TMPDIR": str(temp)}
+    with Terminal() if sent_to == "terminal" else contextlib.nullcontext() as terminal:
+        if terminal is None:
+            run = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+        else:
+            run = terminal.start(argv, env)
+        deadline = time.monotonic() + TIMEOUT
+        while not ready.exists():
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+            time.sleep(0.05)
+        time.sleep(0.5)
+        for pause in (0.1, 0):
+            if terminal is None:
+                os.killpg(run.pid, signal.SIGINT)
+            else:
+                terminal.type(b"\x03")  # Ctrl-C
+            time.sleep(pause)
+        output = run.communicate(timeout=TIMEOUT)[0] if terminal is None else terminal.output(run)
+    reports = list(out.glob("*.nsys-rep"))
+    assert run.returncode == 130 and len(reports) == 1, output
+    assert str(reports[0]) in output.splitlines(), output
+    assert "could not stop" not in output and "no .nsys-rep was written" not in output, output
+    assert list(temp.glob("*.qdstrm")) == []
+
+
+class Terminal:
+    """A pseudo-terminal that a command runs at as at a real one: the command leads a session whose
+    controlling terminal it is, stdin, stdout and stderr are it, and what is typed goes through the
+    terminal's line discipline (Ctrl-C becomes SIGINT to its foreground process group)."""
+
+    def __enter__(self) -> Terminal:
+        self.master, self.slave = os.openpty()
+        self.read: list[bytes] = []
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        os.close(self.master)
+        with contextlib.suppress(OSError):
+            os.close(self.slave)
+
+    def start(self, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        run = subprocess.Popen(argv, stdin=self.slave, stdout=self.slave, stderr=self.slave, env=env,
+                               start_new_session=True, preexec_fn=_take_controlling_terminal)
+        os.close(self.slave)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        return run
+
+    def _read(self) -> None:
+        with contextlib.suppress(OSError):  # EIO once every process that had it open has closed it
+            while chunk := os.read(self.master, 65_536):
+                self.read.append(chunk)
+
+    def type(self, keys: bytes) -> None:
+        os.write(self.master, keys)
+
+    def output(self, run: subprocess.Popen[bytes]) -> str:
+        """Everything the command wrote, once it has ended (lines as written: the terminal's \\r\\n as \\n)."""
+        run.wait(timeout=TIMEOUT)
+        self.reader.join(timeout=TIMEOUT)
+        return b"".join(self.read).decode(errors="replace").replace("\r\n", "\n")
+
+
+def _take_controlling_terminal() -> None:
+    """In the new session's leader, before exec: stdin (the pty) becomes its controlling terminal."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
 def test_a_report_of_a_good_and_a_damaged_trace_still_writes_the_good_ones_page(family, tmp_path):
@@ -340,9 +440,12 @@ def test_a_task_with_a_small_temp_folder_runs_unprofiled(run_action, small_temp)
     assert "runs unprofiled" in warning and str(small_temp) in warning
 
 
-def test_a_temp_folder_that_fills_while_recording_stops_the_collection_not_the_program(tmp_path):
+@pytest.mark.parametrize("capture", ["manual", "process"])
+def test_a_temp_folder_that_fills_while_recording_stops_the_collection_not_the_program(tmp_path, capture):
     """Room to start, then the temp folder fills (the program's own files, or a long recording): the
-    collection is stopped before it is full, its trace so far kept, and the program runs on."""
+    collection is stopped before it is full, its trace so far kept, and the program runs on. A region's
+    collection (`--capture manual`) and the whole run's (`--capture process`, `nsys profile`, which
+    was not watched: nsys filled the folder and crashed the program) alike."""
     folder = tmp_path / "temp"
     folder.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(folder)]).returncode != 0:
@@ -351,7 +454,7 @@ def test_a_temp_folder_that_fills_while_recording_stops_the_collection_not_the_p
         job = tmp_path / "job.py"
         job.write_text(textwrap.dedent(f"""
             import os, time, nvtx, nsight_core
-            with nsight_core.range("r"):
+            with nsight_core.range("r"):  # under --capture process (no session) it records nothing of its own
                 with nvtx.annotate("before"):
                     pass
                 with open({str(folder / "ballast")!r}, "wb") as ballast:  # leaves ~4 MiB of 64
@@ -362,17 +465,18 @@ def test_a_temp_folder_that_fills_while_recording_stops_the_collection_not_the_p
             os.unlink({str(folder / "ballast")!r})
             print("done", flush=True)
         """))
-        done = run_captured([*NSIGHT, "run", "--capture", "manual", "--trace", "nvtx", "-o", str(tmp_path / "o"),
+        done = run_captured([*NSIGHT, "run", "--capture", capture, "--trace", "nvtx", "-o", str(tmp_path / "o"),
                              "--", sys.executable, str(job)], timeout=TIMEOUT, stdin=subprocess.DEVNULL,
                             env={**os.environ, "TMPDIR": str(folder), "NSIGHT_MIN_TEMP_SPACE": "48M"})
     finally:
         subprocess.run(["umount", "-l", str(folder)], check=False)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["done", str(tmp_path / "o" / "r.nsys-rep")], done.stderr
+    reports = list((tmp_path / "o").glob("*.nsys-rep"))
+    assert done.returncode == 0 and len(reports) == 1, done.stderr
+    assert done.stdout.splitlines() == ["done", str(reports[0])], done.stderr
     [warning] = [line for line in done.stderr.splitlines() if "WARNING" in line]
     assert str(folder) in warning and "stopped the collection" in warning
     assert "could not" not in done.stderr, done.stderr
-    names = set(load_trace(tmp_path / "o" / "r.nsys-rep").nvtx["name"].to_list())
+    names = set(load_trace(reports[0]).nvtx["name"].to_list())
     assert "before" in names and "after the fill" not in names
 
 

@@ -1,9 +1,11 @@
-"""Report names reserved across processes, and the raw streams of traces that never became reports.
+"""Report names reserved across processes, temp folders that say whether their owner lives, and the raw
+streams of traces that never became reports.
 
 A region reserves ``<name>.nsys-rep`` with a claim, ``<name>.claim``, an exclusive ``flock`` held for as
 long as its collection records and stops. The kernel frees a lock when its holder dies, however it dies,
 so a killed process never leaves a name taken, and a reused pid can never fake an owner. A run's outputs
-are the names its own regions claimed, never whatever else is in the folder.
+are the names its own regions claimed, never whatever else is in the folder. A run's temp folders are
+claimed the same way (:func:`owned_folder`), so that the next run can clear those of a killed one.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ import contextlib
 import fcntl
 import os
 import re
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdstrm", ".qdrep")
@@ -50,6 +55,52 @@ def clear_claim(base: Path) -> None:
     """Delete BASE's claim unless a live process holds it (after a run: those of its killed processes)."""
     with contextlib.suppress(OSError):
         release_claim(base, take_claim(base))
+
+
+OWNER = "owner"
+"""The lock file of an :func:`owned_folder`: it holds the folder's note."""
+
+
+@contextlib.contextmanager
+def owned_folder(prefix: str, note: str = "") -> Iterator[Path]:
+    """A new temp folder (``$TMPDIR/PREFIX…``) that says whether its owner, this process, still lives;
+    deleted at the end of the block.
+
+    A process killed by SIGKILL cleans nothing up: its temp folders stay, and so may what they name (the
+    nsys session whose agent outlived it, see :mod:`nsight_core.supervise`). OWNER holds NOTE and an
+    exclusive ``flock`` for as long as the block runs, and gets its name only once locked, so an OWNER
+    that can be locked is a dead process's (:func:`dead_folders`).
+    """
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    fd = os.open(folder / f".{OWNER}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, note.encode())
+        os.rename(folder / f".{OWNER}", folder / OWNER)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.close(fd)
+
+
+def dead_folders(prefix: str) -> Iterator[tuple[Path, str]]:
+    """The :func:`owned_folder` folders of PREFIX in $TMPDIR whose owner has died, each with its note; each is
+    deleted once the caller has handled it (folders without an OWNER are not such folders: left alone)."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
+        try:
+            fd = os.open(folder / OWNER, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # its owner lives
+            os.close(fd)
+            continue
+        try:
+            yield folder, os.read(fd, 4096).decode(errors="replace")
+            shutil.rmtree(folder, ignore_errors=True)
+        finally:
+            os.close(fd)
 
 
 def remove_raw_streams(base: Path, nsys_output: str) -> None:

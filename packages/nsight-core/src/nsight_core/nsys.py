@@ -226,11 +226,13 @@ class Nsys:
         return [str(self.path), "launch", f"--session-new={session}", f"--trace={','.join(trace)}",
                 *_graph_option(cuda_graph_trace), "--wait=primary", *command]
 
-    def profile_argv(self, output: Path, trace: Sequence[str], sample: str | None,
+    def profile_argv(self, session: str, output: Path, trace: Sequence[str], sample: str | None,
                      command: Sequence[str], cuda_graph_trace: str | None = None) -> list[str]:
-        """`nsys profile`: record COMMAND from start to exit into OUTPUT.nsys-rep."""
-        argv = [str(self.path), "profile", f"--trace={','.join(trace)}", *_graph_option(cuda_graph_trace), "-o",
-                str(output), "--force-overwrite=true", "--wait=primary"]
+        """`nsys profile`: record COMMAND from start to exit into OUTPUT.nsys-rep, in nsys session SESSION
+        (named, so that `nsys stop` can end the collection early, keeping the trace so far, while COMMAND
+        runs on: measured with 2023.4.4, nsys then waits for COMMAND as before)."""
+        argv = [str(self.path), "profile", f"--session-new={session}", f"--trace={','.join(trace)}",
+                *_graph_option(cuda_graph_trace), "-o", str(output), "--force-overwrite=true", "--wait=primary"]
         if sample is not None:
             argv.append(f"--sample={sample}")
         return [*argv, *command]

@@ -11,7 +11,6 @@ here trusts an nsys exit code on its own: the reports a run lists are the files 
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
@@ -28,7 +27,7 @@ from pydantic import BaseModel
 
 from nsight_core import tempspace
 from nsight_core.capture import Capture
-from nsight_core.claims import clear_claim, named_raw_streams
+from nsight_core.claims import clear_claim, named_raw_streams, owned_folder
 from nsight_core.errors import CommandNotExecutableError, CommandNotFoundError, NsightError, one_line
 from nsight_core.nsys import (
     DEFAULT_CAPTURE,
@@ -203,7 +202,7 @@ class Session:
         if capture == "manual":
             return self.nsys.launch_argv(self.name, self.trace, [], self.cuda_graph_trace)
         if capture == "process":
-            return self.nsys.profile_argv(self.output_dir / self.name, self.trace, self.sample, [],
+            return self.nsys.profile_argv(self.name, self.output_dir / self.name, self.trace, self.sample, [],
                                           self.cuda_graph_trace)
         raise ValueError(f"capture={capture!r} is not a capture mode: use 'process' or 'manual'.")
 
@@ -224,12 +223,11 @@ class Session:
         if why := tempspace.shortfall():  # profiling must never be what kills the program
             return RunResult(returncode=run_plain(argv), output_dir=self.output_dir, reports=[],
                              diagnosis=f"{argv[0]} ran unprofiled: {why}")
-        with tempfile.TemporaryDirectory(prefix="nsight-claims-") as scratch:
-            claims = Path(scratch, "claims")
+        with owned_folder("nsight-claims-") as scratch:
+            claims = scratch / "claims"
             env = replace(self.settings, claims=claims).to_env() if capture == "manual" else None
-            with tempspace.watch(self._stop) if capture == "manual" else contextlib.nullcontext():
-                finished = run_command(nsys_argv, argv, env=env, timeout=timeout,
-                                       session=self.name if capture == "manual" else None)
+            with tempspace.watch(self._stop, once=capture == "process"):
+                finished = run_command(nsys_argv, argv, env=env, timeout=timeout, session=self.name)
             bases = ([Path(line) for line in claims.read_text().splitlines()] if claims.exists()
                      else []) if capture == "manual" else [self.output_dir / self.name]
         for base in bases:  # every process of the session has ended: claims left are its killed ones'

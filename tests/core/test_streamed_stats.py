@@ -142,7 +142,8 @@ def test_a_schema_nsight_has_not_seen_streams_as_it_reads_whole(edit: str, tmp_p
 @pytest.mark.nsys
 def test_a_large_capture_or_little_memory_streams(nsys: Nsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The choice by size and by the memory allowed, recorded in the statistics; a profile of a streamed capture
-    whose summary does not fit gets its statistics with a note, where one read whole is refused as before."""
+    whose whole frames do not fit gets its statistics, summary and completeness (those of the capture read whole)
+    and a note for its 'What to fix', where one read whole is refused as before."""
     capture = tmp_path / "training.nsys-rep"
     shutil.copyfile(FIXTURES / "h200-torch-mlp" / "training.nsys-rep", capture)
     recorded = stats_from_csv_dir(FIXTURES / "h200-torch-mlp" / "training", list(DEFAULT_REPORTS))
@@ -165,8 +166,15 @@ def test_a_large_capture_or_little_memory_streams(nsys: Nsys, tmp_path: Path, mo
     profile = build_profile(capture)
     assert profile.stats.export is not None and profile.stats.export.reason == "memory"
     assert rows(profile.stats)["nvtx_ranges"] == [row.model_dump() for row in recorded.nvtx_ranges]
-    assert profile.analysis is None and profile.trace is None
-    assert any(note.startswith("Statistics only") for note in profile.stats.notes)
+    assert profile.analysis is None
+    assert any(note.startswith("No 'What to fix'") for note in profile.stats.notes)
+    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "off")
+    whole = build_profile(capture)
+    assert whole.stats.export is not None and not whole.stats.export.streamed and whole.analysis is not None
+    assert profile.trace == whole.trace and profile.completeness == whole.completeness
+    assert profile.tiles == whole.tiles and profile.title == whole.title
+    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "34M")
+    del profile, whole
     gc.collect()
     assert not spills(tmp_path)
 

@@ -78,18 +78,18 @@ def check_export_memory(trace_bytes: int, kind: str, what: str) -> None:
 def export_fits(trace_bytes: int, kind: str) -> bool:
     """Whether nsys' KIND export of a .nsys-rep of TRACE_BYTES fits what this process may take (True where nothing is
     known of the limit): a large capture is streamed where its arrow export would not fit (trace/export.py)."""
-    allowed, _ = _allowed()
+    allowed, _ = allowed_memory()
     return allowed is None or export_bytes(trace_bytes, kind) <= allowed
 
 
 def summary_fits(stored_bytes: int) -> bool:
     """Whether a summary of events taking STORED_BYTES in their export fits what this process may take (True where
     nothing is known of the limit): an SQLite export passed as it is streamed where it would not (trace/load.py)."""
-    allowed, _ = _allowed()
+    allowed, _ = allowed_memory()
     return allowed is None or summary_bytes(stored_bytes) <= allowed
 
 
-def _allowed() -> tuple[int | None, str]:
+def allowed_memory() -> tuple[int | None, str]:
     """What this process may still take (None: no limit known, or the guard is off), and where that comes from."""
     setting = os.environ.get(ENV_SUMMARY_MEMORY, "").strip()
     if setting.lower() == "off":
@@ -100,7 +100,7 @@ def _allowed() -> tuple[int | None, str]:
 
 
 def _check(needed: int, doing: str, why: str) -> None:
-    allowed, source = _allowed()
+    allowed, source = allowed_memory()
     if allowed is None or needed <= allowed:
         return
     raise NotEnoughMemoryError(

@@ -4,6 +4,10 @@ A capture is exported ONCE (an arrow directory) and read as a Trace: the per-nam
 from its events, as are span, GPU busy time, timeline, the diagnosis ("What to fix") and the verdict
 on whether the trace is complete; `nsys stats` runs only for reports beyond the default five. Recorded
 CSV directories have no events, so their profile has stats only and says so.
+
+A large capture is exported to SQLite and streamed from Parquet copies (trace/spill.py): its statistics, summary
+and completeness run in bounded memory whatever its size. Its diagnosis still reads whole frames: where those would
+not fit the memory allowed, the profile has no "What to fix" yet, and a note says so (:func:`streamed_analysis`).
 """
 
 from __future__ import annotations
@@ -25,14 +29,15 @@ from nsight_core.analysis.step_events import StepDrawing, drawing_for
 from nsight_core.analysis.summary import Tile, summary_tiles
 from nsight_core.analysis.timeline import TraceSummary, summarize_trace
 from nsight_core.errors import NotEnoughMemoryError, StatsError
-from nsight_core.memory import check_summary_memory
+from nsight_core.memory import allowed_memory, check_summary_memory, summary_bytes
+from nsight_core.render.units import size
 from nsight_core.stats.load import load_stats, recorded_captures, stats_of_trace
 from nsight_core.stats.models import ProfileStats
 from nsight_core.stats.reports import DEFAULT_REPORTS
 from nsight_core.trace.export import REPORT_SUFFIXES, is_event_source
 from nsight_core.trace.load import load_trace
 from nsight_core.trace.model import Trace
-from nsight_core.trace.streamed import is_streamed
+from nsight_core.trace.streamed import events, is_streamed
 
 log = logging.getLogger("nsight")
 
@@ -75,19 +80,14 @@ def build_profile(
     if not is_event_source(path):
         return CaptureProfile(title=title or path.name, source=str(path), stats=load_stats(path, reports))
     trace = load_trace(path)
-    try:
-        check_summary_memory(trace.event_bytes, path.name)  # before any event is read: never the task's OOM kill
-    except NotEnoughMemoryError as error:
-        if not is_streamed(trace):
-            raise
-        # A large capture's reports stream from disk in bounded memory (trace/streamed.py); the summary, completeness
-        # and analysis still read whole frames: it gets its statistics, and says what it lacks (nsight stats prints
-        # the statistics' notes).
-        stats = stats_of_trace(trace, reports or DEFAULT_REPORTS)
-        stats.notes.append(f"Statistics only, no summary or 'What to fix': {error}")
-        return CaptureProfile(title=title or path.stem, source=str(path), stats=stats)
     if facts is None:
         facts = capture_facts(path) if path.suffix in REPORT_SUFFIXES else CaptureFacts()
+    try:
+        check_summary_memory(trace.event_bytes, path.name)  # before any event is read: never the task's OOM kill
+    except NotEnoughMemoryError:
+        if not is_streamed(trace):
+            raise
+        return streamed_profile(path, trace, reports or DEFAULT_REPORTS, title, facts)
     # The analysis runs beside the reports, summary and completeness (Polars computes without the GIL), on
     # frames read first: two threads must not both build one (a Python without cached_property's lock would).
     for frame in ANALYSIS_FRAMES:
@@ -100,6 +100,31 @@ def build_profile(
                                  stats=stats_of_trace(trace, reports or DEFAULT_REPORTS),
                                  trace=summarize_trace(trace), completeness=check_completeness(trace, facts))
         return with_steps_drawn(diagnosed(profile, analyzed), trace, analyzed)
+
+
+def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: str | None,
+                     facts: CaptureFacts) -> CaptureProfile:
+    """The profile of a streamed capture whose frames would not fit read whole: statistics, summary
+    (tiles, timeline) and completeness, each streamed from the Parquet copies in bounded memory; "What to fix" from
+    :func:`streamed_analysis`, and while that has none, a note in the statistics (which `nsight stats` prints)."""
+    stats, completeness = stats_of_trace(trace, reports), check_completeness(trace, facts)
+    profile = CaptureProfile(title=title or capture_title(path, trace), source=str(path), stats=stats,
+                             trace=summarize_trace(trace), completeness=completeness)
+    analysis = streamed_analysis(trace)
+    if analysis is None:
+        allowed, source = allowed_memory()
+        stats.notes.append(f"No 'What to fix' yet for a capture this large: its analysis reads whole frames (about "
+                           f"{size(summary_bytes(trace.event_bytes))}) and {source} allows "
+                           f"{size(allowed or 0)}; the statistics, summary and completeness were streamed from disk.")
+        return profile
+    return profile.model_copy(update={"analysis": withhold_savings(analysis, completeness)})
+
+
+def streamed_analysis(trace: Trace) -> Analysis | None:
+    """The diagnosis ("What to fix") of a streamed capture in bounded memory: None for now. The hook for the analysis
+    in slices (steps are local in time: windows aligned to steps, ranges and kernels crossing a boundary carried
+    over, as :func:`nsight_core.analysis.timeline.nvtx_windows` carries open ranges)."""
+    return None
 
 
 GENERATED_NAME = re.compile(r"nsight-[0-9a-f]{8}")
@@ -121,10 +146,13 @@ def capture_title(path: Path, trace: Trace) -> str:
     if command:
         text = shlex.join(command)
         return text if len(text) <= MAX_TITLE else text[:MAX_TITLE - 1] + "…"
-    threads = pl.concat([frame.select("thread") for frame in (trace.nvtx, trace.cuda_api, trace.osrt)])
-    if not threads.height:
+    frames = events(trace)  # streamed queries: a large capture's frames are never read whole for its title
+    threads = pl.concat([frame.select("thread") for frame in (frames.nvtx, frames.cuda_api, frames.osrt)])
+    by_pid = (threads.group_by(((pl.col("thread") // (1 << 24)) % (1 << 24)).alias("pid")).agg(pl.len())
+              .sort(["len", "pid"], descending=[True, False]).head(1).collect(engine="streaming"))
+    if not by_pid.height:
         return f"whole-process capture {path.stem}"
-    pid = threads.select(((pl.col("thread") // (1 << 24)) % (1 << 24)).mode().first()).item()
+    pid = by_pid["pid"].item()
     main = trace.threads.filter((pl.col("pid") == pid) & (pl.col("tid") == pid))["name"].to_list()
     named = trace.processes.filter(pl.col("pid") == pid)["name"].to_list()
     program = next((name for name in (*main, *named) if name and Path(name).name not in SHELLS), None)

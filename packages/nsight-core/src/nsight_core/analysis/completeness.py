@@ -32,7 +32,10 @@ beside the report, and a report page of plausible nothing. Four kinds of evidenc
   cause, with the fix, when one of the other three found a loss.
 
 Pure: :func:`check_completeness` reads the trace's frames and the capture's side facts; only
-:func:`capture_facts` looks at the file system (for the leftover stream).
+:func:`capture_facts` looks at the file system (for the leftover stream). The event frames are read as lazy frames
+(:func:`nsight_core.trace.streamed.events`), through streamed queries of counts, maxima and the few graph launches,
+so a streamed capture's checks hold no whole event table; only a capture whose CUDA activity ends 100 ms before its
+last NVTX range (``cuda_ends_early``'s suspicion) reads its CUDA events and the NVTX ranges before that end whole.
 """
 
 from __future__ import annotations
@@ -40,12 +43,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal
 
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.events import EventTables
+from nsight_core.trace.model import Trace
+from nsight_core.trace.streamed import Events, events
 
 CompletenessCode = Literal["importer_errors", "raw_stream_left", "cuda_ends_early", "nsys_lost_data",
                            "cuda_calls_missing", "graph_work_missing", "nsys_older_than_cuda"]
@@ -80,13 +84,6 @@ _VERSION = re.compile(r"(\d{4})\.(\d+)(?:\.\d+)*")
 # CudaDriverVersion, as 1000 * major + 10 * minor (13000 = 13.0).
 _CUDA_DRIVER_KEY = "CudaDriverVersion"
 _EXPORT_VERSION_KEY = "EXPORT_PRODUCT_VERSION"
-
-
-class TraceWithMeta(EventTables, Protocol):
-    """The frames analysis reads, plus the export's metadata (``Trace.meta``)."""
-
-    @property
-    def meta(self) -> Mapping[str, str]: ...
 
 
 class CaptureFacts(BaseModel):
@@ -140,31 +137,32 @@ def capture_facts(report: Path, nsys_output: str = "", nsys_version: str | None 
                         nsys_version=nsys_version, cuda_runtime_version=cuda_runtime_version)
 
 
-def check_completeness(trace: TraceWithMeta, facts: CaptureFacts | None = None) -> Completeness:
+def check_completeness(trace: Trace, facts: CaptureFacts | None = None) -> Completeness:
     """Every sign that TRACE is incomplete, given what is known about its capture (FACTS)."""
     facts = facts or CaptureFacts()
     nsys_version = facts.nsys_version or trace.meta.get(_EXPORT_VERSION_KEY)
     cuda_version = facts.cuda_runtime_version or _driver_cuda(trace.meta)
     diagnostics = nsys_diagnostics(trace)
+    frames = events(trace)
     losses = [w for w in (_importer_errors(facts.nsys_output), _raw_stream_left(facts.leftover_files),
-                          _cuda_ends_early(trace), _nsys_lost_data(diagnostics), _cuda_calls_missing(trace),
-                          _graph_work_missing(trace)) if w is not None]
+                          _cuda_ends_early(frames, trace.window.end_ns), _nsys_lost_data(diagnostics),
+                          _cuda_calls_missing(trace, frames), _graph_work_missing(frames)) if w is not None]
     too_old = _nsys_older_than_cuda(nsys_version, cuda_version) if losses else None
     warnings = [*([too_old] if too_old else []), *losses]
     return Completeness(complete=not warnings, nsys_version=nsys_version, cuda_version=cuda_version,
                         warnings=warnings, diagnostics=diagnostics)
 
 
-def _frame(trace: EventTables, name: str) -> pl.DataFrame | None:
-    """TRACE's frame NAME where it has one (the Trace does; frames built by hand may not)."""
-    frame: pl.DataFrame | None = getattr(trace, name, None)
-    return frame if frame is not None and frame.height else None
+def _count(*frames: pl.LazyFrame) -> list[int]:
+    """How many rows each of FRAMES holds (one streamed query each, run together)."""
+    return [frame.item() for frame in pl.collect_all([frame.select(pl.len()) for frame in frames],
+                                                     engine="streaming")]
 
 
-def nsys_diagnostics(trace: EventTables) -> list[NsysDiagnostic]:
+def nsys_diagnostics(trace: Trace) -> list[NsysDiagnostic]:
     """The warnings and errors of nsys' own diagnostics in TRACE, each marked where it means lost data."""
-    frame = _frame(trace, "diagnostics")
-    if frame is None:
+    frame = trace.diagnostics
+    if not frame.height:
         return []
     reported = frame.filter(pl.col("severity").is_in(REPORTED_SEVERITIES))
     return [NsysDiagnostic(severity=row["severity"], source=row["source"], text=row["text"].strip(), pid=row["pid"],
@@ -186,35 +184,42 @@ def _nsys_lost_data(diagnostics: Sequence[NsysDiagnostic]) -> CompletenessWarnin
         evidence={"nsys_said": " | ".join(said)[:500], "diagnostics": len(lost)})
 
 
-def _cuda_calls_missing(trace: EventTables) -> CompletenessWarning | None:
+def _cuda_calls_missing(trace: Trace, frames: Events) -> CompletenessWarning | None:
     """A process created a CUDA context under trace=cuda, and not one CUDA API call was imported."""
-    contexts = _frame(trace, "cuda_contexts")
-    if contexts is None or trace.cuda_api.height:
+    contexts = trace.cuda_contexts
+    if not contexts.height:
+        return None
+    calls, kernels, ranges, unended = _count(frames.cuda_api, frames.kernels, frames.nvtx,
+                                             frames.nvtx.filter(~pl.col("closed")))
+    if calls:
         return None
     pids = ", ".join(str(pid) for pid in contexts["pid"].unique(maintain_order=True).to_list())
     return CompletenessWarning(
         code="cuda_calls_missing",
         message=f"process {pids} created a CUDA context while CUDA was traced, yet the trace holds no CUDA API call "
-                f"({trace.kernels.height} kernels, {trace.nvtx.height} NVTX ranges): its CUDA activity was not "
+                f"({kernels} kernels, {ranges} NVTX ranges): its CUDA activity was not "
                 "imported",
         cause="nsys lost the CUDA events of the capture (seen with nsys 2023.4.4 on CUDA 13, around CUDA graph "
               "replays)",
         fix=_GENERIC_FIX,
-        evidence={"cuda_contexts": contexts.height, "kernels": trace.kernels.height, "nvtx_ranges": trace.nvtx.height,
-                  "unended_ranges": int((~trace.nvtx["closed"]).sum()) if "closed" in trace.nvtx.columns else 0})
+        evidence={"cuda_contexts": contexts.height, "kernels": kernels, "nvtx_ranges": ranges,
+                  "unended_ranges": unended})
 
 
-def _graph_work_missing(trace: EventTables) -> CompletenessWarning | None:
+def _graph_work_missing(frames: Events) -> CompletenessWarning | None:
     """CUDA graphs were launched, and most launches left no GPU record (no graph row, no node kernel)."""
-    launches = trace.cuda_api.filter(pl.col("name").str.contains(GRAPH_LAUNCH_API))["correlation_id"]
+    launches = (frames.cuda_api.filter(pl.col("name").str.contains(GRAPH_LAUNCH_API)).select("correlation_id")
+                .collect(engine="streaming").to_series())
     if launches.len() < MIN_GRAPH_LAUNCHES:
         return None
-    graphs = _frame(trace, "graphs")
-    recorded = pl.concat([frame["correlation_id"] for frame in (trace.kernels, trace.memcpy, trace.memset,
-                                                                 *([graphs] if graphs is not None else []))])
+    launched = pl.col("correlation_id").is_in(launches.implode())
+    recorded = (pl.concat([frame.select("correlation_id").filter(launched) for frame in
+                           (frames.kernels, frames.memcpy, frames.memset, frames.graphs)])
+                .unique().collect(engine="streaming").to_series())
     missing = int((~launches.is_in(recorded.implode())).sum())
     if missing <= MAX_GRAPH_LAUNCHES_WITHOUT_GPU * launches.len():
         return None
+    graphs, kernels = _count(frames.graphs, frames.kernels)
     return CompletenessWarning(
         code="graph_work_missing",
         message=f"{missing} of {launches.len()} CUDA graph launches have no GPU work in the trace: the GPU side of "
@@ -224,7 +229,7 @@ def _graph_work_missing(trace: EventTables) -> CompletenessWarning | None:
         fix="use nsys 2025.3 or later (the NGC PyTorch image's), which records each launch on the GPU; or record "
             "with cuda_graph_trace='node' (nsys --cuda-graph-trace=node), which records the graph's kernels",
         evidence={"graph_launches": launches.len(), "launches_without_gpu_work": missing,
-                  "graph_rows": graphs.height if graphs is not None else 0, "kernels": trace.kernels.height})
+                  "graph_rows": graphs, "kernels": kernels})
 
 
 _GENERIC_FIX = ("use an nsys at least as new as the profiled process's CUDA runtime, or record regions opened "
@@ -261,32 +266,38 @@ def _raw_stream_left(files: Sequence[Path]) -> CompletenessWarning | None:
         evidence={"files": ", ".join(str(f) for f in files)})
 
 
-def _cuda_ends_early(trace: EventTables) -> CompletenessWarning | None:
+def _cuda_ends_early(frames: Events, window_end_ns: int) -> CompletenessWarning | None:
     """CUDA was used, its activity ends well before the NVTX ranges do, and almost no range holds any."""
-    ranges = trace.nvtx.select("start_ns", "end_ns", "thread").drop_nulls()
-    api = trace.cuda_api.select("start_ns", "end_ns", "thread")
-    if not api.height or ranges.height < MIN_RANGES:
+    ranges = frames.nvtx.select("start_ns", "end_ns", "thread").drop_nulls()
+    api = frames.cuda_api.select("start_ns", "end_ns", "thread")
+    gpu = pl.concat([f.select("start_ns", "end_ns") for f in (frames.kernels, frames.memcpy, frames.memset)])
+    calls, count, kernels = _count(api, ranges, frames.kernels)
+    if not calls or count < MIN_RANGES:
         return None
-    gpu = pl.concat([f.select("start_ns", "end_ns") for f in (trace.kernels, trace.memcpy, trace.memset)])
-    cuda_end = int(pl.concat([api.select("end_ns"), gpu.select("end_ns")]).select(pl.col("end_ns").max()).item())
-    nvtx_end = int(ranges.select(pl.col("end_ns").max()).item())
-    if nvtx_end - cuda_end < CUDA_TAIL_NS:
+    ends = pl.collect_all([frame.select(pl.col("end_ns").max()) for frame in (api, gpu, ranges)], engine="streaming")
+    api_end, gpu_end, nvtx_end = (frame.item() for frame in ends)
+    cuda_end = int(max(api_end, gpu_end if gpu_end is not None else api_end))
+    if int(nvtx_end) - cuda_end < CUDA_TAIL_NS:
         return None
-    with_cuda = int((_overlaps(ranges, api, by="thread") | _overlaps(ranges, gpu)).sum())
-    if with_cuda > MAX_RANGES_WITH_CUDA * ranges.height:
+    # Suspected: the overlaps need the events in order. A range that starts after every CUDA event ended holds none.
+    early = ranges.filter(pl.col("start_ns") <= cuda_end).collect(engine="streaming")
+    with_cuda = int((_overlaps(early, api.collect(engine="streaming"), by="thread")
+                     | _overlaps(early, gpu.collect(engine="streaming"))).sum())
+    if with_cuda > MAX_RANGES_WITH_CUDA * count:
         return None
-    after = int((ranges["start_ns"] >= cuda_end).sum())
+    [after] = _count(ranges.filter(pl.col("start_ns") >= cuda_end))
+    nvtx_end = int(nvtx_end)
     return CompletenessWarning(
         code="cuda_ends_early",
         message=f"the process used CUDA, but its CUDA activity ends {(nvtx_end - cuda_end) / 1e6:.0f} ms before "
-                f"its NVTX ranges do and {ranges.height - with_cuda} of {ranges.height} ranges hold no CUDA call "
+                f"its NVTX ranges do and {count - with_cuda} of {count} ranges hold no CUDA call "
                 "or GPU work: the trace looks truncated",
         cause="CUDA events after some point were not recorded or not imported (typically an nsys older than the "
               "CUDA runtime, with a collection that started before CUDA initialised)",
         fix=_GENERIC_FIX,
-        evidence={"cuda_end_ns": cuda_end, "nvtx_end_ns": nvtx_end, "window_end_ns": int(trace.window.end_ns),
-                  "ranges": ranges.height, "ranges_with_cuda": with_cuda, "ranges_after_cuda_end": after,
-                  "cuda_api_calls": api.height, "kernels": trace.kernels.height})
+        evidence={"cuda_end_ns": cuda_end, "nvtx_end_ns": nvtx_end, "window_end_ns": int(window_end_ns),
+                  "ranges": count, "ranges_with_cuda": with_cuda, "ranges_after_cuda_end": after,
+                  "cuda_api_calls": calls, "kernels": kernels})
 
 
 def _overlaps(ranges: pl.DataFrame, events: pl.DataFrame, by: str | None = None) -> pl.Series:

@@ -1,15 +1,26 @@
 """What the capture looked like over time: GPU busy fraction per time bucket and the NVTX ranges
-that explain it, reduced to a size a page can carry whatever the capture's length."""
+that explain it, reduced to a size a page can carry whatever the capture's length.
+
+One implementation for every capture: it reads the events as lazy frames (:func:`nsight_core.trace.streamed.events`):
+the Trace's frames where the capture is read whole, scans of Parquet copies where it was streamed. What needs the
+events in order (GPU busy time, NVTX nesting) runs over windows of start time
+(:func:`nsight_core.analysis.intervals.start_windows`): one window, the frame, for a capture read whole; windows of
+``WINDOW_ROWS`` events for a streamed one, whose results add up to exactly the same numbers. The rest (counts, sums,
+OS-call totals) are streamed queries.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
 
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.events import EventTables
-from nsight_core.analysis.footprint import capture_window, users_calls
-from nsight_core.analysis.intervals import bucket_edges, busy_fractions, busy_ns
-from nsight_core.trace.model import Trace
+from nsight_core.analysis.footprint import SLEEP_CALLS, UserWindow, user_window, users_calls
+from nsight_core.analysis.intervals import WINDOW_ROWS, bucket_edges, busy_over, start_windows
+from nsight_core.marks import OWN_DOMAIN
+from nsight_core.trace.model import Trace, with_depth
+from nsight_core.trace.streamed import Events, events
 
 TIMELINE_BUCKETS = 120
 MAX_TIMELINE_RANGES = 1000
@@ -92,77 +103,145 @@ class TraceSummary(BaseModel):
         return self.kernel_busy_ns / (self.span_ns * max(self.devices, 1))
 
 
-def summarize_trace(trace: Trace, buckets: int = TIMELINE_BUCKETS) -> TraceSummary:
-    """Reduce a capture's events to the user's window, busy time, timeline, NVTX ranges and OS calls."""
-    kernels = compute(trace)
-    window = capture_window(trace)
-    traced = any(frame.height for frame in (kernels, trace.memcpy, trace.memset, trace.cuda_api, trace.nvtx,
-                                              trace.nvtx_marks, trace.osrt, trace.samples))
+def summarize_trace(trace: Trace, buckets: int = TIMELINE_BUCKETS, window_rows: int | None = None) -> TraceSummary:
+    """Reduce a capture's events to the user's window, busy time, timeline, NVTX ranges and OS calls.
+
+    WINDOW_ROWS: events per window of start time (:func:`start_windows`); by default ``WINDOW_ROWS`` for a streamed
+    capture, the frames whole for one read whole. The numbers are the same whatever it is (tested)."""
+    frames = events(trace)
+    rows = window_rows if window_rows is not None else WINDOW_ROWS if frames.streamed else None
+    compute = compute_of(frames)
+    counted = (frames.kernels, frames.graphs, frames.memcpy, frames.memset, frames.cuda_api, frames.nvtx,
+               frames.nvtx_marks, frames.osrt, frames.samples)
+    counts = [frame.item() for frame in pl.collect_all([frame.select(pl.len()) for frame in counted],
+                                                       engine="streaming")]
+    kernels, graphs, memcpy, memset, cuda_api, nvtx = counts[:6]
+    traced = any(counts)
+    window = _user_window(trace, frames)
     first, span = (window.start_ns, window.span_ns) if traced else (None, 0)
-    calls = users_calls(trace.osrt, window)
+    edges = bucket_edges(first, first + span, buckets) if first is not None else []
+    devices, kernel_sum = compute.select(pl.col("device").n_unique(), (pl.col("end_ns") - pl.col("start_ns")).sum()) \
+        .collect(engine="streaming").row(0)
+    busy = busy_over(start_windows(compute, rows), edges)
+    copies = busy_over(start_windows(copies_of(frames), rows), edges) if edges else busy
+    osrt, osrt_calls = call_totals(users_calls(part, window) for part in start_windows(frames.osrt, rows))
+    instances, nvtx_buckets = nvtx_views(nvtx_windows(frames.nvtx, rows), first or 0,
+                                         edges if nvtx > MAX_TIMELINE_RANGES else [])
+    threads = frames.nvtx.select(pl.col("thread").unique()).collect(engine="streaming").to_series()
     in_window = (pl.col("time_ns") >= window.start_ns) & (pl.col("time_ns") < window.end_ns)
     return TraceSummary(
         first_event_ns=first,
         span_ns=span,
         recorded_ns=(trace.window.end_ns - trace.window.start_ns) or None,
         profiler_ns=window.profiler_ns if traced else 0,
-        gpu_traced=bool(kernels.height or trace.memcpy.height or trace.memset.height or trace.cuda_api.height),
-        devices=kernels["device"].n_unique() if kernels.height else 0,
-        kernel_count=trace.kernels.height,
-        graph_count=trace.graphs.height,
-        kernel_sum_ns=int((kernels["end_ns"] - kernels["start_ns"]).sum()) if kernels.height else 0,
-        kernel_busy_ns=busy_ns(kernels),
-        copy_count=trace.memcpy.height + trace.memset.height,
-        timeline=busy_timeline(trace, first, first + span, buckets) if first is not None else [],
-        nvtx=nvtx_instances(trace.nvtx, first or 0),
-        nvtx_total=trace.nvtx.height,
-        nvtx_buckets=nvtx_buckets(trace.nvtx, bucket_edges(first, first + span, buckets))
-        if first is not None and trace.nvtx.height > MAX_TIMELINE_RANGES else [],
-        thread_names=dict(trace.threads.filter(pl.col("thread").is_in(trace.nvtx["thread"].unique().implode()))
+        gpu_traced=bool(kernels or graphs or memcpy or memset or cuda_api),
+        devices=devices if kernels or graphs else 0,
+        kernel_count=kernels,
+        graph_count=graphs,
+        kernel_sum_ns=int(kernel_sum or 0),
+        kernel_busy_ns=busy.busy_ns,
+        copy_count=memcpy + memset,
+        timeline=[TimelineBucket(start_ns=low - edges[0], end_ns=high - edges[0], kernel_fraction=kernel,
+                                 copy_fraction=copy)
+                  for low, high, kernel, copy in zip(edges, edges[1:], busy.fractions, copies.fractions,
+                                                     strict=False)],
+        nvtx=instances,
+        nvtx_total=nvtx,
+        nvtx_buckets=nvtx_buckets,
+        thread_names=dict(trace.threads.filter(pl.col("thread").is_in(threads.implode()))
                           .select("thread", "name").iter_rows()),
-        osrt=call_totals(calls),
-        osrt_calls=calls.height,
-        samples=trace.samples.filter(in_window).height,
+        osrt=osrt,
+        osrt_calls=osrt_calls,
+        samples=frames.samples.filter(in_window).select(pl.len()).collect(engine="streaming").item(),
     )
 
 
-def call_totals(calls: pl.DataFrame, top: int = TOP_CALLS) -> list[CallTotal]:
-    """CALLS (start_ns, end_ns, name) by name, the TOP longest in total."""
+def _user_window(trace: Trace, frames: Events) -> UserWindow:
+    """:func:`user_window` of FRAMES, given what it reads of them, never a whole frame: the region's own marks, each
+    frame's first start and last end inside the collection window, the sleeps among the OS calls."""
+    start, end = trace.window.start_ns, trace.window.end_ns
+    inside = (pl.col("end_ns") > start) & (pl.col("start_ns") < end)
+    bounded = [frame.filter(inside).select(pl.col("start_ns").min(), pl.col("end_ns").max())
+               for frame in (frames.kernels, frames.memcpy, frames.memset, frames.cuda_api, frames.nvtx)]
+    marks = frames.nvtx_marks.filter(pl.col("domain") == OWN_DOMAIN)
+    sleeps = frames.osrt.filter(pl.col("name").str.contains(SLEEP_CALLS)).select("start_ns", "end_ns", "name")
+    own, sleeping, *bounds = pl.collect_all([marks, sleeps, *bounded], engine="streaming")
+    return user_window(start, end, own, bounds, sleeping)
+
+
+def call_totals(windows: Iterable[pl.DataFrame], top: int = TOP_CALLS) -> tuple[list[CallTotal], int]:
+    """The calls (start_ns, end_ns, name) of WINDOWS by name, the TOP longest in total, and how many there are:
+    per window, then added up."""
     duration = pl.col("end_ns") - pl.col("start_ns")
-    totals = (calls.group_by("name").agg(pl.len().alias("calls"), duration.sum().alias("total_ns"),
-                                         duration.max().alias("max_ns"))
-              .sort(["total_ns", "name"], descending=[True, False]).head(top))
-    return [CallTotal(**row) for row in totals.to_dicts()]
+    parts = [calls.group_by("name").agg(pl.len().alias("calls"), duration.sum().alias("total_ns"),
+                                        duration.max().alias("max_ns")) for calls in windows]
+    if not parts:
+        return [], 0
+    totals = (pl.concat(parts).group_by("name").agg(pl.col("calls").sum().cast(pl.Int64), pl.col("total_ns").sum(),
+                                                      pl.col("max_ns").max())
+              .sort(["total_ns", "name"], descending=[True, False]))
+    return [CallTotal(**row) for row in totals.head(top).to_dicts()], int(totals["calls"].sum())
 
 
-def compute(trace: EventTables) -> pl.DataFrame:
+def compute_of(frames: Events) -> pl.LazyFrame:
     """The GPU's compute (device, start_ns, end_ns): kernels and the CUDA-graph launches traced whole, each piece of
-    work once (the Trace's ``graphs`` leaves out launches whose nodes are kernels); frames without ``graphs``
-    (built by hand) have kernels alone."""
+    work once (``graphs`` leaves out launches whose nodes are kernels)."""
     columns = ["device", "start_ns", "end_ns"]
-    graphs: pl.DataFrame | None = getattr(trace, "graphs", None)
-    if graphs is None or not graphs.height:
-        return trace.kernels.select(columns)
-    return pl.concat([trace.kernels.select(columns), graphs.select(columns)]).sort("start_ns")
+    return pl.concat([frames.kernels.select(columns), frames.graphs.select(columns)])
 
 
-def busy_timeline(trace: EventTables, start_ns: int, end_ns: int, buckets: int) -> list[TimelineBucket]:
-    """Compute (kernels, CUDA graphs) and copy busy fractions of BUCKETS equal slices of [start_ns, end_ns]."""
-    edges = bucket_edges(start_ns, end_ns, buckets)
-    if not edges:
-        return []
+def copies_of(frames: Events) -> pl.LazyFrame:
+    """The GPU's memory copies and memsets (device, start_ns, end_ns)."""
     columns = ["device", "start_ns", "end_ns"]
-    copies = pl.concat([trace.memcpy.select(columns), trace.memset.select(columns)])
-    return [
-        TimelineBucket(start_ns=edges[i] - start_ns, end_ns=edges[i + 1] - start_ns, kernel_fraction=kernel,
-                       copy_fraction=copy)
-        for i, (kernel, copy) in enumerate(zip(busy_fractions(compute(trace), edges), busy_fractions(copies, edges),
-                                               strict=True))
-    ]
+    return pl.concat([frames.memcpy.select(columns), frames.memset.select(columns)])
 
 
-def nvtx_instances(nvtx: pl.DataFrame, origin_ns: int, limit: int = MAX_TIMELINE_RANGES) -> list[NvtxInstance]:
-    """The longest LIMIT range instances with their nesting depth, by start time; of equally long ones, the first.
+def nvtx_windows(nvtx: pl.LazyFrame, rows: int | None) -> Iterator[pl.DataFrame]:
+    """NVTX ranges with their ``depth`` (as ``Trace.nvtx``), in windows of start time (:func:`start_windows`).
+
+    Where the frame has no depth (scanned from disk), each window's is computed with the ranges of earlier windows
+    still open at its first start (:func:`with_depth`): a range that ended by then, started before each of the
+    window's, counts once before a range and once as ended, so leaving it out changes no depth; the ranges still
+    open are a thread's stack, a handful.
+    """
+    columns = ["start_ns", "end_ns", "name", "thread"]  # what the views read: a window holds no other
+    if "depth" in nvtx.collect_schema():
+        yield from start_windows(nvtx.select(*columns, "depth"), rows)
+        return
+    carried: pl.DataFrame | None = None
+    for window in start_windows(nvtx.select(columns), rows):
+        if not window.height:
+            continue
+        ranges = window.with_columns(pl.lit(False).alias("_carried"))
+        if carried is not None:
+            ranges = pl.concat([carried.with_columns(pl.lit(True).alias("_carried")), ranges])
+        del window
+        ranged = with_depth(ranges)
+        del ranges
+        # Kept for the next window: the ranges still open at this one's last start (the next one's ranges start no
+        # earlier), each end counted as with_depth counts it.
+        ended_at = pl.col("end_ns") + (pl.col("end_ns") <= pl.col("start_ns")).cast(pl.Int64)
+        carried = ranged.filter(ended_at > pl.col("start_ns").max()).drop("depth", "_carried")
+        yield ranged.filter(~pl.col("_carried")).drop("_carried")
+
+
+def nvtx_views(windows: Iterable[pl.DataFrame], origin_ns: int, edges: list[int],
+               limit: int = MAX_TIMELINE_RANGES) -> tuple[list[NvtxInstance], list[NvtxBucket]]:
+    """The timeline's NVTX ranges from ranges with depth in WINDOWS: the LIMIT longest (:func:`nvtx_instances`) and,
+    where EDGES are given, each thread's outermost ranges per slice (:func:`nvtx_buckets`). Per window, the longest
+    and the time per (thread, slice, name); then the longest of those, and the times added up."""
+    longest, pieces = [], []
+    for window in windows:
+        longest.append(_longest(window, limit))
+        if len(edges) >= 2:
+            pieces.append(_bucket_times(window, edges))
+        del window  # not alive while the next window is read
+    instances = nvtx_instances(pl.concat(longest), origin_ns, limit) if longest else []
+    return instances, _buckets(pl.concat(pieces), edges) if pieces else []
+
+
+def _longest(nvtx: pl.DataFrame, limit: int) -> pl.DataFrame:
+    """The LIMIT longest ranges of NVTX; of equally long ones, the first.
 
     The LIMITth longest duration is found on that column alone; only ranges at least as long are ranked (a
     third of the time of ranking a million ranges with their names).
@@ -170,17 +249,22 @@ def nvtx_instances(nvtx: pl.DataFrame, origin_ns: int, limit: int = MAX_TIMELINE
     duration = pl.col("end_ns") - pl.col("start_ns")
     shortest = nvtx.select(duration.top_k(limit).min()).item()
     longest = nvtx.filter(duration >= shortest) if shortest is not None else nvtx
-    kept = longest.top_k(limit, by=[duration, "start_ns"], reverse=[False, True]).sort("start_ns")
+    return longest.top_k(limit, by=[duration, "start_ns"], reverse=[False, True])
+
+
+def nvtx_instances(nvtx: pl.DataFrame, origin_ns: int, limit: int = MAX_TIMELINE_RANGES) -> list[NvtxInstance]:
+    """The longest LIMIT range instances with their nesting depth, by start time; of equally long ones, the first."""
+    kept = _longest(nvtx, limit).sort("start_ns")
     return [NvtxInstance(**row) for row in kept.select(
         "name", pl.col("start_ns") - origin_ns, pl.col("end_ns") - origin_ns, "depth", "thread").to_dicts()]
 
 
-def nvtx_buckets(nvtx: pl.DataFrame, edges: list[int]) -> list[NvtxBucket]:
-    """Per thread and slice between consecutive EDGES (equal slices), the share inside the thread's outermost ranges
-    and the range name holding most of it. Columnar: each outermost range is cut at the edges it crosses (an
-    outermost range never overlaps another of its thread, so the shares add up to at most 1)."""
-    if len(edges) < 2:
-        return []
+_SLICE = ["thread", "bucket", "b0", "b1"]
+
+
+def _bucket_times(nvtx: pl.DataFrame, edges: list[int]) -> pl.DataFrame:
+    """Per thread, slice between consecutive EDGES (equal slices) and name: the time inside the thread's outermost
+    ranges (thread, bucket, b0, b1, name, ns). Columnar: each outermost range is cut at the edges it crosses."""
     origin, width, last = edges[0], (edges[-1] - edges[0]) / (len(edges) - 1), len(edges) - 2
     pieces = (nvtx.filter((pl.col("depth") == 0) & (pl.col("end_ns") > origin) & (pl.col("start_ns") < edges[-1]))
               .select("thread", "name", "start_ns", "end_ns",
@@ -193,9 +277,18 @@ def nvtx_buckets(nvtx: pl.DataFrame, edges: list[int]) -> list[NvtxBucket]:
                             pl.col("bucket").replace_strict(dict(enumerate(edges[1:])), return_dtype=pl.Int64)
                             .alias("b1"))
               .with_columns((pl.min_horizontal("end_ns", "b1") - pl.max_horizontal("start_ns", "b0")).alias("ns")))
-    by_name = pieces.group_by("thread", "bucket", "b0", "b1", "name").agg(pl.col("ns").sum())
-    rows = (by_name.sort("ns", descending=True).group_by("thread", "bucket", "b0", "b1", maintain_order=True)
+    return pieces.group_by(*_SLICE, "name").agg(pl.col("ns").sum())
+
+
+def _buckets(times: pl.DataFrame, edges: list[int]) -> list[NvtxBucket]:
+    """Per thread and slice, from TIMES (:func:`_bucket_times`, of one or more windows): the share inside the
+    thread's outermost ranges and the name holding most of it (of equal ones, the first by name). An outermost range
+    never overlaps another of its thread, so the shares add up to at most 1."""
+    origin = edges[0]
+    by_name = times.group_by(*_SLICE, "name").agg(pl.col("ns").sum())
+    rows = (by_name.sort(["ns", "name"], descending=[True, False]).group_by(_SLICE, maintain_order=True)
             .agg(pl.col("name").first(), pl.col("ns").sum()).sort("thread", "bucket"))
     return [NvtxBucket(**row) for row in rows.select(
         "thread", (pl.col("b0") - origin).alias("start_ns"), (pl.col("b1") - origin).alias("end_ns"), "name",
         (pl.col("ns") / (pl.col("b1") - pl.col("b0"))).clip(0.0, 1.0).alias("fraction")).to_dicts()]
+

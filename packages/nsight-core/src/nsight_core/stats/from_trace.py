@@ -111,7 +111,7 @@ def _time_summary(frame: pl.LazyFrame, name: pl.Expr, round_: Rounding, streamed
 
 def kernel_summary(trace: Trace) -> list[KernelRow] | str:
     """cuda_gpu_kern_sum: kernels by demangled name."""
-    summary = _time_summary(streamed.kernels(trace), pl.col("name"), rounding(trace), is_streamed(trace),
+    summary = _time_summary(streamed.events(trace).kernels, pl.col("name"), rounding(trace), is_streamed(trace),
                             by_instances=True)
     return _rows(KernelRow, summary) if summary.height else "does not contain CUDA kernel data."
 
@@ -119,13 +119,13 @@ def kernel_summary(trace: Trace) -> list[KernelRow] | str:
 def graph_summary(trace: Trace) -> list[GraphRow]:
     """CUDA-graph launches on the GPU by graph (none where the trace has no graph-level rows): GPU work as much as
     a kernel is, which nsys' kernel report leaves out; the same statistics and order as its time reports."""
-    return _rows(GraphRow, _time_summary(streamed.graphs(trace), pl.format("CUDA graph {}", "graph_id"),
+    return _rows(GraphRow, _time_summary(streamed.events(trace).graphs, pl.format("CUDA graph {}", "graph_id"),
                                          rounding(trace), is_streamed(trace), key="graph_id"))
 
 
 def api_summary(trace: Trace) -> list[ApiCallRow] | str:
     """cuda_api_sum: CUDA runtime and driver calls by nsys' string id of the function (its full name)."""
-    summary = _time_summary(streamed.cuda_api(trace), pl.col("name"), rounding(trace), is_streamed(trace),
+    summary = _time_summary(streamed.events(trace).cuda_api, pl.col("name"), rounding(trace), is_streamed(trace),
                             key="name_id")
     return _rows(ApiCallRow, summary) if summary.height else "does not contain CUDA trace data."
 
@@ -133,8 +133,8 @@ def api_summary(trace: Trace) -> list[ApiCallRow] | str:
 def _memory_operations(trace: Trace) -> pl.LazyFrame:
     columns = ("start_ns", "end_ns", "bytes")
     return pl.concat([
-        streamed.memcpy(trace).select(pl.format("[CUDA memcpy {}]", "direction").alias("name"), *columns),
-        streamed.memset(trace).select(pl.lit("[CUDA memset]").alias("name"), *columns),
+        streamed.events(trace).memcpy.select(pl.format("[CUDA memcpy {}]", "direction").alias("name"), *columns),
+        streamed.events(trace).memset.select(pl.lit("[CUDA memset]").alias("name"), *columns),
     ])
 
 
@@ -163,7 +163,8 @@ def _megabytes(size: float) -> float:
 def nvtx_summary(trace: Trace) -> list[NvtxRangeRow] | str:
     """nvtx_pushpop_sum: push/pop ranges by `domain:name` (the name alone in the default domain)."""
     name = pl.when(pl.col("domain") != "").then(pl.format("{}:{}", "domain", "name")).otherwise(pl.col("name"))
-    summary = _time_summary(streamed.nvtx_push_pop(trace), name, rounding(trace), is_streamed(trace))
+    push_pop = streamed.events(trace).nvtx.filter(pl.col("kind") == "push_pop")
+    summary = _time_summary(push_pop, name, rounding(trace), is_streamed(trace))
     return _rows(NvtxRangeRow, summary) if summary.height else \
         "does not contain NV Tools Extension (NVTX) push/pop ranges."
 

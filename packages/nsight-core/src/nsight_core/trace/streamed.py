@@ -1,10 +1,11 @@
-"""The events the five default reports read, as lazy frames that Polars' streaming engine runs batch by batch.
+"""A capture's events as lazy frames, which Polars' streaming engine runs batch by batch: what the five default
+reports, the trace summary and the completeness checks read.
 
 For a capture read whole they are the Trace's frames made lazy. For one whose export was spilled to Parquet
 (:class:`~nsight_core.trace.spill.SpilledTables`, a large capture) they are scans of those files, named the way the
-Trace names its frames (the same string table, enum labels, NVTX domains), so that the reports run one query for
-either and never hold a whole event table. Only the columns the reports read are made: start_ns, end_ns and the
-grouping name, plus bytes (memory), name_id (CUDA API), graph_id (graphs).
+Trace names its frames (the same string table, enum labels, NVTX domains), so that one query serves either and a
+streamed one never holds a whole event table. Each table is scanned with one set of columns, the union of what its
+readers need: a table is copied to Parquet once per set of columns, and that copy is the slow part.
 
 A table whose columns differ from the ones nsight-core reads is read through the Trace, whose notes say what was
 left out: the same numbers and the same notes as a capture read whole.
@@ -12,7 +13,8 @@ left out: the same numbers and the same notes as a capture read whole.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import weakref
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -20,7 +22,9 @@ from nsight_core.trace.model import (
     COPY_DIRECTIONS,
     I64,
     NVTX_DOMAIN_CREATE,
+    NVTX_MARK_TYPES,
     NVTX_PUSH_POP_TYPES,
+    NVTX_START_END_TYPES,
     STR,
     Trace,
     _pid,
@@ -34,6 +38,52 @@ KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 def is_streamed(trace: Trace) -> bool:
     """TRACE's tables were spilled to disk for streaming (a large capture): its reports scan them."""
     return isinstance(trace.tables, SpilledTables)
+
+
+@dataclass(frozen=True)
+class Events:
+    """TRACE's event frames as lazy frames, with the Trace's column names (these columns; a frame of a capture read
+    whole has the Trace's others too, ``nvtx`` its ``depth``). ``streamed``: scanned from Parquet on disk."""
+
+    streamed: bool
+    kernels: pl.LazyFrame
+    """start_ns, end_ns, device, name (demangled), correlation_id"""
+    graphs: pl.LazyFrame
+    """start_ns, end_ns, device, graph_id, correlation_id: launches whose nodes are not kernels (``Trace.graphs``)"""
+    memcpy: pl.LazyFrame
+    """start_ns, end_ns, device, direction, bytes, correlation_id"""
+    memset: pl.LazyFrame
+    """start_ns, end_ns, device, bytes, correlation_id"""
+    cuda_api: pl.LazyFrame
+    """start_ns, end_ns, name (no version suffix), thread, correlation_id, name_id"""
+    nvtx: pl.LazyFrame
+    """start_ns, end_ns, name, domain, thread, kind, closed: push/pop and start/end ranges"""
+    nvtx_marks: pl.LazyFrame
+    """time_ns, name, domain, thread"""
+    osrt: pl.LazyFrame
+    """start_ns, end_ns, name, thread"""
+    samples: pl.LazyFrame
+    """time_ns"""
+
+
+_MADE: weakref.WeakKeyDictionary[Trace, Events] = weakref.WeakKeyDictionary()
+"""Each trace's Events, made once: the NVTX scan's last timestamp and domains are streamed passes of their own."""
+
+
+def events(trace: Trace) -> Events:
+    """TRACE's events as lazy frames (see :class:`Events`), made on first use and kept while TRACE lives."""
+    made = _MADE.get(trace)
+    if made is None:
+        made = _MADE[trace] = _events(trace)
+    return made
+
+
+def _events(trace: Trace) -> Events:
+    ranges, marks = _nvtx(trace)
+    kernels = _kernels(trace)
+    return Events(streamed=is_streamed(trace), kernels=kernels, graphs=_graphs(trace, kernels), memcpy=_memcpy(trace),
+                  memset=_memset(trace), cuda_api=_cuda_api(trace), nvtx=ranges, nvtx_marks=marks, osrt=_osrt(trace),
+                  samples=_samples(trace))
 
 
 def _scan(trace: Trace, table: str, wanted: Wanted) -> pl.LazyFrame | None:
@@ -57,58 +107,76 @@ def _named(frame: pl.LazyFrame, id_column: str, names: pl.DataFrame, alias: str)
                       on=id_column, how="left")
 
 
-def _named_events(trace: Trace, table: str, id_column: str, names: pl.DataFrame, kept: Mapping[str, str],
-                  frame: str, name: str = "name", unnamed: str = "") -> pl.LazyFrame:
-    """TABLE's start_ns, end_ns, NAME (ID_COLUMN's value in NAMES, else UNNAMED) and KEPT columns (export name ->
-    frame name), scanned from disk; the Trace's FRAME where it is read whole."""
-    raw = _scan(trace, table, {"start": I64, "end": I64, id_column: I64, **dict.fromkeys(kept, I64)})
+def _timed(frame: pl.LazyFrame, *columns: pl.Expr | str) -> pl.LazyFrame:
+    """FRAME's start and end as start_ns and end_ns, then COLUMNS."""
+    return frame.select(pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), *columns)
+
+
+def _kernels(trace: Trace) -> pl.LazyFrame:
+    raw = _scan(trace, KERNEL, {"start": I64, "end": I64, "deviceId": I64, "demangledName": I64,
+                                "correlationId": I64})
     if raw is None:
-        return getattr(trace, frame).lazy().select("start_ns", "end_ns", name, *kept.values())
-    return _named(raw, id_column, names, name).select(
-        pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col(name).fill_null(unnamed),
-        *(pl.col(column).alias(alias) for column, alias in kept.items()))
+        return trace.kernels.lazy()
+    return _timed(_named(raw, "demangledName", trace.strings, "name"), pl.col("deviceId").alias("device"),
+                  pl.col("name").fill_null(""), pl.col("correlationId").alias("correlation_id"))
 
 
-def kernels(trace: Trace) -> pl.LazyFrame:
-    """start_ns, end_ns, name (demangled), correlation_id."""
-    return _named_events(trace, KERNEL, "demangledName", trace.strings, {"correlationId": "correlation_id"}, "kernels")
-
-
-def graphs(trace: Trace) -> pl.LazyFrame:
-    """start_ns, end_ns, graph_id: graph launches whose nodes are not kernels (as ``Trace.graphs``)."""
+def _graphs(trace: Trace, kernels: pl.LazyFrame) -> pl.LazyFrame:
     raw = _scan(trace, "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
-                {"start": I64, "end": I64, "graphId": I64, "correlationId": I64})
+                {"start": I64, "end": I64, "deviceId": I64, "graphId": I64, "correlationId": I64})
     if raw is None:
-        return trace.graphs.lazy().select("start_ns", "end_ns", "graph_id")
-    launched = raw.select(pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"),
-                          pl.col("graphId").alias("graph_id"), pl.col("correlationId").alias("correlation_id"))
-    nodes = kernels(trace).select("correlation_id").unique()
-    return launched.join(nodes, on="correlation_id", how="anti").drop("correlation_id")
+        return trace.graphs.lazy()
+    launched = _timed(raw, pl.col("deviceId").alias("device"), pl.col("graphId").alias("graph_id"),
+                      pl.col("correlationId").alias("correlation_id"))
+    return launched.join(kernels.select("correlation_id").unique(), on="correlation_id", how="anti")
 
 
-def cuda_api(trace: Trace) -> pl.LazyFrame:
-    """start_ns, end_ns, name (no version suffix), name_id."""
-    return _named_events(trace, "CUPTI_ACTIVITY_KIND_RUNTIME", "nameId", trace.api_names, {"nameId": "name_id"},
-                         "cuda_api")
-
-
-def memcpy(trace: Trace) -> pl.LazyFrame:
-    """start_ns, end_ns, direction, bytes."""
-    return _named_events(trace, "CUPTI_ACTIVITY_KIND_MEMCPY", "copyKind",
-                         trace._enum("ENUM_CUDA_MEMCPY_OPER", COPY_DIRECTIONS), {"bytes": "bytes"}, "memcpy",
-                         name="direction", unnamed="Unknown")
-
-
-def memset(trace: Trace) -> pl.LazyFrame:
-    """start_ns, end_ns, bytes."""
-    raw = _scan(trace, "CUPTI_ACTIVITY_KIND_MEMSET", {"start": I64, "end": I64, "bytes": I64})
+def _memcpy(trace: Trace) -> pl.LazyFrame:
+    raw = _scan(trace, "CUPTI_ACTIVITY_KIND_MEMCPY",
+                {"start": I64, "end": I64, "deviceId": I64, "copyKind": I64, "bytes": I64, "correlationId": I64})
     if raw is None:
-        return trace.memset.lazy().select("start_ns", "end_ns", "bytes")
-    return raw.select(pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), "bytes")
+        return trace.memcpy.lazy()
+    directions = trace._enum("ENUM_CUDA_MEMCPY_OPER", COPY_DIRECTIONS)
+    return _timed(_named(raw, "copyKind", directions, "direction"), pl.col("deviceId").alias("device"),
+                  pl.col("direction").fill_null("Unknown"), "bytes", pl.col("correlationId").alias("correlation_id"))
 
 
-def nvtx_push_pop(trace: Trace) -> pl.LazyFrame:
-    """Push/pop ranges: start_ns, end_ns, name, domain ('' = default), as ``Trace.nvtx`` names them.
+def _memset(trace: Trace) -> pl.LazyFrame:
+    raw = _scan(trace, "CUPTI_ACTIVITY_KIND_MEMSET",
+                {"start": I64, "end": I64, "deviceId": I64, "bytes": I64, "correlationId": I64})
+    if raw is None:
+        return trace.memset.lazy()
+    return _timed(raw, pl.col("deviceId").alias("device"), "bytes", pl.col("correlationId").alias("correlation_id"))
+
+
+def _cuda_api(trace: Trace) -> pl.LazyFrame:
+    raw = _scan(trace, "CUPTI_ACTIVITY_KIND_RUNTIME",
+                {"start": I64, "end": I64, "nameId": I64, "globalTid": I64, "correlationId": I64})
+    if raw is None:
+        return trace.cuda_api.lazy()
+    return _timed(_named(raw, "nameId", trace.api_names, "name"), pl.col("name").fill_null(""),
+                  pl.col("globalTid").alias("thread"), pl.col("correlationId").alias("correlation_id"),
+                  pl.col("nameId").alias("name_id"))
+
+
+def _osrt(trace: Trace) -> pl.LazyFrame:
+    raw = _scan(trace, "OSRT_API", {"start": I64, "end": I64, "nameId": I64, "globalTid": I64})
+    if raw is None:
+        return trace.osrt.lazy()
+    return _timed(_named(raw, "nameId", trace.strings, "name"), pl.col("name").fill_null(""),
+                  pl.col("globalTid").alias("thread"))
+
+
+def _samples(trace: Trace) -> pl.LazyFrame:
+    raw = _scan(trace, "COMPOSITE_EVENTS", {"start": I64})
+    if raw is None:
+        return trace.samples.lazy().select("time_ns")
+    return raw.select(pl.col("start").alias("time_ns"))
+
+
+def _nvtx(trace: Trace) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """NVTX ranges and marks, as ``Trace.nvtx`` and ``Trace.nvtx_marks`` name them (ranges without ``depth``
+    where scanned: that needs the ranges in order, :mod:`nsight_core.analysis.windows`).
 
     A range that never ended ends at the table's last timestamp (one streamed pass); domains are the few
     domain-creation events, looked up by (domain id, process).
@@ -116,16 +184,22 @@ def nvtx_push_pop(trace: Trace) -> pl.LazyFrame:
     raw = _scan(trace, "NVTX_EVENTS", {"start": I64, "end": I64, "eventType": I64, "textId": I64, "text": STR,
                                        "globalTid": I64, "domainId": I64})
     if raw is None:
-        return trace.nvtx.lazy().filter(pl.col("kind") == "push_pop").select("start_ns", "end_ns", "name", "domain")
+        return trace.nvtx.lazy(), trace.nvtx_marks.lazy()
     last = raw.select(pl.max_horizontal(pl.col("start").max(), pl.col("end").max())).collect(engine="streaming").item()
     domains = (raw.filter(pl.col("eventType") == NVTX_DOMAIN_CREATE)
                .group_by("domainId", _pid(pl.col("globalTid")).alias("_pid"))
                .agg(pl.col("text").sort_by("start").first().alias("domain"))
                .collect(engine="streaming"))
-    return (raw.filter(pl.col("eventType").is_in(NVTX_PUSH_POP_TYPES))
-            .with_columns(_pid(pl.col("globalTid")).alias("_pid"))
-            .join(domains.lazy(), on=["domainId", "_pid"], how="left")
-            .pipe(_named, "textId", trace.strings, "_registered")
-            .select(pl.col("start").alias("start_ns"), pl.col("end").fill_null(last).alias("end_ns"),
-                    pl.coalesce("_registered", "text", pl.lit("")).alias("name"),
-                    pl.col("domain").fill_null("")))
+    named = (raw.with_columns(_pid(pl.col("globalTid")).alias("_pid"))
+             .join(domains.lazy(), on=["domainId", "_pid"], how="left")
+             .pipe(_named, "textId", trace.strings, "_registered")
+             .with_columns(pl.coalesce("_registered", "text", pl.lit("")).alias("name"),
+                           pl.col("domain").fill_null(""), pl.col("globalTid").alias("thread")))
+    event_type = pl.col("eventType")
+    kind = pl.when(event_type.is_in(NVTX_PUSH_POP_TYPES)).then(pl.lit("push_pop")).otherwise(pl.lit("start_end"))
+    ranges = named.filter(event_type.is_in(NVTX_PUSH_POP_TYPES + NVTX_START_END_TYPES)).select(
+        pl.col("start").alias("start_ns"), pl.col("end").fill_null(last).alias("end_ns"), "name", "domain", "thread",
+        kind.alias("kind"), pl.col("end").is_not_null().alias("closed"))
+    marks = named.filter(event_type.is_in(NVTX_MARK_TYPES)).select(pl.col("start").alias("time_ns"), "name",
+                                                                    "domain", "thread")
+    return ranges, marks

@@ -1,0 +1,50 @@
+"""Large captures: the trace summary (span, GPU busy time, timeline, NVTX instances and buckets, OS calls) and the
+completeness checks streamed from a spilled SQLite export equal the whole-frame path's on every H200 fixture, in one
+window or in windows of a few events (what a capture of millions of events gets: analysis/intervals.py).
+
+The fixtures are small, so the windows are made small (``window_rows``) to cross many window boundaries: NVTX ranges
+open across a boundary, kernels overlapping one. A 1 M-range capture is compared in tests/core/test_large_capture.py
+(slow: `make bench`).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import nsight_core
+from nsight_core.analysis.completeness import check_completeness
+from nsight_core.analysis.timeline import summarize_trace
+from nsight_core.nsys import Nsys
+from nsight_core.trace.export import ExportChoice, export
+from nsight_core.trace.model import Trace
+from nsight_core.trace.spill import SpilledTables
+from nsight_core.trace.streamed import events
+from nsight_core.trace.tables import SqliteTables
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+CAPTURES = sorted(p for p in FIXTURES.rglob("*.nsys-rep") if "2025" not in p.parent.name) + \
+    sorted(FIXTURES.rglob("*.sqlite"))
+STREAMED = ExportChoice("sqlite", True, "large", 0)
+SMALL_WINDOWS = (4, 50)
+
+
+@pytest.mark.nsys
+@pytest.mark.parametrize("capture", CAPTURES, ids=lambda p: p.relative_to(FIXTURES).as_posix())
+def test_streamed_summary_and_completeness_equal_the_whole_frames(capture: Path, nsys: Nsys, tmp_path: Path) -> None:
+    copy = tmp_path / capture.name
+    shutil.copyfile(capture, copy)
+    sqlite = copy if copy.suffix == ".sqlite" else export(copy, "sqlite", nsys)
+    whole_trace = nsight_core.load_trace(sqlite)
+    whole = summarize_trace(whole_trace)
+    verdict = check_completeness(whole_trace)
+    streamed_trace = Trace(SpilledTables(SqliteTables(sqlite), STREAMED))
+    assert events(streamed_trace).streamed and not events(whole_trace).streamed
+    assert summarize_trace(streamed_trace) == whole
+    assert check_completeness(streamed_trace) == verdict
+    for rows in SMALL_WINDOWS:  # windows of a few events: their results add up to the same numbers, exactly
+        assert summarize_trace(streamed_trace, window_rows=rows) == whole, rows
+        assert summarize_trace(whole_trace, window_rows=rows) == whole, rows
+    assert whole.span_ns > 0 and (whole.nvtx or whole.osrt or whole.kernel_count)

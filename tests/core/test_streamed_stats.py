@@ -21,7 +21,7 @@ import polars as pl
 import pytest
 
 import nsight_core
-from nsight_core import NotEnoughMemoryError
+from nsight_core import NotEnoughMemoryError, memory
 from nsight_core.nsys import Nsys
 from nsight_core.profile import build_profile
 from nsight_core.stats import exact
@@ -160,7 +160,9 @@ def test_a_large_capture_or_little_memory_streams(nsys: Nsys, tmp_path: Path, mo
         assert is_streamed(trace) and trace.source == capture.with_suffix(".sqlite")
         del trace
 
-    # Its arrow export would take 32 MiB and 20x the trace, the SQLite one 32 MiB, the summary over 64 MiB.
+    # Its arrow export would take 32 MiB and 20x the trace, the SQLite one 32 MiB, the summary over 64 MiB; a streamed
+    # summary (hundreds of MiB for any capture) allowed 1 MiB here, on this small one.
+    monkeypatch.setattr(memory, "STREAMED_SUMMARY_BYTES", 1 << 20)
     monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "34M")
     assert export_choice(capture, nsys) == ExportChoice("sqlite", True, "memory", size)
     profile = build_profile(capture)
@@ -178,7 +180,12 @@ def test_a_large_capture_or_little_memory_streams(nsys: Nsys, tmp_path: Path, mo
     gc.collect()
     assert not spills(tmp_path)
 
-    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "40M")  # the arrow export fits, the summary does not
+    # The arrow export fits, the frames read whole might not (EVENT_BYTES_PER_TRACE_BYTE), a streamed summary would:
+    # streamed from the start.
+    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "40M")
+    assert export_choice(capture, nsys) == ExportChoice("sqlite", True, "memory", size)
+    monkeypatch.undo()
+    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "40M")  # a streamed summary would not fit either: read whole, refused
     assert not export_choice(capture, nsys).streamed
     with pytest.raises(NotEnoughMemoryError):
         build_profile(capture)

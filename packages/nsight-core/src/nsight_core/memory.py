@@ -43,6 +43,11 @@ SUMMARY_BYTES_PER_STORED_BYTE = 7
 2 threads) to 2.4x (1 M NVTX ranges, 16 threads) over the base (docs/gpu-verification.md, session I) before the
 analysis moved onto the GPU's clock; since then `make bench` measured 5.2x on the 200 k-kernel capture (342 MB
 over the imports for 49.7 MB of event tables, 2 threads), which 3x no longer covered."""
+STREAMED_SUMMARY_BYTES = 384 << 20
+"""What a streamed capture's statistics, summary and completeness may peak at over the imports, whatever the capture's
+size: its event tables stay on disk, one window of events (analysis/intervals.py WINDOW_ROWS) and the reports' groups
+in memory. Measured (docs/memory.md): 10 M and 30 M NVTX ranges, `nsight stats` and `nsight report` peaking at
+about 250 MB more than the imports, 2 threads."""
 _UNLIMITED = 1 << 60
 """cgroup v1 writes "no limit" as a huge number (9223372036854771712); anything above this is none."""
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
@@ -55,6 +60,18 @@ def summary_bytes(stored_bytes: int) -> int:
 
     return SUMMARY_BASE_BYTES + SUMMARY_BYTES_PER_THREAD * pl.thread_pool_size() \
         + SUMMARY_BYTES_PER_STORED_BYTE * stored_bytes
+
+
+def check_streamed_summary_memory(what: str) -> None:
+    """Raise :class:`NotEnoughMemoryError` when even a streamed summary of WHAT (``STREAMED_SUMMARY_BYTES``) needs more
+    than this process may take."""
+    _check(STREAMED_SUMMARY_BYTES, f"summarising {what}", "streamed from disk, its size aside")
+
+
+def streamed_summary_fits() -> bool:
+    """Whether a streamed summary fits what this process may take (True where nothing is known of the limit)."""
+    allowed, _ = allowed_memory()
+    return allowed is None or allowed >= STREAMED_SUMMARY_BYTES
 
 
 def export_bytes(trace_bytes: int, kind: str = "arrowdir") -> int:

@@ -29,7 +29,7 @@ from nsight_core.analysis.step_events import StepDrawing, drawing_for
 from nsight_core.analysis.summary import Tile, summary_tiles
 from nsight_core.analysis.timeline import TraceSummary, summarize_trace
 from nsight_core.errors import NotEnoughMemoryError, StatsError
-from nsight_core.memory import allowed_memory, check_summary_memory, summary_bytes
+from nsight_core.memory import allowed_memory, check_streamed_summary_memory, check_summary_memory, summary_bytes
 from nsight_core.render.units import size
 from nsight_core.stats.load import load_stats, recorded_captures, stats_of_trace
 from nsight_core.stats.models import ProfileStats
@@ -87,6 +87,7 @@ def build_profile(
     except NotEnoughMemoryError:
         if not is_streamed(trace):
             raise
+        check_streamed_summary_memory(path.name)
         return streamed_profile(path, trace, reports or DEFAULT_REPORTS, title, facts)
     # The analysis runs beside the reports, summary and completeness (Polars computes without the GIL), on
     # frames read first: two threads must not both build one (a Python without cached_property's lock would).

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from nsight_core.errors import NsysCommandError, StatsError
-from nsight_core.memory import check_export_memory, export_fits
+from nsight_core.memory import check_export_memory, export_fits, streamed_summary_fits, summary_fits
 from nsight_core.nsys import Nsys, find_nsys
 from nsight_core.trace.writer import check_writer, explain_failure
 
@@ -177,11 +177,19 @@ under the 2 GiB a summary may take, and ran 2-4x faster than streamed with the s
 (docs/memory.md)."""
 
 
+EVENT_BYTES_PER_TRACE_BYTE = 12
+"""The event tables' bytes as Arrow (what a summary read whole grows with, memory.py) per byte of the .nsys-rep, the
+largest measured: 10.5x (1 M NVTX ranges) and 11.4x (10 M); 0.6-1.9x on the GPU fixtures. Known before the export,
+so a capture whose frames might not fit read whole is streamed from the start (where a streamed summary fits), not
+refused after its export."""
+
+
 class ExportChoice(NamedTuple):
-    """Which export a capture's events are read from, and why. ``streamed``: SQLite, its reports streamed from
-    Parquet on disk, because the trace is ``large`` (over ``stream_above_bytes``) or its arrow export would not fit
-    the ``memory`` allowed (:func:`nsight_core.memory.export_fits`); else read whole: the arrow export (``small``), or
-    SQLite where this nsys has no arrow export (``no_arrowdir``)."""
+    """Which export a capture's events are read from, and why. ``streamed``: SQLite, its reports, summary and
+    completeness streamed from Parquet on disk, because the trace is ``large`` (over ``stream_above_bytes``) or its
+    arrow export, or its frames read whole, would not fit the ``memory`` allowed (:mod:`nsight_core.memory`,
+    ``EVENT_BYTES_PER_TRACE_BYTE``); else read whole: the arrow export (``small``), or SQLite where this nsys has no
+    arrow export (``no_arrowdir``)."""
 
     kind: str
     streamed: bool
@@ -196,7 +204,8 @@ def export_choice(report: Path, nsys: Nsys | None = None) -> ExportChoice:
     size, stream_above = report.stat().st_size, STREAM_ABOVE_BYTES
     if size > stream_above:
         return ExportChoice("sqlite", True, "large", size, stream_above)
-    if not export_fits(size, "arrowdir"):
+    if not export_fits(size, "arrowdir") or (not summary_fits(EVENT_BYTES_PER_TRACE_BYTE * size)
+                                             and streamed_summary_fits()):
         return ExportChoice("sqlite", True, "memory", size, stream_above)
     if is_current(export_path(report, "arrowdir"), report) or "arrowdir" in (nsys or find_nsys()).export_types:
         return ExportChoice("arrowdir", False, "small", size, stream_above)

@@ -82,6 +82,14 @@ RSS_TARGET = 2.0
 IMPORT_TARGET_S = 0.050
 LINEAR_SLACK = 1.1
 """The finalize counts as no worse than linear while time grows at most as events^1.1 (timing noise)."""
+SCALE_SIZES = (10_000, 100_000, 1_000_000, 3_000_000, 10_000_000)
+"""NVTX ranges of the captures of "Memory and time vs capture size" (issue 23); the 30 M-range capture is the slow
+test's (tests/core/test_large_capture.py): recording it alone takes minutes."""
+SCALE_MEMORY = "2G"
+"""NSIGHT_SUMMARY_MEMORY in that table: a task allowed 2 GiB, the bound issue 23 sets for the whole pipeline."""
+SCALE_BOUND_MB = 2048
+SCALE_LARGE_BYTES = 100_000_000
+"""Traces over this many bytes have the target of at most 1.0x a bare SQLite export's time (issue 23)."""
 HEADER = "Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name\n"
 # Runs `nsight` like `python -m nsight_core.cli` and writes the Python process's own peak RSS (KiB) to argv[1],
 # at exit or just before the os._exit with which `nsight stats`/`report` skip Python's teardown.
@@ -134,6 +142,41 @@ WAITER = ("import os, subprocess, sys\n"
           "_, status, usage = os.wait4(process.pid, 0)\n"
           "open(sys.argv[1], 'w').write(str(usage.ru_maxrss))\n"
           "sys.exit(os.waitstatus_to_exitcode(status))\n")
+
+
+# Starts a command (stdout to argv[2]) and writes to argv[1] the largest SUM of the resident sets of its process tree
+# (sampled every 50 ms from /proc: nsys' export running beside nsight's Python counts with it; shared pages count in
+# each process, so it errs high) and the largest resident set of one process (KiB, exact: wait4's ru_maxrss).
+TREE = ("import os, subprocess, sys, time\n"
+        "process = subprocess.Popen(sys.argv[3:], stdout=open(sys.argv[2], 'wb'))\n"
+        "page, peak = os.sysconf('SC_PAGE_SIZE'), 0\n"
+        "def tree_bytes():\n"
+        "    children = {}\n"
+        "    for entry in os.listdir('/proc'):\n"
+        "        if not entry.isdigit():\n"
+        "            continue\n"
+        "        try:\n"
+        "            parent = int(open(f'/proc/{entry}/stat').read().rsplit(')', 1)[1].split()[1])\n"
+        "        except (OSError, ValueError, IndexError):\n"
+        "            continue\n"
+        "        children.setdefault(parent, []).append(int(entry))\n"
+        "    pids, total = [process.pid], 0\n"
+        "    while pids:\n"
+        "        pid = pids.pop()\n"
+        "        try:\n"
+        "            total += int(open(f'/proc/{pid}/statm').read().split()[1]) * page\n"
+        "        except (OSError, ValueError, IndexError):\n"
+        "            pass\n"
+        "        pids += children.get(pid, [])\n"
+        "    return total\n"
+        "while True:\n"
+        "    pid, status, usage = os.wait4(process.pid, os.WNOHANG)\n"
+        "    if pid:\n"
+        "        break\n"
+        "    peak = max(peak, tree_bytes())\n"
+        "    time.sleep(0.05)\n"
+        "open(sys.argv[1], 'w').write(f'{peak // 1024} {usage.ru_maxrss}')\n"
+        "sys.exit(os.waitstatus_to_exitcode(status))\n")
 
 
 # Prints, as JSON, what the analysis of argv[1] costs: it builds what `nsight report` builds from the Trace
@@ -192,6 +235,89 @@ def run(argv: Sequence[str | Path], cwd: Path, env: dict[str, str] | None = None
     peak_kib = int(rss_file.read_text().split()[-1])
     rss_file.unlink()
     return seconds, peak_kib / 1024
+
+
+@dataclass
+class TreeRun:
+    """One command's wall time, the largest sum of its process tree's resident sets, and its largest process's."""
+
+    seconds: float
+    tree_mb: float
+    largest_mb: float
+    stdout: str
+
+    def cell(self) -> str:
+        return f"{self.seconds:.1f} s, {self.tree_mb:.0f} MB"
+
+
+def tree_run(argv: Sequence[str | Path], cwd: Path, env: dict[str, str] | None = None) -> TreeRun:
+    """Run ARGV to completion under TREE. Fails loudly."""
+    peak_file, out_file = cwd / ".tree-sum", cwd / ".stdout"
+    start = time.perf_counter()
+    done = subprocess.run([PY, "-S", "-c", TREE, peak_file, out_file, *map(str, argv)], cwd=cwd, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"bench: {' '.join(map(str, argv))} exited {done.returncode}:\n"
+                         f"{done.stderr.decode()[-3000:]}")
+    tree_kib, largest_kib = map(int, peak_file.read_text().split())
+    stdout = out_file.read_text()
+    peak_file.unlink()
+    out_file.unlink()
+    return TreeRun(seconds, tree_kib / 1024, largest_kib / 1024, stdout)
+
+
+def scaling_section(traces: list[tuple[int, Path]], nsys: Nsys, scratch: Path) -> list[str]:
+    """Issue 23's tables: the whole pipeline's peak (process tree) and time against the capture's size, per million
+    events, and against one bare SQLite export of the same capture; a task allowed 2 GiB (SCALE_MEMORY)."""
+    env = {**os.environ, "NSIGHT_SUMMARY_MEMORY": SCALE_MEMORY}
+    lines = ["## Memory and time vs capture size (issue 23)", "",
+             f"CPU captures of N NVTX ranges recorded by this run (bench/nvtx_ranges.py, as above); each command once, "
+             f"on a fresh copy (its export made by the command), with `NSIGHT_SUMMARY_MEMORY={SCALE_MEMORY}` (a task "
+             "allowed 2 GiB: nsight reads a capture whole where its frames fit that, else exports it to SQLite and "
+             "streams it). \"Peak\": the largest sum of the resident sets of the command's process tree, sampled "
+             "every 50 ms from /proc (nsys' export and nsight's Python together; shared pages counted in each "
+             "process, so it errs high). \"Read as\": the export nsight chose (`nsight stats --json`'s `export`). "
+             "\"Per M\": `nsight report`'s seconds per million events; \"vs export\": its time over the bare SQLite "
+             "export's.", "",
+             "| NVTX ranges | trace | read as | bare `nsys export --type sqlite` | `nsight stats --json` "
+             "| `nsight report` | per M | vs export |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    worst, ratios, per_million = 0.0, [], []
+    for ranges, trace in traces:
+        copy = fresh_copy(trace, scratch)
+        export = tree_run([nsys.path, "export", "--type", "sqlite", copy], copy.parent)
+        copy = fresh_copy(trace, scratch)
+        stats = tree_run([PY, "-m", "nsight_core.cli", "stats", copy, "--json"], copy.parent, env)
+        payload = json.loads(stats.stdout)
+        counted = sum(row["instances"] for row in payload["nvtx_ranges"])
+        if counted != ranges:
+            raise SystemExit(f"bench: nsight stats counted {counted:,} of {ranges:,} NVTX ranges")
+        chosen = payload["export"]
+        read_as = (f"SQLite, streamed ({chosen['reason']})" if chosen["streamed"] else
+                   f"{'arrow' if chosen['kind'] == 'arrowdir' else 'SQLite'}, whole")
+        copy = fresh_copy(trace, scratch)
+        report = tree_run([PY, "-m", "nsight_core.cli", "report", copy, "-o", copy.parent / "page.html"],
+                          copy.parent, env)
+        worst = max(worst, stats.tree_mb, report.tree_mb, export.tree_mb)
+        per_million.append((ranges, report.seconds / ranges * 1e6))
+        if trace.stat().st_size > SCALE_LARGE_BYTES:
+            ratios.append((ranges, report.seconds / export.seconds))
+        lines.append(f"| {ranges:,} | {trace.stat().st_size / 1e6:.1f} MB | {read_as} | {export.cell()} "
+                     f"| {stats.cell()} | {report.cell()} | {report.seconds / ranges * 1e6:.1f} s "
+                     f"| {report.seconds / export.seconds:.2f}x |")
+        print(f"bench: {ranges:,} ranges: export {export.cell()}, stats {stats.cell()}, report {report.cell()}",
+              file=sys.stderr)
+    large = per_million[-1]
+    verdicts = [f"Peak of the whole pipeline at most {worst:.0f} MB (target under {SCALE_BOUND_MB} MB, 2 GiB: "
+                f"{_met(worst < SCALE_BOUND_MB, f'{worst - SCALE_BOUND_MB:.0f} MB over')}).",
+                f"`nsight report` per million events: {large[1]:.1f} s at {large[0]:,} ranges; from "
+                f"{per_million[-2][0]:,} to {large[0]:,} ranges "
+                f"{large[1] / per_million[-2][1]:.2f}x per event (1.0: linear)." if len(per_million) > 1 else ""]
+    verdicts += [f"`nsight report` {ratio:.2f}x a bare SQLite export's time at {ranges:,} ranges (a trace over "
+                 f"{SCALE_LARGE_BYTES / 1e6:.0f} MB: target at most 1.0x, "
+                 f"{_met(ratio <= 1.0, f'{ratio:.2f}x the target')})." for ranges, ratio in ratios]
+    return [*lines, "", *[f"- {line}" for line in verdicts if line], ""]
 
 
 def fresh_copy(trace: Path, scratch: Path) -> Path:
@@ -654,6 +780,9 @@ def main() -> None:
         baseline = import_baseline_mb()
         sections += [*analysis_section(costs, baseline), *guard_section(costs, baseline),
                      *finalize_scaling(scaling, scratch, args.repeat)]
+        recorded = dict(scaling)
+        sections += scaling_section([(size, recorded.get(size) or record_nvtx_capture(size, scratch)[0])
+                                     for size in SCALE_SIZES if not args.quick or size <= args.ranges], nsys, scratch)
         imports = import_times(7 if not args.quick else 3)
         extras = in_process(scratch)
     elapsed = time.perf_counter() - started

@@ -114,9 +114,11 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
     analysis = streamed_analysis(trace)
     if analysis is None:
         allowed, source = allowed_memory()
-        stats.notes.append(f"No 'What to fix' yet for a capture this large: its analysis reads whole frames (about "
-                           f"{size(summary_bytes(trace.event_bytes))}) and {source} allows "
-                           f"{size(allowed or 0)}; the statistics, summary and completeness were streamed from disk.")
+        note = (f"No 'What to fix' yet for a capture this large: its analysis reads whole frames (about "
+                f"{size(summary_bytes(trace.event_bytes))}) and {source} allows {size(allowed or 0)}; the statistics, "
+                "summary and completeness were streamed from disk.")
+        stats.notes.append(note)  # what `nsight stats` prints
+        profile.notes.append(note)  # what the page shows
         return profile
     return profile.model_copy(update={"analysis": withhold_savings(analysis, completeness)})
 

@@ -13,8 +13,8 @@ left out: the same numbers and the same notes as a capture read whole.
 
 from __future__ import annotations
 
+import functools
 import weakref
-from dataclasses import dataclass
 
 import polars as pl
 
@@ -40,50 +40,68 @@ def is_streamed(trace: Trace) -> bool:
     return isinstance(trace.tables, SpilledTables)
 
 
-@dataclass(frozen=True)
 class Events:
     """TRACE's event frames as lazy frames, with the Trace's column names (these columns; a frame of a capture read
-    whole has the Trace's others too, ``nvtx`` its ``depth``). ``streamed``: scanned from Parquet on disk."""
+    whole has the Trace's others too, ``nvtx`` its ``depth``), each made on first use: a reader of some frames never
+    reads the others of a capture read whole. ``streamed``: scanned from Parquet on disk."""
 
-    streamed: bool
-    kernels: pl.LazyFrame
-    """start_ns, end_ns, device, name (demangled), correlation_id"""
-    graphs: pl.LazyFrame
-    """start_ns, end_ns, device, graph_id, correlation_id: launches whose nodes are not kernels (``Trace.graphs``)"""
-    memcpy: pl.LazyFrame
-    """start_ns, end_ns, device, direction, bytes, correlation_id"""
-    memset: pl.LazyFrame
-    """start_ns, end_ns, device, bytes, correlation_id"""
-    cuda_api: pl.LazyFrame
-    """start_ns, end_ns, name (no version suffix), thread, correlation_id, name_id"""
-    nvtx: pl.LazyFrame
-    """start_ns, end_ns, name, domain, thread, kind, closed: push/pop and start/end ranges"""
-    nvtx_marks: pl.LazyFrame
-    """time_ns, name, domain, thread"""
-    osrt: pl.LazyFrame
-    """start_ns, end_ns, name, thread"""
-    samples: pl.LazyFrame
-    """time_ns"""
+    def __init__(self, trace: Trace) -> None:
+        self._trace = trace
+        self.streamed = is_streamed(trace)
 
+    @functools.cached_property
+    def kernels(self) -> pl.LazyFrame:
+        """start_ns, end_ns, device, name (demangled), correlation_id"""
+        return _kernels(self._trace)
 
-_MADE: weakref.WeakKeyDictionary[Trace, Events] = weakref.WeakKeyDictionary()
-"""Each trace's Events, made once: the NVTX scan's last timestamp and domains are streamed passes of their own."""
+    @functools.cached_property
+    def graphs(self) -> pl.LazyFrame:
+        """start_ns, end_ns, device, graph_id, correlation_id: the launches whose nodes are not kernels"""
+        return _graphs(self._trace, self.kernels)
+
+    @functools.cached_property
+    def memcpy(self) -> pl.LazyFrame:
+        """start_ns, end_ns, device, direction, bytes, correlation_id"""
+        return _memcpy(self._trace)
+
+    @functools.cached_property
+    def memset(self) -> pl.LazyFrame:
+        """start_ns, end_ns, device, bytes, correlation_id"""
+        return _memset(self._trace)
+
+    @functools.cached_property
+    def cuda_api(self) -> pl.LazyFrame:
+        """start_ns, end_ns, name (no version suffix), thread, correlation_id, name_id"""
+        return _cuda_api(self._trace)
+
+    @functools.cached_property
+    def nvtx(self) -> pl.LazyFrame:
+        """start_ns, end_ns, name, domain, thread, kind, closed: push/pop and start/end ranges"""
+        return _nvtx(self._trace)[0]
+
+    @functools.cached_property
+    def nvtx_marks(self) -> pl.LazyFrame:
+        """time_ns, name, domain, thread"""
+        return _nvtx(self._trace)[1]
+
+    @functools.cached_property
+    def osrt(self) -> pl.LazyFrame:
+        """start_ns, end_ns, name, thread"""
+        return _osrt(self._trace)
+
+    @functools.cached_property
+    def samples(self) -> pl.LazyFrame:
+        """time_ns"""
+        return _samples(self._trace)
 
 
 def events(trace: Trace) -> Events:
-    """TRACE's events as lazy frames (see :class:`Events`), made on first use and kept while TRACE lives."""
-    made = _MADE.get(trace)
-    if made is None:
-        made = _MADE[trace] = _events(trace)
-    return made
+    """TRACE's events as lazy frames (see :class:`Events`)."""
+    return Events(trace)
 
 
-def _events(trace: Trace) -> Events:
-    ranges, marks = _nvtx(trace)
-    kernels = _kernels(trace)
-    return Events(streamed=is_streamed(trace), kernels=kernels, graphs=_graphs(trace, kernels), memcpy=_memcpy(trace),
-                  memset=_memset(trace), cuda_api=_cuda_api(trace), nvtx=ranges, nvtx_marks=marks, osrt=_osrt(trace),
-                  samples=_samples(trace))
+_NVTX_PASSES: weakref.WeakKeyDictionary[SpilledTables, tuple[int | None, pl.DataFrame]] = weakref.WeakKeyDictionary()
+"""Per spilled export, the NVTX table's last timestamp and its domains: streamed passes of their own, made once."""
 
 
 def _scan(trace: Trace, table: str, wanted: Wanted) -> pl.LazyFrame | None:
@@ -185,11 +203,15 @@ def _nvtx(trace: Trace) -> tuple[pl.LazyFrame, pl.LazyFrame]:
                                        "globalTid": I64, "domainId": I64})
     if raw is None:
         return trace.nvtx.lazy(), trace.nvtx_marks.lazy()
-    last = raw.select(pl.max_horizontal(pl.col("start").max(), pl.col("end").max())).collect(engine="streaming").item()
-    domains = (raw.filter(pl.col("eventType") == NVTX_DOMAIN_CREATE)
-               .group_by("domainId", _pid(pl.col("globalTid")).alias("_pid"))
-               .agg(pl.col("text").sort_by("start").first().alias("domain"))
-               .collect(engine="streaming"))
+    assert isinstance(trace.tables, SpilledTables)  # only a spilled export is scanned
+    if trace.tables not in _NVTX_PASSES:
+        latest = pl.max_horizontal(pl.col("start").max(), pl.col("end").max())
+        _NVTX_PASSES[trace.tables] = (
+            raw.select(latest).collect(engine="streaming").item(),
+            raw.filter(pl.col("eventType") == NVTX_DOMAIN_CREATE)
+            .group_by("domainId", _pid(pl.col("globalTid")).alias("_pid"))
+            .agg(pl.col("text").sort_by("start").first().alias("domain")).collect(engine="streaming"))
+    last, domains = _NVTX_PASSES[trace.tables]
     named = (raw.with_columns(_pid(pl.col("globalTid")).alias("_pid"))
              .join(domains.lazy(), on=["domainId", "_pid"], how="left")
              .pipe(_named, "textId", trace.strings, "_registered")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from capture_helpers import run_captured
+from shared_runs import once_per_run
 
 from nsight_core import Session, find_nsys
 from nsight_core.launch import exec_wrapper
@@ -46,10 +47,27 @@ REGION = """
 """
 
 
+@pytest.fixture(scope="module")
+def runs_in_one_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[subprocess.CompletedProcess[str]]]:
+    """Two `nsight run` (the default capture, no -o) in one fresh folder: REGION, then a job that exits 3.
+    Shared by the cases about a plain run's stdout, exit code and run folders."""
+
+    def make(folder: Path) -> tuple[Path, list[subprocess.CompletedProcess[str]]]:
+        region, exits = script(folder, REGION), folder / "exits.py"
+        exits.write_text("import sys\nsys.exit(3)\n")
+        return folder, [nsight("run", "--trace", "nvtx", "--", sys.executable, str(job), cwd=folder)
+                        for job in (region, exits)]
+
+    return once_per_run(tmp_path_factory, "runs-in-one-folder", make)
+
+
 @pytest.mark.parametrize("capture", ["process", "manual"])
-def test_stdout_is_the_programs_output_then_the_report_paths(tmp_path, capture):
-    done = nsight("run", "--capture", capture, "--trace", "nvtx", "-o", str(tmp_path / "o"), "--",
-                  sys.executable, str(script(tmp_path, REGION)))
+def test_stdout_is_the_programs_output_then_the_report_paths(tmp_path, request, capture):
+    if capture == "process":
+        done = request.getfixturevalue("runs_in_one_folder")[1][0]
+    else:
+        done = nsight("run", "--capture", capture, "--trace", "nvtx", "-o", str(tmp_path / "o"), "--",
+                      sys.executable, str(script(tmp_path, REGION)))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "job output"
@@ -57,6 +75,22 @@ def test_stdout_is_the_programs_output_then_the_report_paths(tmp_path, capture):
     assert "\r" not in done.stdout and "Generated" not in done.stdout
     if capture == "process":
         assert "Generated" in done.stderr  # nsys' own messages: on stderr
+
+
+def test_runs_are_named_by_time_with_a_latest_link(runs_in_one_folder):
+    tmp_path, (first, second) = runs_in_one_folder
+    assert (first.returncode, second.returncode) == (0, 3), second.stderr
+    runs = sorted(p.name for p in (tmp_path / "nsight-runs").iterdir() if p.name != "latest")
+    assert len(runs) == 2 and all(len(name.split("-")[0]) == 8 for name in runs)
+    assert (tmp_path / "nsight-runs" / "latest").resolve().name == runs[-1] or \
+        os.readlink(tmp_path / "nsight-runs" / "latest") in runs
+    assert Path(second.stdout.splitlines()[-1]).parent.name == os.readlink(tmp_path / "nsight-runs" / "latest")
+
+
+def test_exit_code_is_the_commands(runs_in_one_folder):
+    done = runs_in_one_folder[1][1]
+    assert done.returncode == 3, done.stderr
+    assert [Path(line).suffix for line in done.stdout.splitlines()] == [".nsys-rep"]  # the trace is kept
 
 
 def test_version():
@@ -69,24 +103,6 @@ def test_one_capture_default_in_cli_and_api():
 
     assert build_parser().parse_args(["run", "--", "x"]).capture == DEFAULT_CAPTURE == "process"
     assert Session.run.__defaults__ is not None and DEFAULT_CAPTURE in Session.run.__defaults__
-
-
-def test_runs_are_named_by_time_with_a_latest_link(tmp_path):
-    job = script(tmp_path, "print('hi')\n")
-    first = nsight("run", "--trace", "nvtx", "--", sys.executable, str(job), cwd=tmp_path)
-    second = nsight("run", "--trace", "nvtx", "--", sys.executable, str(job), cwd=tmp_path)
-    assert first.returncode == second.returncode == 0, second.stderr
-    runs = sorted(p.name for p in (tmp_path / "nsight-runs").iterdir() if p.name != "latest")
-    assert len(runs) == 2 and all(len(name.split("-")[0]) == 8 for name in runs)
-    assert (tmp_path / "nsight-runs" / "latest").resolve().name == runs[-1] or \
-        os.readlink(tmp_path / "nsight-runs" / "latest") in runs
-    assert Path(second.stdout.splitlines()[-1]).parent.name == os.readlink(tmp_path / "nsight-runs" / "latest")
-
-
-def test_exit_code_is_the_commands(tmp_path):
-    done = nsight("run", "--trace", "nvtx", "-o", str(tmp_path / "o"), "--", sys.executable, "-c",
-                  "import sys; sys.exit(3)")
-    assert done.returncode == 3
 
 
 def fake_nsys(tmp_path: Path, subcommand: str, body: str) -> dict[str, str]:
@@ -219,27 +235,37 @@ def test_region_in_a_read_only_folder_runs_unprofiled(tmp_path, read_only):
     assert len(warnings) == 1 and "Read-only file system" in warnings[0] and "writable" in warnings[0]
 
 
-def test_stale_claim_does_not_shift_names(tmp_path):
-    out = tmp_path / "o"
-    out.mkdir()
-    probe = subprocess.Popen(["true"])
-    probe.wait()
-    (out / "r.claim").write_text(str(probe.pid))  # left by a killed process
-    result = Session(trace=("nvtx",), output_dir=out).run([sys.executable, str(script(tmp_path, REGION))],
-                                                           capture="manual")
-    assert [p.name for p in result.reports] == ["r.nsys-rep"]
+@pytest.fixture(scope="module")
+def claims_run(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """One manual run shared by the claim cases: the folder holds a claim left by a killed process, the
+    command records region r, then kills itself (SIGKILL) inside region k."""
+
+    def make(folder: Path):  # type: ignore[no-untyped-def]
+        out = folder / "o"
+        out.mkdir()
+        probe = subprocess.Popen(["true"])
+        probe.wait()
+        (out / "r.claim").write_text(str(probe.pid))  # left by a killed process
+        job = script(folder, REGION + """
+        import os, signal
+        with nsight_core.range("k"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        """)
+        return out, Session(trace=("nvtx",), output_dir=out).run([sys.executable, str(job)], capture="manual")
+
+    return once_per_run(tmp_path_factory, "claims", make)
+
+
+def test_stale_claim_does_not_shift_names(claims_run):
+    out, result = claims_run
+    assert [p.name for p in result.reports if p.name.startswith("r.")] == ["r.nsys-rep"]  # not r.1
     assert list(out.glob("*.claim")) == []
 
 
-def test_claims_never_leak_when_the_command_is_killed(tmp_path):
-    job = script(tmp_path, """
-        import os, signal, nsight_core
-        with nsight_core.range("r"):
-            os.kill(os.getpid(), signal.SIGKILL)
-    """)
-    result = Session(trace=("nvtx",), output_dir=tmp_path / "o").run([sys.executable, str(job)], capture="manual")
+def test_claims_never_leak_when_the_command_is_killed(claims_run):
+    out, result = claims_run
     assert result.returncode == 137
-    assert list((tmp_path / "o").glob("*.claim")) == []
+    assert list(out.glob("*.claim")) == []
 
 
 @pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])

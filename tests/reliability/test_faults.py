@@ -20,9 +20,11 @@ from pathlib import Path
 
 import pytest
 from fault_tasks import HOSTILE_NAMES, HOSTILE_REGIONS, expected
-from flyte_harness import BIN, ActionResult, nvtx_counts, parse_report, report_tabs
+from flyte_harness import BIN, ActionResult, nvtx_counts, parse_report, report_tabs, run_action_with, without_nsys_env
+from shared_runs import once_per_run
 
 from nsight_core import find_nsys
+from nsight_core.session import sanitize
 
 pytestmark = [pytest.mark.flyte, pytest.mark.nsys, pytest.mark.reliability]
 
@@ -67,9 +69,10 @@ def wait_gone(pattern: str, timeout: float = 20.0) -> list[str]:
 
 def assert_nothing_left(result: ActionResult) -> None:
     """No process or nsys session of this run, and nothing in its temp folder but kept traces."""
-    assert wait_gone(result.run_name) == []
+    name = sanitize(result.run_name)  # as in the session's name, which the processes' command lines hold
+    assert wait_gone(name) == []
     sessions = subprocess.run([str(find_nsys().path), "sessions", "list"], capture_output=True, text=True).stdout
-    assert result.run_name not in sessions
+    assert name not in sessions
     tmp = result.workdir / "tmp"
     left = [str(p.relative_to(tmp)) for p in tmp.rglob("*")
             if p.relative_to(tmp).parts[0] != "nvidia"  # nsys' own lock files
@@ -107,15 +110,35 @@ def test_nsys_missing_runs_unprofiled(run_action, without_nsys):
     assert_nothing_left(result)
 
 
-def test_nsight_not_on_path_still_profiles(run_action):
-    """An unactivated venv / --target install: the wrapper finds nsight-core through a0's interpreter."""
+HOSTILE_RUN_NAME = "r$(touch pwned)`touch pwned`;'\"x"
+
+
+@pytest.fixture(scope="module")
+def unusual_pod(a0: Path, tmp_path_factory: pytest.TempPathFactory) -> ActionResult:
+    """One run of `whole` shared by the cases that must not show at all: `nsight` is not on PATH (an
+    unactivated venv, a --target install), and the run and action names are hostile to a shell."""
     path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if Path(p) != BIN)
-    result = run_action(HERE, MODULE, "whole", {"steps": STEPS}, env={"PATH": path})
+    return once_per_run(tmp_path_factory, "unusual-pod", lambda folder: run_action_with(
+        a0, folder, HERE, MODULE, "whole", {"steps": STEPS}, env={"PATH": path, "ACTION_NAME": "a0/../\nx"},
+        run_name=HOSTILE_RUN_NAME))
+
+
+def test_nsight_not_on_path_still_profiles(unusual_pod):
+    """An unactivated venv / --target install: the wrapper finds nsight-core through a0's interpreter."""
+    result = unusual_pod
     assert_unprofiled_value(result, "whole")
     assert warnings_of(result) == [], result.stderr
     assert nvtx_counts(result.report) == [{f"step_{i}": 1 for i in range(STEPS)}]
     assert kept_traces(result) == ["whole.nsys-rep"]
     assert_nothing_left(result)
+
+
+def test_hostile_run_and_action_names(unusual_pod):
+    """The runtime expands $RUN_NAME into the wrapper: it must stay data, never become shell code."""
+    result = unusual_pod
+    assert_unprofiled_value(result, "whole")
+    assert nvtx_counts(result.report) == [{f"step_{i}": 1 for i in range(STEPS)}]
+    assert not (HERE / "pwned").exists()
 
 
 def test_nsys_launch_fails_runs_unprofiled(run_action, tmp_path):
@@ -371,7 +394,8 @@ def exit_status(returncode: int) -> int:
 
 
 def signalled(run_action, tmp_path: Path, signum: int, target: str, env: dict[str, str]) -> ActionResult:
-    """Run `preempted` and send SIGNUM to TARGET once it records (child, nsys, or the whole group)."""
+    """Run `preempted` (RUN_ACTION: the fixture's callable) and send SIGNUM to TARGET once it records (child,
+    nsys, or the whole group)."""
     ready = tmp_path / f"ready-{target}-{len(env)}"
 
     def send(process: subprocess.Popen[str], work: Path) -> None:
@@ -392,14 +416,27 @@ def signalled(run_action, tmp_path: Path, signum: int, target: str, env: dict[st
                       started=send)
 
 
+@pytest.fixture(scope="module")
+def unprofiled_sigterm(a0: Path, tmp_path_factory: pytest.TempPathFactory) -> ActionResult:
+    """`preempted` without nsys, given SIGTERM: the exit every profiled SIGTERM case is compared with."""
+
+    def make(folder: Path) -> ActionResult:
+        def run(*args, **options):  # type: ignore[no-untyped-def]
+            return run_action_with(a0, folder, *args, **options)
+
+        return signalled(run, folder, signal.SIGTERM, "child", without_nsys_env(folder))
+
+    return once_per_run(tmp_path_factory, "unprofiled-sigterm", make)
+
+
 @pytest.mark.parametrize("target", ["child", "nsys", "group"])
 @pytest.mark.parametrize("name", SIGNALS)
-def test_signal_flushes_the_trace_and_exits_as_unprofiled(run_action, without_nsys, tmp_path, name, target):
+def test_signal_flushes_the_trace_and_exits_as_unprofiled(run_action, request, tmp_path, name, target):
     """A preempted pod: the signal stops the collection, the trace is written, the exit is the unprofiled one."""
     signum = SIGNALS[name]
     result = signalled(run_action, tmp_path, signum, target, {})
     if signum == signal.SIGTERM:  # as unprofiled: the task dies of SIGTERM
-        plain = signalled(run_action, tmp_path, signum, "child", without_nsys)
+        plain = request.getfixturevalue("unprofiled_sigterm")
         assert exit_status(result.returncode) == exit_status(plain.returncode) == 143, result.stderr
     elif target == "child":  # flyte's own handling, profiled or not: it cancels the task, "Aborted!", 1
         assert exit_status(result.returncode) in {0, 1}, result.stderr  # (0 at times under load, unprofiled too)
@@ -422,16 +459,6 @@ def test_hostile_region_names(run_action, tmp_path):
     assert len(traces) == len(HOSTILE_REGIONS) and all("/" not in t and len(t) < 120 for t in traces)
     assert not (HERE / "pwned").exists() and not (result.workdir / "pwned").exists()
     assert_nothing_left(result)
-
-
-def test_hostile_run_and_action_names(run_action):
-    """The runtime expands $RUN_NAME into the wrapper: it must stay data, never become shell code."""
-    hostile = "r$(touch pwned)`touch pwned`;'\"x"
-    result = run_action(HERE, MODULE, "whole", {"steps": STEPS}, env={"ACTION_NAME": "a0/../\nx"},
-                        run_name=hostile)
-    assert_unprofiled_value(result, "whole")
-    assert nvtx_counts(result.report) == [{f"step_{i}": 1 for i in range(STEPS)}]
-    assert not (HERE / "pwned").exists()
 
 
 def test_hostile_nvtx_names_keep_the_summary(run_action):

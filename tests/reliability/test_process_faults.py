@@ -21,6 +21,7 @@ import pytest
 from capture_helpers import run_captured
 from fault_tasks import expected
 from flyte_harness import nvtx_counts
+from shared_runs import once_per_run
 
 from nsight_core import find_nsys, load_trace
 
@@ -83,14 +84,17 @@ FAMILY = """
 
 @pytest.fixture(scope="module")
 def family(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
-    """One `nsight run --capture manual -o out` of FAMILY, started in a fresh folder."""
-    folder = tmp_path_factory.mktemp("family")
-    (folder / "elsewhere").mkdir()
-    (folder / "job.py").write_text(textwrap.dedent(FAMILY))
-    done = run_captured([*NSIGHT, "run", "--capture", "manual", "--trace", "nvtx", "-o", "out", "--",
-                         sys.executable, "job.py"], cwd=folder, timeout=TIMEOUT, stdin=subprocess.DEVNULL,
-                        env={k: v for k, v in os.environ.items() if not k.startswith("NSIGHT_")})
-    return done, folder
+    """One `nsight run --capture manual -o out` of FAMILY, started in a fresh folder (once per test run)."""
+
+    def make(folder: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
+        (folder / "elsewhere").mkdir()
+        (folder / "job.py").write_text(textwrap.dedent(FAMILY))
+        done = run_captured([*NSIGHT, "run", "--capture", "manual", "--trace", "nvtx", "-o", "out", "--",
+                             sys.executable, "job.py"], cwd=folder, timeout=TIMEOUT, stdin=subprocess.DEVNULL,
+                            env={k: v for k, v in os.environ.items() if not k.startswith("NSIGHT_")})
+        return done, folder
+
+    return once_per_run(tmp_path_factory, "family", make)
 
 
 def test_forked_and_spawned_workers_never_change_the_exit_code(family):
@@ -124,6 +128,70 @@ def test_a_relative_output_folder_survives_a_change_of_directory(family):
     done, folder = family
     assert done.stdout.splitlines()[-1] == str(folder / "out" / "r.nsys-rep"), done.stderr
     assert not (folder / "elsewhere" / "out").exists()
+
+
+def nsight_stats(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return run_captured([*NSIGHT, *args], timeout=TIMEOUT, env={**os.environ, **(env or {})},
+                        stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("command", ["stats", "stats --json", "diff"])
+def test_names_a_latin1_stream_cannot_hold_are_escaped(family, command):
+    """PYTHONIOENCODING=latin-1 (or a C locale) and an emoji in an NVTX name: a UnicodeEncodeError
+    traceback before; now the output is written, what the stream lacks escaped or replaced."""
+    _, folder = family
+    trace = str(folder / "out" / "r.nsys-rep")
+    done = subprocess.run([*NSIGHT, *command.split(), trace, *([trace] if command == "diff" else [])],
+                          capture_output=True, timeout=TIMEOUT, env={**os.environ, "PYTHONIOENCODING": "latin-1"})
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
+    assert b"red" in done.stdout
+
+
+def test_control_characters_in_names_are_shown_escaped(family):
+    _, folder = family
+    done = nsight_stats("stats", str(folder / "out" / "r.nsys-rep"))
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout
+    assert "\\x1b[31mred\\x07 bell" in done.stdout
+
+
+@pytest.fixture
+def sealed(family, tmp_path):  # type: ignore[no-untyped-def]
+    """The family's trace alone in a read-only filesystem, which is HOME and the cache folder too."""
+    folder = tmp_path / "sealed"
+    folder.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(folder)]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        shutil.copy(next(family[1].rglob("r.nsys-rep")), folder)
+        subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_a_trace_in_a_read_only_folder_with_an_unwritable_cache_is_summarised(sealed, tmp_path):
+    """The export falls back to the temp folder (it ended in a 28-line traceback)."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    done = nsight_stats("stats", str(sealed / "r.nsys-rep"),
+                        env={"HOME": str(sealed), "XDG_CACHE_HOME": str(sealed / "cache"), "TMPDIR": str(temp),
+                             "NSIGHT_NSYS": str(find_nsys().path)})
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "after" in done.stdout
+    assert list(temp.glob("nsight-cache-*/nsight/*"))
+
+
+def test_a_report_of_a_good_and_a_damaged_trace_still_writes_the_good_ones_page(family, tmp_path):
+    good, bad = tmp_path / "good.nsys-rep", tmp_path / "bad.nsys-rep"
+    shutil.copy(next(family[1].rglob("r.nsys-rep")), good)
+    bad.write_bytes(good.read_bytes()[:5000])
+    done = nsight_stats("report", str(good), str(bad), "-o", str(tmp_path / "page.html"))
+    assert done.returncode == 1
+    [error] = [line for line in done.stderr.splitlines() if "error" in line]
+    assert "bad.nsys-rep" in error and "leaves" in error
+    assert done.stdout.strip() == str(tmp_path / "page.html")
+    assert "after" in (tmp_path / "page.html").read_text()
 
 
 def test_a_task_that_ends_its_own_workers_exits_as_unprofiled(run_action):
@@ -240,58 +308,6 @@ def running(pid: int) -> bool:
         return False
 
 
-def nsight_stats(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return run_captured([*NSIGHT, *args], timeout=TIMEOUT, env={**os.environ, **(env or {})},
-                        stdin=subprocess.DEVNULL)
-
-
-@pytest.mark.parametrize("command", ["stats", "stats --json", "diff"])
-def test_names_a_latin1_stream_cannot_hold_are_escaped(family, command):
-    """PYTHONIOENCODING=latin-1 (or a C locale) and an emoji in an NVTX name: a UnicodeEncodeError
-    traceback before; now the output is written, what the stream lacks escaped or replaced."""
-    _, folder = family
-    trace = str(folder / "out" / "r.nsys-rep")
-    done = subprocess.run([*NSIGHT, *command.split(), trace, *([trace] if command == "diff" else [])],
-                          capture_output=True, timeout=TIMEOUT, env={**os.environ, "PYTHONIOENCODING": "latin-1"})
-    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
-    assert b"red" in done.stdout
-
-
-def test_control_characters_in_names_are_shown_escaped(family):
-    _, folder = family
-    done = nsight_stats("stats", str(folder / "out" / "r.nsys-rep"))
-    assert done.returncode == 0, done.stderr
-    assert "\x1b" not in done.stdout and "\x07" not in done.stdout
-    assert "\\x1b[31mred\\x07 bell" in done.stdout
-
-
-@pytest.fixture
-def sealed(family, tmp_path):  # type: ignore[no-untyped-def]
-    """The family's trace alone in a read-only filesystem, which is HOME and the cache folder too."""
-    folder = tmp_path / "sealed"
-    folder.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(folder)]).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
-    try:
-        shutil.copy(next(family[1].rglob("r.nsys-rep")), folder)
-        subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
-
-
-def test_a_trace_in_a_read_only_folder_with_an_unwritable_cache_is_summarised(sealed, tmp_path):
-    """The export falls back to the temp folder (it ended in a 28-line traceback)."""
-    temp = tmp_path / "temp"
-    temp.mkdir()
-    done = nsight_stats("stats", str(sealed / "r.nsys-rep"),
-                        env={"HOME": str(sealed), "XDG_CACHE_HOME": str(sealed / "cache"), "TMPDIR": str(temp),
-                             "NSIGHT_NSYS": str(find_nsys().path)})
-    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
-    assert "after" in done.stdout
-    assert list(temp.glob("nsight-cache-*/nsight/*"))
-
-
 INTERRUPTED = """
     import sys, time, nvtx, nsight_core
     with nsight_core.range("r"):  # under --capture process (no session) it records nothing of its own
@@ -384,18 +400,6 @@ class Terminal:
 def _take_controlling_terminal() -> None:
     """In the new session's leader, before exec: stdin (the pty) becomes its controlling terminal."""
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-
-def test_a_report_of_a_good_and_a_damaged_trace_still_writes_the_good_ones_page(family, tmp_path):
-    good, bad = tmp_path / "good.nsys-rep", tmp_path / "bad.nsys-rep"
-    shutil.copy(next(family[1].rglob("r.nsys-rep")), good)
-    bad.write_bytes(good.read_bytes()[:5000])
-    done = nsight_stats("report", str(good), str(bad), "-o", str(tmp_path / "page.html"))
-    assert done.returncode == 1
-    [error] = [line for line in done.stderr.splitlines() if "error" in line]
-    assert "bad.nsys-rep" in error and "leaves" in error
-    assert done.stdout.strip() == str(tmp_path / "page.html")
-    assert "after" in (tmp_path / "page.html").read_text()
 
 
 @pytest.fixture

@@ -49,16 +49,47 @@ def _nvtx_counts(report: str) -> dict[str, int]:
     return {row["name"]: row["instances"] for row in data["nvtx_ranges"]}
 
 
-def test_manual_capture_two_regions_exact_nvtx_counts(tmp_path: Path, nsys: Nsys) -> None:
-    script = _script(tmp_path, REGIONS)
-    out = tmp_path / "out"
-    done = nsight("run", "--capture", "manual", "--trace", "nvtx,osrt", "--sample", "none", "-o", str(out),
-                  "--", sys.executable, str(script))
+@pytest.fixture(scope="module")
+def regions_behind_a_wrapper(tmp_path_factory: pytest.TempPathFactory, nsys: Nsys) -> tuple[
+        subprocess.CompletedProcess[str], list[str]]:
+    """One `nsight run --capture manual` of REGIONS, shared by the cases a single run shows: nsys is
+    reached through a script that execs it (as installs often are; each call it gets is logged), and the
+    program runs with a preload of its own. The run's result and the wrapper's log."""
+    folder = tmp_path_factory.mktemp("regions")
+    seen = folder / "seen"
+    wrapper = folder / "nsys"
+    wrapper.write_text(f'#!/bin/sh\necho "$1 preload=$LD_PRELOAD nvtx=$NVTX_INJECTION64_PATH" >> {seen}\n'
+                       f'exec {nsys.path} "$@"\n')
+    wrapper.chmod(0o755)
+    script = _script(folder, REGIONS)
+    env = {**os.environ, "NSIGHT_NSYS": str(wrapper), "LD_PRELOAD": "libm.so.6"}
+    done = run_captured([sys.executable, "-m", "nsight_core.cli", "run", "--capture", "manual", "--trace",
+                         "nvtx,osrt", "--sample", "none", "-o", str(folder / "out"), "--", sys.executable, str(script)],
+                        env=env, timeout=240)
+    return done, seen.read_text().splitlines() if seen.exists() else []
+
+
+def test_manual_capture_two_regions_exact_nvtx_counts(regions_behind_a_wrapper) -> None:  # type: ignore[no-untyped-def]
+    done, _ = regions_behind_a_wrapper
+    assert done.returncode == 0, done.stderr
     reports = [line for line in done.stdout.splitlines() if line.endswith(".nsys-rep")]
     assert "workload done" in done.stdout
     assert [Path(r).name for r in reports] == ["first.nsys-rep", "second.nsys-rep"]
     assert _nvtx_counts(reports[0]) == {"first_step": 3}
     assert _nvtx_counts(reports[1]) == {"second_step": 5}
+
+
+def test_nsys_behind_an_exec_wrapper_gets_no_injection(regions_behind_a_wrapper) -> None:  # type: ignore[no-untyped-def]
+    """Installs often reach nsys through a script that execs it. Run from inside the profiled process
+    with nsys' LD_PRELOAD, that shell registered as a profiled process and every region's stop waited
+    about 30 s for it. nsys' own commands now run without the injection; the user's preload stays."""
+    done, calls = regions_behind_a_wrapper
+    assert done.returncode == 0, done.stderr
+    reports = [line for line in done.stdout.splitlines() if line.endswith(".nsys-rep")]
+    assert _nvtx_counts(reports[1]) == {"second_step": 5}
+    inside = [line for line in calls if line.split()[0] in ("start", "stop")]
+    assert len(inside) == 4, calls
+    assert all(line.endswith(" preload=libm.so.6 nvtx=") for line in inside), inside
 
 
 def test_process_capture_records_the_whole_run(tmp_path: Path, nsys: Nsys) -> None:
@@ -70,29 +101,6 @@ def test_process_capture_records_the_whole_run(tmp_path: Path, nsys: Nsys) -> No
     reports = done.stdout.splitlines()[1:]
     assert len(reports) == 1 and reports[0].endswith(".nsys-rep")
     assert _nvtx_counts(reports[0]) == {"first_step": 3, "second_step": 5}
-
-
-def test_nsys_behind_an_exec_wrapper_gets_no_injection(tmp_path: Path, nsys: Nsys) -> None:
-    """Installs often reach nsys through a script that execs it. Run from inside the profiled process
-    with nsys' LD_PRELOAD, that shell registered as a profiled process and every region's stop waited
-    about 30 s for it. nsys' own commands now run without the injection; the user's preload stays."""
-    seen = tmp_path / "seen"
-    wrapper = tmp_path / "nsys"
-    wrapper.write_text(f'#!/bin/sh\necho "$1 preload=$LD_PRELOAD nvtx=$NVTX_INJECTION64_PATH" >> {seen}\n'
-                       f'exec {nsys.path} "$@"\n')
-    wrapper.chmod(0o755)
-    script = _script(tmp_path, REGIONS)
-    env = {**os.environ, "NSIGHT_NSYS": str(wrapper), "LD_PRELOAD": "libm.so.6"}
-    done = run_captured([sys.executable, "-m", "nsight_core.cli", "run", "--capture", "manual", "--trace", "nvtx",
-                         "--sample", "none", "-o", str(tmp_path / "o"), "--", sys.executable, str(script)],
-                        env=env, timeout=240)
-    assert done.returncode == 0, done.stderr
-    reports = [line for line in done.stdout.splitlines() if line.endswith(".nsys-rep")]
-    assert _nvtx_counts(reports[1]) == {"second_step": 5}
-    calls = seen.read_text().splitlines()
-    inside = [line for line in calls if line.split()[0] in ("start", "stop")]
-    assert len(inside) == 4, calls
-    assert all(line.endswith(" preload=libm.so.6 nvtx=") for line in inside), inside
 
 
 def test_run_exits_with_the_commands_exit_code(tmp_path: Path, nsys: Nsys) -> None:

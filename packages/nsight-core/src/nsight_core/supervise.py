@@ -3,8 +3,8 @@
 `nsight run` and `nsight launch` stay nsys' parent for the whole run instead of exec'ing into it: they
 hand the command its stdout/stderr while holding nsys' own messages back until the command has
 started, forward SIGTERM/SIGINT (each once), run nsys again where it failed before starting anything,
-end an nsys agent that outlives nsys, and make nsys die with them (a parent-death signal). The nsys
-command lines themselves are :mod:`nsight_core.nsys`'s.
+end an nsys agent that outlives nsys (or a killed run), and make nsys die with them (a parent-death
+signal). The nsys command lines themselves are :mod:`nsight_core.nsys`'s.
 """
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[s
     its whole foreground group, and nsys, given SIGINT again while it wrote the trace, dropped it and
     left its raw stream. COMMAND does not lose the terminal by it: nsys starts it in a session of its
     own (measured, 2023.4.4), where it reads and writes it as before. SESSION names the nsys
-    session NSYS_ARGV creates (`nsys launch --session-new`): an agent of it still running once nsys
-    has ended is ended too.
+    session NSYS_ARGV creates (`--session-new`): an agent of it still running once nsys has ended
+    is ended too, and so is, before anything starts, one left by a killed run.
 
     nsys is run again (START_ATTEMPTS in all) while it fails before COMMAND starts in a way that is
     not a setting's fault (a lost agent, an exit 0, a hang past QUICK_TIMEOUT): nothing ran, so that
@@ -101,7 +101,7 @@ def end_what_killed_runs_left() -> None:
     delete their temp folders (:func:`nsight_core.claims.owned_folder`).
 
     nsys, killed by the parent-death signal just as it starts its session's agent, leaves the agent
-    running (measured with 2023.4.4: 5 of 5 such kills, one agent still there after 2 minutes), holding
+    running (measured with 2023.4.4: 5 of 5 such kills, each agent still there 26 minutes later), holding
     nsys' session lock in $TMPDIR. A run's folder names its session; the next run in the same $TMPDIR
     ends that session's agents.
     """

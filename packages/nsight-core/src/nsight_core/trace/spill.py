@@ -5,7 +5,8 @@ NVTX captures: 160-165 MB for 1 M ranges, growing with the capture, docs/memory.
 whole after that. nsys' SQLite export streams (32 MB whatever the size). So a large capture is exported to
 SQLite and each table the summary reads is copied, its needed columns only, into Parquet files of
 ``SQLITE_BATCH_ROWS`` rows each (one fetch of rows at a time in memory); Polars' streaming engine then scans
-those files (:mod:`nsight_core.stats.from_trace`), so no whole event table is ever in memory.
+those files (:mod:`nsight_core.trace.streamed`: the reports, the summary, the completeness checks), so no whole event
+table is ever in memory.
 
 The Parquet files live in a temporary folder beside the export (or in the temp folder where that is not
 writable); the folder is removed when the tables are closed, or garbage-collected, or at the latest when the
@@ -76,7 +77,7 @@ class SpilledTables:
         return self._sqlite.columns(table)
 
     def read(self, table: str, wanted: Wanted) -> pl.DataFrame | None:
-        """TABLE read whole from SQLite (the summary and analysis, where they fit). Not through a Parquet copy: that
+        """TABLE read whole from SQLite (the analysis, where its frames fit). Not through a Parquet copy: that
         was measured slower and no leaner for a whole profile (3 M NVTX ranges: 40 s and 1,112 MB against 25 s and
         996 MB), though leaner for the NVTX frame alone (421 MB against 507)."""
         return self._sqlite.read(table, wanted)

@@ -5,13 +5,11 @@ shared by the cases a single program can show together (each test names the case
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import termios
 import textwrap
 import threading
 import time
@@ -375,8 +373,10 @@ class Terminal:
             os.close(self.slave)
 
     def start(self, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        run = subprocess.Popen(argv, stdin=self.slave, stdout=self.slave, stderr=self.slave, env=env,
-                               start_new_session=True, preexec_fn=_take_controlling_terminal)
+        """ARGV, exec'd by a trampoline that makes it a session leader with the pty as its terminal (no
+        preexec_fn: this process has threads)."""
+        run = subprocess.Popen([sys.executable, "-c", _LEAD_A_SESSION_AT_THE_TERMINAL, *argv], stdin=self.slave,
+                               stdout=self.slave, stderr=self.slave, env=env)
         os.close(self.slave)
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -397,9 +397,8 @@ class Terminal:
         return b"".join(self.read).decode(errors="replace").replace("\r\n", "\n")
 
 
-def _take_controlling_terminal() -> None:
-    """In the new session's leader, before exec: stdin (the pty) becomes its controlling terminal."""
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+_LEAD_A_SESSION_AT_THE_TERMINAL = ("import fcntl, os, sys, termios; os.setsid(); fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
+                                   "os.execvp(sys.argv[1], sys.argv[1:])")
 
 
 @pytest.fixture

@@ -1,9 +1,10 @@
 """Large captures: the five default reports streamed from a spilled SQLite export equal nsys' own and the whole-frame
 path's on every H200 fixture, the Parquet copies are removed, and a capture over the threshold takes that path.
 
-The streamed path is what a trace over ``STREAM_ABOVE_BYTES`` (32 MiB) gets; the fixtures are far smaller, so the
+The streamed path is what a trace over ``STREAM_ABOVE_BYTES`` (128 MiB) gets; the fixtures are far smaller, so the
 tests build it directly (SpilledTables over a real nsys SQLite export) or lower the threshold. Its memory on a
-10 M-range capture is tested in tests/core/test_large_capture.py (slow: `make bench`).
+30 M-range capture is tested in tests/core/test_large_capture.py (slow: `make bench`); its summary and completeness in
+tests/core/test_streamed_summary.py.
 """
 
 from __future__ import annotations

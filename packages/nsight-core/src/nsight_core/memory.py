@@ -62,6 +62,22 @@ def summary_bytes(stored_bytes: int) -> int:
         + SUMMARY_BYTES_PER_STORED_BYTE * stored_bytes
 
 
+def affordable_event_bytes() -> int | None:
+    """The most bytes of event tables whose summary fits what this process may take now (the inverse of
+    :func:`summary_bytes`; None where nothing is known of the limit): how much of a large capture its analysis reads
+    whole (:func:`nsight_core.profile.first_part`). A limit set in ``NSIGHT_SUMMARY_MEMORY`` is the whole process's:
+    what it holds already is taken from it (a container's headroom has that taken out already)."""
+    import polars as pl
+
+    allowed, source = allowed_memory()
+    if allowed is None:
+        return None
+    if source.startswith(ENV_SUMMARY_MEMORY):
+        allowed -= _resident(Path("/proc/self/statm"))
+    spare = allowed - SUMMARY_BASE_BYTES - SUMMARY_BYTES_PER_THREAD * pl.thread_pool_size()
+    return max(0, spare // SUMMARY_BYTES_PER_STORED_BYTE)
+
+
 def check_streamed_summary_memory(what: str) -> None:
     """Raise :class:`NotEnoughMemoryError` when even a streamed summary of WHAT (``STREAMED_SUMMARY_BYTES``) needs more
     than this process may take."""
@@ -144,6 +160,14 @@ def headroom_bytes(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/fs/cgr
     found = [value for value in (_available(proc / "meminfo"), *_cgroup_headrooms(proc / "self" / "cgroup", cgroups))
              if value is not None]
     return max(0, min(found)) if found else None
+
+
+def _resident(statm: Path) -> int:
+    """The resident set of the process whose STATM this is, in bytes (0 where it cannot be read)."""
+    try:
+        return int(statm.read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def _available(meminfo: Path) -> int | None:

@@ -6,17 +6,18 @@ on whether the trace is complete; `nsys stats` runs only for reports beyond the 
 CSV directories have no events, so their profile has stats only and says so.
 
 A large capture is exported to SQLite and streamed from Parquet copies (trace/spill.py): its statistics, summary
-and completeness run in bounded memory whatever its size. Its diagnosis still reads whole frames: where those would
-not fit the memory allowed, the profile has no "What to fix" yet, and a note says so (:func:`streamed_analysis`).
+and completeness run in bounded memory whatever its size. Its diagnosis reads whole frames: where those would not
+fit the memory allowed, it reads the capture's first steps that fit, and a note says so (:func:`first_part`).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import shlex
-from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from itertools import count, takewhile
 from pathlib import Path
 
@@ -25,18 +26,29 @@ from pydantic import BaseModel, Field
 
 from nsight_core.analysis.analyze import Analysis, Analyzed, analyze_steps, withhold_savings
 from nsight_core.analysis.completeness import CaptureFacts, Completeness, capture_facts, check_completeness
+from nsight_core.analysis.events import EventTables
+from nsight_core.analysis.intervals import first_share_end
 from nsight_core.analysis.step_events import StepDrawing, drawing_for
+from nsight_core.analysis.steps import find_steps
 from nsight_core.analysis.summary import Tile, summary_tiles
 from nsight_core.analysis.timeline import TraceSummary, summarize_trace
 from nsight_core.errors import NotEnoughMemoryError, StatsError
-from nsight_core.memory import allowed_memory, check_streamed_summary_memory, check_summary_memory, summary_bytes
-from nsight_core.render.units import size
+from nsight_core.memory import (
+    affordable_event_bytes,
+    allowed_memory,
+    check_streamed_summary_memory,
+    check_summary_memory,
+    summary_bytes,
+)
+from nsight_core.render.units import duration, size
 from nsight_core.stats.load import load_stats, recorded_captures, stats_of_trace
 from nsight_core.stats.models import ProfileStats
 from nsight_core.stats.reports import DEFAULT_REPORTS
 from nsight_core.trace.export import REPORT_SUFFIXES, is_event_source
+from nsight_core.trace.head import head
 from nsight_core.trace.load import load_trace
-from nsight_core.trace.model import Trace
+from nsight_core.trace.model import KERNEL_COLUMNS, Trace
+from nsight_core.trace.spill import SpilledTables
 from nsight_core.trace.streamed import events, is_streamed
 
 log = logging.getLogger("nsight")
@@ -100,34 +112,61 @@ def build_profile(
         profile = CaptureProfile(title=title or capture_title(path, trace), source=str(path),
                                  stats=stats_of_trace(trace, reports or DEFAULT_REPORTS),
                                  trace=summarize_trace(trace), completeness=check_completeness(trace, facts))
-        return with_steps_drawn(diagnosed(profile, analyzed), trace, analyzed)
+        return with_steps_drawn(diagnosed(profile, analyzed.result), trace, analyzed.result)
 
 
 def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: str | None,
                      facts: CaptureFacts) -> CaptureProfile:
-    """The profile of a streamed capture whose frames would not fit read whole: statistics, summary
-    (tiles, timeline) and completeness, each streamed from the Parquet copies in bounded memory; "What to fix" from
-    :func:`streamed_analysis`, and while that has none, a note in the statistics (which `nsight stats` prints)."""
+    """The profile of a streamed capture whose frames would not fit read whole: statistics, summary (tiles,
+    timeline) and completeness, each streamed from the Parquet copies in bounded memory; "What to fix" and the
+    step view from the capture's first part that fits (:func:`first_part`), with a note saying how much it covers
+    (which `nsight stats` prints as well)."""
     stats, completeness = stats_of_trace(trace, reports), check_completeness(trace, facts)
     profile = CaptureProfile(title=title or capture_title(path, trace), source=str(path), stats=stats,
                              trace=summarize_trace(trace), completeness=completeness)
-    analysis = streamed_analysis(trace)
-    if analysis is None:
-        allowed, source = allowed_memory()
-        note = (f"No 'What to fix' yet for a capture this large: its analysis reads whole frames (about "
-                f"{size(summary_bytes(trace.event_bytes))}) and {source} allows {size(allowed or 0)}; the statistics, "
-                "summary and completeness were streamed from disk.")
-        stats.notes.append(note)  # what `nsight stats` prints
-        profile.notes.append(note)  # what the page shows
-        return profile
-    return profile.model_copy(update={"analysis": withhold_savings(analysis, completeness)})
+    part, (allowed, source) = first_part(trace), allowed_memory()
+    whole = f"the whole capture's analysis reads whole frames (about {size(summary_bytes(trace.event_bytes))}) and " \
+            f"{source} allows {size(allowed or 0)}"
+    if part is None:
+        note = f"No 'What to fix' for a capture this large: {whole}, not even for its first steps; the statistics, " \
+               "summary and completeness were streamed from disk."
+    else:
+        parts = functools.cache(lambda: analyze_steps(part))
+        profile = with_steps_drawn(diagnosed(profile, parts), part, parts)
+        if part is trace or profile.analysis is None or profile.trace is None:
+            return profile
+        steps = profile.analysis.steps.family
+        note = (f"What to fix covers {f'its first {steps.count:,} steps' if steps else 'its first part'} "
+                f"({duration(profile.analysis.window.span_ns)} of {duration(profile.trace.span_ns)}): {whole}. The "
+                "statistics, summary and completeness cover all of it, streamed from disk.")
+    stats.notes.append(note)  # what `nsight stats` prints
+    profile.notes.append(note)  # what the page shows
+    return profile
 
 
-def streamed_analysis(trace: Trace) -> Analysis | None:
-    """The diagnosis ("What to fix") of a streamed capture in bounded memory: None for now. The hook for the analysis
-    in slices (steps are local in time: windows aligned to steps, ranges and kernels crossing a boundary carried
-    over, as :func:`nsight_core.analysis.timeline.nvtx_windows` carries open ranges)."""
-    return None
+def first_part(trace: Trace) -> Trace | None:
+    """The first part of streamed TRACE whose analysis fits the memory allowed now (:func:`affordable_event_bytes`),
+    as a Trace read whole (:mod:`nsight_core.trace.head`); TRACE itself where all of it fits, None where nothing does.
+
+    Steps are local in time, so the first steps alone get the analysis any capture of their size gets. The cut
+    first lies where the events up to it take the share of the event tables' bytes that fits; where NVTX steps
+    are found before it, it moves back to the start of the last one, which would be cut short.
+    """
+    tables, affordable = trace.tables, affordable_event_bytes()
+    if not isinstance(tables, SpilledTables) or affordable is None or affordable >= trace.event_bytes:
+        return trace
+    if not affordable:
+        return None
+    frames = events(trace)
+    cut = first_share_end([frames.kernels, frames.memcpy, frames.memset, frames.cuda_api, frames.nvtx, frames.osrt],
+                          affordable / trace.event_bytes)
+    if cut is None:
+        return trace
+    part = head(tables.sqlite, cut, tables.choice)
+    found, steps = find_steps(part.nvtx, pl.DataFrame(schema=KERNEL_COLUMNS))
+    if found.source == "nvtx" and steps.height >= 2:
+        part = head(tables.sqlite, int(steps.select(pl.col("start_ns").max()).item()), tables.choice)
+    return part
 
 
 GENERATED_NAME = re.compile(r"nsight-[0-9a-f]{8}")
@@ -183,14 +222,14 @@ ANALYSIS_FRAMES = ("kernels", "memcpy", "memset", "cuda_api", "osrt", "nvtx", "n
 """What :func:`analyze_steps` reads of a Trace (:class:`EventTables`)."""
 
 
-def diagnosed(profile: CaptureProfile, analysis: Future[Analyzed]) -> CaptureProfile:
+def diagnosed(profile: CaptureProfile, analysis: Callable[[], Analyzed]) -> CaptureProfile:
     """PROFILE with the ANALYSIS; should it fail, a note says so and the rest of the page stays.
 
     The diagnosis is the newest and most heuristic part of the page: a capture shape it does not expect
     must cost the "What to fix" section, not the user's statistics (profiling never breaks the job).
     """
     try:
-        found = analysis.result().analysis
+        found = analysis().analysis
         if profile.completeness is not None:
             found = withhold_savings(found, profile.completeness)
         return profile.model_copy(update={"analysis": found})
@@ -201,13 +240,13 @@ def diagnosed(profile: CaptureProfile, analysis: Future[Analyzed]) -> CapturePro
                                                     f"({type(error).__name__}: {error})"]})
 
 
-def with_steps_drawn(profile: CaptureProfile, trace: Trace, parts: Future[Analyzed]) -> CaptureProfile:
+def with_steps_drawn(profile: CaptureProfile, trace: EventTables, parts: Callable[[], Analyzed]) -> CaptureProfile:
     """PROFILE with the steps its page draws in full (:func:`drawing_for`, from the PARTS made beside the analysis);
     should that fail, a note says so and the rest of the page stays (as for the analysis: :func:`diagnosed`)."""
     if profile.analysis is None:
         return profile
     try:
-        return profile.model_copy(update={"steps_drawn": drawing_for(trace, profile.analysis, parts.result())})
+        return profile.model_copy(update={"steps_drawn": drawing_for(trace, profile.analysis, parts())})
     except Exception as error:  # see the docstring
         log.warning("could not select %s's steps to draw (%s: %s)", profile.source, type(error).__name__, error)
         return profile.model_copy(update={"notes": [*profile.notes, f"Step view: the selection of its steps failed "

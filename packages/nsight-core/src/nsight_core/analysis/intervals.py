@@ -40,9 +40,7 @@ def start_windows(frame: pl.LazyFrame, rows: int | None) -> Iterator[pl.DataFram
     if count <= rows:
         yield frame.collect(engine="streaming")
         return
-    width = max(1, -(-(high - low + 1) // HISTOGRAM_BUCKETS))
-    histogram = (frame.select(((start - low) // width).alias("_bucket")).group_by("_bucket")
-                 .agg(pl.len().alias("_count")).collect(engine="streaming").sort("_bucket"))
+    histogram, width = _histogram(frame, low, high)
     before = pl.col("_count").cum_sum() - pl.col("_count")
     firsts = (histogram.group_by((before // rows).alias("_window")).agg(pl.col("_bucket").min())
               .sort("_window")["_bucket"].to_list())
@@ -50,6 +48,34 @@ def start_windows(frame: pl.LazyFrame, rows: int | None) -> Iterator[pl.DataFram
     for lower, upper in zip([None, *cuts], [*cuts, None], strict=True):
         inside = pl.lit(True) if lower is None else start >= lower
         yield frame.filter(inside if upper is None else inside & (start < upper)).collect(engine="streaming")
+
+
+def _histogram(frame: pl.LazyFrame, low: int, high: int) -> tuple[pl.DataFrame, int]:
+    """How many of FRAME's events start in each of HISTOGRAM_BUCKETS buckets from LOW to HIGH (``_bucket``,
+    ``_count``, by bucket; empty ones left out; one streamed pass), and the buckets' width."""
+    width = max(1, -(-(high - low + 1) // HISTOGRAM_BUCKETS))
+    histogram = (frame.select(((pl.col("start_ns") - low) // width).alias("_bucket")).group_by("_bucket")
+                 .agg(pl.len().alias("_count")).collect(engine="streaming").sort("_bucket"))
+    return histogram, width
+
+
+def first_share_end(frames: Iterable[pl.LazyFrame], share: float) -> int | None:
+    """A time before which about SHARE (0-1) of FRAMES' events (start_ns columns) start, and no more: the end of
+    the last bucket of a histogram of their starts within that share (the first bucket at least); None when SHARE
+    covers them all.
+
+    Why: the first part of a large capture that fits the memory allowed ends there (:mod:`nsight_core.trace.head`).
+    """
+    starts = pl.concat([frame.select("start_ns") for frame in frames])
+    start = pl.col("start_ns")
+    count, low, high = (starts.select(pl.len(), start.min().alias("_low"), start.max().alias("_high"))
+                        .collect(engine="streaming").row(0))
+    rows = int(count * share)
+    if rows >= count:
+        return None
+    histogram, width = _histogram(starts, low, high)
+    within = histogram.filter(pl.col("_count").cum_sum() <= rows)
+    return low + (int(within.select(pl.col("_bucket").max()).item()) + 1 if within.height else 1) * width
 
 
 def union_intervals(events: pl.DataFrame) -> pl.DataFrame:

@@ -73,6 +73,11 @@ class SpilledTables:
         self._spilled: dict[str, Path] = {}
         self._lock = threading.Lock()
 
+    @property
+    def sqlite(self) -> SqliteTables:
+        """The SQLite export these tables read (a part of it read whole: :mod:`nsight_core.trace.head`)."""
+        return self._sqlite
+
     def columns(self, table: str) -> frozenset[str]:
         return self._sqlite.columns(table)
 

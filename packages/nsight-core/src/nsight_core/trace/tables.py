@@ -21,7 +21,7 @@ import io
 import sqlite3
 import struct
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -156,14 +156,18 @@ class SqliteTables:
         with self._lock:
             return frozenset(row[1] for row in self._connection.execute(f'PRAGMA table_info("{table}")'))
 
-    def read(self, table: str, wanted: Wanted) -> pl.DataFrame | None:
+    def read(self, table: str, wanted: Wanted, where: str = "", parameters: Sequence[int] = ()) -> pl.DataFrame | None:
+        """TABLE's WANTED columns, of the rows that satisfy WHERE (an SQL condition with PARAMETERS) where given."""
         if table not in self._tables:
             return None
-        return pl.concat([pl.DataFrame(schema=_made(wanted)), *self.batches(table, wanted)])
+        return pl.concat([pl.DataFrame(schema=_made(wanted)), *self.batches(table, wanted, where=where,
+                                                                           parameters=parameters)])
 
-    def batches(self, table: str, wanted: Wanted, rows: int = SQLITE_BATCH_ROWS) -> Iterator[pl.DataFrame]:
+    def batches(self, table: str, wanted: Wanted, rows: int = SQLITE_BATCH_ROWS, where: str = "",
+                parameters: Sequence[int] = ()) -> Iterator[pl.DataFrame]:
         """TABLE's WANTED columns ROWS rows at a time, in its rows' order (none when the table is missing or empty):
-        what :meth:`read` joins, and what a spill to disk writes one at a time (:mod:`nsight_core.trace.spill`)."""
+        what :meth:`read` joins, and what a spill to disk writes one at a time (:mod:`nsight_core.trace.spill`).
+        WHERE: an SQL condition on TABLE's rows, with PARAMETERS (the first part of a capture: trace/head.py)."""
         if table not in self._tables:
             return
         schema = _made(wanted)
@@ -171,10 +175,10 @@ class SqliteTables:
         listed = ", ".join(f'"{c}"' if c in present else f'NULL AS "{c}"' for c in schema)
         # In the table's own order, whatever indexes a tool added: the Trace reads a table's columns in more than one
         # query and lines them up by row (an index that covers a query would give its rows in the index's order).
-        query = f'SELECT {listed} FROM "{table}" ORDER BY rowid'
+        query = f'SELECT {listed} FROM "{table}" {f"WHERE {where}" if where else ""} ORDER BY rowid'
         try:
             with self._lock:
-                cursor = self._connection.execute(query)
+                cursor = self._connection.execute(query, parameters)
                 while batch := cursor.fetchmany(rows):
                     yield pl.DataFrame(batch, schema=schema, orient="row")
         except sqlite3.DatabaseError as error:

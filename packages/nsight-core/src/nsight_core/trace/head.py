@@ -1,0 +1,65 @@
+"""The first part of a large capture, read whole: its events up to a time, as a Trace of their own.
+
+Why: a capture's diagnosis ("What to fix") reads whole frames, and a capture of several gigabytes does not fit.
+Its steps are local in time, though: the first steps alone, read whole, get the same analysis as any capture
+that size (:func:`nsight_core.profile.streamed_analysis` picks how many fit the memory allowed). The rows are
+selected by SQLite from the export (one scan per table, no Parquet copy), so only the part is ever in memory.
+
+What "up to a time" means, per table: the host's events (CUDA calls, NVTX, OS calls, CPU samples, CUDA
+synchronisation) that start before CUT_NS; the GPU's work (kernels, graphs, copies, memsets) that those CUDA
+calls launched, which may run after the cut (PyTorch launches ahead of the GPU). The collection window is the
+span of those events (no ANALYSIS_DETAILS), so the user window and the range shares are the part's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import polars as pl
+
+from nsight_core.trace.export import ExportChoice
+from nsight_core.trace.model import Trace
+from nsight_core.trace.tables import SqliteTables, Wanted
+
+RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+HOST_TABLES = frozenset({RUNTIME, "NVTX_EVENTS", "OSRT_API", "COMPOSITE_EVENTS",
+                         "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"})
+"""Tables of events on the host's clock with a ``start``: cut at the time."""
+LAUNCHED_TABLES = frozenset({"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
+                             "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"})
+"""Tables of GPU work with a ``correlationId``: kept where a CUDA call before the cut launched it."""
+LEFT_OUT = frozenset({"ANALYSIS_DETAILS"})
+"""The whole capture's duration: the part's window is its events' span instead."""
+
+
+class HeadTables:
+    """The export's tables (:class:`SqliteTables`) restricted to the events up to CUT_NS (see the module)."""
+
+    def __init__(self, sqlite: SqliteTables, cut_ns: int, choice: ExportChoice | None) -> None:
+        self.source: Path = sqlite.source
+        self.choice = choice
+        self.cut_ns = cut_ns
+        self._sqlite = sqlite
+
+    def columns(self, table: str) -> frozenset[str]:
+        return frozenset() if table in LEFT_OUT else self._sqlite.columns(table)
+
+    def read(self, table: str, wanted: Wanted) -> pl.DataFrame | None:
+        if table in HOST_TABLES:
+            return self._sqlite.read(table, wanted, where='"start" < ?', parameters=(self.cut_ns,))
+        if table in LAUNCHED_TABLES:
+            if {"correlationId"} <= self._sqlite.columns(RUNTIME) & self._sqlite.columns(table):
+                return self._sqlite.read(table, wanted, where=f'"correlationId" IN (SELECT "correlationId" FROM '
+                                         f'"{RUNTIME}" WHERE "start" < ?)', parameters=(self.cut_ns,))
+            return self._sqlite.read(table, wanted, where='"start" < ?', parameters=(self.cut_ns,))
+        return self._sqlite.read(table, wanted)
+
+    def arrow_bytes(self, tables: Iterable[str]) -> int:
+        """The whole export's (an upper bound: the part's are not known before it is read)."""
+        return self._sqlite.arrow_bytes(tables)
+
+
+def head(sqlite: SqliteTables, cut_ns: int, choice: ExportChoice | None = None) -> Trace:
+    """The capture of SQLITE up to CUT_NS (see the module) as a Trace, whose frames are read whole."""
+    return Trace(HeadTables(sqlite, cut_ns, choice))

@@ -1,0 +1,89 @@
+"""A large capture's "What to fix": from its first steps that fit the memory allowed, read whole from the SQLite
+export (trace/head.py, profile.first_part), with a note saying how much of the capture it covers.
+
+Steps are local in time: the first steps, read alone, get the analysis they get inside the whole capture. A part
+that reaches past the last event is the whole capture, and its analysis is the whole one, number for number.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import nsight_core
+from nsight_core import memory
+from nsight_core import profile as profile_module
+from nsight_core.analysis.analyze import analyze_steps
+from nsight_core.nsys import Nsys
+from nsight_core.profile import build_profile
+from nsight_core.render.html import render_page
+from nsight_core.trace import export as export_module
+from nsight_core.trace.export import export
+from nsight_core.trace.head import head
+from nsight_core.trace.tables import SqliteTables
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+BEYOND = 1 << 62
+"""A cut after every event: the part is the whole capture."""
+
+
+@pytest.mark.nsys
+@pytest.mark.parametrize("capture", ["h200-torch-mlp/training.nsys-rep", "h200-fix-pairs/dataloader-problem.nsys-rep",
+                                     "h200-two-streams/two_streams.nsys-rep"])
+def test_a_part_up_to_the_end_is_analysed_as_the_whole(capture: str, nsys: Nsys, tmp_path: Path) -> None:
+    copy = tmp_path / Path(capture).name
+    shutil.copyfile(FIXTURES / capture, copy)
+    sqlite = export(copy, "sqlite", nsys)
+    whole, part = analyze_steps(nsight_core.load_trace(sqlite)), analyze_steps(head(SqliteTables(sqlite), BEYOND))
+    # The part's collection window is its events' span: the profiler's time before them is the capture summary's.
+    expected = whole.analysis.model_copy(update={"window": whole.analysis.window.model_copy(update={"profiler_ns": 0})})
+    assert part.analysis == expected
+    assert part.budgets.equals(whole.budgets)
+    assert whole.analysis.findings and whole.analysis.steps.family is not None
+
+
+@pytest.mark.nsys
+def test_a_streamed_capture_too_large_to_read_whole_gets_what_to_fix_from_its_first_steps(
+        nsys: Nsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    capture = tmp_path / "training.nsys-rep"
+    shutil.copyfile(FIXTURES / "h200-torch-mlp" / "training.nsys-rep", capture)
+    whole = build_profile(capture)
+    assert whole.analysis is not None and whole.analysis.steps.family is not None and whole.steps_drawn is not None
+
+    # Streamed (larger than STREAM_ABOVE_BYTES), read whole refused (a summary would need more than 34 MiB), a
+    # streamed summary allowed; the analysis may read a third of the event tables' bytes.
+    monkeypatch.setattr(export_module, "STREAM_ABOVE_BYTES", capture.stat().st_size - 1)
+    monkeypatch.setattr(memory, "STREAMED_SUMMARY_BYTES", 1 << 20)
+    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "34M")
+    event_bytes = nsight_core.load_trace(capture).event_bytes
+    monkeypatch.setattr(profile_module, "affordable_event_bytes", lambda: event_bytes // 3)
+    profile = build_profile(capture)
+
+    assert profile.stats.export is not None and profile.stats.export.streamed
+    assert profile.analysis is not None and profile.steps_drawn is not None
+    steps, all_steps = profile.analysis.steps.family, whole.analysis.steps.family
+    assert steps is not None and 2 <= steps.count < all_steps.count
+    assert profile.analysis.window.end_ns < whole.analysis.window.end_ns
+    # The same steps as the capture read whole, up to the last one, whose GPU period ends at the next step's start.
+    drawn, all_drawn = profile.steps_drawn.budgets, whole.steps_drawn.budgets
+    assert drawn.height == steps.count
+    assert drawn.head(steps.count - 1).equals(all_drawn.head(steps.count - 1))
+    assert drawn["step"].to_list() == all_drawn["step"].head(steps.count).to_list()
+    assert profile.analysis.steps.warmup == whole.analysis.steps.warmup
+    note = f"What to fix covers its first {steps.count:,} steps"
+    assert any(line.startswith(note) for line in profile.stats.notes)
+    assert any(line.startswith(note) for line in profile.notes)
+    assert note in render_page([profile])
+    # The statistics, summary and completeness are the whole capture's.
+    assert profile.trace == whole.trace and profile.completeness == whole.completeness
+    assert pl.DataFrame([row.model_dump() for row in profile.stats.nvtx_ranges]).equals(
+        pl.DataFrame([row.model_dump() for row in whole.stats.nvtx_ranges]))
+
+    # Nothing fits: no analysis, and a note that says why.
+    monkeypatch.setattr(profile_module, "affordable_event_bytes", lambda: 0)
+    nothing = build_profile(capture)
+    assert nothing.analysis is None
+    assert any(line.startswith("No 'What to fix' for a capture this large") for line in nothing.stats.notes)

@@ -2,13 +2,14 @@
 
 Why: a capture's diagnosis ("What to fix") reads whole frames, and a capture of several gigabytes does not fit.
 Its steps are local in time, though: the first steps alone, read whole, get the same analysis as any capture
-that size (:func:`nsight_core.profile.streamed_analysis` picks how many fit the memory allowed). The rows are
+that size (:func:`nsight_core.profile.first_part` picks how many fit the memory allowed). The rows are
 selected by SQLite from the export (one scan per table, no Parquet copy), so only the part is ever in memory.
 
 What "up to a time" means, per table: the host's events (CUDA calls, NVTX, OS calls, CPU samples, CUDA
 synchronisation) that start before CUT_NS; the GPU's work (kernels, graphs, copies, memsets) that those CUDA
 calls launched, which may run after the cut (PyTorch launches ahead of the GPU). The collection window is the
-span of those events (no ANALYSIS_DETAILS), so the user window and the range shares are the part's own.
+span of those events (no ANALYSIS_DETAILS), so the user window and the range shares are the part's own (and the
+profiler's time before them is the whole capture's summary's to tell).
 """
 
 from __future__ import annotations

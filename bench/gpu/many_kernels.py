@@ -8,7 +8,7 @@ than eager PyTorch's launch cost (~5 µs): 50 M kernels take minutes, not an hou
         --capture-range=cudaProfilerApi --capture-range-end=stop -o many_kernels \
         python3 bench/gpu/many_kernels.py [STEPS]
 
-(`bench/gpu/large_capture.sh` records it and times nsight on it.) The file is not kept: it is 1 GB or more.
+(`bench/gpu/large_capture.py` records it and times nsight on it.) The file is not kept: it is 1 GB or more.
 """
 
 from __future__ import annotations

@@ -1,0 +1,88 @@
+"""Issue 23's large GPU capture on the H200 machine: record bench/gpu/many_kernels.py (STEPS CUDA-graph replays of
+1,000 tiny kernels each: about 24 bytes of .nsys-rep per kernel, so 45,000 steps make over 1 GB), then, in a task
+allowed 2 GiB (``NSIGHT_SUMMARY_MEMORY=2G``), `nsight report` on it (its own SQLite export included) and `nsight stats
+--json` (the export reused), and last one bare `nsys export --type sqlite` of it for the time ratio. Each command's
+peak is its whole process tree's (bench/bench.py ``tree_run``: resident sets summed, sampled every 50 ms, at least the
+largest process's exact peak). The capture stays on the machine; the numbers go to DIR/log and DIR/result.json.
+
+    python bench/gpu/large_capture.py [STEPS] [DIR]        (DIR: scratch folder, default /tmp/large)
+
+It takes longer than one device call: start it in the background and poll DIR/done, e.g.
+    nohup python bench/gpu/large_capture.py 45000 > /tmp/large.out 2>&1 &
+    timeout 580 bash -c 'until [ -e /tmp/large/done ]; do sleep 5; done'; cat /tmp/large/log
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from bench import PY, tree_run  # noqa: E402  (bench/ is no package: the sampler of make bench's tables)
+
+MEMORY = "2G"
+
+
+def main() -> None:
+    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 45_000
+    folder = Path(sys.argv[2] if len(sys.argv) > 2 else "/tmp/large")
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in ("done", "log", "result.json"):
+        (folder / stale).unlink(missing_ok=True)
+    nsys = shutil.which("nsys") or "nsys"
+    result: dict[str, object] = {"steps": steps, "cores": os.cpu_count(), "memory": MEMORY}
+
+    def log(line: str) -> None:
+        with open(folder / "log", "a") as out:
+            out.write(f"{time.strftime('%H:%M:%S')} {line}\n")
+        (folder / "result.json").write_text(json.dumps(result, indent=1))
+
+    version = subprocess.run([nsys, "--version"], capture_output=True, text=True).stdout.strip()
+    log(f"{version}; {os.cpu_count()} cores; steps {steps}")
+    capture = folder / "many_kernels.nsys-rep"
+    recorded = tree_run([nsys, "profile", "--trace=cuda,nvtx", "--sample=none", "--cpuctxsw=none",
+                         "--cuda-graph-trace=node", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
+                         "--force-overwrite=true", "-o", capture.with_suffix(""), PY, HERE / "many_kernels.py",
+                         str(steps)], folder)
+    result["record"] = {"seconds": recorded.seconds, "trace_bytes": capture.stat().st_size}
+    log(f"recorded {capture.stat().st_size:,} bytes in {recorded.seconds:.0f} s")
+
+    env = {**os.environ, "NSIGHT_SUMMARY_MEMORY": MEMORY}
+    page = folder / "page.html"
+    report = tree_run([PY, "-m", "nsight_core.cli", "report", capture, "-o", page], folder, env)
+    notes = [line for line in page.read_text().split("What to fix covers")[1:2]]
+    result["report"] = {"seconds": report.seconds, "tree_mb": report.tree_mb, "largest_mb": report.largest_mb,
+                        "page_bytes": page.stat().st_size, "note": notes[0][:200] if notes else None}
+    log(f"nsight report: {report.seconds:.0f} s, tree {report.tree_mb:.0f} MB, largest {report.largest_mb:.0f} MB")
+
+    stats = tree_run([PY, "-m", "nsight_core.cli", "stats", capture, "--json"], folder, env)
+    payload = json.loads(stats.stdout)
+    family = (payload.get("steps") or {}).get("family") or {}
+    result["stats"] = {
+        "seconds": stats.seconds, "tree_mb": stats.tree_mb, "largest_mb": stats.largest_mb,
+        "kernels": sum(row["instances"] for row in payload["kernels"]) if isinstance(payload["kernels"], list) else 0,
+        "export": payload.get("export"), "notes": payload.get("notes"), "steps": family.get("count"),
+        "step_p50_ns": family.get("p50_ns"), "clock": (payload.get("steps") or {}).get("clock"),
+        "bound": (payload.get("steps") or {}).get("bound"),
+        "findings": [(finding["kind"], finding["severity"]) for finding in payload.get("findings", [])],
+        "complete": (payload.get("completeness") or {}).get("complete")}
+    log(f"nsight stats: {stats.seconds:.0f} s, tree {stats.tree_mb:.0f} MB, largest {stats.largest_mb:.0f} MB")
+
+    bare = folder / "bare"
+    bare.mkdir(exist_ok=True)
+    exported = tree_run([nsys, "export", "--type", "sqlite", "--force-overwrite=true", "-o", bare / "bare.sqlite",
+                         capture], bare)
+    result["bare_export"] = {"seconds": exported.seconds, "tree_mb": exported.tree_mb}
+    shutil.rmtree(bare)
+    log(f"bare sqlite export: {exported.seconds:.0f} s, tree {exported.tree_mb:.0f} MB")
+    (folder / "done").touch()
+
+
+if __name__ == "__main__":
+    main()

@@ -55,17 +55,6 @@ def regions_sync(steps: int) -> int:
     return total
 
 
-class TrainingDiverged(RuntimeError):
-    """The task's own error, which must reach error.pb unchanged."""
-
-
-@nsys_profile(trace=CPU_TRACE)
-@env.task
-async def diverges(steps: int) -> int:
-    work(steps)
-    raise TrainingDiverged(f"loss is nan after {steps} steps")
-
-
 @nsys_profile(trace=CPU_TRACE)
 @cluster.task
 async def clustered(steps: int) -> str:
@@ -99,13 +88,6 @@ async def ddp_cpu(steps: int) -> str:
     message = f"rank {rank} of {world} done"
     print(message, flush=True)
     return message
-
-
-@nsys_profile(trace=CPU_TRACE, capture="manual", attach_report=False)
-@env.task
-async def nested(steps: int) -> int:
-    async with nsys.range("outer"), nsys.range("inner"):
-        return work(steps)
 
 
 @nsys_profile(trace=CPU_TRACE, capture="manual")

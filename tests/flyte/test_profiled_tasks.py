@@ -1,4 +1,7 @@
-"""Profiled tasks through the real `a0` entrypoint under real nsys (trace nvtx,osrt on CPU)."""
+"""Profiled tasks through the real `a0` entrypoint under real nsys (trace nvtx,osrt on CPU).
+
+A task that raises, a missing nsys and a nested range are cases of the fault matrix
+(tests/reliability/test_faults.py), which asserts there what was asserted here too: one run each."""
 
 from __future__ import annotations
 
@@ -71,29 +74,6 @@ def test_manual_regions(run_action, chromium, task):
         assert_trace_file(trace, result.workdir / "raw")
 
 
-def test_failing_task_keeps_its_error_and_its_profile(run_action):
-    result = run_action(HERE, MODULE, "diverges", {"steps": STEPS})
-
-    assert result.output is None
-    assert result.error is not None, result.stderr
-    assert result.error.error.code == "TrainingDiverged"
-    assert result.error.error.message == f"loss is nan after {STEPS} steps"
-    assert nvtx_counts(result.report) == [{f"step_{i}": 1 for i in range(STEPS)}]
-    [trace] = result.traces_named("capture_report_file")
-    assert_trace_file(trace, result.workdir / "raw")
-
-
-def test_missing_nsys_runs_unprofiled_with_one_warning(run_action, without_nsys):
-    result = run_action(HERE, MODULE, "whole_task", {"steps": STEPS}, env=without_nsys)
-
-    assert result.error is None, result.stderr
-    assert result.output == __import__(MODULE).work(STEPS)
-    warnings = [line for line in result.stderr.splitlines() if "nsight: WARNING" in line]
-    assert len(warnings) == 1 and "runs unprofiled" in warnings[0], result.stderr
-    assert report_tabs(result.report) == []
-    assert result.traces == []
-
-
 @pytest.mark.parametrize("rank", ["0", "1"])
 def test_clustered_worker(run_action, rank):
     result = run_action(HERE, MODULE, "clustered", {"steps": STEPS},
@@ -130,19 +110,6 @@ def test_torchrun_ddp_profiles_rank_0_only(run_action):
     [trace] = (result.workdir / "raw").rglob("*.nsys-rep")
     assert nvtx_counts(result.report) == [{f"step_{i}": 1 for i in range(STEPS)}]
     assert f"trace (.nsys-rep) uploaded to {trace}" in result.report
-
-
-def test_nested_range_runs_unprofiled_inside_the_outer_one(run_action):
-    """Also attach_report=False: the profile is rendered, but no traced step carries the trace."""
-    result = run_action(HERE, MODULE, "nested", {"steps": STEPS})
-
-    assert result.error is None, result.stderr
-    assert result.output == __import__(MODULE).work(STEPS)
-    assert "could not start collection for region 'inner'" in result.stderr
-    headings = [s for s in parse_report(result.report).headings if s.startswith("Nsight")]
-    assert headings == ["Nsight region: outer"]
-    assert nvtx_counts(result.report) == [{f"step_{i}": 1 for i in range(STEPS)}]
-    assert result.traces == []
 
 
 FAULTS = {

@@ -106,7 +106,7 @@ def test_nsys_missing_runs_unprofiled(run_action, without_nsys):
     assert_unprofiled_value(result, "whole")
     warning = one_warning(result)
     assert "runs unprofiled" in warning and "No usable nsys" in warning and "install-nsys.sh" in warning
-    assert report_tabs(result.report) == []
+    assert report_tabs(result.report) == [] and result.traces == []
     assert_nothing_left(result)
 
 
@@ -215,12 +215,35 @@ def test_nsys_stop_fault(run_action, tmp_path, fault):
     assert_nothing_left(result)
 
 
-def test_permission_words_in_a_successful_start_do_not_fail_it(run_action, tmp_path):
-    fault = fake_nsys(tmp_path, "start", 'echo "note: insufficient privileges for CPU sampling"; exec "$REAL" "$@"')
-    result = run_action(HERE, MODULE, "region", {"steps": STEPS}, env=fault)
+@pytest.fixture(scope="module")
+def retried_region(a0: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[ActionResult, ActionResult]:
+    """`region` run twice under one run name (a retried attempt), made once per test run. The first attempt's
+    `nsys start` also prints permission words on success (its own case, below): neither case needs a run alone."""
+
+    def make(folder: Path) -> tuple[ActionResult, ActionResult]:
+        words = fake_nsys(folder, "start", 'echo "note: insufficient privileges for CPU sampling"; exec "$REAL" "$@"')
+        first = run_action_with(a0, folder, HERE, MODULE, "region", {"steps": STEPS}, env=words)
+        again = run_action_with(a0, folder, HERE, MODULE, "region", {"steps": STEPS}, run_name=first.run_name)
+        return first, again
+
+    return once_per_run(tmp_path_factory, "retried-region", make)
+
+
+def test_permission_words_in_a_successful_start_do_not_fail_it(retried_region):
+    result, _ = retried_region
     assert_unprofiled_value(result, "region")
     assert warnings_of(result) == [], result.stderr
     assert sections(result.report) == ["Nsight region: training"]
+
+
+def test_retried_attempt_never_replays_the_previous_trace(retried_region):
+    first, again = retried_region
+    for result in (first, again):
+        assert_unprofiled_value(result, "region")
+    [one] = [t for t in first.traces if t["name"] == "capture_report_file"]
+    [two] = [t for t in again.traces if t["name"] == "capture_report_file"]
+    assert one["action"] != two["action"], "the same traced-step identity would replay attempt 1's output"
+    assert one["output"] != two["output"]
 
 
 # -- the trace and its summary ----------------------------------------------------------------------
@@ -325,6 +348,9 @@ def test_body_raises_keeps_its_error_and_its_profile(run_action):
     assert result.error.error.message == f"loss is nan after {STEPS} steps"
     assert nvtx_counts(result.report) == [{f"step_{i}": 1 for i in range(STEPS)}]
     assert warnings_of(result) == [], result.stderr
+    [trace] = result.traces_named("capture_report_file")  # the trace is uploaded with the error
+    assert trace.suffix == ".nsys-rep" and trace.is_relative_to(result.workdir / "raw")
+    assert trace.stat().st_size > 10_000
     assert_nothing_left(result)
 
 
@@ -339,27 +365,31 @@ def assert_recorded_alone(result: ActionResult, task: str) -> None:
     assert_nothing_left(result)
 
 
-@pytest.mark.parametrize("task", ["gathered", "threaded"])
-def test_concurrent_regions_each_record_alone(run_action, task):
-    """The second waits for the first (bounded) and then records on its own: nothing is stretched or mixed."""
-    assert_recorded_alone(run_action(HERE, MODULE, task, {"steps": STEPS}), task)
+def test_concurrent_regions_each_record_alone(run_action):
+    """Two regions at once on one event loop (`gathered`): the second waits for the first (bounded) and then
+    records on its own: nothing is stretched or mixed. Two threads' regions: the next case."""
+    assert_recorded_alone(run_action(HERE, MODULE, "gathered", {"steps": STEPS}), "gathered")
 
 
 def test_concurrent_regions_wait_out_a_slow_nsys(run_action, tmp_path):
-    """What a loaded CI machine did: the first region's nsys work alone outlasts the 7 s a region waits
-    for another one's block. Here its `nsys start` takes 8 s more; the second region waits that out,
-    uncounted, and still records on its own."""
-    result = run_action(HERE, MODULE, "threaded", {"steps": STEPS}, env=fake_nsys(tmp_path, "start", "sleep 8"))
-    assert_recorded_alone(result, "threaded")
+    """Two regions at once from two threads (`threaded`), and what a loaded CI machine did: the first
+    region's nsys work alone outlasts the 7 s a region waits for another one's block. Here its `nsys start`
+    takes 8 s more (the first start only: mkdir is atomic); the second region waits that out, uncounted,
+    and still records on its own."""
+    slow = fake_nsys(tmp_path, "start", f"mkdir {tmp_path / 'slowed'} 2>/dev/null && sleep 8")
+    assert_recorded_alone(run_action(HERE, MODULE, "threaded", {"steps": STEPS}, env=slow), "threaded")
 
 
 def test_nested_region_runs_unprofiled_and_the_outer_section_says_so(run_action):
+    """Also attach_report=False: the profile is rendered, but no traced step carries the trace."""
     result = run_action(HERE, MODULE, "nested", {"steps": STEPS})
     assert_unprofiled_value(result, "nested")
     warning = one_warning(result)
     assert "could not start collection for region 'inner'" in warning and "Do not nest" in warning
     assert sections(result.report) == ["Nsight region: outer"]
+    assert nvtx_counts(result.report) == [{f"step_{i}": 1 for i in range(STEPS)}]
     assert "also holds the activity of 'inner'" in html.unescape(result.report)
+    assert result.traces == []
     assert_nothing_left(result)
 
 
@@ -371,16 +401,6 @@ def test_cancelled_region_start_leaves_no_collection_running(run_action):
     assert nvtx_counts(result.report)[-1] == {f"step_{i}": 1 for i in range(STEPS)}
     assert_nothing_left(result)
 
-
-def test_retried_attempt_never_replays_the_previous_trace(run_action):
-    first = run_action(HERE, MODULE, "region", {"steps": STEPS})
-    again = run_action(HERE, MODULE, "region", {"steps": STEPS}, run_name=first.run_name)
-    for result in (first, again):
-        assert_unprofiled_value(result, "region")
-    [one] = [t for t in first.traces if t["name"] == "capture_report_file"]
-    [two] = [t for t in again.traces if t["name"] == "capture_report_file"]
-    assert one["action"] != two["action"], "the same traced-step identity would replay attempt 1's output"
-    assert one["output"] != two["output"]
 
 
 # -- signals ----------------------------------------------------------------------------------------

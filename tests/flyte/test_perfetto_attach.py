@@ -1,5 +1,6 @@
 """``@nsys_profile(perfetto=True)``: each capture's whole timeline is attached beside its trace, and the tab says
-where; off by default (the other tasks of tests/flyte attach the trace alone)."""
+where; off by default (the other tasks of tests/flyte attach the trace alone: test_profiled_tasks'
+test_whole_task_profile asserts it of its run)."""
 
 from __future__ import annotations
 
@@ -31,9 +32,3 @@ def test_timeline_is_attached_beside_the_trace(run_action, task):  # type: ignor
     assert steps == [f"step_{i}" for i in range(STEPS)]
     assert "whole timeline for ui.perfetto.dev" in result.report and str(Path(timeline).name) in result.report
 
-
-def test_off_by_default(run_action):  # type: ignore[no-untyped-def]
-    result = run_action(HERE, "profiled_tasks", "whole_task", {"steps": 2})
-    assert result.error is None, result.stderr
-    assert [path.suffix for path in result.traces_named("capture_report_file")] == [".nsys-rep"]
-    assert "whole timeline for ui.perfetto.dev" not in result.report

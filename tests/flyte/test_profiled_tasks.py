@@ -51,8 +51,9 @@ def test_whole_task_profile(run_action, chromium):
     assert nvtx_counts(page) == [{**{f"step_{i}": 1 for i in range(STEPS)}, HOSTILE: 1}]
     assert HOSTILE not in page  # escaped
     assert_draws(chromium, "whole_task", page)
-    [trace] = result.traces_named("capture_report_file")
+    [trace] = result.traces_named("capture_report_file")  # the trace alone: no timeline unless perfetto=True
     assert_trace_file(trace, result.workdir / "raw")
+    assert "whole timeline for ui.perfetto.dev" not in page
     assert "WARNING" not in result.stderr.replace("WARNING Flyte runtime", "")
 
 

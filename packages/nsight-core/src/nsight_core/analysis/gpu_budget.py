@@ -25,8 +25,6 @@ cumulative coverage for the host's ranges (a handful of range names at most, eac
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import polars as pl
 
 QUEUED_GAP_NS = 20_000
@@ -38,14 +36,13 @@ decode), untraced unless a range marks it."""
 TOP_RANGES = 8
 """Host ranges named in the budget; the others are summed as OTHER_RANGES."""
 OTHER_RANGES = "(other ranges)"
-TOTAL_COLUMNS = {"step": pl.Int64, "a": pl.Int64, "b": pl.Int64, "part": pl.String, "cpu_kind": pl.String,
-                 "cpu_name": pl.String, "total_ns": pl.Int64}
+TOTAL_COLUMNS = {"step": pl.Int64, "part": pl.String, "cpu_kind": pl.String, "cpu_name": pl.String,
+                 "total_ns": pl.Int64}
 
 
-BATCH_WORK = 65_536
+BATCH_WORK = 100_000
 """GPU work per batch of steps: the budget's temporaries (a few rows per piece of the timeline) stay this size, not
-the capture's (a 200,000-kernel capture's peak fell by a third)."""
-BATCHES_AT_ONCE = 2
+the capture's. One batch at a time: two at once held twice the temporaries and, on 2 cores, were no faster."""
 
 
 def gpu_budget(windows: pl.DataFrame, work: pl.DataFrame, blocking: pl.DataFrame, nvtx: pl.DataFrame,
@@ -83,55 +80,35 @@ def gpu_budget(windows: pl.DataFrame, work: pl.DataFrame, blocking: pl.DataFrame
         last = int(work_starts.search_sorted(hi, side="right"))
         since = max(int(call_starts.search_sorted(lo, side="right")) - 1, 0)
         until = int(call_starts.search_sorted(hi, side="right"))
-        rows = _cause_rows(batch, work.slice(first, last - first), calls.slice(since, until - since), host, lo, hi)
-        # Summed by the streaming engine: a quarter faster than in memory, without its copy of the text keys.
-        summed = (rows.lazy().group_by("step", "part", "cpu_kind", "cpu_name").agg(pl.col("total_ns").sum())
-                  .collect(engine="streaming"))
-        return summed, _largest_causes(rows)
+        return _batch_budget(batch, work.slice(first, last - first), calls.slice(since, until - since), host, lo,
+                             hi)
 
-    # Two batches at a time: Polars computes without the GIL, and most of a batch's passes use one core.
-    with ThreadPoolExecutor(max_workers=BATCHES_AT_ONCE, thread_name_prefix="nsight-budget") as pool:
-        done = list(pool.map(budget_of, cuts))
+    done = [budget_of(cut) for cut in cuts]
     totals, idle = [part for part, _ in done], [stretches for _, stretches in done]
-    total_columns = pl.Schema({name: TOTAL_COLUMNS[name] for name in ("step", "part", "cpu_kind", "cpu_name",
-                                                                       "total_ns")})
-    return (pl.concat(totals).cast(total_columns).sort("step", "part", "cpu_kind", "cpu_name", nulls_last=True)
-            if totals else pl.DataFrame(schema=total_columns),
-            pl.concat(idle) if idle else _largest_causes(pl.DataFrame(schema=TOTAL_COLUMNS)))
+    return (pl.concat(totals).cast(TOTAL_COLUMNS).sort(  # type: ignore[arg-type]
+        "step", "part", "cpu_kind", "cpu_name", nulls_last=True) if totals else pl.DataFrame(schema=TOTAL_COLUMNS),
+            pl.concat(idle) if idle else pl.DataFrame(schema=IDLE_COLUMNS))
 
 
-def _largest_causes(rows: pl.DataFrame) -> pl.DataFrame:
-    """Each idle stretch of :func:`_cause_rows`' ROWS with its largest cause: step, start_ns, end_ns, part, cpu_kind,
-    cpu_name.
-
-    A stretch's rows name distinct causes (:func:`_idle_rows` gives each cause of a piece one row), so the largest
-    row is its cause: a stable sort by start and size (ties: the row made first) and each start's first row, with no
-    grouping by the text columns (12x faster on 200,000 stretches)."""
-    return (rows.filter(pl.col("a").is_not_null())
-            .sort("a", "total_ns", descending=[False, True], maintain_order=True)
-            .filter(pl.col("a") != pl.col("a").shift(1).fill_null(-1))
-            .select("step", pl.col("a").alias("start_ns"), pl.col("b").alias("end_ns"), "part", "cpu_kind", "cpu_name"))
+IDLE_COLUMNS = {"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "part": pl.String,
+                "cpu_kind": pl.String, "cpu_name": pl.String}
 
 
-def _cause_rows(windows: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame, host: _Host, lo: int,
-                hi: int) -> pl.DataFrame:
-    """WINDOWS (from LO to HI) cut into parts and idle causes, before they are summed: step, a, b (the idle piece;
-    null for busy time), part, cpu_kind, cpu_name, total_ns. WORK: the GPU work that ran between LO and HI;
-    SYNCS: the steps' thread's synchronising calls, from the last that began by LO."""
+def _batch_budget(windows: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame, host: _Host, lo: int,
+                  hi: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """WINDOWS (from LO to HI) cut into parts and idle causes: the sums per step, part and CPU activity (step,
+    part, cpu_kind, cpu_name, total_ns), and each idle stretch with its largest cause (IDLE_COLUMNS). WORK: the GPU
+    work that ran between LO and HI; SYNCS: the steps' thread's synchronising calls, from the last that began by
+    LO."""
     pieces = _pieces(windows, work.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)), lo, hi)
     idle_state = pl.col("state") == STATES.index("idle")
     busy = pieces.filter(~idle_state).group_by("step", "state").agg(pl.col("ns").sum())
-    none = pl.lit(None, pl.Int64)
-    busy_rows = busy.select("step", none.alias("a"), none.alias("b"),
-                            pl.col("state").replace_strict(range(len(STATES)), STATES, return_dtype=pl.String)
-                            .alias("part"),
-                            pl.lit(None, pl.String).alias("cpu_kind"), pl.lit(None, pl.String).alias("cpu_name"),
-                            pl.col("ns").alias("total_ns"))
-    idle = _with_cause(pieces.filter(idle_state), work, syncs)
-    rows = [busy_rows, *_idle_rows(idle, host)]
-    # Each frame filtered before they are joined: 3x faster than one filter of the whole (Polars 2.1).
-    return pl.concat([frame.cast(TOTAL_COLUMNS).filter(pl.col("total_ns") > 0)  # type: ignore[arg-type]
-                      for frame in rows])
+    none = pl.lit(None, pl.String)
+    busy_rows = busy.select("step", pl.col("state").replace_strict(range(len(STATES)), STATES,
+                                                                   return_dtype=pl.String).alias("part"),
+                            none.alias("cpu_kind"), none.alias("cpu_name"), pl.col("ns").alias("total_ns"))
+    causes = _Causes.of(_with_cause(pieces.filter(idle_state), work, syncs), host)
+    return pl.concat([busy_rows.filter(pl.col("total_ns") > 0), causes.totals()]), causes.largest()
 
 
 STATES = ("compute", "exposed_comm", "exposed_copy", "idle")
@@ -211,33 +188,30 @@ class _Host:
         return cls(steps, {name: frame.drop("name") for (name,), frame in named.group_by("name")},
                    _dispatch_runs(cuda_api))
 
-    def split(self, spans: pl.DataFrame) -> list[pl.DataFrame]:
-        """SPANS (step, a, b: the idle piece; q0, q1: the host's span of it; the parts for ranges, dispatch and
-        untraced time) as frames of rows of step, a, b, part, cpu_kind, cpu_name, total_ns: one per host activity."""
+    def activities(self) -> list[tuple[str, str, str]]:
+        """What the host can have done in a span, in the order :meth:`split` gives it: cpu_kind, cpu_name and the
+        part of a span no sync caused (user ranges and untraced time idle the GPU, dispatch is launch gaps)."""
+        return [*(("nvtx", name, "gpu_idle") for name in self.ranges), ("dispatch", "", "launch_gap"),
+                ("untraced", "", "gpu_idle")]
+
+    def split(self, q0: pl.Series, q1: pl.Series) -> list[pl.Series]:
+        """How much of each span from Q0 to Q1 the host spent in each of :meth:`activities`."""
+        spans = pl.DataFrame({"q0": q0, "q1": q1})
         in_steps = _covered(self.steps, spans)
-        rows = []
+        covered = []
         in_ranges_inside = pl.zeros(spans.height, pl.Int64, eager=True)
         in_ranges_outside = pl.zeros(spans.height, pl.Int64, eager=True)
-        for name, ranges in self.ranges.items():
-            covered = _covered(ranges, spans)
+        for ranges in self.ranges.values():
+            in_range = _covered(ranges, spans)
             inside = _inside(ranges, self.steps)
-            rows.append(_host_rows(spans, "ranges_part", "nvtx", name, covered))
-            in_ranges_inside += covered * inside
-            in_ranges_outside += covered * (1 - inside)
-        length = spans.select(pl.col("q1") - pl.col("q0")).to_series()
+            covered.append(in_range)
+            in_ranges_inside += in_range * inside
+            in_ranges_outside += in_range * (1 - inside)
         dispatching = _covered(self.dispatch, spans)
         dispatch = pl.select(pl.min_horizontal(pl.lit(dispatching), pl.lit((in_steps - in_ranges_inside)
                                                                            .clip(lower_bound=0)))).to_series()
-        untraced = (length - in_ranges_inside - in_ranges_outside - dispatch).clip(lower_bound=0)
-        rows.append(_host_rows(spans, "dispatch_part", "dispatch", "", dispatch))
-        rows.append(_host_rows(spans, "untraced_part", "untraced", "", untraced))
-        return rows
-
-
-def _host_rows(spans: pl.DataFrame, part: str, kind: str, name: str, values: pl.Series) -> pl.DataFrame:
-    """SPANS' rows of one host activity: its part (from column PART), KIND, NAME and VALUES ns each."""
-    return spans.select("step", "a", "b", pl.col(part).alias("part"), pl.lit(kind).alias("cpu_kind"),
-                        pl.lit(name).alias("cpu_name"), pl.lit(values).alias("total_ns"))
+        untraced = (q1 - q0 - in_ranges_inside - in_ranges_outside - dispatch).clip(lower_bound=0)
+        return [*covered, dispatch, untraced]
 
 
 def _dispatch_runs(cuda_api: pl.DataFrame) -> pl.DataFrame:
@@ -277,39 +251,114 @@ def _inside(ranges: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:
     return pl.Series([1 if within * 2 >= total else 0], dtype=pl.Int64)
 
 
-_HOST_PARTS = (pl.lit("gpu_idle").alias("ranges_part"), pl.lit("launch_gap").alias("dispatch_part"),
-               pl.lit("gpu_idle").alias("untraced_part"))
-"""Where host time that no sync caused goes: user ranges and untraced time idle the GPU, dispatch is launch gaps."""
+class _Causes:
+    """The causes of the idle pieces (:func:`_with_cause`), a column each, one row per piece: step, a, b, the
+    columns that name a cause (launch_name, sync_name, short) and the candidates' nanoseconds (_c0, _c1, ...; 0
+    where a cause does not apply). Each nanosecond of a piece is in exactly one cause.
+
+    A column per cause, not a row per piece and cause: the sums per step are a group-by on the step (and on the
+    name where a cause has one), and a piece's largest cause a horizontal maximum, where rows of text keys cost a
+    sort and a group-by by four columns (on a 200,000-kernel capture, a third of the budget's time)."""
+
+    def __init__(self, frame: pl.DataFrame, candidates: list[tuple[Label, Label, Label]],
+                 named: dict[int, str]) -> None:
+        self.frame = frame
+        self.candidates = candidates
+        """(part, cpu_kind, cpu_name) of each _c<i>, in the order that breaks ties (the first of equal causes): a
+        value, or an expression where it varies by stretch."""
+        self.named = named
+        """The candidates whose name is a column of FRAME (launch_name, sync_name), by index."""
+
+    @classmethod
+    def of(cls, idle: pl.DataFrame, host: _Host) -> _Causes:
+        """The causes of IDLE's pieces: untraced work, queued work (a launch gap or a stream wait), the launch's
+        latency, the sync, then what the HOST did after the sync's blame and before the launch."""
+        untraced = pl.col("launch_ns").is_null()
+        queued = ~untraced & (pl.col("launch_end_ns") <= pl.col("a"))
+        late = ~untraced & (pl.col("launch_end_ns") > pl.col("a"))
+        synced = late & pl.col("sync_name").is_not_null()
+        # A sync is to blame for as long as the host had waited in it for queued work before the drain: without
+        # it, the host's next work would have overlapped that much GPU work. The rest of the stretch is the host's.
+        blamed_end = pl.min_horizontal("late_end", pl.col("a") + pl.col("sync_waited_ns"))
+        call_end = pl.min_horizontal("sync_end_ns", blamed_end)
+        gap = pl.col("b") - pl.col("a")
+        zero = pl.lit(0, pl.Int64)
+        frame = idle.select(
+            "step", "a", "b", "launch_name", "sync_name", (gap < QUEUED_GAP_NS).alias("short"),
+            pl.when(untraced).then(gap).otherwise(zero).alias("_c0"),
+            pl.when(queued).then(gap).otherwise(zero).alias("_c1"),
+            pl.when(late).then(pl.col("b") - pl.col("late_end")).otherwise(zero).alias("_c2"),
+            pl.when(synced).then(call_end - pl.col("a")).otherwise(zero).alias("_c3"),
+            # The host's spans: from the call's end to the end of the sync's blame (_q0 to _q1), and from there, or
+            # the stretch's start, to the launch (_q1 to _q2); empty where they do not apply.
+            pl.when(synced).then(call_end).otherwise(pl.col("a")).alias("_q0"),
+            pl.when(synced).then(blamed_end).otherwise(pl.col("a")).alias("_q1"),
+            pl.when(late).then(pl.col("late_end")).otherwise(pl.col("a")).alias("_q2"))
+        # The spans after a sync's blame only where one was to blame (few stretches), the rest 0.
+        blamed = frame.select(pl.col("_q1") > pl.col("_q0")).to_series().arg_true()
+        after_sync = [pl.zeros(frame.height, pl.Int64, eager=True).scatter(blamed, values) for values in
+                      host.split(frame["_q0"].gather(blamed), frame["_q1"].gather(blamed))] if blamed.len() else \
+            [pl.zeros(frame.height, pl.Int64, eager=True)] * len(host.activities())
+        after_launch = host.split(frame["_q1"], frame["_q2"])
+        host_causes = [column for pair in zip(after_sync, after_launch, strict=True) for column in pair]
+        candidates: list[tuple[Label, Label, Label]] = [
+            ("gpu_idle", "untraced", ""),
+            (pl.when("short").then(pl.lit("launch_gap")).otherwise(pl.lit("stream_wait")), None, None),
+            ("launch_gap", "dispatch", pl.col("launch_name")),
+            ("sync_wait", "cuda_api", pl.col("sync_name"))]
+        for kind, name, part in host.activities():
+            candidates += [("sync_wait", kind, name), (part, kind, name)]
+        columns = [f"_c{index}" for index in range(4, len(candidates))]
+        frame = frame.drop("_q0", "_q1", "_q2").with_columns(
+            values.alias(column) for column, values in zip(columns, host_causes, strict=True))
+        return cls(frame, candidates, {2: "launch_name", 3: "sync_name"})
+
+    def totals(self) -> pl.DataFrame:
+        """The causes summed per step, part, cpu_kind and cpu_name (TOTAL_COLUMNS), none of 0 ns."""
+        columns = [f"_c{index}" for index in range(len(self.candidates))]
+        keyed = {index: ["step", key] for index, key in self.named.items()}
+        keyed[1] = ["step", "short"]  # queued: a launch gap or a stream wait, by its length
+        plain = self.frame.group_by("step").agg(pl.col(column).sum() for index, column in enumerate(columns)
+                                                if index not in keyed)
+
+        def rows(frame: pl.DataFrame, index: int) -> pl.DataFrame:
+            part, kind, name = (_expr(label) for label in self.candidates[index])
+            return frame.select("step", part.alias("part"), kind.alias("cpu_kind"), name.alias("cpu_name"),
+                                pl.col(columns[index]).alias("total_ns"))
+        sums = [rows(plain, index) for index in range(len(columns)) if index not in keyed]
+        sums += [rows(self.frame.filter(pl.col(columns[index]) > 0).group_by(keys).agg(pl.col(columns[index]).sum()),
+                      index) for index, keys in keyed.items()]
+        # Two causes may share a key (the untraced stretches and the host's untraced time: gpu_idle, untraced).
+        return (pl.concat(sums).group_by("step", "part", "cpu_kind", "cpu_name").agg(pl.col("total_ns").sum())
+                .filter(pl.col("total_ns") > 0))
+
+    def largest(self) -> pl.DataFrame:
+        """Each idle piece with its largest cause (IDLE_COLUMNS), by start; ties go to the cause made first."""
+        count = len(self.candidates)
+        most = pl.col("_most")
+        # The first cause at the maximum: the largest of count - index over those at it (one pass each, no chain).
+        which = count - pl.max_horizontal((pl.col(f"_c{index}") == most).cast(pl.UInt32) * (count - index)
+                                          for index in range(count))
+        chosen = (self.frame.with_columns(pl.max_horizontal(f"_c{index}" for index in range(count)).alias("_most"))
+                  .filter(most > 0).select("step", "a", "b", "short", *self.named.values(), which.alias("_which")))
+        # Each cause's part, kind and name looked up by its index, the few that vary by stretch put in after.
+        labels = []
+        for position in range(3):
+            values = [None if isinstance(candidate[position], pl.Expr) else candidate[position]
+                      for candidate in self.candidates]
+            label = pl.lit(pl.Series(values, dtype=pl.String)).gather(pl.col("_which"))
+            for index, candidate in enumerate(self.candidates):
+                if isinstance(candidate[position], pl.Expr):
+                    label = pl.when(pl.col("_which") == index).then(candidate[position]).otherwise(label)
+            labels.append(label)
+        part, kind, name = labels
+        return chosen.sort("a").select("step", pl.col("a").alias("start_ns"), pl.col("b").alias("end_ns"),
+                                       part.alias("part"), kind.alias("cpu_kind"), name.alias("cpu_name"))
 
 
-def _idle_rows(idle: pl.DataFrame, host: _Host) -> list[pl.DataFrame]:
-    """The idle pieces (:func:`_with_cause`) as budget rows, each nanosecond in exactly one."""
-    none = pl.lit(None, pl.String)
-    untraced = idle.filter(pl.col("launch_ns").is_null())
-    traced = idle.filter(pl.col("launch_ns").is_not_null())
-    queued = traced.filter(pl.col("launch_end_ns") <= pl.col("a"))
-    late = traced.filter(pl.col("launch_end_ns") > pl.col("a"))
-    rows = [
-        untraced.select("step", "a", "b", pl.lit("gpu_idle").alias("part"), pl.lit("untraced").alias("cpu_kind"),
-                        pl.lit("").alias("cpu_name"), (pl.col("b") - pl.col("a")).alias("total_ns")),
-        queued.select("step", "a", "b", pl.when(pl.col("b") - pl.col("a") < QUEUED_GAP_NS).then(pl.lit("launch_gap"))
-                      .otherwise(pl.lit("stream_wait")).alias("part"), none.alias("cpu_kind"), none.alias("cpu_name"),
-                      (pl.col("b") - pl.col("a")).alias("total_ns")),
-        late.select("step", "a", "b", pl.lit("launch_gap").alias("part"), pl.lit("dispatch").alias("cpu_kind"),
-                    pl.col("launch_name").alias("cpu_name"), (pl.col("b") - pl.col("late_end")).alias("total_ns")),
-    ]
-    # A sync is to blame for as long as the host had waited in it for queued work before the drain: without
-    # it, the host's next work would have overlapped that much GPU work. The rest of the stretch is the host's.
-    synced = late.filter(pl.col("sync_name").is_not_null()).with_columns(
-        pl.min_horizontal("late_end", pl.col("a") + pl.col("sync_waited_ns")).alias("blamed_end"))
-    call_end = pl.min_horizontal("sync_end_ns", "blamed_end")
-    rows.append(synced.select("step", "a", "b", pl.lit("sync_wait").alias("part"), pl.lit("cuda_api").alias("cpu_kind"),
-                              pl.col("sync_name").alias("cpu_name"), (call_end - pl.col("a")).alias("total_ns")))
-    spans = [
-        synced.select("step", "a", "b", call_end.alias("q0"), pl.col("blamed_end").alias("q1"),
-                      *(pl.lit("sync_wait").alias(f"{kind}_part") for kind in ("ranges", "dispatch", "untraced"))),
-        synced.select("step", "a", "b", pl.col("blamed_end").alias("q0"), pl.col("late_end").alias("q1"), *_HOST_PARTS),
-        late.filter(pl.col("sync_name").is_null()).select(
-            "step", "a", "b", pl.col("a").alias("q0"), pl.col("late_end").alias("q1"), *_HOST_PARTS),
-    ]
-    return [*rows, *host.split(pl.concat(spans))]
+Label = str | None | pl.Expr
+"""A cause's part, cpu_kind or cpu_name: the same for every stretch, or an expression of the stretch's columns."""
+
+
+def _expr(label: Label) -> pl.Expr:
+    return label if isinstance(label, pl.Expr) else pl.lit(label, pl.String)

@@ -196,18 +196,13 @@ class _Host:
 
     def split(self, q0: pl.Series, q1: pl.Series) -> list[pl.Series]:
         """How much of each span from Q0 to Q1 the host spent in each of :meth:`activities`."""
-        spans = pl.DataFrame({"q0": q0, "q1": q1})
-        in_steps = _covered(self.steps, spans)
-        covered = []
-        in_ranges_inside = pl.zeros(spans.height, pl.Int64, eager=True)
-        in_ranges_outside = pl.zeros(spans.height, pl.Int64, eager=True)
-        for ranges in self.ranges.values():
-            in_range = _covered(ranges, spans)
+        in_steps, dispatching, *covered = _covered([self.steps, self.dispatch, *self.ranges.values()], q0, q1)
+        in_ranges_inside = pl.zeros(q0.len(), pl.Int64, eager=True)
+        in_ranges_outside = pl.zeros(q0.len(), pl.Int64, eager=True)
+        for ranges, in_range in zip(self.ranges.values(), covered, strict=True):
             inside = _inside(ranges, self.steps)
-            covered.append(in_range)
             in_ranges_inside += in_range * inside
             in_ranges_outside += in_range * (1 - inside)
-        dispatching = _covered(self.dispatch, spans)
         dispatch = pl.select(pl.min_horizontal(pl.lit(dispatching), pl.lit((in_steps - in_ranges_inside)
                                                                            .clip(lower_bound=0)))).to_series()
         untraced = (q1 - q0 - in_ranges_inside - in_ranges_outside - dispatch).clip(lower_bound=0)
@@ -229,17 +224,17 @@ def _cumulative(intervals: pl.DataFrame) -> pl.DataFrame:
     return ordered.with_columns((length.cum_sum() - length).alias("_before"))
 
 
-def _coverage_at(cumulative: pl.DataFrame, points: pl.Series) -> pl.Series:
-    """How much of CUMULATIVE's intervals lies before each of POINTS."""
-    frame = pl.DataFrame({"t": points}).with_row_index("_row")
-    found = frame.sort("t").join_asof(cumulative, left_on="t", right_on="start_ns", strategy="backward")
+def _covered(cumulatives: list[pl.DataFrame], q0: pl.Series, q1: pl.Series) -> list[pl.Series]:
+    """How much of each span from Q0 to Q1 each of CUMULATIVES' interval sets covers: what lies before the span's
+    end less what lies before its start, the ends sorted once and put back once for all the sets."""
+    points = pl.DataFrame({"t": pl.concat([q0, q1])}).with_row_index("_row").sort("t")
     value = (pl.col("_before") + (pl.min_horizontal("t", "end_ns") - pl.col("start_ns"))).fill_null(0)
-    return found.select("_row", value.alias("c")).sort("_row")["c"]
-
-
-def _covered(cumulative: pl.DataFrame, spans: pl.DataFrame) -> pl.Series:
-    """How much of each of SPANS (q0, q1) CUMULATIVE's intervals cover."""
-    return _coverage_at(cumulative, spans["q1"]) - _coverage_at(cumulative, spans["q0"])
+    covered = []
+    for cumulative in cumulatives:
+        found = points.join_asof(cumulative, left_on="t", right_on="start_ns", strategy="backward")
+        at = pl.zeros(points.height, pl.Int64, eager=True).scatter(points["_row"], found.select(value).to_series())
+        covered.append(at.slice(q0.len()) - at.slice(0, q0.len()))
+    return covered
 
 
 def _inside(ranges: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:
@@ -247,7 +242,7 @@ def _inside(ranges: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:
     total = int((ranges["end_ns"] - ranges["start_ns"]).sum())
     if not total or not steps.height:
         return pl.Series([0], dtype=pl.Int64)
-    within = _covered(steps, ranges.select(pl.col("start_ns").alias("q0"), pl.col("end_ns").alias("q1"))).sum()
+    within = _covered([steps], ranges["start_ns"], ranges["end_ns"])[0].sum()
     return pl.Series([1 if within * 2 >= total else 0], dtype=pl.Int64)
 
 

@@ -100,14 +100,19 @@ def _batch_budget(windows: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame
     part, cpu_kind, cpu_name, total_ns), and each idle stretch with its largest cause (IDLE_COLUMNS). WORK: the GPU
     work that ran between LO and HI; SYNCS: the steps' thread's synchronising calls, from the last that began by
     LO."""
-    pieces = _pieces(windows, work.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)), lo, hi)
+    # Only the columns the timeline needs are copied (the launches' text is not).
+    pieces = _pieces(windows, work.select("start_ns", "end_ns", "kind", "comm").filter(
+        (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)), lo, hi)
     idle_state = pl.col("state") == STATES.index("idle")
     busy = pieces.filter(~idle_state).group_by("step", "state").agg(pl.col("ns").sum())
+    idle = pieces.filter(idle_state).drop("state")
+    del pieces  # each batch's temporaries let go as soon as they are used: they bound the budget's memory
     none = pl.lit(None, pl.String)
     busy_rows = busy.select("step", pl.col("state").replace_strict(range(len(STATES)), STATES,
                                                                    return_dtype=pl.String).alias("part"),
                             none.alias("cpu_kind"), none.alias("cpu_name"), pl.col("ns").alias("total_ns"))
-    causes = _Causes.of(_with_cause(pieces.filter(idle_state), work, syncs), host)
+    causes = _Causes.of(_with_cause(idle, work, syncs), host)
+    del idle
     return pl.concat([busy_rows.filter(pl.col("total_ns") > 0), causes.totals()]), causes.largest()
 
 
@@ -144,9 +149,11 @@ def _with_cause(idle: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame) -> 
     """IDLE pieces with the work that ends each (its launch call) and the sync the host sat in when it began (SYNCS:
     the steps' thread's synchronising calls, by start): step, a, b, launch_ns, launch_end_ns, launch_name, sync_name,
     sync_end_ns."""
-    pieces = idle.select("step", pl.col("start_ns").alias("a"), (pl.col("start_ns") + pl.col("ns")).alias("b"))
+    # The pieces follow each other in time: by start, and so by end (no sort).
+    pieces = idle.select("step", pl.col("start_ns").alias("a"),
+                         (pl.col("start_ns") + pl.col("ns")).set_sorted().alias("b"))
     nxt = work.select(pl.col("start_ns").alias("b"), "launch_ns", "launch_end_ns", "launch_name").sort("b")
-    pieces = pieces.sort("b").join_asof(nxt, on="b", strategy="forward")
+    pieces = pieces.join_asof(nxt, on="b", strategy="forward")
     syncs = syncs.select(pl.col("start_ns").alias("_sync_start"), pl.col("end_ns").alias("sync_end_ns"),
                          pl.col("name").alias("sync_name")).sort("_sync_start")
     late_end = pl.min_horizontal(pl.max_horizontal("launch_ns", "a"), "b")

@@ -151,6 +151,12 @@ def innermost_range(calls: pl.DataFrame, nvtx: pl.DataFrame) -> pl.Series:
     """The name of the innermost NVTX range open on each of CALLS' threads at its start ('' where none): the range a
     call came from. One as-of join per nesting depth, the deepest hit kept."""
     found = pl.Series("range", [""] * calls.height, pl.String)
+    if not calls.height:
+        return found
+    # Only the ranges a call can be in: on a call's thread, begun by the last call. A capture of a million ranges and
+    # no sync copied all of them, names too, per depth (+62 MB and 0.3 s of its analysis for nothing).
+    nvtx = nvtx.filter(pl.col("thread").is_in(calls["thread"].unique().implode(), nulls_equal=True)
+                       & (pl.col("start_ns") <= calls["start_ns"].max()))
     order = calls.select(pl.int_range(pl.len()).alias("_row"), "start_ns", "thread").sort("start_ns")
     for depth in nvtx["depth"].unique().sort():
         level = nvtx.filter(pl.col("depth") == depth).select(

@@ -11,7 +11,6 @@ import importlib
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import uuid
@@ -101,16 +100,6 @@ def report_tabs(page: str) -> list[str]:
     return [html.unescape(name) for name in re.findall(r'<li onclick="handleLinkClick\(this\)">(.*?)</li>', page)]
 
 
-def torchrun(nproc: int) -> list[str]:
-    """What flyte's `clustered` launcher execs for one node, minus the JobSet DNS lookup."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return [str(BIN / "torchrun"), "--nnodes=1", f"--nproc-per-node={nproc}", "--node-rank=0",
-            "--rdzv-backend=static", f"--rdzv-id=nsight-{port}", f"--rdzv-endpoint=127.0.0.1:{port}",
-            "--no-python", "--"]
-
-
 def executable(source: Path, directory: Path) -> Path:
     """SOURCE as an executable script run by this venv's Python (what a console script would be)."""
     script = directory / source.stem.removesuffix("_shim")
@@ -160,11 +149,11 @@ def without_nsys_env(tmp_path: Path) -> dict[str, str]:
 
 def run_action_with(a0: Path, tmp_path: Path, directory: Path, module: str, task_var: str,
                     inputs: dict[str, Any] | None = None, env: dict[str, str] | None = None,
-                    launcher: list[str] | None = None, entry: list[str] | None = None,
+                    entry: list[str] | None = None,
                     started: Callable[[subprocess.Popen[str], Path], None] | None = None,
                     run_name: str | None = None, raw_data: Path | None = None) -> ActionResult:
     """Run TASK_VAR of MODULE (in DIRECTORY) as a pod would: its inputs.pb, the container environment
-    the decorator stamped, the `a0` shim (or LAUNCHER + the real `a0`, or ENTRY), local storage.
+    the decorator stamped, the `a0` shim (or ENTRY), local storage.
 
     The action runs in a process group of its own; STARTED(process, workdir), when given, is called
     once it runs (to signal it). RUN_NAME repeats a run (a retried attempt); by default it is fresh.
@@ -185,9 +174,7 @@ def run_action_with(a0: Path, tmp_path: Path, directory: Path, module: str, task
     )
     action_env.update(task.env_vars or {})
     action_env.update(env or {})
-    if entry is None:
-        entry = [*launcher, str(BIN / "a0")] if launcher else [str(a0)]
-    argv = [*entry, "--inputs", str(work / "inputs.pb"), "--outputs-path", str(work / "out"),
+    argv = [*(entry or [str(a0)]), "--inputs", str(work / "inputs.pb"), "--outputs-path", str(work / "out"),
             "--version", "v1", "--raw-data-path", str(raw_data or work / "raw"), "--checkpoint-path",
             str(work / "ckpt"), "--prev-checkpoint", str(work / "prev"),
             "--resolver", "flyte._internal.resolvers.default.DefaultTaskResolver",
@@ -227,14 +214,11 @@ def run_action(a0: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
     """run_action(directory, module, task_var, inputs, env=None) -> ActionResult."""
 
     def run(directory: Path, module: str, task_var: str, inputs: dict[str, Any] | None = None,
-            env: dict[str, str] | None = None, launcher: list[str] | None = None,
-            entry: list[str] | None = None, **options: Any) -> ActionResult:
-        """LAUNCHER, when given, starts the entrypoint (torchrun for clustered workers): those
-        run with no controller, so they get the real `a0` rather than the shim. ENTRY replaces the
-        entrypoint itself (flyte's `clustered` launcher, which execs torchrun and `a0` on its own).
-        OPTIONS: those of run_action_with (started, run_name, raw_data)."""
-        return run_action_with(a0, tmp_path, directory, module, task_var, inputs, env, launcher, entry,
-                               **options)
+            env: dict[str, str] | None = None, entry: list[str] | None = None,
+            **options: Any) -> ActionResult:
+        """ENTRY replaces the entrypoint itself (flyte's `clustered` launcher, which execs torchrun and
+        `a0` on its own). OPTIONS: those of run_action_with (started, run_name, raw_data)."""
+        return run_action_with(a0, tmp_path, directory, module, task_var, inputs, env, entry, **options)
 
     return run
 

@@ -120,24 +120,33 @@ STATES = ("compute", "exposed_comm", "exposed_copy", "idle")
 """What the GPU did in a piece of its timeline (:func:`_pieces`' state indexes it): the first that holds."""
 
 
+LAYER_BITS = 21
+"""Each GPU layer's count of running work in its own 21 bits of one integer (:func:`_pieces`): up to two million
+pieces of work of one layer at once."""
+
+
 def _pieces(windows: pl.DataFrame, work: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
     """The GPU timeline between LO and HI cut at every edge of WORK and of WINDOWS: step, start_ns, ns, state
-    (an index into STATES: a code, not its text, on each of the hundreds of thousands of pieces)."""
+    (an index into STATES: a code, not its text, on each of the hundreds of thousands of pieces).
+
+    The three layers' counts (compute, communication, copies) are one integer, each layer a field of LAYER_BITS:
+    one cumulative sum of the edges' steps counts them all, where three columns cost three sums and the sort
+    moved them all."""
     copy = pl.col("kind").is_in(["copy", "memset"])
-    layers = {"l0": ~copy & ~pl.col("comm"), "l1": ~copy & pl.col("comm"), "l2": copy}
+    step = (pl.when(copy).then(1 << (2 * LAYER_BITS)).when(pl.col("comm")).then(1 << LAYER_BITS).otherwise(1)
+            .cast(pl.Int64))
     edges = pl.concat([
-        work.select(pl.col("start_ns").clip(lo, hi).alias("t"), *(test.cast(pl.Int32).alias(name)
-                                                                  for name, test in layers.items())),
-        work.select(pl.col("end_ns").clip(lo, hi).alias("t"), *(-test.cast(pl.Int32).alias(name)
-                                                               for name, test in layers.items())),
-        windows.select(pl.col("start_ns").alias("t"), *(pl.lit(0, pl.Int32).alias(name) for name in layers)),
-        pl.DataFrame({"t": [hi], **{name: [0] for name in layers}}, schema={"t": pl.Int64, **dict.fromkeys(layers,
-                                                                                                        pl.Int32)}),
-    ], how="vertical_relaxed").sort("t")
-    # After a sort, one cumulative sum per layer; the state after all edges at one time is its last row's.
-    counts = edges.with_columns(pl.col(*layers).cum_sum()).filter(pl.col("t") != pl.col("t").shift(-1).fill_null(-1))
-    state = (pl.when(pl.col("l0") > 0).then(0).when(pl.col("l1") > 0).then(1).when(pl.col("l2") > 0).then(2)
-             .otherwise(3).cast(pl.UInt8))
+        work.select(pl.col("start_ns").clip(lo, hi).alias("t"), step.alias("d")),
+        work.select(pl.col("end_ns").clip(lo, hi).alias("t"), (-step).alias("d")),
+        windows.select(pl.col("start_ns").alias("t"), pl.lit(0, pl.Int64).alias("d")),
+        pl.DataFrame({"t": [hi], "d": [0]}, schema={"t": pl.Int64, "d": pl.Int64}),
+    ]).sort("t")
+    # After a sort, one cumulative sum; the counts after all edges at one time are its last row's (exact there:
+    # each layer's count is then what runs, between 0 and 2**LAYER_BITS).
+    counts = edges.select("t", pl.col("d").cum_sum()).filter(pl.col("t") != pl.col("t").shift(-1).fill_null(-1))
+    running = [(pl.col("d") // (1 << (LAYER_BITS * index))) % (1 << LAYER_BITS) > 0 for index in range(3)]
+    state = (pl.when(running[0]).then(0).when(running[1]).then(1).when(running[2]).then(2).otherwise(3)
+             .cast(pl.UInt8))
     pieces = counts.select(pl.col("t").alias("start_ns"), (pl.col("t").shift(-1) - pl.col("t")).alias("ns"),
                            state.alias("state")).filter(pl.col("ns") > 0)
     located = pieces.join_asof(windows.select("step", pl.col("start_ns").alias("_w"), pl.col("end_ns").alias("_we")),

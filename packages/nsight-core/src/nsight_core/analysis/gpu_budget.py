@@ -227,7 +227,9 @@ class _Host:
 
 def _dispatch_runs(cuda_api: pl.DataFrame) -> pl.DataFrame:
     """The CUDA calls of all threads merged across gaps shorter than DISPATCH_GAP_NS: when the host dispatched."""
-    calls = cuda_api.select("start_ns", "end_ns").sort("start_ns").with_columns(pl.col("end_ns").cum_max())
+    calls = cuda_api.select("start_ns", "end_ns")  # in start order already, as the Trace reads them: no sort
+    calls = (calls if calls["start_ns"].is_sorted() else calls.sort("start_ns")).with_columns(
+        pl.col("end_ns").cum_max())
     # By start, a run begins where a call starts a gap after all before it ended, and ends where the next begins.
     begins = (pl.col("start_ns") - pl.col("end_ns").shift(1) > DISPATCH_GAP_NS).fill_null(True)
     return calls.select(pl.col("start_ns").filter(begins), pl.col("end_ns").filter(begins.shift(-1).fill_null(True)))
@@ -329,16 +331,20 @@ class _Causes:
         columns = [f"_c{index}" for index in range(len(self.candidates))]
         keyed = {index: ["step", key] for index, key in self.named.items()}
         keyed[1] = ["step", "short"]  # queued: a launch gap or a stream wait, by its length
-        plain = self.frame.group_by("step").agg(pl.col(column).sum() for index, column in enumerate(columns)
-                                                if index not in keyed)
-
-        def rows(frame: pl.DataFrame, index: int) -> pl.DataFrame:
+        plain = [index for index in range(len(columns)) if index not in keyed]
+        # The causes named alike for every stretch: summed per step, a row per step and cause, labelled by a join.
+        labels = pl.DataFrame([[columns[index] for index in plain],
+                               *([self.candidates[index][position] for index in plain] for position in range(3))],
+                              schema={"_cause": pl.String, "part": pl.String, "cpu_kind": pl.String,
+                                      "cpu_name": pl.String}, orient="col")
+        sums = [self.frame.group_by("step").agg(pl.col(columns[index]).sum() for index in plain)
+                .unpivot(index="step", variable_name="_cause", value_name="total_ns")
+                .join(labels, on="_cause").select("step", "part", "cpu_kind", "cpu_name", "total_ns")]
+        for index, keys in keyed.items():  # the causes named by the stretch: summed per step and name
             part, kind, name = (_expr(label) for label in self.candidates[index])
-            return frame.select("step", part.alias("part"), kind.alias("cpu_kind"), name.alias("cpu_name"),
-                                pl.col(columns[index]).alias("total_ns"))
-        sums = [rows(plain, index) for index in range(len(columns)) if index not in keyed]
-        sums += [rows(self.frame.filter(pl.col(columns[index]) > 0).group_by(keys).agg(pl.col(columns[index]).sum()),
-                      index) for index, keys in keyed.items()]
+            sums.append(self.frame.filter(pl.col(columns[index]) > 0).group_by(keys).agg(pl.col(columns[index]).sum())
+                        .select("step", part.alias("part"), kind.alias("cpu_kind"), name.alias("cpu_name"),
+                                pl.col(columns[index]).alias("total_ns")))
         # Two causes may share a key (the untraced stretches and the host's untraced time: gpu_idle, untraced).
         return (pl.concat(sums).group_by("step", "part", "cpu_kind", "cpu_name").agg(pl.col("total_ns").sum())
                 .filter(pl.col("total_ns") > 0))

@@ -7,11 +7,12 @@ PY := .venv/bin/python
 # Bytecode is compiled at install time: without .pyc files every import of the task's first run
 # (and of each test process) compiles polars/pydantic/flyte from source, over a second more.
 export UV_COMPILE_BYTECODE := 1
-# Test processes: 3 on 2 cores finish in ~2.7 min where 2 take ~3.7 (the cores idle ~25 % of the time with
-# 2 while tests wait on nsys' own processes). nsys 2023.4.4 loses its agent now and then at that
-# density: nsight retries what it safely can (docs/reliability.md) and a test that drives nsys gets one
-# more try (tests/conftest.py). Work stealing keeps a long test from ending the run alone.
-WORKERS ?= 3
+# Test processes: 4 on 2 cores. The suite is CPU-bound (nsys, Python start-ups, Chromium), but its tests also
+# wait (on nsys' own processes, signals, timeouts, a region's 7 s wait): with 3 the cores idled ~10 % of the
+# time, with 4 ~2 % (vmstat), and 4 ended a run in 5:56 where 3 took ~6:30 (issue 21). nsys 2023.4.4 loses
+# its agent now and then at that density: nsight retries what it safely can (docs/reliability.md) and a test
+# that drives nsys gets one more try (tests/conftest.py). Work stealing keeps a long test from ending the run alone.
+WORKERS ?= 4
 
 .PHONY: help env nsys test lint demo bench clean
 

@@ -17,7 +17,7 @@ from types import ModuleType
 
 import pytest
 from flyte._internal.imagebuild.docker_builder import _process_layer
-from packaging_helpers import REPO, build_wheels, fresh_venv, uv
+from packaging_helpers import REPO, fresh_venv, uv
 
 
 def load_image_module(wheels: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
@@ -41,8 +41,9 @@ def dockerfile_of(image, context: Path) -> str:  # type: ignore[no-untyped-def]
     return asyncio.run(render())
 
 
-def test_image_spec_installs_the_wheels_into_flytes_venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    module = load_image_module(build_wheels(tmp_path / "dist")[0].parent, monkeypatch)
+def test_image_spec_installs_the_wheels_into_flytes_venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       wheels: list[Path]) -> None:
+    module = load_image_module(wheels[0].parent, monkeypatch)
     context = tmp_path / "context"
     context.mkdir()
     dockerfile = dockerfile_of(module.image, context)

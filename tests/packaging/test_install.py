@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from packaging_helpers import REPO, build_wheels, fresh_venv, uv
+from packaging_helpers import REPO, fresh_venv, uv
 
 pytestmark = pytest.mark.nsys
 
@@ -28,8 +28,7 @@ def run(argv: list[str | Path], cwd: Path, **env: str) -> subprocess.CompletedPr
                           stdin=subprocess.DEVNULL, env={**os.environ, **env})
 
 
-def test_both_wheels_install_with_uv_and_profile_a_script(tmp_path: Path) -> None:
-    wheels = build_wheels(tmp_path / "dist")
+def test_both_wheels_install_with_uv_and_profile_a_script(tmp_path: Path, wheels: list[Path]) -> None:
     venv = fresh_venv(tmp_path / "venv")
     installed = run([*uv(), "pip", "install", "--python", venv / "bin" / "python", *wheels], tmp_path)
     assert installed.returncode == 0, installed.stderr
@@ -58,13 +57,13 @@ def test_both_wheels_install_with_uv_and_profile_a_script(tmp_path: Path) -> Non
     assert "vegaEmbed" in page.read_text()  # the vendored JavaScript came with the wheel
 
 
-def test_pip_installs_both_packages_from_the_repository(tmp_path: Path) -> None:
+def test_pip_installs_both_packages_from_the_repository(tmp_path: Path, wheels: list[Path]) -> None:
     """pip resolves the plugin's `nsight-core==0.1.0+repo` to the repository's folder. The third-party
     dependencies are put in first from uv's cache (the test above installs them from the registry), so
     this costs pip's build of our two packages, not a download of flyte's whole tree."""
     venv = fresh_venv(tmp_path / "venv", seed=True)
     python = venv / "bin" / "python"
-    deps = run([*uv(), "pip", "install", "--python", python, *build_wheels(tmp_path / "dist")], tmp_path)
+    deps = run([*uv(), "pip", "install", "--python", python, *wheels], tmp_path)
     assert deps.returncode == 0, deps.stderr
     run([*uv(), "pip", "uninstall", "--python", python, "nsight-core", "flyteplugins-nsight"], tmp_path)
     installed = run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
@@ -76,8 +75,8 @@ def test_pip_installs_both_packages_from_the_repository(tmp_path: Path) -> None:
     assert imported.returncode == 0, imported.stderr
 
 
-def test_the_plugin_alone_never_resolves_the_core_from_an_index(tmp_path: Path) -> None:
-    plugin = [w for w in build_wheels(tmp_path / "dist") if w.name.startswith("flyteplugins_nsight")]
+def test_the_plugin_alone_never_resolves_the_core_from_an_index(tmp_path: Path, wheels: list[Path]) -> None:
+    plugin = [w for w in wheels if w.name.startswith("flyteplugins_nsight")]
     venv = fresh_venv(tmp_path / "venv")
     refused = run([*uv(), "pip", "install", "--dry-run", "--python", venv / "bin" / "python", *plugin], tmp_path)
     assert refused.returncode != 0

@@ -161,6 +161,28 @@ def test_nsys_that_loses_its_agent_before_the_command_starts(tmp_path, losses, h
         assert "opened no nsight_core.range() block" not in done.stderr
 
 
+def test_an_agent_left_by_a_lost_attempt_does_not_hold_the_next_attempts_session(tmp_path):
+    """Seen in the suite on 2026-12-04: the attempt that lost its agent left the agent running, holding the
+    session's name, and the next attempt ended in "Session name 'nsight-...' is already in use": no profile. The
+    failed attempt's agents are ended before nsys runs again."""
+    count = tmp_path / "count"
+    session = 'S=$(printf "%s\\n" "$@" | sed -n "s/^--session-new=//p")'
+    held = ('if pgrep -f -- "--session-name=$S" >/dev/null; then '
+            'echo "Session name \'$S\' is already in use." >&2; exit 1; fi')
+    marker = tmp_path / "agent"  # in the fake agent's command line: the test ends its own, never nsys' agents
+    agent = (f'{sys.executable} -c "import time; time.sleep(600)" {marker} --start-agent --session-name=$S '
+             '</dev/null >/dev/null 2>&1 & ')
+    try:
+        body = f"{session}; {held}; {lose_first(count, 1, agent + AGENT_LOST)}"
+        done = nsight("run", "--trace", "nvtx", "-o", str(tmp_path / "o"), "--", sys.executable,
+                      str(script(tmp_path, REGION)), env=fake_nsys(tmp_path, "profile", body))
+    finally:
+        subprocess.run(["pkill", "-f", "--", str(marker)], check=False)
+    assert done.returncode == 0, done.stderr
+    assert count.read_text() == "x\nx\n", done.stderr
+    assert [Path(line).suffix for line in done.stdout.splitlines()[1:]] == [".nsys-rep"], (done.stdout, done.stderr)
+
+
 def test_region_start_that_loses_its_agent_is_tried_again(tmp_path):
     """`nsys start` failing with "Local Endpoint is not available" started nothing: once more, and the
     region records as if nothing happened."""

@@ -86,6 +86,8 @@ def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[s
             finished, transient = _run_under_nsys(nsys_argv, command, pending, env, timeout, session)
             if finished.started or not transient:
                 break
+            if session:  # an agent of the failed attempt holds the session's name: the next would find it in use
+                end_leftover_agents(session, grace=0.5)
         died_of = died.read_text().strip() if died.exists() else ""
     if session:
         end_leftover_agents(session)

@@ -27,3 +27,25 @@ def test_each_range_family_gets_the_gpu_work_its_calls_launched() -> None:
     assert ranges["step_{n}"].gpu_ops == work.height > 0
     assert ranges["step_{n}"].gpu_span_ns is not None
     assert ranges["step_{n}"].gpu_span_ns <= work["end_ns"].max() - work["start_ns"].min()
+
+
+def test_a_launch_is_in_the_step_whose_range_holds_its_call_in_any_order() -> None:
+    """Launches in call order take a merge with the steps, others a binary search: both give every launch the step
+    range its call lies in, and none to a call between steps."""
+    from nsight_core.analysis.projection import gpu_work, launched, step_of_launch
+
+    trace = nsight_core.load_trace(PAIRS / "sync_log-problem.nsys-rep")
+    steps = (trace.nvtx.filter(pl.col("name").str.starts_with("step_"))
+             .select(pl.int_range(pl.len()).alias("step"), "start_ns", "end_ns").sort("start_ns")
+             .filter(pl.col("step") % 2 == 0))  # every other step: the others' launches lie between steps
+    launches = launched(gpu_work(trace), trace.cuda_api).filter(pl.col("launch_ns").is_not_null())
+    in_order = launches.sort("launch_ns")
+    shuffled = in_order.sample(fraction=1.0, shuffle=True, seed=7)
+    assert in_order["launch_ns"].is_sorted() and not shuffled["launch_ns"].is_sorted()
+    expected = in_order.join_asof(steps, left_on="launch_ns", right_on="start_ns", suffix="_step").select(
+        pl.when(pl.col("launch_ns") < pl.col("end_ns_step")).then(pl.col("step")))
+    found = step_of_launch(in_order, steps)
+    assert found.to_list() == expected.to_series().to_list()
+    assert 0 < found.null_count() < found.len(), "some launches lie between steps, most inside one"
+    again = shuffled.with_columns(step_of_launch(shuffled, steps)).sort("launch_ns")["step"]
+    assert again.to_list() == found.to_list()

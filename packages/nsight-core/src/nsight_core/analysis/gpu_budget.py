@@ -165,9 +165,10 @@ def _with_cause(idle: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame) -> 
     pieces = pieces.join_asof(nxt, on="b", strategy="forward")
     syncs = syncs.select(pl.col("start_ns").alias("_sync_start"), pl.col("end_ns").alias("sync_end_ns"),
                          pl.col("name").alias("sync_name")).sort("_sync_start")
-    late_end = pl.min_horizontal(pl.max_horizontal("launch_ns", "a"), "b")
-    pieces = (pieces.with_columns(late_end.fill_null(pl.col("b")).alias("late_end")).sort("late_end")
-              .join_asof(syncs, left_on="late_end", right_on="_sync_start", strategy="backward"))
+    # Between a piece's start and end, so in the pieces' order too (no sort: the stretches stay by start).
+    late_end = pl.min_horizontal(pl.max_horizontal("launch_ns", "a"), "b").fill_null(pl.col("b")).set_sorted()
+    pieces = pieces.with_columns(late_end.alias("late_end")).join_asof(syncs, left_on="late_end",
+                                                                        right_on="_sync_start", strategy="backward")
     # The sync drained the queue when the host sat in it as the GPU went idle; one begun after is no cause.
     drained = (pl.col("_sync_start") <= pl.col("a")) & (pl.col("sync_end_ns") >= pl.col("a"))
     return pieces.with_columns(pl.when(drained).then(pl.col("sync_name")).alias("sync_name"),
@@ -369,7 +370,7 @@ class _Causes:
                     label = pl.when(pl.col("_which") == index).then(candidate[position]).otherwise(label)
             labels.append(label)
         part, kind, name = labels
-        return chosen.sort("a").select("step", pl.col("a").alias("start_ns"), pl.col("b").alias("end_ns"),
+        return chosen.select("step", pl.col("a").alias("start_ns"), pl.col("b").alias("end_ns"),
                                        part.alias("part"), kind.alias("cpu_kind"), name.alias("cpu_name"))
 
 

@@ -326,10 +326,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="nsight: %(message)s",
                         stream=sys.stderr)
+    if argv is None and args.func in (cmd_stats, cmd_report, cmd_export, cmd_diff):
+        os.environ.setdefault(ALLOCATOR_SETTING, ANALYSIS_ALLOCATOR)  # before any import of Polars
     code = _dispatch(args)
     if argv is None and args.func in (cmd_stats, cmd_report, cmd_export):
         _exit_now(code)
     return code
+
+
+ALLOCATOR_SETTING = "_RJEM_MALLOC_CONF"
+"""How Polars' allocator (its own copy of jemalloc) is configured: read once, as Polars is imported."""
+ANALYSIS_ALLOCATOR = "narenas:1,background_thread:true,dirty_decay_ms:100,muzzy_decay_ms:0"
+"""For `nsight stats`, `report`, `export` and `diff`, unless the user set one: one arena, and freed pages handed back
+to the system a tenth of a second later by jemalloc's own thread.
+
+Why: by default each thread that allocates gets an arena of its own, and freed pages stay with it for ten seconds.
+A report's stages (frames, reports, the analysis beside them, the page) each free what they built, yet the process
+kept it all: its peak was near the sum of the stages' (200 k kernels: 260-276 MB; 1 M NVTX ranges: 405-425 MB). With
+this setting 226-234 MB and 298-334 MB, at the same speed (measured 2026-12-04, docs/benchmarks.md). Set in nsight's
+own process only (``main`` without ARGV), for commands that start no user program: their only children are nsys'
+exports, which do not read it. A user's task process (the Flyte plugin builds its report there) is never touched."""
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -245,15 +245,19 @@ def _cumulative(intervals: pl.DataFrame) -> pl.DataFrame:
 
 def _covered(cumulatives: list[pl.DataFrame], q0: pl.Series, q1: pl.Series) -> list[pl.Series]:
     """How much of each span from Q0 to Q1 each of CUMULATIVES' interval sets covers: what lies before the span's
-    end less what lies before its start, the ends sorted once and put back once for all the sets."""
-    points = pl.DataFrame({"t": pl.concat([q0, q1])}).with_row_index("_row").sort("t")
+    end less what lies before its start.
+
+    Q0 and Q1 each in order: the spans are taken from the idle pieces (each span within its piece, the pieces in
+    time order) or are non-overlapping ranges by start, so each end is looked up where it is, with no sort and no
+    scatter back (they took a third of the time). Polars' as-of join checks that order (an error, never a wrong
+    number)."""
     value = (pl.col("_before") + (pl.min_horizontal("t", "end_ns") - pl.col("start_ns"))).fill_null(0)
-    covered = []
-    for cumulative in cumulatives:
-        found = points.join_asof(cumulative, left_on="t", right_on="start_ns", strategy="backward")
-        at = pl.zeros(points.height, pl.Int64, eager=True).scatter(points["_row"], found.select(value).to_series())
-        covered.append(at.slice(q0.len()) - at.slice(0, q0.len()))
-    return covered
+    starts, ends = pl.DataFrame({"t": q0}), pl.DataFrame({"t": q1})
+
+    def before(points: pl.DataFrame, cumulative: pl.DataFrame) -> pl.Series:
+        return points.join_asof(cumulative, left_on="t", right_on="start_ns", strategy="backward").select(
+            value).to_series()
+    return [before(ends, cumulative) - before(starts, cumulative) for cumulative in cumulatives]
 
 
 def _inside(ranges: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:

@@ -77,6 +77,9 @@ FINALIZE_SIZES = (10_000, 100_000, 1_000_000)
 """NVTX ranges of the captures the finalize's scaling is measured on (up to --ranges)."""
 REFERENCE_TARGET, EXPORT_TARGET = 0.2, 1.0
 """`nsight report`'s wall time at most these times the reference's and a bare SQLite export's."""
+BEFORE_GPU_CLOCK = "f3ba79d"
+"""The last commit before issue 20 moved steps, budget and findings onto the GPU's clock: issue 20 asks for a report
+peak no higher than this code's on the bench captures, measured in the same run."""
 EVENTS_PER_S_TARGET = 5e6
 ANALYSIS_RUNS = 9
 """Runs of analyze() per capture (at least --repeat): cheap, and the fastest of more runs is less noisy."""
@@ -332,9 +335,9 @@ def fresh_copy(trace: Path, scratch: Path) -> Path:
     return copy
 
 
-def nsight_run(args: Sequence[str | Path], cwd: Path) -> Run:
+def nsight_run(args: Sequence[str | Path], cwd: Path, env: dict[str, str] | None = None) -> Run:
     rss_file = cwd / ".python-peak"
-    seconds, tree = run([PY, "-c", LAUNCHER, rss_file, *args], cwd)
+    seconds, tree = run([PY, "-c", LAUNCHER, rss_file, *args], cwd, env)
     python = int(rss_file.read_text()) / 1024
     rss_file.unlink()
     return Run(seconds, tree, python)
@@ -479,9 +482,9 @@ def import_verdict(imports: list[tuple[str, float]]) -> str:
             f"two whole-process medians differ by {(by[PLUGIN] - by[FLYTE]) * 1000:.0f} ms.")
 
 
-def python_json(code: str, args: Sequence[str | Path | int]) -> Any:
+def python_json(code: str, args: Sequence[str | Path | int], env: dict[str, str] | None = None) -> Any:
     """Run `python -c CODE ARGS` and parse the JSON it prints last."""
-    done = subprocess.run([PY, "-c", code, *map(str, args)], cwd=REPO, capture_output=True, text=True)
+    done = subprocess.run([PY, "-c", code, *map(str, args)], cwd=REPO, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise SystemExit(f"bench: in-process measurement exited {done.returncode}:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.splitlines()[-1])
@@ -596,6 +599,44 @@ def analysis_section(costs: list[Costs], baseline_mb: float) -> list[str]:
         "and analysed a slice at a time.",
         ""] if heavy else [])
     return [*lines, "", *[f"- {line}" for line in verdicts], "", *why]
+
+
+def before_section(traces: list[Path], scratch: Path, repeat: int) -> list[str]:
+    """Issue 20's memory target: `nsight report`'s peak against the code before issue 20 (BEFORE_GPU_CLOCK, its
+    package sources from `git archive`, imported first through PYTHONPATH), the two taking turns on fresh copies;
+    and the analysis of each in a process of its own."""
+    before = scratch / "before-issue-20"
+    before.mkdir()
+    archive = subprocess.run(["git", "archive", BEFORE_GPU_CLOCK, "packages/nsight-core/src"], cwd=REPO,
+                             capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", before], input=archive, check=True)
+    old_env = {**os.environ, "PYTHONPATH": str(before / "packages" / "nsight-core" / "src")}
+    lines = ["## Against the code before issue 20", "",
+             f"`nsight report` of the code before issue 20 (commit {BEFORE_GPU_CLOCK}, the CPU's clock) and of this "
+             f"commit, taking turns, {repeat} runs each on fresh copies: the Python process's peak (median) and the",
+             "wall time (median); then `analyze(trace)` of each in a process of its own, fastest of "
+             f"{ANALYSIS_RUNS} runs. Issue 20's target: a peak no higher than before.", "",
+             "| capture | report peak before | now | now / before | report time before | now "
+             "| analysis before | now |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    verdicts = []
+    for trace in traces:
+        runs: dict[str, list[Run]] = {"before": [], "now": []}
+        for _ in range(repeat):
+            for key, env in (("before", old_env), ("now", None)):
+                copy = fresh_copy(trace, scratch)
+                runs[key].append(nsight_run(["report", copy, "-o", copy.parent / "page.html"], copy.parent, env))
+        peak = {key: statistics.median(run.python_mb or 0.0 for run in value) for key, value in runs.items()}
+        wall = {key: statistics.median(run.seconds for run in value) for key, value in runs.items()}
+        fastest = {key: min(python_json(ANALYSIS, [fresh_copy(trace, scratch), ANALYSIS_RUNS], env)["seconds"])
+                   for key, env in (("before", old_env), ("now", None))}
+        ratio = peak["now"] / peak["before"]
+        lines.append(f"| {trace.name} | {peak['before']:.0f} MB | {peak['now']:.0f} MB | {ratio:.2f}x "
+                     f"| {wall['before']:.2f} s | {wall['now']:.2f} s | {fastest['before'] * 1000:.0f} ms "
+                     f"| {fastest['now'] * 1000:.0f} ms |")
+        verdicts.append(f"{trace.name}: report peak {ratio:.2f}x the code's before issue 20 (target at most 1.0x: "
+                        f"{_met(ratio <= 1.0, f'{ratio:.2f}x')}).")
+    return [*lines, "", *[f"- {line}" for line in verdicts], ""]
 
 
 def guard_section(costs: list[Costs], baseline_mb: float) -> list[str]:
@@ -794,7 +835,9 @@ def main() -> None:
         scaling = [*((size, record_nvtx_capture(size, scratch)[0]) for size in FINALIZE_SIZES if size < args.ranges),
                    (args.ranges, nvtx_trace)]
         baseline = import_baseline_mb()
-        sections += [*analysis_section(costs, baseline), *guard_section(costs, baseline),
+        sections += [*analysis_section(costs, baseline),
+                     *before_section([trace for trace, _, _ in captures], scratch, args.repeat),
+                     *guard_section(costs, baseline),
                      *finalize_scaling(scaling, scratch, args.repeat)]
         recorded = dict(scaling)
         sections += scaling_section([(size, recorded.get(size) or record_nvtx_capture(size, scratch)[0])

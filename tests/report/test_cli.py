@@ -159,16 +159,24 @@ ALLOCATOR_AT_IMPORT = (
     "runpy.run_module('nsight_core.cli', run_name='__main__', alter_sys=True)\n")
 
 
-@pytest.mark.parametrize("users", [None, "narenas:2"])
-def test_stats_gives_polars_one_arena_that_returns_memory_unless_the_user_chose(users: str | None) -> None:
+POLARS_DEFAULTS = "dirty_decay_ms:500,muzzy_decay_ms:1000"
+"""What `import polars` writes into _RJEM_MALLOC_CONF, where a process it starts finds it."""
+
+
+@pytest.mark.parametrize(("inherited", "users"), [(None, None), (POLARS_DEFAULTS, None), ("narenas:2", "narenas:2"),
+                                                   (f"{POLARS_DEFAULTS},narenas:2", f"{POLARS_DEFAULTS},narenas:2")],
+                         ids=["clean", "from a Polars process", "the user's", "the user's through Polars"])
+def test_stats_gives_polars_one_arena_that_returns_memory_unless_the_user_chose(inherited: str | None,
+                                                                                users: str | None) -> None:
     """`nsight stats` and `report` free each stage's frames; with jemalloc's defaults the process kept them all (a
     report's peak ~15 % higher, docs/benchmarks.md). nsight's own process sets one arena that hands pages back, before
-    Polars is imported; a setting the user made is theirs."""
+    Polars is imported, also when started by a process that imported Polars (which leaves its defaults in the
+    environment); a setting the user made is theirs."""
     from nsight_core.cli import ANALYSIS_ALLOCATOR
 
     env = {key: value for key, value in os.environ.items() if key != "_RJEM_MALLOC_CONF"}
-    if users:
-        env["_RJEM_MALLOC_CONF"] = users
+    if inherited:
+        env["_RJEM_MALLOC_CONF"] = inherited
     capture = Path(__file__).resolve().parents[1] / "fixtures" / "h200-fix-pairs-2025" / "dataloader-fixed.sqlite"
     done = subprocess.run([sys.executable, "-c", ALLOCATOR_AT_IMPORT, "stats", str(capture), "--reports",
                            "cuda_gpu_kern_sum"], capture_output=True, text=True, timeout=120, env=env,

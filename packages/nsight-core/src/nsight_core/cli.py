@@ -8,6 +8,7 @@ import io
 import json
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -326,8 +327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="nsight: %(message)s",
                         stream=sys.stderr)
-    if argv is None and args.func in (cmd_stats, cmd_report, cmd_export, cmd_diff):
-        os.environ.setdefault(ALLOCATOR_SETTING, ANALYSIS_ALLOCATOR)  # before any import of Polars
+    if argv is None and args.func in (cmd_stats, cmd_report, cmd_export, cmd_diff) and not _users_allocator():
+        os.environ[ALLOCATOR_SETTING] = ANALYSIS_ALLOCATOR  # before any import of Polars
     code = _dispatch(args)
     if argv is None and args.func in (cmd_stats, cmd_report, cmd_export):
         _exit_now(code)
@@ -337,15 +338,29 @@ def main(argv: Sequence[str] | None = None) -> int:
 ALLOCATOR_SETTING = "_RJEM_MALLOC_CONF"
 """How Polars' allocator (its own copy of jemalloc) is configured: read once, as Polars is imported."""
 ANALYSIS_ALLOCATOR = "narenas:1,background_thread:true,dirty_decay_ms:100,muzzy_decay_ms:0"
-"""For `nsight stats`, `report`, `export` and `diff`, unless the user set one: one arena, and freed pages handed back
+"""For `nsight stats`, `report`, `export` and `diff`, unless the user chose one: one arena, and freed pages handed back
 to the system a tenth of a second later by jemalloc's own thread.
 
-Why: by default each thread that allocates gets an arena of its own, and freed pages stay with it for ten seconds.
-A report's stages (frames, reports, the analysis beside them, the page) each free what they built, yet the process
-kept it all: its peak was near the sum of the stages' (200 k kernels: 260-276 MB; 1 M NVTX ranges: 405-425 MB). With
-this setting 226-234 MB and 298-334 MB, at the same speed (measured 2026-12-04, docs/benchmarks.md). Set in nsight's
-own process only (``main`` without ARGV), for commands that start no user program: their only children are nsys'
-exports, which do not read it. A user's task process (the Flyte plugin builds its report there) is never touched."""
+Why: by default each thread that allocates gets arenas of its own, and freed pages stay with them for 0.5-1 s
+(Polars' defaults, `dirty_decay_ms:500,muzzy_decay_ms:1000`), reused by that thread only. A report's stages (frames,
+reports, the analysis beside them, the page) each free what they built, yet the process kept most of it: 200 k
+kernels peaked at 260-280 MB, 1 M NVTX ranges at 405-425 MB. With this setting 226-243 MB and 298-334 MB, at the same
+speed (measured 2026-12-04; docs/benchmarks.md compares with the code before issue 20). Set in nsight's own process
+only (``main`` without ARGV), for commands that start no user program: their only children are nsys' exports,
+which do not read it. A user's task process (the Flyte plugin builds its report there) is never touched."""
+
+
+POLARS_ALLOCATOR = re.compile(r"dirty_decay_ms:500,muzzy_decay_ms:1000(,thp:always,metadata_thp:always)?,?")
+"""What Polars' import writes into ALLOCATOR_SETTING (its defaults, then the value it found): a process started by one
+that imported Polars inherits it, and that is no choice of the user's."""
+
+
+def _users_allocator() -> str:
+    """ALLOCATOR_SETTING as the user set it: the environment's, less the defaults Polars' imports put before it."""
+    setting = os.environ.get(ALLOCATOR_SETTING, "")
+    while (match := POLARS_ALLOCATOR.match(setting)) and match.end():
+        setting = setting[match.end():]
+    return setting
 
 
 def _dispatch(args: argparse.Namespace) -> int:

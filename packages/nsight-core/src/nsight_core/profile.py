@@ -162,10 +162,10 @@ def first_part(trace: Trace) -> Trace | None:
                           affordable / trace.event_bytes)
     if cut is None:
         return trace
-    part = head(tables.sqlite, cut, tables.choice)
+    part = head(tables, cut, tables.choice)
     found, steps = find_steps(part.nvtx, pl.DataFrame(schema=KERNEL_COLUMNS))
     if found.source == "nvtx" and steps.height >= 2:
-        part = head(tables.sqlite, int(steps.select(pl.col("start_ns").max()).item()), tables.choice)
+        part = head(tables, int(steps.select(pl.col("start_ns").max()).item()), tables.choice)
     return part
 
 

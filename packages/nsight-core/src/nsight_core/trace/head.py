@@ -21,6 +21,7 @@ import polars as pl
 
 from nsight_core.trace.export import ExportChoice
 from nsight_core.trace.model import Trace
+from nsight_core.trace.spill import SpilledTables
 from nsight_core.trace.tables import SqliteTables, Wanted
 
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -35,32 +36,46 @@ LEFT_OUT = frozenset({"ANALYSIS_DETAILS"})
 
 
 class HeadTables:
-    """The export's tables (:class:`SqliteTables`) restricted to the events up to CUT_NS (see the module)."""
+    """The export's tables (:class:`SqliteTables`) restricted to the events up to CUT_NS (see the module).
 
-    def __init__(self, sqlite: SqliteTables, cut_ns: int, choice: ExportChoice | None) -> None:
-        self.source: Path = sqlite.source
+    From a :class:`SpilledTables`, a table the statistics already copied to Parquet is read from that copy (the
+    same rows, typed alike; the scan skips the files after the cut), the others from SQLite."""
+
+    def __init__(self, tables: SqliteTables | SpilledTables, cut_ns: int, choice: ExportChoice | None) -> None:
+        self.source: Path = tables.source
         self.choice = choice
         self.cut_ns = cut_ns
-        self._sqlite = sqlite
+        self._copies = tables if isinstance(tables, SpilledTables) else None
+        self._sqlite = tables.sqlite if isinstance(tables, SpilledTables) else tables
 
     def columns(self, table: str) -> frozenset[str]:
         return frozenset() if table in LEFT_OUT else self._sqlite.columns(table)
 
     def read(self, table: str, wanted: Wanted) -> pl.DataFrame | None:
+        before = pl.col("start") < self.cut_ns
         if table in HOST_TABLES:
+            if (copy := self._copy(table, {"start": pl.Int64, **wanted})) is not None:
+                return copy.filter(before).select(list(wanted)).collect()
             return self._sqlite.read(table, wanted, where='"start" < ?', parameters=(self.cut_ns,))
         if table in LAUNCHED_TABLES:
             if {"correlationId"} <= self._sqlite.columns(RUNTIME) & self._sqlite.columns(table):
+                calls = self._copy(RUNTIME, {"start": pl.Int64, "correlationId": None})
+                if "correlationId" in wanted and calls is not None and (copy := self._copy(table, wanted)) is not None:
+                    launched = calls.filter(before).select("correlationId").collect()["correlationId"]
+                    return copy.filter(pl.col("correlationId").is_in(launched.implode())).collect()
                 return self._sqlite.read(table, wanted, where=f'"correlationId" IN (SELECT "correlationId" FROM '
                                          f'"{RUNTIME}" WHERE "start" < ?)', parameters=(self.cut_ns,))
             return self._sqlite.read(table, wanted, where='"start" < ?', parameters=(self.cut_ns,))
         return self._sqlite.read(table, wanted)
+
+    def _copy(self, table: str, wanted: Wanted) -> pl.LazyFrame | None:
+        return self._copies.copied(table, wanted) if self._copies is not None else None
 
     def arrow_bytes(self, tables: Iterable[str]) -> int:
         """The whole export's (an upper bound: the part's are not known before it is read)."""
         return self._sqlite.arrow_bytes(tables)
 
 
-def head(sqlite: SqliteTables, cut_ns: int, choice: ExportChoice | None = None) -> Trace:
-    """The capture of SQLITE up to CUT_NS (see the module) as a Trace, whose frames are read whole."""
-    return Trace(HeadTables(sqlite, cut_ns, choice))
+def head(tables: SqliteTables | SpilledTables, cut_ns: int, choice: ExportChoice | None = None) -> Trace:
+    """The capture of TABLES' export up to CUT_NS (see the module) as a Trace, whose frames are read whole."""
+    return Trace(HeadTables(tables, cut_ns, choice))

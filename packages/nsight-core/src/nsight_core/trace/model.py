@@ -105,6 +105,15 @@ EVENT_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
 """The export's tables the frames read events from (and the strings they name): what a summary grows with."""
 
 
+KERNEL_READ: Wanted = {"start": I64, "end": I64, "deviceId": I64, "streamId": I64, "demangledName": ID,
+                       "shortName": ID, "correlationId": I64, "globalPid": I64}
+MEMCPY_READ: Wanted = {"start": I64, "end": I64, "deviceId": I64, "streamId": I64, "bytes": I64, "copyKind": I64,
+                       "srcKind": I64, "dstKind": I64, "correlationId": I64}
+MEMSET_READ: Wanted = {"start": I64, "end": I64, "deviceId": I64, "streamId": I64, "bytes": I64, "correlationId": I64}
+"""The columns the frames read of the GPU's work tables (also what a large capture's Parquet copies hold, so that
+its first part reads them from there: :mod:`nsight_core.trace.streamed`, :mod:`nsight_core.trace.head`)."""
+
+
 def _empty(schema: Schema) -> pl.DataFrame:
     return pl.DataFrame(schema=schema)
 
@@ -225,9 +234,7 @@ class Trace:
     @functools.cached_property
     def kernels(self) -> pl.DataFrame:
         """CUDA kernels, by start time."""
-        raw = self._read("CUPTI_ACTIVITY_KIND_KERNEL", {
-            "start": I64, "end": I64, "deviceId": I64, "streamId": I64, "demangledName": ID, "shortName": ID,
-            "correlationId": I64, "globalPid": I64})
+        raw = self._read("CUPTI_ACTIVITY_KIND_KERNEL", KERNEL_READ)
         if raw is None:
             return _empty(KERNEL_COLUMNS)
         return _by_start(raw).select(
@@ -255,9 +262,7 @@ class Trace:
     @functools.cached_property
     def memcpy(self) -> pl.DataFrame:
         """Memory copies with direction and the memory kind of each side (pageable copies show here)."""
-        raw = self._read("CUPTI_ACTIVITY_KIND_MEMCPY", {
-            "start": I64, "end": I64, "deviceId": I64, "streamId": I64, "bytes": I64, "copyKind": I64,
-            "srcKind": I64, "dstKind": I64, "correlationId": I64})
+        raw = self._read("CUPTI_ACTIVITY_KIND_MEMCPY", MEMCPY_READ)
         if raw is None:
             return _empty(MEMCPY_COLUMNS)
         return _by_start(raw).select(
@@ -272,8 +277,7 @@ class Trace:
     @functools.cached_property
     def memset(self) -> pl.DataFrame:
         """Memsets."""
-        raw = self._read("CUPTI_ACTIVITY_KIND_MEMSET", {
-            "start": I64, "end": I64, "deviceId": I64, "streamId": I64, "bytes": I64, "correlationId": I64})
+        raw = self._read("CUPTI_ACTIVITY_KIND_MEMSET", MEMSET_READ)
         if raw is None:
             return _empty(MEMSET_COLUMNS)
         return _by_start(raw).select(

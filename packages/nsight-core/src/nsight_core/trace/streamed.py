@@ -21,6 +21,9 @@ import polars as pl
 from nsight_core.trace.model import (
     COPY_DIRECTIONS,
     I64,
+    KERNEL_READ,
+    MEMCPY_READ,
+    MEMSET_READ,
     NVTX_DOMAIN_CREATE,
     NVTX_MARK_TYPES,
     NVTX_PUSH_POP_TYPES,
@@ -116,6 +119,14 @@ def _scan(trace: Trace, table: str, wanted: Wanted) -> pl.LazyFrame | None:
         return None
 
 
+def _scan_as_read(trace: Trace, table: str, needed: Wanted, read: Wanted) -> pl.LazyFrame | None:
+    """TABLE's NEEDED columns scanned (:func:`_scan`) from a copy that also holds the other columns the Trace reads
+    of it (READ), where the export has them: a large capture's first part then reads its frame from that copy
+    (:mod:`nsight_core.trace.head`), not from another scan of the whole SQLite table."""
+    columns = trace.tables.columns(table) if isinstance(trace.tables, SpilledTables) else frozenset()
+    return _scan(trace, table, {**{name: dtype for name, dtype in read.items() if name in columns}, **needed})
+
+
 def _named(frame: pl.LazyFrame, id_column: str, names: pl.DataFrame, alias: str) -> pl.LazyFrame:
     """FRAME with ALIAS: ID_COLUMN's value in NAMES (id and one text column; null where it has none), by a join with
     that small table. Not ``replace_strict`` as the Trace does: in the streaming engine that held every row (3 M NVTX
@@ -131,8 +142,8 @@ def _timed(frame: pl.LazyFrame, *columns: pl.Expr | str) -> pl.LazyFrame:
 
 
 def _kernels(trace: Trace) -> pl.LazyFrame:
-    raw = _scan(trace, KERNEL, {"start": I64, "end": I64, "deviceId": I64, "demangledName": I64,
-                                "correlationId": I64})
+    raw = _scan_as_read(trace, KERNEL, {"start": I64, "end": I64, "deviceId": I64, "demangledName": I64,
+                                        "correlationId": I64}, KERNEL_READ)
     if raw is None:
         return trace.kernels.lazy()
     return _timed(_named(raw, "demangledName", trace.strings, "name"), pl.col("deviceId").alias("device"),
@@ -150,8 +161,9 @@ def _graphs(trace: Trace, kernels: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _memcpy(trace: Trace) -> pl.LazyFrame:
-    raw = _scan(trace, "CUPTI_ACTIVITY_KIND_MEMCPY",
-                {"start": I64, "end": I64, "deviceId": I64, "copyKind": I64, "bytes": I64, "correlationId": I64})
+    raw = _scan_as_read(trace, "CUPTI_ACTIVITY_KIND_MEMCPY", {"start": I64, "end": I64, "deviceId": I64,
+                                                               "copyKind": I64, "bytes": I64, "correlationId": I64},
+                        MEMCPY_READ)
     if raw is None:
         return trace.memcpy.lazy()
     directions = trace._enum("ENUM_CUDA_MEMCPY_OPER", COPY_DIRECTIONS)
@@ -160,8 +172,8 @@ def _memcpy(trace: Trace) -> pl.LazyFrame:
 
 
 def _memset(trace: Trace) -> pl.LazyFrame:
-    raw = _scan(trace, "CUPTI_ACTIVITY_KIND_MEMSET",
-                {"start": I64, "end": I64, "deviceId": I64, "bytes": I64, "correlationId": I64})
+    raw = _scan_as_read(trace, "CUPTI_ACTIVITY_KIND_MEMSET",
+                        {"start": I64, "end": I64, "deviceId": I64, "bytes": I64, "correlationId": I64}, MEMSET_READ)
     if raw is None:
         return trace.memset.lazy()
     return _timed(raw, pl.col("deviceId").alias("device"), "bytes", pl.col("correlationId").alias("correlation_id"))

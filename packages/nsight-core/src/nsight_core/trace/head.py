@@ -3,7 +3,8 @@
 Why: a capture's diagnosis ("What to fix") reads whole frames, and a capture of several gigabytes does not fit.
 Its steps are local in time, though: the first steps alone, read whole, get the same analysis as any capture
 that size (:func:`nsight_core.profile.first_part` picks how many fit the memory allowed). The rows are
-selected by SQLite from the export (one scan per table, no Parquet copy), so only the part is ever in memory.
+selected from the Parquet copies the statistics made where those hold the columns (a scan that skips the files
+after the cut), else by SQLite from the export (one scan of the table), so only the part is ever in memory.
 
 What "up to a time" means, per table: the host's events (CUDA calls, NVTX, OS calls, CPU samples, CUDA
 synchronisation) that start before CUT_NS; the GPU's work (kernels, graphs, copies, memsets) that those CUDA

@@ -11,7 +11,9 @@ export UV_COMPILE_BYTECODE := 1
 # wait (on nsys' own processes, signals, timeouts, a region's 7 s wait): with 3 the cores idled ~10 % of the
 # time, with 4 ~2 % (vmstat), and 4 ended a run in 5:56 where 3 took ~6:30 (issue 21). nsys 2023.4.4 loses
 # its agent now and then at that density: nsight retries what it safely can (docs/reliability.md) and a test
-# that drives nsys gets one more try (tests/conftest.py). Work stealing keeps a long test from ending the run alone.
+# that drives nsys gets one more try (tests/conftest.py). Work stealing keeps a long test from ending the run alone
+# (its workers ended within 3-6 s of each other in every run of 2026-12-04). With 5 the cores idled no less (~1 %),
+# make test took 4:17 where 4 took 4:02-4:12, and a gate test of tests/analysis/test_diff.py failed twice (issue 21).
 WORKERS ?= 4
 
 .PHONY: help env nsys test lint demo bench clean

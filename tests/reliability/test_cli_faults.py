@@ -134,6 +134,9 @@ LOCAL_ENDPOINT = 'echo "[QuadDCommon::tag_message*] = Local Endpoint is not avai
 END_OF_FILE = 'echo "End of file" >&2; exit 1'
 
 
+REFUSED = 'echo "Connection refused" >&2; exit 1'
+
+
 def lose_first(count: Path, losses: int, how: str) -> str:
     """A fake nsys subcommand's script: fail as HOW the first LOSSES times, then be the real one."""
     return f'echo x >> {count}; if [ $(wc -l < {count}) -le {losses} ]; then {how}; fi'
@@ -149,11 +152,15 @@ AGENT = (sys.executable + ' -c "import time; time.sleep(600)" {marker} --start-a
          '</dev/null >/dev/null 2>&1 & ')
 
 
-@pytest.mark.parametrize("how", [AGENT_LOST, LOCAL_ENDPOINT, END_OF_FILE], ids=["exit 0", "local endpoint", "eof"])
-@pytest.mark.parametrize("losses", [1, START_ATTEMPTS])
+@pytest.mark.parametrize(("losses", "how"), [
+    *((losses, how) for losses in (1, START_ATTEMPTS) for how in (AGENT_LOST, LOCAL_ENDPOINT, END_OF_FILE)),
+    (START_ATTEMPTS, REFUSED)],  # every attempt fails: retried all the same, with no real nsys run of its own
+    ids=[*(f"{losses}-{how}" for losses in (1, START_ATTEMPTS) for how in ("exit 0", "local endpoint", "eof")),
+         f"{START_ATTEMPTS}-refused"])
 def test_nsys_that_loses_its_agent_before_the_command_starts(tmp_path, losses, how):
     """nsys 2023.4.4 on a loaded machine: "Connection to Agent lost" (exit 0), "Local Endpoint is not
-    available" (exit 1) or a bare "End of file", and the command never ran; its agent may live on, holding the
+    available" (exit 1), a bare "End of file" or "Connection refused", and the command never ran; its agent may
+    live on, holding the
     session's name. nsight ends that agent and runs nsys again (nothing ran, so it is safe); if every attempt
     fails, it says so and exits 1."""
     count, ran, marker = tmp_path / "count", tmp_path / "ran", tmp_path / "agent"

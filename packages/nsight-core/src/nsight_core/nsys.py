@@ -294,8 +294,10 @@ class Nsys:
 
 
 # nsys 2023.4.4 on a loaded machine at times loses its agent: a command that failed so did nothing.
-_LOST_AGENT = re.compile(r"Connection to Agent lost|Local Endpoint is not available|^\s*End of file\.?\s*$",
-                         re.MULTILINE)
+_LOST_AGENT = re.compile(r"Connection to Agent lost|Local Endpoint is not available|^\s*End of file\.?\s*$"
+                         r"|^\s*Connection refused\.?\s*$", re.MULTILINE)
+"""What nsys 2023.4.4 says when it loses its agent under load; a bare "Connection refused" ended a launch before
+the command started in `make test` on 2026-12-04 (the agent's socket not answering)."""
 
 
 def lost_its_agent(nsys_output: str) -> bool:

@@ -6,6 +6,7 @@ import fcntl
 import os
 import pickle
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -37,3 +38,16 @@ def once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str, make: Call
         value = make(folder)
         made.write_bytes(pickle.dumps(value))
         return value
+
+
+NEVER_STARTED = "nsys ended without starting it"
+"""What `nsight run` says when nsys failed before the command started, every retry included."""
+
+
+def started(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    """DONE, an `nsight run` a shared run made; an error where nsys never started the command, so that
+    :func:`once_per_run` keeps nothing and the retry makes the run anew. Kept, such a run failed every case that
+    reads it on both tries (nsys 2023.4.4 refusing its agent's connection under load, 2026-12-04)."""
+    if NEVER_STARTED in done.stderr:
+        raise RuntimeError(f"nsys never started the shared run's command (made again on the retry): {done.stderr}")
+    return done

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from capture_helpers import run_captured
-from shared_runs import once_per_run
+from shared_runs import once_per_run, started
 
 from nsight_core import Session, find_nsys
 from nsight_core.launch import exec_wrapper
@@ -55,7 +55,7 @@ def runs_in_one_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, 
     def make(folder: Path) -> tuple[Path, list[subprocess.CompletedProcess[str]]]:
         region, exits = script(folder, REGION), folder / "exits.py"
         exits.write_text("import sys\nsys.exit(3)\n")
-        return folder, [nsight("run", "--trace", "nvtx", "--", sys.executable, str(job), cwd=folder)
+        return folder, [started(nsight("run", "--trace", "nvtx", "--", sys.executable, str(job), cwd=folder))
                         for job in (region, exits)]
 
     return once_per_run(tmp_path_factory, "runs-in-one-folder", make)

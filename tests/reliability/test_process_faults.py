@@ -19,7 +19,7 @@ import pytest
 from capture_helpers import run_captured
 from fault_tasks import expected
 from flyte_harness import nvtx_counts
-from shared_runs import once_per_run
+from shared_runs import once_per_run, started
 
 from nsight_core import find_nsys, load_trace
 
@@ -90,7 +90,7 @@ def family(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Complet
         done = run_captured([*NSIGHT, "run", "--capture", "manual", "--trace", "nvtx", "-o", "out", "--",
                              sys.executable, "job.py"], cwd=folder, timeout=TIMEOUT, stdin=subprocess.DEVNULL,
                             env={k: v for k, v in os.environ.items() if not k.startswith("NSIGHT_")})
-        return done, folder
+        return started(done), folder
 
     return once_per_run(tmp_path_factory, "family", make)
 

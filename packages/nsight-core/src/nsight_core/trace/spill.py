@@ -17,7 +17,6 @@ size.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -70,8 +69,7 @@ class SpilledTables:
             self.folder = Path(tempfile.mkdtemp(prefix=prefix))
         _remove_abandoned(self.folder.parent)
         self._remove = weakref.finalize(self, shutil.rmtree, self.folder, ignore_errors=True)
-        self._spilled: dict[str, Path] = {}
-        self._copied: dict[str, list[tuple[Path, Schema]]] = {}
+        self._copies: dict[str, list[tuple[Path, Schema]]] = {}
         """Per table, each Parquet copy made and its columns: what :meth:`copied` finds."""
         self._lock = threading.Lock()
 
@@ -93,17 +91,17 @@ class SpilledTables:
         return self._sqlite.arrow_bytes(tables)
 
     def scan(self, table: str, wanted: Wanted) -> pl.LazyFrame | None:
-        """TABLE's WANTED columns (typed as :meth:`read` gives them) as a lazy scan of Parquet files, copied from the
-        SQLite export on first use; None when the export has no such table."""
+        """TABLE's WANTED columns (typed as :meth:`read` gives them) as a lazy scan of Parquet files: of a copy
+        already made that holds them (:meth:`copied`), else of one copied from the SQLite export now; None when the
+        export has no such table."""
         if not self.columns(table):
             return None
-        key = hashlib.sha256(repr((table, sorted(_made(wanted).items(), key=str))).encode()).hexdigest()[:16]
         with self._lock:  # two threads asking for one table copy it once
-            if key not in self._spilled:
-                self._spilled[key] = self._spill(table, wanted, self.folder / f"{table}-{key}")
-                self._copied.setdefault(table, []).append((self._spilled[key], _made(wanted)))
-        # In the table's order: the files are named by batch.
-        return pl.scan_parquet(sorted(self._spilled[key].glob("*.parquet")), schema=dict(_made(wanted)))
+            if (found := self.copied(table, wanted)) is None:
+                copies = self._copies.setdefault(table, [])
+                copies.append((self._spill(table, wanted, self.folder / f"{table}-{len(copies)}"), _made(wanted)))
+                found = self.copied(table, wanted)
+        return found
 
     def copied(self, table: str, wanted: Wanted) -> pl.LazyFrame | None:
         """TABLE's WANTED columns from a Parquet copy already made that holds them all, typed alike; None where
@@ -111,8 +109,9 @@ class SpilledTables:
         copied its tables, and a scan of a copy skips what its filter excludes, where each read of the SQLite export
         scans the whole table (3 M NVTX ranges: 1.6 s a read, two reads for the NVTX frame)."""
         made = dict(_made(wanted))
-        for folder, columns in self._copied.get(table, []):
+        for folder, columns in self._copies.get(table, []):
             if all(columns.get(name) == dtype for name, dtype in made.items()):
+                # In the table's order: the files are named by batch.
                 return pl.scan_parquet(sorted(folder.glob("*.parquet")), schema=columns).select(list(made))
         return None
 

@@ -116,7 +116,10 @@ def test_a_slower_capture_fails_the_gate_and_a_faster_one_passes(loops: dict[str
     result = nsight_core.diff(fast, slow)
     assert result.gate.change is not None and result.gate.change > 1.0  # the 3x slowdown, at least 2x under load
     parts = {d.name: d for d in result.deltas if d.group == "budget"}
-    assert parts["gpu_idle_per_step"].delta is not None and parts["gpu_idle_per_step"].delta > 6e6
+    # The slowdown shows as GPU idle (a CPU capture): B's steps sleep 16 ms, which load only lengthens; A's mean can
+    # grow under load too (16.6 ms for 6 ms steps in a fresh-clone CI run, 2026-12-04), so no fixed gap is asked.
+    idle = parts["gpu_idle_per_step"]
+    assert idle.b is not None and idle.b >= 16e6 and idle.delta is not None and idle.delta > 0
 
 
 @pytest.mark.nsys

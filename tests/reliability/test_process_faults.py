@@ -235,20 +235,47 @@ def test_latest_points_at_the_last_run_that_wrote_a_trace(tmp_path):
     assert os.readlink(tmp_path / "nsight-runs" / "latest") == Path(good.stdout.splitlines()[-1]).parent.name
 
 
+KILLS = 4
+"""Kills of `nsight run` until one leaves a raw stream: about half did (3 of 5 by hand, 2026-12-04)."""
+
+
 def test_a_killed_nsight_takes_nsys_and_the_program_with_it(tmp_path):
     """SIGKILL to `nsight run` (`timeout -s KILL`, `subprocess.run(timeout=)`): nsys and the program
-    used to record on, orphaned; now they get SIGTERM (the kernel's parent-death signal)."""
-    ready = tmp_path / "ready"
-    job = tmp_path / "job.py"
+    used to record on, orphaned; now they get SIGTERM (the kernel's parent-death signal). The region's
+    handler then stops its collection: the trace so far is written, or, where nsys was already tearing its
+    session down ("Collection stop is not allowed in this state"), its raw stream stays in $TMPDIR. The
+    next run deletes that stream, and only it: another session's stream there is live."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    for attempt in range(KILLS):
+        if left := killed_run(tmp_path / str(attempt), env):
+            break
+    assert left, f"none of {KILLS} killed runs left a raw stream: the rest of this test checks nothing"
+    other = temp / "nsys-report-0000.qdstrm"  # another session's: its header names other runs' folders
+    other.write_bytes(left[0].read_bytes().replace(b"/nsight-", b"/nsight_"))
+    done = run_captured([*NSIGHT, "run", "--trace", "nvtx", "-o", str(tmp_path / "next"), "--", sys.executable,
+                         "-c", "pass"], timeout=TIMEOUT, stdin=subprocess.DEVNULL, env=env)
+    assert done.returncode == 0, done.stderr
+    assert sorted(temp.glob("nsys-report-*.qdstrm")) == [other]
+
+
+def killed_run(folder: Path, env: dict[str, str]) -> list[Path]:
+    """SIGKILL an `nsight run --capture manual` whose program records a region; once the program and nsys
+    are gone (asserted), the raw streams left in env's $TMPDIR (its session's agent, if still there, is
+    killed first: it would only end later)."""
+    folder.mkdir()
+    ready = folder / "ready"
+    job = folder / "job.py"
     job.write_text(textwrap.dedent(f"""
         import os, time, nsight_core
         with nsight_core.range("r"):
             open({str(ready)!r}, "w").write(str(os.getpid()))
             time.sleep(120)
     """))
-    run = subprocess.Popen([*NSIGHT, "run", "--capture", "manual", "--trace", "nvtx", "-o", str(tmp_path / "o"),
+    run = subprocess.Popen([*NSIGHT, "run", "--capture", "manual", "--trace", "nvtx", "-o", str(folder / "o"),
                             "--", sys.executable, str(job)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           stdin=subprocess.DEVNULL, start_new_session=True)
+                           stdin=subprocess.DEVNULL, start_new_session=True, env=env)
     deadline = time.monotonic() + TIMEOUT
     while not (ready.exists() and ready.read_text()):
         assert run.poll() is None and time.monotonic() < deadline
@@ -263,6 +290,9 @@ def test_a_killed_nsight_takes_nsys_and_the_program_with_it(tmp_path):
         while running(pid):
             assert time.monotonic() < deadline, f"process {pid} outlived the killed nsight"
             time.sleep(0.1)
+    for agent in agents_in(Path(env["TMPDIR"])):
+        os.kill(agent, signal.SIGKILL)
+    return sorted(Path(env["TMPDIR"]).glob("nsys-report-*.qdstrm"))
 
 
 def test_an_agent_left_by_a_killed_nsight_is_ended_by_the_next_run(tmp_path):

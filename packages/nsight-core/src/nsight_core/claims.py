@@ -19,6 +19,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from nsight_core.tempspace import nsys_temp_dir
+
 REPORT_SUFFIXES = (".nsys-rep", ".qdstrm", ".qdrep")
 """The files a collection leaves under its name: a name with any of them is taken."""
 CLAIM = ".claim"
@@ -111,6 +113,28 @@ def remove_raw_streams(base: Path, nsys_output: str) -> None:
     for stream in (base.with_name(base.name + ".qdstrm"), *named_raw_streams(nsys_output)):
         with contextlib.suppress(OSError):
             stream.unlink()
+
+
+RAW_STREAM_HEAD = 1024**2
+"""How much of a raw stream's start is searched for the run that wrote it: its header holds the profiled
+command's environment (about 3 KB into the stream in the tests; a pod's environment can be far larger)."""
+
+
+def remove_raw_streams_of(folder: Path) -> None:
+    """Delete the raw streams that a killed run's collection left in nsys' temp folder; FOLDER is the run's
+    :func:`owned_folder`, whose owner died.
+
+    After a SIGKILL to `nsight run --capture manual`, nsys' session sometimes dies mid-collection and its
+    stream, ``$TMPDIR/nsys-report-XXXX.qdstrm``, stays: incomplete (QdstrmImporter refuses it), never a
+    report. nsys' name for it does not say whose it is, but the stream's header records the command's
+    environment, which names the run's folder (the signal file under it): only those go, and another
+    session's live stream in the same $TMPDIR stays.
+    """
+    needle = f"={folder}{os.sep}".encode()
+    for stream in nsys_temp_dir().glob("nsys-report-*.qdstrm"):
+        with contextlib.suppress(OSError), stream.open("rb") as head:
+            if needle in head.read(RAW_STREAM_HEAD):
+                stream.unlink()
 
 
 _QDSTRM = re.compile(r"""['"]?(/[^'"\n]*?\.qdstrm)['"]?""")

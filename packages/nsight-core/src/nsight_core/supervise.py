@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nsight_core.claims import dead_folders, owned_folder
+from nsight_core.claims import dead_folders, owned_folder, remove_raw_streams_of
 from nsight_core.errors import PERMISSION_REMEDIES, NsysCommandError, is_permission_failure, one_line
 from nsight_core.nsys import QUICK_TIMEOUT, lost_its_agent
 
@@ -105,11 +105,12 @@ def end_what_killed_runs_left() -> None:
     nsys, killed by the parent-death signal just as it starts its session's agent, leaves the agent
     running (measured with 2023.4.4: 5 of 5 such kills, each agent still there 26 minutes later), holding
     nsys' session lock in $TMPDIR. A run's folder names its session; the next run in the same $TMPDIR
-    ends that session's agents.
+    ends that session's agents, and deletes the raw stream the killed collection left, if any.
     """
-    for _folder, session in dead_folders("nsight-"):
+    for folder, session in dead_folders("nsight-"):
         if session:
             end_leftover_agents(session, grace=0.5)
+        remove_raw_streams_of(folder)
 
 
 def end_leftover_agents(session: str, grace: float = 2.0) -> list[int]:

@@ -143,6 +143,12 @@ def test_stats_never_overwrite_recorded_csvs_beside_the_trace(h200_copy: Path, n
     # What `nsys stats` wrote is kept in a folder of its own, in the layout recorded CSVs load from.
     again = load_stats(h200_copy / "training.stats" / "training", ["cuda_gpu_kern_gb_sum"])
     assert again.other["cuda_gpu_kern_gb_sum"] == stats.other["cuda_gpu_kern_gb_sum"]
+    # The folder itself, as `make demo` tells users to pass it: it holds only a report whose name does not say
+    # where its prefix ends (it said "holds recorded CSVs of 0 captures" before).
+    assert sorted(path.name for path in (h200_copy / "training.stats").iterdir()) == [
+        "training_cuda_gpu_kern_gb_sum.csv"]
+    folder = load_stats(h200_copy / "training.stats")
+    assert folder.other["cuda_gpu_kern_gb_sum"] == stats.other["cuda_gpu_kern_gb_sum"]
 
 
 @pytest.mark.nsys

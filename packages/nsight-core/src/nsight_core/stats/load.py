@@ -4,6 +4,7 @@ from `nsys stats`, or a directory of recorded CSVs (how users unit-test analyses
 from __future__ import annotations
 
 import difflib
+import glob
 import logging
 import re
 from collections.abc import Sequence
@@ -168,6 +169,10 @@ def stats_from_csv_dir(path: Path, reports: Sequence[str] | None = None) -> Prof
     directory, prefix = (path, None) if path.is_dir() else (path.parent, path.name)
     if not directory.is_dir():
         raise StatsError(f"{path} is neither a directory of recorded CSVs nor DIR/PREFIX of one.")
+    if prefix is None and directory.suffix == ".stats" and any(directory.glob(f"{glob.escape(directory.stem)}_*.csv")):
+        # nsight's own folder of what `nsys stats` wrote for a trace: <stem>.stats/<stem>_<report>.csv. It may hold
+        # only reports whose names do not identify a prefix (osrt_sum, where the default reports came from events).
+        prefix = directory.stem
     groups = recorded_captures(directory, prefix)
     if prefix is None:
         if len(groups) != 1:

@@ -16,6 +16,10 @@ import functools
 import importlib.util
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import polars as pl
 
 log = logging.getLogger("nsight")
 
@@ -42,3 +46,16 @@ def mark(message: str) -> None:
         emit(message)
     except Exception as exc:  # a label must never break the user's job
         log.debug("could not emit the NVTX mark %r: %s", message, exc)
+
+
+def marked_window(marks: pl.DataFrame | pl.LazyFrame) -> tuple[int | None, int | None]:
+    """Where the user's block began and ended by MARKS (``nvtx_marks``: time_ns, name, domain): the last LIVE_MARK
+    and the first STOP_MARK, each None where the capture has none. Polars is imported here, not with the module:
+    a region emits marks in the user's process, which reads none."""
+    import polars as pl
+
+    own = marks.lazy().filter(pl.col("domain") == OWN_DOMAIN)
+    found = own.select(pl.col("time_ns").filter(pl.col("name") == LIVE_MARK).max().alias("live"),
+                       pl.col("time_ns").filter(pl.col("name") == STOP_MARK).min().alias("stop")).collect()
+    live, stop = found.row(0)
+    return (None if live is None else int(live)), (None if stop is None else int(stop))

@@ -17,7 +17,7 @@ import polars as pl
 from pydantic import BaseModel, Field
 
 from nsight_core.collection import START_SETTLE_SECONDS
-from nsight_core.marks import LIVE_MARK, OWN_DOMAIN, STOP_MARK
+from nsight_core.marks import marked_window
 
 if TYPE_CHECKING:
     from nsight_core.analysis.events import EventTables
@@ -54,12 +54,10 @@ def user_window(
     MARKS: nvtx_marks (time_ns, name, domain). EVENTS: frames with start_ns/end_ns of the user's
     CUDA and NVTX activity. OSRT: OS-runtime calls, where the settle sleep shows without marks.
     """
-    own = marks.filter(pl.col("domain") == OWN_DOMAIN)
-    live = own.filter(pl.col("name") == LIVE_MARK).select(pl.col("time_ns").max()).item()
-    stop = own.filter(pl.col("name") == STOP_MARK).select(pl.col("time_ns").min()).item()
+    live, stop = marked_window(marks)
     total = window_end_ns - window_start_ns
     if live is not None:
-        start, end = int(live), int(stop) if stop is not None else window_end_ns
+        start, end = live, stop if stop is not None else window_end_ns
         return UserWindow(start_ns=start, end_ns=end, source="marks", profiler_ns=total - (end - start))
     # Each frame's first start and last end in the window (no frame of all their events at once).
     in_window = (pl.col("end_ns") > window_start_ns) & (pl.col("start_ns") < window_end_ns)

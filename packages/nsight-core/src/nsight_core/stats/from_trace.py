@@ -18,10 +18,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from decimal import ROUND_HALF_UP, Decimal
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 import polars as pl
 
+from nsight_core.marks import marked_window
 from nsight_core.stats import exact
 from nsight_core.stats.models import (
     ApiCallRow,
@@ -174,16 +175,47 @@ def nvtx_summary(trace: Trace) -> list[NvtxRangeRow] | str:
         "does not contain NV Tools Extension (NVTX) push/pop ranges."
 
 
+OSRT_SUM_COLUMNS = ("Time (%)", "Total Time (ns)", "Num Calls", "Avg (ns)", "Med (ns)", "Min (ns)", "Max (ns)",
+                "StdDev (ns)", "Name")
+"""osrt_sum's columns, as `nsys stats` writes them (and its CSVs load into ``ProfileStats.other``)."""
+
+
+def osrt_summary(trace: Trace) -> list[dict[str, Any]] | str:
+    """osrt_sum: OS-runtime calls by function, those of the user's block where a region marked it (nsight_core.marks),
+    clipped to it as the OS-runtime tile counts them. `nsys stats` counts the whole collection, nsight's own calls
+    included: the 0.25 s settle wait after `nsys start`, and the start's own subprocess (its sigaction, pipe2,
+    waitpid...): 21 sleeps and 322 ms beside the tile's 20 and 72 ms in `make demo`. Without marks (a whole-process
+    capture) every call, as nsys counts them."""
+    events = streamed.events(trace)
+    calls = events.osrt
+    live, stop = marked_window(events.nvtx_marks)
+    if live is not None:
+        end = stop if stop is not None else 2**63 - 1
+        calls = calls.filter((pl.col("end_ns") > live) & (pl.col("start_ns") < end)).with_columns(
+            pl.col("start_ns").clip(live, end), pl.col("end_ns").clip(live, end))
+    summary = _time_summary(calls, pl.col("name"), rounding(trace), is_streamed(trace), key="name_id")
+    if not summary.height:
+        return "does not contain OS runtime trace data."
+    named = summary.select(pl.col("time_pct").alias("Time (%)"), pl.col("total_time_ns").alias("Total Time (ns)"),
+                           pl.col("instances").alias("Num Calls"), pl.col("avg_ns").alias("Avg (ns)"),
+                           pl.col("med_ns").cast(pl.Float64).alias("Med (ns)"), pl.col("min_ns").alias("Min (ns)"),
+                           pl.col("max_ns").alias("Max (ns)"), pl.col("stddev_ns").alias("StdDev (ns)"),
+                           pl.col("name").alias("Name"))
+    return named.select(OSRT_SUM_COLUMNS).to_dicts()
+
+
 Rows = list[KernelRow] | list[ApiCallRow] | list[MemoryTimeRow] | list[MemorySizeRow] | list[NvtxRangeRow]
 MEMORY_TABLES = ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
-DERIVED: dict[str, tuple[str, Callable[[Trace], Rows | str], tuple[str, ...]]] = {
+DERIVED: dict[str, tuple[str, Callable[[Trace], Rows | list[dict[str, Any]] | str], tuple[str, ...]]] = {
     "cuda_gpu_kern_sum": ("kernels", kernel_summary, ("CUPTI_ACTIVITY_KIND_KERNEL",)),
     "cuda_gpu_mem_time_sum": ("memory_time", memory_time_summary, MEMORY_TABLES),
     "cuda_gpu_mem_size_sum": ("memory_size", memory_size_summary, MEMORY_TABLES),
     "cuda_api_sum": ("api_calls", api_summary, ("CUPTI_ACTIVITY_KIND_RUNTIME",)),
     "nvtx_pushpop_sum": ("nvtx_ranges", nvtx_summary, ("NVTX_EVENTS",)),
+    "osrt_sum": ("other", osrt_summary, ("OSRT_API",)),
 }
-"""Each default report: the ProfileStats list it fills, how it is computed, and the export tables it reads."""
+"""Each report computed from events (the defaults, and osrt_sum for the user's block alone): the ProfileStats list it
+fills (``other``: by the report's name), how it is computed, and the export tables it reads."""
 
 
 def is_derived(report: str) -> bool:
@@ -205,7 +237,10 @@ def add_derived(stats: ProfileStats, report: str, trace: Trace) -> None:
         stats.skipped[report] = (f"unreadable: {'; '.join(unreadable)}" if unreadable
                                  else f"no data: the capture {rows}{graphs}")
         return
-    getattr(stats, table).extend(rows)
+    if table == "other":  # a report without a typed list: its rows by nsys' column names
+        stats.other[report] = cast(list[dict[str, Any]], rows)
+    else:
+        getattr(stats, table).extend(rows)
 
 
 Row = TypeVar("Row", KernelRow, ApiCallRow, MemoryTimeRow, MemorySizeRow, NvtxRangeRow, GraphRow)

@@ -27,7 +27,7 @@ Frames and columns (every frame has them, empty when nothing of the kind was tra
   0 = outermost), kind ("push_pop" or "start_end"), closed (False: never ended; end_ns is then the
   last NVTX timestamp, as `nsys stats` counts it)
 - ``nvtx_marks``: time_ns, name, domain, thread
-- ``osrt``: OS-runtime calls: start_ns, end_ns, name, thread
+- ``osrt``: OS-runtime calls: start_ns, end_ns, name, thread, name_id (as for ``cuda_api``)
 - ``samples``: CPU samples: time_ns, thread, cpu
 - ``diagnostics``: nsys' own record of the capture (DIAGNOSTIC_EVENT, nsys 2025): time_ns, severity ("Info",
   "Warning", "Error" ...), source ("Injection", "Daemon", "Analysis" ...), text, pid; empty before 2025
@@ -89,7 +89,10 @@ SYNC_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream":
 NVTX_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "name": STR, "domain": STR, "thread": I64,
                         "depth": I64, "kind": STR, "closed": pl.Boolean}
 MARK_COLUMNS: Schema = {"time_ns": I64, "name": STR, "domain": STR, "thread": I64}
-OSRT_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "name": STR, "thread": I64}
+OSRT_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "name": STR, "thread": I64, "name_id": I64}
+OSRT_CALLS = pl.col("eventClass").is_null() | (pl.col("eventClass") == 27)
+"""The rows of OSRT_API that are calls (ENUM_NSYS_EVENT_CLASS 27, TRACE_PROCESS_EVENT_OS_RUNTIME), as nsys' osrt_sum
+counts them: not its zero-length "OS runtime libraries profiling started" (31) at the start of each collection."""
 SAMPLE_COLUMNS: Schema = {"time_ns": I64, "thread": I64, "cpu": I64}
 GPU_COLUMNS: Schema = {"device": I64, "name": STR, "memory_bytes": I64, "bandwidth_bytes_per_s": I64,
                        "sm_count": I64, "compute_capability": STR, "bus": STR}
@@ -326,13 +329,15 @@ class Trace:
 
     @functools.cached_property
     def osrt(self) -> pl.DataFrame:
-        """OS-runtime calls (trace=osrt): sleeps, locks, reads, polls."""
-        raw = self._read("OSRT_API", {"start": I64, "end": I64, "nameId": ID, "globalTid": I64})
+        """OS-runtime calls (trace=osrt): sleeps, locks, reads, polls; not nsys' own row saying the tracing started
+        (:data:`OSRT_CALLS`)."""
+        raw = self._read("OSRT_API", {"start": I64, "end": I64, "nameId": ID, "globalTid": I64, "eventClass": I64})
         if raw is None:
             return _empty(OSRT_COLUMNS)
-        return _by_start(raw).select(
+        return _by_start(raw.filter(OSRT_CALLS)).select(
             pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"),
             self._string("nameId").fill_null("").alias("name"), pl.col("globalTid").alias("thread"),
+            pl.col("nameId").alias("name_id"),
         )
 
     @functools.cached_property

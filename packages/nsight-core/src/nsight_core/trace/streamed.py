@@ -28,6 +28,7 @@ from nsight_core.trace.model import (
     NVTX_MARK_TYPES,
     NVTX_PUSH_POP_TYPES,
     NVTX_START_END_TYPES,
+    OSRT_CALLS,
     STR,
     Trace,
     _pid,
@@ -89,7 +90,7 @@ class Events:
 
     @functools.cached_property
     def osrt(self) -> pl.LazyFrame:
-        """start_ns, end_ns, name, thread"""
+        """start_ns, end_ns, name, thread, name_id"""
         return _osrt(self._trace)
 
     @functools.cached_property
@@ -190,11 +191,11 @@ def _cuda_api(trace: Trace) -> pl.LazyFrame:
 
 
 def _osrt(trace: Trace) -> pl.LazyFrame:
-    raw = _scan(trace, "OSRT_API", {"start": I64, "end": I64, "nameId": I64, "globalTid": I64})
+    raw = _scan(trace, "OSRT_API", {"start": I64, "end": I64, "nameId": I64, "globalTid": I64, "eventClass": I64})
     if raw is None:
         return trace.osrt.lazy()
-    return _timed(_named(raw, "nameId", trace.strings, "name"), pl.col("name").fill_null(""),
-                  pl.col("globalTid").alias("thread"))
+    return _timed(_named(raw.filter(OSRT_CALLS), "nameId", trace.strings, "name"), pl.col("name").fill_null(""),
+                  pl.col("globalTid").alias("thread"), pl.col("nameId").alias("name_id"))
 
 
 def _samples(trace: Trace) -> pl.LazyFrame:

@@ -195,6 +195,19 @@ def test_region_start_that_loses_its_agent_is_tried_again(tmp_path):
     assert "WARNING" not in done.stderr
 
 
+def test_nsight_run_inside_nsight_run_keeps_nsys_messages_off_stdout(tmp_path):
+    """In a process nsys profiles, its injection holds descriptors 3-13, and sh hands the command only single-digit
+    ones: the inner nsight found none free and left the inner nsys' progress bars on the program's stdout. Now its
+    child puts them on 3 and 4 itself. Stdout: the program's output, then each run's trace, inner first."""
+    done = nsight("run", "--trace", "nvtx", "-o", str(tmp_path / "outer"), "--", *NSIGHT, "run", "--trace", "nvtx",
+                  "-o", str(tmp_path / "inner"), "--", sys.executable, "-c", "print('program output')")
+    assert done.returncode == 0, done.stderr
+    [inner] = sorted((tmp_path / "inner").glob("*.nsys-rep"))
+    [outer] = sorted((tmp_path / "outer").glob("*.nsys-rep"))
+    assert done.stdout.splitlines() == ["program output", str(inner), str(outer)], done.stdout
+    assert done.stderr.count("Generated:") == 2
+
+
 @pytest.mark.parametrize("hangs", [1, START_ATTEMPTS])
 def test_a_launch_that_hangs_before_the_command_starts(tmp_path, hangs):
     """nsys 2023.4.4 under load: `nsys launch` hung without starting anything, where the next one did

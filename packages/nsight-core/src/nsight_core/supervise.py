@@ -32,11 +32,11 @@ ENV_PRIMARY_PID = "NSIGHT_PRIMARY_PID"
 """The pid of the command nsys started (the program): only its death by a signal is the program's."""
 
 # Run by nsys in front of CMD: it removes the file $1 (CMD is starting: removing needs no disk space,
-# unlike writing), tells CMD its own pid (ENV_PRIMARY_PID: it execs into CMD), and, unless $2 is '-',
-# gives CMD back the stdout/stderr of the caller (fds $2 and $3); nsys' own messages (progress bars,
+# unlike writing), tells CMD its own pid (ENV_PRIMARY_PID: it execs into CMD), and gives CMD back the
+# stdout/stderr of the caller (single-digit fds $2 and $3); nsys' own messages (progress bars,
 # "Generated: ...") keep the pipe they were started with.
 _REDIRECT = ('rm -f "$1"; export NSIGHT_PRIMARY_PID=$$; '
-             '[ "$2" = - ] || eval "exec 1>&$2 2>&$3 $2>&- $3>&-"; shift 3; exec "$@"')
+             'eval "exec 1>&$2 2>&$3 $2>&- $3>&-"; shift 3; exec "$@"')
 _FORWARDED = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -156,32 +156,31 @@ def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], pending: P
 
     SESSION: the nsys session NSYS_ARGV creates, whose agent a launch that hung leaves behind.
     """
-    out_fd, err_fd = _low_dup(_fileno(sys.stdout, 1)), _low_dup(_fileno(sys.stderr, 2))
-    kept: tuple[int, ...]
-    if out_fd is None or err_fd is None:  # no single-digit fd free: nsys' output stays beside COMMAND's
-        for fd in (out_fd, err_fd):
-            if fd is not None:
-                os.close(fd)
-        read_fd, write_fd, kept, fds = None, None, (), ["-", "-"]
-    else:
-        read_fd, write_fd = os.pipe()
-        kept = (out_fd, err_fd)
-        fds = [str(out_fd), str(err_fd)]
-    argv = [*nsys_argv, "/bin/sh", "-c", _REDIRECT, "nsight", str(pending), *fds, *command]
+    stdout, stderr = _fileno(sys.stdout, 1), _fileno(sys.stderr, 2)
+    out_fd, err_fd = _low_dup(stdout), _low_dup(stderr)
+    ours = [fd for fd in (out_fd, err_fd) if fd is not None]  # closed here once nsys has its copies
+    moves: list[tuple[int, int]] = []
+    if out_fd is None or err_fd is None:
+        # Descriptors 3-9 are all taken here: nsys' injection holds 3-13 in a process it profiles (`nsight run`
+        # inside `nsight run`), and the inner nsys' progress bars went to the command's stdout. The child puts the
+        # copies on 3 and 4 itself, over this process' own there, which nsys does not get anyway.
+        high = [os.dup(stdout), os.dup(stderr)]
+        ours += high
+        moves = [(high[0], 3), (high[1], 4)]
+        out_fd, err_fd = 3, 4
+    read_fd, write_fd = os.pipe()
+    argv = [*nsys_argv, "/bin/sh", "-c", _REDIRECT, "nsight", str(pending), str(out_fd), str(err_fd), *command]
     try:
-        process = subprocess.Popen(argv, env=dict(env), stdout=write_fd, stderr=write_fd, pass_fds=kept,
-                                   process_group=0,
-                                   preexec_fn=_terminated_with(os.getpid()))
+        process = subprocess.Popen(argv, env=dict(env), stdout=write_fd, stderr=write_fd, pass_fds=(out_fd, err_fd),
+                                   process_group=0, preexec_fn=_terminated_with(os.getpid(), moves))
     except OSError as exc:
         raise NsysCommandError(f"could not run {argv[0]}: {exc}") from exc
     finally:
-        for fd in (write_fd, *kept):
-            if fd is not None:
-                os.close(fd)
+        for fd in (write_fd, *ours):
+            os.close(fd)
     relay = _Relay()
     copier = threading.Thread(target=relay.copy, args=(read_fd,), daemon=True)
-    if read_fd is not None:
-        copier.start()
+    copier.start()
     received: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
@@ -212,8 +211,7 @@ def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], pending: P
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        if read_fd is not None:
-            copier.join(timeout=QUICK_TIMEOUT)
+        copier.join(timeout=QUICK_TIMEOUT)
     output = relay.tail.decode(errors="replace")
     if hung:
         output += f"\nnsys had not started the command after {QUICK_TIMEOUT:.0f} s and was stopped"
@@ -229,8 +227,9 @@ def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], pending: P
 _PR_SET_PDEATHSIG = 1
 
 
-def _terminated_with(parent: int) -> Callable[[], None]:
-    """What a child runs before it execs nsys: SIGTERM when PARENT (this process) dies, even by SIGKILL.
+def _terminated_with(parent: int, moves: Sequence[tuple[int, int]] = ()) -> Callable[[], None]:
+    """What a child runs before it execs nsys: SIGTERM when PARENT (this process) dies, even by SIGKILL; and each
+    (from, to) of MOVES, a descriptor copied onto another (the child's own, this process keeps its own).
 
     nsys passes SIGTERM on to the command and writes the trace so far, so nothing records on, orphaned,
     after `nsight run` or `nsight launch` was killed (`timeout -s KILL`, `subprocess.run(timeout=)`).
@@ -239,6 +238,8 @@ def _terminated_with(parent: int) -> Callable[[], None]:
     libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the child must not load a library
 
     def arm() -> None:
+        for source, target in moves:
+            os.dup2(source, target)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         if os.getppid() != parent:
             os.kill(os.getpid(), signal.SIGTERM)
@@ -302,10 +303,8 @@ class _Relay:
         self._keep = keep
         self._lock = threading.Lock()
 
-    def copy(self, read_fd: int | None) -> None:
+    def copy(self, read_fd: int) -> None:
         """Read nsys' messages from READ_FD until nsys ends (a thread's body)."""
-        if read_fd is None:
-            return
         with os.fdopen(read_fd, "rb", buffering=0) as pipe:
             while chunk := pipe.read(65_536):
                 with self._lock:

@@ -286,3 +286,10 @@ def test_osrt_sum_counts_the_users_block_as_the_tile_does_and_equals_nsys_withou
     assert removed == len(OWN_MARKS)
     unmarked = stats_of_trace(nsight_core.load_trace(sqlite), ["osrt_sum"]).other["osrt_sum"]
     assert unmarked == stats_from_csv_dir(nsys_stats(nsys, sqlite, ("osrt_sum",)), ["osrt_sum"]).other["osrt_sum"]
+
+    # An export without the event class (none seen so far): every row is read, and no note says a column is missing.
+    with sqlite3.connect(sqlite) as db:
+        rows_in_table = db.execute("SELECT count(*) FROM OSRT_API").fetchone()[0]
+        db.execute("ALTER TABLE OSRT_API DROP COLUMN eventClass")
+    classless = nsight_core.load_trace(sqlite)
+    assert classless.osrt.height == rows_in_table and "OSRT_API" not in classless.notes

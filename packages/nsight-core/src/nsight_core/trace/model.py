@@ -331,10 +331,12 @@ class Trace:
     def osrt(self) -> pl.DataFrame:
         """OS-runtime calls (trace=osrt): sleeps, locks, reads, polls; not nsys' own row saying the tracing started
         (:data:`OSRT_CALLS`)."""
-        raw = self._read("OSRT_API", {"start": I64, "end": I64, "nameId": ID, "globalTid": I64, "eventClass": I64})
+        classed = "eventClass" in self._tables.columns("OSRT_API")  # in every export seen; no note where it is not
+        raw = self._read("OSRT_API", {"start": I64, "end": I64, "nameId": ID, "globalTid": I64,
+                                      **({"eventClass": I64} if classed else {})})
         if raw is None:
             return _empty(OSRT_COLUMNS)
-        return _by_start(raw.filter(OSRT_CALLS)).select(
+        return _by_start(raw.filter(OSRT_CALLS) if classed else raw).select(
             pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"),
             self._string("nameId").fill_null("").alias("name"), pl.col("globalTid").alias("thread"),
             pl.col("nameId").alias("name_id"),

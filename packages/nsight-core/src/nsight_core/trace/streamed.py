@@ -191,10 +191,13 @@ def _cuda_api(trace: Trace) -> pl.LazyFrame:
 
 
 def _osrt(trace: Trace) -> pl.LazyFrame:
-    raw = _scan(trace, "OSRT_API", {"start": I64, "end": I64, "nameId": I64, "globalTid": I64, "eventClass": I64})
+    classed = "eventClass" in trace.tables.columns("OSRT_API")
+    raw = _scan(trace, "OSRT_API", {"start": I64, "end": I64, "nameId": I64, "globalTid": I64,
+                                    **({"eventClass": I64} if classed else {})})
     if raw is None:
         return trace.osrt.lazy()
-    return _timed(_named(raw.filter(OSRT_CALLS), "nameId", trace.strings, "name"), pl.col("name").fill_null(""),
+    return _timed(_named(raw.filter(OSRT_CALLS) if classed else raw, "nameId", trace.strings, "name"),
+                  pl.col("name").fill_null(""),
                   pl.col("globalTid").alias("thread"), pl.col("nameId").alias("name_id"))
 
 

@@ -32,7 +32,7 @@ def test_whole_process_capture_is_titled_by_its_program(tmp_path: Path, nsys: Ns
     assert report.returncode == 0, report.stderr
     [title] = re.findall(r"<h2>([^<]*)</h2><p class=\"nsr-source\">", page.read_text())
     # nsys names the process as it saw it first: the command (python) or, when it read it before the exec,
-    # nsight run's shell, which is no program's name and is left out.
+    # nsight run's shell or nsys' own launcher, which are no program's name and are left out.
     assert re.fullmatch(r"(python[\d.]* \(whole process, pid \d+\))|(whole-process capture, pid \d+)", title), title
     assert capture.stem not in title
 

@@ -197,12 +197,13 @@ def capture_title(path: Path, trace: Trace) -> str:
     pid = by_pid["pid"].item()
     main = trace.threads.filter((pl.col("pid") == pid) & (pl.col("tid") == pid))["name"].to_list()
     named = trace.processes.filter(pl.col("pid") == pid)["name"].to_list()
-    program = next((name for name in (*main, *named) if name and Path(name).name not in SHELLS), None)
+    program = next((name for name in (*main, *named) if name and Path(name).name not in NOT_PROGRAMS), None)
     return f"{program} (whole process, pid {pid})" if program else f"whole-process capture, pid {pid}"
 
 
-SHELLS = frozenset({"sh", "bash", "dash"})
-"""Names that are `nsight run`'s own shell, which nsys may record before it execs the command: no program's name."""
+NOT_PROGRAMS = frozenset({"sh", "bash", "dash", "nsys-launcher"})
+"""Names nsys may record for the command's process before it execs the command: `nsight run`'s own shell, and
+nsys' own launcher before that (seen in a fresh-clone CI run, 2026-12-04): no program's name."""
 
 
 MAX_TITLE = 100

@@ -41,6 +41,7 @@ import functools
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import polars as pl
 
@@ -90,9 +91,6 @@ NVTX_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "name": STR, "domain": S
                         "depth": I64, "kind": STR, "closed": pl.Boolean}
 MARK_COLUMNS: Schema = {"time_ns": I64, "name": STR, "domain": STR, "thread": I64}
 OSRT_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "name": STR, "thread": I64, "name_id": I64}
-OSRT_CALLS = pl.col("eventClass").is_null() | (pl.col("eventClass") == 27)
-"""The rows of OSRT_API that are calls (ENUM_NSYS_EVENT_CLASS 27, TRACE_PROCESS_EVENT_OS_RUNTIME), as nsys' osrt_sum
-counts them: not its zero-length "OS runtime libraries profiling started" (31) at the start of each collection."""
 SAMPLE_COLUMNS: Schema = {"time_ns": I64, "thread": I64, "cpu": I64}
 GPU_COLUMNS: Schema = {"device": I64, "name": STR, "memory_bytes": I64, "bandwidth_bytes_per_s": I64,
                        "sm_count": I64, "compute_capability": STR, "bus": STR}
@@ -115,6 +113,17 @@ MEMCPY_READ: Wanted = {"start": I64, "end": I64, "deviceId": I64, "streamId": I6
 MEMSET_READ: Wanted = {"start": I64, "end": I64, "deviceId": I64, "streamId": I64, "bytes": I64, "correlationId": I64}
 """The columns the frames read of the GPU's work tables (also what a large capture's Parquet copies hold, so that
 its first part reads them from there: :mod:`nsight_core.trace.streamed`, :mod:`nsight_core.trace.head`)."""
+
+
+FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
+
+
+def osrt_calls(raw: FrameT) -> FrameT:
+    """The rows of OSRT_API (RAW, as read) that are calls (ENUM_NSYS_EVENT_CLASS 27, TRACE_PROCESS_EVENT_OS_RUNTIME),
+    as nsys' osrt_sum counts them: not its zero-length "OS runtime libraries profiling started" (31) at the start of
+    each collection. Every row where the export has no ``eventClass`` (none seen: it is read only where present)."""
+    return raw.filter(pl.col("eventClass").is_null() | (pl.col("eventClass") == 27)) \
+        if "eventClass" in raw.collect_schema() else raw
 
 
 def _empty(schema: Schema) -> pl.DataFrame:
@@ -336,7 +345,7 @@ class Trace:
                                       **({"eventClass": I64} if classed else {})})
         if raw is None:
             return _empty(OSRT_COLUMNS)
-        return _by_start(raw.filter(OSRT_CALLS) if classed else raw).select(
+        return _by_start(osrt_calls(raw)).select(
             pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"),
             self._string("nameId").fill_null("").alias("name"), pl.col("globalTid").alias("thread"),
             pl.col("nameId").alias("name_id"),

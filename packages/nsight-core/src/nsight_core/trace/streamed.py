@@ -28,10 +28,10 @@ from nsight_core.trace.model import (
     NVTX_MARK_TYPES,
     NVTX_PUSH_POP_TYPES,
     NVTX_START_END_TYPES,
-    OSRT_CALLS,
     STR,
     Trace,
     _pid,
+    osrt_calls,
 )
 from nsight_core.trace.spill import SpilledTables
 from nsight_core.trace.tables import SchemaMismatch, Wanted
@@ -191,13 +191,11 @@ def _cuda_api(trace: Trace) -> pl.LazyFrame:
 
 
 def _osrt(trace: Trace) -> pl.LazyFrame:
-    classed = "eventClass" in trace.tables.columns("OSRT_API")
-    raw = _scan(trace, "OSRT_API", {"start": I64, "end": I64, "nameId": I64, "globalTid": I64,
-                                    **({"eventClass": I64} if classed else {})})
+    raw = _scan_as_read(trace, "OSRT_API", {"start": I64, "end": I64, "nameId": I64, "globalTid": I64},
+                        {"eventClass": I64})
     if raw is None:
         return trace.osrt.lazy()
-    return _timed(_named(raw.filter(OSRT_CALLS) if classed else raw, "nameId", trace.strings, "name"),
-                  pl.col("name").fill_null(""),
+    return _timed(_named(osrt_calls(raw), "nameId", trace.strings, "name"), pl.col("name").fill_null(""),
                   pl.col("globalTid").alias("thread"), pl.col("nameId").alias("name_id"))
 
 

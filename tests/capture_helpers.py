@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -9,6 +11,8 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from nsight_core import find_nsys
 
 
 def run_captured(argv: Sequence[str | Path], *, timeout: float, **options: Any) -> subprocess.CompletedProcess[str]:
@@ -52,3 +56,39 @@ def sleepy_steps(steps: int, sleep_s: float, busy_s: float, name: str = "step") 
                     while time.perf_counter() - t < {busy_s}:
                         pass
     """
+
+
+def nsys_whose_importer_fails_once(folder: Path) -> tuple[dict[str, str], Path]:
+    """The real nsys, installed anew under FOLDER (links to the real files), whose QdstrmImporter fails its
+    first import as 2023.4.4's did under load ("Importer error status: Importation failed", exit 2); every
+    later one is the real importer's. The environment that selects it, and the file that logs each import.
+
+    nsys runs its importer from ``host-<platform>/`` beside the folder of the binary it runs as, so the binary
+    is a hard link (a copy across filesystems) and everything else a symbolic link."""
+    binary = find_nsys().path.resolve()
+    real = binary.parent.parent
+    root, imports = folder / "nsys", folder / "imports.log"
+    for part in real.iterdir():
+        if part.name.startswith(("host-", "target-")):
+            (root / part.name).mkdir(parents=True)
+            for item in part.iterdir():
+                (root / part.name / item.name).symlink_to(item)
+        else:
+            (root / part.name).symlink_to(part)
+    copy = root / binary.relative_to(real)
+    copy.unlink()
+    try:
+        os.link(binary, copy)
+    except OSError:
+        shutil.copy2(binary, copy)
+    [importer] = root.glob("host-*/QdstrmImporter")
+    real_importer = importer.resolve()
+    importer.unlink()
+    importer.write_text(f"""#!/bin/sh
+[ "$1" = --version ] && exec {real_importer} "$@"
+echo "$*" >> {imports}
+[ "$(wc -l < {imports})" -gt 1 ] || exit 2
+exec {real_importer} "$@"
+""")
+    importer.chmod(0o755)
+    return {"NSIGHT_NSYS": str(copy)}, imports

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_runs import forget_what_a_failed_test_read
 
 from nsight_core import find_nsys
 from nsight_core.nsys import Nsys
@@ -88,6 +89,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 _FIRST_TRIES: list[str] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A test that failed drops the shared runs it read (tests/reliability/shared_runs.py), so its retry and later
+    readers do not read a run that met an nsys hiccup again."""
+    outcome = yield
+    if call.when == "teardown" or outcome.get_result().failed:
+        forget_what_a_failed_test_read(outcome.get_result().failed)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 from packaging_helpers import build_wheels
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "reliability"))
-
 from shared_runs import once_per_run
 
 

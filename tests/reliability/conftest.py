@@ -30,3 +30,4 @@ def read_only(tmp_path: Path):  # type: ignore[no-untyped-def]
     yield folder
     subprocess.run(["umount", "-l", str(folder)], check=False)
 
+

@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-from capture_helpers import run_captured
-from shared_runs import once_per_run, started
+from capture_helpers import nsys_whose_importer_fails_once, run_captured
+from shared_runs import once_per_run
 
-from nsight_core import Session, find_nsys
+from nsight_core import Session, find_nsys, load_trace
 from nsight_core.launch import exec_wrapper
 from nsight_core.nsys import DEFAULT_CAPTURE
 from nsight_core.session import ENV_OUTPUT_DIR
@@ -47,7 +47,7 @@ REGION = """
 """
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def runs_in_one_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[subprocess.CompletedProcess[str]]]:
     """Two `nsight run` (the default capture, no -o) in one fresh folder: REGION, then a job that exits 3.
     Shared by the cases about a plain run's stdout, exit code and run folders."""
@@ -55,7 +55,7 @@ def runs_in_one_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, 
     def make(folder: Path) -> tuple[Path, list[subprocess.CompletedProcess[str]]]:
         region, exits = script(folder, REGION), folder / "exits.py"
         exits.write_text("import sys\nsys.exit(3)\n")
-        return folder, [started(nsight("run", "--trace", "nvtx", "--", sys.executable, str(job), cwd=folder))
+        return folder, [nsight("run", "--trace", "nvtx", "--", sys.executable, str(job), cwd=folder)
                         for job in (region, exits)]
 
     return once_per_run(tmp_path_factory, "runs-in-one-folder", make)
@@ -195,6 +195,27 @@ def test_region_start_that_loses_its_agent_is_tried_again(tmp_path):
     assert "WARNING" not in done.stderr
 
 
+@pytest.mark.parametrize("capture", ["process", "manual"])
+def test_a_failed_import_is_imported_again(tmp_path, capture):
+    """nsys 2023.4.4's importer failed under load ("Importation failed") and nsys wrote no trace, keeping the
+    complete raw stream beside it; the same stream then imports. nsight imports it once more: the trace is
+    kept, whole, and no stream is left. A whole run says so (nsys' error is above it); a region, whose
+    `nsys stop` speaks to nobody, stays quiet."""
+    env, imports = nsys_whose_importer_fails_once(tmp_path)
+    out = tmp_path / "o"
+    done = nsight("run", "--capture", capture, "--trace", "nvtx", "-o", str(out), "--", sys.executable,
+                  str(script(tmp_path, REGION)), env=env)
+    assert done.returncode == 0, done.stderr
+    assert len(imports.read_text().splitlines()) == 2, done.stderr  # nsys' failed import, then nsight's
+    [report] = sorted(out.glob("*.nsys-rep"))
+    assert done.stdout.splitlines() == ["job output", str(report)], done.stderr
+    assert sorted(p.name for p in out.iterdir()) == [report.name]
+    assert "x" in load_trace(report).nvtx.get_column("name").to_list()  # the job's NVTX range, recorded
+    said = "the raw stream it kept, imported once more, is"
+    assert (said in done.stderr) == (capture == "process"), done.stderr
+    assert "WARNING" not in done.stderr
+
+
 def test_nsight_run_inside_nsight_run_keeps_nsys_messages_off_stdout(tmp_path):
     """In a process nsys profiles, its injection holds descriptors 3-13, and sh hands the command only single-digit
     ones: the inner nsight found none free and left the inner nsys' progress bars on the program's stdout. Now its
@@ -272,7 +293,7 @@ def test_region_in_a_read_only_folder_runs_unprofiled(tmp_path, read_only):
     assert len(warnings) == 1 and "Read-only file system" in warnings[0] and "writable" in warnings[0]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def claims_run(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """One manual run shared by the claim cases: the folder holds a claim left by a killed process, the
     command records region r, then kills itself (SIGKILL) inside region k."""

@@ -19,7 +19,7 @@ import pytest
 from capture_helpers import run_captured
 from fault_tasks import expected
 from flyte_harness import nvtx_counts
-from shared_runs import once_per_run, started
+from shared_runs import once_per_run
 
 from nsight_core import find_nsys, load_trace
 
@@ -80,7 +80,7 @@ FAMILY = """
 """
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def family(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
     """One `nsight run --capture manual -o out` of FAMILY, started in a fresh folder (once per test run)."""
 
@@ -90,7 +90,7 @@ def family(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Complet
         done = run_captured([*NSIGHT, "run", "--capture", "manual", "--trace", "nvtx", "-o", "out", "--",
                              sys.executable, "job.py"], cwd=folder, timeout=TIMEOUT, stdin=subprocess.DEVNULL,
                             env={k: v for k, v in os.environ.items() if not k.startswith("NSIGHT_")})
-        return started(done), folder
+        return done, folder
 
     return once_per_run(tmp_path_factory, "family", make)
 

@@ -190,8 +190,9 @@ class Nsys:
             result = self._run_once(args, timeout, what)
         return result
 
-    def _run_once(self, args: Sequence[str], timeout: float, what: str) -> NsysResult:
-        argv = [str(self.path), *args]
+    def _run_once(self, args: Sequence[str], timeout: float, what: str, program: Path | None = None) -> NsysResult:
+        """PROGRAM (nsys itself unless given: one of its helpers) with ARGS, to completion or TIMEOUT."""
+        argv = [str(program or self.path), *args]
         try:
             process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                        stdin=subprocess.DEVNULL, errors="replace", start_new_session=True,
@@ -255,6 +256,35 @@ class Nsys:
         """True when nsys refused because a collection is already running in the session."""
         return any(marker in result.output for marker in _BUSY_MARKERS)
 
+    @functools.cached_property
+    def importer(self) -> Path | None:
+        """nsys' QdstrmImporter, the helper that turns a raw stream into a report (``host-<platform>/`` of the
+        installation the nsys binary belongs to); None where there is none (a stand-in nsys)."""
+        return next(iter(sorted(self.path.resolve().parent.parent.glob("host-*/QdstrmImporter"))), None)
+
+    def import_kept_stream(self, base: Path) -> NsysResult | None:
+        """Import BASE.qdstrm into BASE.nsys-rep once more; None when there is no such stream or no importer.
+
+        When nsys' importer fails ("Importer error status: Importation failed": 2023.4.4 under load, 2026-12-04)
+        nsys writes no report and keeps the complete raw stream beside it, as BASE.qdstrm; the same stream then
+        imports. The stream is deleted once it is a report, as nsys does after its own import. The result's
+        stdout is the importer's words without its progress bar.
+        """
+        stream, report = (base.with_name(base.name + suffix) for suffix in (".qdstrm", ".nsys-rep"))
+        if not stream.is_file() or self.importer is None:
+            return None
+        args = ["--input-file", str(stream), "--output-file", str(report), "--force-overwrite"]
+        result = self._run_once(args, STOP_TIMEOUT, "QdstrmImporter", program=self.importer)
+        if result.returncode in _IMPORTED:
+            stream.unlink(missing_ok=True)
+        else:  # whatever a failed import left is no report
+            report.unlink(missing_ok=True)
+        said = [line for line in re.split(r"[\r\n]+", result.stdout) if line.strip() and "Processing [" not in line]
+        if result.returncode != 0:  # in nsys' words, which the completeness check reads
+            said.append(f"Importer error status: QdstrmImporter exited {result.returncode}"
+                        f"{' (importation succeeded with non-fatal errors)' if result.returncode == 3 else ''}.")
+        return NsysResult(result.returncode, "\n".join(said), result.stderr)
+
     # -- post-processing -----------------------------------------------------------------------
     def export(self, report: Path, output: Path, kind: str) -> None:
         """`nsys export --type KIND` of REPORT to OUTPUT (a file, or a directory for arrowdir)."""
@@ -292,6 +322,10 @@ class Nsys:
             names.update(p.stem for p in reports_dir.glob("*.py"))
         return frozenset(names)
 
+
+_IMPORTED = (0, 3)
+"""QdstrmImporter's exit codes when it wrote the report: 3 is nsys' "Importation succeeded with non-fatal errors"
+(2 its "Importation failed")."""
 
 # nsys 2023.4.4 on a loaded machine at times loses its agent: a command that failed so did nothing.
 _LOST_AGENT = re.compile(r"Connection to Agent lost|Local Endpoint is not available|^\s*End of file\.?\s*$"

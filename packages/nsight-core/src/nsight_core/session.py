@@ -232,6 +232,7 @@ class Session:
                      else []) if capture == "manual" else [self.output_dir / self.name]
         for base in bases:  # every process of the session has ended: claims left are its killed ones'
             clear_claim(base)
+            self._import_kept_stream(base)
         reports = sorted((report for base in bases if (report := base.with_name(base.name + ".nsys-rep")).exists()),
                          key=lambda p: p.stat().st_mtime)
         diagnosis, returncode = None, finished.returncode
@@ -252,6 +253,18 @@ class Session:
             self._point_latest()
         return RunResult(returncode=returncode, output_dir=self.output_dir, reports=reports,
                          diagnosis=diagnosis)
+
+    def _import_kept_stream(self, base: Path) -> None:
+        """Where nsys' importer failed on BASE's trace (its message is above, on stderr), import the raw stream it
+        kept once more, and say how that went."""
+        report = base.with_name(base.name + ".nsys-rep")
+        if report.exists() or not (again := self.nsys.import_kept_stream(base)):
+            return
+        if report.exists():
+            log.info("nsys' import of %s failed; the raw stream it kept, imported once more, is %s", base.name, report)
+        else:
+            log.warning("nsys' import of %s failed, and again from the raw stream it kept: %s", base.name,
+                        one_line(again.output))
 
     def _stop(self) -> None:
         """Stop the collection a region of this session records now (its trace is written and kept)."""

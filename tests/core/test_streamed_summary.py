@@ -6,9 +6,10 @@ The fixtures are small, so the windows are made small (``window_rows``) to cross
 open across a boundary, kernels overlapping one. The streamed trace, the one the product windows, is summarised in
 windows of a few events; the same code over frames in memory in windows of 50. Each window is a query of its own:
 windows of 4 over the 5-8 k kernels of the two 2025 captures took 7-10 s of CPU each, so a table that large is cut
-into WINDOWS windows instead (still a hundred boundaries in it). The nsys 2023 fix pairs are windowed through their nsys
-2025 recordings (h200-fix-pairs-2025: the same programs, the same event counts table for table, but for graph-fixed,
-whose graph launches nsys 2023 did not record); the 2023 ones are compared in one window, which reads their export.
+into WINDOWS windows instead: still forty boundaries in it (a hundred took 37 CPU-s for this file, forty 20). The
+nsys 2023 fix pairs are windowed through their nsys 2025 recordings (h200-fix-pairs-2025: the same programs, the same
+event counts table for table, but for graph-fixed, whose graph launches nsys 2023 did not record); the 2023 ones are
+compared in one window, which reads their export.
 A 1 M-range capture is compared in tests/core/test_large_capture.py (slow: `make bench`).
 """
 
@@ -35,7 +36,7 @@ CAPTURES = sorted(p for p in FIXTURES.rglob("*.nsys-rep") if "2025" not in p.par
 STREAMED = ExportChoice("sqlite", True, "large", 0)
 RECORDED_AGAIN = FIXTURES / "h200-fix-pairs-2025"  # the nsys 2023 fix pairs (h200-fix-pairs), recorded with nsys 2025
 FEW = 4  # events per window of the streamed trace...
-WINDOWS = 100  # ...or its largest table in this many windows, where that makes them larger
+WINDOWS = 40  # ...or its largest table in this many windows, where that makes them larger
 IN_MEMORY_ROWS = 50  # events per window of the frames in memory
 
 

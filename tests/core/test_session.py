@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from capture_helpers import run_captured
+from shared_runs import once_per_run
 
 from nsight_core import NsysCommandError, Session, load_stats
 from nsight_core.nsys import Nsys
@@ -50,24 +51,27 @@ def _nvtx_counts(report: str) -> dict[str, int]:
     return {row.name: row.instances for row in load_stats(report, ["nvtx_pushpop_sum"]).nvtx_ranges}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def regions_behind_a_wrapper(tmp_path_factory: pytest.TempPathFactory, nsys: Nsys) -> tuple[
         subprocess.CompletedProcess[str], list[str]]:
-    """One `nsight run --capture manual` of REGIONS, shared by the cases a single run shows: nsys is
-    reached through a script that execs it (as installs often are; each call it gets is logged), and the
+    """One `nsight run --capture manual` of REGIONS, shared by the cases a single run shows (once per test run): nsys
+    is reached through a script that execs it (as installs often are; each call it gets is logged), and the
     program runs with a preload of its own. The run's result and the wrapper's log."""
-    folder = tmp_path_factory.mktemp("regions")
-    seen = folder / "seen"
-    wrapper = folder / "nsys"
-    wrapper.write_text(f'#!/bin/sh\necho "$1 preload=$LD_PRELOAD nvtx=$NVTX_INJECTION64_PATH" >> {seen}\n'
-                       f'exec {nsys.path} "$@"\n')
-    wrapper.chmod(0o755)
-    script = _script(folder, REGIONS)
-    env = {**os.environ, "NSIGHT_NSYS": str(wrapper), "LD_PRELOAD": "libm.so.6"}
-    done = run_captured([sys.executable, "-m", "nsight_core.cli", "run", "--capture", "manual", "--trace",
-                         "nvtx,osrt", "--sample", "none", "-o", str(folder / "out"), "--", sys.executable, str(script)],
-                        env=env, timeout=240)
-    return done, seen.read_text().splitlines() if seen.exists() else []
+
+    def make(folder: Path) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+        seen = folder / "seen"
+        wrapper = folder / "nsys"
+        wrapper.write_text(f'#!/bin/sh\necho "$1 preload=$LD_PRELOAD nvtx=$NVTX_INJECTION64_PATH" >> {seen}\n'
+                           f'exec {nsys.path} "$@"\n')
+        wrapper.chmod(0o755)
+        script = _script(folder, REGIONS)
+        env = {**os.environ, "NSIGHT_NSYS": str(wrapper), "LD_PRELOAD": "libm.so.6"}
+        done = run_captured([sys.executable, "-m", "nsight_core.cli", "run", "--capture", "manual", "--trace",
+                             "nvtx,osrt", "--sample", "none", "-o", str(folder / "out"), "--", sys.executable,
+                             str(script)], env=env, timeout=240)
+        return done, seen.read_text().splitlines() if seen.exists() else []
+
+    return once_per_run(tmp_path_factory, "regions-behind-a-wrapper", make)
 
 
 def test_manual_capture_two_regions_exact_nvtx_counts(regions_behind_a_wrapper) -> None:  # type: ignore[no-untyped-def]

@@ -1,0 +1,105 @@
+"""ADBC's SQLite driver (the `sqlite-arrow` extra) and the standard library's sqlite3 read an export into the same
+frames, every table and column of every SQLite export among the fixtures, in batches small enough that the driver's
+keyset queries cross many boundaries; where the driver guesses a column's type wrong (null in its first rows, a float
+or text later) the batch is read with sqlite3, and a column of another type is the same SchemaMismatch either way.
+
+`NSIGHT_SQLITE_READER=sqlite3` is the standard library; unset, the driver the dev environment installs.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from nsight_core.trace.model import Trace
+from nsight_core.trace.tables import ENV_SQLITE_READER, SchemaMismatch, SqliteTables, Wanted
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+EXPORTS = sorted(FIXTURES.rglob("*.sqlite"))
+FEW = 97  # rows a batch: many keyset boundaries in every table of a few thousand rows
+READERS = ("adbc", "sqlite3")
+TRACE_FRAMES = ("strings", "kernels", "graphs", "memcpy", "memset", "sync", "cuda_api", "api_names", "osrt",
+                "samples", "nvtx", "nvtx_marks", "diagnostics", "cuda_contexts", "gpus", "processes", "threads")
+
+
+def tables(path: Path, reader: str, monkeypatch: pytest.MonkeyPatch) -> SqliteTables:
+    """PATH read by READER (the reader is chosen when the tables are opened)."""
+    if reader == "sqlite3":
+        monkeypatch.setenv(ENV_SQLITE_READER, "sqlite3")
+    else:
+        monkeypatch.delenv(ENV_SQLITE_READER, raising=False)
+    return SqliteTables(path)
+
+
+def declared(path: Path) -> dict[str, Wanted]:
+    """Every table of PATH with every column, as the type its declaration says (an integer kept as read)."""
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as connection:
+        names = [name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {name: {column: pl.String if kind.upper() == "TEXT" else pl.Float64 if kind.upper() == "REAL"
+                       else None for _, column, kind, *_ in connection.execute(f'PRAGMA table_info("{name}")')}
+                for name in names}
+
+
+def test_the_dev_environment_has_the_driver() -> None:
+    """Else every comparison below compares sqlite3 with itself."""
+    import adbc_driver_sqlite  # noqa: F401
+
+    from nsight_core.trace.tables import _arrow_connection
+
+    assert _arrow_connection(EXPORTS[0]) is not None
+
+
+@pytest.mark.parametrize("export", EXPORTS, ids=lambda p: p.relative_to(FIXTURES).as_posix())
+def test_every_table_in_batches_and_every_frame_are_the_same_either_way(export: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    read = {reader: tables(export, reader, monkeypatch) for reader in READERS}
+    for table, wanted in declared(export).items():
+        adbc, stdlib = (pl.concat([pl.DataFrame(schema={}), *read[reader].batches(table, wanted, rows=FEW)],
+                                  how="diagonal") for reader in READERS)
+        assert adbc.equals(stdlib), table
+    first_part = '"start" < ?'
+    if "CUPTI_ACTIVITY_KIND_KERNEL" in declared(export):  # the first part of a large capture: trace/head.py
+        wanted = declared(export)["CUPTI_ACTIVITY_KIND_KERNEL"]
+        cut = read["sqlite3"].read("CUPTI_ACTIVITY_KIND_KERNEL", wanted)["start"].median()
+        parts = [read[reader].read("CUPTI_ACTIVITY_KIND_KERNEL", wanted, where=first_part, parameters=(int(cut),))
+                 for reader in READERS]
+        assert parts[0] is not None and parts[1] is not None and parts[0].height > 0 and parts[0].equals(parts[1])
+    traces = [Trace(read[reader]) for reader in READERS]
+    for frame in TRACE_FRAMES:
+        assert getattr(traces[0], frame).equals(getattr(traces[1], frame)), frame
+    assert traces[0].meta == traces[1].meta and traces[0].window == traces[1].window
+    assert traces[0].notes == traces[1].notes
+
+
+@pytest.fixture
+def late_values(tmp_path: Path) -> Path:
+    """An export whose float and text columns are null in their first 1,500 rows (more than the driver looks at
+    to type a column), then hold values; and an integer column that holds text in its last row."""
+    path = tmp_path / "late.sqlite"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)")
+        connection.execute('CREATE TABLE T ("start" INTEGER, "ratio" REAL, "label" TEXT, "id" INTEGER)')
+        rows = [(i, None, None, i) for i in range(1500)] + [(i, i / 7, f"name {i}", i) for i in range(1500, 1800)]
+        connection.executemany("INSERT INTO T VALUES (?, ?, ?, ?)", rows)
+        connection.execute("INSERT INTO T VALUES (1800, 1.5, 'x', 'not a number')")
+    return path
+
+
+def test_columns_typed_late_read_the_same_and_a_wrong_type_is_the_same_error(late_values: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    wanted: Wanted = {"start": pl.Int64, "ratio": pl.Float64, "label": pl.String}
+    frames, errors = [], []
+    for reader in READERS:
+        read = tables(late_values, reader, monkeypatch)
+        for rows in (1000, 2000):  # a batch all null, then one typed late; one batch typed late
+            frames.append(pl.concat(read.batches("T", wanted, rows=rows)))
+        with pytest.raises(SchemaMismatch) as error:
+            read.read("T", {**wanted, "id": None})
+        errors.append((error.value.table, error.value.columns))
+    assert all(frame.equals(frames[0]) for frame in frames)
+    assert frames[0].height == 1801 and frames[0]["ratio"].null_count() == 1500
+    assert frames[0]["label"][1500] == "name 1500" and frames[0]["ratio"][1507] == pytest.approx(1507 / 7)
+    assert errors[0] == errors[1] == ("T", {"id": "text"})

@@ -60,13 +60,6 @@ def test_every_table_in_batches_and_every_frame_are_the_same_either_way(export: 
         adbc, stdlib = (pl.concat([pl.DataFrame(schema={}), *read[reader].batches(table, wanted, rows=FEW)],
                                   how="diagonal") for reader in READERS)
         assert adbc.equals(stdlib), table
-    first_part = '"start" < ?'
-    if "CUPTI_ACTIVITY_KIND_KERNEL" in declared(export):  # the first part of a large capture: trace/head.py
-        wanted = declared(export)["CUPTI_ACTIVITY_KIND_KERNEL"]
-        cut = read["sqlite3"].read("CUPTI_ACTIVITY_KIND_KERNEL", wanted)["start"].median()
-        parts = [read[reader].read("CUPTI_ACTIVITY_KIND_KERNEL", wanted, where=first_part, parameters=(int(cut),))
-                 for reader in READERS]
-        assert parts[0] is not None and parts[1] is not None and parts[0].height > 0 and parts[0].equals(parts[1])
     traces = [Trace(read[reader]) for reader in READERS]
     for frame in TRACE_FRAMES:
         assert getattr(traces[0], frame).equals(getattr(traces[1], frame)), frame

@@ -14,14 +14,14 @@ inputs that are already `.sqlite` exports, for an nsys without arrowdir and for 
 export's memory. It is read in batches, so memory stays bounded by one batch: with ADBC's SQLite driver where it is
 installed (the ``sqlite-arrow`` extra: Arrow batches straight into Polars, no Python object per row; 3 M NVTX ranges
 read in 1.7 s against 3.8 s), else with the standard library's sqlite3, each batch of Python rows turned into a frame
-at once.
+at once. A read with a condition (the first part of a large capture, :mod:`nsight_core.trace.head`) is one sqlite3
+query: in keyset batches its subquery would run again for every batch.
 """
 
 from __future__ import annotations
 
 import io
 import os
-import re
 import sqlite3
 import struct
 import threading
@@ -184,8 +184,8 @@ class SqliteTables:
         schema = _made(wanted)
         present = self.columns(table)
         listed = ", ".join(f'"{c}"' if c in present else f'NULL AS "{c}"' for c in schema)
-        if self._arrow is not None:
-            yield from self._arrow_batches(table, schema, present, listed, rows, where, parameters)
+        if self._arrow is not None and not where:  # a condition's subquery would run again for every keyset batch
+            yield from self._arrow_batches(table, schema, present, listed, rows)
             return
         # In the table's own order, whatever indexes a tool added: the Trace reads a table's columns in more than one
         # query and lines them up by row (an index that covers a query would give its rows in the index's order).
@@ -201,19 +201,16 @@ class SqliteTables:
         except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError) as error:
             raise SchemaMismatch(table, self._mistyped(table, schema, present), error) from error
 
-    def _arrow_batches(self, table: str, schema: Schema, present: frozenset[str], listed: str, rows: int, where: str,
-                       parameters: Sequence[int]) -> Iterator[pl.DataFrame]:
-        """:meth:`batches` through ADBC: ROWS rows a query, each query starting after the last rowid of the one
-        before (keyset), so that one Arrow stream never holds more than a batch. The driver takes a column's type
-        from its first values: a column null in those and a float or text later fails its query, which is then read
-        with sqlite3 instead (the same rows)."""
+    def _arrow_batches(self, table: str, schema: Schema, present: frozenset[str], listed: str,
+                       rows: int) -> Iterator[pl.DataFrame]:
+        """:meth:`batches` of a whole table through ADBC: ROWS rows a query, each query starting after the last rowid
+        of the one before (keyset), so that one Arrow stream never holds more than a batch (the driver's stream cannot
+        be read a batch at a time without pyarrow). The driver takes a column's type from its first values: a column
+        null in those and a float or text later fails its query, which is then read with sqlite3 (the same rows)."""
         after: int | None = None
         while True:
-            bounds = [f"({where})" if where else "", f"rowid > {after}" if after is not None else ""]
-            condition = " AND ".join(bound for bound in bounds if bound)
-            query = _inlined(f'SELECT rowid AS "{_ROWID}", {listed} FROM "{table}" '
-                             f'{f"WHERE {condition}" if condition else ""} ORDER BY rowid LIMIT {int(rows)}',
-                             parameters)
+            query = (f'SELECT rowid AS "{_ROWID}", {listed} FROM "{table}" '
+                     f'{f"WHERE rowid > {int(after)}" if after is not None else ""} ORDER BY rowid LIMIT {int(rows)}')
             frame = self._arrow_query(query)
             if frame is None:
                 with self._lock:
@@ -301,13 +298,6 @@ def _arrow_connection(path: Path) -> AdbcConnection | None:
         return AdbcConnection(adbc_driver_sqlite.connect(f"file:{path}?mode=ro"))
     except Error:  # the sqlite3 connection reads it, or says why not
         return None
-
-
-def _inlined(query: str, parameters: Sequence[int]) -> str:
-    """QUERY with each ``?`` replaced by the next of PARAMETERS, integers only (ADBC binds parameters as Arrow data,
-    which needs a library Polars does not: an integer written out is the same query, and cannot be SQL)."""
-    values = iter(parameters)
-    return re.sub(r"\?", lambda _: str(int(next(values))), query)
 
 
 def _typed(frame: pl.DataFrame, wanted: Wanted, table: str) -> pl.DataFrame:

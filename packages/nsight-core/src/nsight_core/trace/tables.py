@@ -190,6 +190,11 @@ class SqliteTables:
         # In the table's own order, whatever indexes a tool added: the Trace reads a table's columns in more than one
         # query and lines them up by row (an index that covers a query would give its rows in the index's order).
         query = f'SELECT {listed} FROM "{table}" {f"WHERE {where}" if where else ""} ORDER BY rowid'
+        yield from self._sqlite_batches(table, query, parameters, schema, present, rows)
+
+    def _sqlite_batches(self, table: str, query: str, parameters: Sequence[int], schema: Schema,
+                        present: frozenset[str], rows: int) -> Iterator[pl.DataFrame]:
+        """QUERY's rows through sqlite3 as frames of SCHEMA, ROWS at a time; its errors in nsight-core's words."""
         try:
             with self._lock:
                 cursor = self._connection.execute(query, parameters)
@@ -213,16 +218,9 @@ class SqliteTables:
                      f'{f"WHERE rowid > {int(after)}" if after is not None else ""} ORDER BY rowid LIMIT {int(rows)}')
             frame = self._arrow_query(query)
             if frame is None:
-                with self._lock:
-                    try:
-                        fetched = self._connection.execute(query).fetchall()
-                    except sqlite3.DatabaseError as error:
-                        raise DamagedExportError(f"{self.source}: table {table} cannot be read ({one_line(error)}).") \
-                            from error
-                try:
-                    frame = pl.DataFrame(fetched, schema={_ROWID: pl.Int64, **schema}, orient="row")
-                except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError) as error:
-                    raise SchemaMismatch(table, self._mistyped(table, schema, present), error) from error
+                numbered = {_ROWID: pl.Int64, **schema}
+                frame = pl.concat([pl.DataFrame(schema=numbered),
+                                   *self._sqlite_batches(table, query, (), numbered, present, rows)])
             if not frame.height:
                 return
             after = frame[_ROWID][-1]

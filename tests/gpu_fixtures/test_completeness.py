@@ -12,11 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 import nsight_core
-from nsight_core.analysis.completeness import capture_facts, check_completeness
+from nsight_core.analysis.completeness import _ranges_with_cuda, capture_facts, check_completeness
 from nsight_core.trace.export import export as export_capture
+from nsight_core.trace.streamed import events
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 RECORDING_NSYS = "2023.4.4.54"
@@ -193,3 +195,27 @@ def test_a_cuda_context_without_cuda_calls_is_incomplete(tmp_path):
     assert result.warnings[1].message.startswith(
         f"process {trace.cuda_contexts['pid'][0]} created a CUDA context while CUDA was traced, yet the trace holds "
         "no CUDA API call")
+
+
+@pytest.mark.parametrize("rel", ["h200-quick-start-cuda13-incomplete/train.nsys-rep",
+                                 "h200-ddp-cuda13-incomplete/train_ddp.nsys-rep"])
+def test_the_truncation_check_in_windows_gives_the_same_verdict(rel, tmp_path):
+    """A streamed capture checks its ranges against its CUDA events in windows (bounded memory): windows of 3
+    positions give the verdict of all at once, evidence and all."""
+    trace = nsight_core.load_trace(private_copy(rel, tmp_path, with_stream=False))
+    whole = check_completeness(trace)
+    assert "cuda_ends_early" in [w.code for w in whole.warnings]
+    assert check_completeness(trace, window_rows=3) == whole
+
+
+@pytest.mark.parametrize("name", ["two-problem", "graph-problem", "dataloader-fixed"])
+def test_ranges_holding_cuda_are_counted_alike_in_windows(name, tmp_path):
+    """The count behind the truncation check, on complete H200 captures where most ranges hold CUDA work: windows of
+    a few positions, each carrying the reach of the events before it, count exactly what all at once does."""
+    frames = events(nsight_core.load_trace(private_copy(f"h200-fix-pairs-2025/{name}.sqlite", tmp_path)))
+    ranges = frames.nvtx.select("start_ns", "end_ns", "thread").drop_nulls()
+    api = frames.cuda_api.select("start_ns", "end_ns", "thread")
+    gpu = pl.concat([f.select("start_ns", "end_ns") for f in (frames.kernels, frames.memcpy, frames.memset)])
+    whole = _ranges_with_cuda(ranges, api, gpu, None)
+    assert whole > 0
+    assert [_ranges_with_cuda(ranges, api, gpu, rows) for rows in (5, 37, 400)] == [whole] * 3

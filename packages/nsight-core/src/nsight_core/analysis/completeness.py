@@ -48,6 +48,7 @@ from typing import Literal
 import polars as pl
 from pydantic import BaseModel, Field
 
+from nsight_core.analysis.intervals import WINDOW_ROWS, start_cuts, window_filters
 from nsight_core.trace.model import Trace
 from nsight_core.trace.streamed import Events, events
 
@@ -137,15 +138,18 @@ def capture_facts(report: Path, nsys_output: str = "", nsys_version: str | None 
                         nsys_version=nsys_version, cuda_runtime_version=cuda_runtime_version)
 
 
-def check_completeness(trace: Trace, facts: CaptureFacts | None = None) -> Completeness:
-    """Every sign that TRACE is incomplete, given what is known about its capture (FACTS)."""
+def check_completeness(trace: Trace, facts: CaptureFacts | None = None, window_rows: int | None = None) -> Completeness:
+    """Every sign that TRACE is incomplete, given what is known about its capture (FACTS).
+
+    WINDOW_ROWS: events per window where a check reads events in windows (by default ``WINDOW_ROWS`` for a streamed
+    capture, all at once for one read whole); any number gives the same verdict."""
     facts = facts or CaptureFacts()
     nsys_version = facts.nsys_version or trace.meta.get(_EXPORT_VERSION_KEY)
     cuda_version = facts.cuda_runtime_version or _driver_cuda(trace.meta)
     diagnostics = nsys_diagnostics(trace)
     frames = events(trace)
     losses = [w for w in (_importer_errors(facts.nsys_output), _raw_stream_left(facts.leftover_files),
-                          _cuda_ends_early(frames, trace.window.end_ns), _nsys_lost_data(diagnostics),
+                          _cuda_ends_early(frames, trace.window.end_ns, window_rows), _nsys_lost_data(diagnostics),
                           _cuda_calls_missing(trace, frames), _graph_work_missing(frames)) if w is not None]
     too_old = _nsys_older_than_cuda(nsys_version, cuda_version) if losses else None
     warnings = [*([too_old] if too_old else []), *losses]
@@ -266,7 +270,7 @@ def _raw_stream_left(files: Sequence[Path]) -> CompletenessWarning | None:
         evidence={"files": ", ".join(str(f) for f in files)})
 
 
-def _cuda_ends_early(frames: Events, window_end_ns: int) -> CompletenessWarning | None:
+def _cuda_ends_early(frames: Events, window_end_ns: int, window_rows: int | None) -> CompletenessWarning | None:
     """CUDA was used, its activity ends well before the NVTX ranges do, and almost no range holds any."""
     ranges = frames.nvtx.select("start_ns", "end_ns", "thread").drop_nulls()
     api = frames.cuda_api.select("start_ns", "end_ns", "thread")
@@ -279,10 +283,10 @@ def _cuda_ends_early(frames: Events, window_end_ns: int) -> CompletenessWarning 
     cuda_end = int(max(api_end, gpu_end if gpu_end is not None else api_end))
     if int(nvtx_end) - cuda_end < CUDA_TAIL_NS:
         return None
-    # Suspected: the overlaps need the events in order. A range that starts after every CUDA event ended holds none.
-    early = ranges.filter(pl.col("start_ns") <= cuda_end).collect(engine="streaming")
-    with_cuda = int((_overlaps(early, api.collect(engine="streaming"), by="thread")
-                     | _overlaps(early, gpu.collect(engine="streaming"))).sum())
+    # Suspected: a range that starts after every CUDA event ended holds none.
+    early = ranges.filter(pl.col("start_ns") <= cuda_end)
+    rows = window_rows if window_rows is not None else WINDOW_ROWS if frames.streamed else None
+    with_cuda = _ranges_with_cuda(early, api, gpu, rows)
     if with_cuda > MAX_RANGES_WITH_CUDA * count:
         return None
     [after] = _count(ranges.filter(pl.col("start_ns") >= cuda_end))
@@ -300,24 +304,59 @@ def _cuda_ends_early(frames: Events, window_end_ns: int) -> CompletenessWarning 
                   "cuda_api_calls": calls, "kernels": kernels})
 
 
-def _overlaps(ranges: pl.DataFrame, events: pl.DataFrame, by: str | None = None) -> pl.Series:
-    """Per range (in RANGES' order): does any of EVENTS (on the same BY, when given) overlap it?
+def _ranges_with_cuda(ranges: pl.LazyFrame, api: pl.LazyFrame, gpu: pl.LazyFrame, rows: int | None) -> int:
+    """How many of RANGES overlap a CUDA call on their thread (API) or any GPU work (GPU), exactly, in windows of about
+    ROWS positions (None: all at once).
+
+    A range [s, e] overlaps a set of events exactly when the largest end among the events that start no later than e
+    reaches s. So the ranges are taken in windows of their end and the events in the same windows of their start,
+    each window carrying the largest end of the events of the windows before it (per thread for the calls): a window
+    holds its own ranges and events only, the carry a row per thread.
+    """
+    positions = pl.concat([api.select("start_ns"), gpu.select("start_ns"), ranges.select(pl.col("end_ns").alias(
+        "start_ns"))])
+    cuts = start_cuts(positions, rows)
+    calls_reach = pl.DataFrame(schema={"thread": pl.Int64, "_carry": pl.Int64})
+    work_reach: int | None = None
+    found = 0
+    for starts, ends in zip(window_filters(cuts, pl.col("start_ns")), window_filters(cuts, pl.col("end_ns")),
+                            strict=True):
+        part, calls, work = pl.collect_all([ranges.filter(ends), api.filter(starts), gpu.filter(starts)],
+                                           engine="streaming")
+        calls_carry = part.select("thread").join(calls_reach, on="thread", how="left")["_carry"]
+        hit = _overlaps(part, calls, calls_carry, by="thread") | _overlaps(part, work, pl.repeat(
+            work_reach, part.height, dtype=pl.Int64, eager=True))
+        found += int(hit.sum())
+        calls_reach = (pl.concat([calls_reach, calls.group_by("thread").agg(pl.col("end_ns").max().alias("_carry"))
+                                 .cast({"thread": pl.Int64, "_carry": pl.Int64})])
+                       .group_by("thread").agg(pl.col("_carry").max()))
+        latest = work.select(pl.col("end_ns").max()).item()
+        work_reach = latest if work_reach is None else work_reach if latest is None else max(work_reach, latest)
+    return found
+
+
+def _overlaps(ranges: pl.DataFrame, events: pl.DataFrame, carried: pl.Series, by: str | None = None) -> pl.Series:
+    """Per range (in RANGES' order): does any of EVENTS (on the same BY, when given), or an earlier event that reaches
+    as far as CARRIED (per range, null for none), overlap it?
 
     The events are sorted by start with a running maximum of their ends; the last event that starts
     before a range ends then overlaps it exactly when that running maximum reaches the range's start.
     """
-    if not events.height:
-        return pl.Series([False] * ranges.height)
-    keys = [by] if by else []
-    reach = (events.sort("start_ns")
-             .with_columns(pl.col("end_ns").cum_max().over(keys).alias("_reach") if by
-                           else pl.col("end_ns").cum_max().alias("_reach"))
-             .select(*keys, "start_ns", "_reach").rename({"start_ns": "_event_start"}))
-    located = (ranges.with_row_index("_row").sort("end_ns")
-               .join_asof(reach, left_on="end_ns", right_on="_event_start", by=by, strategy="backward",
-                          check_sortedness=False)  # both sorted above; polars cannot check within groups
-               .sort("_row"))
-    return located.select((pl.col("_reach") >= pl.col("start_ns")).fill_null(False)).to_series()
+    reached = pl.col("_carried")
+    if events.height:
+        keys = [by] if by else []
+        reach = (events.sort("start_ns")
+                 .with_columns(pl.col("end_ns").cum_max().over(keys).alias("_reach") if by
+                               else pl.col("end_ns").cum_max().alias("_reach"))
+                 .select(*keys, "start_ns", "_reach").rename({"start_ns": "_event_start"}))
+        ranges = (ranges.with_columns(carried.alias("_carried")).with_row_index("_row").sort("end_ns")
+                  .join_asof(reach, left_on="end_ns", right_on="_event_start", by=by, strategy="backward",
+                             check_sortedness=False)  # both sorted above; polars cannot check within groups
+                  .sort("_row"))
+        reached = pl.max_horizontal("_reach", "_carried")
+    else:
+        ranges = ranges.with_columns(carried.alias("_carried"))
+    return ranges.select((reached >= pl.col("start_ns")).fill_null(False)).to_series()
 
 
 def _nsys_older_than_cuda(nsys_version: str | None, cuda_version: str | None) -> CompletenessWarning | None:

@@ -28,26 +28,38 @@ def start_windows(frame: pl.LazyFrame, rows: int | None) -> Iterator[pl.DataFram
     event of a window starts no earlier than every event of the windows before it, and each event is in one window.
 
     ROWS None, or FRAME no larger: FRAME whole, one window. Else the cuts come from a histogram of the starts (one
-    streamed pass), and each window is a streamed query of its own (a Parquet scan skips the files whose starts lie
-    outside it: the spilled tables are in the export's order, which is mostly by start).
+    streamed pass, :func:`start_cuts`), and each window is a streamed query of its own (a Parquet scan skips the files
+    whose starts lie outside it: the spilled tables are in the export's order, which is mostly by start).
     """
     if rows is None:
         yield frame.collect()
         return
+    for inside in window_filters(start_cuts(frame, rows), pl.col("start_ns")):
+        yield frame.filter(inside).collect(engine="streaming")
+
+
+def start_cuts(frame: pl.LazyFrame, rows: int | None) -> list[int]:
+    """Start times that cut FRAME's events (a start_ns column) into windows of about ROWS events each, ascending; none
+    where ROWS is None or FRAME no larger. A window holds at most ROWS plus one histogram bucket's events."""
+    if rows is None:
+        return []
     start = pl.col("start_ns")
     count, low, high = (frame.select(pl.len(), start.min().alias("_low"), start.max().alias("_high"))
                         .collect(engine="streaming").row(0))
     if count <= rows:
-        yield frame.collect(engine="streaming")
-        return
+        return []
     histogram, width = _histogram(frame, low, high)
     before = pl.col("_count").cum_sum() - pl.col("_count")
     firsts = (histogram.group_by((before // rows).alias("_window")).agg(pl.col("_bucket").min())
               .sort("_window")["_bucket"].to_list())
-    cuts = [low + bucket * width for bucket in firsts[1:]]
+    return [low + bucket * width for bucket in firsts[1:]]
+
+
+def window_filters(cuts: list[int], position: pl.Expr) -> Iterator[pl.Expr]:
+    """Per window that CUTS make, in order, the condition on POSITION that selects its rows: every row in one window."""
     for lower, upper in zip([None, *cuts], [*cuts, None], strict=True):
-        inside = pl.lit(True) if lower is None else start >= lower
-        yield frame.filter(inside if upper is None else inside & (start < upper)).collect(engine="streaming")
+        inside = pl.lit(True) if lower is None else position >= lower
+        yield inside if upper is None else inside & (position < upper)
 
 
 def _histogram(frame: pl.LazyFrame, low: int, high: int) -> tuple[pl.DataFrame, int]:

@@ -33,7 +33,7 @@ from nsight_core.trace import export as export_module
 from nsight_core.trace.export import ExportChoice, export, export_choice
 from nsight_core.trace.model import Trace
 from nsight_core.trace.spill import SPILL_PREFIX, SpilledTables
-from nsight_core.trace.streamed import is_streamed
+from nsight_core.trace.streamed import events, is_streamed
 from nsight_core.trace.tables import SqliteTables
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -110,6 +110,25 @@ def test_copies_a_killed_process_left_are_removed(tmp_path: Path) -> None:
     assert not leftover.exists() and alive.exists()
     tables.close()
     assert spills(tmp_path) == [alive]
+
+
+def test_graph_launches_whose_nodes_are_kernels_are_left_out_alike(tmp_path: Path) -> None:
+    """A graph launch whose nodes were recorded as kernels (the same correlation id) is no graph row: the streamed
+    frames find those launches from the launches' side (a hash of their ids, the kernels streamed past it), the whole
+    frames from the kernels'. Made so: the process capture's 85 launches, 30 of them given a kernel's id."""
+    sqlite = tmp_path / "process.sqlite"
+    shutil.copyfile(FIXTURES / "h200-2025-process" / "nsight-0013a405.sqlite", sqlite)
+    with sqlite3.connect(sqlite) as connection:
+        connection.execute("UPDATE CUPTI_ACTIVITY_KIND_GRAPH_TRACE SET correlationId = (SELECT correlationId FROM "
+                           "CUPTI_ACTIVITY_KIND_KERNEL k WHERE k.rowid = CUPTI_ACTIVITY_KIND_GRAPH_TRACE.rowid) "
+                           "WHERE rowid <= 30")
+    connection.close()
+    whole = nsight_core.load_trace(sqlite)
+    tables = SpilledTables(SqliteTables(sqlite), STREAMED)
+    streamed = Trace(tables)
+    assert whole.graphs.height == 85 - 30 and events(streamed).graphs.collect().height == 85 - 30
+    assert rows(stats_of_trace(streamed)) == rows(stats_of_trace(whole))
+    tables.close()
 
 
 EDITS = {

@@ -21,6 +21,6 @@ mkdir -p "$OUT/h200" && cp tests/fixtures/h200-torch-mlp/*.nsys-rep "$OUT/h200/"
   -o "$OUT/report-h200.html" --title "GPU Profile: H200 torch MLP (recorded)"
 echo
 echo "Traces:      ${REPORTS[*]}"
-echo "Stats CSVs:  $OUT/<region>.stats/ (re-read without nsys: nsight stats $OUT/training.stats)"
+echo "Exports:     beside each trace, made once (read again without nsys: nsight stats ${REPORTS[0]})"
 echo "Report:      $OUT/report.html"
 echo "H200 report: $OUT/report-h200.html"

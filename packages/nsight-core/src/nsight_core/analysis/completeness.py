@@ -323,7 +323,7 @@ def _ranges_with_cuda(ranges: pl.LazyFrame, api: pl.LazyFrame, gpu: pl.LazyFrame
                             strict=True):
         part, calls, work = pl.collect_all([ranges.filter(ends), api.filter(starts), gpu.filter(starts)],
                                            engine="streaming")
-        calls_carry = part.select("thread").join(calls_reach, on="thread", how="left")["_carry"]
+        calls_carry = part.select("thread").join(calls_reach, on="thread", how="left", maintain_order="left")["_carry"]
         hit = _overlaps(part, calls, calls_carry, by="thread") | _overlaps(part, work, pl.repeat(
             work_reach, part.height, dtype=pl.Int64, eager=True))
         found += int(hit.sum())

@@ -93,11 +93,11 @@ _FIRST_TRIES: list[str] = []
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    """A test that failed drops the shared runs it read (tests/reliability/shared_runs.py), so its retry and later
-    readers do not read a run that met an nsys hiccup again."""
-    outcome = yield
-    if call.when == "teardown" or outcome.get_result().failed:
-        forget_what_a_failed_test_read(outcome.get_result().failed)
+    """A test that failed drops the shared runs it read (tests/shared_runs.py), so its retry and later readers do not
+    read a run that met an nsys hiccup again; at its teardown the list of what it read starts anew."""
+    report = (yield).get_result()
+    if report.failed or call.when == "teardown":
+        forget_what_a_failed_test_read(report.failed)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -24,9 +24,28 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from bench import PY, tree_run  # noqa: E402  (bench/ is no package: the sampler of make bench's tables)
+from bench import PY, TreeRun, tree_run  # noqa: E402  (bench/ is no package: the sampler of make bench's tables)
 
 MEMORY = "2G"
+
+
+def record_many_kernels(nsys: str, capture: Path, steps: int) -> TreeRun:
+    """Record bench/gpu/many_kernels.py STEPS into CAPTURE (a .nsys-rep path), its graphs' kernels as nodes."""
+    return tree_run([nsys, "profile", "--trace=cuda,nvtx", "--sample=none", "--cpuctxsw=none",
+                     "--cuda-graph-trace=node", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
+                     "--force-overwrite=true", "-o", capture.with_suffix(""), PY, HERE / "many_kernels.py", str(steps)],
+                    capture.parent)
+
+
+def bare_sqlite_export(nsys: str, capture: Path) -> TreeRun:
+    """One bare `nsys export --type sqlite` of CAPTURE, the reference of the time ratio, in a folder removed after."""
+    bare = capture.parent / "bare"
+    bare.mkdir(exist_ok=True)
+    try:
+        return tree_run([nsys, "export", "--type", "sqlite", "--force-overwrite=true", "-o", bare / "bare.sqlite",
+                         capture], bare)
+    finally:
+        shutil.rmtree(bare)
 
 
 def main() -> None:
@@ -46,10 +65,7 @@ def main() -> None:
     version = subprocess.run([nsys, "--version"], capture_output=True, text=True).stdout.strip()
     log(f"{version}; {os.cpu_count()} cores; steps {steps}")
     capture = folder / "many_kernels.nsys-rep"
-    recorded = tree_run([nsys, "profile", "--trace=cuda,nvtx", "--sample=none", "--cpuctxsw=none",
-                         "--cuda-graph-trace=node", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
-                         "--force-overwrite=true", "-o", capture.with_suffix(""), PY, HERE / "many_kernels.py",
-                         str(steps)], folder)
+    recorded = record_many_kernels(nsys, capture, steps)
     result["record"] = {"seconds": recorded.seconds, "trace_bytes": capture.stat().st_size}
     log(f"recorded {capture.stat().st_size:,} bytes in {recorded.seconds:.0f} s")
 
@@ -74,12 +90,8 @@ def main() -> None:
         "complete": (payload.get("completeness") or {}).get("complete")}
     log(f"nsight stats: {stats.seconds:.0f} s, tree {stats.tree_mb:.0f} MB, largest {stats.largest_mb:.0f} MB")
 
-    bare = folder / "bare"
-    bare.mkdir(exist_ok=True)
-    exported = tree_run([nsys, "export", "--type", "sqlite", "--force-overwrite=true", "-o", bare / "bare.sqlite",
-                         capture], bare)
+    exported = bare_sqlite_export(nsys, capture)
     result["bare_export"] = {"seconds": exported.seconds, "tree_mb": exported.tree_mb}
-    shutil.rmtree(bare)
     log(f"bare sqlite export: {exported.seconds:.0f} s, tree {exported.tree_mb:.0f} MB")
     (folder / "done").touch()
 

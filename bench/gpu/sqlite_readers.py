@@ -21,6 +21,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+from large_capture import bare_sqlite_export, record_many_kernels  # noqa: E402  (this folder, as a script runs)
+
 from bench import PY, tree_run  # noqa: E402  (bench/ is no package: the sampler of make bench's tables)
 
 STATISTICS = ("kernels", "api_calls", "memory_time", "memory_size", "nvtx_ranges")
@@ -43,10 +45,7 @@ def main() -> None:
 
     log(subprocess.run([nsys, "--version"], capture_output=True, text=True).stdout.strip())
     capture = folder / "many_kernels.nsys-rep"
-    recorded = tree_run([nsys, "profile", "--trace=cuda,nvtx", "--sample=none", "--cpuctxsw=none",
-                         "--cuda-graph-trace=node", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
-                         "--force-overwrite=true", "-o", capture.with_suffix(""), PY, HERE / "many_kernels.py",
-                         str(steps)], folder)
+    recorded = record_many_kernels(nsys, capture, steps)
     result["record"] = {"seconds": recorded.seconds, "trace_bytes": capture.stat().st_size}
     log(f"recorded {capture.stat().st_size:,} bytes in {recorded.seconds:.0f} s")
 
@@ -64,12 +63,8 @@ def main() -> None:
         log(f"nsight stats {label}: {run.seconds:.1f} s, tree {run.tree_mb:.0f} MB")
     result["same_statistics"] = {name: payloads["reused, adbc"][name] == payloads["reused, sqlite3"][name]
                                  for name in STATISTICS}
-    bare = folder / "bare"
-    bare.mkdir()
-    exported = tree_run([nsys, "export", "--type", "sqlite", "--force-overwrite=true", "-o", bare / "bare.sqlite",
-                         capture], bare)
+    exported = bare_sqlite_export(nsys, capture)
     result["bare_export"] = {"seconds": exported.seconds, "tree_mb": exported.tree_mb}
-    shutil.rmtree(bare)
     log(f"bare sqlite export: {exported.seconds:.1f} s; same statistics: {result['same_statistics']}")
     (folder / "done").touch()
 

@@ -58,10 +58,12 @@ def sleepy_steps(steps: int, sleep_s: float, busy_s: float, name: str = "step") 
     """
 
 
-def nsys_whose_importer_fails_once(folder: Path) -> tuple[dict[str, str], Path]:
+def nsys_whose_importer_fails_once(folder: Path, status: int = 2, times: int = 1) -> tuple[dict[str, str], Path]:
     """The real nsys, installed anew under FOLDER (links to the real files), whose QdstrmImporter fails its
-    first import as 2023.4.4's did under load ("Importer error status: Importation failed", exit 2); every
-    later one is the real importer's. The environment that selects it, and the file that logs each import.
+    first import as 2023.4.4's did under load: with STATUS 2 it writes nothing ("Importer error status:
+    Importation failed"), with 3 it writes the report and ends as "Importation succeeded with non-fatal
+    errors". Every later import (after TIMES) is the real importer's. The environment that selects it, and the
+    file that logs each import.
 
     nsys runs its importer from ``host-<platform>/`` beside the folder of the binary it runs as, so the binary
     is a hard link (a copy across filesystems) and everything else a symbolic link."""
@@ -84,10 +86,11 @@ def nsys_whose_importer_fails_once(folder: Path) -> tuple[dict[str, str], Path]:
     [importer] = root.glob("host-*/QdstrmImporter")
     real_importer = importer.resolve()
     importer.unlink()
+    first_import = f'{real_importer} "$@"; ' if status == 3 else ""  # non-fatal: the report is written
     importer.write_text(f"""#!/bin/sh
 [ "$1" = --version ] && exec {real_importer} "$@"
 echo "$*" >> {imports}
-[ "$(wc -l < {imports})" -gt 1 ] || exit 2
+[ "$(wc -l < {imports})" -gt {times} ] || {{ {first_import}exit {status}; }}
 exec {real_importer} "$@"
 """)
     importer.chmod(0o755)

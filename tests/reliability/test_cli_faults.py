@@ -195,25 +195,47 @@ def test_region_start_that_loses_its_agent_is_tried_again(tmp_path):
     assert "WARNING" not in done.stderr
 
 
+IMPORT_FAULTS = {"failed": (2, "failed; the raw stream it kept, imported once more, is"),
+                 "non-fatal": (3, "had non-fatal errors; the raw stream it kept imported cleanly into")}
+
+
+@pytest.mark.parametrize("fault", IMPORT_FAULTS)
 @pytest.mark.parametrize("capture", ["process", "manual"])
-def test_a_failed_import_is_imported_again(tmp_path, capture):
+def test_a_failed_import_is_imported_again(tmp_path, capture, fault):
     """nsys 2023.4.4's importer failed under load ("Importation failed") and nsys wrote no trace, keeping the
-    complete raw stream beside it; the same stream then imports. nsight imports it once more: the trace is
-    kept, whole, and no stream is left. A whole run says so (nsys' error is above it); a region, whose
-    `nsys stop` speaks to nobody, stays quiet."""
-    env, imports = nsys_whose_importer_fails_once(tmp_path)
+    complete raw stream beside it; the same stream then imports. Or its import "succeeded with non-fatal
+    errors" (make test, 2026-12-04): nsys wrote the trace and kept the stream beside it, as large. nsight
+    imports the stream once more: the trace is kept, whole, its clean import in place of the non-fatal one, and
+    no stream is left. A whole run says so (nsys' words are above it); a region, whose `nsys stop` speaks to
+    nobody, stays quiet."""
+    status, said = IMPORT_FAULTS[fault]
+    env, imports = nsys_whose_importer_fails_once(tmp_path, status)
     out = tmp_path / "o"
     done = nsight("run", "--capture", capture, "--trace", "nvtx", "-o", str(out), "--", sys.executable,
                   str(script(tmp_path, REGION)), env=env)
     assert done.returncode == 0, done.stderr
-    assert len(imports.read_text().splitlines()) == 2, done.stderr  # nsys' failed import, then nsight's
+    assert len(imports.read_text().splitlines()) == 2, done.stderr  # nsys' import, then nsight's
     [report] = sorted(out.glob("*.nsys-rep"))
     assert done.stdout.splitlines() == ["job output", str(report)], done.stderr
     assert sorted(p.name for p in out.iterdir()) == [report.name]
     assert "x" in load_trace(report).nvtx.get_column("name").to_list()  # the job's NVTX range, recorded
-    said = "the raw stream it kept, imported once more, is"
     assert (said in done.stderr) == (capture == "process"), done.stderr
     assert "WARNING" not in done.stderr
+
+
+def test_an_import_with_non_fatal_errors_twice_keeps_nsys_trace(tmp_path):
+    """Where nsight's import of the kept stream has non-fatal errors too, nsys' trace stays as nsys wrote it
+    (nothing better came of the stream) and the stream is deleted all the same; nsight adds no words."""
+    env, imports = nsys_whose_importer_fails_once(tmp_path, 3, times=2)
+    out = tmp_path / "o"
+    done = nsight("run", "--trace", "nvtx", "-o", str(out), "--", sys.executable, str(script(tmp_path, REGION)),
+                  env=env)
+    assert done.returncode == 0, done.stderr
+    assert len(imports.read_text().splitlines()) == 2, done.stderr
+    [report] = sorted(out.glob("*.nsys-rep"))
+    assert sorted(p.name for p in out.iterdir()) == [report.name]
+    assert "x" in load_trace(report).nvtx.get_column("name").to_list()
+    assert "raw stream it kept" not in done.stderr and "WARNING" not in done.stderr
 
 
 def test_nsight_run_inside_nsight_run_keeps_nsys_messages_off_stdout(tmp_path):

@@ -260,7 +260,7 @@ class Collector:
             self._release_claim(base)
             self._release_slot()
         report = base.with_name(base.name + ".nsys-rep")
-        if not report.exists() and (again := self.nsys.import_kept_stream(base)) and report.exists():
+        if (again := self.nsys.import_kept_stream(base)) and report.exists():
             result = again  # what the capture keeps as nsys' words on it is the import that wrote it
         if not report.exists():
             remove_raw_streams(base, result.output)

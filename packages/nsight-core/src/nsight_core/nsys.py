@@ -263,19 +263,31 @@ class Nsys:
         return next(iter(sorted(self.path.resolve().parent.parent.glob("host-*/QdstrmImporter"))), None)
 
     def import_kept_stream(self, base: Path) -> NsysResult | None:
-        """Import BASE.qdstrm into BASE.nsys-rep once more; None when there is no such stream or no importer.
+        """Import the raw stream nsys kept as BASE.qdstrm once more; the import's result where it wrote
+        BASE.nsys-rep, None where there is no such stream or importer, or the import gave no better report.
 
-        When nsys' importer fails ("Importer error status: Importation failed": 2023.4.4 under load, 2026-12-04)
-        nsys writes no report and keeps the complete raw stream beside it, as BASE.qdstrm; the same stream then
-        imports. The stream is deleted once it is a report, as nsys does after its own import. The result's
-        stdout is the importer's words without its progress bar.
+        nsys keeps the stream in two cases. Its importer failed ("Importer error status: Importation failed":
+        2023.4.4 under load, 2026-12-04): nsys wrote no report, and the same stream then imports. Or its import
+        "succeeded with non-fatal errors" (seen under load in make test): nsys wrote the report and kept the
+        stream beside it, as large as the report. The stream is then imported beside the report, which that
+        import replaces only when it is clean (exit 0); else nsys' report stays, with nsys' words on it. Either
+        way the stream is deleted once an import has run on it, as nsys does after its own: it holds nothing an
+        importer did not already read. The result's stdout is the importer's words without its progress bar.
         """
         stream, report = (base.with_name(base.name + suffix) for suffix in (".qdstrm", ".nsys-rep"))
         if not stream.is_file() or self.importer is None:
             return None
-        args = ["--input-file", str(stream), "--output-file", str(report), "--force-overwrite"]
+        beside = report.exists()
+        target = base.with_name(base.name + ".import.nsys-rep") if beside else report
+        args = ["--input-file", str(stream), "--output-file", str(target), "--force-overwrite"]
         result = self._run_once(args, STOP_TIMEOUT, "QdstrmImporter", program=self.importer)
-        if result.returncode in _IMPORTED:
+        if beside:
+            stream.unlink(missing_ok=True)
+            if result.returncode != 0 or not target.exists():
+                target.unlink(missing_ok=True)
+                return None
+            os.replace(target, report)
+        elif result.returncode in _IMPORTED:
             stream.unlink(missing_ok=True)
         else:  # whatever a failed import left is no report
             report.unlink(missing_ok=True)

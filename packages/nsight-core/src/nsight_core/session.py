@@ -255,12 +255,16 @@ class Session:
                          diagnosis=diagnosis)
 
     def _import_kept_stream(self, base: Path) -> None:
-        """Where nsys' importer failed on BASE's trace (its message is above, on stderr), import the raw stream it
-        kept once more, and say how that went."""
+        """Where nsys' importer failed on BASE's trace, or succeeded with non-fatal errors (its words are above, on
+        stderr), import the raw stream it kept once more (:meth:`Nsys.import_kept_stream`), and say how that went."""
         report = base.with_name(base.name + ".nsys-rep")
-        if report.exists() or not (again := self.nsys.import_kept_stream(base)):
+        written = report.exists()
+        if not (again := self.nsys.import_kept_stream(base)):
             return
-        if report.exists():
+        if written:
+            log.info("nsys' import of %s had non-fatal errors; the raw stream it kept imported cleanly into %s",
+                     base.name, report)
+        elif report.exists():
             log.info("nsys' import of %s failed; the raw stream it kept, imported once more, is %s", base.name, report)
         else:
             log.warning("nsys' import of %s failed, and again from the raw stream it kept: %s", base.name,

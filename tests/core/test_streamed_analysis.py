@@ -17,12 +17,19 @@ import nsight_core
 from nsight_core import memory
 from nsight_core import profile as profile_module
 from nsight_core.analysis.analyze import analyze_steps
+from nsight_core.analysis.steps import StepFamily, family_stats
+from nsight_core.analysis.whole_steps import whole_capture_steps
 from nsight_core.nsys import Nsys
-from nsight_core.profile import build_profile
+from nsight_core.profile import CaptureProfile, build_profile
 from nsight_core.render.html import render_page
+from nsight_core.render.units import duration
+from nsight_core.report import stats_json
 from nsight_core.trace import export as export_module
-from nsight_core.trace.export import export
+from nsight_core.trace.export import ExportChoice, export
 from nsight_core.trace.head import head
+from nsight_core.trace.model import Trace
+from nsight_core.trace.spill import SpilledTables
+from nsight_core.trace.streamed import events
 from nsight_core.trace.tables import SqliteTables
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -77,6 +84,12 @@ def test_a_streamed_capture_too_large_to_read_whole_gets_what_to_fix_from_its_fi
     assert any(line.startswith(note) for line in profile.stats.notes)
     assert any(line.startswith(note) for line in profile.notes)
     assert note in render_page([profile])
+    # Every step's times, streamed, are the whole capture's, and the note puts them beside the part's.
+    every = whole.analysis.steps.model_copy(update={"candidates": [], "bound": "unknown"})
+    assert profile.whole_steps == every and every.clock == "gpu"
+    assert f"All {all_steps.count:,} steps, on the GPU's clock: p50 {duration(all_steps.p50_ns)}" in note_line(profile)
+    assert stats_json(profile)["whole_capture_steps"]["family"]["count"] == all_steps.count
+    assert whole.whole_steps is None and "whole_capture_steps" not in stats_json(whole)
     # The statistics, summary and completeness are the whole capture's.
     assert profile.trace == whole.trace and profile.completeness == whole.completeness
     assert pl.DataFrame([row.model_dump() for row in profile.stats.nvtx_ranges]).equals(
@@ -87,6 +100,42 @@ def test_a_streamed_capture_too_large_to_read_whole_gets_what_to_fix_from_its_fi
     nothing = build_profile(capture)
     assert nothing.analysis is None
     assert any(line.startswith("No 'What to fix' for a capture this large") for line in nothing.stats.notes)
+
+
+def note_line(profile: CaptureProfile) -> str:
+    [line] = [line for line in profile.notes if line.startswith("What to fix covers")]
+    return line
+
+
+SQLITE_CAPTURES = sorted(FIXTURES.rglob("*.sqlite"))
+STREAMED = ExportChoice("sqlite", True, "large", 0)
+WINDOWS = 40
+"""Windows of correlation id per capture: each a query of its own (windows of 3 calls took 4 s on a fix pair)."""
+
+
+@pytest.mark.parametrize("capture", SQLITE_CAPTURES, ids=lambda p: p.relative_to(FIXTURES).as_posix())
+def test_every_step_streamed_in_windows_of_correlation_id_is_the_whole_capture_read_whole(capture: Path) -> None:
+    """What a streamed capture's note says of all its steps (analysis/whole_steps.py) is what the analysis of the
+    capture read whole says of them (but the bound, which needs the budget), in one window and in ~40 windows of
+    correlation id, whose launches and GPU work are placed window by window."""
+    read_whole = analyze_steps(nsight_core.load_trace(capture)).analysis.steps
+    assert read_whole.source == "nvtx" and read_whole.clock == "gpu"
+    expected = read_whole.model_copy(update={"candidates": [], "bound": "unknown"})
+    streamed = events(Trace(SpilledTables(SqliteTables(capture), STREAMED)))
+    events_ = sum(frame.select(pl.len()).collect().item() for frame in (streamed.cuda_api, streamed.kernels))
+    for rows in (None, max(3, events_ // WINDOWS)):
+        assert whole_capture_steps(streamed, read_whole, rows) == expected, rows
+
+
+def test_ranges_that_overlap_somewhere_are_no_steps() -> None:
+    """A family whose ranges overlap across the whole capture, though not in its first steps, is not what the whole
+    capture's analysis would take as steps: no statement on all of them."""
+    family = StepFamily(pattern="step_{n}", domain="", thread=1, depth=0, count=2, total_ns=20, p50_ns=10, p95_ns=10,
+                        min_ns=10, max_ns=10, first_ns=10, sequential=True)
+    ranges = pl.DataFrame({"step": [0, 1, 2], "start_ns": [0, 10, 25], "end_ns": [10, 20, 30]})
+    stated = family_stats(ranges, family)
+    assert stated is not None and stated.family is not None and stated.family.count == 3
+    assert family_stats(ranges.with_columns(pl.Series("end_ns", [10, 30, 40])), family) is None
 
 
 @pytest.mark.parametrize("capture", ["h200-fix-pairs-2025/dataloader-problem.sqlite",

@@ -29,9 +29,10 @@ from nsight_core.analysis.completeness import CaptureFacts, Completeness, captur
 from nsight_core.analysis.events import EventTables
 from nsight_core.analysis.intervals import first_share_end
 from nsight_core.analysis.step_events import StepDrawing, drawing_for
-from nsight_core.analysis.steps import find_steps
+from nsight_core.analysis.steps import StepStats, find_steps
 from nsight_core.analysis.summary import Tile, summary_tiles
 from nsight_core.analysis.timeline import TraceSummary, summarize_trace
+from nsight_core.analysis.whole_steps import whole_capture_steps
 from nsight_core.errors import NotEnoughMemoryError, StatsError
 from nsight_core.memory import (
     affordable_event_bytes,
@@ -67,6 +68,9 @@ class CaptureProfile(BaseModel):
     notes: list[str] = Field(default_factory=list, description="Plain-text lines shown below the charts")
     steps_drawn: StepDrawing | None = Field(default=None, description="The steps the page draws in full, with their "
                                             "events, and every step's budget; None without steps")
+    whole_steps: StepStats | None = Field(default=None, description="Of a capture whose 'What to fix' covers its first "
+                                          "steps only: the statistics of all its steps of the same family, streamed; "
+                                          "None otherwise")
 
     @property
     def tiles(self) -> list[Tile]:
@@ -136,12 +140,36 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
         if part is trace or profile.analysis is None or profile.trace is None:
             return profile
         steps = profile.analysis.steps.family
+        every = _whole_steps(path, trace, profile.analysis.steps)
         note = (f"What to fix covers {f'its first {steps.count:,} steps' if steps else 'its first part'} "
                 f"({duration(profile.analysis.window.span_ns)} of {duration(profile.trace.span_ns)}): {whole}. The "
-                "statistics, summary and completeness cover all of it, streamed from disk.")
+                f"statistics, summary{', step times' if every else ''} and completeness cover all of it, streamed from "
+                f"disk.{_steps_compared(every, profile.analysis.steps)}")
+        profile = profile.model_copy(update={"whole_steps": every})
     stats.notes.append(note)  # what `nsight stats` prints
     profile.notes.append(note)  # what the page shows
     return profile
+
+
+def _whole_steps(path: Path, trace: Trace, part: StepStats) -> StepStats | None:
+    """Every step of streamed TRACE (of PATH) of the family its first PART chose (:func:`whole_capture_steps`); None
+    where there is none, or the streamed pass fails (a loss for the note, not the page's: as for the analysis,
+    :func:`diagnosed`)."""
+    try:
+        return whole_capture_steps(events(trace), part)
+    except Exception as error:  # see the docstring
+        log.warning("could not read every step of %s (%s: %s)", path, type(error).__name__, error)
+        return None
+
+
+def _steps_compared(every: StepStats | None, part: StepStats) -> str:
+    """A sentence on EVERY step's times beside the first PART's: whether the steps "What to fix" saw are typical."""
+    if every is None or every.family is None or part.family is None:
+        return ""
+    clock = "on the GPU's clock" if every.clock == "gpu" else "their ranges' own times"
+    return (f" All {every.family.count:,} steps, {clock}: p50 {duration(every.family.p50_ns)}, p95 "
+            f"{duration(every.family.p95_ns)}, max {duration(every.family.max_ns)}, trend {every.trend} (the first "
+            f"{part.family.count:,}: p50 {duration(part.family.p50_ns)}, p95 {duration(part.family.p95_ns)}).")
 
 
 def first_part(trace: Trace) -> Trace | None:

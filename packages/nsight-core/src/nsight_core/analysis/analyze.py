@@ -32,6 +32,7 @@ from nsight_core.analysis.findings import Context, Finding
 from nsight_core.analysis.footprint import UserWindow, capture_window, users_calls
 from nsight_core.analysis.gpu_budget import gpu_budget
 from nsight_core.analysis.projection import (
+    MIN_PROJECTED,
     gpu_work,
     graph_launches,
     innermost_range,
@@ -44,8 +45,6 @@ from nsight_core.analysis.ranges import Nesting, RangeFamily, range_families
 from nsight_core.analysis.steps import StepStats, family_codes, find_steps, matching, on_gpu_clock
 
 LAUNCH_API = r"^cu(da)?LaunchKernel|^cuLaunch|^cu(da)?GraphLaunch"
-MIN_PROJECTED = 2
-"""NVTX steps are read on the GPU's clock when at least this many launched GPU work."""
 
 
 class Analysis(BaseModel):

@@ -20,6 +20,8 @@ from nsight_core.analysis.events import EventTables
 GPU_WORK_COLUMNS = {"start_ns": pl.Int64, "end_ns": pl.Int64, "correlation_id": pl.Int64, "kind": pl.String,
                     "comm": pl.Boolean}
 NCCL = r"(?i)nccl"
+MIN_PROJECTED = 2
+"""NVTX steps are read on the GPU's clock when at least this many launched GPU work."""
 
 
 def graph_launches(trace: EventTables) -> pl.DataFrame | None:
@@ -114,19 +116,19 @@ def project_steps(steps: pl.DataFrame, work: pl.DataFrame) -> pl.DataFrame:
     (what runs after the loop, a final copy or an evaluation, is no step's). Steps that launched nothing are
     left out (empty when none launched anything).
     """
-    firsts = (work.filter(pl.col("step").is_not_null()).group_by("step")
-              .agg(pl.col("start_ns").min().alias("gpu_start_ns")))
-    projected = (steps.join(firsts, on="step", how="inner").sort("step")
+    spans = (work.filter(pl.col("step").is_not_null()).group_by("step")
+             .agg(pl.col("start_ns").min().alias("gpu_start_ns"), pl.col("end_ns").max().alias("gpu_end_ns")))
+    return project_spans(steps, spans)
+
+
+def project_spans(steps: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """:func:`project_steps` from each step's GPU SPANS (step, gpu_start_ns: its first GPU work's start, gpu_end_ns:
+    its last one's end), which a capture too large to read whole gets window by window (analysis/whole_steps.py)."""
+    projected = (steps.join(spans, on="step", how="inner").sort("step")
                  .rename({"start_ns": "cpu_start_ns", "end_ns": "cpu_end_ns"}))
-    if not projected.height:
-        start = pl.col("gpu_start_ns")
-        return projected.select("step", start.alias("start_ns"), start.alias("end_ns"), "cpu_start_ns", "cpu_end_ns",
-                                "name", "thread")
-    last_step = projected["step"][-1]
-    last_end = int(work.filter(pl.col("step") == last_step)["end_ns"].max())  # type: ignore[arg-type]
+    start = pl.col("gpu_start_ns")
     return projected.select(
-        "step", pl.col("gpu_start_ns").alias("start_ns"),
-        pl.col("gpu_start_ns").shift(-1).fill_null(last_end).alias("end_ns"),
+        "step", start.alias("start_ns"), start.shift(-1).fill_null(pl.col("gpu_end_ns").last()).alias("end_ns"),
         "cpu_start_ns", "cpu_end_ns", "name", "thread",
     )
 

@@ -76,10 +76,11 @@ def family_pattern(name: pl.Expr) -> pl.Expr:
     The pattern is made once per distinct name (a million ranges have a handful of names) and looked up.
     """
     distinct = name.unique(maintain_order=True)
-    return name.replace_strict(distinct, _pattern(distinct))
+    return name.replace_strict(distinct, pattern_of(distinct))
 
 
-def _pattern(name: pl.Expr) -> pl.Expr:
+def pattern_of(name: pl.Expr) -> pl.Expr:
+    """:func:`family_pattern` name by name: for a streamed query, which cannot look at the distinct names first."""
     return name.str.replace_all(r"\d+", NUMBER_PLACEHOLDER, literal=False)
 
 
@@ -142,7 +143,7 @@ def matching(frame: pl.DataFrame, column: str, test: Callable[[pl.Expr], pl.Expr
 def family_codes(frame: pl.DataFrame, column: str) -> tuple[pl.Series, pl.Series]:
     """The family (:func:`family_pattern`) of each name in FRAME's COLUMN as a code, and the families it indexes."""
     name_codes, distinct = distinct_codes(frame, column)
-    patterns = pl.select(_pattern(pl.lit(distinct)).alias("pattern"))
+    patterns = pl.select(pattern_of(pl.lit(distinct)).alias("pattern"))
     pattern_codes, families = distinct_codes(patterns, "pattern")
     return pattern_codes.gather(name_codes), families
 
@@ -221,6 +222,18 @@ def on_gpu_clock(stats: StepStats, windows: pl.DataFrame) -> StepStats:
                                    "cpu_p95_ns": stats.family.p95_ns, "warmup": False, "warmup_excess_ns": 0.0,
                                    "trend": "unknown", "trend_ns_per_step": 0.0})
     return _with_shape(gpu, windows)
+
+
+def family_stats(steps: pl.DataFrame, family: StepFamily) -> StepStats | None:
+    """STEPS, every range of FAMILY in a capture (step, start_ns, end_ns, by start), stated as :func:`find_steps`
+    states a family it chose (no other candidates); None where they are fewer than two or overlap, so that
+    :func:`find_steps` would not take them as steps. FAMILY's depth is kept: the least of the ranges it saw."""
+    sequential = steps.select((pl.col("start_ns").shift(-1) >= pl.col("end_ns")).drop_nulls().all()).item()
+    if steps.height < 2 or not sequential:
+        return None
+    whole = _family_of(steps, family.pattern, family.thread).model_copy(
+        update={"domain": family.domain, "depth": family.depth})
+    return _with_shape(StepStats(source="nvtx", family=whole), steps)
 
 
 def _family_instances(nvtx: pl.DataFrame, codes: tuple[pl.Series, pl.Series], family: StepFamily) -> pl.DataFrame:

@@ -1,0 +1,68 @@
+"""Every step of a capture too large to analyse whole, on the GPU's clock, in bounded memory.
+
+A streamed capture gets its "What to fix" from its first steps that fit (profile.first_part): a slowdown that starts
+later is not in them. The step times alone need far less than the analysis: the step family's ranges (one row a
+step) and, per step, its first GPU work and its last. Those come from the events in windows of correlation id: a
+CUDA call and the GPU work it launched share their id, so a window of ids holds both sides of every launch in it,
+and each window's launches are placed in the steps by their call's time. Per step the earliest start and latest end
+are kept, merged over the windows by min and max: the same GPU windows as the capture read whole
+(:func:`projection.project_steps`), exactly.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from nsight_core.analysis.intervals import WINDOW_ROWS, start_cuts, window_filters
+from nsight_core.analysis.projection import GPU_WORK_COLUMNS, MIN_PROJECTED, project_spans, step_of_launch
+from nsight_core.analysis.steps import StepStats, family_stats, on_gpu_clock, pattern_of
+from nsight_core.trace.streamed import Events
+
+SPAN_COLUMNS = {"step": pl.Int64, "gpu_start_ns": pl.Int64, "gpu_end_ns": pl.Int64}
+
+
+def whole_capture_steps(frames: Events, chosen: StepStats, window_rows: int | None = WINDOW_ROWS) -> StepStats | None:
+    """The statistics of every step of the capture FRAMES holds, of the NVTX family CHOSEN (the first part's), as
+    :func:`analyze.analyze_steps` reads them: on the GPU's clock where at least MIN_PROJECTED steps launched GPU work,
+    else the ranges' own. None where CHOSEN has no NVTX family, or its ranges overlap across the whole capture (the
+    whole capture's analysis would not take them as steps). WINDOW_ROWS: CUDA calls and GPU work per window (None: one
+    window)."""
+    family = chosen.family
+    if chosen.source != "nvtx" or family is None:
+        return None
+    steps = (frames.nvtx.filter((pl.col("domain") == family.domain) & (pl.col("thread") == family.thread)
+                                & (pattern_of(pl.col("name")) == family.pattern))
+             .select("start_ns", "end_ns", "name", "thread").collect(engine="streaming")
+             .sort("start_ns", maintain_order=True).with_row_index("step")
+             .with_columns(pl.col("step").cast(pl.Int64)))
+    stats = family_stats(steps, family)
+    if stats is None:
+        return None
+    windows = project_spans(steps, gpu_spans(frames, steps, window_rows))
+    return on_gpu_clock(stats, windows) if windows.height >= MIN_PROJECTED else stats
+
+
+def gpu_spans(frames: Events, steps: pl.DataFrame, window_rows: int | None) -> pl.DataFrame:
+    """Per step that launched GPU work: the start of its first and the end of its last (step, gpu_start_ns,
+    gpu_end_ns), from FRAMES' CUDA calls and GPU work in windows of correlation id holding about WINDOW_ROWS of them.
+
+    A launch is the step's where its call starts inside the step's range, on any thread (:func:`step_of_launch`); a
+    correlation id two processes both used belongs to the earlier call, as :func:`projection.launched` has it.
+    """
+    calls = frames.cuda_api.select("correlation_id", pl.col("start_ns").alias("launch_ns"))
+    work = pl.concat([frame.select("start_ns", "end_ns", "correlation_id").cast(
+        {name: GPU_WORK_COLUMNS[name] for name in ("start_ns", "end_ns", "correlation_id")})
+        for frame in (frames.kernels, frames.memcpy, frames.memset, frames.graphs)])
+    # Cut where both sides together hold about WINDOW_ROWS rows: a CUDA graph's nodes all carry its launch's id.
+    ids = pl.concat([side.select(pl.col("correlation_id").alias("start_ns")) for side in (calls, work)])
+    cuts = start_cuts(ids.drop_nulls(), window_rows)
+    found = []
+    for inside in window_filters(cuts, pl.col("correlation_id")):
+        launches = (calls.filter(inside).collect(engine="streaming").sort("launch_ns", maintain_order=True)
+                    .unique("correlation_id", keep="first", maintain_order=True))
+        launches = launches.with_columns(step_of_launch(launches, steps)).filter(pl.col("step").is_not_null())
+        ran = work.filter(inside).collect(engine="streaming").join(launches, on="correlation_id")
+        found.append(ran.group_by("step").agg(pl.col("start_ns").min().alias("gpu_start_ns"),
+                                              pl.col("end_ns").max().alias("gpu_end_ns")))
+    spans = pl.concat([pl.DataFrame(schema=SPAN_COLUMNS), *(part.cast(SPAN_COLUMNS) for part in found)])  # type: ignore[arg-type]
+    return spans.group_by("step").agg(pl.col("gpu_start_ns").min(), pl.col("gpu_end_ns").max()).sort("step")

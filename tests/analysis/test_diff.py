@@ -226,3 +226,18 @@ def test_steps_timed_on_different_clocks_are_not_comparable(loops: dict[str, Pat
     gated = nsight_diff(loops["fast"], h200["fixed"], "--fail-if-slower", "5")
     assert gated.returncode == NOT_COMPARABLE_EXIT
     assert "A's steps are timed on the CPU's clock, B's on the GPU's" in gated.stdout
+
+
+def test_captures_that_would_not_fit_in_memory_are_not_compared(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A comparison reads both captures' events whole; where that needs more than the process may take (here a
+    limit of 1 MB, as a CI job's container could state one), `nsight diff` refuses with the numbers and the remedies
+    instead of being killed for memory: exit 1, one line, no traceback."""
+    pairs = FIXTURES / "h200-fix-pairs-2025"
+    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "1M")
+    done = nsight_diff(pairs / "dataloader-problem.sqlite", pairs / "dataloader-fixed.sqlite")
+    assert done.returncode == 1 and done.stdout == "", done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("nsight: error: comparing dataloader-problem.sqlite needs about"), line
+    assert "allows 1.00 MiB, so it is not compared" in line and "NSIGHT_SUMMARY_MEMORY=off to compare it" in line
+    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "off")
+    assert nsight_diff(pairs / "dataloader-problem.sqlite", pairs / "dataloader-fixed.sqlite").returncode == 0

@@ -13,6 +13,7 @@ from pathlib import Path
 from nsight_core.analysis.completeness import CaptureFacts, capture_facts, check_completeness
 from nsight_core.analysis.diff import Side, TraceDiff, diff_sides, side_from_stats, side_from_trace
 from nsight_core.errors import StatsError
+from nsight_core.memory import check_comparison_memory
 from nsight_core.stats.load import load_stats
 from nsight_core.trace.export import REPORT_SUFFIXES, is_event_source
 from nsight_core.trace.load import load_trace
@@ -26,6 +27,7 @@ def load_side(path: str | Path) -> Side:
                          "or a directory of recorded CSVs.")
     if is_event_source(path):
         trace = load_trace(path)
+        check_comparison_memory(trace.event_bytes, path.name)  # before any frame is read whole: never an OOM kill
         facts = capture_facts(path) if path.suffix in REPORT_SUFFIXES else CaptureFacts()
         return side_from_trace(str(path), trace, check_completeness(trace, facts))
     return side_from_stats(str(path), load_stats(path))

@@ -133,15 +133,24 @@ def allowed_memory() -> tuple[int | None, str]:
     return headroom_bytes(), "this process's free memory (its container's limit and the host's)"
 
 
-def _check(needed: int, doing: str, why: str) -> None:
+def check_comparison_memory(stored_bytes: int, what: str) -> None:
+    """Raise :class:`NotEnoughMemoryError` when `nsight diff` of WHAT (events taking STORED_BYTES in their export)
+    needs more than this process may take: a comparison reads both captures' events whole, as a summary read whole
+    does (a large capture's streamed path covers its report, not a comparison), so it would get the process killed."""
+    _check(summary_bytes(stored_bytes), f"comparing {what}", f"its events take {_size(stored_bytes)} in the export",
+           "compare", "compare captures of shorter regions, or compare it where there is more memory")
+
+
+def _check(needed: int, doing: str, why: str, verb: str = "summarise",
+           remedy: str = "summarise it where there is more memory (nsight report TRACE) or open it in nsys-ui; or "
+                         "give the task more memory") -> None:
     allowed, source = allowed_memory()
     if allowed is None or needed <= allowed:
         return
     raise NotEnoughMemoryError(
         f"{doing} needs about {_size(needed)} of memory ({why}) and {source} allows {_size(allowed)}, so it is "
-        "not summarised: that could get the process killed. The trace is kept: summarise it where there is more "
-        f"memory (nsight report TRACE) or open it in nsys-ui; or give the task more memory, or set "
-        f"{ENV_SUMMARY_MEMORY}=off to summarise it anyway.")
+        f"not {verb}d: that could get the process killed. The trace is kept: {remedy}, or set "
+        f"{ENV_SUMMARY_MEMORY}=off to {verb} it anyway.")
 
 
 def parse_size(text: str) -> int:

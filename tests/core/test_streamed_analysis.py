@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import polars as pl
 import pytest
@@ -17,7 +18,7 @@ import nsight_core
 from nsight_core import memory
 from nsight_core import profile as profile_module
 from nsight_core.analysis.analyze import analyze_steps
-from nsight_core.analysis.steps import StepFamily, family_stats
+from nsight_core.analysis.steps import StepFamily, family_stats, find_steps
 from nsight_core.analysis.whole_steps import whole_capture_steps
 from nsight_core.nsys import Nsys
 from nsight_core.profile import CaptureProfile, build_profile
@@ -136,6 +137,21 @@ def test_ranges_that_overlap_somewhere_are_no_steps() -> None:
     stated = family_stats(ranges, family)
     assert stated is not None and stated.family is not None and stated.family.count == 3
     assert family_stats(ranges.with_columns(pl.Series("end_ns", [10, 30, 40])), family) is None
+
+
+def test_steps_that_launched_no_gpu_work_are_stated_on_the_cpus_clock() -> None:
+    """A capture without GPU work (a CPU loop, or CUDA that nsys did not see): all its steps as their ranges' own
+    times, as :func:`find_steps` states them read whole."""
+    nvtx = pl.DataFrame({"start_ns": [0, 5, 100, 250, 400], "end_ns": [90, 20, 240, 390, 700],
+                         "name": ["step_0", "op", "step_1", "step_2", "step_3"], "domain": [""] * 5,
+                         "thread": [7] * 5, "depth": [0, 1, 0, 0, 0]})
+    none = pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64, "correlation_id": pl.Int64})
+    frames = SimpleNamespace(nvtx=nvtx.lazy(), cuda_api=none.lazy(), kernels=none.lazy(), memcpy=none.lazy(),
+                             memset=none.lazy(), graphs=none.lazy())
+    read_whole, _ = find_steps(nvtx, none)
+    every = whole_capture_steps(frames, read_whole, 2)  # type: ignore[arg-type]  # the lazy frames it reads
+    assert every == read_whole.model_copy(update={"candidates": []})
+    assert every is not None and every.clock == "cpu" and every.family is not None and every.family.count == 4
 
 
 @pytest.mark.parametrize("capture", ["h200-fix-pairs-2025/dataloader-problem.sqlite",

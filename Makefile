@@ -15,7 +15,7 @@ export UV_COMPILE_BYTECODE := 1
 # (its workers ended within 3-6 s of each other in every run of 2026-12-04). With 5 the cores idled no less (~1 %),
 # make test took 4:17 where 4 took 4:02-4:12, and a gate test of tests/analysis/test_diff.py failed twice (issue 21).
 # On a quiet machine (load 0.4 at the start, nothing else running) make test took 3:21 at 09dc00c, and 3:44 and
-# 3:33 (775 tests) at fc7bf53; the runs above of 4:02-4:12 shared the cores with other work. Most of a run's CPU is outside pytest's own processes (nsys' agents,
+# 3:33 (775 tests) at fc7bf53, 3:32 (808 tests) at 23999ad; the runs above of 4:02-4:12 shared the cores with other work. Most of a run's CPU is outside pytest's own processes (nsys' agents,
 # Chromium, the re-exec'd a0): /proc/stat counted 28.6 CPU-s for tests/flyte/test_profiled_tasks.py, pytest's tree 8.8.
 WORKERS ?= 4
 

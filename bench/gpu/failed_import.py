@@ -2,7 +2,10 @@
 fails its first import (tests/capture_helpers.nsys_whose_importer_fails_once, as 2023.4.4's failed under load) records
 a CUDA job with `nsight run`, the whole process and one region; nsight imports the raw stream nsys kept once more.
 
-    python3 bench/gpu/failed_import.py          # in the project root; nsys as nsight finds it (NSIGHT_NSYS, PATH)
+    python3 bench/gpu/failed_import.py [STATUS]   # in the project root; nsys as nsight finds it (NSIGHT_NSYS, PATH)
+
+STATUS 2 (the default): the first import fails and writes nothing; 3: it writes the trace and ends "Importation
+succeeded with non-fatal errors", nsys keeping the raw stream beside the trace.
 
 Prints one JSON object per capture mode: the exit status, the imports the importer saw (nsys' failed one, then
 nsight's), the files left in the output folder, the CUDA kernels in the trace, and nsight's words on stderr.
@@ -34,10 +37,11 @@ print("job done")
 
 
 def main() -> None:
-    print(json.dumps({"nsys": find_nsys().version}))
+    status = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+    print(json.dumps({"nsys": find_nsys().version, "first_import_status": status}))
     for capture in ("process", "manual"):
         folder = Path(tempfile.mkdtemp(prefix=f"failed-import-{capture}-"))
-        env, imports = nsys_whose_importer_fails_once(folder)
+        env, imports = nsys_whose_importer_fails_once(folder, status)
         (folder / "job.py").write_text(JOB)
         done = subprocess.run([sys.executable, "-m", "nsight_core.cli", "run", "--capture", capture, "-o",
                                str(folder / "out"), "--", sys.executable, str(folder / "job.py")],

@@ -12,17 +12,15 @@ run outlasts one device call).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from large_capture import record_many_kernels  # noqa: E402  (this folder, as a script runs)
+from large_capture import progress_log, record_many_kernels  # noqa: E402  (this folder, as a script runs)
 
 from bench import tree_run  # noqa: E402  (bench/ is no package: the sampler of make bench's tables)
 
@@ -49,11 +47,7 @@ def main() -> None:
     folder.mkdir(parents=True)
     nsys = shutil.which("nsys") or "nsys"
     result: dict[str, object] = {"cores": os.cpu_count()}
-
-    def log(line: str) -> None:
-        with open(folder / "log", "a") as out:
-            out.write(f"{time.strftime('%H:%M:%S')} {line}\n")
-        (folder / "result.json").write_text(json.dumps(result, indent=1))
+    log = progress_log(folder, result)
 
     result["version"] = subprocess.run([nsys, "--version"], capture_output=True, text=True).stdout.strip()
     (folder / "help.txt").write_text(subprocess.run([nsys, "export", "--help"], capture_output=True,

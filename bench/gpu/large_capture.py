@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -48,6 +49,28 @@ def bare_sqlite_export(nsys: str, capture: Path) -> TreeRun:
         shutil.rmtree(bare)
 
 
+def progress_log(folder: Path, result: dict[str, object]) -> Callable[[str], None]:
+    """A logger for a run polled across device calls: each LINE goes to FOLDER/log with the time, and RESULT as it
+    stands to FOLDER/result.json."""
+
+    def log(line: str) -> None:
+        with open(folder / "log", "a") as out:
+            out.write(f"{time.strftime('%H:%M:%S')} {line}\n")
+        (folder / "result.json").write_text(json.dumps(result, indent=1))
+
+    return log
+
+
+def finish_with_bare_export(nsys: str, capture: Path, result: dict[str, object], log: Callable[[str], None],
+                            folder: Path, said: str = "") -> None:
+    """The run's last step: one bare SQLite export of CAPTURE into RESULT (the time ratio's reference), logged with
+    SAID, then FOLDER/done for the poller."""
+    exported = bare_sqlite_export(nsys, capture)
+    result["bare_export"] = {"seconds": exported.seconds, "tree_mb": exported.tree_mb}
+    log(f"bare sqlite export: {exported.seconds:.1f} s, tree {exported.tree_mb:.0f} MB{said}")
+    (folder / "done").touch()
+
+
 def main() -> None:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 45_000
     folder = Path(sys.argv[2] if len(sys.argv) > 2 else "/tmp/large")
@@ -56,11 +79,7 @@ def main() -> None:
         (folder / stale).unlink(missing_ok=True)
     nsys = shutil.which("nsys") or "nsys"
     result: dict[str, object] = {"steps": steps, "cores": os.cpu_count(), "memory": MEMORY}
-
-    def log(line: str) -> None:
-        with open(folder / "log", "a") as out:
-            out.write(f"{time.strftime('%H:%M:%S')} {line}\n")
-        (folder / "result.json").write_text(json.dumps(result, indent=1))
+    log = progress_log(folder, result)
 
     version = subprocess.run([nsys, "--version"], capture_output=True, text=True).stdout.strip()
     log(f"{version}; {os.cpu_count()} cores; steps {steps}")
@@ -91,10 +110,7 @@ def main() -> None:
         "whole_capture_steps": payload.get("whole_capture_steps")}
     log(f"nsight stats: {stats.seconds:.0f} s, tree {stats.tree_mb:.0f} MB, largest {stats.largest_mb:.0f} MB")
 
-    exported = bare_sqlite_export(nsys, capture)
-    result["bare_export"] = {"seconds": exported.seconds, "tree_mb": exported.tree_mb}
-    log(f"bare sqlite export: {exported.seconds:.0f} s, tree {exported.tree_mb:.0f} MB")
-    (folder / "done").touch()
+    finish_with_bare_export(nsys, capture, result, log, folder)
 
 
 if __name__ == "__main__":

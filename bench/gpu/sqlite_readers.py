@@ -16,12 +16,11 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from large_capture import bare_sqlite_export, record_many_kernels  # noqa: E402  (this folder, as a script runs)
+from large_capture import finish_with_bare_export, progress_log, record_many_kernels  # noqa: E402  (this folder, as a script runs)
 
 from bench import PY, tree_run  # noqa: E402  (bench/ is no package: the sampler of make bench's tables)
 
@@ -37,11 +36,7 @@ def main() -> None:
     folder.mkdir(parents=True)
     nsys = shutil.which("nsys") or "nsys"
     result: dict[str, object] = {"steps": steps, "cores": os.cpu_count()}
-
-    def log(line: str) -> None:
-        with open(folder / "log", "a") as out:
-            out.write(f"{time.strftime('%H:%M:%S')} {line}\n")
-        (folder / "result.json").write_text(json.dumps(result, indent=1))
+    log = progress_log(folder, result)
 
     log(subprocess.run([nsys, "--version"], capture_output=True, text=True).stdout.strip())
     capture = folder / "many_kernels.nsys-rep"
@@ -63,10 +58,7 @@ def main() -> None:
         log(f"nsight stats {label}: {run.seconds:.1f} s, tree {run.tree_mb:.0f} MB")
     result["same_statistics"] = {name: payloads["reused, adbc"][name] == payloads["reused, sqlite3"][name]
                                  for name in STATISTICS}
-    exported = bare_sqlite_export(nsys, capture)
-    result["bare_export"] = {"seconds": exported.seconds, "tree_mb": exported.tree_mb}
-    log(f"bare sqlite export: {exported.seconds:.1f} s; same statistics: {result['same_statistics']}")
-    (folder / "done").touch()
+    finish_with_bare_export(nsys, capture, result, log, folder, f"; same statistics: {result['same_statistics']}")
 
 
 if __name__ == "__main__":

@@ -50,9 +50,12 @@ def gpu_spans(frames: Events, steps: pl.DataFrame, window_rows: int | None) -> p
     correlation id two processes both used belongs to the earlier call, as :func:`projection.launched` has it.
     """
     calls = frames.cuda_api.select("correlation_id", pl.col("start_ns").alias("launch_ns"))
-    work = pl.concat([frame.select("start_ns", "end_ns", "correlation_id").cast(
-        {name: GPU_WORK_COLUMNS[name] for name in ("start_ns", "end_ns", "correlation_id")})
-        for frame in (frames.kernels, frames.memcpy, frames.memset, frames.graphs)])
+    columns = {name: GPU_WORK_COLUMNS[name] for name in ("start_ns", "end_ns", "correlation_id")}
+    # The graph launches once (a row per launch): their query streams every kernel past them, which each window would
+    # repeat.
+    graphs = frames.graphs.select(*columns).collect(engine="streaming").lazy()
+    work = pl.concat([frame.select(*columns).cast(columns)  # type: ignore[arg-type]
+                      for frame in (frames.kernels, frames.memcpy, frames.memset, graphs)])
     # Cut where both sides together hold about WINDOW_ROWS rows: a CUDA graph's nodes all carry its launch's id.
     ids = pl.concat([side.select(pl.col("correlation_id").alias("start_ns")) for side in (calls, work)])
     cuts = start_cuts(ids.drop_nulls(), window_rows)

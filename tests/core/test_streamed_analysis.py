@@ -15,13 +15,15 @@ import polars as pl
 import pytest
 
 import nsight_core
-from nsight_core import memory
+from nsight_core import compare, memory
 from nsight_core import profile as profile_module
 from nsight_core.analysis.analyze import analyze_steps
 from nsight_core.analysis.steps import StepFamily, family_stats, find_steps
 from nsight_core.analysis.whole_steps import whole_capture_steps
+from nsight_core.errors import NotEnoughMemoryError
 from nsight_core.nsys import Nsys
 from nsight_core.profile import CaptureProfile, build_profile
+from nsight_core.render.diff import render_diff
 from nsight_core.render.html import render_page
 from nsight_core.render.units import duration
 from nsight_core.report import stats_json
@@ -187,3 +189,46 @@ def test_a_part_read_from_the_statistics_copies_is_the_part_sqlite_gives(
     assert 0 < from_copies.kernels.height < kernels
     assert not {"NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME"} & set(read_from_sqlite)
     assert analyze_steps(from_copies).analysis == analyze_steps(from_sqlite).analysis
+
+
+def test_captures_too_large_to_analyse_whole_are_compared_on_every_step_streamed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`nsight diff` of two captures whose events would not fit read whole compares what streams: the gate on every
+    step's p50 (analysis/whole_steps.py), the kernels, NVTX ranges and GPU busy time, each what the comparison of the
+    captures read whole gives; the budget, which needs the analysis, is left out and the text says so."""
+    pairs = FIXTURES / "h200-fix-pairs-2025"
+    problem, fixed = pairs / "dataloader-problem.sqlite", pairs / "dataloader-fixed.sqlite"
+    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "off")
+    whole = compare.diff(problem, fixed)
+    assert whole.gate.metric == "step_p50" and whole.verdict == "faster" and not whole.streamed
+
+    # Read whole refused (it would need more than 8 MiB), streamed allowed (1 MiB); the first part, which picks the
+    # step family, may read a third of the event tables' bytes.
+    monkeypatch.setattr(memory, "STREAMED_SUMMARY_BYTES", 1 << 20)
+    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "8M")
+    monkeypatch.setattr(profile_module, "affordable_event_bytes",
+                        lambda: nsight_core.load_trace(problem).event_bytes // 3)
+    streamed = compare.diff(problem, fixed)
+
+    assert streamed.streamed == ["a", "b"]
+    assert (streamed.gate, streamed.verdict, streamed.reasons) == (whole.gate, whole.verdict, whole.reasons)
+    assert (streamed.kernels, streamed.ranges) == (whole.kernels, whole.ranges)
+    kept = [delta for delta in whole.deltas if delta.group != "budget" and delta.name != "user_window"]
+    assert streamed.deltas == kept and len(kept) < len(whole.deltas)
+    assert {d.name for d in kept} >= {"step_count", "step_p50", "gpu_busy", "kernel_time_sum"}
+    text = render_diff(streamed)
+    assert text.startswith(render_diff(whole).splitlines()[0])
+    assert "A is too large to analyse whole in the memory allowed: its step times (all its steps)" in text
+    assert "B is too large" in text and "its budget is not" in text
+
+    # Not even the first steps, which pick the family, fit: refused, as before (a gate on GPU busy time instead would
+    # pass a slower step).
+    monkeypatch.setattr(profile_module, "affordable_event_bytes", lambda: 0)
+    with pytest.raises(NotEnoughMemoryError, match=r"comparing dataloader-problem.sqlite needs about .* \(its events "
+                                                   r"take 460.00 KiB in the export\) and NSIGHT_SUMMARY_MEMORY=8M"):
+        compare.diff(problem, fixed)
+    # Too little even for streaming: refused, with the numbers.
+    monkeypatch.setattr(memory, "STREAMED_SUMMARY_BYTES", 16 << 20)
+    with pytest.raises(NotEnoughMemoryError, match=r"comparing dataloader-problem.sqlite needs about 16.00 MiB "
+                                                   r"of memory \(streamed from disk, its size aside\)"):
+        compare.diff(problem, fixed)

@@ -3,20 +3,30 @@
 The only I/O of the comparison: everything after loading is :mod:`nsight_core.analysis.diff`.
 A trace or export gives events (steps, budget, GPU busy, the GPUs it ran on) and is checked for
 completeness (with what lies beside a .nsys-rep: a leftover raw stream); a directory of recorded CSVs
-gives only the per-name totals, and the comparison says what it could not compare.
+gives only the per-name totals, and the comparison says what it could not compare. A capture too large to
+analyse whole in the memory allowed is compared on what streams: its totals, GPU busy time and every step's time.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
-from nsight_core.analysis.completeness import CaptureFacts, capture_facts, check_completeness
-from nsight_core.analysis.diff import Side, TraceDiff, diff_sides, side_from_stats, side_from_trace
-from nsight_core.errors import StatsError
+from nsight_core.analysis.completeness import CaptureFacts, Completeness, capture_facts, check_completeness
+from nsight_core.analysis.diff import Side, TraceDiff, diff_sides, side_from_events, side_from_stats, side_from_trace
+from nsight_core.analysis.intervals import WINDOW_ROWS
+from nsight_core.analysis.steps import find_steps
+from nsight_core.analysis.whole_steps import whole_capture_steps
+from nsight_core.errors import NotEnoughMemoryError, StatsError
 from nsight_core.memory import check_comparison_memory
+from nsight_core.profile import first_part
 from nsight_core.stats.load import load_stats
 from nsight_core.trace.export import REPORT_SUFFIXES, is_event_source
 from nsight_core.trace.load import load_trace
+from nsight_core.trace.model import Trace
+from nsight_core.trace.streamed import events, is_streamed
+
+log = logging.getLogger("nsight")
 
 
 def load_side(path: str | Path) -> Side:
@@ -27,10 +37,37 @@ def load_side(path: str | Path) -> Side:
                          "or a directory of recorded CSVs.")
     if is_event_source(path):
         trace = load_trace(path)
-        check_comparison_memory(trace.event_bytes, path.name)  # before any frame is read whole: never an OOM kill
         facts = capture_facts(path) if path.suffix in REPORT_SUFFIXES else CaptureFacts()
+        try:
+            check_comparison_memory(trace.event_bytes, path.name)  # before any frame is read whole: never an OOM kill
+        except NotEnoughMemoryError as error:
+            if not is_streamed(trace):
+                raise
+            check_comparison_memory(None, path.name)
+            # Not even the first steps, which pick the family, fit; or its steps are not known for all of it: a gate on
+            # another number would pass a slower step.
+            part = first_part(trace)
+            if part is None or (side := streamed_side(path, trace, part, check_completeness(trace, facts))) is None:
+                raise
+            log.info("%s: it is compared on its totals and every step's time instead, streamed from disk",
+                     str(error).split(", so it is not compared")[0])
+            return side
         return side_from_trace(str(path), trace, check_completeness(trace, facts))
     return side_from_stats(str(path), load_stats(path))
+
+
+def streamed_side(path: Path, trace: Trace, part: Trace, completeness: Completeness) -> Side | None:
+    """The side of streamed TRACE (of PATH) too large to analyse whole: its totals and GPU busy time streamed, and
+    every step's time of the family its first PART that fits chose (:func:`first_part`, :func:`whole_capture_steps`),
+    as its report's note states them. No budget: that is the analysis the capture does not fit. None where the part
+    has steps whose times over the whole capture are not known (not NVTX ranges, or ones that overlap somewhere)."""
+    chosen = find_steps(part.nvtx, part.kernels)[0]
+    del part  # its frames were read whole: not alive while the capture is streamed
+    frames = events(trace)
+    steps = whole_capture_steps(frames, chosen) if chosen.family is not None else chosen
+    if steps is None:
+        return None
+    return side_from_events(str(path), frames, trace.gpus, steps, completeness, WINDOW_ROWS)
 
 
 def diff(a: str | Path, b: str | Path) -> TraceDiff:

@@ -133,12 +133,15 @@ def allowed_memory() -> tuple[int | None, str]:
     return headroom_bytes(), "this process's free memory (its container's limit and the host's)"
 
 
-def check_comparison_memory(stored_bytes: int, what: str) -> None:
-    """Raise :class:`NotEnoughMemoryError` when `nsight diff` of WHAT (events taking STORED_BYTES in their export)
-    needs more than this process may take: a comparison reads both captures' events whole, as a summary read whole
-    does (a large capture's streamed path covers its report, not a comparison), so it would get the process killed."""
-    _check(summary_bytes(stored_bytes), f"comparing {what}", f"its events take {_size(stored_bytes)} in the export",
-           "compare", "compare captures of shorter regions, or compare it where there is more memory")
+def check_comparison_memory(stored_bytes: int | None, what: str) -> None:
+    """Raise :class:`NotEnoughMemoryError` when `nsight diff` of WHAT needs more than this process may take: with
+    STORED_BYTES (what its events take in their export), read whole, as a summary read whole does; None, streamed from
+    disk (a large capture's totals and step times), as a streamed summary does. Else it would get the process
+    killed."""
+    needed, why = (summary_bytes(stored_bytes), f"its events take {_size(stored_bytes)} in the export") \
+        if stored_bytes is not None else (STREAMED_SUMMARY_BYTES, "streamed from disk, its size aside")
+    _check(needed, f"comparing {what}", why, "compare",
+           "compare captures of shorter regions, or compare it where there is more memory")
 
 
 def _check(needed: int, doing: str, why: str, verb: str = "summarise",

@@ -14,18 +14,21 @@ the comparison meaningless, and a CI gate must not pass a 3x slowdown because of
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
 import polars as pl
+import polars.selectors as cs
 from pydantic import BaseModel, Field
 
 from nsight_core.analysis.analyze import Analysis, analyze
 from nsight_core.analysis.completeness import Completeness
 from nsight_core.analysis.events import EventTables
-from nsight_core.analysis.intervals import busy_ns
-from nsight_core.analysis.steps import family_pattern
+from nsight_core.analysis.intervals import busy_over, start_windows
+from nsight_core.analysis.steps import StepStats, family_pattern
 from nsight_core.stats.models import ProfileStats
+
+Frame = pl.DataFrame | pl.LazyFrame
 
 NOISE_FRACTION = 0.01
 """Gate changes within ±1 % are 'unchanged': run-to-run jitter, not a regression."""
@@ -37,6 +40,7 @@ GateMetric = Literal["step_p50", "gpu_busy", "kernel_time_sum"]
 ReasonCode = Literal["step-families-differ", "clocks-differ", "gpu-differs", "incomplete-a", "incomplete-b",
                      "nothing-to-compare"]
 GateOutcome = Literal["passed", "slower", "not_comparable"]
+SideName = Literal["a", "b"]
 
 
 class TraceWithGpus(EventTables, Protocol):
@@ -46,6 +50,23 @@ class TraceWithGpus(EventTables, Protocol):
     def gpus(self) -> pl.DataFrame: ...
 
 
+class GpuEvents(Protocol):
+    """What a side's totals read: a capture's GPU work and NVTX ranges, read whole (a Trace's frames) or streamed
+    (:class:`nsight_core.trace.streamed.Events`, lazy scans of Parquet on disk)."""
+
+    @property
+    def kernels(self) -> Frame: ...
+
+    @property
+    def memcpy(self) -> Frame: ...
+
+    @property
+    def memset(self) -> Frame: ...
+
+    @property
+    def nvtx(self) -> Frame: ...
+
+
 @dataclass(frozen=True)
 class Side:
     """One capture as diff needs it: per-name totals, and the analysis where there are events.
@@ -53,7 +74,8 @@ class Side:
     ``kernels``: name, instances, total_ns. ``ranges``: the same per NVTX range family (summed time,
     nesting included). ``analysis`` and ``gpu_busy_ns`` are None for recorded statistics. ``gpus``: the
     names of the GPUs its work ran on, one per device, sorted; empty when unknown or none ran.
-    ``completeness``: None where it was not checked (recorded statistics).
+    ``completeness``: None where it was not checked (recorded statistics). ``steps``: the step statistics where
+    there is no analysis: of a capture too large to analyse whole, every step's, streamed (``streamed``).
     """
 
     source: str
@@ -63,6 +85,13 @@ class Side:
     gpu_busy_ns: int | None
     gpus: tuple[str, ...] = ()
     completeness: Completeness | None = None
+    steps: StepStats | None = None
+    streamed: bool = False
+
+    @property
+    def step_stats(self) -> StepStats | None:
+        """The side's steps: its analysis', else the streamed ones; None where it has no events to find them in."""
+        return self.analysis.steps if self.analysis is not None else self.steps
 
 
 class Delta(BaseModel):
@@ -123,6 +152,9 @@ class TraceDiff(BaseModel):
     deltas: list[Delta] = Field(description="Step statistics, budget parts per step and summary numbers")
     kernels: list[NameDelta] = Field(description="Matched by name, largest absolute time change first")
     ranges: list[NameDelta] = Field(description="NVTX range families matched by pattern, largest change first")
+    streamed: list[SideName] = Field(default_factory=list, description="The sides too large to analyse whole "
+                                               "in the memory allowed: compared on every step's time and their totals, "
+                                               "streamed from disk, without a budget")
 
     def slower_than(self, percent: float) -> bool:
         """True when the captures are comparable and B's gate number is more than PERCENT % above A's."""
@@ -136,27 +168,51 @@ class TraceDiff(BaseModel):
 
 
 def side_from_trace(source: str, trace: TraceWithGpus, completeness: Completeness | None = None) -> Side:
-    """A side with events: totals from the frames, the full analysis, the GPUs it ran on and COMPLETENESS."""
-    duration = pl.col("end_ns") - pl.col("start_ns")
-
-    def totals(frame: pl.DataFrame, name: pl.Expr) -> pl.DataFrame:
-        return (frame.group_by(name.alias("name"))
-                .agg(pl.len().cast(pl.Int64).alias("instances"), duration.sum().cast(pl.Int64).alias("total_ns")))
-
-    return Side(source=source, kernels=totals(trace.kernels, pl.col("name")),
-                ranges=totals(trace.nvtx, family_pattern(pl.col("name"))), analysis=analyze(trace),
-                gpu_busy_ns=busy_ns(trace.kernels) if trace.kernels.height else None, gpus=gpus_used(trace),
-                completeness=completeness)
+    """A side with events read whole: totals from the frames, the full analysis, the GPUs it ran on and
+    COMPLETENESS."""
+    return replace(_side_from_events(source, trace, trace.gpus, None), analysis=analyze(trace),
+                   completeness=completeness)
 
 
-def gpus_used(trace: TraceWithGpus) -> tuple[str, ...]:
-    """The names of the GPUs that ran TRACE's kernels, copies or memsets, one per device, sorted.
+def side_from_events(source: str, frames: GpuEvents, gpus: pl.DataFrame, steps: StepStats | None,
+                     completeness: Completeness | None, window_rows: int | None) -> Side:
+    """A side of a capture too large to analyse whole: its totals, GPU busy time and GPUs from FRAMES streamed (GPU
+    busy in windows of WINDOW_ROWS kernels, :func:`busy_over`), every one of its STEPS (:func:`whole_capture_steps`;
+    None where they are not known) and COMPLETENESS; no analysis, so no budget."""
+    return replace(_side_from_events(source, frames, gpus, window_rows), steps=steps, completeness=completeness,
+                   streamed=True)
+
+
+def _side_from_events(source: str, frames: GpuEvents, gpus: pl.DataFrame, window_rows: int | None) -> Side:
+    """The totals, GPU busy time and GPUs of FRAMES: one streamed query each (a frame read whole is made lazy), so a
+    capture read whole and one scanned from disk give the same numbers."""
+    kernels = frames.kernels.lazy()
+    ranges = _totals(frames.nvtx.lazy())
+    ranges = ranges.group_by(family_pattern(pl.col("name")).alias("name")).agg(pl.col("instances", "total_ns").sum())
+    bounds = kernels.select(cs.by_name("device", "start_ns", "end_ns", require_all=False))
+    launched = kernels.select(pl.len()).collect(engine="streaming").item()
+    return Side(source=source, kernels=_totals(kernels), ranges=ranges,
+                analysis=None, gpu_busy_ns=busy_over(start_windows(bounds, window_rows), []).busy_ns if launched
+                else None, gpus=gpus_used(frames, gpus))
+
+
+def _totals(frame: pl.LazyFrame) -> pl.DataFrame:
+    """Per name of FRAME's events: instances and summed time (name, instances, total_ns)."""
+    return (frame.group_by("name").agg(pl.len().cast(pl.Int64).alias("instances"),
+                                       (pl.col("end_ns") - pl.col("start_ns")).sum().cast(pl.Int64).alias("total_ns"))
+            .collect(engine="streaming"))
+
+
+def gpus_used(frames: GpuEvents, gpus: pl.DataFrame) -> tuple[str, ...]:
+    """The names of the GPUS (the target's: device, name) that ran FRAMES' kernels, copies or memsets, one per
+    device, sorted.
 
     Empty when no GPU work was traced, or when a device that worked is not among the target's GPUs
     (an export without TARGET_INFO_GPU): unknown, so never a reason to refuse a comparison.
     """
-    devices = pl.concat([frame.select("device") for frame in (trace.kernels, trace.memcpy, trace.memset)]).unique()
-    names = devices.join(trace.gpus.select("device", "name"), on="device", how="left")["name"]
+    devices = pl.concat([frame.lazy().select("device") for frame in (frames.kernels, frames.memcpy, frames.memset)])
+    worked = devices.unique().collect(engine="streaming")
+    names = worked.join(gpus.select("device", "name"), on="device", how="left")["name"]
     return () if names.null_count() else tuple(sorted(names.to_list()))
 
 
@@ -179,15 +235,15 @@ def _delta(group: Group, name: str, unit: Unit, a: float | None, b: float | None
 
 def _step_patterns(a: Side, b: Side) -> tuple[str | None, str | None] | None:
     """Each side's step family pattern (None: no steps); None when a side has no events to find steps in."""
-    if a.analysis is None or b.analysis is None:
+    if (sa := a.step_stats) is None or (sb := b.step_stats) is None:
         return None
-    fa, fb = a.analysis.steps.family, b.analysis.steps.family
+    fa, fb = sa.family, sb.family
     return (fa.pattern if fa else None), (fb.pattern if fb else None)
 
 
 def _gate(a: Side, b: Side) -> Gate:
-    steps_a = a.analysis.steps.family if a.analysis else None
-    steps_b = b.analysis.steps.family if b.analysis else None
+    steps_a = a.step_stats.family if a.step_stats else None
+    steps_b = b.step_stats.family if b.step_stats else None
     patterns = _step_patterns(a, b)
     metric: GateMetric | None
     values: tuple[float | None, float | None]
@@ -225,7 +281,7 @@ def _reasons(a: Side, b: Side, gate: Gate) -> list[Reason]:
         reasons.append(Reason(code="incomplete-a", a=missing))
     if missing := _incomplete(b):
         reasons.append(Reason(code="incomplete-b", b=missing))
-    clocks = [side.analysis.steps.clock for side in (a, b) if side.analysis is not None and side.analysis.steps.family]
+    clocks = [steps.clock for steps in (a.step_stats, b.step_stats) if steps is not None and steps.family]
     if len(clocks) == 2 and clocks[0] != clocks[1] and not any(r.code.startswith("incomplete") for r in reasons):
         # An incomplete side explains its lost clock already: the reason is its cause, not this.
         reasons.append(Reason(code="clocks-differ", a=[clocks[0]], b=[clocks[1]]))
@@ -242,20 +298,21 @@ def _verdict(gate: Gate, reasons: list[Reason]) -> Verdict:
     return "slower" if gate.change > 0 else "faster"
 
 
-def _analysis_deltas(a: Analysis | None, b: Analysis | None) -> list[Delta]:
+def _analysis_deltas(a: Side, b: Side) -> list[Delta]:
+    """The step statistics of both sides, and where both were analysed whole, the budget per step and the window."""
     deltas: list[Delta] = []
-    fa, fb = (a.steps.family if a else None), (b.steps.family if b else None)
+    fa, fb = (a.step_stats.family if a.step_stats else None), (b.step_stats.family if b.step_stats else None)
     for stat in ("count", "p50_ns", "p95_ns", "max_ns"):
         unit: Unit = "count" if stat == "count" else "ns"
         va = float(getattr(fa, stat)) if fa else None
         vb = float(getattr(fb, stat)) if fb else None
         if va is not None or vb is not None:
             deltas.append(_delta("steps", f"step_{stat}".removesuffix("_ns"), unit, va, vb))
-    if a and b:
-        for part_a, part_b in zip(a.budget.parts, b.budget.parts, strict=True):
+    if a.analysis and b.analysis:
+        for part_a, part_b in zip(a.analysis.budget.parts, b.analysis.budget.parts, strict=True):
             deltas.append(_delta("budget", f"{part_a.part}_per_step", "ns", part_a.per_step_mean_ns,
                                  part_b.per_step_mean_ns))
-        deltas.append(_delta("summary", "user_window", "ns", a.window.span_ns, b.window.span_ns))
+        deltas.append(_delta("summary", "user_window", "ns", a.analysis.window.span_ns, b.analysis.window.span_ns))
     return deltas
 
 
@@ -273,6 +330,11 @@ def _by_name(a: pl.DataFrame, b: pl.DataFrame) -> list[NameDelta]:
     return [NameDelta(**row) for row in joined.to_dicts()]
 
 
+def _named(a: Side, b: Side) -> tuple[tuple[SideName, Side], tuple[SideName, Side]]:
+    """A and B with their names."""
+    return ("a", a), ("b", b)
+
+
 def diff_sides(a: Side, b: Side) -> TraceDiff:
     """B against A: the gate, the verdict and every matched delta."""
     gate = _gate(a, b)
@@ -285,6 +347,7 @@ def diff_sides(a: Side, b: Side) -> TraceDiff:
                           int(b.kernels["instances"].sum())))
     return TraceDiff(
         a=a.source, b=b.source, verdict=_verdict(gate, reasons), gate=gate, reasons=reasons,
-        deltas=[*_analysis_deltas(a.analysis, b.analysis), *summary],
+        deltas=[*_analysis_deltas(a, b), *summary],
         kernels=_by_name(a.kernels, b.kernels), ranges=_by_name(a.ranges, b.ranges),
+        streamed=[name for name, side in _named(a, b) if side.streamed],
     )

@@ -110,9 +110,17 @@ def _named(result: TraceDiff) -> list[tuple[str, list[NameDelta]]]:
             for title, rows in (("Kernels", result.kernels), ("NVTX ranges (summed time)", result.ranges)) if rows]
 
 
+def streamed_lines(result: TraceDiff) -> list[str]:
+    """What was compared of each side too large to analyse whole: its totals and step times, not its budget."""
+    return [f"{side.upper()} is too large to analyse whole in the memory allowed: its step times (all its steps), "
+            "kernels, NVTX ranges and GPU busy time are compared, streamed from disk; its budget is not."
+            for side in result.streamed]
+
+
 def render_diff(result: TraceDiff) -> str:
     """The verdict, the step/budget/summary deltas, and the kernels and NVTX ranges that changed most."""
-    lines = [verdict_line(result), f"A: {printable(result.a)}", f"B: {printable(result.b)}", ""]
+    lines = [verdict_line(result), f"A: {printable(result.a)}", f"B: {printable(result.b)}", *streamed_lines(result),
+             ""]
     lines += _table(["Group", "Metric", "A", "B", "B - A", "Change"],
                     [[d.group, d.name, *_delta_cells(d)] for d in result.deltas])
     for title, rows in _named(result):
@@ -150,6 +158,8 @@ def render_markdown(result: TraceDiff, percent: float | None = None) -> str:
         lines += ["Not comparable:", *(f"- {reason_text(r)}" for r in result.reasons), ""]
         if numbers := _gate_numbers(result):
             lines += [f"For reference only: {numbers}", ""]
+    if streamed := streamed_lines(result):
+        lines += [*streamed, ""]
     lines += _md_table(["A", "B", "B - A", "Change", "Metric"],
                        [[*_delta_cells(d), f"{d.group}: {d.name}"] for d in result.deltas])
     for title, rows in _named(result):

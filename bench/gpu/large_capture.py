@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -30,11 +30,13 @@ from bench import PY, TreeRun, tree_run  # noqa: E402  (bench/ is no package: th
 MEMORY = "2G"
 
 
-def record_many_kernels(nsys: str, capture: Path, steps: int) -> TreeRun:
-    """Record bench/gpu/many_kernels.py STEPS into CAPTURE (a .nsys-rep path), its graphs' kernels as nodes."""
+def record_many_kernels(nsys: str, capture: Path, steps: int, extra: Sequence[str] = ()) -> TreeRun:
+    """Record bench/gpu/many_kernels.py STEPS (and its EXTRA arguments) into CAPTURE (a .nsys-rep path), its graphs'
+    kernels as nodes."""
     return tree_run([nsys, "profile", "--trace=cuda,nvtx", "--sample=none", "--cpuctxsw=none",
                      "--cuda-graph-trace=node", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
-                     "--force-overwrite=true", "-o", capture.with_suffix(""), PY, HERE / "many_kernels.py", str(steps)],
+                     "--force-overwrite=true", "-o", capture.with_suffix(""), PY, HERE / "many_kernels.py", str(steps),
+                     *extra],
                     capture.parent)
 
 

@@ -9,11 +9,17 @@ than eager PyTorch's launch cost (~5 µs): 50 M kernels take minutes, not an hou
         python3 bench/gpu/many_kernels.py [STEPS]
 
 (`bench/gpu/large_capture.py` records it and times nsight on it.) The file is not kept: it is 1 GB or more.
+
+    python3 bench/gpu/many_kernels.py [STEPS [HOST_MS [FROM_STEP]]]
+
+HOST_MS: host work (a sleep) inside each step from FROM_STEP on (default 0: none), which makes those steps host-bound
+once it exceeds the graph's ~1.2 ms: a slowdown that starts part-way through the run (`bench/gpu/streamed_diff.py`).
 """
 
 from __future__ import annotations
 
 import sys
+import time
 
 import torch
 
@@ -22,6 +28,8 @@ KERNELS_PER_STEP = 1000
 
 def main() -> None:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 50_000
+    host_s = float(sys.argv[2]) / 1000 if len(sys.argv) > 2 else 0.0
+    slow_from = int(sys.argv[3]) if len(sys.argv) > 3 else 0
     x = torch.zeros(256, device="cuda")
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -40,6 +48,8 @@ def main() -> None:
     for step in range(steps):
         torch.cuda.nvtx.range_push(f"step_{step}")
         graph.replay()
+        if host_s and step >= slow_from:
+            time.sleep(host_s)
         torch.cuda.nvtx.range_pop()
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()

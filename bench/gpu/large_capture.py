@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -73,18 +74,34 @@ def finish_with_bare_export(nsys: str, capture: Path, result: dict[str, object],
     (folder / "done").touch()
 
 
-def main() -> None:
-    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 45_000
-    folder = Path(sys.argv[2] if len(sys.argv) > 2 else "/tmp/large")
-    folder.mkdir(parents=True, exist_ok=True)
-    for stale in ("done", "log", "result.json"):
-        (folder / stale).unlink(missing_ok=True)
-    nsys = shutil.which("nsys") or "nsys"
-    result: dict[str, object] = {"steps": steps, "cores": os.cpu_count(), "memory": MEMORY}
-    log = progress_log(folder, result)
+class Run(NamedTuple):
+    """A recipe's run: its STEPS and scratch FOLDER (from the command line), the nsys on PATH, the RESULT so far and
+    its LOG (:func:`progress_log`)."""
 
-    version = subprocess.run([nsys, "--version"], capture_output=True, text=True).stdout.strip()
-    log(f"{version}; {os.cpu_count()} cores; steps {steps}")
+    steps: int
+    folder: Path
+    nsys: str
+    result: dict[str, object]
+    log: Callable[[str], None]
+
+
+def start_run(steps: int, folder: str) -> Run:
+    """The run of a recipe called ``[STEPS] [DIR]`` (defaults STEPS, FOLDER): its folder cleared of a former run's
+    done/log/result, nsys' version and the machine logged first."""
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else steps
+    scratch = Path(sys.argv[2] if len(sys.argv) > 2 else folder)
+    scratch.mkdir(parents=True, exist_ok=True)
+    for stale in ("done", "log", "result.json"):
+        (scratch / stale).unlink(missing_ok=True)
+    result: dict[str, object] = {"steps": count, "cores": os.cpu_count(), "memory": MEMORY}
+    run = Run(count, scratch, shutil.which("nsys") or "nsys", result, progress_log(scratch, result))
+    version = subprocess.run([run.nsys, "--version"], capture_output=True, text=True).stdout.strip()
+    run.log(f"{version}; {os.cpu_count()} cores; steps {count}")
+    return run
+
+
+def main() -> None:
+    steps, folder, nsys, result, log = start_run(45_000, "/tmp/large")
     capture = folder / "many_kernels.nsys-rep"
     recorded = record_many_kernels(nsys, capture, steps)
     result["record"] = {"seconds": recorded.seconds, "trace_bytes": capture.stat().st_size}

@@ -12,27 +12,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
-from large_capture import MEMORY, PY, progress_log, record_many_kernels, tree_run
+from large_capture import MEMORY, PY, record_many_kernels, start_run, tree_run
 
 HOST_MS = "2"
 
 
 def main() -> None:
-    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 6_000
-    folder = Path(sys.argv[2] if len(sys.argv) > 2 else "/tmp/sdiff")
-    folder.mkdir(parents=True, exist_ok=True)
-    for stale in ("done", "log", "result.json"):
-        (folder / stale).unlink(missing_ok=True)
-    nsys = shutil.which("nsys") or "nsys"
-    result: dict[str, object] = {"steps": steps, "cores": os.cpu_count(), "memory": MEMORY}
-    log = progress_log(folder, result)
-    version = subprocess.run([nsys, "--version"], capture_output=True, text=True).stdout.strip()
-    log(f"{version}; {os.cpu_count()} cores; steps {steps}")
+    steps, folder, nsys, result, log = start_run(6_000, "/tmp/sdiff")
     a, b = folder / "a.nsys-rep", folder / "b.nsys-rep"
     for capture, extra in ((a, []), (b, [HOST_MS, str(steps // 3)])):
         recorded = record_many_kernels(nsys, capture, steps, extra)

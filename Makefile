@@ -15,7 +15,11 @@ export UV_COMPILE_BYTECODE := 1
 # (its workers ended within 3-6 s of each other in every run of 2026-12-04). With 5 the cores idled no less (~1 %),
 # make test took 4:17 where 4 took 4:02-4:12, and a gate test of tests/analysis/test_diff.py failed twice (issue 21).
 # On a quiet machine (load 0.4 at the start, nothing else running) make test took 3:21 at 09dc00c, and 3:44 and
-# 3:33 (775 tests) at fc7bf53, 3:32 (808 tests) at 23999ad; the runs above of 4:02-4:12 shared the cores with other work. Most of a run's CPU is outside pytest's own processes (nsys' agents,
+# 3:33 (775 tests) at fc7bf53, 3:32 (808 tests) at 23999ad; the runs above of 4:02-4:12 shared the cores with other work.
+# With the fault matrix's start/stop/trace faults in two shared `a0` runs, a0_shim's controller loaded only where the
+# action runs, one shared CPU capture and installs without bytecode in tests/packaging (issue 21), pytest -n 4 used
+# 384-411 CPU-s in 3 runs where the tests of 0c5968f used 419-445 (/proc/stat, UV_COMPILE_BYTECODE=1 as here), and make
+# test took 3:35 (811 tests). Most of a run's CPU is outside pytest's own processes (nsys' agents,
 # Chromium, the re-exec'd a0): /proc/stat counted 28.6 CPU-s for tests/flyte/test_profiled_tasks.py, pytest's tree 8.8.
 WORKERS ?= 4
 

@@ -44,6 +44,11 @@ def capture_cpu(folder: Path, body: str, region: str = "work") -> Path:
     return reports[0]
 
 
+CPU_STEPS = (6, 0.01, 0.002)
+"""The loop of the CPU capture the tests share (`cpu_steps`, tests/conftest.py): steps, each step's sleep (data) and
+spin (compute), in seconds."""
+
+
 def sleepy_steps(steps: int, sleep_s: float, busy_s: float, name: str = "step") -> str:
     """A training-loop shape on the CPU: each <NAME>_<i> loads data (a sleep), then computes (a spin)."""
     return f"""

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from shared_runs import forget_what_a_failed_test_read
+from capture_helpers import CPU_STEPS, capture_cpu, sleepy_steps
+from shared_runs import forget_what_a_failed_test_read, once_per_run
 
 from nsight_core import find_nsys
 from nsight_core.nsys import Nsys
@@ -47,6 +48,15 @@ def h200_copy(h200: Path, tmp_path: Path) -> Path:
     for path in target.iterdir():
         path.chmod(0o644)
     return target
+
+
+@pytest.fixture
+def cpu_steps(tmp_path_factory: pytest.TempPathFactory, nsys: Nsys) -> Path:
+    """A real nsys CPU capture (NVTX + OS runtime, region `work`) of sleepy_steps(*CPU_STEPS), recorded once per
+    test run (tests/shared_runs.py) and read by the CPU cases of the report, the step view, the budget and osrt_sum,
+    which recorded a loop each (about 1.1 CPU-s apiece, issue 21). Summarising it is safe (an export is renamed into
+    place beside it); a test that writes anything else beside it works on a copy."""
+    return once_per_run(tmp_path_factory, "cpu-steps", lambda folder: capture_cpu(folder, sleepy_steps(*CPU_STEPS)))
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from capture_helpers import capture_cpu, sleepy_steps
+from capture_helpers import CPU_STEPS
 
 import nsight_core
 from nsight_core.analysis.budget import PARTS, SYNC_API
@@ -63,10 +63,11 @@ def test_compute_is_the_union_of_kernels_not_their_sum(load: Callable[[str], Any
 
 
 @pytest.mark.nsys
-def test_cpu_time_during_gpu_idle_names_the_call_and_the_range(tmp_path: Path) -> None:
-    """A CPU-only loop: the sleep shows as clock_nanosleep per step, the spin as the `compute` range."""
-    steps, sleep_s, busy_s = 6, 0.005, 0.003
-    analysis = nsight_core.analyze(nsight_core.load_trace(capture_cpu(tmp_path, sleepy_steps(steps, sleep_s, busy_s))))
+def test_cpu_time_during_gpu_idle_names_the_call_and_the_range(cpu_steps: Path) -> None:
+    """A CPU-only loop (the shared capture, tests/conftest.py): the sleep shows as clock_nanosleep per step, the spin
+    as the `compute` range."""
+    _, sleep_s, busy_s = CPU_STEPS
+    analysis = nsight_core.analyze(nsight_core.load_trace(cpu_steps))
     budget = analysis.budget
     assert budget.part("gpu_idle").total_ns == budget.wall_ns
     by_name = {(a.kind, a.name): a for a in budget.idle_activities}

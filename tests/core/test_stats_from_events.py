@@ -256,24 +256,26 @@ def test_edge_cases_of_an_edited_export(nsys: Nsys, tmp_path: Path) -> None:
 OWN_MARKS = ("collection live", "collection stopping")
 
 
-def test_osrt_sum_counts_the_users_block_as_the_tile_does_and_equals_nsys_without_marks(nsys: Nsys,
+def test_osrt_sum_counts_the_users_block_as_the_tile_does_and_equals_nsys_without_marks(nsys: Nsys, cpu_steps: Path,
                                                                                           tmp_path: Path) -> None:
     """`nsys stats` counts every OS call of a region's collection, nsight's own among them: the 0.25 s settle wait
     after `nsys start`, and the start's subprocess. The OS-runtime tile counts the user's block; the table said 21
     sleeps and 322 ms beside the tile's 20 and 72 ms. Computed from events, osrt_sum counts what the tile counts;
     without the region's marks (a whole-process capture) it is nsys' own table, row for row."""
-    from capture_helpers import capture_cpu, sleepy_steps
+    from capture_helpers import CPU_STEPS
 
     from nsight_core.analysis.timeline import summarize_trace
 
-    capture = capture_cpu(tmp_path / "region", sleepy_steps(4, 0.004, 0.001))
+    # A copy of the shared region capture (tests/conftest.py): `nsys stats --force-export` writes beside it.
+    (tmp_path / "region").mkdir()
+    capture = Path(shutil.copy(cpu_steps, tmp_path / "region"))
     trace = nsight_core.load_trace(capture)
     ours = stats_of_trace(trace, ["osrt_sum"]).other["osrt_sum"]
     tile = {call.name: call for call in summarize_trace(trace).osrt}
     assert ours and {row["Name"]: (row["Num Calls"], row["Total Time (ns)"]) for row in ours
                      if row["Name"] in tile} == {name: (call.calls, call.total_ns) for name, call in tile.items()}
     sleeps = {row["Name"]: row for row in ours}["clock_nanosleep"]
-    assert sleeps["Num Calls"] == 4 and sleeps["Max (ns)"] < 0.1e9  # the user's four sleeps, not the settle wait
+    assert sleeps["Num Calls"] == CPU_STEPS[0] and sleeps["Max (ns)"] < 0.1e9  # the user's sleeps, not the settle wait
     theirs = stats_from_csv_dir(nsys_stats(nsys, capture, ("osrt_sum",)), ["osrt_sum"]).other["osrt_sum"]
     assert {row["Name"]: row for row in theirs}["clock_nanosleep"]["Max (ns)"] >= 0.2e9
 

@@ -56,6 +56,36 @@ async def region(steps: int) -> int:
         return work(steps)
 
 
+GAUNTLET = ("start_fails", "start_missing", "stop_loses", "stop_fills_disk", "truncated", "corrupt", "stats_fails",
+            "stop_fails")
+"""The regions of `gauntlet`, one nsys fault each (tests/reliability/test_faults.py injects them by region name)."""
+EXPORT_GAUNTLET = ("export_fails", "export_corrupt")
+"""The regions of `export_gauntlet`: faults of `nsys export`, which also fails its `--help` there."""
+
+
+@nsys_profile(trace=CPU_TRACE, capture="manual")
+@env.task
+async def gauntlet(steps: int) -> int:
+    """A region per fault of nsys start, stop and the trace (GAUNTLET), one after another: each region's fault is
+    its own, and the task runs on as unprofiled. NVTX ranges <region>_<i>."""
+    total = 0
+    for name in GAUNTLET:
+        async with nsys.range(name):
+            total += work(steps, name)
+    return total
+
+
+@nsys_profile(trace=CPU_TRACE, capture="manual")
+@env.task
+async def export_gauntlet(steps: int) -> int:
+    """As `gauntlet`, for the faults of `nsys export` (EXPORT_GAUNTLET)."""
+    total = 0
+    for name in EXPORT_GAUNTLET:
+        async with nsys.range(name):
+            total += work(steps, name)
+    return total
+
+
 @nsys_profile(trace=CPU_TRACE)
 @env.task
 async def raises(steps: int) -> int:
@@ -103,17 +133,6 @@ async def nested(steps: int) -> int:
 
 @nsys_profile(trace=CPU_TRACE, capture="manual")
 @env.task
-async def loop(steps: int) -> int:
-    """A region per iteration: their exports must not pile up in the task's temp space."""
-    total = 0
-    for i in range(3):
-        async with nsys.range("epoch"):
-            total += work(steps, f"epoch{i}")
-    return total
-
-
-@nsys_profile(trace=CPU_TRACE, capture="manual")
-@env.task
 async def cancelled(steps: int) -> int:
     """A region cancelled while its collection starts; a later region must start at once."""
 
@@ -133,10 +152,15 @@ async def cancelled(steps: int) -> int:
 @nsys_profile(trace=CPU_TRACE, capture="manual")
 @env.task
 async def hostile_regions(steps: int) -> int:
+    """Regions of hostile names, then a region per iteration of a loop (`epoch`), whose exports must not pile up in
+    the task's temp space: the two cases read one run (a run is the expensive part of each)."""
     total = 0
     for name in HOSTILE_REGIONS:
         async with nsys.range(name):
             total += work(1, "in")
+    for i in range(3):
+        async with nsys.range("epoch"):
+            total += work(steps, f"epoch{i}")
     return total + work(steps)
 
 
@@ -167,8 +191,8 @@ async def preempted(steps: int) -> int:
 def expected(task: str, steps: int) -> int:
     """What the task returns unprofiled."""
     plain = sum(range(steps))
-    return {"gathered": 2 * plain, "threaded": 2 * plain, "loop": 3 * plain,
-            "hostile_regions": plain}.get(task, plain)
+    return {"gathered": 2 * plain, "threaded": 2 * plain, "hostile_regions": 4 * plain,
+            "gauntlet": len(GAUNTLET) * plain, "export_gauntlet": len(EXPORT_GAUNTLET) * plain}.get(task, plain)
 
 
 def _idle(ready: Any) -> None:

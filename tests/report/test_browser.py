@@ -10,7 +10,6 @@ import re
 from pathlib import Path
 
 import pytest
-from capture_helpers import capture_cpu, sleepy_steps
 from flyte.report._report import Report
 from report_helpers import Chromium, PageLoad, write_recorded
 from test_html import HOSTILE_NVTX, hostile_profile
@@ -121,11 +120,10 @@ def test_clicking_a_header_sorts_the_table(tmp_path: Path, chromium: Chromium, a
     assert sorted_rows is not None and sorted_rows.group(1) == "mid_many|small_some|big_few"
 
 
-def test_cpu_capture_leads_with_what_it_captured(tmp_path: Path, chromium: Chromium, artifacts: Path,
-                                                 nsys: Nsys) -> None:
-    """A CPU-only capture (real nsys, NVTX + OS runtime): What to fix, NVTX and OS calls; no wall of GPU tiles."""
-    trace = capture_cpu(tmp_path, sleepy_steps(6, 0.01, 0.002))
-    page = render_page([build_profile(trace)])
+def test_cpu_capture_leads_with_what_it_captured(cpu_steps: Path, chromium: Chromium, artifacts: Path) -> None:
+    """A CPU-only capture (real nsys, NVTX + OS runtime; six steps): What to fix, NVTX and OS calls; no wall of GPU
+    tiles."""
+    page = render_page([build_profile(cpu_steps)])
     html_file = artifacts / "report-cpu.html"
     html_file.write_text(page)
     load = chromium.load(html_file, artifacts / "report-cpu.png")

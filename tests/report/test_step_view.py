@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from capture_helpers import capture_cpu, sleepy_steps
 from report_helpers import Chromium
 
 from nsight_core.analysis import step_events
@@ -140,10 +139,10 @@ def test_nsys_2025_captures(name: str, chromium: Chromium, artifacts: Path) -> N
     assert kinds & {"kernel", "graph"} and seen["hover"]
 
 
-def test_cpu_capture(tmp_path: Path, chromium: Chromium, artifacts: Path, nsys: Nsys) -> None:
-    """A CPU-only capture (real nsys, NVTX steps): its steps drawn on the CPU's clock, one NVTX row, no idle
-    stretches (its GPU is idle by design), zoom and hover as on a GPU capture."""
-    profile = build_profile(capture_cpu(tmp_path, sleepy_steps(6, 0.01, 0.002)))
+def test_cpu_capture(cpu_steps: Path, chromium: Chromium, artifacts: Path) -> None:
+    """A CPU-only capture (real nsys, NVTX steps of 10 ms sleeps and 2 ms spins): its steps drawn on the CPU's clock,
+    one NVTX row, no idle stretches (its GPU is idle by design), zoom and hover as on a GPU capture."""
+    profile = build_profile(cpu_steps)
     seen, dom = probe(profile, chromium, artifacts, "cpu")
     assert re.search(r"Median step: step \d+, 1[0-9].\d+ ms \(its NVTX range\)", dom)
     assert "GPU idle in all" not in dom and "The median step (step" not in dom  # its GPU is idle by design

@@ -18,7 +18,7 @@ export UV_COMPILE_BYTECODE := 1
 # 3:33 (775 tests) at fc7bf53, 3:32 (808 tests) at 23999ad; the runs above of 4:02-4:12 shared the cores with other work.
 # With the fault matrix's start/stop/trace faults in two shared `a0` runs, a0_shim's controller loaded only where the
 # action runs, one shared CPU capture and installs without bytecode in tests/packaging (issue 21), pytest -n 4 used
-# 384-411 CPU-s in 3 runs where the tests of 914d180 used 419-445 (/proc/stat, UV_COMPILE_BYTECODE=1 as here), and make
+# 384-411 CPU-s in 3 runs where the tests of 0c5968f used 419-445 (/proc/stat, UV_COMPILE_BYTECODE=1 as here), and make
 # test took 3:35 (811 tests); on a quiet machine at 63cc433, 3:18, and a fresh clone's .ci/run 3:57 in all (environment
 # included; pytest 3:38). Most of a run's CPU is outside pytest's own processes (nsys' agents,
 # Chromium, the re-exec'd a0): /proc/stat counted 28.6 CPU-s for tests/flyte/test_profiled_tasks.py, pytest's tree 8.8.

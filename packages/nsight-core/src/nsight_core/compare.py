@@ -18,8 +18,9 @@ from nsight_core.analysis.intervals import WINDOW_ROWS
 from nsight_core.analysis.steps import find_steps
 from nsight_core.analysis.whole_steps import whole_capture_steps
 from nsight_core.errors import NotEnoughMemoryError, StatsError
-from nsight_core.memory import check_comparison_memory
+from nsight_core.memory import allowed_memory, check_comparison_memory, summary_bytes
 from nsight_core.profile import first_part
+from nsight_core.render.units import size
 from nsight_core.stats.load import load_stats
 from nsight_core.trace.export import REPORT_SUFFIXES, is_event_source
 from nsight_core.trace.load import load_trace
@@ -40,7 +41,7 @@ def load_side(path: str | Path) -> Side:
         facts = capture_facts(path) if path.suffix in REPORT_SUFFIXES else CaptureFacts()
         try:
             check_comparison_memory(trace.event_bytes, path.name)  # before any frame is read whole: never an OOM kill
-        except NotEnoughMemoryError as error:
+        except NotEnoughMemoryError:
             if not is_streamed(trace):
                 raise
             check_comparison_memory(None, path.name)
@@ -49,8 +50,10 @@ def load_side(path: str | Path) -> Side:
             part = first_part(trace)
             if part is None or (side := streamed_side(path, trace, part, check_completeness(trace, facts))) is None:
                 raise
-            log.info("%s: it is compared on its totals and every step's time instead, streamed from disk",
-                     str(error).split(", so it is not compared")[0])
+            allowed, source = allowed_memory()
+            log.info("%s: read whole, it needs about %s of memory and %s allows %s: it is compared on its totals and "
+                     "every step's time instead, streamed from disk", path.name,
+                     size(summary_bytes(trace.event_bytes)), source, size(allowed or 0))
             return side
         return side_from_trace(str(path), trace, check_completeness(trace, facts))
     return side_from_stats(str(path), load_stats(path))

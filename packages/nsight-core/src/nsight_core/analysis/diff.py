@@ -330,13 +330,9 @@ def _by_name(a: pl.DataFrame, b: pl.DataFrame) -> list[NameDelta]:
     return [NameDelta(**row) for row in joined.to_dicts()]
 
 
-def _named(a: Side, b: Side) -> tuple[tuple[SideName, Side], tuple[SideName, Side]]:
-    """A and B with their names."""
-    return ("a", a), ("b", b)
-
-
 def diff_sides(a: Side, b: Side) -> TraceDiff:
     """B against A: the gate, the verdict and every matched delta."""
+    sides: tuple[tuple[SideName, Side], ...] = (("a", a), ("b", b))
     gate = _gate(a, b)
     reasons = _reasons(a, b, gate)
     summary = [_delta("summary", "gpu_busy", "ns", a.gpu_busy_ns, b.gpu_busy_ns)] \
@@ -349,5 +345,5 @@ def diff_sides(a: Side, b: Side) -> TraceDiff:
         a=a.source, b=b.source, verdict=_verdict(gate, reasons), gate=gate, reasons=reasons,
         deltas=[*_analysis_deltas(a, b), *summary],
         kernels=_by_name(a.kernels, b.kernels), ranges=_by_name(a.ranges, b.ranges),
-        streamed=[name for name, side in _named(a, b) if side.streamed],
+        streamed=[name for name, side in sides if side.streamed],
     )

@@ -17,15 +17,19 @@ import pytest
 import nsight_core
 from nsight_core import compare, memory
 from nsight_core import profile as profile_module
+from nsight_core.analysis import gpu_budget
 from nsight_core.analysis.analyze import analyze_steps
+from nsight_core.analysis.budget import StepBudget
 from nsight_core.analysis.steps import StepFamily, family_stats, find_steps
-from nsight_core.analysis.whole_steps import whole_capture_steps
+from nsight_core.analysis.whole_budget import whole_capture_budget
+from nsight_core.analysis.whole_steps import every_step, whole_capture_steps
 from nsight_core.errors import NotEnoughMemoryError
 from nsight_core.nsys import Nsys
 from nsight_core.profile import CaptureProfile, build_profile
 from nsight_core.render.diff import render_diff
+from nsight_core.render.findings import PART_LABELS
 from nsight_core.render.html import render_page
-from nsight_core.render.units import duration
+from nsight_core.render.units import duration, fraction
 from nsight_core.report import stats_json
 from nsight_core.trace import export as export_module
 from nsight_core.trace.export import ExportChoice, export
@@ -77,22 +81,28 @@ def test_a_streamed_capture_too_large_to_read_whole_gets_what_to_fix_from_its_fi
     steps, all_steps = profile.analysis.steps.family, whole.analysis.steps.family
     assert steps is not None and 2 <= steps.count < all_steps.count
     assert profile.analysis.window.end_ns < whole.analysis.window.end_ns
-    # The same steps as the capture read whole, up to the last one, whose GPU period ends at the next step's start.
-    drawn, all_drawn = profile.steps_drawn.budgets, whole.steps_drawn.budgets
-    assert drawn.height == steps.count
-    assert drawn.head(steps.count - 1).equals(all_drawn.head(steps.count - 1))
-    assert drawn["step"].to_list() == all_drawn["step"].head(steps.count).to_list()
+    # The first steps' budget is the capture's up to the last of them, whose GPU period ends at the next step's start.
+    assert profile.analysis.budget.steps == steps.count - int(whole.analysis.steps.warmup)
+    assert profile.analysis.budget != whole.analysis.budget
     assert profile.analysis.steps.warmup == whole.analysis.steps.warmup
+    # The page's chart of steps draws every step's budget, streamed: the whole capture's; and their budget is its.
+    assert profile.steps_drawn.budgets.equals(whole.steps_drawn.budgets)
+    assert profile.whole_budget == whole.analysis.budget
+    assert stats_json(profile)["whole_capture_budget"] == stats_json(whole)["budget"]
     note = f"What to fix covers its first {steps.count:,} steps"
     assert any(line.startswith(note) for line in profile.stats.notes)
     assert any(line.startswith(note) for line in profile.notes)
     assert note in render_page([profile])
     # Every step's times, streamed, are the whole capture's, and the note puts them beside the part's.
-    every = whole.analysis.steps.model_copy(update={"candidates": [], "bound": "unknown"})
-    assert profile.whole_steps == every and every.clock == "gpu"
+    every = whole.analysis.steps.model_copy(update={"candidates": []})
+    assert profile.whole_steps == every and every.clock == "gpu" and every.bound != "unknown"
     assert f"All {all_steps.count:,} steps, on the GPU's clock: p50 {duration(all_steps.p50_ns)}" in note_line(profile)
+    assert (f"Where the time of all {whole.analysis.budget.steps:,} steady steps went: "
+            f"{largest_part(whole.analysis.budget)}, " in note_line(profile))
+    assert f"; {every.bound}-bound (the first steps: {largest_part(profile.analysis.budget)}" in note_line(profile)
     assert stats_json(profile)["whole_capture_steps"]["family"]["count"] == all_steps.count
     assert whole.whole_steps is None and "whole_capture_steps" not in stats_json(whole)
+    assert whole.whole_budget is None and "whole_capture_budget" not in stats_json(whole)
     # The statistics, summary and completeness are the whole capture's.
     assert profile.trace == whole.trace and profile.completeness == whole.completeness
     assert pl.DataFrame([row.model_dump() for row in profile.stats.nvtx_ranges]).equals(
@@ -103,6 +113,12 @@ def test_a_streamed_capture_too_large_to_read_whole_gets_what_to_fix_from_its_fi
     nothing = build_profile(capture)
     assert nothing.analysis is None
     assert any(line.startswith("No 'What to fix' for a capture this large") for line in nothing.stats.notes)
+
+
+def largest_part(budget: StepBudget) -> str:
+    """The part of BUDGET that holds most, as a note names it: 'GPU idle 61.0%'."""
+    top = max(budget.parts, key=lambda part: part.fraction)
+    return f"{PART_LABELS[top.part]} {fraction(top.fraction)}"
 
 
 def note_line(profile: CaptureProfile) -> str:
@@ -117,17 +133,24 @@ WINDOWS = 40
 
 
 @pytest.mark.parametrize("capture", SQLITE_CAPTURES, ids=lambda p: p.relative_to(FIXTURES).as_posix())
-def test_every_step_streamed_in_windows_of_correlation_id_is_the_whole_capture_read_whole(capture: Path) -> None:
-    """What a streamed capture's note says of all its steps (analysis/whole_steps.py) is what the analysis of the
-    capture read whole says of them (but the bound, which needs the budget), in one window and in ~40 windows of
-    correlation id, whose launches and GPU work are placed window by window."""
-    read_whole = analyze_steps(nsight_core.load_trace(capture)).analysis.steps
-    assert read_whole.source == "nvtx" and read_whole.clock == "gpu"
-    expected = read_whole.model_copy(update={"candidates": [], "bound": "unknown"})
+def test_every_step_and_its_budget_streamed_in_windows_are_the_whole_capture_read_whole(
+        capture: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a streamed capture's note says of all its steps (analysis/whole_steps.py) and of where their time went
+    (analysis/whole_budget.py, the page's chart of steps) is what the analysis of the capture read whole says of
+    them, in one window and in ~40 windows of correlation id (launches and GPU work placed window by window) and of
+    start time (the host's ranges, dispatch runs), its steps budgeted a few pieces of GPU work at a time."""
+    read_whole = analyze_steps(nsight_core.load_trace(capture))
+    steps = read_whole.analysis.steps
+    assert steps.source == "nvtx" and steps.clock == "gpu"
     streamed = events(Trace(SpilledTables(SqliteTables(capture), STREAMED)))
     events_ = sum(frame.select(pl.len()).collect().item() for frame in (streamed.cuda_api, streamed.kernels))
     for rows in (None, max(3, events_ // WINDOWS)):
-        assert whole_capture_steps(streamed, read_whole, rows) == expected, rows
+        every = every_step(streamed, steps, rows)
+        assert every is not None and every.stats == steps.model_copy(update={"candidates": [], "bound": "unknown"})
+        budget = whole_capture_budget(streamed, every, rows)
+        assert budget is not None and budget.budget == read_whole.analysis.budget, rows
+        assert budget.steps.equals(read_whole.budgets) and budget.bound == steps.bound, rows
+        monkeypatch.setattr(gpu_budget, "BATCH_WORK", 7)  # then batches of a few pieces of work, inside steps
 
 
 def test_ranges_that_overlap_somewhere_are_no_steps() -> None:
@@ -148,7 +171,8 @@ def test_steps_that_launched_no_gpu_work_are_stated_on_the_cpus_clock() -> None:
                          "name": ["step_0", "op", "step_1", "step_2", "step_3"], "domain": [""] * 5,
                          "thread": [7] * 5, "depth": [0, 1, 0, 0, 0]})
     none = pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64, "correlation_id": pl.Int64})
-    frames = SimpleNamespace(nvtx=nvtx.lazy(), cuda_api=none.lazy(), kernels=none.lazy(), memcpy=none.lazy(),
+    kernels = none.with_columns(pl.lit(None, pl.String).alias("name"))
+    frames = SimpleNamespace(nvtx=nvtx.lazy(), cuda_api=none.lazy(), kernels=kernels.lazy(), memcpy=none.lazy(),
                              memset=none.lazy(), graphs=none.lazy())
     read_whole, _ = find_steps(nvtx, none)
     every = whole_capture_steps(frames, read_whole, 2)  # type: ignore[arg-type]  # the lazy frames it reads

@@ -25,6 +25,7 @@ import polars as pl
 from pydantic import BaseModel, Field
 
 from nsight_core.analysis.analyze import Analysis, Analyzed, analyze_steps, withhold_savings
+from nsight_core.analysis.budget import StepBudget
 from nsight_core.analysis.completeness import CaptureFacts, Completeness, capture_facts, check_completeness
 from nsight_core.analysis.events import EventTables
 from nsight_core.analysis.intervals import first_share_end
@@ -32,7 +33,8 @@ from nsight_core.analysis.step_events import StepDrawing, drawing_for
 from nsight_core.analysis.steps import StepStats, find_steps
 from nsight_core.analysis.summary import Tile, summary_tiles
 from nsight_core.analysis.timeline import TraceSummary, summarize_trace
-from nsight_core.analysis.whole_steps import whole_capture_steps
+from nsight_core.analysis.whole_budget import WholeBudget, whole_capture_budget
+from nsight_core.analysis.whole_steps import every_step
 from nsight_core.errors import NotEnoughMemoryError, StatsError
 from nsight_core.memory import (
     affordable_event_bytes,
@@ -41,7 +43,8 @@ from nsight_core.memory import (
     check_summary_memory,
     summary_bytes,
 )
-from nsight_core.render.units import duration, size
+from nsight_core.render.findings import PART_LABELS
+from nsight_core.render.units import duration, fraction, size
 from nsight_core.stats.load import load_stats, recorded_captures, stats_of_trace
 from nsight_core.stats.models import ProfileStats
 from nsight_core.stats.reports import DEFAULT_REPORTS
@@ -71,6 +74,9 @@ class CaptureProfile(BaseModel):
     whole_steps: StepStats | None = Field(default=None, description="Of a capture whose 'What to fix' covers its first "
                                           "steps only: the statistics of all its steps of the same family, streamed; "
                                           "None otherwise")
+    whole_budget: StepBudget | None = Field(default=None, description="Of a capture whose 'What to fix' covers its "
+                                            "first steps only: the budget of all its steady steps, on the GPU's "
+                                            "clock, streamed; None otherwise")
 
     @property
     def tiles(self) -> list[Tile]:
@@ -140,26 +146,54 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
         if part is trace or profile.analysis is None or profile.trace is None:
             return profile
         steps = profile.analysis.steps.family
-        every = _whole_steps(path, trace, profile.analysis.steps)
+        every, budget = _every_step(path, trace, profile.analysis.steps)
+        covered = ", step times and step budgets" if budget else ", step times" if every else ""
         note = (f"What to fix covers {f'its first {steps.count:,} steps' if steps else 'its first part'} "
                 f"({duration(profile.analysis.window.span_ns)} of {duration(profile.trace.span_ns)}): {whole}. The "
-                f"statistics, summary{', step times' if every else ''} and completeness cover all of it, streamed from "
-                f"disk.{_steps_compared(every, profile.analysis.steps)}")
-        profile = profile.model_copy(update={"whole_steps": every})
+                f"statistics, summary{covered} and completeness cover all of it, streamed from "
+                f"disk.{_steps_compared(every, profile.analysis.steps)}"
+                f"{_budget_compared(budget, profile.analysis.budget, every)}")
+        update: dict[str, object] = {"whole_steps": every}
+        if budget is not None and every is not None:
+            # Every step's time on the page's chart of steps, and what bounds them all
+            update.update(whole_steps=every.model_copy(update={"bound": budget.bound}), whole_budget=budget.budget)
+            if profile.steps_drawn is not None:
+                update["steps_drawn"] = profile.steps_drawn.model_copy(update={"budgets": budget.steps})
+        profile = profile.model_copy(update=update)
     stats.notes.append(note)  # what `nsight stats` prints
     profile.notes.append(note)  # what the page shows
     return profile
 
 
-def _whole_steps(path: Path, trace: Trace, part: StepStats) -> StepStats | None:
-    """Every step of streamed TRACE (of PATH) of the family its first PART chose (:func:`whole_capture_steps`); None
-    where there is none, or the streamed pass fails (a loss for the note, not the page's: as for the analysis,
-    :func:`diagnosed`)."""
+def _every_step(path: Path, trace: Trace, part: StepStats) -> tuple[StepStats | None, WholeBudget | None]:
+    """Every step of streamed TRACE (of PATH) of the family its first PART chose (:func:`every_step`), and on the GPU's
+    clock every step's budget (:func:`whole_capture_budget`); None where there is none, or its streamed pass fails (a
+    loss for the note, not the page's: as for the analysis, :func:`diagnosed`)."""
+    frames = events(trace)
     try:
-        return whole_capture_steps(events(trace), part)
+        every = every_step(frames, part)
     except Exception as error:  # see the docstring
         log.warning("could not read every step of %s (%s: %s)", path, type(error).__name__, error)
-        return None
+        return None, None
+    if every is None:
+        return None, None
+    try:
+        return every.stats, whole_capture_budget(frames, every)
+    except Exception as error:  # see the docstring
+        log.warning("could not budget every step of %s (%s: %s)", path, type(error).__name__, error)
+        return every.stats, None
+
+
+def _budget_compared(whole: WholeBudget | None, part: StepBudget, every: StepStats | None) -> str:
+    """A sentence on where EVERY steady step's time went beside the first steps' (PART): the parts that hold most."""
+    if whole is None or every is None or every.family is None:
+        return ""
+
+    def shares(budget: StepBudget) -> str:
+        largest = sorted((p for p in budget.parts if p.fraction >= 0.005), key=lambda p: -p.fraction)[:3]
+        return ", ".join(f"{PART_LABELS[p.part]} {fraction(p.fraction)}" for p in largest)
+    return (f" Where the time of all {whole.budget.steps:,} steady steps went: {shares(whole.budget)}; "
+            f"{whole.bound}-bound (the first steps: {shares(part)}).")
 
 
 def _steps_compared(every: StepStats | None, part: StepStats) -> str:

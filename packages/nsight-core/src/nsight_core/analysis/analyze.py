@@ -22,8 +22,8 @@ from nsight_core.analysis.budget import (
     budget_totals,
     is_thread,
     per_step,
+    steady_budget,
     step_thread,
-    summarize_budget,
     sync_calls,
 )
 from nsight_core.analysis.completeness import Completeness
@@ -168,7 +168,7 @@ def analyze_steps(trace: EventTables) -> Analyzed:
         syncs = pool.submit(_syncs_in, steady_ranges, found.blocking, trace.memcpy, found.thread, trace.nvtx)
         shape = pool.submit(_launch_shape, steady_ranges, trace.kernels, trace.cuda_api)
         totals, idle = _totals(trace, found, nesting.result(), families)
-    budget = summarize_budget(totals.filter(pl.col("step").is_in(steady["step"].implode())), steady, found.thread)
+    budget = steady_budget(totals, steps, stats.warmup, found.thread)
     if found.work is not None:
         stats = stats.model_copy(update={"bound": bound_by(budget)})
     context = Context(steps=stats, budget=budget, window_ns=window.span_ns,

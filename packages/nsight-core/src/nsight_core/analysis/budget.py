@@ -528,6 +528,12 @@ def per_step(totals: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
             .join(parts, on="step", how="left").fill_null(0).sort("step"))
 
 
+def steady_budget(totals: pl.DataFrame, steps: pl.DataFrame, warmup: bool, thread: int | None) -> StepBudget:
+    """The budget (:func:`summarize_budget`) of the steady STEPS: the first left out where it is a WARMUP."""
+    steady = steps.slice(1) if warmup else steps
+    return summarize_budget(totals.filter(pl.col("step").is_in(steady["step"].implode())), steady, thread)
+
+
 def summarize_budget(totals: pl.DataFrame, steps: pl.DataFrame, thread: int | None) -> StepBudget:
     """The budget over all steps (TOTALS: :func:`budget_totals`): each part's total, per-step median and
     mean, share of step time."""

@@ -25,6 +25,8 @@ cumulative coverage for the host's ranges (a handful of range names at most, eac
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import polars as pl
 
 QUEUED_GAP_NS = 20_000
@@ -45,6 +47,12 @@ BATCH_WORK = 100_000
 the capture's. One batch at a time: two at once held twice the temporaries and, on 2 cores, were no faster."""
 
 
+WorkBetween = Callable[[int, int], pl.DataFrame]
+"""The launched GPU work that ran between LO and HI: at least every piece that ends after LO and starts by HI (a
+piece that ended by LO may be there too), by start, with start_ns, end_ns, kind, comm, launch_ns, launch_end_ns and
+launch_name (:func:`nsight_core.analysis.projection.launched`)."""
+
+
 def gpu_budget(windows: pl.DataFrame, work: pl.DataFrame, blocking: pl.DataFrame, nvtx: pl.DataFrame,
                family_mask: pl.Series, thread: int | None, cuda_api: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The GPU budget of WINDOWS summed per step, part and CPU activity (step, part, cpu_kind, cpu_name, total_ns;
@@ -54,34 +62,58 @@ def gpu_budget(windows: pl.DataFrame, work: pl.DataFrame, blocking: pl.DataFrame
     WINDOWS: step, start_ns, end_ns (contiguous GPU windows, by start) and cpu_start_ns, cpu_end_ns (the step ranges).
     WORK: :func:`nsight_core.analysis.projection.launched` GPU work (with launch_name), by start. BLOCKING:
     synchronising calls (:func:`nsight_core.analysis.budget.sync_calls`). NVTX: all ranges; FAMILY_MASK marks the
-    step family's. THREAD: the steps' CPU thread. CUDA_API: every thread's calls (dispatch, :func:`_dispatch_runs`).
-
-    Steps are local in time, so they are budgeted a batch at a time (BATCH_WORK pieces of work each): every
-    lookup a piece makes lies within its batch's time, with the next work after it and the last sync before it.
+    step family's. THREAD: the steps' CPU thread. CUDA_API: every thread's calls (dispatch, :func:`dispatch_runs`).
     """
-    host = _Host.of(nvtx, family_mask, windows, thread, cuda_api)
-    calls = (blocking.filter(pl.col("thread") == thread) if thread is not None else blocking).sort("start_ns")
-    work_starts, call_starts = work["start_ns"], calls["start_ns"]
+    on_thread = (nvtx.filter(~family_mask & (pl.col("thread") == thread)) if thread is not None
+                 else nvtx.clear()).select("start_ns", "end_ns", "name").sort("start_ns")
+    host = Host.of(windows, outermost_user_ranges(on_thread, windows)[0], dispatch_runs(cuda_api))
+    work_starts = work["start_ns"]
     reach = work["end_ns"].cum_max()  # by start: all work before the first whose reach passes t ends by t
+
+    def between(lo: int, hi: int) -> pl.DataFrame:  # what still ran at LO, up to the work that starts at HI
+        first = int(reach.search_sorted(lo, side="right"))
+        return work.slice(first, int(work_starts.search_sorted(hi, side="right")) - first)
+
     firsts = work_starts.search_sorted(windows["start_ns"], side="left")
-    cuts = []  # (first window, windows): each batch's windows
+    return budget_in_batches(windows, batches(firsts), between, step_syncs(blocking, thread), host)
+
+
+def batches(firsts: pl.Series) -> list[tuple[int, int]]:
+    """The windows cut into batches of about BATCH_WORK pieces of GPU work (first window, windows); FIRSTS: per
+    window, how much work starts before it."""
+    cuts = []
     begin = 0
-    while begin < windows.height:
+    while begin < firsts.len():
         end = max(int(firsts.search_sorted(int(firsts[begin]) + BATCH_WORK, side="left")), begin + 1)
         cuts.append((begin, end - begin))
         begin = end
+    return cuts
+
+
+def step_syncs(blocking: pl.DataFrame, thread: int | None) -> pl.DataFrame:
+    """BLOCKING's calls on the steps' THREAD (all where it is unknown), by start: the syncs the budget blames."""
+    return (blocking.filter(pl.col("thread") == thread) if thread is not None else blocking).sort("start_ns")
+
+
+def budget_in_batches(windows: pl.DataFrame, cuts: list[tuple[int, int]], between: WorkBetween,
+                      calls: pl.DataFrame, host: Host) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """:func:`gpu_budget`'s totals and idle stretches, WINDOWS budgeted a batch (CUTS: :func:`batches`) at a time:
+    steps are local in time, so every lookup a piece makes lies within its batch's time, with the next work after it
+    and the last sync before it. BETWEEN: the GPU work of a batch's time; CALLS: :func:`step_syncs`; HOST: what the
+    steps' thread was in.
+
+    One implementation for a capture read whole and one streamed (analysis/whole_budget.py): only where the work
+    comes from differs."""
+    call_starts = calls["start_ns"]
 
     def budget_of(cut: tuple[int, int]) -> tuple[pl.DataFrame, pl.DataFrame]:
         batch = windows.slice(*cut)
         lo, hi = batch.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
         # Its work, with what still ran at LO (HI is the next window's first work, or the end of the last's); its
         # syncs, from the last begun by LO (one may hold the host as the GPU drains).
-        first = int(reach.search_sorted(lo, side="right"))
-        last = int(work_starts.search_sorted(hi, side="right"))
         since = max(int(call_starts.search_sorted(lo, side="right")) - 1, 0)
         until = int(call_starts.search_sorted(hi, side="right"))
-        return _batch_budget(batch, work.slice(first, last - first), calls.slice(since, until - since), host, lo,
-                             hi)
+        return _batch_budget(batch, between(lo, hi), calls.slice(since, until - since), host, lo, hi)
 
     done = [budget_of(cut) for cut in cuts]
     totals, idle = [part for part, _ in done], [stretches for _, stretches in done]
@@ -94,7 +126,7 @@ IDLE_COLUMNS = {"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "par
                 "cpu_kind": pl.String, "cpu_name": pl.String}
 
 
-def _batch_budget(windows: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame, host: _Host, lo: int,
+def _batch_budget(windows: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame, host: Host, lo: int,
                   hi: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     """WINDOWS (from LO to HI) cut into parts and idle causes: the sums per step, part and CPU activity (step,
     part, cpu_kind, cpu_name, total_ns), and each idle stretch with its largest cause (IDLE_COLUMNS). WORK: the GPU
@@ -177,7 +209,7 @@ def _with_cause(idle: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame) -> 
                                (pl.col("a") - pl.col("_sync_start")).alias("sync_waited_ns")).drop("_sync_start")
 
 
-class _Host:
+class Host:
     """What the steps' thread was in, as interval sets whose coverage of any span is two as-of lookups."""
 
     def __init__(self, steps: pl.DataFrame, ranges: dict[str, pl.DataFrame], dispatch: pl.DataFrame) -> None:
@@ -186,24 +218,15 @@ class _Host:
         self.dispatch = _cumulative(dispatch)
 
     @classmethod
-    def of(cls, nvtx: pl.DataFrame, family_mask: pl.Series, windows: pl.DataFrame, thread: int | None,
-           cuda_api: pl.DataFrame) -> _Host:
-        """User ranges: the thread's NVTX ranges that are not steps and hold no step (a region, an epoch), the
-        outermost of those nesting, named by TOP_RANGES names."""
+    def of(cls, windows: pl.DataFrame, user: pl.DataFrame, dispatch: pl.DataFrame) -> Host:
+        """The steps of WINDOWS (their ranges), the USER ranges (:func:`outermost_user_ranges`) named by TOP_RANGES
+        names, and when the host DISPATCHED (:func:`dispatch_runs`)."""
         steps = windows.select(pl.col("cpu_start_ns").alias("start_ns"), pl.col("cpu_end_ns").alias("end_ns"))
-        on_thread = (nvtx.filter(~family_mask & (pl.col("thread") == thread)) if thread is not None
-                     else nvtx.clear()).select("start_ns", "end_ns", "name").sort("start_ns")
-        starts = steps["start_ns"]
-        holds_step = (pl.lit(starts).search_sorted(pl.col("end_ns"), side="left")
-                      > pl.lit(starts).search_sorted(pl.col("start_ns"), side="left"))
-        user = on_thread.filter(~holds_step)
-        outermost = user.filter(pl.col("start_ns") >= pl.col("end_ns").cum_max().shift(1).fill_null(-1))
-        top = (outermost.group_by("name").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("t"))
+        top = (user.group_by("name").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("t"))
                .sort(["t", "name"], descending=[True, False]).head(TOP_RANGES)["name"])
-        named = outermost.with_columns(pl.when(pl.col("name").is_in(top.implode())).then(pl.col("name"))
-                                       .otherwise(pl.lit(OTHER_RANGES)).alias("name"))
-        return cls(steps, {name: frame.drop("name") for (name,), frame in named.group_by("name")},
-                   _dispatch_runs(cuda_api))
+        named = user.with_columns(pl.when(pl.col("name").is_in(top.implode())).then(pl.col("name"))
+                                  .otherwise(pl.lit(OTHER_RANGES)).alias("name"))
+        return cls(steps, {name: frame.drop("name") for (name,), frame in named.group_by("name")}, dispatch)
 
     def activities(self) -> list[tuple[str, str, str]]:
         """What the host can have done in a span, in the order :meth:`split` gives it: cpu_kind, cpu_name and the
@@ -226,8 +249,25 @@ class _Host:
         return [*covered, dispatch, untraced]
 
 
-def _dispatch_runs(cuda_api: pl.DataFrame) -> pl.DataFrame:
-    """The CUDA calls of all threads merged across gaps shorter than DISPATCH_GAP_NS: when the host dispatched."""
+def outermost_user_ranges(ranges: pl.DataFrame, windows: pl.DataFrame, reach: int = -1) -> tuple[pl.DataFrame, int]:
+    """The user ranges among RANGES (start_ns, end_ns, name, by start: the steps' thread's NVTX ranges that are not
+    steps): those that hold no step of WINDOWS (a region, an epoch), the outermost of those nesting; and the latest
+    end of those user ranges. REACH: that end of the user ranges before RANGES (a streamed capture's are read in
+    windows of start time, analysis/whole_budget.py)."""
+    starts = windows["cpu_start_ns"]
+    holds_step = (pl.lit(starts).search_sorted(pl.col("end_ns"), side="left")
+                  > pl.lit(starts).search_sorted(pl.col("start_ns"), side="left"))
+    user = ranges.filter(~holds_step)
+    before = pl.max_horizontal(pl.col("end_ns").cum_max().shift(1).fill_null(-1), pl.lit(reach))
+    latest = user.select(pl.col("end_ns").max()).item()
+    return user.filter(pl.col("start_ns") >= before), max(reach, latest if latest is not None else -1)
+
+
+def dispatch_runs(cuda_api: pl.DataFrame) -> pl.DataFrame:
+    """The CUDA calls of all threads merged across gaps shorter than DISPATCH_GAP_NS: when the host dispatched.
+
+    Runs are calls too: the runs of consecutive windows of calls (by start), merged again, are the runs of all of
+    them (each run ends at the latest end of the calls up to its last), which a streamed capture relies on."""
     calls = cuda_api.select("start_ns", "end_ns")  # in start order already, as the Trace reads them: no sort
     calls = (calls if calls["start_ns"].is_sorted() else calls.sort("start_ns")).with_columns(
         pl.col("end_ns").cum_max())
@@ -288,7 +328,7 @@ class _Causes:
         """The candidates whose name is a column of FRAME (launch_name, sync_name), by index."""
 
     @classmethod
-    def of(cls, idle: pl.DataFrame, host: _Host) -> _Causes:
+    def of(cls, idle: pl.DataFrame, host: Host) -> _Causes:
         """The causes of IDLE's pieces: untraced work, queued work (a launch gap or a stream wait), the launch's
         latency, the sync, then what the HOST did after the sync's blame and before the launch."""
         untraced = pl.col("launch_ns").is_null()

@@ -11,17 +11,33 @@ are kept, merged over the windows by min and max: the same GPU windows as the ca
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import polars as pl
 
 from nsight_core.analysis.intervals import WINDOW_ROWS, start_cuts, window_filters
-from nsight_core.analysis.projection import GPU_WORK_COLUMNS, MIN_PROJECTED, project_spans, step_of_launch
+from nsight_core.analysis.projection import GPU_WORK_COLUMNS, MIN_PROJECTED, NCCL, project_spans, step_of_launch
 from nsight_core.analysis.steps import StepStats, family_stats, on_gpu_clock, pattern_of
 from nsight_core.trace.streamed import Events
 
 SPAN_COLUMNS = {"step": pl.Int64, "gpu_start_ns": pl.Int64, "gpu_end_ns": pl.Int64}
 
 
+class EveryStep(NamedTuple):
+    """Every step of a streamed capture (:func:`every_step`)."""
+
+    stats: StepStats
+    windows: pl.DataFrame | None
+    """On the GPU's clock, the steps' GPU windows (:func:`projection.project_spans`); else None."""
+
+
 def whole_capture_steps(frames: Events, chosen: StepStats, window_rows: int | None = WINDOW_ROWS) -> StepStats | None:
+    """The statistics of :func:`every_step`."""
+    found = every_step(frames, chosen, window_rows)
+    return None if found is None else found.stats
+
+
+def every_step(frames: Events, chosen: StepStats, window_rows: int | None = WINDOW_ROWS) -> EveryStep | None:
     """The statistics of every step of the capture FRAMES holds, of the NVTX family CHOSEN (the first part's), as
     :func:`analyze.analyze_steps` reads them: on the GPU's clock where at least MIN_PROJECTED steps launched GPU work,
     else the ranges' own. None where CHOSEN has no NVTX family, or its ranges overlap across the whole capture (the
@@ -39,7 +55,8 @@ def whole_capture_steps(frames: Events, chosen: StepStats, window_rows: int | No
     if stats is None:
         return None
     windows = project_spans(steps, gpu_spans(frames, steps, window_rows))
-    return on_gpu_clock(stats, windows) if windows.height >= MIN_PROJECTED else stats
+    return EveryStep(on_gpu_clock(stats, windows), windows) if windows.height >= MIN_PROJECTED else \
+        EveryStep(stats, None)
 
 
 def gpu_spans(frames: Events, steps: pl.DataFrame, window_rows: int | None) -> pl.DataFrame:
@@ -50,12 +67,7 @@ def gpu_spans(frames: Events, steps: pl.DataFrame, window_rows: int | None) -> p
     correlation id two processes both used belongs to the earlier call, as :func:`projection.launched` has it.
     """
     calls = frames.cuda_api.select("correlation_id", pl.col("start_ns").alias("launch_ns"))
-    columns = {name: GPU_WORK_COLUMNS[name] for name in ("start_ns", "end_ns", "correlation_id")}
-    # The graph launches once (a row per launch): their query streams every kernel past them, which each window would
-    # repeat.
-    graphs = frames.graphs.select(*columns).collect(engine="streaming").lazy()
-    work = pl.concat([frame.select(*columns).cast(columns)  # type: ignore[arg-type]
-                      for frame in (frames.kernels, frames.memcpy, frames.memset, graphs)])
+    work = gpu_work_of(frames).select("start_ns", "end_ns", "correlation_id")
     # Cut where both sides together hold about WINDOW_ROWS rows: a CUDA graph's nodes all carry its launch's id.
     ids = pl.concat([side.select(pl.col("correlation_id").alias("start_ns")) for side in (calls, work)])
     cuts = start_cuts(ids.drop_nulls(), window_rows)
@@ -69,3 +81,17 @@ def gpu_spans(frames: Events, steps: pl.DataFrame, window_rows: int | None) -> p
                                               pl.col("end_ns").max().alias("gpu_end_ns")))
     spans = pl.concat([pl.DataFrame(schema=SPAN_COLUMNS), *(part.cast(SPAN_COLUMNS) for part in found)])  # type: ignore[arg-type]
     return spans.group_by("step").agg(pl.col("gpu_start_ns").min(), pl.col("gpu_end_ns").max()).sort("step")
+
+
+def gpu_work_of(frames: Events) -> pl.LazyFrame:
+    """FRAMES' GPU work as :func:`projection.gpu_work` has it (start_ns, end_ns, correlation_id, kind, comm), streamed.
+
+    The graph launches are read once (a row per launch): their query streams every kernel past them, which each
+    window of a streamed pass would repeat."""
+    graphs = frames.graphs.select("start_ns", "end_ns", "correlation_id").collect(engine="streaming").lazy()
+    no = pl.lit(False).alias("comm")
+    parts = [frames.kernels.select("start_ns", "end_ns", "correlation_id", pl.lit("kernel").alias("kind"),
+                                   pl.col("name").str.contains(NCCL).fill_null(False).alias("comm")),
+             *(frame.select("start_ns", "end_ns", "correlation_id", pl.lit(kind).alias("kind"), no)
+               for frame, kind in ((frames.memcpy, "copy"), (frames.memset, "memset"), (graphs, "graph")))]
+    return pl.concat([part.cast(GPU_WORK_COLUMNS) for part in parts])  # type: ignore[arg-type]

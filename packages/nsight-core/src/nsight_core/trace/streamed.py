@@ -23,6 +23,7 @@ from nsight_core.trace.model import (
     I64,
     KERNEL_READ,
     MEMCPY_READ,
+    MEMORY_KINDS,
     MEMSET_READ,
     NVTX_DOMAIN_CREATE,
     NVTX_MARK_TYPES,
@@ -65,7 +66,7 @@ class Events:
 
     @functools.cached_property
     def memcpy(self) -> pl.LazyFrame:
-        """start_ns, end_ns, device, direction, bytes, correlation_id"""
+        """start_ns, end_ns, device, direction, src_kind, dst_kind, bytes, correlation_id"""
         return _memcpy(self._trace)
 
     @functools.cached_property
@@ -167,13 +168,17 @@ def _graphs(trace: Trace, kernels: pl.LazyFrame) -> pl.LazyFrame:
 
 def _memcpy(trace: Trace) -> pl.LazyFrame:
     raw = _scan_as_read(trace, "CUPTI_ACTIVITY_KIND_MEMCPY", {"start": I64, "end": I64, "deviceId": I64,
-                                                               "copyKind": I64, "bytes": I64, "correlationId": I64},
-                        MEMCPY_READ)
+                                                               "copyKind": I64, "srcKind": I64, "dstKind": I64,
+                                                               "bytes": I64, "correlationId": I64}, MEMCPY_READ)
     if raw is None:
         return trace.memcpy.lazy()
-    directions = trace._enum("ENUM_CUDA_MEMCPY_OPER", COPY_DIRECTIONS)
-    return _timed(_named(raw, "copyKind", directions, "direction"), pl.col("deviceId").alias("device"),
-                  pl.col("direction").fill_null("Unknown"), "bytes", pl.col("correlationId").alias("correlation_id"))
+    directions, kinds = trace._enum("ENUM_CUDA_MEMCPY_OPER", COPY_DIRECTIONS), trace._enum("ENUM_CUDA_MEM_KIND",
+                                                                                          MEMORY_KINDS)
+    labelled = _named(_named(_named(raw, "copyKind", directions, "direction"), "srcKind", kinds, "src_kind"),
+                      "dstKind", kinds, "dst_kind")
+    return _timed(labelled, pl.col("deviceId").alias("device"),
+                  *(pl.col(label).fill_null("Unknown") for label in ("direction", "src_kind", "dst_kind")), "bytes",
+                  pl.col("correlationId").alias("correlation_id"))
 
 
 def _memset(trace: Trace) -> pl.LazyFrame:

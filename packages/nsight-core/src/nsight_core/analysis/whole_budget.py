@@ -1,0 +1,105 @@
+"""Where every step's time went in a capture too large to analyse whole: the GPU budget of every step, streamed.
+
+A streamed capture's "What to fix" comes from its first steps that fit (profile.first_part); a slowdown that starts
+later is in none of them. The budget (analysis/gpu_budget.py) is local in time, so it is made batch by batch as for
+a capture read whole, with the same code: each batch of steps gets the GPU work that ran in its time (a streamed
+query; the Parquet scan skips the files outside it) and the calls that launched it, by correlation id. What the
+host was in comes from streamed passes over windows of start time, each window's result carried into the next: the
+user ranges outermost on the steps' thread (:func:`gpu_budget.outermost_user_ranges`, from the latest end before
+the window), when it dispatched (:func:`gpu_budget.dispatch_runs`, whose runs merge again across windows), and its
+synchronising calls (a few per step). Number for number the budget of the capture read whole
+(tests/core/test_streamed_analysis.py).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import polars as pl
+
+from nsight_core.analysis.budget import SYNC_API, StepBudget, bound_by, per_step, steady_budget
+from nsight_core.analysis.gpu_budget import (
+    Host,
+    batches,
+    budget_in_batches,
+    dispatch_runs,
+    outermost_user_ranges,
+    step_syncs,
+)
+from nsight_core.analysis.intervals import WINDOW_ROWS, start_windows
+from nsight_core.analysis.projection import launched
+from nsight_core.analysis.steps import pattern_of
+from nsight_core.analysis.whole_steps import EveryStep, gpu_work_of
+from nsight_core.trace.streamed import Events
+
+
+class WholeBudget(NamedTuple):
+    """The budget of every step of a streamed capture (:func:`whole_capture_budget`)."""
+
+    budget: StepBudget
+    """Over the steady steps (the warm-up left out), as :func:`analyze.analyze_steps` states it."""
+    steps: pl.DataFrame
+    """Every step's budget (:func:`budget.per_step`), warm-up included: what the page's chart of steps draws."""
+    bound: str
+    """What bounds the steady steps (:func:`budget.bound_by`)."""
+
+
+def whole_capture_budget(frames: Events, every: EveryStep, window_rows: int | None = WINDOW_ROWS) -> WholeBudget | None:
+    """The GPU budget of EVERY step of the capture FRAMES holds (None where its steps are not on the GPU's clock).
+    WINDOW_ROWS: events per window of the streamed passes (None: one window)."""
+    windows, family = every.windows, every.stats.family
+    if windows is None or family is None or family.thread is None:
+        return None
+    thread = family.thread  # an NVTX family's: its ranges' thread
+    host = Host.of(windows, _user_ranges(frames, windows, family.pattern, thread, window_rows),
+                   dispatch_runs(pl.concat([dispatch_runs(calls) for calls in
+                                            start_windows(frames.cuda_api.select("start_ns", "end_ns"), window_rows)])))
+    work = gpu_work_of(frames)
+
+    def between(lo: int, hi: int) -> pl.DataFrame:
+        ran = (work.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") <= hi)).collect(engine="streaming")
+               .sort("start_ns", maintain_order=True))
+        ids = ran["correlation_id"].drop_nulls()
+        if not ids.len():
+            return launched(ran, frames.cuda_api.clear().collect())
+        calls = (frames.cuda_api.filter(pl.col("correlation_id").is_between(ids.min(), ids.max())
+                                        & pl.col("correlation_id").is_in(ids.implode()))
+                 .collect(engine="streaming").sort("start_ns", maintain_order=True))
+        return launched(ran, calls)
+
+    # Per window, how much work starts before it: from a streamed count of the work per window, for the batches.
+    starts = windows["start_ns"]
+    within = (work.select(pl.lit(starts).search_sorted(pl.col("start_ns"), side="right").alias("_window"))
+              .group_by("_window").len().collect(engine="streaming"))
+    firsts = (pl.DataFrame({"_window": pl.int_range(starts.len(), eager=True).cast(within["_window"].dtype)})
+              .join(within, on="_window", how="left").sort("_window")
+              .select(pl.col("len").fill_null(0).cum_sum().cast(pl.Int64)).to_series())
+    totals, _ = budget_in_batches(windows, batches(firsts), between, step_syncs(_syncs(frames), thread), host)
+    budget = steady_budget(totals, windows, every.stats.warmup, thread)
+    return WholeBudget(budget, per_step(totals, windows), bound_by(budget))
+
+
+def _user_ranges(frames: Events, windows: pl.DataFrame, pattern: str, thread: int,
+                 window_rows: int | None) -> pl.DataFrame:
+    """The user ranges of the steps' THREAD (:func:`gpu_budget.outermost_user_ranges`), the ranges of the step family
+    (PATTERN) left out, from windows of start time."""
+    on_thread = frames.nvtx.filter((pl.col("thread") == thread) & (pattern_of(pl.col("name")) != pattern)).select(
+        "start_ns", "end_ns", "name")
+    found, reach = [], -1
+    for ranges in start_windows(on_thread, window_rows):
+        user, reach = outermost_user_ranges(ranges.sort("start_ns"), windows, reach)
+        found.append(user)
+    return pl.concat(found)
+
+
+def _syncs(frames: Events) -> pl.DataFrame:
+    """The CUDA calls that block until the GPU catches up (:func:`budget.sync_calls`), streamed: a few per step."""
+    pageable = (frames.memcpy.filter((pl.col("src_kind") == "Pageable") | (pl.col("dst_kind") == "Pageable"))
+                .select("correlation_id").collect(engine="streaming")["correlation_id"])
+    # The test runs on the few distinct names, found among the calls' name ids, not on every call's text.
+    names = frames.cuda_api.select("name_id", "name").unique().collect(engine="streaming")
+    name = pl.col("name")
+    blocking = names.filter(name.str.contains(SYNC_API) & ~name.str.contains("Async", literal=True))["name_id"]
+    return (frames.cuda_api.filter(pl.col("name_id").is_in(blocking.implode())
+                                   | pl.col("correlation_id").is_in(pageable.implode()))
+            .collect(engine="streaming").sort("start_ns", maintain_order=True))

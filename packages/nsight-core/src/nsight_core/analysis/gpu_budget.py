@@ -96,11 +96,12 @@ def step_syncs(blocking: pl.DataFrame, thread: int | None) -> pl.DataFrame:
 
 
 def budget_in_batches(windows: pl.DataFrame, cuts: list[tuple[int, int]], between: WorkBetween,
-                      calls: pl.DataFrame, host: Host) -> tuple[pl.DataFrame, pl.DataFrame]:
+                      calls: pl.DataFrame, host: Host, stretches: bool = True) -> tuple[pl.DataFrame, pl.DataFrame]:
     """:func:`gpu_budget`'s totals and idle stretches, WINDOWS budgeted a batch (CUTS: :func:`batches`) at a time:
     steps are local in time, so every lookup a piece makes lies within its batch's time, with the next work after it
     and the last sync before it. BETWEEN: the GPU work of a batch's time; CALLS: :func:`step_syncs`; HOST: what the
-    steps' thread was in.
+    steps' thread was in. STRETCHES: whether to keep the idle stretches (else none: every step of a large capture
+    has thousands, 258 MB for 160,000 steps of one fixture, and only the steps a page draws need theirs).
 
     One implementation for a capture read whole and one streamed (analysis/whole_budget.py): only where the work
     comes from differs."""
@@ -113,7 +114,7 @@ def budget_in_batches(windows: pl.DataFrame, cuts: list[tuple[int, int]], betwee
         # syncs, from the last begun by LO (one may hold the host as the GPU drains).
         since = max(int(call_starts.search_sorted(lo, side="right")) - 1, 0)
         until = int(call_starts.search_sorted(hi, side="right"))
-        return _batch_budget(batch, between(lo, hi), calls.slice(since, until - since), host, lo, hi)
+        return _batch_budget(batch, between(lo, hi), calls.slice(since, until - since), host, lo, hi, stretches)
 
     done = [budget_of(cut) for cut in cuts]
     totals, idle = [part for part, _ in done], [stretches for _, stretches in done]
@@ -127,7 +128,7 @@ IDLE_COLUMNS = {"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "par
 
 
 def _batch_budget(windows: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame, host: Host, lo: int,
-                  hi: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+                  hi: int, stretches: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
     """WINDOWS (from LO to HI) cut into parts and idle causes: the sums per step, part and CPU activity (step,
     part, cpu_kind, cpu_name, total_ns), and each idle stretch with its largest cause (IDLE_COLUMNS). WORK: the GPU
     work that ran between LO and HI; SYNCS: the steps' thread's synchronising calls, from the last that began by
@@ -145,7 +146,8 @@ def _batch_budget(windows: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame
                             none.alias("cpu_kind"), none.alias("cpu_name"), pl.col("ns").alias("total_ns"))
     causes = _Causes.of(_with_cause(idle, work, syncs), host)
     del idle
-    return pl.concat([busy_rows.filter(pl.col("total_ns") > 0), causes.totals()]), causes.largest()
+    return (pl.concat([busy_rows.filter(pl.col("total_ns") > 0), causes.totals()]),
+            causes.largest() if stretches else pl.DataFrame(schema=IDLE_COLUMNS))
 
 
 STATES = ("compute", "exposed_comm", "exposed_copy", "idle")

@@ -74,7 +74,8 @@ def whole_capture_budget(frames: Events, every: EveryStep, window_rows: int | No
     firsts = (pl.DataFrame({"_window": pl.int_range(starts.len(), eager=True).cast(within["_window"].dtype)})
               .join(within, on="_window", how="left").sort("_window")
               .select(pl.col("len").fill_null(0).cum_sum().cast(pl.Int64)).to_series())
-    totals, _ = budget_in_batches(windows, batches(firsts), between, step_syncs(_syncs(frames), thread), host)
+    totals, _ = budget_in_batches(windows, batches(firsts), between, step_syncs(_syncs(frames), thread), host,
+                                  stretches=False)
     budget = steady_budget(totals, windows, every.stats.warmup, thread)
     return WholeBudget(budget, per_step(totals, windows), bound_by(budget))
 

@@ -1,12 +1,16 @@
-"""A large capture's "What to fix": from its first steps that fit the memory allowed, read whole from the SQLite
-export (trace/head.py, profile.first_part), with a note saying how much of the capture it covers.
+"""A large capture's "What to fix": over every step where its steps are on the GPU's clock, streamed in windows
+(analysis/whole_steps.py, whole_budget.py, whole_findings.py), else from its first steps that fit the memory allowed,
+read whole from the SQLite export (trace/head.py, profile.first_part); its NVTX range table and drawn steps from those
+first steps in any case, with a note saying what covers what.
 
-Steps are local in time: the first steps, read alone, get the analysis they get inside the whole capture. A part
-that reaches past the last event is the whole capture, and its analysis is the whole one, number for number.
+Steps are local in time: the first steps, read alone, get the analysis they get inside the whole capture, and every
+step's analysis made window by window is the capture's read whole, number for number.
 """
 
 from __future__ import annotations
 
+import logging
+import re
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,6 +26,7 @@ from nsight_core.analysis.analyze import analyze_steps
 from nsight_core.analysis.budget import StepBudget
 from nsight_core.analysis.steps import StepFamily, family_stats, find_steps
 from nsight_core.analysis.whole_budget import whole_capture_budget
+from nsight_core.analysis.whole_findings import whole_capture_analysis
 from nsight_core.analysis.whole_steps import every_step, whole_capture_steps
 from nsight_core.errors import NotEnoughMemoryError
 from nsight_core.nsys import Nsys
@@ -60,8 +65,8 @@ def test_a_part_up_to_the_end_is_analysed_as_the_whole(capture: str, nsys: Nsys,
 
 
 @pytest.mark.nsys
-def test_a_streamed_capture_too_large_to_read_whole_gets_what_to_fix_from_its_first_steps(
-        nsys: Nsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_streamed_capture_too_large_to_read_whole_gets_what_to_fix_over_every_step(
+        nsys: Nsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     capture = tmp_path / "training.nsys-rep"
     shutil.copyfile(FIXTURES / "h200-torch-mlp" / "training.nsys-rep", capture)
     whole = build_profile(capture)
@@ -78,31 +83,43 @@ def test_a_streamed_capture_too_large_to_read_whole_gets_what_to_fix_from_its_fi
 
     assert profile.stats.export is not None and profile.stats.export.streamed
     assert profile.analysis is not None and profile.steps_drawn is not None
-    steps, all_steps = profile.analysis.steps.family, whole.analysis.steps.family
-    assert steps is not None and 2 <= steps.count < all_steps.count
-    assert profile.analysis.window.end_ns < whole.analysis.window.end_ns
-    # The first steps' budget is the capture's up to the last of them, whose GPU period ends at the next step's start.
-    assert profile.analysis.budget.steps == steps.count - int(whole.analysis.steps.warmup)
-    assert profile.analysis.budget != whole.analysis.budget
-    assert profile.analysis.steps.warmup == whole.analysis.steps.warmup
-    # The page's chart of steps draws every step's budget, streamed: the whole capture's; and their budget is its.
+    all_steps = whole.analysis.steps.family
+    # "What to fix" is the capture's read whole, every step streamed: steps, budget, window and findings; the NVTX
+    # range table is its first steps' (the note says so), which the page draws in full.
+    expected = whole.analysis.model_copy(update={"steps": whole.analysis.steps.model_copy(update={"candidates": []}),
+                                                 "ranges": profile.analysis.ranges})
+    assert profile.analysis == expected and expected.findings and expected.steps.clock == "gpu"
+    first = int(re.search(r"come from its first ([\d,]+) steps", note_line(profile))[1].replace(",", ""))  # type: ignore[index]
+    assert 2 <= first < all_steps.count
+    assert [family.count for family in profile.analysis.ranges if family.pattern == "step_{n}"] == [first]
+    assert all(drawn.step < first for drawn in profile.steps_drawn.steps)
+    # The page's chart of steps draws every step's budget: the whole capture's.
     assert profile.steps_drawn.budgets.equals(whole.steps_drawn.budgets)
-    assert profile.whole_budget == whole.analysis.budget
-    assert stats_json(profile)["whole_capture_budget"] == stats_json(whole)["budget"]
-    note = f"What to fix covers its first {steps.count:,} steps"
-    assert any(line.startswith(note) for line in profile.stats.notes)
-    assert any(line.startswith(note) for line in profile.notes)
+    note = f"What to fix covers all {whole.analysis.budget.steps:,} steady steps, streamed from disk"
+    assert note_line(profile).startswith(note) and any(line.startswith(note) for line in profile.stats.notes)
     assert note in render_page([profile])
-    # Every step's times, streamed, are the whole capture's, and the note puts them beside the part's.
-    every = whole.analysis.steps.model_copy(update={"candidates": []})
-    assert profile.whole_steps == every and every.clock == "gpu" and every.bound != "unknown"
+    # The note puts every step's times and budget beside the first steps'.
     assert f"All {all_steps.count:,} steps, on the GPU's clock: p50 {duration(all_steps.p50_ns)}" in note_line(profile)
     assert (f"Where the time of all {whole.analysis.budget.steps:,} steady steps went: "
             f"{largest_part(whole.analysis.budget)}, " in note_line(profile))
-    assert f"; {every.bound}-bound (the first steps: {largest_part(profile.analysis.budget)}" in note_line(profile)
-    assert stats_json(profile)["whole_capture_steps"]["family"]["count"] == all_steps.count
+    assert f"; {whole.analysis.steps.bound}-bound (the first steps: " in note_line(profile)
+    assert stats_json(profile)["steps"]["family"]["count"] == all_steps.count
+    assert stats_json(profile)["findings"] == stats_json(whole)["findings"]
+    assert profile.whole_steps is None and "whole_capture_steps" not in stats_json(profile)
+
+    # Should the pass over every step's findings fail, "What to fix" is the first steps', with every step's times.
+    def fails(*_: object) -> None:
+        raise RuntimeError("injected")
+    monkeypatch.setattr(profile_module, "whole_capture_analysis", fails)
+    with caplog.at_level(logging.WARNING, logger="nsight"):
+        fallback = build_profile(capture)
+    assert "could not analyse every step of" in caplog.text and "injected" in caplog.text
+    assert fallback.analysis is not None and fallback.analysis.steps.family is not None
+    assert fallback.analysis.steps.family.count == first
+    assert note_line(fallback).startswith(f"What to fix covers its first {first:,} steps")
+    assert fallback.whole_steps == whole.analysis.steps.model_copy(update={"candidates": [], "bound": "unknown"})
+    assert stats_json(fallback)["whole_capture_steps"]["family"]["count"] == all_steps.count
     assert whole.whole_steps is None and "whole_capture_steps" not in stats_json(whole)
-    assert whole.whole_budget is None and "whole_capture_budget" not in stats_json(whole)
     # The statistics, summary and completeness are the whole capture's.
     assert profile.trace == whole.trace and profile.completeness == whole.completeness
     assert pl.DataFrame([row.model_dump() for row in profile.stats.nvtx_ranges]).equals(
@@ -133,23 +150,26 @@ WINDOWS = 40
 
 
 @pytest.mark.parametrize("capture", SQLITE_CAPTURES, ids=lambda p: p.relative_to(FIXTURES).as_posix())
-def test_every_step_and_its_budget_streamed_in_windows_are_the_whole_capture_read_whole(
+def test_what_to_fix_over_every_step_streamed_in_windows_is_the_whole_capture_read_whole(
         capture: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """What a streamed capture's note says of all its steps (analysis/whole_steps.py) and of where their time went
-    (analysis/whole_budget.py, the page's chart of steps) is what the analysis of the capture read whole says of
-    them, in one window and in ~40 windows of correlation id (launches and GPU work placed window by window) and of
-    start time (the host's ranges, dispatch runs), its steps budgeted a few pieces of GPU work at a time."""
+    """What a streamed capture says of all its steps: their times (analysis/whole_steps.py), budget (the page's chart
+    of steps, analysis/whole_budget.py) and "What to fix" (analysis/whole_findings.py) is what the analysis of the
+    capture read whole says, in one window and in ~40 windows of correlation id (launches and GPU work) and of
+    start time (the host's ranges, dispatch runs, syncs), its steps budgeted a few pieces of GPU work at a time."""
     read_whole = analyze_steps(nsight_core.load_trace(capture))
     steps = read_whole.analysis.steps
     assert steps.source == "nvtx" and steps.clock == "gpu"
-    streamed = events(Trace(SpilledTables(SqliteTables(capture), STREAMED)))
+    trace = Trace(SpilledTables(SqliteTables(capture), STREAMED))
+    streamed = events(trace)
     events_ = sum(frame.select(pl.len()).collect().item() for frame in (streamed.cuda_api, streamed.kernels))
+    expected = read_whole.analysis.model_copy(update={"steps": steps.model_copy(update={"candidates": []})})
     for rows in (None, max(3, events_ // WINDOWS)):
         every = every_step(streamed, steps, rows)
         assert every is not None and every.stats == steps.model_copy(update={"candidates": [], "bound": "unknown"})
         budget = whole_capture_budget(streamed, every, rows)
         assert budget is not None and budget.budget == read_whole.analysis.budget, rows
         assert budget.steps.equals(read_whole.budgets) and budget.bound == steps.bound, rows
+        assert whole_capture_analysis(trace, every, budget, read_whole.analysis.ranges, rows) == expected, rows
         monkeypatch.setattr(gpu_budget, "BATCH_WORK", 7)  # then batches of a few pieces of work, inside steps
 
 

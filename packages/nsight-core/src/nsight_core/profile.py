@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import count, takewhile
 from pathlib import Path
+from typing import NamedTuple
 
 import polars as pl
 from pydantic import BaseModel, Field
@@ -34,6 +35,7 @@ from nsight_core.analysis.steps import StepStats, find_steps
 from nsight_core.analysis.summary import Tile, summary_tiles
 from nsight_core.analysis.timeline import TraceSummary, summarize_trace
 from nsight_core.analysis.whole_budget import WholeBudget, whole_capture_budget
+from nsight_core.analysis.whole_findings import whole_capture_analysis
 from nsight_core.analysis.whole_steps import every_step
 from nsight_core.errors import NotEnoughMemoryError, StatsError
 from nsight_core.memory import (
@@ -74,9 +76,6 @@ class CaptureProfile(BaseModel):
     whole_steps: StepStats | None = Field(default=None, description="Of a capture whose 'What to fix' covers its first "
                                           "steps only: the statistics of all its steps of the same family, streamed; "
                                           "None otherwise")
-    whole_budget: StepBudget | None = Field(default=None, description="Of a capture whose 'What to fix' covers its "
-                                            "first steps only: the budget of all its steady steps, on the GPU's "
-                                            "clock, streamed; None otherwise")
 
     @property
     def tiles(self) -> list[Tile]:
@@ -128,9 +127,10 @@ def build_profile(
 def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: str | None,
                      facts: CaptureFacts) -> CaptureProfile:
     """The profile of a streamed capture whose frames would not fit read whole: statistics, summary (tiles,
-    timeline) and completeness, each streamed from the Parquet copies in bounded memory; "What to fix" and the
-    step view from the capture's first part that fits (:func:`first_part`), with a note saying how much it covers
-    (which `nsight stats` prints as well)."""
+    timeline) and completeness, each streamed from the Parquet copies in bounded memory; "What to fix" over every
+    step where they are on the GPU's clock (analysis/whole_findings.py), else from the capture's first part that fits
+    (:func:`first_part`), whose NVTX range table and drawn steps the page shows in any case; a note says what covers
+    what (which `nsight stats` prints as well)."""
     stats, completeness = stats_of_trace(trace, reports), check_completeness(trace, facts)
     profile = CaptureProfile(title=title or capture_title(path, trace), source=str(path), stats=stats,
                              trace=summarize_trace(trace), completeness=completeness)
@@ -145,55 +145,74 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
         profile = with_steps_drawn(diagnosed(profile, parts), part, parts)
         if part is trace or profile.analysis is None or profile.trace is None:
             return profile
-        steps = profile.analysis.steps.family
-        every, budget = _every_step(path, trace, profile.analysis.steps)
-        covered = ", step times and step budgets" if budget else ", step times" if every else ""
-        note = (f"What to fix covers {f'its first {steps.count:,} steps' if steps else 'its first part'} "
-                f"({duration(profile.analysis.window.span_ns)} of {duration(profile.trace.span_ns)}): {whole}. The "
-                f"statistics, summary{covered} and completeness cover all of it, streamed from "
-                f"disk.{_steps_compared(every, profile.analysis.steps)}"
-                f"{_budget_compared(budget, profile.analysis.budget, every)}")
-        update: dict[str, object] = {"whole_steps": every}
-        if budget is not None and every is not None:
-            # Every step's time on the page's chart of steps, and what bounds them all
-            update.update(whole_steps=every.model_copy(update={"bound": budget.bound}), whole_budget=budget.budget)
+        first = profile.analysis
+        found = _every_step(path, trace, first)
+        if found.analysis is not None and found.budget is not None and found.steps is not None:
+            # "What to fix" over every step; the page's chart of steps draws every step's budget
+            update: dict[str, object] = {"analysis": withhold_savings(found.analysis, completeness)}
             if profile.steps_drawn is not None:
-                update["steps_drawn"] = profile.steps_drawn.model_copy(update={"budgets": budget.steps})
+                update["steps_drawn"] = profile.steps_drawn.model_copy(update={"budgets": found.budget.steps})
+            note = (f"What to fix covers all {found.analysis.budget.steps:,} steady steps, streamed from disk "
+                    f"({whole}). Its NVTX range table and the steps drawn in full come from its first "
+                    f"{_first_steps(first, profile.trace.span_ns)}. The statistics, summary and completeness cover all "
+                    f"of it, streamed too.{_steps_compared(found.steps, first.steps)}"
+                    f"{_budget_compared(found.analysis, first)}")
+        else:
+            update = {"whole_steps": found.steps}
+            note = (f"What to fix covers its first {_first_steps(first, profile.trace.span_ns)}: {whole}. The "
+                    f"statistics, summary{', step times' if found.steps else ''} and completeness cover all of it, "
+                    f"streamed from disk.{_steps_compared(found.steps, first.steps)}")
         profile = profile.model_copy(update=update)
     stats.notes.append(note)  # what `nsight stats` prints
     profile.notes.append(note)  # what the page shows
     return profile
 
 
-def _every_step(path: Path, trace: Trace, part: StepStats) -> tuple[StepStats | None, WholeBudget | None]:
-    """Every step of streamed TRACE (of PATH) of the family its first PART chose (:func:`every_step`), and on the GPU's
-    clock every step's budget (:func:`whole_capture_budget`); None where there is none, or its streamed pass fails (a
-    loss for the note, not the page's: as for the analysis, :func:`diagnosed`)."""
+class _Every(NamedTuple):
+    """What a streamed capture's passes over every step found (:func:`_every_step`)."""
+
+    steps: StepStats | None
+    budget: WholeBudget | None
+    analysis: Analysis | None
+
+
+def _every_step(path: Path, trace: Trace, first: Analysis) -> _Every:
+    """Every step of streamed TRACE (of PATH) of the family its FIRST part's analysis chose (:func:`every_step`), and
+    on the GPU's clock their budget (:func:`whole_capture_budget`) and analysis (:func:`whole_capture_analysis`, with
+    the first part's NVTX ranges); None where there is none, or a streamed pass fails (a loss for the note, not the
+    page's: as for the analysis, :func:`diagnosed`)."""
     frames = events(trace)
     try:
-        every = every_step(frames, part)
+        every = every_step(frames, first.steps)
     except Exception as error:  # see the docstring
         log.warning("could not read every step of %s (%s: %s)", path, type(error).__name__, error)
-        return None, None
+        return _Every(None, None, None)
     if every is None:
-        return None, None
+        return _Every(None, None, None)
     try:
-        return every.stats, whole_capture_budget(frames, every)
+        budget = whole_capture_budget(frames, every)
+        return _Every(every.stats, budget,
+                      None if budget is None else whole_capture_analysis(trace, every, budget, first.ranges))
     except Exception as error:  # see the docstring
-        log.warning("could not budget every step of %s (%s: %s)", path, type(error).__name__, error)
-        return every.stats, None
+        log.warning("could not analyse every step of %s (%s: %s)", path, type(error).__name__, error)
+        return _Every(every.stats, None, None)
 
 
-def _budget_compared(whole: WholeBudget | None, part: StepBudget, every: StepStats | None) -> str:
-    """A sentence on where EVERY steady step's time went beside the first steps' (PART): the parts that hold most."""
-    if whole is None or every is None or every.family is None:
-        return ""
+def _first_steps(first: Analysis, span_ns: int) -> str:
+    """How much of a capture (SPAN_NS) its FIRST part covers: 'N steps (1.08 s of 55.60 s)'."""
+    steps = first.steps.family
+    return (f"{f'{steps.count:,} steps' if steps else 'part'} "
+            f"({duration(first.window.span_ns)} of {duration(span_ns)})")
+
+
+def _budget_compared(every: Analysis, first: Analysis) -> str:
+    """A sentence on where EVERY steady step's time went beside the FIRST steps': the parts that hold most."""
 
     def shares(budget: StepBudget) -> str:
         largest = sorted((p for p in budget.parts if p.fraction >= 0.005), key=lambda p: -p.fraction)[:3]
         return ", ".join(f"{PART_LABELS[p.part]} {fraction(p.fraction)}" for p in largest)
-    return (f" Where the time of all {whole.budget.steps:,} steady steps went: {shares(whole.budget)}; "
-            f"{whole.bound}-bound (the first steps: {shares(part)}).")
+    return (f" Where the time of all {every.budget.steps:,} steady steps went: {shares(every.budget)}; "
+            f"{every.steps.bound}-bound (the first steps: {shares(first.budget)}; {first.steps.bound}-bound).")
 
 
 def _steps_compared(every: StepStats | None, part: StepStats) -> str:

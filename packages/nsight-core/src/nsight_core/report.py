@@ -51,8 +51,6 @@ def stats_json(profile: CaptureProfile) -> dict[str, Any]:
         payload["findings"] = [finding_json(finding) for finding in profile.analysis.findings]
     if profile.whole_steps is not None:  # "What to fix" covers the first steps: these are all of them
         payload["whole_capture_steps"] = profile.whole_steps.model_dump(mode="json", exclude={"candidates"})
-    if profile.whole_budget is not None:  # and where their time went
-        payload["whole_capture_budget"] = profile.whole_budget.model_dump(mode="json")
     if profile.completeness is not None:
         payload["completeness"] = profile.completeness.model_dump(mode="json")
     return payload

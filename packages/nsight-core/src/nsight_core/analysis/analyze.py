@@ -165,7 +165,7 @@ def analyze_steps(trace: EventTables) -> Analyzed:
         stats, steps = found.stats, found.steps
         steady = steps.slice(1) if stats.warmup else steps
         steady_ranges = found.ranges.slice(1) if stats.warmup else found.ranges
-        syncs = pool.submit(_syncs_in, steady_ranges, found.blocking, trace.memcpy, found.thread, trace.nvtx)
+        syncs = pool.submit(syncs_in, steady_ranges, found.blocking, trace.memcpy, found.thread, trace.nvtx)
         shape = pool.submit(_launch_shape, steady_ranges, trace.kernels, trace.cuda_api)
         totals, idle = _totals(trace, found, nesting.result(), families)
     budget = steady_budget(totals, steps, stats.warmup, found.thread)
@@ -173,21 +173,14 @@ def analyze_steps(trace: EventTables) -> Analyzed:
         stats = stats.model_copy(update={"bound": bound_by(budget)})
     context = Context(steps=stats, budget=budget, window_ns=window.span_ns,
                       step_p50_ns=stats.family.p50_ns if stats.family else None)
-    pageable = find.pageable_copies(context, trace.memcpy, steady if found.scope == "steps" else steps.clear(),
-                                    find.nominal_pinned(getattr(trace, "gpus", None)))
-    gpu_findings = [
-        *find.idle_findings(context, *syncs.result()),
-        find.launch_bound(context, *shape.result()),
-        *pageable,
-        find.exposed_copy(context, pageable),
-        find.exposed_comm(context),
-        find.fp32_matmul(context, trace.kernels, steady),
-        find.device_bound(context, trace.kernels, steady),
-    ] if gpu_traced else []
+    gpu = find.GpuInputs(*syncs.result(), shape.result(), trace.memcpy,
+                         steady if found.scope == "steps" else steps.clear(),
+                         find.nominal_pinned(getattr(trace, "gpus", None)),
+                         find.kernel_totals(trace.kernels, steady)) if gpu_traced else None
     analysis = Analysis(
         window=window, steps=stats, budget=budget, budget_scope=found.scope,
         ranges=ranges.result(),
-        findings=find.ordered([*gpu_findings, find.warmup(context), find.step_count(context)]),
+        findings=find.findings_of(context, gpu),
     )
     return Analyzed(analysis, _view(found, idle), per_step(totals, found.steps))
 
@@ -246,7 +239,7 @@ def step_budgets(trace: EventTables) -> pl.DataFrame:
     return per_step(_totals(trace, found, Nesting.of(trace.nvtx, families), families)[0], found.steps)
 
 
-def _in_steps(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+def in_steps(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """FRAME's events that start inside a step, with the step index."""
     located = frame.sort("start_ns").join_asof(
         steps.select("step", pl.col("start_ns").alias("_step_start"), pl.col("end_ns").alias("_step_end")),
@@ -254,20 +247,20 @@ def _in_steps(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     return located.filter(pl.col("start_ns") < pl.col("_step_end")).drop("_step_start", "_step_end")
 
 
-def _syncs_in(steps: pl.DataFrame, blocking: pl.DataFrame, memcpy: pl.DataFrame, thread: int | None,
+def syncs_in(steps: pl.DataFrame, blocking: pl.DataFrame, memcpy: pl.DataFrame, thread: int | None,
               nvtx: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     """The steps' blocking calls on their thread with the innermost range each came from (``range``, the steps'
     own family by name), and their small device-to-host copies (scalar reads)."""
-    calls = _in_steps(blocking.filter(is_thread(thread)), steps)
+    calls = in_steps(blocking.filter(is_thread(thread)), steps)
     calls = calls.with_columns(innermost_range(calls, nvtx).str.replace_all(r"\d+", "{n}"))
-    small = _in_steps(memcpy.filter((pl.col("direction") == "Device-to-Host")
+    small = in_steps(memcpy.filter((pl.col("direction") == "Device-to-Host")
                                     & (pl.col("bytes") <= find.SMALL_COPY_BYTES)), steps)
     return calls, small.height
 
 
 def _launch_shape(steps: pl.DataFrame, kernels: pl.DataFrame, cuda_api: pl.DataFrame) -> tuple[float, float, float]:
     """Kernels per step, median kernel duration and median launch-call duration in the steps."""
-    launches = _in_steps(cuda_api.filter(matching(cuda_api, "name", lambda name: name.str.contains(LAUNCH_API))), steps)
+    launches = in_steps(cuda_api.filter(matching(cuda_api, "name", lambda name: name.str.contains(LAUNCH_API))), steps)
     ran = kernels.filter(pl.col("correlation_id").is_in(launches["correlation_id"].implode()))
     per_step_count = ran.height / steps.height if steps.height else 0.0
     kernel_p50 = float(ran.select((pl.col("end_ns") - pl.col("start_ns")).median()).item() or 0.0)

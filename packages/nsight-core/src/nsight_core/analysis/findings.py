@@ -12,13 +12,13 @@ renderer words and formats them.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import polars as pl
 from pydantic import BaseModel, Field
 
 from nsight_core.analysis.budget import CpuActivity, StepBudget
-from nsight_core.analysis.steps import StepStats, matching
+from nsight_core.analysis.steps import StepStats
 
 FindingKind = Literal[
     "host_work", "untraced_host", "stream_wait", "sync_wait", "launch_bound", "pageable_copy",
@@ -318,18 +318,30 @@ def exposed_comm(context: Context) -> Finding | None:
         seen=bool(context.budget and context.budget.part("exposed_comm").total_ns))
 
 
-def _top_kernels(kernels: pl.DataFrame, steps: pl.DataFrame, count: int) -> pl.DataFrame:
-    """The COUNT kernels (by short name) that ran longest inside STEPS' windows: name, total_ns."""
+KERNEL_TOTAL_COLUMNS = {"short_name": pl.String, "name": pl.String, "total_ns": pl.Int64}
+
+
+def kernel_totals(kernels: pl.DataFrame | pl.LazyFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """The time of the kernels that started inside STEPS' span (the first one's start to the last one's end) per
+    short and full name (KERNEL_TOTAL_COLUMNS): what :func:`device_bound` and :func:`fp32_matmul` rank. KERNELS lazy
+    (a capture too large to read whole): streamed."""
     if not steps.height:
-        return pl.DataFrame(schema={"short_name": pl.String, "total_ns": pl.Int64})
+        return pl.DataFrame(schema=KERNEL_TOTAL_COLUMNS)
     lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
-    inside = kernels.filter((pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi))
-    return (inside.group_by("short_name").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("total_ns"))
+    return (kernels.lazy().filter((pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi))
+            .group_by("short_name", "name").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("total_ns"))
+            .cast(KERNEL_TOTAL_COLUMNS).collect(engine="streaming"))  # type: ignore[arg-type]
+
+
+def _top_kernels(totals: pl.DataFrame, count: int) -> pl.DataFrame:
+    """The COUNT kernels (by short name) that ran longest in TOTALS (:func:`kernel_totals`): name, total_ns."""
+    return (totals.group_by("short_name").agg(pl.col("total_ns").sum())
             .sort(["total_ns", "short_name"], descending=[True, False]).head(count))
 
 
-def device_bound(context: Context, kernels: pl.DataFrame, steps: pl.DataFrame) -> Finding | None:
-    """A loop the GPU bounds with little to win around its kernels: an info line naming the top kernels."""
+def device_bound(context: Context, totals: pl.DataFrame) -> Finding | None:
+    """A loop the GPU bounds with little to win around its kernels: an info line naming the top kernels (TOTALS:
+    :func:`kernel_totals` of the steady steps)."""
     if context.steps.bound != "device" or context.budget is None:
         return None
     busy = sum(context.budget.part(p).fraction for p in ("compute", "exposed_comm", "exposed_copy"))
@@ -337,27 +349,26 @@ def device_bound(context: Context, kernels: pl.DataFrame, steps: pl.DataFrame) -
     evidence = [Evidence(metric="gpu_busy_fraction_of_step", value=busy, unit="fraction")]
     evidence += [Evidence(metric="kernel_time_per_step", value=total / steps_count, unit="ns",
                           where=Where(kind="kernel", name=name))
-                 for name, total in _top_kernels(kernels, steps, TOP_KERNELS).iter_rows()]
+                 for name, total in _top_kernels(totals, TOP_KERNELS).iter_rows()]
     return Finding(kind="device_bound", severity="info",
                    evidence=evidence, saving=None)
 
 
-def fp32_matmul(context: Context, kernels: pl.DataFrame, steps: pl.DataFrame) -> Finding | None:
+def fp32_matmul(context: Context, totals: pl.DataFrame) -> Finding | None:
     """FP32 matrix kernels that use no tensor cores (cuBLAS' sgemm/f32 paths): TF32 or bf16 would run them on
     tensor cores. No saving is claimed (so it is info): what TF32 gains depends on the shapes and is not read
-    from a trace (on the H200, 4096-wide FP32 matmuls took 10.7 ms a step, 1.5 ms with TF32)."""
-    if context.budget is None or not steps.height or context.step_p50_ns is None:
+    from a trace (on the H200, 4096-wide FP32 matmuls took 10.7 ms a step, 1.5 ms with TF32). TOTALS:
+    :func:`kernel_totals` of the steady steps."""
+    if context.budget is None or not context.budget.steps or context.step_p50_ns is None:
         return None
-    lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
-    names = kernels.filter((pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)).select(
-        "short_name", "name", (pl.col("end_ns") - pl.col("start_ns")).alias("ns"))
-    fp32 = names.filter(matching(names, "name", lambda name: name.str.contains(FP32_GEMM)
-                                 & ~name.str.contains(TENSOR_CORE_GEMM)))
-    share = float(fp32["ns"].sum()) / context.budget.wall_ns if context.budget.wall_ns else 0.0
+    name = pl.col("name")
+    fp32 = totals.filter(name.str.contains(FP32_GEMM) & ~name.str.contains(TENSOR_CORE_GEMM))
+    summed = float(fp32["total_ns"].sum())
+    share = summed / context.budget.wall_ns if context.budget.wall_ns else 0.0
     if share < WARNING_SHARE:
         return None
-    per_step = float(fp32["ns"].sum()) / max(context.budget.steps, 1)
-    top = fp32.group_by("short_name").agg(pl.col("ns").sum()).sort("ns", descending=True).head(TOP_KERNELS)
+    per_step = summed / max(context.budget.steps, 1)
+    top = _top_kernels(fp32, TOP_KERNELS)
     return Finding(
         kind="fp32_matmul", severity="info",
         evidence=[Evidence(metric="fp32_matmul_time_per_step", value=per_step, unit="ns"),
@@ -402,3 +413,33 @@ def ordered(findings: list[Finding | None]) -> list[Finding]:
     rank = {"critical": 0, "warning": 1, "info": 2}
     found = [finding for finding in findings if finding is not None]
     return sorted(found, key=lambda f: (f.saving is None, rank[f.severity], -(f.saving.total_ns if f.saving else 0)))
+
+
+class GpuInputs(NamedTuple):
+    """What the GPU findings read beyond their :class:`Context`, made from a capture read whole (analysis/analyze.py)
+    or streamed in windows (analysis/whole_findings.py)."""
+
+    syncs: pl.DataFrame
+    """The steady steps' blocking calls on their thread: name, range (:func:`sync_wait`)."""
+    small_reads: int
+    """Small device-to-host copies in the steady steps."""
+    shape: tuple[float, float, float]
+    """Kernels per step, median kernel and median launch-call duration in the steady steps (:func:`launch_bound`)."""
+    copies: pl.DataFrame
+    """Memory copies (at least those of PAGEABLE_MIN_BYTES or more) and the steps they are counted in
+    (:func:`pageable_copies`), and the nominal pinned bandwidth."""
+    copy_steps: pl.DataFrame
+    pinned: float
+    kernels: pl.DataFrame
+    """:func:`kernel_totals` of the steady steps."""
+
+
+def findings_of(context: Context, gpu: GpuInputs | None) -> list[Finding]:
+    """Every finding of CONTEXT, with the GPU's where the capture traced GPU work (GPU: their inputs), ordered."""
+    gpu_findings: list[Finding | None] = []
+    if gpu is not None:
+        pageable = pageable_copies(context, gpu.copies, gpu.copy_steps, gpu.pinned)
+        gpu_findings = [*idle_findings(context, gpu.syncs, gpu.small_reads), launch_bound(context, *gpu.shape),
+                        *pageable, exposed_copy(context, pageable), exposed_comm(context),
+                        fp32_matmul(context, gpu.kernels), device_bound(context, gpu.kernels)]
+    return ordered([*gpu_findings, warmup(context), step_count(context)])

@@ -45,14 +45,15 @@ class UserWindow(BaseModel):
 def user_window(
     window_start_ns: int,
     window_end_ns: int,
-    marks: pl.DataFrame,
-    events: list[pl.DataFrame],
-    osrt: pl.DataFrame,
+    marks: pl.DataFrame | pl.LazyFrame,
+    events: list[pl.DataFrame] | list[pl.LazyFrame],
+    osrt: pl.DataFrame | pl.LazyFrame,
 ) -> UserWindow:
     """The user's window within the collection window [WINDOW_START_NS, WINDOW_END_NS).
 
     MARKS: nvtx_marks (time_ns, name, domain). EVENTS: frames with start_ns/end_ns of the user's
-    CUDA and NVTX activity. OSRT: OS-runtime calls, where the settle sleep shows without marks.
+    CUDA and NVTX activity. OSRT: OS-runtime calls, where the settle sleep shows without marks. Lazy frames (a
+    capture too large to read whole) are streamed.
     """
     live, stop = marked_window(marks)
     total = window_end_ns - window_start_ns
@@ -61,13 +62,14 @@ def user_window(
         return UserWindow(start_ns=start, end_ns=end, source="marks", profiler_ns=total - (end - start))
     # Each frame's first start and last end in the window (no frame of all their events at once).
     in_window = (pl.col("end_ns") > window_start_ns) & (pl.col("start_ns") < window_end_ns)
-    bounds = pl.concat([frame.select(pl.col("start_ns").filter(in_window).min(),
-                                     pl.col("end_ns").filter(in_window).max()) for frame in events]).drop_nulls()
+    bounds = pl.concat([frame.lazy().select(pl.col("start_ns").filter(in_window).min(),
+                                            pl.col("end_ns").filter(in_window).max()) for frame in events]
+                       ).drop_nulls().collect(engine="streaming")
     if bounds.height:
         first, last = bounds.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
         start, end = max(int(first), window_start_ns), min(int(last), window_end_ns)
         return UserWindow(start_ns=start, end_ns=end, source="events", profiler_ns=total - (end - start))
-    settle = profiler_calls(osrt, window_start_ns)
+    settle = profiler_calls(osrt.lazy(), window_start_ns).collect(engine="streaming")
     start = int(settle.select(pl.col("end_ns").max()).item()) if settle.height else window_start_ns
     return UserWindow(start_ns=start, end_ns=window_end_ns, source="collection", profiler_ns=start - window_start_ns)
 
@@ -78,7 +80,7 @@ def capture_window(trace: EventTables) -> UserWindow:
                        [trace.kernels, trace.memcpy, trace.memset, trace.cuda_api, trace.nvtx], trace.osrt)
 
 
-def profiler_calls(osrt: pl.DataFrame, window_start_ns: int) -> pl.DataFrame:
+def profiler_calls(osrt: pl.LazyFrame, window_start_ns: int) -> pl.LazyFrame:
     """OS-runtime calls that are the profiler's settle wait: a sleep as long as it, right at the start."""
     length = pl.col("end_ns") - pl.col("start_ns")
     return osrt.filter(

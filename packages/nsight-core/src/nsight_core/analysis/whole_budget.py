@@ -74,7 +74,7 @@ def whole_capture_budget(frames: Events, every: EveryStep, window_rows: int | No
     firsts = (pl.DataFrame({"_window": pl.int_range(starts.len(), eager=True).cast(within["_window"].dtype)})
               .join(within, on="_window", how="left").sort("_window")
               .select(pl.col("len").fill_null(0).cum_sum().cast(pl.Int64)).to_series())
-    totals, _ = budget_in_batches(windows, batches(firsts), between, step_syncs(_syncs(frames), thread), host,
+    totals, _ = budget_in_batches(windows, batches(firsts), between, step_syncs(sync_calls_of(frames), thread), host,
                                   stretches=False)
     budget = steady_budget(totals, windows, every.stats.warmup, thread)
     return WholeBudget(budget, per_step(totals, windows), bound_by(budget))
@@ -93,7 +93,7 @@ def _user_ranges(frames: Events, windows: pl.DataFrame, pattern: str, thread: in
     return pl.concat(found)
 
 
-def _syncs(frames: Events) -> pl.DataFrame:
+def sync_calls_of(frames: Events) -> pl.DataFrame:
     """The CUDA calls that block until the GPU catches up (:func:`budget.sync_calls`), streamed: a few per step."""
     pageable = (frames.memcpy.filter((pl.col("src_kind") == "Pageable") | (pl.col("dst_kind") == "Pageable"))
                 .select("correlation_id").collect(engine="streaming")["correlation_id"])

@@ -56,7 +56,7 @@ class Events:
 
     @functools.cached_property
     def kernels(self) -> pl.LazyFrame:
-        """start_ns, end_ns, device, name (demangled), correlation_id"""
+        """start_ns, end_ns, device, name (demangled), short_name, correlation_id"""
         return _kernels(self._trace)
 
     @functools.cached_property
@@ -145,11 +145,12 @@ def _timed(frame: pl.LazyFrame, *columns: pl.Expr | str) -> pl.LazyFrame:
 
 def _kernels(trace: Trace) -> pl.LazyFrame:
     raw = _scan_as_read(trace, KERNEL, {"start": I64, "end": I64, "deviceId": I64, "demangledName": I64,
-                                        "correlationId": I64}, KERNEL_READ)
+                                        "shortName": I64, "correlationId": I64}, KERNEL_READ)
     if raw is None:
         return trace.kernels.lazy()
-    return _timed(_named(raw, "demangledName", trace.strings, "name"), pl.col("deviceId").alias("device"),
-                  pl.col("name").fill_null(""), pl.col("correlationId").alias("correlation_id"))
+    named = _named(_named(raw, "demangledName", trace.strings, "name"), "shortName", trace.strings, "short_name")
+    return _timed(named, pl.col("deviceId").alias("device"), pl.col("name").fill_null(""),
+                  pl.col("short_name").fill_null(""), pl.col("correlationId").alias("correlation_id"))
 
 
 def _graphs(trace: Trace, kernels: pl.LazyFrame) -> pl.LazyFrame:

@@ -1,0 +1,123 @@
+""""What to fix" over every step of a capture too large to analyse whole, streamed.
+
+With every step's times (analysis/whole_steps.py) and budget (analysis/whole_budget.py) streamed, the findings need
+the rest of their inputs (:class:`findings.GpuInputs`) over every steady step too, and each is local in time or a
+sum, so it is made in windows and merged exactly:
+
+- the blocking calls of each batch of steps with the innermost range each came from (:func:`analyze.syncs_in` on the
+  batch's NVTX ranges of the steps' thread: a call inside a step is in no range that began before the step's);
+- the launch shape: launches in steps and the kernels they launched, in windows of correlation id (a call and its
+  work share it), their durations counted per value, whose medians are those of all of them;
+- the copies of a megabyte or more (a few), and the kernels' time per name (a streamed group-by).
+
+The findings are then made by the code a capture read whole uses (:func:`findings.findings_of`), and equal its
+(tests/core/test_streamed_analysis.py).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from nsight_core.analysis import findings as find
+from nsight_core.analysis.analyze import LAUNCH_API, Analysis, in_steps, syncs_in
+from nsight_core.analysis.findings import Context, GpuInputs
+from nsight_core.analysis.footprint import UserWindow, user_window
+from nsight_core.analysis.intervals import WINDOW_ROWS, start_cuts, window_filters
+from nsight_core.analysis.ranges import RangeFamily
+from nsight_core.analysis.whole_budget import WholeBudget, sync_calls_of
+from nsight_core.analysis.whole_steps import EveryStep
+from nsight_core.trace.model import Trace, with_depth
+from nsight_core.trace.streamed import Events, events
+
+
+def whole_capture_analysis(trace: Trace, every: EveryStep, whole: WholeBudget, ranges: list[RangeFamily],
+                           window_rows: int | None = WINDOW_ROWS) -> Analysis | None:
+    """The analysis of every step of streamed TRACE on the GPU's clock (EVERY, its budget WHOLE): what
+    :func:`analyze.analyze` says of the capture read whole, but for the NVTX RANGES (the first part's, given)."""
+    windows, stats = every.windows, every.stats.model_copy(update={"bound": whole.bound})
+    if windows is None or stats.family is None or stats.family.thread is None:
+        return None
+    frames = events(trace)
+    window = _user_window(trace, frames)
+    steady = windows.slice(1) if stats.warmup else windows
+    steady_ranges = steady.select("step", pl.col("cpu_start_ns").alias("start_ns"),
+                                  pl.col("cpu_end_ns").alias("end_ns"))
+    context = Context(steps=stats, budget=whole.budget, window_ns=window.span_ns, step_p50_ns=stats.family.p50_ns)
+    duration = pl.col("end_ns") - pl.col("start_ns")
+    copies = frames.memcpy.filter((pl.col("bytes") >= find.PAGEABLE_MIN_BYTES) & (duration > 0)).collect(
+        engine="streaming")
+    gpu = GpuInputs(*_syncs(frames, steady_ranges, stats.family.thread, window_rows),
+                    _launch_shape(frames, steady_ranges, window_rows), copies, steady,
+                    find.nominal_pinned(trace.gpus), find.kernel_totals(frames.kernels, steady))
+    return Analysis(window=window, steps=stats, budget=whole.budget, budget_scope="steps", ranges=ranges,
+                    findings=find.findings_of(context, gpu))
+
+
+def _user_window(trace: Trace, frames: Events) -> UserWindow:
+    """:func:`footprint.capture_window` of TRACE, streamed."""
+    return user_window(trace.window.start_ns, trace.window.end_ns, frames.nvtx_marks,
+                       [frames.kernels, frames.memcpy, frames.memset, frames.cuda_api, frames.nvtx], frames.osrt)
+
+
+def _syncs(frames: Events, steps: pl.DataFrame, thread: int, window_rows: int | None) -> tuple[pl.DataFrame, int]:
+    """:func:`analyze.syncs_in` of STEPS (by start) in batches of steps holding about WINDOW_ROWS of THREAD's NVTX
+    ranges, merged: each batch's calls are named by the ranges that began in its steps."""
+    calls = sync_calls_of(frames).filter(pl.col("thread") == thread)
+    small = frames.memcpy.filter((pl.col("direction") == "Device-to-Host")
+                                 & (pl.col("bytes") <= find.SMALL_COPY_BYTES)).collect(engine="streaming")
+    ranges = frames.nvtx.filter(pl.col("thread") == thread).select("start_ns", "end_ns", "name", "thread")
+    starts = steps["start_ns"]
+    # The batches begin at the steps that the cuts of the ranges' starts fall in (the first step at least).
+    firsts = sorted({0, *(max(int(starts.search_sorted(cut, side="right")) - 1, 0)
+                          for cut in start_cuts(ranges, window_rows))})
+    found, small_reads = [], 0
+    for first, end in zip(firsts, [*firsts[1:], steps.height], strict=True):
+        lo, hi = int(starts[first]), int(starts[end]) if end < steps.height else None
+        inside = pl.col("start_ns") >= lo if hi is None else pl.col("start_ns").is_between(lo, hi, closed="left")
+        batch = with_depth(ranges.filter(inside).collect(engine="streaming").sort("start_ns", maintain_order=True))
+        named, count = syncs_in(steps.slice(first, end - first), calls.filter(inside), small.filter(inside), thread,
+                                batch)
+        found.append(named)
+        small_reads += count
+    return pl.concat(found), small_reads
+
+
+def _launch_shape(frames: Events, steps: pl.DataFrame, window_rows: int | None) -> tuple[float, float, float]:
+    """Kernels per step, median kernel duration and median launch-call duration in STEPS (as
+    :func:`analyze.analyze_steps` reads them), from windows of correlation id: per window, the launches in the steps
+    and the kernels they launched, their durations counted per value."""
+    names = frames.cuda_api.select("name_id", "name").unique().collect(engine="streaming")
+    launch_ids = names.filter(pl.col("name").str.contains(LAUNCH_API))["name_id"]
+    duration = (pl.col("end_ns") - pl.col("start_ns")).alias("ns")
+    calls = frames.cuda_api.filter(pl.col("name_id").is_in(launch_ids.implode())).select(
+        "correlation_id", "start_ns", "end_ns")
+    kernels = frames.kernels.select("correlation_id", duration)
+    ids = pl.concat([calls.select(pl.col("correlation_id").alias("start_ns")),
+                     kernels.select(pl.col("correlation_id").alias("start_ns"))])
+    ran_counts, launch_counts = [], []
+    for inside in window_filters(start_cuts(ids.drop_nulls(), window_rows), pl.col("correlation_id")):
+        launches = in_steps(calls.filter(inside).collect(engine="streaming"), steps)
+        ran_counts.append(kernels.filter(inside).join(launches.lazy().select("correlation_id"), on="correlation_id",
+                                                      how="semi").group_by("ns").len().collect(engine="streaming"))
+        launch_counts.append(launches.group_by(duration).len())
+    ran, launched = _merged(ran_counts), _merged(launch_counts)
+    count = int(ran["len"].sum())
+    return count / steps.height if steps.height else 0.0, _median(ran), _median(launched)
+
+
+def _merged(counts: list[pl.DataFrame]) -> pl.DataFrame:
+    """Windows' counts per value (ns, len) as one, by value."""
+    return (pl.concat([frame.cast({"ns": pl.Int64, "len": pl.Int64}) for frame in counts]).group_by("ns")
+            .agg(pl.col("len").sum()).sort("ns"))
+
+
+def _median(counts: pl.DataFrame) -> float:
+    """The median of the values COUNTS counts (ns, len, by value), as Polars takes it of the values themselves (the
+    mean of the two middle ones of an even number); 0.0 of none."""
+    total = int(counts["len"].sum())
+    if not total:
+        return 0.0
+    through = counts["len"].cum_sum()
+    lower = counts["ns"][int(through.search_sorted((total + 1) // 2, side="left"))]
+    upper = counts["ns"][int(through.search_sorted(total // 2 + 1, side="left"))]
+    return (float(lower) + float(upper)) / 2

@@ -238,8 +238,8 @@ def test_a_part_read_from_the_statistics_copies_is_the_part_sqlite_gives(
 def test_captures_too_large_to_analyse_whole_are_compared_on_every_step_streamed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """`nsight diff` of two captures whose events would not fit read whole compares what streams: the gate on every
-    step's p50 (analysis/whole_steps.py), the kernels, NVTX ranges and GPU busy time, each what the comparison of the
-    captures read whole gives; the budget, which needs the analysis, is left out and the text says so."""
+    step's p50 (analysis/whole_steps.py), every step's budget and the user window (analysis/whole_findings.py), the
+    kernels, NVTX ranges and GPU busy time, each what the comparison of the captures read whole gives."""
     pairs = FIXTURES / "h200-fix-pairs-2025"
     problem, fixed = pairs / "dataloader-problem.sqlite", pairs / "dataloader-fixed.sqlite"
     monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "off")
@@ -257,13 +257,13 @@ def test_captures_too_large_to_analyse_whole_are_compared_on_every_step_streamed
     assert streamed.streamed == ["a", "b"]
     assert (streamed.gate, streamed.verdict, streamed.reasons) == (whole.gate, whole.verdict, whole.reasons)
     assert (streamed.kernels, streamed.ranges) == (whole.kernels, whole.ranges)
-    kept = [delta for delta in whole.deltas if delta.group != "budget" and delta.name != "user_window"]
-    assert streamed.deltas == kept and len(kept) < len(whole.deltas)
-    assert {d.name for d in kept} >= {"step_count", "step_p50", "gpu_busy", "kernel_time_sum"}
+    assert streamed.deltas == whole.deltas
+    assert {d.name for d in whole.deltas} >= {"step_count", "step_p50", "gpu_busy", "kernel_time_sum", "user_window",
+                                              "gpu_idle_per_step", "compute_per_step"}
     text = render_diff(streamed)
     assert text.startswith(render_diff(whole).splitlines()[0])
-    assert "A is too large to analyse whole in the memory allowed: its step times (all its steps)" in text
-    assert "B is too large" in text and "its budget is not" in text
+    assert "A is too large to analyse whole in the memory allowed: its step times and budget (all its steps)" in text
+    assert "B is too large" in text and "its budget is not" not in text
 
     # Not even the first steps, which pick the family, fit: refused, as before (a gate on GPU busy time instead would
     # pass a slower step).

@@ -16,7 +16,9 @@ from nsight_core.analysis.completeness import CaptureFacts, Completeness, captur
 from nsight_core.analysis.diff import Side, TraceDiff, diff_sides, side_from_events, side_from_stats, side_from_trace
 from nsight_core.analysis.intervals import WINDOW_ROWS
 from nsight_core.analysis.steps import find_steps
-from nsight_core.analysis.whole_steps import whole_capture_steps
+from nsight_core.analysis.whole_budget import whole_capture_budget
+from nsight_core.analysis.whole_findings import whole_capture_analysis
+from nsight_core.analysis.whole_steps import every_step
 from nsight_core.errors import NotEnoughMemoryError, StatsError
 from nsight_core.memory import allowed_memory, check_comparison_memory, summary_bytes
 from nsight_core.profile import first_part
@@ -52,7 +54,7 @@ def load_side(path: str | Path) -> Side:
                 raise
             allowed, source = allowed_memory()
             log.info("%s: read whole, it needs about %s of memory and %s allows %s: it is compared on its totals and "
-                     "every step's time instead, streamed from disk", path.name,
+                     "every step's time (and budget, on the GPU's clock) instead, streamed from disk", path.name,
                      size(summary_bytes(trace.event_bytes)), source, size(allowed or 0))
             return side
         return side_from_trace(str(path), trace, check_completeness(trace, facts))
@@ -61,16 +63,21 @@ def load_side(path: str | Path) -> Side:
 
 def streamed_side(path: Path, trace: Trace, part: Trace, completeness: Completeness) -> Side | None:
     """The side of streamed TRACE (of PATH) too large to analyse whole: its totals and GPU busy time streamed, and
-    every step's time of the family its first PART that fits chose (:func:`first_part`, :func:`whole_capture_steps`),
-    as its report's note states them. No budget: that is the analysis the capture does not fit. None where the part
-    has steps whose times over the whole capture are not known (not NVTX ranges, or ones that overlap somewhere)."""
+    every step's time of the family its first PART that fits chose (:func:`first_part`, :func:`every_step`), as its
+    report's note states them; on the GPU's clock every step's budget and window too (the analysis of its report,
+    :func:`whole_capture_analysis`). None where the part has steps whose times over the whole capture are not known
+    (not NVTX ranges, or ones that overlap somewhere)."""
     chosen = find_steps(part.nvtx, part.kernels)[0]
     del part  # its frames were read whole: not alive while the capture is streamed
     frames = events(trace)
-    steps = whole_capture_steps(frames, chosen) if chosen.family is not None else chosen
-    if steps is None:
+    if chosen.family is None:
+        return side_from_events(str(path), frames, trace.gpus, chosen, completeness, WINDOW_ROWS)
+    every = every_step(frames, chosen)
+    if every is None:
         return None
-    return side_from_events(str(path), frames, trace.gpus, steps, completeness, WINDOW_ROWS)
+    budget = whole_capture_budget(frames, every)
+    analysis = None if budget is None else whole_capture_analysis(trace, every, budget, [])
+    return side_from_events(str(path), frames, trace.gpus, every.stats, completeness, WINDOW_ROWS, analysis)
 
 
 def diff(a: str | Path, b: str | Path) -> TraceDiff:

@@ -75,7 +75,8 @@ class Side:
     nesting included). ``analysis`` and ``gpu_busy_ns`` are None for recorded statistics. ``gpus``: the
     names of the GPUs its work ran on, one per device, sorted; empty when unknown or none ran.
     ``completeness``: None where it was not checked (recorded statistics). ``steps``: the step statistics where
-    there is no analysis: of a capture too large to analyse whole, every step's, streamed (``streamed``).
+    there is no analysis: of a capture too large to analyse whole, every step's, streamed (``streamed``; its analysis
+    then covers every step where they are on the GPU's clock, else it has none).
     """
 
     source: str
@@ -153,8 +154,8 @@ class TraceDiff(BaseModel):
     kernels: list[NameDelta] = Field(description="Matched by name, largest absolute time change first")
     ranges: list[NameDelta] = Field(description="NVTX range families matched by pattern, largest change first")
     streamed: list[SideName] = Field(default_factory=list, description="The sides too large to analyse whole "
-                                               "in the memory allowed: compared on every step's time and their totals, "
-                                               "streamed from disk, without a budget")
+                                               "in the memory allowed: compared on every step's time (and budget, on "
+                                               "the GPU's clock) and their totals, streamed from disk")
 
     def slower_than(self, percent: float) -> bool:
         """True when the captures are comparable and B's gate number is more than PERCENT % above A's."""
@@ -175,12 +176,14 @@ def side_from_trace(source: str, trace: TraceWithGpus, completeness: Completenes
 
 
 def side_from_events(source: str, frames: GpuEvents, gpus: pl.DataFrame, steps: StepStats | None,
-                     completeness: Completeness | None, window_rows: int | None) -> Side:
+                     completeness: Completeness | None, window_rows: int | None,
+                     analysis: Analysis | None = None) -> Side:
     """A side of a capture too large to analyse whole: its totals, GPU busy time and GPUs from FRAMES streamed (GPU
-    busy in windows of WINDOW_ROWS kernels, :func:`busy_over`), every one of its STEPS (:func:`whole_capture_steps`;
-    None where they are not known) and COMPLETENESS; no analysis, so no budget."""
+    busy in windows of WINDOW_ROWS kernels, :func:`busy_over`), every one of its STEPS (:func:`every_step`; None where
+    they are not known) and COMPLETENESS; on the GPU's clock its ANALYSIS over every step
+    (:func:`whole_capture_analysis`), whose budget and window are compared (else None: no budget)."""
     return replace(_side_from_events(source, frames, gpus, window_rows), steps=steps, completeness=completeness,
-                   streamed=True)
+                   analysis=analysis, streamed=True)
 
 
 def _side_from_events(source: str, frames: GpuEvents, gpus: pl.DataFrame, window_rows: int | None) -> Side:

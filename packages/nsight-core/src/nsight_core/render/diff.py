@@ -111,10 +111,12 @@ def _named(result: TraceDiff) -> list[tuple[str, list[NameDelta]]]:
 
 
 def streamed_lines(result: TraceDiff) -> list[str]:
-    """What was compared of each side too large to analyse whole: its totals and step times, not its budget."""
-    return [f"{side.upper()} is too large to analyse whole in the memory allowed: its step times (all its steps), "
-            "kernels, NVTX ranges and GPU busy time are compared, streamed from disk; its budget is not."
-            for side in result.streamed]
+    """What was compared of each side too large to analyse whole: its totals, step times and, where both sides have
+    one, the budget."""
+    budget = any(delta.group == "budget" for delta in result.deltas)
+    return [f"{side.upper()} is too large to analyse whole in the memory allowed: its step times"
+            f"{' and budget' if budget else ''} (all its steps), kernels, NVTX ranges and GPU busy time are compared, "
+            f"streamed from disk{'' if budget else '; its budget is not'}." for side in result.streamed]
 
 
 def render_diff(result: TraceDiff) -> str:

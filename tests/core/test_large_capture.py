@@ -8,6 +8,10 @@ timeline on the page, the completeness verdict in the statistics, and "What to f
 
 1 M NVTX ranges: the summary and completeness streamed from the Parquet copies, in one window and in several, equal
 the whole-frame path's.
+
+A long GPU capture (an H200 fixture's events repeated along time, bench/replicate_fixture.py: 160,000 steps, 4.6 M
+kernels, 13 M CUDA calls, a 1.03 GB export): `nsight stats --json` in a task allowed 2 GiB stays under 2 GiB and its
+"What to fix" covers every step; at a quarter of that size, the analysis streamed is the one read whole.
 """
 
 from __future__ import annotations
@@ -21,12 +25,17 @@ from pathlib import Path
 import pytest
 
 import nsight_core
+from nsight_core.analysis.analyze import analyze_steps
 from nsight_core.analysis.completeness import check_completeness
 from nsight_core.analysis.timeline import summarize_trace
+from nsight_core.analysis.whole_budget import whole_capture_budget
+from nsight_core.analysis.whole_findings import whole_capture_analysis
+from nsight_core.analysis.whole_steps import every_step
 from nsight_core.nsys import Nsys
 from nsight_core.trace.export import ExportChoice, export
 from nsight_core.trace.model import Trace
 from nsight_core.trace.spill import SpilledTables
+from nsight_core.trace.streamed import events
 from nsight_core.trace.tables import SqliteTables
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,3 +91,39 @@ def test_1m_ranges_streamed_summary_equals_the_whole_frames(nsys: Nsys, tmp_path
     for rows in (None, 300_000, 77_777):
         assert summarize_trace(streamed, window_rows=rows) == whole, rows
     assert check_completeness(streamed) == verdict
+
+
+HOST_LOAD = REPO / "tests" / "fixtures" / "h200-fix-pairs-2025" / "host_load-problem.sqlite"
+"""20 steps of an MLP whose host loads each batch in a range: the GPU idles while it does (host-bound)."""
+STREAMED = ExportChoice("sqlite", True, "large", 0)
+
+
+def replicate(copies: int, target: Path) -> Path:
+    subprocess.run([sys.executable, str(REPO / "bench" / "replicate_fixture.py"), str(HOST_LOAD), str(target),
+                    str(copies)], check=True, capture_output=True, timeout=600)
+    return target
+
+
+def test_a_long_gpu_capture_gets_what_to_fix_over_every_step_under_2_gib(tmp_path: Path) -> None:
+    capture = replicate(8000, tmp_path / "long.sqlite")
+    stats = tree_run([sys.executable, "-m", "nsight_core.cli", "stats", capture, "--json"], tmp_path,
+                     {**os.environ, "NSIGHT_SUMMARY_MEMORY": "2G"})
+    payload = json.loads(stats.stdout)
+    assert payload["export"]["streamed"] and payload["steps"]["family"]["count"] == 160_000
+    assert payload["budget"]["steps"] == 160_000 and payload["steps"]["bound"] == "host"
+    assert {finding["kind"] for finding in payload["findings"]} >= {"host_work"}
+    [note] = payload["notes"]
+    assert note.startswith("What to fix covers all 160,000 steady steps, streamed from disk"), note
+    assert stats.tree_mb < BOUND_MB, stats.tree_mb
+
+
+def test_a_long_gpu_capture_streamed_is_analysed_as_read_whole(tmp_path: Path) -> None:
+    capture = replicate(2000, tmp_path / "long.sqlite")
+    whole = analyze_steps(nsight_core.load_trace(capture)).analysis
+    trace = Trace(SpilledTables(SqliteTables(capture), STREAMED))
+    every = every_step(events(trace), whole.steps)
+    assert every is not None and every.stats.family is not None and every.stats.family.count == 40_000
+    budget = whole_capture_budget(events(trace), every)
+    assert budget is not None
+    expected = whole.model_copy(update={"steps": whole.steps.model_copy(update={"candidates": []})})
+    assert whole_capture_analysis(trace, every, budget, whole.ranges) == expected

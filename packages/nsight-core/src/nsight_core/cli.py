@@ -305,9 +305,10 @@ def build_parser() -> argparse.ArgumentParser:
         "budget). The verdict compares step p50 when both have the same step family, else GPU busy time, else "
         "summed kernel time. Captures with different step families, on different GPUs, or with an incomplete "
         "trace are not comparable: the output says why. A capture too large to analyse whole in the memory "
-        "allowed (NSIGHT_SUMMARY_MEMORY) is compared on what streams from disk: every step's time, kernels, NVTX "
-        "ranges, GPU busy time; not its budget. Exit status: 0 (also when not comparable, without a "
-        f"gate), {SLOWER_EXIT} when --fail-if-slower is exceeded, {NOT_COMPARABLE_EXIT} when --fail-if-slower is "
+        "allowed (NSIGHT_SUMMARY_MEMORY) is compared on what streams from disk: every step's time and budget, "
+        "kernels, NVTX ranges, GPU busy time (no budget where its steps are not on the GPU's clock). Exit status: "
+        f"0 (also when not comparable, without a gate), {SLOWER_EXIT} when --fail-if-slower is exceeded, "
+        f"{NOT_COMPARABLE_EXIT} when --fail-if-slower is "
         "given and the captures are not comparable, 1 on errors.")
     compare.add_argument("a", type=Path, metavar="A", help="the baseline capture")
     compare.add_argument("b", type=Path, metavar="B", help="the capture to judge against A")

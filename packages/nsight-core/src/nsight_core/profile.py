@@ -152,8 +152,8 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
             update: dict[str, object] = {"analysis": withhold_savings(found.analysis, completeness)}
             if profile.steps_drawn is not None:
                 update["steps_drawn"] = profile.steps_drawn.model_copy(update={"budgets": found.budget.steps})
-            note = (f"What to fix covers all {found.analysis.budget.steps:,} steady steps, streamed from disk "
-                    f"({whole}). Its NVTX range table and the steps drawn in full come from its first "
+            note = (f"What to fix covers all {found.analysis.budget.steps:,} steady steps, streamed from disk, as "
+                    f"{whole}. Its NVTX range table and the steps drawn in full come from its first "
                     f"{_first_steps(first, profile.trace.span_ns)}. The statistics, summary and completeness cover all "
                     f"of it, streamed too.{_steps_compared(found.steps, first.steps)}"
                     f"{_budget_compared(found.analysis, first)}")

@@ -426,10 +426,11 @@ class GpuInputs(NamedTuple):
     shape: tuple[float, float, float]
     """Kernels per step, median kernel and median launch-call duration in the steady steps (:func:`launch_bound`)."""
     copies: pl.DataFrame
-    """Memory copies (at least those of PAGEABLE_MIN_BYTES or more) and the steps they are counted in
-    (:func:`pageable_copies`), and the nominal pinned bandwidth."""
+    """Memory copies, at least those of PAGEABLE_MIN_BYTES or more (:func:`pageable_copies`)."""
     copy_steps: pl.DataFrame
+    """The steps the copies' savings are counted in (empty: no steps)."""
     pinned: float
+    """The nominal pinned bandwidth (:func:`nominal_pinned`)."""
     kernels: pl.DataFrame
     """:func:`kernel_totals` of the steady steps."""
 

@@ -1,15 +1,14 @@
 """Where every step's time went in a capture too large to analyse whole: the GPU budget of every step, streamed.
 
-A streamed capture's "What to fix" comes from its first steps that fit (profile.first_part); a slowdown that starts
-later is in none of them. The budget (analysis/gpu_budget.py) is local in time, so it is made batch by batch as for
-a capture read whole, with the same code: each batch of steps gets the GPU work that ran in its time (a streamed
-query; the Parquet scan skips the files outside it) and the calls that launched it, by correlation id. What the
-host was in comes from streamed passes over windows of start time, each window's result carried into the next: the
-user ranges outermost on the steps' thread (:func:`gpu_budget.outermost_user_ranges`, from the latest end before
-the window), when it dispatched (:func:`gpu_budget.dispatch_runs`, whose runs merge again across windows), and its
-synchronising calls (a few per step). Number for number the budget of the capture read whole
-(tests/core/test_streamed_analysis.py).
-"""
+A streamed capture's first steps that fit (profile.first_part) pick its steps; a slowdown that starts later is in none
+of them, so every step gets its budget here, and its findings from that (analysis/whole_findings.py). The budget
+(analysis/gpu_budget.py) is local in time, so it is made batch by batch as for a capture read whole, with the same code:
+each batch of steps gets the GPU work that ran in its time (a streamed query; the Parquet scan skips the files outside
+it) and the calls that launched it, by correlation id. What the host was in comes from streamed passes over windows of
+start time, each window's result carried into the next: the user ranges outermost on the steps' thread
+(:func:`gpu_budget.outermost_user_ranges`, from the latest end before the window), when it dispatched
+(:func:`gpu_budget.dispatch_runs`, whose runs merge again across windows), and its synchronising calls (a few per step).
+Number for number the budget of the capture read whole (tests/core/test_streamed_analysis.py)."""
 
 from __future__ import annotations
 
@@ -28,7 +27,7 @@ from nsight_core.analysis.gpu_budget import (
 )
 from nsight_core.analysis.intervals import WINDOW_ROWS, start_windows
 from nsight_core.analysis.projection import launched
-from nsight_core.analysis.steps import pattern_of
+from nsight_core.analysis.steps import Bound, pattern_of
 from nsight_core.analysis.whole_steps import EveryStep, gpu_work_of
 from nsight_core.trace.streamed import Events
 
@@ -40,7 +39,7 @@ class WholeBudget(NamedTuple):
     """Over the steady steps (the warm-up left out), as :func:`analyze.analyze_steps` states it."""
     steps: pl.DataFrame
     """Every step's budget (:func:`budget.per_step`), warm-up included: what the page's chart of steps draws."""
-    bound: str
+    bound: Bound
     """What bounds the steady steps (:func:`budget.bound_by`)."""
 
 

@@ -1,8 +1,9 @@
 """Every step of a capture too large to analyse whole, on the GPU's clock, in bounded memory.
 
-A streamed capture gets its "What to fix" from its first steps that fit (profile.first_part): a slowdown that starts
-later is not in them. The step times alone need far less than the analysis: the step family's ranges (one row a
-step) and, per step, its first GPU work and its last. Those come from the events in windows of correlation id: a
+A streamed capture's first steps that fit (profile.first_part) pick the step family; a slowdown that starts later
+is not in them. Every step's times need far less than the analysis: the step family's ranges (one row a step) and,
+per step, its first GPU work and its last; they are the start of every step's budget and findings
+(analysis/whole_budget.py, whole_findings.py). Those come from the events in windows of correlation id: a
 CUDA call and the GPU work it launched share their id, so a window of ids holds both sides of every launch in it,
 and each window's launches are placed in the steps by their call's time. Per step the earliest start and latest end
 are kept, merged over the windows by min and max: the same GPU windows as the capture read whole

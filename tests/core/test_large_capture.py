@@ -126,4 +126,4 @@ def test_a_long_gpu_capture_streamed_is_analysed_as_read_whole(tmp_path: Path) -
     budget = whole_capture_budget(events(trace), every)
     assert budget is not None
     expected = whole.model_copy(update={"steps": whole.steps.model_copy(update={"candidates": []})})
-    assert whole_capture_analysis(trace, every, budget, whole.ranges) == expected
+    assert whole_capture_analysis(trace, every, budget) == expected

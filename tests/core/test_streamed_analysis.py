@@ -24,6 +24,7 @@ from nsight_core import profile as profile_module
 from nsight_core.analysis import gpu_budget
 from nsight_core.analysis.analyze import analyze_steps
 from nsight_core.analysis.budget import StepBudget
+from nsight_core.analysis.step_events import StepDrawing, drawing_for, streamed_drawing
 from nsight_core.analysis.steps import StepFamily, family_stats, find_steps
 from nsight_core.analysis.whole_budget import whole_capture_budget
 from nsight_core.analysis.whole_findings import whole_capture_analysis
@@ -84,17 +85,15 @@ def test_a_streamed_capture_too_large_to_read_whole_gets_what_to_fix_over_every_
     assert profile.stats.export is not None and profile.stats.export.streamed
     assert profile.analysis is not None and profile.steps_drawn is not None
     all_steps = whole.analysis.steps.family
-    # "What to fix" is the capture's read whole, every step streamed: steps, budget, window and findings; the NVTX
-    # range table is its first steps' (the note says so), which the page draws in full.
-    expected = whole.analysis.model_copy(update={"steps": whole.analysis.steps.model_copy(update={"candidates": []}),
-                                                 "ranges": profile.analysis.ranges})
-    assert profile.analysis == expected and expected.findings and expected.steps.clock == "gpu"
-    first = int(re.search(r"come from its first ([\d,]+) steps", note_line(profile))[1].replace(",", ""))  # type: ignore[index]
+    # "What to fix" is the capture's read whole, every step streamed: steps, budget, window, NVTX range table and
+    # findings; the first steps that fit (the note says how many) chose the step family.
+    expected = whole.analysis.model_copy(update={"steps": whole.analysis.steps.model_copy(update={"candidates": []})})
+    assert profile.analysis == expected and expected.findings and expected.ranges and expected.steps.clock == "gpu"
+    first = int(re.search(r"chosen by its first ([\d,]+) steps", note_line(profile))[1].replace(",", ""))  # type: ignore[index]
     assert 2 <= first < all_steps.count
-    assert [family.count for family in profile.analysis.ranges if family.pattern == "step_{n}"] == [first]
-    assert all(drawn.step < first for drawn in profile.steps_drawn.steps)
-    # The page's chart of steps draws every step's budget: the whole capture's.
-    assert profile.steps_drawn.budgets.equals(whole.steps_drawn.budgets)
+    # The steps drawn in full are the capture's median and slowest of all its steps, with their events and idle
+    # stretches; the chart of steps draws every step's budget.
+    assert_same_drawing(profile.steps_drawn, whole.steps_drawn)
     note = f"What to fix covers all {whole.analysis.budget.steps:,} steady steps, streamed from disk"
     assert note_line(profile).startswith(note) and any(line.startswith(note) for line in profile.stats.notes)
     assert note in render_page([profile])
@@ -132,6 +131,18 @@ def test_a_streamed_capture_too_large_to_read_whole_gets_what_to_fix_over_every_
     assert any(line.startswith("No 'What to fix' for a capture this large") for line in nothing.stats.notes)
 
 
+def assert_same_drawing(drawing: StepDrawing | None, expected: StepDrawing | None) -> None:
+    """DRAWING draws what EXPECTED does: the same steps, spans, events, idle stretches, budgets and thread names."""
+    assert drawing is not None and expected is not None
+    assert (drawing.median_step, drawing.slowest_step, drawing.clock, drawing.warmup_steps, drawing.thread_names) == (
+        expected.median_step, expected.slowest_step, expected.clock, expected.warmup_steps, expected.thread_names)
+    assert drawing.budgets.equals(expected.budgets)
+    assert [step.model_dump(exclude={"events", "idle"}) for step in drawing.steps] == [
+        step.model_dump(exclude={"events", "idle"}) for step in expected.steps]
+    for step, other in zip(drawing.steps, expected.steps, strict=True):
+        assert step.events.equals(other.events) and step.idle.equals(other.idle), step.step
+
+
 def largest_part(budget: StepBudget) -> str:
     """The part of BUDGET that holds most, as a note names it: 'GPU idle 61.0%'."""
     top = max(budget.parts, key=lambda part: part.fraction)
@@ -152,11 +163,14 @@ WINDOWS = 40
 @pytest.mark.parametrize("capture", SQLITE_CAPTURES, ids=lambda p: p.relative_to(FIXTURES).as_posix())
 def test_what_to_fix_over_every_step_streamed_in_windows_is_the_whole_capture_read_whole(
         capture: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """What a streamed capture says of all its steps: their times (analysis/whole_steps.py), budget (the page's chart
-    of steps, analysis/whole_budget.py) and "What to fix" (analysis/whole_findings.py) is what the analysis of the
-    capture read whole says, in one window and in ~40 windows of correlation id (launches and GPU work) and of
-    start time (the host's ranges, dispatch runs, syncs), its steps budgeted a few pieces of GPU work at a time."""
-    read_whole = analyze_steps(nsight_core.load_trace(capture))
+    """What a streamed capture says of all its steps: their times (analysis/whole_steps.py), budget (the page's
+    chart of steps, analysis/whole_budget.py), "What to fix" (analysis/whole_findings.py) and the steps it draws in
+    full (their events and idle stretches, analysis/step_events.py) is what the capture read whole gives, in one
+    window and in ~40 windows of correlation id (launches and GPU work) and of start time (the host's ranges,
+    dispatch runs, syncs), its steps budgeted a few pieces of GPU work at a time."""
+    loaded = nsight_core.load_trace(capture)
+    read_whole = analyze_steps(loaded)
+    drawn = drawing_for(loaded, read_whole.analysis, read_whole)
     steps = read_whole.analysis.steps
     assert steps.source == "nvtx" and steps.clock == "gpu"
     trace = Trace(SpilledTables(SqliteTables(capture), STREAMED))
@@ -169,7 +183,9 @@ def test_what_to_fix_over_every_step_streamed_in_windows_is_the_whole_capture_re
         budget = whole_capture_budget(streamed, every, rows)
         assert budget is not None and budget.budget == read_whole.analysis.budget, rows
         assert budget.steps.equals(read_whole.budgets) and budget.bound == steps.bound, rows
-        assert whole_capture_analysis(trace, every, budget, read_whole.analysis.ranges, rows) == expected, rows
+        assert whole_capture_analysis(trace, every, budget, window_rows=rows) == expected, rows
+        assert every.windows is not None
+        assert_same_drawing(streamed_drawing(streamed, read_whole.analysis, every.windows, budget), drawn)
         monkeypatch.setattr(gpu_budget, "BATCH_WORK", 7)  # then batches of a few pieces of work, inside steps
 
 

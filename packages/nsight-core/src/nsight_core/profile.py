@@ -30,13 +30,13 @@ from nsight_core.analysis.budget import StepBudget
 from nsight_core.analysis.completeness import CaptureFacts, Completeness, capture_facts, check_completeness
 from nsight_core.analysis.events import EventTables
 from nsight_core.analysis.intervals import first_share_end
-from nsight_core.analysis.step_events import StepDrawing, drawing_for
+from nsight_core.analysis.step_events import StepDrawing, drawing_for, streamed_drawing
 from nsight_core.analysis.steps import StepStats, find_steps
 from nsight_core.analysis.summary import Tile, summary_tiles
 from nsight_core.analysis.timeline import TraceSummary, summarize_trace
 from nsight_core.analysis.whole_budget import WholeBudget, whole_capture_budget
 from nsight_core.analysis.whole_findings import whole_capture_analysis
-from nsight_core.analysis.whole_steps import every_step
+from nsight_core.analysis.whole_steps import EveryStep, every_step
 from nsight_core.errors import NotEnoughMemoryError, StatsError
 from nsight_core.memory import (
     affordable_event_bytes,
@@ -129,8 +129,8 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
     """The profile of a streamed capture whose frames would not fit read whole: statistics, summary (tiles,
     timeline) and completeness, each streamed from the Parquet copies in bounded memory; "What to fix" over every
     step where they are on the GPU's clock (analysis/whole_findings.py), else from the capture's first part that fits
-    (:func:`first_part`), whose NVTX range table and drawn steps the page shows in any case; a note says what covers
-    what (which `nsight stats` prints as well)."""
+    (:func:`first_part`), which chooses the step family in any case; a note says what covers what (which `nsight
+    stats` prints as well)."""
     stats, completeness = stats_of_trace(trace, reports), check_completeness(trace, facts)
     profile = CaptureProfile(title=title or capture_title(path, trace), source=str(path), stats=stats,
                              trace=summarize_trace(trace), completeness=completeness)
@@ -145,24 +145,23 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
         profile = with_steps_drawn(diagnosed(profile, parts), part, parts)
         if part is trace or profile.analysis is None or profile.trace is None:
             return profile
-        first = profile.analysis
+        first, span = profile.analysis, profile.trace.span_ns
         found = _every_step(path, trace, first)
-        if found.analysis is not None and found.budget is not None and found.steps is not None:
-            # "What to fix" over every step; the page's chart of steps draws every step's budget
-            update: dict[str, object] = {"analysis": withhold_savings(found.analysis, completeness)}
-            if profile.steps_drawn is not None:
-                update["steps_drawn"] = profile.steps_drawn.model_copy(update={"budgets": found.budget.steps})
-            note = (f"What to fix covers all {found.analysis.budget.steps:,} steady steps, streamed from disk, as "
-                    f"{whole}. Its NVTX range table and the steps drawn in full come from its first "
-                    f"{_first_steps(first, profile.trace.span_ns)}. The statistics, summary and completeness cover all "
-                    f"of it, streamed too.{_steps_compared(found.steps, first.steps)}"
-                    f"{_budget_compared(found.analysis, first)}")
+        every = found.every.stats if found.every else None
+        if found.analysis is not None and found.budget is not None and found.every is not None:
+            # "What to fix" over every step, and the steps drawn among them
+            analysis = withhold_savings(found.analysis, completeness)
+            drawn = _drawn_among_all(path, trace, analysis, found.every, found.budget, profile.steps_drawn)
+            note = (f"What to fix covers all {analysis.budget.steps:,} steady steps, streamed from disk as the "
+                    f"statistics, summary and completeness are: {whole}. The step family was chosen by its first "
+                    f"{_first_steps(first, span)}, which fit read whole."
+                    f"{_steps_compared(every, first.steps)}{_budget_compared(analysis, first)}")
+            profile = profile.model_copy(update={"analysis": analysis, "steps_drawn": drawn})
         else:
-            update = {"whole_steps": found.steps}
-            note = (f"What to fix covers its first {_first_steps(first, profile.trace.span_ns)}: {whole}. The "
-                    f"statistics, summary{', step times' if found.steps else ''} and completeness cover all of it, "
-                    f"streamed from disk.{_steps_compared(found.steps, first.steps)}")
-        profile = profile.model_copy(update=update)
+            note = (f"What to fix covers its first {_first_steps(first, span)}: {whole}. The "
+                    f"statistics, summary{', step times' if every else ''} and completeness cover all of it, "
+                    f"streamed from disk.{_steps_compared(every, first.steps)}")
+            profile = profile.model_copy(update={"whole_steps": every})
     stats.notes.append(note)  # what `nsight stats` prints
     profile.notes.append(note)  # what the page shows
     return profile
@@ -171,15 +170,15 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
 class _Every(NamedTuple):
     """What a streamed capture's passes over every step found (:func:`_every_step`)."""
 
-    steps: StepStats | None
+    every: EveryStep | None
     budget: WholeBudget | None
     analysis: Analysis | None
 
 
 def _every_step(path: Path, trace: Trace, first: Analysis) -> _Every:
     """Every step of streamed TRACE (of PATH) of the family its FIRST part's analysis chose (:func:`every_step`), and
-    on the GPU's clock their budget (:func:`whole_capture_budget`) and analysis (:func:`whole_capture_analysis`, with
-    the first part's NVTX ranges); None where there is none, or a streamed pass fails (a loss for the note, not the
+    on the GPU's clock their budget (:func:`whole_capture_budget`) and analysis (:func:`whole_capture_analysis`); None
+    where there is none, or a streamed pass fails (a loss for the note, not the
     page's: as for the analysis, :func:`diagnosed`)."""
     frames = events(trace)
     try:
@@ -191,11 +190,23 @@ def _every_step(path: Path, trace: Trace, first: Analysis) -> _Every:
         return _Every(None, None, None)
     try:
         budget = whole_capture_budget(frames, every)
-        return _Every(every.stats, budget,
-                      None if budget is None else whole_capture_analysis(trace, every, budget, first.ranges))
+        return _Every(every, budget,
+                      None if budget is None else whole_capture_analysis(trace, every, budget))
     except Exception as error:  # see the docstring
         log.warning("could not analyse every step of %s (%s: %s)", path, type(error).__name__, error)
-        return _Every(every.stats, None, None)
+        return _Every(every, None, None)
+
+
+def _drawn_among_all(path: Path, trace: Trace, analysis: Analysis, every: EveryStep, budget: WholeBudget,
+                     first: StepDrawing | None) -> StepDrawing | None:
+    """The steps streamed TRACE's page draws, among all its steps (:func:`streamed_drawing`); should that fail, the
+    FIRST part's, with every step's budget on the chart of steps (a loss for the step view, not the page's)."""
+    try:
+        assert every.windows is not None  # an analysis of every step is on the GPU's clock
+        return streamed_drawing(events(trace), analysis, every.windows, budget)
+    except Exception as error:  # see the docstring
+        log.warning("could not draw the steps of %s among all of them (%s: %s)", path, type(error).__name__, error)
+        return first.model_copy(update={"budgets": budget.steps}) if first is not None else None
 
 
 def _first_steps(first: Analysis, span_ns: int) -> str:

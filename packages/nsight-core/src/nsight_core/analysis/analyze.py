@@ -219,14 +219,21 @@ def _view(found: _Steps, idle: pl.DataFrame) -> StepView:
     windows = found.steps
     if "cpu_start_ns" not in windows.columns:
         windows = windows.with_columns(pl.col("start_ns").alias("cpu_start_ns"), pl.col("end_ns").alias("cpu_end_ns"))
-    steady = windows.slice(1) if found.stats.warmup else windows
+    return steps_view(windows, found.stats.warmup, "gpu" if found.work is not None else "cpu", idle,
+                      found.scope == "steps")
+
+
+def steps_view(windows: pl.DataFrame, warmup: bool, clock: Literal["gpu", "cpu"], idle: pl.DataFrame,
+               steps: bool = True) -> StepView:
+    """The :class:`StepView` of WINDOWS (step, start_ns, end_ns, cpu_start_ns, cpu_end_ns), the first a WARMUP or not,
+    with the IDLE stretches of the steps it draws; STEPS False: the windows are the user window, no steps."""
+    steady = windows.slice(1) if warmup else windows
     median = slowest = None
-    if found.scope == "steps" and steady.height:
+    if steps and steady.height:
         ordered = steady.select("step", (pl.col("end_ns") - pl.col("start_ns")).alias("d")).sort("d", "step")
         median, slowest = int(ordered["step"][(ordered.height - 1) // 2]), int(ordered["step"][-1])
     shown = windows.select("step", "start_ns", "end_ns", "cpu_start_ns", "cpu_end_ns")
-    return StepView(clock="gpu" if found.work is not None else "cpu", windows=shown, idle=idle, median_step=median,
-                    slowest_step=slowest)
+    return StepView(clock=clock, windows=shown, idle=idle, median_step=median, slowest_step=slowest)
 
 
 def step_budgets(trace: EventTables) -> pl.DataFrame:

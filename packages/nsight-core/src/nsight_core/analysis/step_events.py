@@ -15,9 +15,13 @@ from typing import Literal
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.analyze import Analysis, Analyzed, StepView
+from nsight_core.analysis.analyze import Analysis, Analyzed, StepView, steps_view
 from nsight_core.analysis.events import EventTables
+from nsight_core.analysis.gpu_budget import IDLE_COLUMNS
 from nsight_core.analysis.steps import StepSource, StepStats
+from nsight_core.analysis.whole_budget import WholeBudget
+from nsight_core.trace.model import with_depth
+from nsight_core.trace.streamed import Events
 
 MAX_EVENTS = 6000
 """Events drawn of one step at most (a step of a few thousand kernels draws whole)."""
@@ -67,25 +71,15 @@ class StepDrawing(BaseModel):
     slowest_step: int | None
 
 
-def step_drawing(trace: EventTables, parts: Analyzed, stats: StepStats, evidence_steps: tuple[int, ...] = (),
-                 evidence_times: tuple[int, ...] = ()) -> StepDrawing | None:
-    """The steps of TRACE to draw (PARTS: its :func:`nsight_core.analysis.analyze.analyze_steps`): the median and
-    slowest steady step, then the steps EVIDENCE_STEPS names and those holding EVIDENCE_TIMES (events' start_ns), up
-    to MAX_EXTRA_STEPS. None when the capture has no steps. STATS: the analysis' steps (their source, and whether it
-    left the first out of the steady state as a warm-up)."""
+def step_drawing(trace: EventTables | Events, parts: Analyzed, stats: StepStats,
+                 evidence: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())) -> StepDrawing | None:
+    """The steps of TRACE to draw (PARTS: its :func:`nsight_core.analysis.analyze.analyze_steps`; :func:`step_roles`).
+    None when the capture has no steps. STATS: the analysis' steps (their source, and whether it left the first out of
+    the steady state as a warm-up)."""
     view = parts.view
     if view.median_step is None or view.slowest_step is None or stats.source == "none":
         return None
-    roles: dict[int, list[Role]] = {view.median_step: ["median"]}
-    roles.setdefault(view.slowest_step, []).append("slowest")
-    windows = view.windows
-    located = windows.filter(pl.any_horizontal(
-        (pl.col("start_ns") <= time) & (pl.col("end_ns") > time) for time in evidence_times))["step"].to_list() \
-        if evidence_times else []
-    for step in [*sorted(set(evidence_steps) | set(located))]:
-        if step not in roles and len(roles) < 2 + MAX_EXTRA_STEPS and step in windows["step"]:
-            roles[step] = ["evidence"]
-    drawn = [_drawn(trace, view, step, step_roles) for step, step_roles in roles.items()]
+    drawn = [_drawn(trace, view, step, roles) for step, roles in step_roles(view, evidence).items()]
     threads = {thread for step in drawn for thread in step.events["thread"].drop_nulls().unique().to_list()}
     names = getattr(trace, "threads", None)
     thread_names = dict(names.filter(pl.col("thread").is_in(list(threads))).select("thread", "name").iter_rows()) \
@@ -95,7 +89,25 @@ def step_drawing(trace: EventTables, parts: Analyzed, stats: StepStats, evidence
                        slowest_step=view.slowest_step)
 
 
-def _drawn(trace: EventTables, view: StepView, step: int, roles: list[Role]) -> DrawnStep:
+def step_roles(view: StepView, evidence: tuple[tuple[int, ...], tuple[int, ...]]) -> dict[int, list[Role]]:
+    """The steps to draw and why: VIEW's median and slowest steady step, then the steps EVIDENCE names (steps, and
+    events' start times: the steps holding them), up to MAX_EXTRA_STEPS; none where VIEW has no steps."""
+    if view.median_step is None or view.slowest_step is None:
+        return {}
+    evidence_steps, evidence_times = evidence
+    roles: dict[int, list[Role]] = {view.median_step: ["median"]}
+    roles.setdefault(view.slowest_step, []).append("slowest")
+    windows = view.windows
+    located = windows.filter(pl.any_horizontal(
+        (pl.col("start_ns") <= time) & (pl.col("end_ns") > time) for time in evidence_times))["step"].to_list() \
+        if evidence_times else []
+    for step in [*sorted(set(evidence_steps) | set(located))]:
+        if step not in roles and len(roles) < 2 + MAX_EXTRA_STEPS and step in windows["step"]:
+            roles[step] = ["evidence"]
+    return roles
+
+
+def _drawn(trace: EventTables | Events, view: StepView, step: int, roles: list[Role]) -> DrawnStep:
     window = view.windows.filter(pl.col("step") == step).row(0, named=True)
     start = min(window["start_ns"], window["cpu_start_ns"])
     end = max(window["end_ns"], window["cpu_end_ns"])
@@ -109,10 +121,16 @@ def _drawn(trace: EventTables, view: StepView, step: int, roles: list[Role]) -> 
                      idle=view.idle.filter(pl.col("step") == step).drop("step"), left_out=left_out)
 
 
-def step_events(trace: EventTables, start_ns: int, end_ns: int) -> pl.DataFrame:
-    """Every event of TRACE overlapping [START_NS, END_NS), in EVENT_SCHEMA, by start."""
-    def overlapping(frame: pl.DataFrame) -> pl.DataFrame:
-        return frame.filter((pl.col("start_ns") < end_ns) & (pl.col("end_ns") > start_ns))
+def step_events(trace: EventTables | Events, start_ns: int, end_ns: int) -> pl.DataFrame:
+    """Every event of TRACE overlapping [START_NS, END_NS), in EVENT_SCHEMA, by start. TRACE's frames lazy (a capture
+    too large to read whole): streamed, the NVTX ranges' depth counted among those overlapping the span, which hold
+    every range that encloses one of them."""
+    def overlapping(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+        return frame.lazy().filter((pl.col("start_ns") < end_ns) & (pl.col("end_ns") > start_ns)).collect()
+
+    nvtx = overlapping(trace.nvtx)
+    if "depth" not in nvtx.columns:
+        nvtx = with_depth(nvtx)
 
     gpu: list[pl.Expr | str] = [pl.lit("gpu").alias("lane"), "device", "stream", pl.lit(None, pl.Int64).alias("thread")]
     cpu: list[pl.Expr | str] = [pl.lit("cpu").alias("lane"), pl.lit(None, pl.Int64).alias("device"),
@@ -126,7 +144,7 @@ def step_events(trace: EventTables, start_ns: int, end_ns: int) -> pl.DataFrame:
         overlapping(trace.memset).select(*gpu, pl.lit("memset").alias("kind"), pl.lit("").alias("name"), "bytes",
                                          flat, *times),
         overlapping(trace.cuda_api).select(*cpu, pl.lit("cuda_api").alias("kind"), "name", no_bytes, flat, *times),
-        overlapping(trace.nvtx).select(*cpu, pl.lit("nvtx").alias("kind"), "name", no_bytes, "depth", *times),
+        nvtx.select(*cpu, pl.lit("nvtx").alias("kind"), "name", no_bytes, "depth", *times),
     ]
     graphs = getattr(trace, "graphs", None)
     if graphs is not None:
@@ -136,10 +154,26 @@ def step_events(trace: EventTables, start_ns: int, end_ns: int) -> pl.DataFrame:
     return pl.concat([part.cast(EVENT_SCHEMA) for part in parts]).sort("start_ns")
 
 
-def drawing_for(trace: EventTables, analysis: Analysis, parts: Analyzed) -> StepDrawing | None:
+def drawing_for(trace: EventTables | Events, analysis: Analysis, parts: Analyzed) -> StepDrawing | None:
     """:func:`step_drawing` of TRACE with what its ANALYSIS says: the warm-up, and the steps and events its findings'
     evidence points at (so a click on the evidence finds them drawn)."""
+    return step_drawing(trace, parts, analysis.steps, evidence_of(analysis))
+
+
+def streamed_drawing(frames: Events, analysis: Analysis, windows: pl.DataFrame,
+                     budget: WholeBudget) -> StepDrawing | None:
+    """What :func:`drawing_for` draws of a capture too large to read whole, whose ANALYSIS covers every step (on the
+    GPU's clock: their WINDOWS, their BUDGET): the median and slowest of all its steady steps and the steps its
+    evidence names, their events read from disk (FRAMES) and their idle stretches budgeted again: what the capture
+    read whole would draw."""
+    view = steps_view(windows, analysis.steps.warmup, "gpu", pl.DataFrame(schema=IDLE_COLUMNS))
+    evidence = evidence_of(analysis)
+    view = view.model_copy(update={"idle": budget.stretches(list(step_roles(view, evidence)))})
+    return step_drawing(frames, Analyzed(analysis, view, budget.steps), analysis.steps, evidence)
+
+
+def evidence_of(analysis: Analysis) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The steps ANALYSIS' findings' evidence names, and the start times of the events it names."""
     places = [e.where for finding in analysis.findings for e in finding.evidence if e.where is not None]
-    return step_drawing(trace, parts, analysis.steps,
-                        tuple(where.step for where in places if where.step is not None),
-                        tuple(where.start_ns for where in places if where.start_ns is not None))
+    return (tuple(where.step for where in places if where.step is not None),
+            tuple(where.start_ns for where in places if where.start_ns is not None))

@@ -12,7 +12,8 @@ Number for number the budget of the capture read whole (tests/core/test_streamed
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 
 import polars as pl
 
@@ -32,7 +33,8 @@ from nsight_core.analysis.whole_steps import EveryStep, gpu_work_of
 from nsight_core.trace.streamed import Events
 
 
-class WholeBudget(NamedTuple):
+@dataclass(frozen=True)
+class WholeBudget:
     """The budget of every step of a streamed capture (:func:`whole_capture_budget`)."""
 
     budget: StepBudget
@@ -41,6 +43,9 @@ class WholeBudget(NamedTuple):
     """Every step's budget (:func:`budget.per_step`), warm-up included: what the page's chart of steps draws."""
     bound: Bound
     """What bounds the steady steps (:func:`budget.bound_by`)."""
+    stretches: Callable[[Collection[int]], pl.DataFrame] = field(repr=False)
+    """The GPU idle stretches of those steps with their causes (gpu_budget.IDLE_COLUMNS), each step budgeted again
+    alone: what a drawn step shades (they are not kept for every step)."""
 
 
 def whole_capture_budget(frames: Events, every: EveryStep, window_rows: int | None = WINDOW_ROWS) -> WholeBudget | None:
@@ -73,10 +78,15 @@ def whole_capture_budget(frames: Events, every: EveryStep, window_rows: int | No
     firsts = (pl.DataFrame({"_window": pl.int_range(starts.len(), eager=True).cast(within["_window"].dtype)})
               .join(within, on="_window", how="left").sort("_window")
               .select(pl.col("len").fill_null(0).cum_sum().cast(pl.Int64)).to_series())
-    totals, _ = budget_in_batches(windows, batches(firsts), between, step_syncs(sync_calls_of(frames), thread), host,
-                                  stretches=False)
+    calls = step_syncs(sync_calls_of(frames), thread)
+    totals, _ = budget_in_batches(windows, batches(firsts), between, calls, host, stretches=False)
     budget = steady_budget(totals, windows, every.stats.warmup, thread)
-    return WholeBudget(budget, per_step(totals, windows), bound_by(budget))
+
+    def stretches(steps: Collection[int]) -> pl.DataFrame:
+        at = windows.with_row_index("_at").filter(pl.col("step").is_in(list(steps)))["_at"].sort()
+        return budget_in_batches(windows, [(int(row), 1) for row in at], between, calls, host)[1]
+
+    return WholeBudget(budget, per_step(totals, windows), bound_by(budget), stretches)
 
 
 def _user_ranges(frames: Events, windows: pl.DataFrame, pattern: str, thread: int,

@@ -10,8 +10,8 @@ sum, so it is made in windows and merged exactly:
   work share it), their durations counted per value, whose medians are those of all of them;
 - the copies of a megabyte or more (a few), and the kernels' time per name (a streamed group-by).
 
-The findings are then made by the code a capture read whole uses (:func:`findings.findings_of`), and equal its
-(tests/core/test_streamed_analysis.py).
+The findings are then made by the code a capture read whole uses (:func:`findings.findings_of`); with the NVTX range
+table (analysis/whole_ranges.py) the analysis equals the capture's read whole (tests/core/test_streamed_analysis.py).
 """
 
 from __future__ import annotations
@@ -23,17 +23,18 @@ from nsight_core.analysis.analyze import LAUNCH_API, Analysis, in_steps, syncs_i
 from nsight_core.analysis.findings import Context, GpuInputs
 from nsight_core.analysis.footprint import UserWindow, user_window
 from nsight_core.analysis.intervals import WINDOW_ROWS, start_cuts, window_filters
-from nsight_core.analysis.ranges import RangeFamily
 from nsight_core.analysis.whole_budget import WholeBudget, sync_calls_of
+from nsight_core.analysis.whole_ranges import whole_capture_ranges
 from nsight_core.analysis.whole_steps import EveryStep
 from nsight_core.trace.model import Trace, with_depth
 from nsight_core.trace.streamed import Events, events
 
 
-def whole_capture_analysis(trace: Trace, every: EveryStep, whole: WholeBudget, ranges: list[RangeFamily],
+def whole_capture_analysis(trace: Trace, every: EveryStep, whole: WholeBudget, ranges: bool = True,
                            window_rows: int | None = WINDOW_ROWS) -> Analysis | None:
     """The analysis of every step of streamed TRACE on the GPU's clock (EVERY, its budget WHOLE): what
-    :func:`analyze.analyze` says of the capture read whole, but for the NVTX RANGES (the first part's, given)."""
+    :func:`analyze.analyze` says of the capture read whole. RANGES False: without the NVTX range table
+    (analysis/whole_ranges.py; a comparison reads the ranges' totals instead)."""
     windows, stats = every.windows, every.stats.model_copy(update={"bound": whole.bound})
     if windows is None or stats.family is None or stats.family.thread is None:
         return None
@@ -49,7 +50,8 @@ def whole_capture_analysis(trace: Trace, every: EveryStep, whole: WholeBudget, r
     gpu = GpuInputs(*_syncs(frames, steady_ranges, stats.family.thread, window_rows),
                     _launch_shape(frames, steady_ranges, window_rows), copies, steady,
                     find.nominal_pinned(trace.gpus), find.kernel_totals(frames.kernels, steady))
-    return Analysis(window=window, steps=stats, budget=whole.budget, budget_scope="steps", ranges=ranges,
+    return Analysis(window=window, steps=stats, budget=whole.budget, budget_scope="steps",
+                    ranges=whole_capture_ranges(frames, window.span_ns, window_rows) if ranges else [],
                     findings=find.findings_of(context, gpu))
 
 

@@ -1,0 +1,115 @@
+"""The NVTX range table (:func:`ranges.range_families`) of a capture too large to analyse whole, streamed.
+
+Per family (name pattern and domain): count, summed time, minimum and maximum are streamed group-bys; the median is
+selected exactly in streamed passes (stats/exact.py, as the reports' medians); the mean is exact from the integer
+sum. Self time is a family's summed time less the time of its ranges' direct children, and the GPU work a range
+launched (its count and span) is that of the launches on its thread while it was open: both need each range's
+nesting, which is local in time but for the ranges still open. So the ranges come in windows of start time, and the
+ranges still open at a window's start (a step, an epoch: as many as the nesting is deep) are carried into it with
+what they launched so far: every range that encloses one of the window's ranges or one of its launches is among
+them, so depths and parents are the capture's (:func:`ranges.with_parents` on the window and the carried ranges).
+Each child's time goes to its parent's family; a range's GPU span is final once it has ended.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from nsight_core.analysis.intervals import WINDOW_ROWS, start_cuts, window_filters
+from nsight_core.analysis.projection import launched, range_gpu_spans
+from nsight_core.analysis.ranges import RangeFamily, with_parents
+from nsight_core.analysis.steps import pattern_of
+from nsight_core.analysis.whole_steps import gpu_work_of
+from nsight_core.stats import exact
+from nsight_core.trace.model import with_depth
+from nsight_core.trace.streamed import Events
+
+KEY = "_key"
+CARRIED = {"start_ns": pl.Int64, "end_ns": pl.Int64, "thread": pl.Int64, KEY: pl.String, "gpu_ops": pl.Int64,
+           "gpu_start_ns": pl.Int64, "gpu_end_ns": pl.Int64}
+
+
+def whole_capture_ranges(frames: Events, span_ns: int, window_rows: int | None = WINDOW_ROWS) -> list[RangeFamily]:
+    """:func:`ranges.range_families` of every NVTX range of the capture FRAMES holds (SPAN_NS: its user window), with
+    their GPU work, streamed in windows of about WINDOW_ROWS ranges (None: one window)."""
+    duration = (pl.col("end_ns") - pl.col("start_ns")).alias("_duration")
+    ranges = frames.nvtx.select("start_ns", "end_ns", "thread", "domain",
+                                pattern_of(pl.col("name")).alias("pattern")).with_columns(
+        pl.concat_str("pattern", "domain", separator="\x00").alias(KEY))
+    groups = (ranges.group_by(KEY).agg(pl.col("pattern", "domain").first(), *exact.sums(duration),
+                                       duration.min().alias("_min"), duration.max().alias("_max"))
+              .collect(engine="streaming"))
+    if not groups.height:
+        return []
+    groups = groups.with_columns(pl.Series("mean_ns", [exact.mean(n, total) for n, total in
+                                                       groups.select("_n", "_sum").rows()], dtype=pl.Float64))
+    medians = exact.medians(ranges.select(KEY, duration), KEY, "_duration", groups)
+    children, spans = _nested(frames, ranges.select("start_ns", "end_ns", "thread", KEY), window_rows)
+    rows = (groups.join(medians, on=KEY, how="left").join(children, on=KEY, how="left").join(spans, on=KEY, how="left")
+            .with_columns(pl.col("_children", "gpu_ops", "_spans").fill_null(0))
+            .select("pattern", "domain", pl.col("_n").alias("count"), pl.col("_sum").alias("summed_ns"),
+                    (pl.col("_sum") - pl.col("_children")).alias("self_ns"), pl.col("_median").alias("p50_ns"),
+                    "mean_ns", pl.col("_min").alias("min_ns"), pl.col("_max").alias("max_ns"), "gpu_ops",
+                    pl.when(pl.col("_spans") > 0).then(pl.col("gpu_span_ns")).alias("gpu_span_ns"))
+            .with_columns((pl.col("self_ns") / span_ns if span_ns else pl.lit(0.0)).alias("self_fraction"))
+            .sort(["self_ns", "pattern"], descending=[True, False]))
+    return [RangeFamily(**row) for row in rows.to_dicts()]
+
+
+def _nested(frames: Events, ranges: pl.LazyFrame, window_rows: int | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Per family (KEY): the summed time of its ranges' direct children (``_children``), and its ranges' GPU work
+    (gpu_ops, gpu_span_ns summed over the ranges that launched any, ``_spans`` of them), window by window."""
+    calls = frames.cuda_api.select("correlation_id", "start_ns", "end_ns", "name", "thread")
+    work = gpu_work_of(frames)
+    carried = pl.DataFrame(schema=CARRIED)
+    children, spans = [], []
+    cuts = start_cuts(ranges, window_rows)
+    for upper, started, launched_in in zip([*cuts, None], window_filters(cuts, pl.col("start_ns")),
+                                           window_filters(cuts, pl.col("launch_ns")), strict=True):
+        window = ranges.filter(started).collect(engine="streaming")
+        present = pl.concat([
+            carried.with_columns(pl.lit(True).alias("_carried")),
+            window.with_columns(pl.lit(0, pl.Int64).alias("gpu_ops"), pl.lit(None, pl.Int64).alias("gpu_start_ns"),
+                                pl.lit(None, pl.Int64).alias("gpu_end_ns"), pl.lit(False).alias("_carried"))
+            .cast(CARRIED)])  # type: ignore[arg-type]
+        nested = with_parents(with_depth(present.sort("start_ns", maintain_order=True)))
+        parents = nested.filter(~pl.col("_carried") & pl.col("parent").is_not_null())
+        children.append(parents.group_by(nested[KEY].gather(parents["parent"]).alias(KEY))
+                        .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("_children")))
+        nested = _with_launches(nested, _launches(calls, work, started, launched_in))
+        # A range that ended by the next window's start launches nothing more: its span is final. The others carry on.
+        still_open = pl.col("end_ns") > upper if upper is not None else pl.lit(False)
+        spans.append(nested.filter(~still_open).select(KEY, "gpu_ops", GPU_SPAN))
+        carried = nested.filter(still_open).select(list(CARRIED))
+    child_time = pl.concat(children).group_by(KEY).agg(pl.col("_children").sum())
+    gpu = (pl.concat(spans).group_by(KEY).agg(pl.col("gpu_ops").sum(), pl.col("gpu_span_ns").sum(),
+                                               pl.col("gpu_span_ns").count().alias("_spans")))
+    return child_time, gpu
+
+
+GPU_SPAN = (pl.col("gpu_end_ns") - pl.col("gpu_start_ns")).alias("gpu_span_ns")
+"""A range's GPU span: from the start of the first GPU work it launched to the end of its last (null: none)."""
+
+
+def _launches(calls: pl.LazyFrame, work: pl.LazyFrame, started: pl.Expr, launched_in: pl.Expr) -> pl.DataFrame:
+    """The GPU work of one window (launch_ns, thread, start_ns, end_ns): launched by a call that STARTED in it, the
+    call found for each piece being the first of its correlation id (:func:`projection.launched`, LAUNCHED_IN the
+    window), as a capture read whole has it."""
+    ids = calls.filter(started).select("correlation_id").collect(engine="streaming")["correlation_id"].drop_nulls()
+    if not ids.len():
+        return pl.DataFrame(schema={"launch_ns": pl.Int64, "thread": pl.Int64, "start_ns": pl.Int64,
+                                    "end_ns": pl.Int64})
+    among = pl.col("correlation_id").is_between(ids.min(), ids.max()) & pl.col("correlation_id").is_in(ids.implode())
+    ran = work.filter(among).collect(engine="streaming").sort("start_ns", maintain_order=True)
+    each = launched(ran, calls.filter(among).collect(engine="streaming").sort("start_ns", maintain_order=True))
+    return each.filter(launched_in).select("launch_ns", "thread", "start_ns", "end_ns")
+
+
+def _with_launches(nested: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
+    """NESTED ranges (with depth) with the GPU work LAUNCHES adds to each (:func:`projection.range_gpu_spans`) merged
+    into what they held: gpu_ops, gpu_start_ns, gpu_end_ns."""
+    found = range_gpu_spans(nested.drop("gpu_ops", "gpu_start_ns", "gpu_end_ns"), launches)
+    return nested.with_columns(
+        (pl.col("gpu_ops") + found["gpu_ops"]).alias("gpu_ops"),
+        pl.min_horizontal("gpu_start_ns", found["gpu_start_ns"]).alias("gpu_start_ns"),
+        pl.max_horizontal("gpu_end_ns", found["gpu_end_ns"]).alias("gpu_end_ns"))

@@ -28,6 +28,7 @@ from nsight_core.analysis.step_events import StepDrawing, drawing_for, streamed_
 from nsight_core.analysis.steps import StepFamily, family_stats, find_steps
 from nsight_core.analysis.whole_budget import whole_capture_budget
 from nsight_core.analysis.whole_findings import whole_capture_analysis
+from nsight_core.analysis.whole_ranges import whole_capture_ranges
 from nsight_core.analysis.whole_steps import every_step, whole_capture_steps
 from nsight_core.errors import NotEnoughMemoryError
 from nsight_core.nsys import Nsys
@@ -187,6 +188,11 @@ def test_what_to_fix_over_every_step_streamed_in_windows_is_the_whole_capture_re
         assert every.windows is not None
         assert_same_drawing(streamed_drawing(streamed, read_whole.analysis, every.windows, budget), drawn)
         monkeypatch.setattr(gpu_budget, "BATCH_WORK", 7)  # then batches of a few pieces of work, inside steps
+    # The NVTX range table in 7 windows (of ranges, calls and GPU work): most ranges' parents are carried into them.
+    counted = sum(frame.select(pl.len()).collect().item()
+                  for frame in (streamed.nvtx, streamed.cuda_api, streamed.kernels, streamed.memcpy, streamed.memset))
+    assert whole_capture_ranges(streamed, read_whole.analysis.window.span_ns, counted // 7) == \
+        read_whole.analysis.ranges
 
 
 def test_ranges_that_overlap_somewhere_are_no_steps() -> None:

@@ -4,11 +4,12 @@ Per family (name pattern and domain): count, summed time, minimum and maximum ar
 selected exactly in streamed passes (stats/exact.py, as the reports' medians); the mean is exact from the integer
 sum. Self time is a family's summed time less the time of its ranges' direct children, and the GPU work a range
 launched (its count and span) is that of the launches on its thread while it was open: both need each range's
-nesting, which is local in time but for the ranges still open. So the ranges come in windows of start time, and the
-ranges still open at a window's start (a step, an epoch: as many as the nesting is deep) are carried into it with
-what they launched so far: every range that encloses one of the window's ranges or one of its launches is among
-them, so depths and parents are the capture's (:func:`ranges.with_parents` on the window and the carried ranges).
-Each child's time goes to its parent's family; a range's GPU span is final once it has ended.
+nesting, which is local in time but for the ranges still open. So the ranges come in windows of start time (about
+WINDOW_ROWS ranges, CUDA calls and GPU work in each), and the ranges still open at a window's start (a step, an
+epoch: as many as the nesting is deep) are carried into it with what they launched so far: every range that encloses
+one of the window's ranges or one of its launches is among them, so depths and parents are the capture's
+(:func:`ranges.with_parents` on the window and the carried ranges). Each child's time goes to its parent's family; a
+range's GPU span is final once it has ended.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def _nested(frames: Events, ranges: pl.LazyFrame, window_rows: int | None) -> tu
     work = gpu_work_of(frames)
     carried = pl.DataFrame(schema=CARRIED)
     children, spans = [], []
-    cuts = start_cuts(ranges, window_rows)
+    # Windows of about WINDOW_ROWS ranges, calls and GPU work together: a window's calls bring their work with them.
+    cuts = start_cuts(pl.concat([frame.select("start_ns") for frame in (ranges, calls, work)]), window_rows)
     for upper, started, launched_in in zip([*cuts, None], window_filters(cuts, pl.col("start_ns")),
                                            window_filters(cuts, pl.col("launch_ns")), strict=True):
         window = ranges.filter(started).collect(engine="streaming")

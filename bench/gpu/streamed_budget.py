@@ -1,10 +1,10 @@
-"""Every step's budget of a GPU capture too large to analyse whole, on the H200 machine, checked against the
+"""Every step's "What to fix" of a GPU capture too large to analyse whole, on the H200 machine, checked against the
 analysis read whole: record bench/gpu/many_kernels.py STEPS with 2 ms of host work in each step from a third of the
 way on (device-bound first, host-bound after: what the first steps alone do not show), then `nsight stats --json` in a
 task allowed 2 GiB (``NSIGHT_SUMMARY_MEMORY=2G``: streamed, its SQLite export made), the same read whole
 (``NSIGHT_SUMMARY_MEMORY=off``, the export reused: the reference), and `nsight report` allowed 2 GiB. Each command's
 peak is its whole process tree's (bench/bench.py ``tree_run``). The numbers go to DIR/log and DIR/result.json, with
-``equal``: whether the streamed ``whole_capture_budget`` is the budget read whole, number for number.
+``equal``: whether the streamed analysis (steps, budget, window, ranges, findings) is the one read whole.
 
     nohup python3 bench/gpu/streamed_budget.py [STEPS] [DIR] > /tmp/budget.out 2>&1 &     (DIR default /tmp/sbudget)
 """
@@ -34,14 +34,15 @@ def main() -> None:
         result[name] = {"seconds": run.seconds, "tree_mb": run.tree_mb, "largest_mb": run.largest_mb,
                         "export": payload.get("export"), "notes": payload.get("notes"), "budget": payload.get("budget"),
                         "steps": payload.get("steps", {}).get("family"), "bound": payload.get("steps", {}).get("bound"),
-                        "whole_capture_budget": payload.get("whole_capture_budget"),
+                        "findings": [(finding["kind"], finding["severity"]) for finding in payload.get("findings", [])],
                         "whole_capture_steps": payload.get("whole_capture_steps")}
         log(f"nsight stats --json ({name}, NSIGHT_SUMMARY_MEMORY={memory}): {run.seconds:.0f} s, tree "
             f"{run.tree_mb:.0f} MB, largest {run.largest_mb:.0f} MB")
     streamed, whole = payloads["streamed"], payloads["whole"]
-    result["equal"] = {"budget": streamed.get("whole_capture_budget") == whole.get("budget"),
-                       "steps": {**(streamed.get("whole_capture_steps") or {}), "candidates": []}
-                       == {**whole.get("steps", {}), "candidates": []}}
+    result["equal"] = {name: streamed.get(name) == whole.get(name)
+                       for name in ("window", "budget", "ranges", "findings", "completeness")}
+    result["equal"]["steps"] = ({**streamed.get("steps", {}), "candidates": []}
+                                == {**whole.get("steps", {}), "candidates": []})
     log(f"equal to the analysis read whole: {result['equal']}")
 
     page = folder / "page.html"

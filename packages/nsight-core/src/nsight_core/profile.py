@@ -26,9 +26,7 @@ import polars as pl
 from pydantic import BaseModel, Field
 
 from nsight_core.analysis.analyze import Analysis, Analyzed, analyze_steps, withhold_savings
-from nsight_core.analysis.budget import StepBudget
 from nsight_core.analysis.completeness import CaptureFacts, Completeness, capture_facts, check_completeness
-from nsight_core.analysis.events import EventTables
 from nsight_core.analysis.intervals import first_share_end
 from nsight_core.analysis.step_events import StepDrawing, drawing_for, streamed_drawing
 from nsight_core.analysis.steps import StepStats, find_steps
@@ -45,8 +43,7 @@ from nsight_core.memory import (
     check_summary_memory,
     summary_bytes,
 )
-from nsight_core.render.findings import PART_LABELS
-from nsight_core.render.units import duration, fraction, size
+from nsight_core.render.units import duration, size
 from nsight_core.stats.load import load_stats, recorded_captures, stats_of_trace
 from nsight_core.stats.models import ProfileStats
 from nsight_core.stats.reports import DEFAULT_REPORTS
@@ -121,7 +118,8 @@ def build_profile(
         profile = CaptureProfile(title=title or capture_title(path, trace), source=str(path),
                                  stats=stats_of_trace(trace, reports or DEFAULT_REPORTS),
                                  trace=summarize_trace(trace), completeness=check_completeness(trace, facts))
-        return with_steps_drawn(diagnosed(profile, analyzed.result), trace, analyzed.result)
+        return with_steps_drawn(diagnosed(profile, analyzed.result),
+                                lambda analysis: drawing_for(trace, analysis, analyzed.result()))
 
 
 def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: str | None,
@@ -140,27 +138,35 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
     if part is None:
         note = f"No 'What to fix' for a capture this large: {whole}, not even for its first steps; the statistics, " \
                "summary and completeness were streamed from disk."
-    else:
+    elif part is trace:  # all of it fits after all (the memory allowed grew): read whole
         parts = functools.cache(lambda: analyze_steps(part))
-        profile = with_steps_drawn(diagnosed(profile, parts), part, parts)
-        if part is trace or profile.analysis is None or profile.trace is None:
-            return profile
-        first, span = profile.analysis, profile.trace.span_ns
-        found = _every_step(path, trace, first)
+        return with_steps_drawn(diagnosed(profile, parts), lambda analysis: drawing_for(part, analysis, parts()))
+    else:
+        # The first steps that fit choose the step family (their NVTX ranges and kernels alone are read); every step
+        # of it is then analysed streamed, or, where that cannot be (not on the GPU's clock, a pass failed), the
+        # first steps are analysed read whole.
+        chosen, first_steps = find_steps(part.nvtx, part.kernels)
+        found = _every_step(path, trace, chosen)
         every = found.every.stats if found.every else None
+        first = _first_steps(first_steps, profile.trace.span_ns if profile.trace else 0)
         if found.analysis is not None and found.budget is not None and found.every is not None:
-            # "What to fix" over every step, and the steps drawn among them
-            analysis = withhold_savings(found.analysis, completeness)
-            drawn = _drawn_among_all(path, trace, analysis, found.every, found.budget, profile.steps_drawn)
-            note = (f"What to fix covers all {analysis.budget.steps:,} steady steps, streamed from disk as the "
+            windows, budget = found.every.windows, found.budget
+            assert windows is not None  # an analysis of every step is on the GPU's clock
+            profile = with_steps_drawn(
+                profile.model_copy(update={"analysis": withhold_savings(found.analysis, completeness)}),
+                lambda analysis: streamed_drawing(events(trace), analysis, windows, budget))
+            note = (f"What to fix covers all {found.analysis.budget.steps:,} steady steps, streamed from disk as the "
                     f"statistics, summary and completeness are: {whole}. The step family was chosen by its first "
-                    f"{_first_steps(first, span)}, which fit read whole."
-                    f"{_steps_compared(every, first.steps)}{_budget_compared(analysis, first)}")
-            profile = profile.model_copy(update={"analysis": analysis, "steps_drawn": drawn})
+                    f"{first}, which fit read whole.")
         else:
-            note = (f"What to fix covers its first {_first_steps(first, span)}: {whole}. The "
-                    f"statistics, summary{', step times' if every else ''} and completeness cover all of it, "
-                    f"streamed from disk.{_steps_compared(every, first.steps)}")
+            del found  # not alive while the first part is analysed
+            parts = functools.cache(lambda: analyze_steps(part))
+            profile = with_steps_drawn(diagnosed(profile, parts), lambda analysis: drawing_for(part, analysis, parts()))
+            if profile.analysis is None:
+                return profile
+            note = (f"What to fix covers its first {first}: {whole}. The statistics, summary"
+                    f"{', step times' if every else ''} and completeness cover all of it, streamed from disk."
+                    f"{_steps_compared(every, profile.analysis.steps)}")
             profile = profile.model_copy(update={"whole_steps": every})
     stats.notes.append(note)  # what `nsight stats` prints
     profile.notes.append(note)  # what the page shows
@@ -175,14 +181,13 @@ class _Every(NamedTuple):
     analysis: Analysis | None
 
 
-def _every_step(path: Path, trace: Trace, first: Analysis) -> _Every:
-    """Every step of streamed TRACE (of PATH) of the family its FIRST part's analysis chose (:func:`every_step`), and
-    on the GPU's clock their budget (:func:`whole_capture_budget`) and analysis (:func:`whole_capture_analysis`); None
-    where there is none, or a streamed pass fails (a loss for the note, not the
-    page's: as for the analysis, :func:`diagnosed`)."""
+def _every_step(path: Path, trace: Trace, chosen: StepStats) -> _Every:
+    """Every step of streamed TRACE (of PATH) of the family its first part CHOSE (:func:`every_step`), and on the GPU's
+    clock their budget (:func:`whole_capture_budget`) and analysis (:func:`whole_capture_analysis`); None where there
+    is none, or a streamed pass fails (a loss for the note, not the page's: as for the analysis, :func:`diagnosed`)."""
     frames = events(trace)
     try:
-        every = every_step(frames, first.steps)
+        every = every_step(frames, chosen)
     except Exception as error:  # see the docstring
         log.warning("could not read every step of %s (%s: %s)", path, type(error).__name__, error)
         return _Every(None, None, None)
@@ -197,33 +202,12 @@ def _every_step(path: Path, trace: Trace, first: Analysis) -> _Every:
         return _Every(every, None, None)
 
 
-def _drawn_among_all(path: Path, trace: Trace, analysis: Analysis, every: EveryStep, budget: WholeBudget,
-                     first: StepDrawing | None) -> StepDrawing | None:
-    """The steps streamed TRACE's page draws, among all its steps (:func:`streamed_drawing`); should that fail, the
-    FIRST part's, with every step's budget on the chart of steps (a loss for the step view, not the page's)."""
-    try:
-        assert every.windows is not None  # an analysis of every step is on the GPU's clock
-        return streamed_drawing(events(trace), analysis, every.windows, budget)
-    except Exception as error:  # see the docstring
-        log.warning("could not draw the steps of %s among all of them (%s: %s)", path, type(error).__name__, error)
-        return first.model_copy(update={"budgets": budget.steps}) if first is not None else None
-
-
-def _first_steps(first: Analysis, span_ns: int) -> str:
-    """How much of a capture (SPAN_NS) its FIRST part covers: 'N steps (1.08 s of 55.60 s)'."""
-    steps = first.steps.family
-    return (f"{f'{steps.count:,} steps' if steps else 'part'} "
-            f"({duration(first.window.span_ns)} of {duration(span_ns)})")
-
-
-def _budget_compared(every: Analysis, first: Analysis) -> str:
-    """A sentence on where EVERY steady step's time went beside the FIRST steps': the parts that hold most."""
-
-    def shares(budget: StepBudget) -> str:
-        largest = sorted((p for p in budget.parts if p.fraction >= 0.005), key=lambda p: -p.fraction)[:3]
-        return ", ".join(f"{PART_LABELS[p.part]} {fraction(p.fraction)}" for p in largest)
-    return (f" Where the time of all {every.budget.steps:,} steady steps went: {shares(every.budget)}; "
-            f"{every.steps.bound}-bound (the first steps: {shares(first.budget)}; {first.steps.bound}-bound).")
+def _first_steps(steps: pl.DataFrame, span_ns: int) -> str:
+    """How much of a capture (SPAN_NS) the STEPS of its first part cover: 'N steps (1.08 s of 55.60 s)'."""
+    if not steps.height:
+        return f"part (of {duration(span_ns)})"
+    covered = int(steps["end_ns"].max()) - int(steps["start_ns"].min())  # type: ignore[arg-type]
+    return f"{steps.height:,} steps ({duration(covered)} of {duration(span_ns)})"
 
 
 def _steps_compared(every: StepStats | None, part: StepStats) -> str:
@@ -333,13 +317,14 @@ def diagnosed(profile: CaptureProfile, analysis: Callable[[], Analyzed]) -> Capt
                                                     f"({type(error).__name__}: {error})"]})
 
 
-def with_steps_drawn(profile: CaptureProfile, trace: EventTables, parts: Callable[[], Analyzed]) -> CaptureProfile:
-    """PROFILE with the steps its page draws in full (:func:`drawing_for`, from the PARTS made beside the analysis);
-    should that fail, a note says so and the rest of the page stays (as for the analysis: :func:`diagnosed`)."""
+def with_steps_drawn(profile: CaptureProfile, draw: Callable[[Analysis], StepDrawing | None]) -> CaptureProfile:
+    """PROFILE with the steps its page draws in full, as DRAW finds them for its analysis (:func:`drawing_for`, or
+    :func:`streamed_drawing`); should that fail, a note says so and the rest of the page stays (as for the analysis:
+    :func:`diagnosed`)."""
     if profile.analysis is None:
         return profile
     try:
-        return profile.model_copy(update={"steps_drawn": drawing_for(trace, profile.analysis, parts())})
+        return profile.model_copy(update={"steps_drawn": draw(profile.analysis)})
     except Exception as error:  # see the docstring
         log.warning("could not select %s's steps to draw (%s: %s)", profile.source, type(error).__name__, error)
         return profile.model_copy(update={"notes": [*profile.notes, f"Step view: the selection of its steps failed "

@@ -63,7 +63,8 @@ def _user_window(trace: Trace, frames: Events) -> UserWindow:
 
 def _syncs(frames: Events, steps: pl.DataFrame, thread: int, window_rows: int | None) -> tuple[pl.DataFrame, int]:
     """:func:`analyze.syncs_in` of STEPS (by start) in batches of steps holding about WINDOW_ROWS of THREAD's NVTX
-    ranges, merged: each batch's calls are named by the ranges that began in its steps."""
+    ranges, merged: each batch's calls are named by the ranges that began in its time (the first's, from the capture's
+    start), which hold the ranges a call in one of its steps can be in."""
     calls = sync_calls_of(frames).filter(pl.col("thread") == thread)
     small = frames.memcpy.filter((pl.col("direction") == "Device-to-Host")
                                  & (pl.col("bytes") <= find.SMALL_COPY_BYTES)).collect(engine="streaming")
@@ -73,9 +74,9 @@ def _syncs(frames: Events, steps: pl.DataFrame, thread: int, window_rows: int | 
     firsts = sorted({0, *(max(int(starts.search_sorted(cut, side="right")) - 1, 0)
                           for cut in start_cuts(ranges, window_rows))})
     found, small_reads = [], 0
-    for first, end in zip(firsts, [*firsts[1:], steps.height], strict=True):
-        lo, hi = int(starts[first]), int(starts[end]) if end < steps.height else None
-        inside = pl.col("start_ns") >= lo if hi is None else pl.col("start_ns").is_between(lo, hi, closed="left")
+    for first, end, inside in zip(firsts, [*firsts[1:], steps.height],
+                                  window_filters([int(starts[first]) for first in firsts[1:]], pl.col("start_ns")),
+                                  strict=True):
         batch = with_depth(ranges.filter(inside).collect(engine="streaming").sort("start_ns", maintain_order=True))
         named, count = syncs_in(steps.slice(first, end - first), calls.filter(inside), small.filter(inside), thread,
                                 batch)

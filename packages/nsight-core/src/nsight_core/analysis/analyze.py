@@ -255,13 +255,13 @@ def in_steps(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 
 
 def syncs_in(steps: pl.DataFrame, blocking: pl.DataFrame, memcpy: pl.DataFrame, thread: int | None,
-              nvtx: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+             nvtx: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     """The steps' blocking calls on their thread with the innermost range each came from (``range``, the steps'
     own family by name), and their small device-to-host copies (scalar reads)."""
     calls = in_steps(blocking.filter(is_thread(thread)), steps)
     calls = calls.with_columns(innermost_range(calls, nvtx).str.replace_all(r"\d+", "{n}"))
     small = in_steps(memcpy.filter((pl.col("direction") == "Device-to-Host")
-                                    & (pl.col("bytes") <= find.SMALL_COPY_BYTES)), steps)
+                                   & (pl.col("bytes") <= find.SMALL_COPY_BYTES)), steps)
     return calls, small.height
 
 

@@ -126,8 +126,7 @@ def main() -> None:
         "bound": (payload.get("steps") or {}).get("bound"),
         "findings": [(finding["kind"], finding["severity"]) for finding in payload.get("findings", [])],
         "complete": (payload.get("completeness") or {}).get("complete"),
-        "whole_capture_steps": payload.get("whole_capture_steps"),
-        "whole_capture_budget": payload.get("whole_capture_budget")}
+        "whole_capture_steps": payload.get("whole_capture_steps")}
     log(f"nsight stats: {stats.seconds:.0f} s, tree {stats.tree_mb:.0f} MB, largest {stats.largest_mb:.0f} MB")
 
     finish_with_bare_export(nsys, capture, result, log, folder)

@@ -183,6 +183,25 @@ def test_nsys_that_loses_its_agent_before_the_command_starts(tmp_path, losses, h
         assert "opened no nsight_core.range() block" not in done.stderr
 
 
+def test_an_agent_that_holds_the_session_name_after_the_retry_began_is_ended_and_tried_again(tmp_path):
+    """nsys lost its agent, which came up only after nsight had looked for it (seen in a fresh clone's CI on
+    2026-12-05: the retry found "Session name '…' is already in use." and the command never ran). The name is the
+    run's own (a random one), so its holder is that agent: nsight ends it and tries again."""
+    count, ran, marker = tmp_path / "count", tmp_path / "ran", tmp_path / "agent"
+    late_agent = f"S=$S setsid sh -c 'sleep 0.3; {AGENT.format(marker=marker)}' </dev/null >/dev/null 2>&1 & "
+    lose = f"{SESSION}; {HELD}; {lose_first(count, 1, late_agent + END_OF_FILE)}"
+    job = script(tmp_path, f"open({str(ran)!r}, 'a').write('ran\\n')\n" + textwrap.dedent(REGION))
+    try:
+        done = nsight("run", "--trace", "nvtx", "-o", str(tmp_path / "o"), "--", sys.executable, str(job),
+                      env=fake_nsys(tmp_path, "profile", f"sleep 0.6; {lose}"))
+    finally:
+        subprocess.run(["pkill", "-f", "--", str(marker)], check=False)
+    assert done.returncode == 0, done.stderr
+    assert ran.read_text() == "ran\n", done.stderr  # once
+    assert [Path(line).suffix for line in done.stdout.splitlines()[1:]] == [".nsys-rep"], (done.stdout, done.stderr)
+    assert "already in use" not in done.stderr
+
+
 def test_region_start_that_loses_its_agent_is_tried_again(tmp_path):
     """`nsys start` failing with "Local Endpoint is not available" started nothing: once more, and the
     region records as if nothing happened."""

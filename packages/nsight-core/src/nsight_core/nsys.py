@@ -349,3 +349,13 @@ the command started in `make test` on 2026-12-04 (the agent's socket not answeri
 def lost_its_agent(nsys_output: str) -> bool:
     """Whether nsys says it lost its agent (a transient failure of 2023.4.4 under load, not a setting)."""
     return bool(_LOST_AGENT.search(nsys_output))
+
+
+_NAME_HELD = re.compile(r"Session name '[^'\n]*' is already in use")
+"""What nsys says when a process still holds the session's name: after a lost agent, the agent that came up late
+(a fresh clone's CI, 2026-12-05)."""
+
+
+def name_held(nsys_output: str) -> bool:
+    """Whether nsys refused the session's name as in use (by the run's own agent, where the name is the run's)."""
+    return bool(_NAME_HELD.search(nsys_output))

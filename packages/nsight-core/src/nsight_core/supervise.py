@@ -24,7 +24,7 @@ from typing import Any
 
 from nsight_core.claims import dead_folders, owned_folder, remove_raw_streams_of
 from nsight_core.errors import PERMISSION_REMEDIES, NsysCommandError, is_permission_failure, one_line
-from nsight_core.nsys import QUICK_TIMEOUT, lost_its_agent
+from nsight_core.nsys import QUICK_TIMEOUT, lost_its_agent, name_held
 
 ENV_SIGNAL_FILE = "NSIGHT_SIGNAL_FILE"
 """Where a profiled process that dies of a signal writes its number (nsys itself may then exit 0)."""
@@ -81,10 +81,13 @@ def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[s
     with owned_folder("nsight-run-", note=session or "") as scratch:
         pending, died = scratch / "pending", scratch / "signal"
         env = {**(os.environ if env is None else env), ENV_SIGNAL_FILE: str(died)}
-        for _attempt in range(START_ATTEMPTS):  # again only while nsys fails transiently before COMMAND starts
+        for attempt in range(START_ATTEMPTS):  # again only while nsys fails transiently before COMMAND starts
             pending.touch()
             finished, transient = _run_under_nsys(nsys_argv, command, pending, env, timeout, session)
-            if finished.started or not transient:
+            # A retry that finds the run's own (random) session name in use: the failed attempt's agent came up
+            # after it was looked for, and holds it. Ended, like the others, it frees the name.
+            held = attempt > 0 and session is not None and name_held(finished.nsys_output)
+            if finished.started or not (transient or held):
                 break
             if session:  # an agent of the failed attempt holds the session's name: the next would find it in use
                 end_leftover_agents(session, grace=0.5)

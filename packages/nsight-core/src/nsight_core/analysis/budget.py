@@ -537,7 +537,18 @@ def steady_budget(totals: pl.DataFrame, steps: pl.DataFrame, warmup: bool, threa
 def summarize_budget(totals: pl.DataFrame, steps: pl.DataFrame, thread: int | None) -> StepBudget:
     """The budget over all steps (TOTALS: :func:`budget_totals`): each part's total, per-step median and
     mean, share of step time."""
-    rows = per_step(totals, steps)
+    return budget_of(per_step(totals, steps), cpu_activities(totals), thread)
+
+
+def cpu_activities(totals: pl.DataFrame) -> pl.DataFrame:
+    """What the CPU did while the GPU waited, summed over TOTALS' steps: part, cpu_kind, cpu_name, total_ns. Sums, so
+    the sums of batches of steps summed again are those of all (analysis/whole_budget.py)."""
+    return (totals.filter(pl.col("cpu_kind").is_not_null()).group_by("part", "cpu_kind", "cpu_name")
+            .agg(pl.col("total_ns").sum()))
+
+
+def budget_of(rows: pl.DataFrame, activities: pl.DataFrame, thread: int | None) -> StepBudget:
+    """The budget of the steps whose :func:`per_step` ROWS these are, their :func:`cpu_activities` ACTIVITIES."""
     wall = int(rows["wall_ns"].sum())
     count = max(rows.height, 1)
     shares = rows.select(*(pl.struct(total=pl.col(f"{part}_ns").sum(), p50=pl.col(f"{part}_ns").median())
@@ -549,16 +560,12 @@ def summarize_budget(totals: pl.DataFrame, steps: pl.DataFrame, thread: int | No
                    fraction=(shares[part]["total"] or 0) / wall if wall else 0.0)
         for part in PARTS
     ]
-    activities = (
-        totals.filter(pl.col("cpu_kind").is_not_null())
-        .group_by("part", "cpu_kind", "cpu_name")
-        .agg(pl.col("total_ns").sum())
-        .sort(["total_ns", "part", "cpu_kind", "cpu_name"], descending=[True, False, False, False])
-        .head(TOP_ACTIVITIES)
-    )
+    top = (activities.group_by("part", "cpu_kind", "cpu_name").agg(pl.col("total_ns").sum())
+           .sort(["total_ns", "part", "cpu_kind", "cpu_name"], descending=[True, False, False, False])
+           .head(TOP_ACTIVITIES))
     idle = [
         CpuActivity(part=row["part"], kind=row["cpu_kind"], name=row["cpu_name"], total_ns=row["total_ns"],
                     per_step_mean_ns=row["total_ns"] / count, fraction=row["total_ns"] / wall if wall else 0.0)
-        for row in activities.to_dicts()
+        for row in top.to_dicts()
     ]
     return StepBudget(steps=rows.height, wall_ns=wall, parts=parts, idle_activities=idle, thread=thread)

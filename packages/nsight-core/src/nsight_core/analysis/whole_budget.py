@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from nsight_core.analysis.budget import SYNC_API, StepBudget, bound_by, per_step, steady_budget
+from nsight_core.analysis.budget import SYNC_API, StepBudget, bound_by, budget_of, cpu_activities, per_step
 from nsight_core.analysis.gpu_budget import (
     Host,
     batches,
@@ -79,14 +79,23 @@ def whole_capture_budget(frames: Events, every: EveryStep, window_rows: int | No
               .join(within, on="_window", how="left").sort("_window")
               .select(pl.col("len").fill_null(0).cum_sum().cast(pl.Int64)).to_series())
     calls = step_syncs(sync_calls_of(frames), thread)
-    totals, _ = budget_in_batches(windows, batches(firsts), between, calls, host, stretches=False)
-    budget = steady_budget(totals, windows, every.stats.warmup, thread)
+    # Each batch's totals (several rows a step, with their names) reduced at once to a row a step and the CPU's
+    # activities summed: all steps' totals held 0.85 GB for 400,000 steps of a replicated fixture.
+    warmup = int(windows["step"][0]) if every.stats.warmup else None
+    rows, activities = [], []
+    for cut in batches(firsts):
+        totals, _ = budget_in_batches(windows, [cut], between, calls, host, stretches=False)
+        rows.append(per_step(totals, windows.slice(*cut)))
+        activities.append(cpu_activities(totals.filter(pl.col("step") != warmup) if warmup is not None else totals))
+    steps = pl.concat(rows)
+    budget = budget_of(steps.filter(pl.col("step") != warmup) if warmup is not None else steps,
+                       pl.concat(activities), thread)
 
     def stretches(steps: Collection[int]) -> pl.DataFrame:
         at = windows.with_row_index("_at").filter(pl.col("step").is_in(list(steps)))["_at"].sort()
         return budget_in_batches(windows, [(int(row), 1) for row in at], between, calls, host)[1]
 
-    return WholeBudget(budget, per_step(totals, windows), bound_by(budget), stretches)
+    return WholeBudget(budget, steps, bound_by(budget), stretches)
 
 
 def _user_ranges(frames: Events, windows: pl.DataFrame, pattern: str, thread: int,

@@ -81,16 +81,17 @@ def _nested(frames: Events, ranges: pl.LazyFrame, window_rows: int | None) -> tu
         nested = _with_launches(nested, _launches(calls, work, started, launched_in))
         # A range that ended by the next window's start launches nothing more: its span is final. The others carry on.
         still_open = pl.col("end_ns") > upper if upper is not None else pl.lit(False)
-        spans.append(nested.filter(~still_open).select(KEY, "gpu_ops", GPU_SPAN))
+        spans.append(_gpu_sums(nested.filter(~still_open)))
         carried = nested.filter(still_open).select(list(CARRIED))
     child_time = pl.concat(children).group_by(KEY).agg(pl.col("_children").sum())
-    gpu = (pl.concat(spans).group_by(KEY).agg(pl.col("gpu_ops").sum(), pl.col("gpu_span_ns").sum(),
-                                               pl.col("gpu_span_ns").count().alias("_spans")))
-    return child_time, gpu
+    return child_time, pl.concat(spans).group_by(KEY).agg(pl.col("gpu_ops", "gpu_span_ns", "_spans").sum())
 
 
-GPU_SPAN = (pl.col("gpu_end_ns") - pl.col("gpu_start_ns")).alias("gpu_span_ns")
-"""A range's GPU span: from the start of the first GPU work it launched to the end of its last (null: none)."""
+def _gpu_sums(ranges: pl.DataFrame) -> pl.DataFrame:
+    """Per family (KEY) of RANGES that have ended: the GPU work they launched, their GPU spans summed and how many
+    launched any (``_spans``). Sums, which the windows' sum again: no row per range is kept."""
+    span = (pl.col("gpu_end_ns") - pl.col("gpu_start_ns")).alias("gpu_span_ns")
+    return ranges.group_by(KEY).agg(pl.col("gpu_ops").sum(), span.sum(), span.count().cast(pl.Int64).alias("_spans"))
 
 
 def _launches(calls: pl.LazyFrame, work: pl.LazyFrame, started: pl.Expr, launched_in: pl.Expr) -> pl.DataFrame:

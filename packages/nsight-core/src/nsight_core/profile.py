@@ -139,13 +139,14 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
         note = f"No 'What to fix' for a capture this large: {whole}, not even for its first steps; the statistics, " \
                "summary and completeness were streamed from disk."
     elif part is trace:  # all of it fits after all (the memory allowed grew): read whole
-        parts = functools.cache(lambda: analyze_steps(part))
-        return with_steps_drawn(diagnosed(profile, parts), lambda analysis: drawing_for(part, analysis, parts()))
+        parts = functools.cache(lambda: analyze_steps(trace))
+        return with_steps_drawn(diagnosed(profile, parts), lambda analysis: drawing_for(trace, analysis, parts()))
     else:
         # The first steps that fit choose the step family (their NVTX ranges and kernels alone are read); every step
         # of it is then analysed streamed, or, where that cannot be (not on the GPU's clock, a pass failed), the
         # first steps are analysed read whole.
         chosen, first_steps = find_steps(part.nvtx, part.kernels)
+        first_tables, part = part.tables, None  # its frames are not alive while every step is streamed
         found = _every_step(path, trace, chosen)
         every = found.every.stats if found.every else None
         first = _first_steps(first_steps, profile.trace.span_ns if profile.trace else 0)
@@ -160,8 +161,10 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
                     f"{first}, which fit read whole.")
         else:
             del found  # not alive while the first part is analysed
-            parts = functools.cache(lambda: analyze_steps(part))
-            profile = with_steps_drawn(diagnosed(profile, parts), lambda analysis: drawing_for(part, analysis, parts()))
+            first_part_trace = Trace(first_tables)
+            parts = functools.cache(lambda: analyze_steps(first_part_trace))
+            profile = with_steps_drawn(diagnosed(profile, parts),
+                                       lambda analysis: drawing_for(first_part_trace, analysis, parts()))
             if profile.analysis is None:
                 return profile
             note = (f"What to fix covers its first {first}: {whole}. The statistics, summary"

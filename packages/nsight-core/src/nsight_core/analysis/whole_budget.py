@@ -91,8 +91,8 @@ def whole_capture_budget(frames: Events, every: EveryStep, window_rows: int | No
     budget = budget_of(steps.filter(pl.col("step") != warmup) if warmup is not None else steps,
                        pl.concat(activities), thread)
 
-    def stretches(steps: Collection[int]) -> pl.DataFrame:
-        at = windows.with_row_index("_at").filter(pl.col("step").is_in(list(steps)))["_at"].sort()
+    def stretches(drawn: Collection[int]) -> pl.DataFrame:
+        at = windows.with_row_index("_at").filter(pl.col("step").is_in(list(drawn)))["_at"].sort()
         return budget_in_batches(windows, [(int(row), 1) for row in at], between, calls, host)[1]
 
     return WholeBudget(budget, steps, bound_by(budget), stretches)

@@ -146,7 +146,10 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
         # of it is then analysed streamed, or, where that cannot be (not on the GPU's clock, a pass failed), the
         # first steps are analysed read whole.
         chosen, first_steps = find_steps(part.nvtx, part.kernels)
-        first_tables, part = part.tables, None  # its frames are not alive while every step is streamed
+        # Where its steps launched GPU work, its frames are not alive while every step is streamed (they are read again
+        # should that fail); a CPU loop's first steps are analysed read whole next, from the frames read already.
+        first_tables, kept = part.tables, part if not part.kernels.height else None
+        part = None
         found = _every_step(path, trace, chosen)
         every = found.every.stats if found.every else None
         first = _first_steps(first_steps, profile.trace.span_ns if profile.trace else 0)
@@ -161,7 +164,7 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
                     f"{first}, which fit read whole.")
         else:
             del found  # not alive while the first part is analysed
-            first_part_trace = Trace(first_tables)
+            first_part_trace = kept or Trace(first_tables)
             parts = functools.cache(lambda: analyze_steps(first_part_trace))
             profile = with_steps_drawn(diagnosed(profile, parts),
                                        lambda analysis: drawing_for(first_part_trace, analysis, parts()))

@@ -104,10 +104,18 @@ def sync_calls(cuda_api: pl.DataFrame, memcpy: pl.DataFrame) -> pl.DataFrame:
     A cudaMemcpyAsync to or from pageable host memory is synchronous in effect (the driver stages it
     through a pinned buffer); the correlation id ties the call to its copy.
     """
-    pageable = memcpy.filter((pl.col("src_kind") == "Pageable") | (pl.col("dst_kind") == "Pageable"))
-    blocking = matching(cuda_api, "name", lambda name: name.str.contains(SYNC_API)
-                        & ~name.str.contains("Async", literal=True))
-    return cuda_api.filter(blocking | pl.col("correlation_id").is_in(pageable["correlation_id"].implode()))
+    pageable = memcpy.filter(PAGEABLE)
+    return cuda_api.filter(matching(cuda_api, "name", blocks)
+                           | pl.col("correlation_id").is_in(pageable["correlation_id"].implode()))
+
+
+PAGEABLE = (pl.col("src_kind") == "Pageable") | (pl.col("dst_kind") == "Pageable")
+"""A copy to or from pageable host memory (:func:`sync_calls`)."""
+
+
+def blocks(name: pl.Expr) -> pl.Expr:
+    """Whether a CUDA call of this NAME blocks until the GPU catches up (:func:`sync_calls`)."""
+    return name.str.contains(SYNC_API) & ~name.str.contains("Async", literal=True)
 
 
 def step_thread(nvtx_thread: int | None, cuda_api: pl.DataFrame, osrt: pl.DataFrame) -> int | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from nsight_core.analysis.budget import SYNC_API, StepBudget, bound_by, budget_of, cpu_activities, per_step
+from nsight_core.analysis.budget import PAGEABLE, StepBudget, blocks, bound_by, budget_of, cpu_activities, per_step
 from nsight_core.analysis.gpu_budget import (
     Host,
     batches,
@@ -27,9 +27,8 @@ from nsight_core.analysis.gpu_budget import (
     step_syncs,
 )
 from nsight_core.analysis.intervals import WINDOW_ROWS, start_windows
-from nsight_core.analysis.projection import launched
 from nsight_core.analysis.steps import Bound, pattern_of
-from nsight_core.analysis.whole_steps import EveryStep, gpu_work_of
+from nsight_core.analysis.whole_steps import EveryStep, gpu_work_of, launched_by_id
 from nsight_core.trace.streamed import Events
 
 
@@ -61,15 +60,7 @@ def whole_capture_budget(frames: Events, every: EveryStep, window_rows: int | No
     work = gpu_work_of(frames)
 
     def between(lo: int, hi: int) -> pl.DataFrame:
-        ran = (work.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") <= hi)).collect(engine="streaming")
-               .sort("start_ns", maintain_order=True))
-        ids = ran["correlation_id"].drop_nulls()
-        if not ids.len():
-            return launched(ran, frames.cuda_api.clear().collect())
-        calls = (frames.cuda_api.filter(pl.col("correlation_id").is_between(ids.min(), ids.max())
-                                        & pl.col("correlation_id").is_in(ids.implode()))
-                 .collect(engine="streaming").sort("start_ns", maintain_order=True))
-        return launched(ran, calls)
+        return launched_by_id(work.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") <= hi)), frames.cuda_api)
 
     # Per window, how much work starts before it: from a streamed count of the work per window, for the batches.
     starts = windows["start_ns"]
@@ -113,12 +104,10 @@ def _user_ranges(frames: Events, windows: pl.DataFrame, pattern: str, thread: in
 
 def sync_calls_of(frames: Events) -> pl.DataFrame:
     """The CUDA calls that block until the GPU catches up (:func:`budget.sync_calls`), streamed: a few per step."""
-    pageable = (frames.memcpy.filter((pl.col("src_kind") == "Pageable") | (pl.col("dst_kind") == "Pageable"))
-                .select("correlation_id").collect(engine="streaming")["correlation_id"])
+    pageable = frames.memcpy.filter(PAGEABLE).select("correlation_id").collect(engine="streaming")["correlation_id"]
     # The test runs on the few distinct names, found among the calls' name ids, not on every call's text.
     names = frames.cuda_api.select("name_id", "name").unique().collect(engine="streaming")
-    name = pl.col("name")
-    blocking = names.filter(name.str.contains(SYNC_API) & ~name.str.contains("Async", literal=True))["name_id"]
+    blocking = names.filter(blocks(pl.col("name")))["name_id"]
     return (frames.cuda_api.filter(pl.col("name_id").is_in(blocking.implode())
                                    | pl.col("correlation_id").is_in(pageable.implode()))
             .collect(engine="streaming").sort("start_ns", maintain_order=True))

@@ -17,10 +17,10 @@ from __future__ import annotations
 import polars as pl
 
 from nsight_core.analysis.intervals import WINDOW_ROWS, start_cuts, window_filters
-from nsight_core.analysis.projection import launched, range_gpu_spans
+from nsight_core.analysis.projection import range_gpu_spans
 from nsight_core.analysis.ranges import RangeFamily, with_parents
 from nsight_core.analysis.steps import pattern_of
-from nsight_core.analysis.whole_steps import gpu_work_of
+from nsight_core.analysis.whole_steps import gpu_work_of, launched_by_id
 from nsight_core.stats import exact
 from nsight_core.trace.model import with_depth
 from nsight_core.trace.streamed import Events
@@ -103,9 +103,8 @@ def _launches(calls: pl.LazyFrame, work: pl.LazyFrame, started: pl.Expr, launche
         return pl.DataFrame(schema={"launch_ns": pl.Int64, "thread": pl.Int64, "start_ns": pl.Int64,
                                     "end_ns": pl.Int64})
     among = pl.col("correlation_id").is_between(ids.min(), ids.max()) & pl.col("correlation_id").is_in(ids.implode())
-    ran = work.filter(among).collect(engine="streaming").sort("start_ns", maintain_order=True)
-    each = launched(ran, calls.filter(among).collect(engine="streaming").sort("start_ns", maintain_order=True))
-    return each.filter(launched_in).select("launch_ns", "thread", "start_ns", "end_ns")
+    return launched_by_id(work.filter(among), calls).filter(launched_in).select("launch_ns", "thread", "start_ns",
+                                                                               "end_ns")
 
 
 def _with_launches(nested: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:

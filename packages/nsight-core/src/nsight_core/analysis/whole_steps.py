@@ -17,7 +17,14 @@ from typing import NamedTuple
 import polars as pl
 
 from nsight_core.analysis.intervals import WINDOW_ROWS, start_cuts, window_filters
-from nsight_core.analysis.projection import GPU_WORK_COLUMNS, MIN_PROJECTED, NCCL, project_spans, step_of_launch
+from nsight_core.analysis.projection import (
+    GPU_WORK_COLUMNS,
+    MIN_PROJECTED,
+    NCCL,
+    launched,
+    project_spans,
+    step_of_launch,
+)
 from nsight_core.analysis.steps import StepStats, family_stats, on_gpu_clock, pattern_of
 from nsight_core.trace.streamed import Events
 
@@ -96,3 +103,15 @@ def gpu_work_of(frames: Events) -> pl.LazyFrame:
              *(frame.select("start_ns", "end_ns", "correlation_id", pl.lit(kind).alias("kind"), no)
                for frame, kind in ((frames.memcpy, "copy"), (frames.memset, "memset"), (graphs, "graph")))]
     return pl.concat([part.cast(GPU_WORK_COLUMNS) for part in parts])  # type: ignore[arg-type]
+
+
+def launched_by_id(work: pl.LazyFrame, calls: pl.LazyFrame) -> pl.DataFrame:
+    """WORK (a streamed filter of :func:`gpu_work_of`, a window's) by start with the call that launched each piece
+    (:func:`projection.launched`), the calls found among CALLS by correlation id: only those of the window's ids are
+    read, and with every call of each id, the first of an id two processes used is the one a capture read whole
+    finds."""
+    ran = work.collect(engine="streaming").sort("start_ns", maintain_order=True)
+    ids = ran["correlation_id"].drop_nulls()
+    among = (pl.col("correlation_id").is_between(ids.min(), ids.max()) & pl.col("correlation_id").is_in(ids.implode())
+             if ids.len() else pl.lit(False))
+    return launched(ran, calls.filter(among).collect(engine="streaming").sort("start_ns", maintain_order=True))

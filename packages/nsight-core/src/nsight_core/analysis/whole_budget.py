@@ -42,6 +42,8 @@ class WholeBudget:
     """Every step's budget (:func:`budget.per_step`), warm-up included: what the page's chart of steps draws."""
     bound: Bound
     """What bounds the steady steps (:func:`budget.bound_by`)."""
+    syncs: pl.DataFrame = field(repr=False)
+    """The steps' thread's synchronising calls, by start (:func:`gpu_budget.step_syncs`): the findings read them too."""
     stretches: Callable[[Collection[int]], pl.DataFrame] = field(repr=False)
     """The GPU idle stretches of those steps with their causes (gpu_budget.IDLE_COLUMNS), each step budgeted again
     alone: what a drawn step shades (they are not kept for every step)."""
@@ -69,7 +71,7 @@ def whole_capture_budget(frames: Events, every: EveryStep, window_rows: int | No
     firsts = (pl.DataFrame({"_window": pl.int_range(starts.len(), eager=True).cast(within["_window"].dtype)})
               .join(within, on="_window", how="left").sort("_window")
               .select(pl.col("len").fill_null(0).cum_sum().cast(pl.Int64)).to_series())
-    calls = step_syncs(sync_calls_of(frames), thread)
+    calls = step_syncs(_sync_calls(frames), thread)
     # Each batch's totals (several rows a step, with their names) reduced at once to a row a step and the CPU's
     # activities summed: all steps' totals held 0.85 GB for 400,000 steps of a replicated fixture.
     warmup = int(windows["step"][0]) if every.stats.warmup else None
@@ -86,7 +88,7 @@ def whole_capture_budget(frames: Events, every: EveryStep, window_rows: int | No
         at = windows.with_row_index("_at").filter(pl.col("step").is_in(list(drawn)))["_at"].sort()
         return budget_in_batches(windows, [(int(row), 1) for row in at], between, calls, host)[1]
 
-    return WholeBudget(budget, steps, bound_by(budget), stretches)
+    return WholeBudget(budget, steps, bound_by(budget), calls, stretches)
 
 
 def _user_ranges(frames: Events, windows: pl.DataFrame, pattern: str, thread: int,
@@ -102,7 +104,7 @@ def _user_ranges(frames: Events, windows: pl.DataFrame, pattern: str, thread: in
     return pl.concat(found)
 
 
-def sync_calls_of(frames: Events) -> pl.DataFrame:
+def _sync_calls(frames: Events) -> pl.DataFrame:
     """The CUDA calls that block until the GPU catches up (:func:`budget.sync_calls`), streamed: a few per step."""
     pageable = frames.memcpy.filter(PAGEABLE).select("correlation_id").collect(engine="streaming")["correlation_id"]
     # The test runs on the few distinct names, found among the calls' name ids, not on every call's text.

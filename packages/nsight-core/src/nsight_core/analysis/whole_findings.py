@@ -23,7 +23,7 @@ from nsight_core.analysis.analyze import LAUNCH_API, Analysis, in_steps, syncs_i
 from nsight_core.analysis.findings import Context, GpuInputs
 from nsight_core.analysis.footprint import UserWindow, user_window
 from nsight_core.analysis.intervals import WINDOW_ROWS, start_cuts, window_filters
-from nsight_core.analysis.whole_budget import WholeBudget, sync_calls_of
+from nsight_core.analysis.whole_budget import WholeBudget
 from nsight_core.analysis.whole_ranges import whole_capture_ranges
 from nsight_core.analysis.whole_steps import EveryStep
 from nsight_core.trace.model import Trace, with_depth
@@ -47,7 +47,7 @@ def whole_capture_analysis(trace: Trace, every: EveryStep, whole: WholeBudget, r
     duration = pl.col("end_ns") - pl.col("start_ns")
     copies = frames.memcpy.filter((pl.col("bytes") >= find.PAGEABLE_MIN_BYTES) & (duration > 0)).collect(
         engine="streaming")
-    gpu = GpuInputs(*_syncs(frames, steady_ranges, stats.family.thread, window_rows),
+    gpu = GpuInputs(*_syncs(frames, steady_ranges, whole.syncs, stats.family.thread, window_rows),
                     _launch_shape(frames, steady_ranges, window_rows), copies, steady,
                     find.nominal_pinned(trace.gpus), find.kernel_totals(frames.kernels, steady))
     return Analysis(window=window, steps=stats, budget=whole.budget, budget_scope="steps",
@@ -61,11 +61,12 @@ def _user_window(trace: Trace, frames: Events) -> UserWindow:
                        [frames.kernels, frames.memcpy, frames.memset, frames.cuda_api, frames.nvtx], frames.osrt)
 
 
-def _syncs(frames: Events, steps: pl.DataFrame, thread: int, window_rows: int | None) -> tuple[pl.DataFrame, int]:
+def _syncs(frames: Events, steps: pl.DataFrame, calls: pl.DataFrame, thread: int,
+           window_rows: int | None) -> tuple[pl.DataFrame, int]:
     """:func:`analyze.syncs_in` of STEPS (by start) in batches of steps holding about WINDOW_ROWS of THREAD's NVTX
-    ranges, merged: each batch's calls are named by the ranges that began in its time (the first's, from the capture's
-    start), which hold the ranges a call in one of its steps can be in."""
-    calls = sync_calls_of(frames).filter(pl.col("thread") == thread)
+    ranges, merged (CALLS: THREAD's synchronising calls, the budget's): each batch's calls are named by the ranges
+    that began in its time (the first's, from the capture's start), which hold the ranges a call in one of its steps
+    can be in."""
     small = frames.memcpy.filter((pl.col("direction") == "Device-to-Host")
                                  & (pl.col("bytes") <= find.SMALL_COPY_BYTES)).collect(engine="streaming")
     ranges = frames.nvtx.filter(pl.col("thread") == thread).select("start_ns", "end_ns", "name", "thread")

@@ -803,6 +803,44 @@ def _met(met: bool, miss: str) -> str:
     return "met" if met else f"NOT met, {miss}"
 
 
+GPU_REPLICAS = (2_000, 8_000)
+"""Copies of the host-load fixture along time (bench/replicate_fixture.py) for the long GPU captures' table."""
+HOST_LOAD = REPO / "tests" / "fixtures" / "h200-fix-pairs-2025" / "host_load-problem.sqlite"
+
+
+def gpu_scaling_section(scratch: Path) -> list[str]:
+    """Long GPU captures made without a GPU (an H200 fixture's events repeated along time): `nsight stats --json`'s
+    time and peak with every step's "What to fix" streamed, in a task allowed 2 GiB (SCALE_MEMORY)."""
+    env = {**os.environ, "NSIGHT_SUMMARY_MEMORY": SCALE_MEMORY}
+    lines = ["## Long GPU captures: What to fix over every step, streamed (issue 23)", "",
+             f"`{HOST_LOAD.relative_to(REPO).as_posix()}` (20 steps of a host-bound loop on the H200) repeated N times "
+             "along time by `bench/replicate_fixture.py`, then `nsight stats --json` on the SQLite export with "
+             f"`NSIGHT_SUMMARY_MEMORY={SCALE_MEMORY}`, once each; peak as above (the process tree).", "",
+             "| copies | export | kernels | CUDA calls | steps in What to fix | `nsight stats --json` | per M events |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    per_million, worst = [], 0.0
+    for copies in GPU_REPLICAS:
+        capture = scratch / f"replica-{copies}" / "long.sqlite"
+        capture.parent.mkdir()
+        subprocess.run([PY, str(REPO / "bench" / "replicate_fixture.py"), str(HOST_LOAD), str(capture), str(copies)],
+                       check=True, capture_output=True)
+        stats = tree_run([PY, "-m", "nsight_core.cli", "stats", capture, "--json"], capture.parent, env)
+        payload = json.loads(stats.stdout)
+        kernels = sum(row["instances"] for row in payload["kernels"])
+        calls = sum(row["instances"] for row in payload["api_calls"])
+        events = kernels + calls
+        per_million.append((copies, stats.seconds / events * 1e6))
+        worst = max(worst, stats.tree_mb)
+        lines.append(f"| {copies:,} | {capture.stat().st_size / 1e9:.2f} GB | {kernels:,} | {calls:,} "
+                     f"| {payload['budget']['steps']:,} | {stats.cell()} | {per_million[-1][1]:.1f} s |")
+        print(f"bench: {copies:,} copies: stats {stats.cell()}", file=sys.stderr)
+    (small, small_rate), (large, large_rate) = per_million[0], per_million[-1]
+    verdicts = [f"Peak at most {worst:.0f} MB (target under {SCALE_BOUND_MB} MB, 2 GiB: "
+                f"{_met(worst < SCALE_BOUND_MB, f'{worst - SCALE_BOUND_MB:.0f} MB over')}).",
+                f"From {small:,} to {large:,} copies, {large_rate / small_rate:.2f}x the time per event (1.0: linear)."]
+    return [*lines, "", *[f"- {line}" for line in verdicts], ""]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranges", type=int, default=1_000_000, help="NVTX ranges of the CPU capture")
@@ -851,6 +889,8 @@ def main() -> None:
         recorded = dict(scaling)
         sections += scaling_section([(size, recorded.get(size) or record_nvtx_capture(size, scratch)[0])
                                      for size in SCALE_SIZES if not args.quick or size <= args.ranges], nsys, scratch)
+        if not args.quick:
+            sections += gpu_scaling_section(scratch)
         imports = import_times(7 if not args.quick else 3)
         extras = in_process(scratch)
     elapsed = time.perf_counter() - started

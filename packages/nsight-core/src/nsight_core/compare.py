@@ -76,7 +76,7 @@ def streamed_side(path: Path, trace: Trace, part: Trace, completeness: Completen
     if every is None:
         return None
     budget = whole_capture_budget(frames, every)
-    analysis = None if budget is None else whole_capture_analysis(trace, every, budget, ranges=False)
+    analysis = None if budget is None else whole_capture_analysis(trace, every, budget, full=False)
     return side_from_events(str(path), frames, trace.gpus, every.stats, completeness, WINDOW_ROWS, analysis)
 
 

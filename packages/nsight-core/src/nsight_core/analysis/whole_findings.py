@@ -30,16 +30,19 @@ from nsight_core.trace.model import Trace, with_depth
 from nsight_core.trace.streamed import Events, events
 
 
-def whole_capture_analysis(trace: Trace, every: EveryStep, whole: WholeBudget, ranges: bool = True,
+def whole_capture_analysis(trace: Trace, every: EveryStep, whole: WholeBudget, full: bool = True,
                            window_rows: int | None = WINDOW_ROWS) -> Analysis | None:
     """The analysis of every step of streamed TRACE on the GPU's clock (EVERY, its budget WHOLE): what
-    :func:`analyze.analyze` says of the capture read whole. RANGES False: without the NVTX range table
-    (analysis/whole_ranges.py; a comparison reads the ranges' totals instead)."""
+    :func:`analyze.analyze` says of the capture read whole. FULL False: its steps, budget and window alone, what a
+    comparison reads (no findings, no NVTX range table: it reads the ranges' totals)."""
     windows, stats = every.windows, every.stats.model_copy(update={"bound": whole.bound})
     if windows is None or stats.family is None or stats.family.thread is None:
         return None
     frames = events(trace)
     window = _user_window(trace, frames)
+    analysis = Analysis(window=window, steps=stats, budget=whole.budget, budget_scope="steps", ranges=[], findings=[])
+    if not full:
+        return analysis
     steady = windows.slice(1) if stats.warmup else windows
     steady_ranges = steady.select("step", pl.col("cpu_start_ns").alias("start_ns"),
                                   pl.col("cpu_end_ns").alias("end_ns"))
@@ -50,9 +53,8 @@ def whole_capture_analysis(trace: Trace, every: EveryStep, whole: WholeBudget, r
     gpu = GpuInputs(*_syncs(frames, steady_ranges, whole.syncs, stats.family.thread, window_rows),
                     _launch_shape(frames, steady_ranges, window_rows), copies, steady,
                     find.nominal_pinned(trace.gpus), find.kernel_totals(frames.kernels, steady))
-    return Analysis(window=window, steps=stats, budget=whole.budget, budget_scope="steps",
-                    ranges=whole_capture_ranges(frames, window.span_ns, window_rows) if ranges else [],
-                    findings=find.findings_of(context, gpu))
+    return analysis.model_copy(update={"ranges": whole_capture_ranges(frames, window.span_ns, window_rows),
+                                       "findings": find.findings_of(context, gpu)})
 
 
 def _user_window(trace: Trace, frames: Events) -> UserWindow:

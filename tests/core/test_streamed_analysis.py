@@ -181,6 +181,46 @@ def test_what_to_fix_over_every_step_streamed_in_windows_is_the_whole_capture_re
         read_whole.analysis.ranges
 
 
+@pytest.mark.nsys
+def test_a_cpu_loop_streamed_in_windows_gets_what_to_fix_over_every_step_as_read_whole(
+        cpu_steps: Path, nsys: Nsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps on the CPU's clock (a real nsys capture of a loop that sleeps and spins in ranges, OS-runtime calls
+    traced): their budget (analysis/whole_budget.py, batches of steps with every event overlapping them), "What to fix"
+    and drawn steps streamed are the capture's read whole, in one window and in windows of a few events; and a
+    streamed profile of it says so."""
+    capture = Path(shutil.copy(cpu_steps, tmp_path / cpu_steps.name))
+    sqlite = export(capture, "sqlite", nsys)
+    loaded = nsight_core.load_trace(sqlite)
+    read_whole = analyze_steps(loaded)
+    steps = read_whole.analysis.steps
+    assert steps.source == "nvtx" and steps.clock == "cpu" and steps.family is not None
+    # What the host did while the GPU idled (its sleeps, its ranges) is what the budget says: nothing to pass empty.
+    assert {activity.name for activity in read_whole.analysis.budget.idle_activities} >= {"data", "compute"}
+    drawn = drawing_for(loaded, read_whole.analysis, read_whole)
+    trace = Trace(SpilledTables(SqliteTables(sqlite), STREAMED))
+    streamed = events(trace)
+    expected = read_whole.analysis.model_copy(update={"steps": steps.model_copy(update={"candidates": []})})
+    for rows in (None, 3):
+        every = every_step(streamed, steps, rows)
+        assert every is not None and every.windows is None
+        budget = whole_capture_budget(streamed, every, rows)
+        assert budget is not None and budget.budget == read_whole.analysis.budget, rows
+        assert budget.steps.equals(read_whole.budgets), rows
+        assert whole_capture_analysis(trace, every, budget, window_rows=rows) == expected, rows
+        assert_same_drawing(streamed_drawing(streamed, read_whole.analysis, every.drawn, budget), drawn)
+
+    # Streamed end to end: the profile's "What to fix" is every step's.
+    monkeypatch.setattr(export_module, "STREAM_ABOVE_BYTES", 0)
+    monkeypatch.setattr(memory, "STREAMED_SUMMARY_BYTES", 1 << 20)
+    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "8M")
+    monkeypatch.setattr(profile_module, "affordable_event_bytes", lambda: loaded.event_bytes // 2)
+    profile = build_profile(capture)
+    assert profile.stats.export is not None and profile.stats.export.streamed
+    assert note_line(profile).startswith(f"What to fix covers all {expected.budget.steps:,} steady steps")
+    assert profile.analysis is not None
+    assert profile.analysis.budget == expected.budget and profile.analysis.findings == expected.findings
+
+
 def test_ranges_that_overlap_somewhere_are_no_steps() -> None:
     """A family whose ranges overlap across the whole capture, though not in its first steps, is not what the whole
     capture's analysis would take as steps: no statement on all of them."""

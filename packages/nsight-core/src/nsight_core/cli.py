@@ -306,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
         "summed kernel time. Captures with different step families, on different GPUs, or with an incomplete "
         "trace are not comparable: the output says why. A capture too large to analyse whole in the memory "
         "allowed (NSIGHT_SUMMARY_MEMORY) is compared on what streams from disk: every step's time and budget, "
-        "kernels, NVTX ranges, GPU busy time (no budget where its steps are not on the GPU's clock). Exit status: "
+        "kernels, NVTX ranges, GPU busy time (no budget where its steps are not NVTX ranges). Exit status: "
         f"0 (also when not comparable, without a gate), {SLOWER_EXIT} when --fail-if-slower is exceeded, "
         f"{NOT_COMPARABLE_EXIT} when --fail-if-slower is "
         "given and the captures are not comparable, 1 on errors.")

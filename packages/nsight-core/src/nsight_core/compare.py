@@ -54,7 +54,7 @@ def load_side(path: str | Path) -> Side:
                 raise
             allowed, source = allowed_memory()
             log.info("%s: read whole, it needs about %s of memory and %s allows %s: it is compared on its totals and "
-                     "every step's time (and budget, on the GPU's clock) instead, streamed from disk", path.name,
+                     "every step's time and budget instead, streamed from disk", path.name,
                      size(summary_bytes(trace.event_bytes)), source, size(allowed or 0))
             return side
         return side_from_trace(str(path), trace, check_completeness(trace, facts))
@@ -64,7 +64,7 @@ def load_side(path: str | Path) -> Side:
 def streamed_side(path: Path, trace: Trace, part: Trace, completeness: Completeness) -> Side | None:
     """The side of streamed TRACE (of PATH) too large to analyse whole: its totals and GPU busy time streamed, and
     every step's time of the family its first PART that fits chose (:func:`first_part`, :func:`every_step`), as its
-    report's note states them; on the GPU's clock every step's budget and window too (the analysis of its report,
+    report's note states them, with every step's budget and window (the analysis of its report,
     :func:`whole_capture_analysis`). None where the part has steps whose times over the whole capture are not known
     (not NVTX ranges, or ones that overlap somewhere)."""
     chosen = find_steps(part.nvtx, part.kernels)[0]

@@ -126,7 +126,7 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
                      facts: CaptureFacts) -> CaptureProfile:
     """The profile of a streamed capture whose frames would not fit read whole: statistics, summary (tiles,
     timeline) and completeness, each streamed from the Parquet copies in bounded memory; "What to fix" over every
-    step where they are on the GPU's clock (analysis/whole_findings.py), else from the capture's first part that fits
+    step where they are NVTX ranges (analysis/whole_findings.py), else from the capture's first part that fits
     (:func:`first_part`), which chooses the step family in any case; a note says what covers what (which `nsight
     stats` prints as well)."""
     stats, completeness = stats_of_trace(trace, reports), check_completeness(trace, facts)
@@ -143,19 +143,15 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
         return with_steps_drawn(diagnosed(profile, parts), lambda analysis: drawing_for(trace, analysis, parts()))
     else:
         # The first steps that fit choose the step family (their NVTX ranges and kernels alone are read); every step
-        # of it is then analysed streamed, or, where that cannot be (not on the GPU's clock, a pass failed), the
-        # first steps are analysed read whole.
+        # of it is then analysed streamed, or, where that cannot be (no NVTX steps, a pass failed), the first steps
+        # are analysed read whole. Their frames are not alive while every step is streamed (read again should it fail).
         chosen, first_steps = find_steps(part.nvtx, part.kernels)
-        # Where its steps launched GPU work, its frames are not alive while every step is streamed (they are read again
-        # should that fail); a CPU loop's first steps are analysed read whole next, from the frames read already.
-        first_tables, kept = part.tables, part if not part.kernels.height else None
-        part = None
+        first_tables, part = part.tables, None
         found = _every_step(path, trace, chosen)
         every = found.every.stats if found.every else None
         first = _first_steps(first_steps, profile.trace.span_ns if profile.trace else 0)
         if found.analysis is not None and found.budget is not None and found.every is not None:
-            windows, budget = found.every.windows, found.budget
-            assert windows is not None  # an analysis of every step is on the GPU's clock
+            windows, budget = found.every.drawn, found.budget
             profile = with_steps_drawn(
                 profile.model_copy(update={"analysis": withhold_savings(found.analysis, completeness)}),
                 lambda analysis: streamed_drawing(events(trace), analysis, windows, budget))
@@ -164,7 +160,7 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
                     f"{first}, which fit read whole.")
         else:
             del found  # not alive while the first part is analysed
-            first_part_trace = kept or Trace(first_tables)
+            first_part_trace = Trace(first_tables)
             parts = functools.cache(lambda: analyze_steps(first_part_trace))
             profile = with_steps_drawn(diagnosed(profile, parts),
                                        lambda analysis: drawing_for(first_part_trace, analysis, parts()))
@@ -188,9 +184,9 @@ class _Every(NamedTuple):
 
 
 def _every_step(path: Path, trace: Trace, chosen: StepStats) -> _Every:
-    """Every step of streamed TRACE (of PATH) of the family its first part CHOSE (:func:`every_step`), and on the GPU's
-    clock their budget (:func:`whole_capture_budget`) and analysis (:func:`whole_capture_analysis`); None where there
-    is none, or a streamed pass fails (a loss for the note, not the page's: as for the analysis, :func:`diagnosed`)."""
+    """Every step of streamed TRACE (of PATH) of the family its first part CHOSE (:func:`every_step`), their budget
+    (:func:`whole_capture_budget`) and analysis (:func:`whole_capture_analysis`); None where there is none, or a
+    streamed pass fails (a loss for the note, not the page's: as for the analysis, :func:`diagnosed`)."""
     frames = events(trace)
     try:
         every = every_step(frames, chosen)

@@ -76,7 +76,7 @@ class Side:
     names of the GPUs its work ran on, one per device, sorted; empty when unknown or none ran.
     ``completeness``: None where it was not checked (recorded statistics). ``steps``: the step statistics where
     there is no analysis: of a capture too large to analyse whole, every step's, streamed (``streamed``; its analysis
-    then covers every step where they are on the GPU's clock, else it has none).
+    then covers every step where they are NVTX ranges, else it has none).
     """
 
     source: str
@@ -154,8 +154,8 @@ class TraceDiff(BaseModel):
     kernels: list[NameDelta] = Field(description="Matched by name, largest absolute time change first")
     ranges: list[NameDelta] = Field(description="NVTX range families matched by pattern, largest change first")
     streamed: list[SideName] = Field(default_factory=list, description="The sides too large to analyse whole "
-                                               "in the memory allowed: compared on every step's time (and budget, on "
-                                               "the GPU's clock) and their totals, streamed from disk")
+                                               "in the memory allowed: compared on every step's time and budget (NVTX "
+                                               "steps) and their totals, streamed from disk")
 
     def slower_than(self, percent: float) -> bool:
         """True when the captures are comparable and B's gate number is more than PERCENT % above A's."""
@@ -180,8 +180,8 @@ def side_from_events(source: str, frames: GpuEvents, gpus: pl.DataFrame, steps: 
                      analysis: Analysis | None = None) -> Side:
     """A side of a capture too large to analyse whole: its totals, GPU busy time and GPUs from FRAMES streamed (GPU
     busy in windows of WINDOW_ROWS kernels, :func:`busy_over`), every one of its STEPS (:func:`every_step`; None where
-    they are not known) and COMPLETENESS; on the GPU's clock its ANALYSIS over every step
-    (:func:`whole_capture_analysis`), whose budget and window are compared (else None: no budget)."""
+    they are not known) and COMPLETENESS; its ANALYSIS over every step (:func:`whole_capture_analysis`), whose budget
+    and window are compared (None: no budget)."""
     return replace(_side_from_events(source, frames, gpus, window_rows), steps=steps, completeness=completeness,
                    analysis=analysis, streamed=True)
 

@@ -62,6 +62,14 @@ def window_filters(cuts: list[int], position: pl.Expr) -> Iterator[pl.Expr]:
         yield inside if upper is None else inside & (position < upper)
 
 
+def step_batches(starts: pl.Series, cuts: list[int]) -> list[tuple[int, int]]:
+    """Consecutive batches of steps (their STARTS, sorted) that CUTS (start times, :func:`start_cuts`) make, as row
+    positions (first, end): each batch begins at the step a cut falls in (the first step at least), so a step is never
+    split and the events of one window of start time lie in one batch or the batch before."""
+    firsts = sorted({0, *(max(int(starts.search_sorted(cut, side="right")) - 1, 0) for cut in cuts)})
+    return list(zip(firsts, [*firsts[1:], starts.len()], strict=True))
+
+
 def _histogram(frame: pl.LazyFrame, low: int, high: int) -> tuple[pl.DataFrame, int]:
     """How many of FRAME's events start in each of HISTOGRAM_BUCKETS buckets from LOW to HIGH (``_bucket``,
     ``_count``, by bucket; empty ones left out; one streamed pass), and the buckets' width."""

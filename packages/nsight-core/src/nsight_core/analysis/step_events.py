@@ -162,11 +162,11 @@ def drawing_for(trace: EventTables | Events, analysis: Analysis, parts: Analyzed
 
 def streamed_drawing(frames: Events, analysis: Analysis, windows: pl.DataFrame,
                      budget: WholeBudget) -> StepDrawing | None:
-    """What :func:`drawing_for` draws of a capture too large to read whole, whose ANALYSIS covers every step (on the
-    GPU's clock: their WINDOWS, their BUDGET): the median and slowest of all its steady steps and the steps its
-    evidence names, their events read from disk (FRAMES) and their idle stretches budgeted again: what the capture
-    read whole would draw."""
-    view = steps_view(windows, analysis.steps.warmup, "gpu", pl.DataFrame(schema=IDLE_COLUMNS))
+    """What :func:`drawing_for` draws of a capture too large to read whole, whose ANALYSIS covers every step (their
+    WINDOWS, :attr:`whole_steps.EveryStep.drawn`; their BUDGET): the median and slowest of all its steady steps and the
+    steps its evidence names, their events read from disk (FRAMES) and on the GPU's clock their idle stretches budgeted
+    again: what the capture read whole would draw."""
+    view = steps_view(windows, analysis.steps.warmup, analysis.steps.clock, pl.DataFrame(schema=IDLE_COLUMNS))
     evidence = evidence_of(analysis)
     view = view.model_copy(update={"idle": budget.stretches(list(step_roles(view, evidence)))})
     return step_drawing(frames, Analyzed(analysis, view, budget.steps), analysis.steps, evidence)

@@ -1,24 +1,41 @@
-"""Where every step's time went in a capture too large to analyse whole: the GPU budget of every step, streamed.
+"""Where every step's time went in a capture too large to analyse whole: the budget of every step, streamed.
 
 A streamed capture's first steps that fit (profile.first_part) pick its steps; a slowdown that starts later is in none
-of them, so every step gets its budget here, and its findings from that (analysis/whole_findings.py). The budget
-(analysis/gpu_budget.py) is local in time, so it is made batch by batch as for a capture read whole, with the same code:
-each batch of steps gets the GPU work that ran in its time (a streamed query; the Parquet scan skips the files outside
-it) and the calls that launched it, by correlation id. What the host was in comes from streamed passes over windows of
-start time, each window's result carried into the next: the user ranges outermost on the steps' thread
-(:func:`gpu_budget.outermost_user_ranges`, from the latest end before the window), when it dispatched
-(:func:`gpu_budget.dispatch_runs`, whose runs merge again across windows), and its synchronising calls (a few per step).
+of them, so every step gets its budget here, and its findings from that (analysis/whole_findings.py). Either budget is
+local in time, so it is made batch by batch as for a capture read whole, with the same code.
+
+On the GPU's clock (analysis/gpu_budget.py), each batch of steps gets the GPU work that ran in its time (a streamed
+query; the Parquet scan skips the files outside it) and the calls that launched it, by correlation id. What the host
+was in comes from streamed passes over windows of start time, each window's result carried into the next: the user
+ranges outermost on the steps' thread (:func:`gpu_budget.outermost_user_ranges`, from the latest end before the
+window), when it dispatched (:func:`gpu_budget.dispatch_runs`, whose runs merge again across windows), and its
+synchronising calls (a few per step).
+
+On the CPU's clock (:func:`budget.budget_totals`: the steps are their ranges), each batch of steps gets every event
+that overlaps its time, the thread's ranges among them: a range that encloses one of them overlaps it too, so its
+nesting there is the capture's.
+
 Number for number the budget of the capture read whole (tests/core/test_streamed_analysis.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
 import polars as pl
 
-from nsight_core.analysis.budget import PAGEABLE, StepBudget, blocks, bound_by, budget_of, cpu_activities, per_step
+from nsight_core.analysis.budget import (
+    PAGEABLE,
+    StepBudget,
+    blocks,
+    bound_by,
+    budget_of,
+    budget_totals,
+    cpu_activities,
+    per_step,
+)
 from nsight_core.analysis.gpu_budget import (
+    IDLE_COLUMNS,
     Host,
     batches,
     budget_in_batches,
@@ -26,9 +43,11 @@ from nsight_core.analysis.gpu_budget import (
     outermost_user_ranges,
     step_syncs,
 )
-from nsight_core.analysis.intervals import WINDOW_ROWS, start_windows
+from nsight_core.analysis.intervals import WINDOW_ROWS, start_cuts, start_windows, step_batches
+from nsight_core.analysis.ranges import Nesting
 from nsight_core.analysis.steps import Bound, pattern_of
 from nsight_core.analysis.whole_steps import EveryStep, gpu_work_of, launched_by_id
+from nsight_core.trace.model import with_depth
 from nsight_core.trace.streamed import Events
 
 
@@ -41,21 +60,23 @@ class WholeBudget:
     steps: pl.DataFrame
     """Every step's budget (:func:`budget.per_step`), warm-up included: what the page's chart of steps draws."""
     bound: Bound
-    """What bounds the steady steps (:func:`budget.bound_by`)."""
+    """What bounds the steady steps: on the GPU's clock :func:`budget.bound_by`, on the CPU's the steps' own."""
     syncs: pl.DataFrame = field(repr=False)
     """The steps' thread's synchronising calls, by start (:func:`gpu_budget.step_syncs`): the findings read them too."""
     stretches: Callable[[Collection[int]], pl.DataFrame] = field(repr=False)
     """The GPU idle stretches of those steps with their causes (gpu_budget.IDLE_COLUMNS), each step budgeted again
-    alone: what a drawn step shades (they are not kept for every step)."""
+    alone: what a drawn step shades (they are not kept for every step; none on the CPU's clock)."""
 
 
 def whole_capture_budget(frames: Events, every: EveryStep, window_rows: int | None = WINDOW_ROWS) -> WholeBudget | None:
-    """The GPU budget of EVERY step of the capture FRAMES holds (None where its steps are not on the GPU's clock).
+    """The budget of EVERY step of the capture FRAMES holds, on the steps' clock (None where they have no thread).
     WINDOW_ROWS: events per window of the streamed passes (None: one window)."""
-    windows, family = every.windows, every.stats.family
-    if windows is None or family is None or family.thread is None:
+    family = every.stats.family
+    if family is None or family.thread is None:
         return None
-    thread = family.thread  # an NVTX family's: its ranges' thread
+    if every.windows is None:
+        return _cpu_budget(frames, every, family.thread, window_rows)
+    windows, thread = every.windows, family.thread  # an NVTX family's: its ranges' thread
     host = Host.of(windows, _user_ranges(frames, windows, family.pattern, thread, window_rows),
                    dispatch_runs(pl.concat([dispatch_runs(calls) for calls in
                                             start_windows(frames.cuda_api.select("start_ns", "end_ns"), window_rows)])))
@@ -72,23 +93,59 @@ def whole_capture_budget(frames: Events, every: EveryStep, window_rows: int | No
               .join(within, on="_window", how="left").sort("_window")
               .select(pl.col("len").fill_null(0).cum_sum().cast(pl.Int64)).to_series())
     calls = step_syncs(_sync_calls(frames), thread)
-    # Each batch's totals (several rows a step, with their names) reduced at once to a row a step and the CPU's
-    # activities summed: all steps' totals held 0.85 GB for 400,000 steps of a replicated fixture.
     warmup = int(windows["step"][0]) if every.stats.warmup else None
-    rows, activities = [], []
-    for cut in batches(firsts):
-        totals, _ = budget_in_batches(windows, [cut], between, calls, host, stretches=False)
-        rows.append(per_step(totals, windows.slice(*cut)))
-        activities.append(cpu_activities(totals.filter(pl.col("step") != warmup) if warmup is not None else totals))
-    steps = pl.concat(rows)
-    budget = budget_of(steps.filter(pl.col("step") != warmup) if warmup is not None else steps,
-                       pl.concat(activities), thread)
+    budget, steps = _summed(((budget_in_batches(windows, [cut], between, calls, host, stretches=False)[0],
+                              windows.slice(*cut)) for cut in batches(firsts)), warmup, thread)
 
     def stretches(drawn: Collection[int]) -> pl.DataFrame:
         at = windows.with_row_index("_at").filter(pl.col("step").is_in(list(drawn)))["_at"].sort()
         return budget_in_batches(windows, [(int(row), 1) for row in at], between, calls, host)[1]
 
     return WholeBudget(budget, steps, bound_by(budget), calls, stretches)
+
+
+def _cpu_budget(frames: Events, every: EveryStep, thread: int, window_rows: int | None) -> WholeBudget:
+    """:func:`budget.budget_totals` of EVERY step (their ranges, on THREAD) in batches of steps whose time holds about
+    WINDOW_ROWS events: each batch's events are those overlapping its time, read from disk."""
+    steps = every.ranges
+    sources = (frames.kernels, frames.memcpy, frames.memset, frames.cuda_api, frames.osrt, frames.nvtx)
+    cuts = start_cuts(pl.concat([frame.select("start_ns") for frame in sources]), window_rows)
+    calls = step_syncs(_sync_calls(frames), thread)
+    span = ("start_ns", "end_ns")
+
+    def totals(first: int, end: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+        batch = steps.slice(first, end - first)
+        lo, hi = batch.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
+        meets = (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)
+        mine = meets & (pl.col("thread") == thread)
+
+        def read(frame: pl.LazyFrame, keep: pl.Expr, *columns: str) -> pl.DataFrame:
+            return frame.filter(keep).select(*columns).collect(engine="streaming")
+
+        copies = pl.concat([read(frame, meets, *span) for frame in (frames.memcpy, frames.memset)])
+        return budget_totals(batch, read(frames.kernels, meets, *span, "name"), copies,
+                             read(frames.cuda_api, mine, *span, "name", "thread"),
+                             read(frames.osrt, mine, *span, "name", "thread"),
+                             Nesting.of(with_depth(read(frames.nvtx, mine, *span, "name", "thread"))),
+                             calls.filter(meets), thread), batch
+
+    warmup = int(steps["step"][0]) if every.stats.warmup else None
+    budget, rows = _summed((totals(*cut) for cut in step_batches(steps["start_ns"], cuts)), warmup, thread)
+    return WholeBudget(budget, rows, every.stats.bound, calls, lambda _: pl.DataFrame(schema=IDLE_COLUMNS))
+
+
+def _summed(totals: Iterable[tuple[pl.DataFrame, pl.DataFrame]], warmup: int | None,
+            thread: int) -> tuple[StepBudget, pl.DataFrame]:
+    """The budget of the steps but the WARMUP one (its step, if any), and every step's budget (:func:`budget.per_step`),
+    from each batch's TOTALS (a budget's totals and its steps), each reduced at once to a row a step and the CPU's
+    activities summed: all steps' totals held 0.85 GB for 400,000 steps of a replicated fixture."""
+    rows, activities = [], []
+    for batch, steps in totals:
+        rows.append(per_step(batch, steps))
+        activities.append(cpu_activities(batch.filter(pl.col("step") != warmup) if warmup is not None else batch))
+    every = pl.concat(rows)
+    return budget_of(every.filter(pl.col("step") != warmup) if warmup is not None else every,
+                     pl.concat(activities), thread), every
 
 
 def _user_ranges(frames: Events, windows: pl.DataFrame, pattern: str, thread: int,

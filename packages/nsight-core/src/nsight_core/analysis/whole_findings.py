@@ -22,7 +22,7 @@ from nsight_core.analysis import findings as find
 from nsight_core.analysis.analyze import LAUNCH_API, Analysis, in_steps, syncs_in
 from nsight_core.analysis.findings import Context, GpuInputs
 from nsight_core.analysis.footprint import UserWindow, user_window
-from nsight_core.analysis.intervals import WINDOW_ROWS, start_cuts, window_filters
+from nsight_core.analysis.intervals import WINDOW_ROWS, start_cuts, step_batches, window_filters
 from nsight_core.analysis.whole_budget import WholeBudget
 from nsight_core.analysis.whole_ranges import whole_capture_ranges
 from nsight_core.analysis.whole_steps import EveryStep
@@ -32,27 +32,30 @@ from nsight_core.trace.streamed import Events, events
 
 def whole_capture_analysis(trace: Trace, every: EveryStep, whole: WholeBudget, full: bool = True,
                            window_rows: int | None = WINDOW_ROWS) -> Analysis | None:
-    """The analysis of every step of streamed TRACE on the GPU's clock (EVERY, its budget WHOLE): what
-    :func:`analyze.analyze` says of the capture read whole. FULL False: its steps, budget and window alone, what a
-    comparison reads (no findings, no NVTX range table: it reads the ranges' totals)."""
-    windows, stats = every.windows, every.stats.model_copy(update={"bound": whole.bound})
-    if windows is None or stats.family is None or stats.family.thread is None:
+    """The analysis of every step of streamed TRACE (EVERY, its budget WHOLE): what :func:`analyze.analyze` says of the
+    capture read whole. FULL False: its steps, budget and window alone, what a comparison reads (no findings, no NVTX
+    range table: it reads the ranges' totals)."""
+    stats = every.stats.model_copy(update={"bound": whole.bound})
+    if stats.family is None or stats.family.thread is None:
         return None
     frames = events(trace)
     window = _user_window(trace, frames)
     analysis = Analysis(window=window, steps=stats, budget=whole.budget, budget_scope="steps", ranges=[], findings=[])
     if not full:
         return analysis
-    steady = windows.slice(1) if stats.warmup else windows
+    steps = every.drawn
+    steady = steps.slice(1) if stats.warmup else steps
     steady_ranges = steady.select("step", pl.col("cpu_start_ns").alias("start_ns"),
                                   pl.col("cpu_end_ns").alias("end_ns"))
     context = Context(steps=stats, budget=whole.budget, window_ns=window.span_ns, step_p50_ns=stats.family.p50_ns)
-    duration = pl.col("end_ns") - pl.col("start_ns")
-    copies = frames.memcpy.filter((pl.col("bytes") >= find.PAGEABLE_MIN_BYTES) & (duration > 0)).collect(
-        engine="streaming")
-    gpu = GpuInputs(*_syncs(frames, steady_ranges, whole.syncs, stats.family.thread, window_rows),
-                    _launch_shape(frames, steady_ranges, window_rows), copies, steady,
-                    find.nominal_pinned(trace.gpus), find.kernel_totals(frames.kernels, steady))
+    gpu = None
+    if any(frame.head(1).collect().height for frame in (frames.kernels, frames.memcpy, frames.memset, frames.graphs)):
+        duration = pl.col("end_ns") - pl.col("start_ns")
+        copies = frames.memcpy.filter((pl.col("bytes") >= find.PAGEABLE_MIN_BYTES) & (duration > 0)).collect(
+            engine="streaming")
+        gpu = GpuInputs(*_syncs(frames, steady_ranges, whole.syncs, stats.family.thread, window_rows),
+                        _launch_shape(frames, steady_ranges, window_rows), copies, steady,
+                        find.nominal_pinned(trace.gpus), find.kernel_totals(frames.kernels, steady))
     return analysis.model_copy(update={"ranges": whole_capture_ranges(frames, window.span_ns, window_rows),
                                        "findings": find.findings_of(context, gpu)})
 
@@ -73,13 +76,10 @@ def _syncs(frames: Events, steps: pl.DataFrame, calls: pl.DataFrame, thread: int
                                  & (pl.col("bytes") <= find.SMALL_COPY_BYTES)).collect(engine="streaming")
     ranges = frames.nvtx.filter(pl.col("thread") == thread).select("start_ns", "end_ns", "name", "thread")
     starts = steps["start_ns"]
-    # The batches begin at the steps that the cuts of the ranges' starts fall in (the first step at least).
-    firsts = sorted({0, *(max(int(starts.search_sorted(cut, side="right")) - 1, 0)
-                          for cut in start_cuts(ranges, window_rows))})
+    batched = step_batches(starts, start_cuts(ranges, window_rows))
     found, small_reads = [], 0
-    for first, end, inside in zip(firsts, [*firsts[1:], steps.height],
-                                  window_filters([int(starts[first]) for first in firsts[1:]], pl.col("start_ns")),
-                                  strict=True):
+    for (first, end), inside in zip(batched, window_filters([int(starts[first]) for first, _ in batched[1:]],
+                                                            pl.col("start_ns")), strict=True):
         batch = with_depth(ranges.filter(inside).collect(engine="streaming").sort("start_ns", maintain_order=True))
         named, count = syncs_in(steps.slice(first, end - first), calls.filter(inside), small.filter(inside), thread,
                                 batch)

@@ -1,4 +1,4 @@
-"""Every step of a capture too large to analyse whole, on the GPU's clock, in bounded memory.
+"""Every step of a capture too large to analyse whole, in bounded memory: on the GPU's clock where they launched work.
 
 A streamed capture's first steps that fit (profile.first_part) pick the step family; a slowdown that starts later
 is not in them. Every step's times need far less than the analysis: the step family's ranges (one row a step) and,
@@ -37,6 +37,18 @@ class EveryStep(NamedTuple):
     stats: StepStats
     windows: pl.DataFrame | None
     """On the GPU's clock, the steps' GPU windows (:func:`projection.project_spans`); else None."""
+    ranges: pl.DataFrame
+    """The family's ranges, every step's (step, start_ns, end_ns, name, thread, by start): the steps on the CPU's
+    clock."""
+
+    @property
+    def drawn(self) -> pl.DataFrame:
+        """What a step view draws of each step (step, start_ns, end_ns, cpu_start_ns, cpu_end_ns): its GPU window on
+        the GPU's clock, else its range."""
+        if self.windows is not None:
+            return self.windows
+        return self.ranges.select("step", "start_ns", "end_ns", pl.col("start_ns").alias("cpu_start_ns"),
+                                  pl.col("end_ns").alias("cpu_end_ns"))
 
 
 def whole_capture_steps(frames: Events, chosen: StepStats, window_rows: int | None = WINDOW_ROWS) -> StepStats | None:
@@ -63,8 +75,8 @@ def every_step(frames: Events, chosen: StepStats, window_rows: int | None = WIND
     if stats is None:
         return None
     windows = project_spans(steps, gpu_spans(frames, steps, window_rows))
-    return EveryStep(on_gpu_clock(stats, windows), windows) if windows.height >= MIN_PROJECTED else \
-        EveryStep(stats, None)
+    return EveryStep(on_gpu_clock(stats, windows), windows, steps) if windows.height >= MIN_PROJECTED else \
+        EveryStep(stats, None, steps)
 
 
 def gpu_spans(frames: Events, steps: pl.DataFrame, window_rows: int | None) -> pl.DataFrame:

@@ -22,7 +22,7 @@ import nsight_core
 from nsight_core import compare, memory
 from nsight_core import profile as profile_module
 from nsight_core.analysis import gpu_budget
-from nsight_core.analysis.analyze import analyze_steps
+from nsight_core.analysis.analyze import analyze_steps, withhold_savings
 from nsight_core.analysis.step_events import StepDrawing, drawing_for, streamed_drawing
 from nsight_core.analysis.steps import StepFamily, family_stats, find_steps
 from nsight_core.analysis.whole_budget import whole_capture_budget
@@ -182,20 +182,25 @@ def test_what_to_fix_over_every_step_streamed_in_windows_is_the_whole_capture_re
 
 
 @pytest.mark.nsys
-def test_a_cpu_loop_streamed_in_windows_gets_what_to_fix_over_every_step_as_read_whole(
-        cpu_steps: Path, nsys: Nsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Steps on the CPU's clock (a real nsys capture of a loop that sleeps and spins in ranges, OS-runtime calls
-    traced): their budget (analysis/whole_budget.py, batches of steps with every event overlapping them), "What to fix"
-    and drawn steps streamed are the capture's read whole, in one window and in windows of a few events; and a
-    streamed profile of it says so."""
-    capture = Path(shutil.copy(cpu_steps, tmp_path / cpu_steps.name))
+@pytest.mark.parametrize("recorded", ["cpu-steps", "h200-quick-start-cuda13-incomplete/train.nsys-rep",
+                                      "h200-ddp-cuda13-incomplete/train_ddp.nsys-rep"])
+def test_steps_on_the_cpus_clock_streamed_in_windows_get_what_to_fix_over_every_step_as_read_whole(
+        recorded: str, nsys: Nsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest,
+) -> None:
+    """Steps on the CPU's clock: a real nsys capture of a loop that sleeps and spins in ranges (OS-runtime calls
+    traced, no GPU), and two H200 captures whose CUDA 13 work nsys 2023.4.4 mostly missed (a few kernels and copies,
+    too few steps launched any). Their budget (analysis/whole_budget.py, batches of steps with every event overlapping
+    them), "What to fix" and drawn steps streamed are the capture's read whole, in one window and in windows of a few
+    events; and a streamed profile of it says so."""
+    source = request.getfixturevalue("cpu_steps") if recorded == "cpu-steps" else FIXTURES / recorded
+    capture = Path(shutil.copy(source, tmp_path / source.name))
     sqlite = export(capture, "sqlite", nsys)
     loaded = nsight_core.load_trace(sqlite)
     read_whole = analyze_steps(loaded)
     steps = read_whole.analysis.steps
     assert steps.source == "nvtx" and steps.clock == "cpu" and steps.family is not None
-    # What the host did while the GPU idled (its sleeps, its ranges) is what the budget says: nothing to pass empty.
-    assert {activity.name for activity in read_whole.analysis.budget.idle_activities} >= {"data", "compute"}
+    # What the host did while the GPU idled (its sleeps, its ranges, its calls) is what the budget says.
+    assert read_whole.analysis.budget.idle_activities and read_whole.analysis.ranges
     drawn = drawing_for(loaded, read_whole.analysis, read_whole)
     trace = Trace(SpilledTables(SqliteTables(sqlite), STREAMED))
     streamed = events(trace)
@@ -213,12 +218,12 @@ def test_a_cpu_loop_streamed_in_windows_gets_what_to_fix_over_every_step_as_read
     monkeypatch.setattr(export_module, "STREAM_ABOVE_BYTES", 0)
     monkeypatch.setattr(memory, "STREAMED_SUMMARY_BYTES", 1 << 20)
     monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "8M")
-    monkeypatch.setattr(profile_module, "affordable_event_bytes", lambda: loaded.event_bytes // 2)
+    # The part that fits is all but the last step: the H200 captures spend most of their events before their loops.
+    monkeypatch.setattr(profile_module, "affordable_event_bytes", lambda: loaded.event_bytes - 1)
     profile = build_profile(capture)
     assert profile.stats.export is not None and profile.stats.export.streamed
     assert note_line(profile).startswith(f"What to fix covers all {expected.budget.steps:,} steady steps")
-    assert profile.analysis is not None
-    assert profile.analysis.budget == expected.budget and profile.analysis.findings == expected.findings
+    assert profile.analysis == withhold_savings(expected, profile.completeness)  # a trace that lost data: no savings
 
 
 def test_ranges_that_overlap_somewhere_are_no_steps() -> None:

@@ -218,10 +218,14 @@ def test_steps_on_the_cpus_clock_streamed_in_windows_get_what_to_fix_over_every_
     monkeypatch.setattr(export_module, "STREAM_ABOVE_BYTES", 0)
     monkeypatch.setattr(memory, "STREAMED_SUMMARY_BYTES", 1 << 20)
     monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "8M")
-    # The part that fits is all but the last step: the H200 captures spend most of their events before their loops.
-    monkeypatch.setattr(profile_module, "affordable_event_bytes", lambda: loaded.event_bytes - 1)
+    # The part that fits is half the events: the H200 captures spend more than that before their loops, so their step
+    # family is chosen from all their NVTX ranges, which fit read alone.
+    monkeypatch.setattr(profile_module, "affordable_event_bytes", lambda: loaded.event_bytes // 2)
     profile = build_profile(capture)
     assert profile.stats.export is not None and profile.stats.export.streamed
+    chosen_by = ("its first part that fits has no NVTX steps" in note_line(profile),
+                 bool(re.search(r"chosen by its first [\d,]+ steps", note_line(profile))))
+    assert chosen_by == ((False, True) if recorded == "cpu-steps" else (True, False)), note_line(profile)
     assert note_line(profile).startswith(f"What to fix covers all {expected.budget.steps:,} steady steps")
     assert profile.analysis == withhold_savings(expected, profile.completeness)  # a trace that lost data: no savings
 

@@ -15,13 +15,12 @@ from pathlib import Path
 from nsight_core.analysis.completeness import CaptureFacts, Completeness, capture_facts, check_completeness
 from nsight_core.analysis.diff import Side, TraceDiff, diff_sides, side_from_events, side_from_stats, side_from_trace
 from nsight_core.analysis.intervals import WINDOW_ROWS
-from nsight_core.analysis.steps import find_steps
 from nsight_core.analysis.whole_budget import whole_capture_budget
 from nsight_core.analysis.whole_findings import whole_capture_analysis
 from nsight_core.analysis.whole_steps import every_step
 from nsight_core.errors import NotEnoughMemoryError, StatsError
 from nsight_core.memory import allowed_memory, check_comparison_memory, summary_bytes
-from nsight_core.profile import first_part
+from nsight_core.profile import chosen_steps, first_part
 from nsight_core.render.units import size
 from nsight_core.stats.load import load_stats
 from nsight_core.trace.export import REPORT_SUFFIXES, is_event_source
@@ -67,7 +66,7 @@ def streamed_side(path: Path, trace: Trace, part: Trace, completeness: Completen
     report's note states them, with every step's budget and window (the analysis of its report,
     :func:`whole_capture_analysis`). None where the part has steps whose times over the whole capture are not known
     (not NVTX ranges, or ones that overlap somewhere)."""
-    chosen = find_steps(part.nvtx, part.kernels)[0]
+    chosen = chosen_steps(trace, part)[0]
     del part  # its frames were read whole: not alive while the capture is streamed
     frames = events(trace)
     if chosen.family is None:

@@ -145,7 +145,7 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
         # The first steps that fit choose the step family (their NVTX ranges and kernels alone are read); every step
         # of it is then analysed streamed, or, where that cannot be (no NVTX steps, a pass failed), the first steps
         # are analysed read whole. Their frames are not alive while every step is streamed (read again should it fail).
-        chosen, first_steps = find_steps(part.nvtx, part.kernels)
+        chosen, first_steps, from_all = chosen_steps(trace, part)
         first_tables, part = part.tables, None
         found = _every_step(path, trace, chosen)
         every = found.every.stats if found.every else None
@@ -155,9 +155,10 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
             profile = with_steps_drawn(
                 profile.model_copy(update={"analysis": withhold_savings(found.analysis, completeness)}),
                 lambda analysis: streamed_drawing(events(trace), analysis, windows, budget))
+            chosen_by = ("all its NVTX ranges, which fit read whole (its first part that fits has no NVTX steps)"
+                         if from_all else f"its first {first}, which fit read whole")
             note = (f"What to fix covers all {found.analysis.budget.steps:,} steady steps, streamed from disk as the "
-                    f"statistics, summary and completeness are: {whole}. The step family was chosen by its first "
-                    f"{first}, which fit read whole.")
+                    f"statistics, summary and completeness are: {whole}. The step family was chosen by {chosen_by}.")
         else:
             del found  # not alive while the first part is analysed
             first_part_trace = Trace(first_tables)
@@ -173,6 +174,20 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
     stats.notes.append(note)  # what `nsight stats` prints
     profile.notes.append(note)  # what the page shows
     return profile
+
+
+def chosen_steps(trace: Trace, part: Trace) -> tuple[StepStats, pl.DataFrame, bool]:
+    """The steps of streamed TRACE as its first PART that fits chooses them (:func:`find_steps`: their statistics), the
+    part's steps (a row each), and whether the statistics come from all the capture's NVTX ranges instead: where the
+    part holds no NVTX step family (a long setup before the loop: model loading, compilation, autotuning) and those
+    ranges fit the memory allowed, read alone (every step is then analysed, streamed, where the part alone would give
+    none)."""
+    chosen, steps = find_steps(part.nvtx, part.kernels)
+    affordable = affordable_event_bytes()
+    if chosen.source == "nvtx" or affordable is None or trace.tables.arrow_bytes(["NVTX_EVENTS"]) > affordable:
+        return chosen, steps, False
+    every = find_steps(Trace(trace.tables).nvtx, part.kernels.clear())[0]
+    return (every, steps, True) if every.source == "nvtx" else (chosen, steps, False)
 
 
 class _Every(NamedTuple):

@@ -127,8 +127,8 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
     """The profile of a streamed capture whose frames would not fit read whole: statistics, summary (tiles,
     timeline) and completeness, each streamed from the Parquet copies in bounded memory; "What to fix" over every
     step where they are NVTX ranges (analysis/whole_findings.py), else from the capture's first part that fits
-    (:func:`first_part`), which chooses the step family in any case; a note says what covers what (which `nsight
-    stats` prints as well)."""
+    (:func:`first_part`), which chooses the step family in any case (:func:`chosen_steps`); a note says what covers
+    what (which `nsight stats` prints as well)."""
     stats, completeness = stats_of_trace(trace, reports), check_completeness(trace, facts)
     profile = CaptureProfile(title=title or capture_title(path, trace), source=str(path), stats=stats,
                              trace=summarize_trace(trace), completeness=completeness)
@@ -142,7 +142,8 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
         parts = functools.cache(lambda: analyze_steps(trace))
         return with_steps_drawn(diagnosed(profile, parts), lambda analysis: drawing_for(trace, analysis, parts()))
     else:
-        # The first steps that fit choose the step family (their NVTX ranges and kernels alone are read); every step
+        # The first steps that fit choose the step family (their NVTX ranges and kernels alone are read, or all the
+        # capture's NVTX ranges where they hold none); every step
         # of it is then analysed streamed, or, where that cannot be (no NVTX steps, a pass failed), the first steps
         # are analysed read whole. Their frames are not alive while every step is streamed (read again should it fail).
         chosen, first_steps, from_all = chosen_steps(trace, part)

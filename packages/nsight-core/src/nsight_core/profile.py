@@ -143,9 +143,9 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
         return with_steps_drawn(diagnosed(profile, parts), lambda analysis: drawing_for(trace, analysis, parts()))
     else:
         # The first steps that fit choose the step family (their NVTX ranges and kernels alone are read, or all the
-        # capture's NVTX ranges where they hold none); every step
-        # of it is then analysed streamed, or, where that cannot be (no NVTX steps, a pass failed), the first steps
-        # are analysed read whole. Their frames are not alive while every step is streamed (read again should it fail).
+        # capture's NVTX ranges where they hold none); every step of it is then analysed streamed, or, where that
+        # cannot be (no NVTX steps, a pass failed), the first steps are analysed read whole. Their frames are not
+        # alive while every step is streamed (read again should it fail).
         chosen, first_steps, from_all = chosen_steps(trace, part)
         first_tables, part = part.tables, None
         found = _every_step(path, trace, chosen)

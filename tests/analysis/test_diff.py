@@ -17,8 +17,6 @@ from pathlib import Path
 import polars as pl
 import pytest
 from analysis_helpers import FIXTURES, copy_capture
-from capture_helpers import capture_cpu, sleepy_steps
-from shared_runs import once_per_run
 
 import nsight_core
 from nsight_core.cli import NOT_COMPARABLE_EXIT, SLOWER_EXIT
@@ -49,16 +47,6 @@ def recorded(tmp_path: Path, name: str, kernel_scale: float) -> Path:
         else:
             shutil.copyfile(csv, target)
     return folder
-
-
-@pytest.fixture
-def loops(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Real nsys CPU captures of one loop: steps of 6 ms, the same 3x slower, and 3x slower renamed `iter_*`. Made
-    once per test run; a test that fails on them has its retry record them anew (a stalled step under load)."""
-    return once_per_run(tmp_path_factory, "loops", lambda root: {
-        "fast": capture_cpu(root / "fast", sleepy_steps(6, 0.004, 0.002)),
-        "slow": capture_cpu(root / "slow", sleepy_steps(6, 0.016, 0.002)),
-        "renamed": capture_cpu(root / "renamed", sleepy_steps(6, 0.016, 0.002, name="iter"))})
 
 
 @pytest.fixture(scope="module")

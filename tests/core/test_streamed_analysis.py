@@ -333,3 +333,27 @@ def test_captures_too_large_to_analyse_whole_are_compared_on_every_step_streamed
     with pytest.raises(NotEnoughMemoryError, match=r"comparing dataloader-problem.sqlite needs about 16.00 MiB "
                                                    r"of memory \(streamed from disk, its size aside\)"):
         compare.diff(problem, fixed)
+
+
+@pytest.mark.nsys
+def test_cpu_loops_too_large_to_analyse_whole_are_compared_on_every_steps_budget(
+        loops: dict[str, Path], nsys: Nsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`nsight diff` of two CPU loops (real nsys captures, steps on the CPU's clock) that are streamed compares every
+    step's budget too, each delta what the comparison of the captures read whole gives."""
+    fast, slow = (export(Path(shutil.copy(loops[name], tmp_path / f"{name}.nsys-rep")), "sqlite", nsys)
+                  for name in ("fast", "slow"))
+    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "off")
+    whole = compare.diff(fast, slow)
+    assert whole.verdict == "slower" and not whole.streamed
+    assert any(delta.group == "budget" for delta in whole.deltas)
+
+    monkeypatch.setattr(memory, "STREAMED_SUMMARY_BYTES", 1 << 20)
+    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "8M")
+    monkeypatch.setattr(profile_module, "affordable_event_bytes",
+                        lambda: nsight_core.load_trace(fast).event_bytes // 2)
+    streamed = compare.diff(fast, slow)
+    assert streamed.streamed == ["a", "b"]
+    assert (streamed.gate, streamed.verdict, streamed.deltas) == (whole.gate, whole.verdict, whole.deltas)
+    text = render_diff(streamed)
+    assert "its step times and budget (all its steps)" in text and "its budget is not" not in text
+

@@ -23,6 +23,7 @@ from nsight_core import compare, memory
 from nsight_core import profile as profile_module
 from nsight_core.analysis import gpu_budget
 from nsight_core.analysis.analyze import analyze_steps, withhold_savings
+from nsight_core.analysis.diff import TraceDiff
 from nsight_core.analysis.step_events import StepDrawing, drawing_for, streamed_drawing
 from nsight_core.analysis.steps import StepFamily, family_stats, find_steps
 from nsight_core.analysis.whole_budget import whole_capture_budget
@@ -299,18 +300,8 @@ def test_captures_too_large_to_analyse_whole_are_compared_on_every_step_streamed
     kernels, NVTX ranges and GPU busy time, each what the comparison of the captures read whole gives."""
     pairs = FIXTURES / "h200-fix-pairs-2025"
     problem, fixed = pairs / "dataloader-problem.sqlite", pairs / "dataloader-fixed.sqlite"
-    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "off")
-    whole = compare.diff(problem, fixed)
+    whole, streamed = diffed_whole_and_streamed(problem, fixed, monkeypatch, 3)
     assert whole.gate.metric == "step_p50" and whole.verdict == "faster" and not whole.streamed
-
-    # Read whole refused (it would need more than 8 MiB), streamed allowed (1 MiB); the first part, which picks the
-    # step family, may read a third of the event tables' bytes.
-    monkeypatch.setattr(memory, "STREAMED_SUMMARY_BYTES", 1 << 20)
-    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "8M")
-    monkeypatch.setattr(profile_module, "affordable_event_bytes",
-                        lambda: nsight_core.load_trace(problem).event_bytes // 3)
-    streamed = compare.diff(problem, fixed)
-
     assert streamed.streamed == ["a", "b"]
     assert (streamed.gate, streamed.verdict, streamed.reasons) == (whole.gate, whole.verdict, whole.reasons)
     assert (streamed.kernels, streamed.ranges) == (whole.kernels, whole.ranges)
@@ -342,18 +333,24 @@ def test_cpu_loops_too_large_to_analyse_whole_are_compared_on_every_steps_budget
     step's budget too, each delta what the comparison of the captures read whole gives."""
     fast, slow = (export(Path(shutil.copy(loops[name], tmp_path / f"{name}.nsys-rep")), "sqlite", nsys)
                   for name in ("fast", "slow"))
-    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "off")
-    whole = compare.diff(fast, slow)
+    whole, streamed = diffed_whole_and_streamed(fast, slow, monkeypatch, 2)
     assert whole.verdict == "slower" and not whole.streamed
     assert any(delta.group == "budget" for delta in whole.deltas)
-
-    monkeypatch.setattr(memory, "STREAMED_SUMMARY_BYTES", 1 << 20)
-    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "8M")
-    monkeypatch.setattr(profile_module, "affordable_event_bytes",
-                        lambda: nsight_core.load_trace(fast).event_bytes // 2)
-    streamed = compare.diff(fast, slow)
     assert streamed.streamed == ["a", "b"]
     assert (streamed.gate, streamed.verdict, streamed.deltas) == (whole.gate, whole.verdict, whole.deltas)
     text = render_diff(streamed)
     assert "its step times and budget (all its steps)" in text and "its budget is not" not in text
+
+
+def diffed_whole_and_streamed(a: Path, b: Path, monkeypatch: pytest.MonkeyPatch,
+                              share: int) -> tuple[TraceDiff, TraceDiff]:
+    """`nsight diff A B` read whole, then with reading whole refused (it would need more than 8 MiB) and streaming
+    allowed (1 MiB), the first part, which picks the step family, reading 1/SHARE of A's event tables' bytes."""
+    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "off")
+    whole = compare.diff(a, b)
+    monkeypatch.setattr(memory, "STREAMED_SUMMARY_BYTES", 1 << 20)
+    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "8M")
+    event_bytes = nsight_core.load_trace(a).event_bytes
+    monkeypatch.setattr(profile_module, "affordable_event_bytes", lambda: event_bytes // share)
+    return whole, compare.diff(a, b)
 

@@ -21,7 +21,7 @@ import pytest
 import nsight_core
 from nsight_core import compare, memory
 from nsight_core import profile as profile_module
-from nsight_core.analysis import gpu_budget
+from nsight_core.analysis import whole_budget
 from nsight_core.analysis.analyze import analyze_steps, withhold_savings
 from nsight_core.analysis.diff import TraceDiff
 from nsight_core.analysis.step_events import StepDrawing, drawing_for, streamed_drawing
@@ -174,7 +174,7 @@ def test_what_to_fix_over_every_step_streamed_in_windows_is_the_whole_capture_re
         assert whole_capture_analysis(trace, every, budget, window_rows=rows) == expected, rows
         assert every.windows is not None
         assert_same_drawing(streamed_drawing(streamed, read_whole.analysis, every.windows, budget), drawn)
-        monkeypatch.setattr(gpu_budget, "BATCH_WORK", 7)  # then batches of a few pieces of work, inside steps
+        monkeypatch.setattr(whole_budget, "STREAMED_BATCH_WORK", 7)  # then batches of a few pieces of work
     # The NVTX range table in 7 windows (of ranges, calls and GPU work): most ranges' parents are carried into them.
     counted = sum(frame.select(pl.len()).collect().item()
                   for frame in (streamed.nvtx, streamed.cuda_api, streamed.kernels, streamed.memcpy, streamed.memset))

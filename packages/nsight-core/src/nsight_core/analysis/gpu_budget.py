@@ -78,13 +78,13 @@ def gpu_budget(windows: pl.DataFrame, work: pl.DataFrame, blocking: pl.DataFrame
     return budget_in_batches(windows, batches(firsts), between, step_syncs(blocking, thread), host)
 
 
-def batches(firsts: pl.Series) -> list[tuple[int, int]]:
-    """The windows cut into batches of about BATCH_WORK pieces of GPU work (first window, windows); FIRSTS: per
-    window, how much work starts before it."""
+def batches(firsts: pl.Series, work: int = BATCH_WORK) -> list[tuple[int, int]]:
+    """The windows cut into batches of about WORK pieces of GPU work (first window, windows); FIRSTS: per window, how
+    much work starts before it."""
     cuts = []
     begin = 0
     while begin < firsts.len():
-        end = max(int(firsts.search_sorted(int(firsts[begin]) + BATCH_WORK, side="left")), begin + 1)
+        end = max(int(firsts.search_sorted(int(firsts[begin]) + work, side="left")), begin + 1)
         cuts.append((begin, end - begin))
         begin = end
     return cuts

@@ -256,16 +256,19 @@ class TreeRun:
         return f"{self.seconds:.1f} s, {self.tree_mb:.0f} MB"
 
 
-def tree_run(argv: Sequence[str | Path], cwd: Path, env: dict[str, str] | None = None) -> TreeRun:
-    """Run ARGV to completion under TREE. Fails loudly."""
+def tree_run(argv: Sequence[str | Path], cwd: Path, env: dict[str, str] | None = None,
+             stderr: Path | None = None) -> TreeRun:
+    """Run ARGV to completion under TREE. Fails loudly. Its stderr goes to the file STDERR where given (to follow a
+    long run's progress as it goes), else into the failure's message."""
     peak_file, out_file = cwd / ".tree-sum", cwd / ".stdout"
     start = time.perf_counter()
-    done = subprocess.run([PY, "-S", "-c", TREE, peak_file, out_file, *map(str, argv)], cwd=cwd, env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with open(stderr or os.devnull, "wb") as err:
+        done = subprocess.run([PY, "-S", "-c", TREE, peak_file, out_file, *map(str, argv)], cwd=cwd, env=env,
+                              stdout=subprocess.DEVNULL, stderr=err if stderr else subprocess.PIPE)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
-        raise SystemExit(f"bench: {' '.join(map(str, argv))} exited {done.returncode}:\n"
-                         f"{done.stderr.decode()[-3000:]}")
+        said = stderr.read_bytes() if stderr else done.stderr
+        raise SystemExit(f"bench: {' '.join(map(str, argv))} exited {done.returncode}:\n{said.decode()[-3000:]}")
     tree_kib, largest_kib = map(int, peak_file.read_text().split())
     stdout = out_file.read_text()
     peak_file.unlink()

@@ -1,9 +1,10 @@
-"""Issue 23's large GPU capture on the H200 machine: record bench/gpu/many_kernels.py (STEPS CUDA-graph replays of
-1,000 tiny kernels each: about 24 bytes of .nsys-rep per kernel, so 45,000 steps make over 1 GB), then, in a task
-allowed 2 GiB (``NSIGHT_SUMMARY_MEMORY=2G``), `nsight report` on it (its own SQLite export included) and `nsight stats
---json` (the export reused), and last one bare `nsys export --type sqlite` of it for the time ratio. Each command's
-peak is its whole process tree's (bench/bench.py ``tree_run``: resident sets summed, sampled every 50 ms, at least the
-largest process's exact peak). The capture stays on the machine; the numbers go to DIR/log and DIR/result.json.
+"""Issue 23's large GPU capture on the H200 machine: record bench/gpu/many_kernels.py (STEPS CUDA-graph replays of 1,000
+tiny kernels each: about 24 bytes of .nsys-rep per kernel, so 45,000 steps make over 1 GB), then, in a task allowed 2
+GiB (``NSIGHT_SUMMARY_MEMORY=2G``), `nsight stats --json` on it (its own SQLite export included) and `nsight report`
+(the export reused), their progress in DIR/stats.err and DIR/report.err, and last one bare `nsys export --type sqlite`
+of it for the time ratio. Each command's peak is its whole process tree's (bench/bench.py ``tree_run``: resident sets
+summed, sampled every 50 ms, at least the largest process's exact peak). The capture stays on the machine; the numbers
+go to DIR/log and DIR/result.json.
 
     python bench/gpu/large_capture.py [STEPS] [DIR]        (DIR: scratch folder, default /tmp/large)
 
@@ -108,14 +109,7 @@ def main() -> None:
     log(f"recorded {capture.stat().st_size:,} bytes in {recorded.seconds:.0f} s")
 
     env = {**os.environ, "NSIGHT_SUMMARY_MEMORY": MEMORY}
-    page = folder / "page.html"
-    report = tree_run([PY, "-m", "nsight_core.cli", "report", capture, "-o", page], folder, env)
-    notes = [line for line in page.read_text().split("What to fix covers")[1:2]]
-    result["report"] = {"seconds": report.seconds, "tree_mb": report.tree_mb, "largest_mb": report.largest_mb,
-                        "page_bytes": page.stat().st_size, "note": notes[0][:600] if notes else None}
-    log(f"nsight report: {report.seconds:.0f} s, tree {report.tree_mb:.0f} MB, largest {report.largest_mb:.0f} MB")
-
-    stats = tree_run([PY, "-m", "nsight_core.cli", "stats", capture, "--json"], folder, env)
+    stats = tree_run([PY, "-m", "nsight_core.cli", "stats", capture, "--json"], folder, env, folder / "stats.err")
     payload = json.loads(stats.stdout)
     family = (payload.get("steps") or {}).get("family") or {}
     result["stats"] = {
@@ -128,6 +122,13 @@ def main() -> None:
         "complete": (payload.get("completeness") or {}).get("complete"),
         "whole_capture_steps": payload.get("whole_capture_steps")}
     log(f"nsight stats: {stats.seconds:.0f} s, tree {stats.tree_mb:.0f} MB, largest {stats.largest_mb:.0f} MB")
+
+    page = folder / "page.html"
+    report = tree_run([PY, "-m", "nsight_core.cli", "report", capture, "-o", page], folder, env, folder / "report.err")
+    notes = [line for line in page.read_text().split("What to fix covers")[1:2]]
+    result["report"] = {"seconds": report.seconds, "tree_mb": report.tree_mb, "largest_mb": report.largest_mb,
+                        "page_bytes": page.stat().st_size, "note": notes[0][:600] if notes else None}
+    log(f"nsight report: {report.seconds:.0f} s, tree {report.tree_mb:.0f} MB, largest {report.largest_mb:.0f} MB")
 
     finish_with_bare_export(nsys, capture, result, log, folder)
 

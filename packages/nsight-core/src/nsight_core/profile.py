@@ -16,6 +16,7 @@ import functools
 import logging
 import re
 import shlex
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import count, takewhile
@@ -128,13 +129,16 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
     timeline) and completeness, each streamed from the Parquet copies in bounded memory; "What to fix" over every
     step where they are NVTX ranges (analysis/whole_findings.py), else from the capture's first part that fits
     (:func:`first_part`), which chooses the step family in any case (:func:`chosen_steps`); a note says what covers
-    what (which `nsight stats` prints as well)."""
+    what (which `nsight stats` prints as well). Each stage logs its progress (a capture of gigabytes takes minutes)."""
+    started, (allowed, source) = time.monotonic(), allowed_memory()
+    whole = f"the whole capture's analysis reads whole frames (about {size(summary_bytes(trace.event_bytes))}) and " \
+            f"{source} allows {size(allowed or 0)}"
+    log.info("%s is streamed from disk: %s", path.name, whole)
     stats, completeness = stats_of_trace(trace, reports), check_completeness(trace, facts)
     profile = CaptureProfile(title=title or capture_title(path, trace), source=str(path), stats=stats,
                              trace=summarize_trace(trace), completeness=completeness)
-    part, (allowed, source) = first_part(trace), allowed_memory()
-    whole = f"the whole capture's analysis reads whole frames (about {size(summary_bytes(trace.event_bytes))}) and " \
-            f"{source} allows {size(allowed or 0)}"
+    log.info("statistics, summary and completeness done (%.0f s in)", time.monotonic() - started)
+    part = first_part(trace)
     if part is None:
         note = f"No 'What to fix' for a capture this large: {whole}, not even for its first steps; the statistics, " \
                "summary and completeness were streamed from disk."
@@ -148,7 +152,7 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
         # alive while every step is streamed (read again should it fail).
         chosen, first_steps, from_all = chosen_steps(trace, part)
         first_tables, part = part.tables, None
-        found = _every_step(path, trace, chosen)
+        found = _every_step(path, trace, chosen, started)
         every = found.every.stats if found.every else None
         first = _first_steps(first_steps, profile.trace.span_ns if profile.trace else 0)
         if found.analysis is not None and found.budget is not None and found.every is not None:
@@ -199,10 +203,11 @@ class _Every(NamedTuple):
     analysis: Analysis | None
 
 
-def _every_step(path: Path, trace: Trace, chosen: StepStats) -> _Every:
+def _every_step(path: Path, trace: Trace, chosen: StepStats, started: float) -> _Every:
     """Every step of streamed TRACE (of PATH) of the family its first part CHOSE (:func:`every_step`), their budget
     (:func:`whole_capture_budget`) and analysis (:func:`whole_capture_analysis`); None where there is none, or a
-    streamed pass fails (a loss for the note, not the page's: as for the analysis, :func:`diagnosed`)."""
+    streamed pass fails (a loss for the note, not the page's: as for the analysis, :func:`diagnosed`). Progress is
+    logged with the seconds since STARTED."""
     frames = events(trace)
     try:
         every = every_step(frames, chosen)
@@ -211,8 +216,11 @@ def _every_step(path: Path, trace: Trace, chosen: StepStats) -> _Every:
         return _Every(None, None, None)
     if every is None:
         return _Every(None, None, None)
+    log.info("What to fix: the time budget of each of %s steps, streamed (%.0f s in)", f"{every.ranges.height:,}",
+             time.monotonic() - started)
     try:
         budget = whole_capture_budget(frames, every)
+        log.info("What to fix: findings and NVTX ranges over every step (%.0f s in)", time.monotonic() - started)
         return _Every(every, budget,
                       None if budget is None else whole_capture_analysis(trace, every, budget))
     except Exception as error:  # see the docstring

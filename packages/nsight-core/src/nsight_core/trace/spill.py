@@ -17,6 +17,7 @@ size.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -31,6 +32,8 @@ from nsight_core.errors import StatsError
 from nsight_core.render.units import size as _size
 from nsight_core.trace.export import ExportChoice
 from nsight_core.trace.tables import Schema, SqliteTables, Wanted, _made
+
+log = logging.getLogger("nsight")
 
 SPILL_PREFIX = "nsight-spill-"
 """The temporary folder's name starts with this and the process id (``.`` before it: hidden beside the capture)."""
@@ -121,6 +124,7 @@ class SpilledTables:
             raise StatsError(f"summarising {self.source.name} copies its table {table} to disk (about "
                              f"{_size(needed)}) and {self.folder.parent} has {_size(free)} free: free some space "
                              "there, or pass a copy of the capture in a folder with more.")
+        log.info("copying %s's table %s to disk (Parquet, about %s as Arrow)", self.source.name, table, _size(needed))
         target.mkdir()
         written = 0
         try:

@@ -26,7 +26,7 @@ from nsight_core.analysis.analyze import analyze_steps, withhold_savings
 from nsight_core.analysis.diff import TraceDiff
 from nsight_core.analysis.step_events import StepDrawing, drawing_for, streamed_drawing
 from nsight_core.analysis.steps import StepFamily, family_stats, find_steps
-from nsight_core.analysis.whole_budget import whole_capture_budget
+from nsight_core.analysis.whole_budget import StepTooLarge, whole_capture_budget
 from nsight_core.analysis.whole_findings import whole_capture_analysis
 from nsight_core.analysis.whole_ranges import whole_capture_ranges
 from nsight_core.analysis.whole_steps import every_step, whole_capture_steps
@@ -113,6 +113,14 @@ def test_a_streamed_capture_too_large_to_read_whole_gets_what_to_fix_over_every_
     assert fallback.whole_steps == whole.analysis.steps.model_copy(update={"candidates": [], "bound": "unknown"})
     assert stats_json(fallback)["whole_capture_steps"]["family"]["count"] == all_steps.count
     assert whole.whole_steps is None and "whole_capture_steps" not in stats_json(whole)
+    # So too where a step holds more events than the memory allowed reads at once (an epoch as one step): never read.
+    monkeypatch.setattr(profile_module, "step_rows", lambda _: 1)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="nsight"):
+        too_large = build_profile(capture)
+    assert re.search(r"could not analyse every step of \S+ \(StepTooLarge: step \d+ holds [\d,]+ events, and the "
+                     r"memory allowed reads 1 at once\)", caplog.text), caplog.text
+    assert note_line(too_large) == note_line(fallback) and too_large.analysis == fallback.analysis
     # The statistics, summary and completeness are the whole capture's.
     assert profile.trace == whole.trace and profile.completeness == whole.completeness
     assert pl.DataFrame([row.model_dump() for row in profile.stats.nvtx_ranges]).equals(
@@ -175,6 +183,16 @@ def test_what_to_fix_over_every_step_streamed_in_windows_is_the_whole_capture_re
         assert every.windows is not None
         assert_same_drawing(streamed_drawing(streamed, read_whole.analysis, every.windows, budget), drawn)
         monkeypatch.setattr(whole_budget, "STREAMED_BATCH_WORK", 7)  # then batches of a few pieces of work
+    # A step whose GPU window holds more GPU work than the memory allowed reads at once is refused before any is read.
+    assert every.windows is not None
+    work = pl.concat([frame.select("start_ns") for frame in (loaded.kernels, loaded.memcpy, loaded.memset,
+                                                              loaded.graphs)])
+    largest = (work.join_where(every.windows, pl.col("start_ns") >= pl.col("start_ns_right"),
+                               pl.col("start_ns") < pl.col("end_ns")).group_by("step").len()["len"].max())
+    limited = whole_capture_budget(streamed, every, step_rows=largest)
+    assert limited is not None and limited.budget == read_whole.analysis.budget
+    with pytest.raises(StepTooLarge, match=rf"step \d+ holds {largest:,} events"):
+        whole_capture_budget(streamed, every, step_rows=largest - 1)
     # The NVTX range table in 7 windows (of ranges, calls and GPU work): most ranges' parents are carried into them.
     counted = sum(frame.select(pl.len()).collect().item()
                   for frame in (streamed.nvtx, streamed.cuda_api, streamed.kernels, streamed.memcpy, streamed.memset))
@@ -214,6 +232,16 @@ def test_steps_on_the_cpus_clock_streamed_in_windows_get_what_to_fix_over_every_
         assert budget.steps.equals(read_whole.budgets), rows
         assert whole_capture_analysis(trace, every, budget, window_rows=rows) == expected, rows
         assert_same_drawing(streamed_drawing(streamed, read_whole.analysis, every.drawn, budget), drawn)
+    # A step holding more events than the memory allowed reads at once is refused before any is read.
+    sources = (loaded.kernels, loaded.memcpy, loaded.memset, loaded.cuda_api, loaded.osrt, loaded.nvtx)
+    largest = (pl.concat([frame.select("start_ns") for frame in sources])
+               .join_where(every.ranges, pl.col("start_ns") >= pl.col("start_ns_right"),
+                           pl.col("start_ns") < pl.col("end_ns")).group_by("step").len()["len"].max())
+    limited = whole_capture_budget(streamed, every, step_rows=largest)
+    assert limited is not None and limited.budget == read_whole.analysis.budget
+    with pytest.raises(StepTooLarge, match=rf"step \d+ holds {largest:,} events, and the memory allowed reads "
+                                           rf"{largest - 1:,} at once"):
+        whole_capture_budget(streamed, every, step_rows=largest - 1)
 
     # Streamed end to end: the profile's "What to fix" is every step's.
     monkeypatch.setattr(export_module, "STREAM_ABOVE_BYTES", 0)

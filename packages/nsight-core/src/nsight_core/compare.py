@@ -15,12 +15,12 @@ from pathlib import Path
 from nsight_core.analysis.completeness import CaptureFacts, Completeness, capture_facts, check_completeness
 from nsight_core.analysis.diff import Side, TraceDiff, diff_sides, side_from_events, side_from_stats, side_from_trace
 from nsight_core.analysis.intervals import WINDOW_ROWS
-from nsight_core.analysis.whole_budget import whole_capture_budget
+from nsight_core.analysis.whole_budget import StepTooLarge, whole_capture_budget
 from nsight_core.analysis.whole_findings import whole_capture_analysis
 from nsight_core.analysis.whole_steps import every_step
 from nsight_core.errors import NotEnoughMemoryError, StatsError
 from nsight_core.memory import allowed_memory, check_comparison_memory, summary_bytes
-from nsight_core.profile import chosen_steps, first_part
+from nsight_core.profile import chosen_steps, first_part, step_rows
 from nsight_core.render.units import size
 from nsight_core.stats.load import load_stats
 from nsight_core.trace.export import REPORT_SUFFIXES, is_event_source
@@ -74,7 +74,11 @@ def streamed_side(path: Path, trace: Trace, part: Trace, completeness: Completen
     every = every_step(frames, chosen)
     if every is None:
         return None
-    budget = whole_capture_budget(frames, every)
+    try:
+        budget = whole_capture_budget(frames, every, step_rows=step_rows(trace))
+    except StepTooLarge as error:  # its steps' times are known: compared on those
+        log.warning("%s: compared on every step's time, not its budget (%s)", path.name, error)
+        budget = None
     analysis = None if budget is None else whole_capture_analysis(trace, every, budget, full=False)
     return side_from_events(str(path), frames, trace.gpus, every.stats, completeness, WINDOW_ROWS, analysis)
 

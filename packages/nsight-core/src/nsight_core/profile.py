@@ -219,13 +219,26 @@ def _every_step(path: Path, trace: Trace, chosen: StepStats, started: float) -> 
     log.info("What to fix: the time budget of each of %s steps, streamed (%.0f s in)", f"{every.ranges.height:,}",
              time.monotonic() - started)
     try:
-        budget = whole_capture_budget(frames, every)
+        budget = whole_capture_budget(frames, every, step_rows=step_rows(trace))
         log.info("What to fix: findings and NVTX ranges over every step (%.0f s in)", time.monotonic() - started)
         return _Every(every, budget,
                       None if budget is None else whole_capture_analysis(trace, every, budget))
     except Exception as error:  # see the docstring
         log.warning("could not analyse every step of %s (%s: %s)", path, type(error).__name__, error)
         return _Every(every, None, None)
+
+
+def step_rows(trace: Trace) -> int | None:
+    """The most events one step of streamed TRACE may hold for its budget over every step (:func:`whole_capture_budget`
+    reads a step's events at once): as many as fit the memory allowed read whole, the share of its events that
+    :func:`affordable_event_bytes` is of its bytes; None where no limit is known."""
+    affordable = affordable_event_bytes()
+    if affordable is None:
+        return None
+    frames = events(trace)
+    rows = sum(frame.select(pl.len()).collect(engine="streaming").item() for frame in
+               (frames.kernels, frames.memcpy, frames.memset, frames.cuda_api, frames.osrt, frames.nvtx))
+    return affordable * rows // max(trace.event_bytes, 1)
 
 
 def _first_steps(steps: pl.DataFrame, span_ns: int) -> str:

@@ -75,19 +75,33 @@ class WholeBudget:
     alone: what a drawn step shades (they are not kept for every step; none on the CPU's clock)."""
 
 
-def whole_capture_budget(frames: Events, every: EveryStep, window_rows: int | None = WINDOW_ROWS) -> WholeBudget | None:
+class StepTooLarge(ValueError):
+    """A step holds more events than may be read at once: the streamed budget reads a batch of whole steps together
+    (a step's budget is not a sum over its parts of time: a run of idle GPU is a launch gap or idle by its whole
+    length), so a capture of a few huge steps (an epoch as one step) would hold one in memory whole."""
+
+
+def whole_capture_budget(frames: Events, every: EveryStep, window_rows: int | None = WINDOW_ROWS,
+                         step_rows: int | None = None) -> WholeBudget | None:
     """The budget of EVERY step of the capture FRAMES holds, on the steps' clock (None where they have no thread).
-    WINDOW_ROWS: events per window of the streamed passes (None: one window)."""
+    WINDOW_ROWS: events per window of the streamed passes (None: one window). STEP_ROWS: the most events (GPU work on
+    the GPU's clock, any on the CPU's) one step may hold, the memory allowed (None: no limit); a step holding more
+    raises :class:`StepTooLarge` before any batch is read."""
     family = every.stats.family
     if family is None or family.thread is None:
         return None
     if every.windows is None:
+        if step_rows is not None:
+            sources = (frames.kernels, frames.memcpy, frames.memset, frames.cuda_api, frames.osrt, frames.nvtx)
+            _check_steps(pl.concat([frame.select("start_ns") for frame in sources]), every.ranges, step_rows)
         return _cpu_budget(frames, every, family.thread, window_rows)
     windows, thread = every.windows, family.thread  # an NVTX family's: its ranges' thread
+    work = gpu_work_of(frames)
+    if step_rows is not None:
+        _check_steps(work.select("start_ns"), windows, step_rows)
     host = Host.of(windows, _user_ranges(frames, windows, family.pattern, thread, window_rows),
                    dispatch_runs(pl.concat([dispatch_runs(calls) for calls in
                                             start_windows(frames.cuda_api.select("start_ns", "end_ns"), window_rows)])))
-    work = gpu_work_of(frames)
 
     def between(lo: int, hi: int) -> pl.DataFrame:
         return launched_by_id(work.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") <= hi)), frames.cuda_api)
@@ -109,6 +123,22 @@ def whole_capture_budget(frames: Events, every: EveryStep, window_rows: int | No
         return budget_in_batches(windows, [(int(row), 1) for row in at], between, calls, host)[1]
 
     return WholeBudget(budget, steps, bound_by(budget), calls, stretches)
+
+
+def _check_steps(starts: pl.LazyFrame, steps: pl.DataFrame, most: int) -> None:
+    """Raise :class:`StepTooLarge` where more than MOST of the events STARTS holds (a start_ns column) start inside one
+    of STEPS (step, start_ns, end_ns: by start, not overlapping): one streamed pass, a count per step."""
+    start = pl.col("start_ns")
+    # Inside step i: the last step started at or before it (i) has not ended by then (i steps ended).
+    began = pl.lit(steps["start_ns"]).search_sorted(start, side="right").cast(pl.Int64) - 1
+    ended = pl.lit(steps["end_ns"]).search_sorted(start, side="right").cast(pl.Int64)
+    largest = (starts.select(began.alias("_step"), (began == ended).alias("_inside"))
+               .filter("_inside").group_by("_step").len().sort("len", descending=True).head(1)
+               .collect(engine="streaming"))
+    if largest.height and int(largest["len"][0]) > most:
+        step = steps["step"][int(largest["_step"][0])]
+        raise StepTooLarge(f"step {step} holds {int(largest['len'][0]):,} events, and the memory allowed reads "
+                           f"{most:,} at once")
 
 
 def _cpu_budget(frames: Events, every: EveryStep, thread: int, window_rows: int | None) -> WholeBudget:

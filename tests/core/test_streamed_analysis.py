@@ -322,7 +322,7 @@ def test_a_part_read_from_the_statistics_copies_is_the_part_sqlite_gives(
 
 
 def test_captures_too_large_to_analyse_whole_are_compared_on_every_step_streamed(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """`nsight diff` of two captures whose events would not fit read whole compares what streams: the gate on every
     step's p50 (analysis/whole_steps.py), every step's budget and the user window (analysis/whole_findings.py), the
     kernels, NVTX ranges and GPU busy time, each what the comparison of the captures read whole gives."""
@@ -340,6 +340,16 @@ def test_captures_too_large_to_analyse_whole_are_compared_on_every_step_streamed
     assert text.startswith(render_diff(whole).splitlines()[0])
     assert "A is too large to analyse whole in the memory allowed: its step times and budget (all its steps)" in text
     assert "B is too large" in text and "its budget is not" not in text
+    # A step holding more events than the memory allowed reads at once: compared on every step's time, not budget.
+    monkeypatch.setattr(compare, "step_rows", lambda _: 1)
+    with caplog.at_level(logging.WARNING, logger="nsight"):
+        steps_only = compare.diff(problem, fixed)
+    assert re.search(r"dataloader-problem.sqlite: compared on every step's time, not its budget \(step \d+ holds "
+                     r"[\d,]+ events, and the memory allowed reads 1 at once\)", caplog.text), caplog.text
+    assert (steps_only.gate, steps_only.verdict) == (whole.gate, whole.verdict)
+    assert not any(delta.group == "budget" for delta in steps_only.deltas)
+    assert "A is too large to analyse whole in the memory allowed: its step times (all its steps), kernels, NVTX " \
+           "ranges and GPU busy time are compared, streamed from disk; its budget is not." in render_diff(steps_only)
 
     # Not even the first steps, which pick the family, fit: refused, as before (a gate on GPU busy time instead would
     # pass a slower step).

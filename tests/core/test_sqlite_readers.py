@@ -14,7 +14,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from nsight_core.trace import spill as spill_module
+from nsight_core.trace import tables as tables_module
+from nsight_core.trace.export import ExportChoice
 from nsight_core.trace.model import Trace
+from nsight_core.trace.spill import SpilledTables
 from nsight_core.trace.tables import ENV_SQLITE_READER, SchemaMismatch, SqliteTables, Wanted
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -96,3 +100,23 @@ def test_columns_typed_late_read_the_same_and_a_wrong_type_is_the_same_error(lat
     assert frames[0].height == 1801 and frames[0]["ratio"].null_count() == 1500
     assert frames[0]["label"][1500] == "name 1500" and frames[0]["ratio"][1507] == pytest.approx(1507 / 7)
     assert errors[0] == errors[1] == ("T", {"id": "text"})
+
+
+@pytest.mark.parametrize("export", EXPORTS, ids=lambda p: p.relative_to(FIXTURES).as_posix())
+def test_a_table_copied_to_disk_in_slices_read_side_by_side_is_the_table(export: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large capture's tables are copied to Parquet in up to SPILL_READERS slices of rowid at once, each through a
+    connection of its own (trace/spill.py): the copy holds every row, in the table's order, as read whole. Slices of
+    at least FEW rows here, so every table of a few hundred rows is cut into several."""
+    monkeypatch.setattr(tables_module, "SQLITE_BATCH_ROWS", FEW)
+    monkeypatch.setattr(spill_module.pl, "thread_pool_size", lambda: 4)
+    whole = SqliteTables(export)
+    spilled = SpilledTables(SqliteTables(export), ExportChoice("sqlite", True, "large", 0))
+    sliced = 0
+    for table, wanted in declared(export).items():
+        copy = spilled.scan(table, wanted)
+        assert copy is not None and copy.collect().equals(whole.read(table, wanted)), table
+        parts = {path.name.partition("-")[0] for path in spilled.folder.glob(f"{table}-0/*.parquet")}
+        sliced += len(parts) > 1
+        assert len(parts) <= spill_module.SPILL_READERS
+    assert sliced, "no table was cut into slices"

@@ -120,3 +120,12 @@ def test_a_table_copied_to_disk_in_slices_read_side_by_side_is_the_table(export:
         sliced += len(parts) > 1
         assert len(parts) <= spill_module.SPILL_READERS
     assert sliced, "no table was cut into slices"
+    # The standard library's reader cuts no slices, and reads one it is given as the driver does.
+    monkeypatch.setenv(ENV_SQLITE_READER, "sqlite3")
+    stdlib = SqliteTables(export)
+    for table, wanted in declared(export).items():
+        assert stdlib.rowid_slices(table, 4) is None
+        for rowids in whole.rowid_slices(table, 4) or []:
+            slices = (pl.concat([pl.DataFrame(schema={}), *reader.batches(table, wanted, rowids=rowids)],
+                                how="diagonal") for reader in (stdlib, whole))
+            assert next(slices).equals(next(slices)), table

@@ -145,6 +145,13 @@ def assert_same_drawing(drawing: StepDrawing | None, expected: StepDrawing | Non
         assert step.events.equals(other.events) and step.idle.equals(other.idle), step.step
 
 
+def largest_step(frames: list[pl.DataFrame], steps: pl.DataFrame) -> int:
+    """The most events of FRAMES that start inside one of STEPS (step, start_ns, end_ns), counted read whole."""
+    inside = pl.concat([frame.select("start_ns") for frame in frames]).join_where(
+        steps, pl.col("start_ns") >= pl.col("start_ns_right"), pl.col("start_ns") < pl.col("end_ns"))
+    return int(inside.group_by("step").len()["len"].max())  # type: ignore[arg-type]
+
+
 def note_line(profile: CaptureProfile) -> str:
     [line] = [line for line in profile.notes if line.startswith("What to fix covers")]
     return line
@@ -184,11 +191,8 @@ def test_what_to_fix_over_every_step_streamed_in_windows_is_the_whole_capture_re
         assert_same_drawing(streamed_drawing(streamed, read_whole.analysis, every.windows, budget), drawn)
         monkeypatch.setattr(whole_budget, "STREAMED_BATCH_WORK", 7)  # then batches of a few pieces of work
     # A step whose GPU window holds more GPU work than the memory allowed reads at once is refused before any is read.
-    assert every.windows is not None
-    work = pl.concat([frame.select("start_ns") for frame in (loaded.kernels, loaded.memcpy, loaded.memset,
-                                                              loaded.graphs)])
-    largest = (work.join_where(every.windows, pl.col("start_ns") >= pl.col("start_ns_right"),
-                               pl.col("start_ns") < pl.col("end_ns")).group_by("step").len()["len"].max())
+    assert every is not None and every.windows is not None
+    largest = largest_step([loaded.kernels, loaded.memcpy, loaded.memset, loaded.graphs], every.windows)
     limited = whole_capture_budget(streamed, every, step_rows=largest)
     assert limited is not None and limited.budget == read_whole.analysis.budget
     with pytest.raises(StepTooLarge, match=rf"step \d+ holds {largest:,} events"):
@@ -233,10 +237,9 @@ def test_steps_on_the_cpus_clock_streamed_in_windows_get_what_to_fix_over_every_
         assert whole_capture_analysis(trace, every, budget, window_rows=rows) == expected, rows
         assert_same_drawing(streamed_drawing(streamed, read_whole.analysis, every.drawn, budget), drawn)
     # A step holding more events than the memory allowed reads at once is refused before any is read.
-    sources = (loaded.kernels, loaded.memcpy, loaded.memset, loaded.cuda_api, loaded.osrt, loaded.nvtx)
-    largest = (pl.concat([frame.select("start_ns") for frame in sources])
-               .join_where(every.ranges, pl.col("start_ns") >= pl.col("start_ns_right"),
-                           pl.col("start_ns") < pl.col("end_ns")).group_by("step").len()["len"].max())
+    assert every is not None
+    largest = largest_step([loaded.kernels, loaded.memcpy, loaded.memset, loaded.cuda_api, loaded.osrt, loaded.nvtx],
+                           every.ranges)
     limited = whole_capture_budget(streamed, every, step_rows=largest)
     assert limited is not None and limited.budget == read_whole.analysis.budget
     with pytest.raises(StepTooLarge, match=rf"step \d+ holds {largest:,} events, and the memory allowed reads "

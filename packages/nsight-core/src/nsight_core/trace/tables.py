@@ -201,6 +201,8 @@ class SqliteTables:
             return
         # In the table's own order, whatever indexes a tool added: the Trace reads a table's columns in more than one
         # query and lines them up by row (an index that covers a query would give its rows in the index's order).
+        if rowids is not None:  # a slice read with sqlite3 (rowid_slices gives none for it, but a caller may)
+            where = f"({where or 1}) AND rowid >= {int(rowids[0])} AND rowid < {int(rowids[1])}"
         query = f'SELECT {listed} FROM "{table}" {f"WHERE {where}" if where else ""} ORDER BY rowid'
         yield from self._sqlite_batches(table, query, parameters, schema, present, rows)
 

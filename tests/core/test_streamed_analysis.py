@@ -79,7 +79,17 @@ def test_a_streamed_capture_too_large_to_read_whole_gets_what_to_fix_over_every_
     monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "34M")
     event_bytes = nsight_core.load_trace(capture).event_bytes
     monkeypatch.setattr(profile_module, "affordable_event_bytes", lambda: event_bytes // 3)
-    profile = build_profile(capture)
+    with caplog.at_level(logging.INFO, logger="nsight"):
+        profile = build_profile(capture)
+    # Minutes on a large capture: each stage says so as it starts (the CLI shows the logger "nsight" on stderr).
+    progress = [record.getMessage() for record in caplog.records]
+    assert re.fullmatch(r"training.nsys-rep is streamed from disk: the whole capture's analysis reads whole frames "
+                        r"\(about [\d.]+ MiB\) and NSIGHT_SUMMARY_MEMORY=34M allows 34.00 MiB", progress[0]), progress
+    assert [re.sub(r"\(\d+ s in\)", "(N s in)", line) for line in progress[1:]] == [
+        "statistics, summary and completeness done (N s in)",
+        f"What to fix: the time budget of each of {whole.analysis.steps.family.count} steps, streamed (N s in)",
+        "What to fix: findings and NVTX ranges over every step (N s in)"], progress
+    caplog.clear()
 
     assert profile.stats.export is not None and profile.stats.export.streamed
     assert profile.analysis is not None and profile.steps_drawn is not None

@@ -40,6 +40,9 @@ SPILL_READERS = 4
 """Slices of a table copied side by side, each through a connection of its own (no more than Polars' threads): one
 batch of rows each in memory. Measured on 2 cores, 10 M NVTX ranges: 6.3 s in one, 3.4 s in two, 3.3 s in four."""
 
+PROGRESS_BYTES = 64 << 20
+"""A table copied to disk is named on stderr from this size on (the copy takes seconds); smaller ones under -v."""
+
 SPILL_PREFIX = "nsight-spill-"
 """The temporary folder's name starts with this and the process id (``.`` before it: hidden beside the capture)."""
 
@@ -129,7 +132,8 @@ class SpilledTables:
             raise StatsError(f"summarising {self.source.name} copies its table {table} to disk (about "
                              f"{_size(needed)}) and {self.folder.parent} has {_size(free)} free: free some space "
                              "there, or pass a copy of the capture in a folder with more.")
-        log.info("copying %s's table %s to disk (Parquet, about %s as Arrow)", self.source.name, table, _size(needed))
+        log.log(logging.INFO if needed >= PROGRESS_BYTES else logging.DEBUG,
+                "copying %s's table %s to disk (Parquet, about %s as Arrow)", self.source.name, table, _size(needed))
         target.mkdir()
 
         def copy(part: int, rowids: tuple[int, int] | None) -> None:

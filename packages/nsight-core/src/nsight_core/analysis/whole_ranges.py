@@ -26,7 +26,7 @@ from nsight_core.trace.model import with_depth
 from nsight_core.trace.streamed import Events
 
 KEY = "_key"
-CARRIED = {"start_ns": pl.Int64, "end_ns": pl.Int64, "thread": pl.Int64, KEY: pl.String, "gpu_ops": pl.Int64,
+CARRIED = {"start_ns": pl.Int64, "end_ns": pl.Int64, "thread": pl.Int64, KEY: pl.Int64, "gpu_ops": pl.Int64,
            "gpu_start_ns": pl.Int64, "gpu_end_ns": pl.Int64}
 
 
@@ -34,12 +34,18 @@ def whole_capture_ranges(frames: Events, span_ns: int, window_rows: int | None =
     """:func:`ranges.range_families` of every NVTX range of the capture FRAMES holds (SPAN_NS: its user window), with
     their GPU work, streamed in windows of about WINDOW_ROWS ranges (None: one window)."""
     duration = (pl.col("end_ns") - pl.col("start_ns")).alias("_duration")
-    ranges = frames.nvtx.select("start_ns", "end_ns", "thread", "domain",
-                                pattern_of(pl.col("name")).alias("pattern")).with_columns(
-        pl.concat_str("pattern", "domain", separator="\x00").alias(KEY))
-    groups = (ranges.group_by(KEY).agg(pl.col("pattern", "domain").first(), *exact.sums(duration),
-                                       duration.min().alias("_min"), duration.max().alias("_max"))
-              .collect(engine="streaming"))
+    # The family of each distinct name and domain, made once (a few names), each range's looked up by a join in every
+    # pass: the pattern's regex on every range took each pass twice as long (10 M ranges: 1.2 s against 0.6 s).
+    families = (frames.nvtx.select("name", "domain").unique().collect(engine="streaming")
+                .with_columns(pattern_of(pl.col("name")).alias("pattern"))
+                .with_columns(pl.concat_str("pattern", "domain", separator="\x00").rank("dense").cast(pl.Int64)
+                              .alias(KEY)))
+    ranges = frames.nvtx.select("start_ns", "end_ns", "thread", "name", "domain").join(
+        families.lazy().select("name", "domain", KEY), on=["name", "domain"]).drop("name", "domain")
+    groups = (ranges.group_by(KEY).agg(*exact.sums(duration), duration.min().alias("_min"),
+                                       duration.max().alias("_max"))
+              .collect(engine="streaming")
+              .join(families.select(KEY, "pattern", "domain").unique(KEY), on=KEY))
     if not groups.height:
         return []
     groups = groups.with_columns(pl.Series("mean_ns", [exact.mean(n, total) for n, total in

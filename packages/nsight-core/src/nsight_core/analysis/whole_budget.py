@@ -91,11 +91,7 @@ def whole_capture_budget(frames: Events, every: EveryStep, window_rows: int | No
     if family is None or family.thread is None:
         return None
     if every.windows is None:
-        if step_rows is not None:
-            sources = (frames.kernels, frames.memcpy, frames.memset, frames.cuda_api, frames.osrt, frames.nvtx)
-            _check_steps(_edge_counts(pl.concat([frame.select("start_ns") for frame in sources]), every.ranges),
-                         every.ranges, step_rows)
-        return _cpu_budget(frames, every, family.thread, window_rows)
+        return _cpu_budget(frames, every, family.thread, window_rows, step_rows)
     windows, thread = every.windows, family.thread  # an NVTX family's: its ranges' thread
     work = gpu_work_of(frames)
     counts = _edge_counts(work.select("start_ns"), windows)
@@ -145,12 +141,17 @@ def _check_steps(counts: pl.DataFrame, steps: pl.DataFrame, most: int) -> None:
                            f"{most:,} at once")
 
 
-def _cpu_budget(frames: Events, every: EveryStep, thread: int, window_rows: int | None) -> WholeBudget:
+def _cpu_budget(frames: Events, every: EveryStep, thread: int, window_rows: int | None,
+                step_rows: int | None) -> WholeBudget:
     """:func:`budget.budget_totals` of EVERY step (their ranges, on THREAD) in batches of steps whose time holds about
-    WINDOW_ROWS events: each batch's events are those overlapping its time, read from disk."""
+    WINDOW_ROWS events: each batch's events are those overlapping its time, read from disk. STEP_ROWS: as for
+    :func:`whole_capture_budget`, every event counted."""
     steps = every.ranges
     sources = (frames.kernels, frames.memcpy, frames.memset, frames.cuda_api, frames.osrt, frames.nvtx)
-    cuts = start_cuts(pl.concat([frame.select("start_ns") for frame in sources]), window_rows)
+    starts = pl.concat([frame.select("start_ns") for frame in sources])
+    if step_rows is not None:
+        _check_steps(_edge_counts(starts, steps), steps, step_rows)
+    cuts = start_cuts(starts, window_rows)
     calls = step_syncs(_sync_calls(frames), thread)
     span = ("start_ns", "end_ns")
 

@@ -91,9 +91,10 @@ def streamed_summary_fits() -> bool:
     return allowed is None or allowed >= STREAMED_SUMMARY_BYTES
 
 
-def export_bytes(trace_bytes: int, kind: str = "arrowdir") -> int:
-    """The memory nsys' KIND export of a .nsys-rep of TRACE_BYTES may peak at (an upper estimate)."""
-    return EXPORT_BASE_BYTES + EXPORT_BYTES_PER_TRACE_BYTE[kind] * trace_bytes
+def export_bytes(trace_bytes: int, kind: str = "arrowdir", processes: int = 1) -> int:
+    """The memory nsys' KIND export of a .nsys-rep of TRACE_BYTES may peak at (an upper estimate), in PROCESSES side by
+    side (an SQLite export in slices of time: trace/export.py)."""
+    return processes * (EXPORT_BASE_BYTES + EXPORT_BYTES_PER_TRACE_BYTE[kind] * trace_bytes)
 
 
 def check_summary_memory(stored_bytes: int, what: str) -> None:
@@ -102,18 +103,19 @@ def check_summary_memory(stored_bytes: int, what: str) -> None:
     _check(summary_bytes(stored_bytes), f"summarising {what}", f"its events take {_size(stored_bytes)} in the export")
 
 
-def check_export_memory(trace_bytes: int, kind: str, what: str) -> None:
-    """Raise :class:`NotEnoughMemoryError` when nsys' KIND export of WHAT (a .nsys-rep of TRACE_BYTES) needs more
-    than this process may take: its summary would need more still."""
-    _check(export_bytes(trace_bytes, kind), f"exporting {what} for its summary",
-           f"nsys' {kind} export of a {_size(trace_bytes)} trace")
+def check_export_memory(trace_bytes: int, kind: str, what: str, processes: int = 1) -> None:
+    """Raise :class:`NotEnoughMemoryError` when nsys' KIND export of WHAT (a .nsys-rep of TRACE_BYTES) in PROCESSES
+    needs more than this process may take: its summary would need more still."""
+    _check(export_bytes(trace_bytes, kind, processes), f"exporting {what} for its summary",
+           f"nsys' {kind} export of a {_size(trace_bytes)} trace{f' in {processes} slices' if processes > 1 else ''}")
 
 
-def export_fits(trace_bytes: int, kind: str) -> bool:
-    """Whether nsys' KIND export of a .nsys-rep of TRACE_BYTES fits what this process may take (True where nothing is
-    known of the limit): a large capture is streamed where its arrow export would not fit (trace/export.py)."""
+def export_fits(trace_bytes: int, kind: str, processes: int = 1) -> bool:
+    """Whether nsys' KIND export of a .nsys-rep of TRACE_BYTES in PROCESSES fits what this process may take (True where
+    nothing is known of the limit): a large capture is streamed where its arrow export would not fit, and exported in
+    as many slices as fit (trace/export.py)."""
     allowed, _ = allowed_memory()
-    return allowed is None or export_bytes(trace_bytes, kind) <= allowed
+    return allowed is None or export_bytes(trace_bytes, kind, processes) <= allowed
 
 
 def summary_fits(stored_bytes: int) -> bool:

@@ -298,10 +298,13 @@ class Nsys:
         return NsysResult(result.returncode, "\n".join(said), result.stderr)
 
     # -- post-processing -----------------------------------------------------------------------
-    def export(self, report: Path, output: Path, kind: str) -> None:
-        """`nsys export --type KIND` of REPORT to OUTPUT (a file, or a directory for arrowdir)."""
-        result = self._run(["export", "--type", kind, "--force-overwrite=true", "--quiet=true", "-o", str(output),
-                            str(report)], EXPORT_TIMEOUT, "nsys export")
+    def export(self, report: Path, output: Path, kind: str, times: str | None = None,
+               tables: str | None = None) -> None:
+        """`nsys export --type KIND` of REPORT to OUTPUT (a file, or a directory for arrowdir); only the events of the
+        time range TIMES (``--times``, nsys' syntax) and the tables matching TABLES (``--tables``) where given."""
+        only = [*(["--times", times] if times else []), *(["--tables", tables] if tables else [])]
+        result = self._run(["export", "--type", kind, "--force-overwrite=true", "--quiet=true", *only,
+                            "-o", str(output), str(report)], EXPORT_TIMEOUT, "nsys export")
         if result.returncode != 0 or not output.exists() or _EXPORT_FAILED.search(result.output):
             raise NsysCommandError(
                 f"nsys export of {report} failed (exit {result.returncode}): {result.output[-2000:].strip()}. "
@@ -309,12 +312,21 @@ class Nsys:
             )
 
     @functools.cached_property
+    def _export_help(self) -> str:
+        return self._run(["export", "--help"], QUICK_TIMEOUT, "nsys export --help").output
+
+    @property
     def export_types(self) -> frozenset[str]:
         """The export types this nsys knows (`nsys export --help`: sqlite, arrowdir, ...)."""
-        listing = self._run(["export", "--help"], QUICK_TIMEOUT, "nsys export --help").output
-        match = re.search(r"Possible values are:\s*([a-z, \n\t]+?)\.", listing)
+        match = re.search(r"Possible values are:\s*([a-z, \n\t]+?)\.", self._export_help)
         words = re.findall(r"[a-z]+", match.group(1)) if match else []
         return frozenset(word for word in words if word != "and")
+
+    @property
+    def exports_time_ranges(self) -> bool:
+        """Whether `nsys export` takes ``--times`` and ``--tables`` (2023.4.4 and 2025.3 do): a capture's export in
+        time slices side by side (trace/export.py)."""
+        return "--times" in self._export_help and "--tables" in self._export_help
 
     def stats(self, sqlite: Path, reports: Sequence[str], prefix: Path) -> NsysResult:
         """One `nsys stats` call writing PREFIX_<report>.csv for every report."""

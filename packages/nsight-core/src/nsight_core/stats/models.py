@@ -73,7 +73,8 @@ class MemorySizeRow(_Row):
 class ExportRead(BaseModel):
     """How a capture's events were read: the export nsight chose for it, and why (nsight_core.trace.export)."""
 
-    kind: str = Field(description="The nsys export read: 'arrowdir' or 'sqlite'")
+    kind: str = Field(description="The nsys export read: 'arrowdir', 'sqlite', or 'sqlitedir' (SQLite in slices of "
+                      "time exported side by side)")
     streamed: bool = Field(description="Its SQLite export's tables were copied to Parquet on disk and the reports "
                            "streamed them in bounded memory; else the frames were read whole")
     reason: str = Field(description="'large': streamed, the trace is over stream_above_bytes; 'memory': streamed, "
@@ -81,6 +82,9 @@ class ExportRead(BaseModel):
                         "(the faster); 'no_arrowdir': SQLite read whole, as this nsys has no arrow export")
     trace_bytes: int = Field(description="The .nsys-rep's size")
     stream_above_bytes: int = Field(description="The size above which a trace is streamed")
+    slices: int = Field(1, description="How many slices of time its SQLite export was made in, side by side (one per "
+                        "core this process may use for a streamed trace of 8 MiB or more, at most 8; "
+                        "NSIGHT_EXPORT_SLICES sets it)")
 
 
 class ProfileStats(BaseModel):

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import os
 import re
 import shutil
+import sqlite3
 import tempfile
 import uuid
 from collections.abc import Iterable
@@ -39,16 +41,21 @@ REPORT_SUFFIXES = frozenset({".nsys-rep", ".qdrep"})
 """Trace files nsys writes; `.qdrep` is the name before 2021."""
 ARROW_SUFFIX = ".arrowdir"
 SQLITE_SUFFIX = ".sqlite"
+SLICED_SUFFIX = ".sqlitedir"
+"""A folder of SQLite exports of one capture, each of a slice of its time (:func:`export` of kind 'sqlitedir')."""
+SLICE_PATTERN = "part-*.sqlite"
+_SUFFIXES = {"arrowdir": ARROW_SUFFIX, "sqlite": SQLITE_SUFFIX, "sqlitedir": SLICED_SUFFIX}
 _RECORD = ".nsight-export.json"
 """Inside an arrow directory: what it was made from and its files' sizes, written last. Beside a .sqlite:
 <name>.nsight.json."""
 
 
 def is_event_source(path: Path) -> bool:
-    """PATH holds events (a trace, an SQLite export or an arrow-directory export), not recorded CSVs."""
+    """PATH holds events (a trace, an SQLite export, one in time slices or an arrow-directory export), not recorded
+    CSVs."""
     if path.suffix in REPORT_SUFFIXES or path.suffix == SQLITE_SUFFIX:
         return True
-    return path.is_dir() and any(path.glob("*.arrow"))
+    return path.is_dir() and (any(path.glob("*.arrow")) or any(path.glob(SLICE_PATTERN)))
 
 
 def derived_dir(source: Path) -> Path:
@@ -71,8 +78,8 @@ def derived_dir(source: Path) -> Path:
 
 
 def export_path(report: Path, kind: str) -> Path:
-    """Where the KIND ('arrowdir' or 'sqlite') export of REPORT lives."""
-    return derived_dir(report) / (report.stem + (ARROW_SUFFIX if kind == "arrowdir" else SQLITE_SUFFIX))
+    """Where the KIND ('arrowdir', 'sqlite' or 'sqlitedir') export of REPORT lives."""
+    return derived_dir(report) / (report.stem + _SUFFIXES[kind])
 
 
 def _record_of(export: Path) -> Path:
@@ -81,7 +88,8 @@ def _record_of(export: Path) -> Path:
 
 def _sizes(export: Path) -> dict[str, int]:
     if export.is_dir():
-        return {path.name: path.stat().st_size for path in sorted(export.glob("*.arrow"))}
+        files = [*export.glob("*.arrow"), *export.glob(SLICE_PATTERN)]
+        return {path.name: path.stat().st_size for path in sorted(files)}
     return {"file": export.stat().st_size}
 
 
@@ -136,21 +144,27 @@ def _remove_abandoned(target: Path) -> None:
             continue
 
 
-def export(report: Path, kind: str, nsys: Nsys | None = None) -> Path:
-    """The current KIND export of REPORT: reused when complete and current, else made (atomically)."""
+def export(report: Path, kind: str, nsys: Nsys | None = None, slices: int = 1) -> Path:
+    """The current KIND export of REPORT: reused when complete and current, else made (atomically). KIND 'sqlitedir':
+    SQLite in SLICES slices of time, exported side by side (:func:`_export_sliced`)."""
     target = export_path(report, kind)
     if is_current(target, report):
         return target
-    check_export_memory(report.stat().st_size, kind, report.name)
+    sliced = kind == "sqlitedir"
+    check_export_memory(report.stat().st_size, "sqlite" if sliced else kind, report.name, slices if sliced else 1)
     nsys = nsys or find_nsys()
     check_writer(report, nsys.version, nsys.path)  # a report newer than this nsys: one line, not its protobuf error
     _remove_abandoned(target)
     temporary = _temporary(target)
-    log.info("exporting %s (%s, once per capture)", report, kind)
+    log.info("exporting %s (%s, once per capture)", report,
+             f"SQLite in {slices} slices of time side by side" if sliced else kind)
     try:
         version = _version_of(report)  # before nsys reads it: a report rewritten meanwhile is not current
         try:
-            nsys.export(report, temporary, kind)
+            if sliced:
+                _export_sliced(nsys, report, temporary, slices)
+            else:
+                nsys.export(report, temporary, kind)
         except NsysCommandError as error:
             raise explain_failure(report, nsys.version, nsys.path) or error from error
         record = _record(version, temporary)
@@ -169,6 +183,41 @@ def export(report: Path, kind: str, nsys: Nsys | None = None) -> Path:
     return target
 
 
+def _export_sliced(nsys: Nsys, report: Path, folder: Path, slices: int) -> None:
+    """REPORT's SQLite export as SLICES files in FOLDER (part-000.sqlite, ...), each the events that start in one
+    slice of the capture's time, exported side by side.
+
+    Why: nsys' SQLite export is the one whose memory does not grow with the capture, and it is slow (one core writing
+    rows: 10 M NVTX ranges take 18-31 s, a 1 GB capture of 43 M kernels 183 s on the H200 machine), most of a large
+    capture's summary. Each slice is one ``nsys export --times``: it decodes the whole report (about a twentieth of a
+    whole export's time) and writes only its events, so SLICES of them on as many cores take about 1/SLICES of the
+    time (10 M NVTX ranges: 21.2 s whole, 11.8 s in 2 slices on 2 cores), 32 MB each.
+
+    Exact: nsys keeps an event in a range when it starts there (the ranges' ends are loose: ``S/E:``), and the ranges
+    meet without a gap or overlap (integer nanoseconds), so every event is in exactly one slice and tables without
+    time (strings, threads, processes, GPUs) are whole in each (:class:`nsight_core.trace.tables.SlicedSqliteTables`
+    reads them as one export). The cuts divide the collection window evenly: 0 to ANALYSIS_DETAILS' duration, from an
+    export of that table alone (its startTime and stopTime are on another base: 12.9 s for events at 0.25-0.7 s in a
+    fixture); the first and last slices are open, so nothing before or after the window is lost."""
+    folder.mkdir()
+    probe = folder / "span.sqlite"
+    nsys.export(report, probe, "sqlite", tables="^ANALYSIS_DETAILS$")
+    with contextlib.closing(sqlite3.connect(f"file:{probe}?mode=ro", uri=True)) as connection:
+        try:
+            (duration,) = connection.execute('SELECT "duration" FROM ANALYSIS_DETAILS').fetchone() or (None,)
+        except sqlite3.DatabaseError:
+            duration = None
+    probe.unlink()
+    cuts = sorted({int(duration or 0) * part // slices for part in range(1, slices)} - {0})
+    edges: list[int | None] = [None, *cuts, None]
+    windows: list[str | None] = [f"{'' if low is None else low}/{'' if high is None else high - 1}:"
+                                 for low, high in itertools.pairwise(edges)] if cuts else [None]
+    with ThreadPoolExecutor(len(windows), thread_name_prefix="nsight-export-slice") as pool:
+        for done in [pool.submit(nsys.export, report, folder / f"part-{part:03d}.sqlite", "sqlite", window)
+                     for part, window in enumerate(windows)]:
+            done.result()
+
+
 STREAM_ABOVE_BYTES = 128 << 20
 """A .nsys-rep larger than this is exported to SQLite and its reports streamed from disk
 (:mod:`nsight_core.trace.spill`) whatever the memory; up to it, only where nsys' arrow export would not fit the
@@ -184,18 +233,31 @@ so a capture whose frames might not fit read whole is streamed from the start (w
 refused after its export."""
 
 
+SLICE_ABOVE_BYTES = 8 << 20
+"""A streamed capture's SQLite export is made in slices of time side by side (:func:`_export_sliced`) from this size of
+.nsys-rep on, where there are cores for it: below, nsys' start and its decoding of the report for each slice outweigh
+what the slices save."""
+MAX_SLICES = 8
+"""At most this many slices (nsys processes of 32 MB each): each decodes the whole report again."""
+ENV_EXPORT_SLICES = "NSIGHT_EXPORT_SLICES"
+"""How many slices a streamed capture's SQLite export is made in, where set (1: one file), instead of the cores this
+process may use (its CPU affinity and its cgroup's CPU quota), at most ``MAX_SLICES``."""
+
+
 class ExportChoice(NamedTuple):
     """Which export a capture's events are read from, and why. ``streamed``: SQLite, its reports, summary and
     completeness streamed from Parquet on disk, because the trace is ``large`` (over ``stream_above_bytes``) or its
     arrow export, or its frames read whole, would not fit the ``memory`` allowed (:mod:`nsight_core.memory`,
     ``EVENT_BYTES_PER_TRACE_BYTE``); else read whole: the arrow export (``small``), or SQLite where this nsys has no
-    arrow export (``no_arrowdir``)."""
+    arrow export (``no_arrowdir``). A streamed capture's SQLite export is ``sqlitedir`` where it is made in
+    ``slices`` of time side by side (:func:`export_slices`), ``sqlite`` where in one file."""
 
     kind: str
     streamed: bool
     reason: str
     trace_bytes: int
     stream_above_bytes: int = STREAM_ABOVE_BYTES
+    slices: int = 1
 
 
 def export_choice(report: Path, nsys: Nsys | None = None) -> ExportChoice:
@@ -203,18 +265,62 @@ def export_choice(report: Path, nsys: Nsys | None = None) -> ExportChoice:
     used without asking nsys anything (not even for its version)."""
     size, stream_above = report.stat().st_size, STREAM_ABOVE_BYTES
     if size > stream_above:
-        return ExportChoice("sqlite", True, "large", size, stream_above)
+        return _streamed(report, "large", size, nsys)
     if not export_fits(size, "arrowdir") or (not summary_fits(EVENT_BYTES_PER_TRACE_BYTE * size)
                                              and streamed_summary_fits()):
-        return ExportChoice("sqlite", True, "memory", size, stream_above)
+        return _streamed(report, "memory", size, nsys)
     if is_current(export_path(report, "arrowdir"), report) or "arrowdir" in (nsys or find_nsys()).export_types:
         return ExportChoice("arrowdir", False, "small", size, stream_above)
     return ExportChoice("sqlite", False, "no_arrowdir", size, stream_above)
 
 
+def _streamed(report: Path, reason: str, size: int, nsys: Nsys | None) -> ExportChoice:
+    """A streamed capture's choice: its current SQLite export, sliced or not, else slices where :func:`export_slices`
+    gives more than one."""
+    sliced = export_path(report, "sqlitedir")
+    if is_current(sliced, report):
+        return ExportChoice("sqlitedir", True, reason, size, STREAM_ABOVE_BYTES, len(list(sliced.glob(SLICE_PATTERN))))
+    slices = 1 if is_current(export_path(report, "sqlite"), report) else export_slices(size, nsys)
+    return ExportChoice("sqlitedir" if slices > 1 else "sqlite", True, reason, size, STREAM_ABOVE_BYTES, slices)
+
+
+def export_slices(trace_bytes: int, nsys: Nsys | None = None) -> int:
+    """How many slices of time a streamed capture of TRACE_BYTES is exported in: ``NSIGHT_EXPORT_SLICES`` where set,
+    else one per core this process may use, at most ``MAX_SLICES``, from ``SLICE_ABOVE_BYTES`` on; fewer where their
+    nsys processes would not fit the memory allowed; one where this nsys cannot export a range of time."""
+    wanted = os.environ.get(ENV_EXPORT_SLICES, "").strip()
+    if wanted:
+        if not wanted.isdigit() or int(wanted) < 1:
+            raise StatsError(f"{ENV_EXPORT_SLICES}={wanted!r} is not a number of slices: set it to 1 (one SQLite "
+                             f"file) or more, or unset it to use one slice per core (at most {MAX_SLICES}).")
+        slices = int(wanted)
+    else:
+        slices = min(usable_cores(), MAX_SLICES) if trace_bytes >= SLICE_ABOVE_BYTES else 1
+    while slices > 1 and not export_fits(trace_bytes, "sqlite", slices):
+        slices -= 1
+    if slices > 1 and not (nsys or find_nsys()).exports_time_ranges:
+        return 1
+    return slices
+
+
+def usable_cores(cgroups: Path = Path("/sys/fs/cgroup")) -> int:
+    """The cores this process may run on: its CPU affinity, less where its cgroup's CPU quota allows fewer (a
+    container's CPU limit: cgroup v2's cpu.max, v1's cpu.cfs_quota_us)."""
+    cores = len(os.sched_getaffinity(0))
+    for quota_file, read in ((cgroups / "cpu.max", lambda text: text.split()[:2]),
+                             (cgroups / "cpu" / "cpu.cfs_quota_us", lambda text: [
+                                 text.strip(), (cgroups / "cpu" / "cpu.cfs_period_us").read_text().strip()])):
+        with contextlib.suppress(OSError, ValueError):
+            quota, period = read(quota_file.read_text())
+            if quota not in ("max", "-1"):
+                cores = min(cores, max(1, int(quota) // int(period)))
+    return cores
+
+
 def capture_export(report: Path, nsys: Nsys | None = None) -> Path:
     """REPORT's export for reading its events, of the kind :func:`export_choice` picks."""
-    return export(report, export_choice(report, nsys).kind, nsys)
+    choice = export_choice(report, nsys)
+    return export(report, choice.kind, nsys, choice.slices)
 
 
 def export_ahead(reports: Iterable[Path]) -> dict[Path, Future[Path]]:

@@ -23,7 +23,7 @@ import polars as pl
 from nsight_core.trace.export import ExportChoice
 from nsight_core.trace.model import Trace
 from nsight_core.trace.spill import SpilledTables
-from nsight_core.trace.tables import SqliteTables, Wanted
+from nsight_core.trace.tables import SlicedSqliteTables, SqliteExport, Wanted
 
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 HOST_TABLES = frozenset({RUNTIME, "NVTX_EVENTS", "OSRT_API", "COMPOSITE_EVENTS",
@@ -37,12 +37,13 @@ LEFT_OUT = frozenset({"ANALYSIS_DETAILS"})
 
 
 class HeadTables:
-    """The export's tables (:class:`SqliteTables`) restricted to the events up to CUT_NS (see the module).
+    """The export's tables (SQLite, in one file or in slices of time) restricted to the events up to CUT_NS (see the
+    module).
 
     From a :class:`SpilledTables`, a table the statistics already copied to Parquet is read from that copy (the
     same rows, typed alike; the scan skips the files after the cut), the others from SQLite."""
 
-    def __init__(self, tables: SqliteTables | SpilledTables, cut_ns: int, choice: ExportChoice | None) -> None:
+    def __init__(self, tables: SqliteExport | SpilledTables, cut_ns: int, choice: ExportChoice | None) -> None:
         self.source: Path = tables.source
         self.choice = choice
         self.cut_ns = cut_ns
@@ -61,22 +62,29 @@ class HeadTables:
         if table in LAUNCHED_TABLES:
             if {"correlationId"} <= self._sqlite.columns(RUNTIME) & self._sqlite.columns(table):
                 calls = self._copy(RUNTIME, {"start": pl.Int64, "correlationId": None})
-                if "correlationId" in wanted and calls is not None and (copy := self._copy(table, wanted)) is not None:
+                if calls is not None and (copy := self._copy(table, {**wanted, "correlationId": None})) is not None:
                     launched = calls.filter(before).select("correlationId").collect()["correlationId"]
-                    return copy.filter(pl.col("correlationId").is_in(launched.implode())).collect()
+                    return copy.filter(pl.col("correlationId").is_in(launched.implode())).select(list(wanted)).collect()
                 return self._sqlite.read(table, wanted, where=f'"correlationId" IN (SELECT "correlationId" FROM '
                                          f'"{RUNTIME}" WHERE "start" < ?)', parameters=(self.cut_ns,))
             return self._sqlite.read(table, wanted, where='"start" < ?', parameters=(self.cut_ns,))
         return self._sqlite.read(table, wanted)
 
     def _copy(self, table: str, wanted: Wanted) -> pl.LazyFrame | None:
-        return self._copies.copied(table, wanted) if self._copies is not None else None
+        """TABLE's Parquet copy holding WANTED: one the statistics made, or, from an export in slices of time, one made
+        now (each of its parts answers a query alone, and a call may lie in one part and the work it launched in the
+        next: the query that joins them is the copies')."""
+        if self._copies is None:
+            return None
+        if isinstance(self._sqlite, SlicedSqliteTables):
+            return self._copies.scan(table, wanted)
+        return self._copies.copied(table, wanted)
 
     def arrow_bytes(self, tables: Iterable[str]) -> int:
         """The whole export's (an upper bound: the part's are not known before it is read)."""
         return self._sqlite.arrow_bytes(tables)
 
 
-def head(tables: SqliteTables | SpilledTables, cut_ns: int, choice: ExportChoice | None = None) -> Trace:
+def head(tables: SqliteExport | SpilledTables, cut_ns: int, choice: ExportChoice | None = None) -> Trace:
     """The capture of TABLES' export up to CUT_NS (see the module) as a Trace, whose frames are read whole."""
     return Trace(HeadTables(tables, cut_ns, choice))

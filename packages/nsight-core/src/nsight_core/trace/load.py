@@ -7,15 +7,31 @@ from pathlib import Path
 from nsight_core.errors import StatsError
 from nsight_core.memory import summary_fits
 from nsight_core.nsys import Nsys
-from nsight_core.trace.export import REPORT_SUFFIXES, SQLITE_SUFFIX, ExportChoice, discard, export, export_choice
+from nsight_core.trace.export import (
+    REPORT_SUFFIXES,
+    SLICE_PATTERN,
+    SQLITE_SUFFIX,
+    ExportChoice,
+    discard,
+    export,
+    export_choice,
+)
 from nsight_core.trace.model import EVENT_TABLES, Trace
 from nsight_core.trace.spill import SpilledTables
-from nsight_core.trace.tables import ArrowDirTables, DamagedExportError, ExportTables, SqliteTables
+from nsight_core.trace.tables import (
+    ArrowDirTables,
+    DamagedExportError,
+    ExportTables,
+    SlicedSqliteTables,
+    SqliteExport,
+    SqliteTables,
+)
 
 
 def load_trace(path: str | Path, nsys: Nsys | None = None) -> Trace:
-    """The events of PATH: a .nsys-rep (exported once beside it, as :func:`export_choice` picks), a .sqlite export,
-    or an arrow directory (`nsys export --type arrowdir`). A large capture's tables are also scanned from Parquet
+    """The events of PATH: a .nsys-rep (exported once beside it, as :func:`export_choice` picks), a .sqlite export
+    (or the folder of one in slices of time nsight made), or an arrow directory (`nsys export --type arrowdir`). A
+    large capture's tables are also scanned from Parquet
     copies on disk, for reports that stream (:mod:`nsight_core.trace.spill`).
 
     >>> trace = load_trace("training.nsys-rep")
@@ -27,17 +43,19 @@ def load_trace(path: str | Path, nsys: Nsys | None = None) -> Trace:
                          "export (nsys export --type arrowdir).")
     if path.suffix in REPORT_SUFFIXES:
         return _from_report(path, nsys)
-    if path.is_dir():
+    if path.is_dir() and not any(path.glob(SLICE_PATTERN)):
         return Trace(ArrowDirTables(path))
-    if path.suffix == SQLITE_SUFFIX:
+    if path.is_dir() or path.suffix == SQLITE_SUFFIX:
         try:
-            tables = SqliteTables(path)
+            tables: SqliteExport = SlicedSqliteTables(path) if path.is_dir() else SqliteTables(path)
         except DamagedExportError as error:
             raise DamagedExportError(f"{error} {_sqlite_remedy(path)}") from error
         # Passed as it is: streamed only where its events would not fit the memory allowed read whole.
         if summary_fits(tables.arrow_bytes(EVENT_TABLES)):
             return Trace(tables)
-        return Trace(SpilledTables(tables, ExportChoice("sqlite", True, "memory", path.stat().st_size)))
+        kind = "sqlitedir" if path.is_dir() else "sqlite"
+        size = sum(file.stat().st_size for file in path.glob(SLICE_PATTERN)) if path.is_dir() else path.stat().st_size
+        return Trace(SpilledTables(tables, ExportChoice(kind, True, "memory", size)))
     raise StatsError(f"{path} is not a trace: pass a .nsys-rep, its .sqlite export or an arrow-directory export.")
 
 
@@ -58,18 +76,20 @@ def _from_report(report: Path, nsys: Nsys | None) -> Trace:
     the file, never an empty trace.
     """
     choice = export_choice(report, nsys)
-    target = export(report, choice.kind, nsys)
+    target = export(report, choice.kind, nsys, choice.slices)
     try:
         tables = _open(target, choice)
     except DamagedExportError:
         discard(target)
-        tables = _open(export(report, choice.kind, nsys), choice)
+        tables = _open(export(report, choice.kind, nsys, choice.slices), choice)
     return Trace(tables, report)
 
 
 def _open(target: Path, choice: ExportChoice) -> ExportTables:
     if choice.kind == "arrowdir":
         return ArrowDirTables(target, choice)
+    sqlite = SlicedSqliteTables(target) if choice.kind == "sqlitedir" else SqliteTables(target)
     if choice.streamed:
-        return SpilledTables(SqliteTables(target), choice)
-    return SqliteTables(target, choice)
+        return SpilledTables(sqlite, choice)
+    sqlite.choice = choice
+    return sqlite

@@ -32,7 +32,7 @@ import polars as pl
 from nsight_core.errors import StatsError
 from nsight_core.render.units import size as _size
 from nsight_core.trace.export import ExportChoice
-from nsight_core.trace.tables import Schema, SqliteTables, Wanted, _made
+from nsight_core.trace.tables import Schema, SqliteExport, Wanted, _made
 
 log = logging.getLogger("nsight")
 
@@ -68,7 +68,7 @@ class SpilledTables:
     ``choice`` says which export was chosen and why (see :func:`nsight_core.trace.export.export_choice`).
     """
 
-    def __init__(self, sqlite: SqliteTables, choice: ExportChoice, folder: Path | None = None) -> None:
+    def __init__(self, sqlite: SqliteExport, choice: ExportChoice, folder: Path | None = None) -> None:
         self.source = sqlite.source
         self.choice: ExportChoice | None = choice
         self._sqlite = sqlite
@@ -85,7 +85,7 @@ class SpilledTables:
         self._lock = threading.Lock()
 
     @property
-    def sqlite(self) -> SqliteTables:
+    def sqlite(self) -> SqliteExport:
         """The SQLite export these tables read (a part of it read whole: :mod:`nsight_core.trace.head`)."""
         return self._sqlite
 
@@ -140,10 +140,11 @@ class SpilledTables:
             for written, batch in enumerate(self._sqlite.batches(table, wanted, rowids=rowids)):
                 batch.write_parquet(target / f"{part:04d}-{written:06d}.parquet")  # named in the table's order
 
-        found = self._sqlite.rowid_slices(table, min(SPILL_READERS, pl.thread_pool_size()))
+        readers = min(SPILL_READERS, pl.thread_pool_size())
+        found = self._sqlite.rowid_slices(table, readers)
         slices: list[tuple[int, int] | None] = [*found] if found else [None]
-        try:
-            with ThreadPoolExecutor(len(slices), thread_name_prefix="nsight-spill") as pool:
+        try:  # a sliced export may give more slices (one a part at least) than readers
+            with ThreadPoolExecutor(min(len(slices), readers), thread_name_prefix="nsight-spill") as pool:
                 for done in [pool.submit(copy, part, rowids) for part, rowids in enumerate(slices)]:
                     done.result()
         except BaseException:  # never half a table: the next scan copies it again, or fails the same way

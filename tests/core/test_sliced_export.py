@@ -1,0 +1,200 @@
+"""A streamed capture's SQLite export made in slices of time side by side (trace/export.py): every event of the
+one-file export is in exactly one slice, every other table whole in each, and what nsight reads from the slices (every
+table, every frame, the statistics, the streamed profile) is what it reads from one file. Real nsys throughout: the
+slices are `nsys export --times` of the H200 fixtures nsys 2023.4.4 recorded.
+
+The fixtures are far below the size that gets slices (``SLICE_ABOVE_BYTES``), so the tests ask for them
+(``export(..., "sqlitedir", slices=3)``, ``NSIGHT_EXPORT_SLICES``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sqlite3
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import nsight_core
+from nsight_core import memory
+from nsight_core import profile as profile_module
+from nsight_core.errors import StatsError
+from nsight_core.nsys import Nsys
+from nsight_core.profile import build_profile
+from nsight_core.trace import export as export_module
+from nsight_core.trace.export import (
+    MAX_SLICES,
+    SLICE_PATTERN,
+    ExportChoice,
+    export,
+    export_choice,
+    export_slices,
+    is_current,
+    usable_cores,
+)
+from nsight_core.trace.model import Trace
+from nsight_core.trace.spill import SpilledTables
+from nsight_core.trace.tables import TIMED_COLUMNS, SlicedSqliteTables, SqliteTables, Wanted
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+REPORTS_2023 = sorted(p for p in FIXTURES.rglob("*.nsys-rep") if "2025" not in p.parent.name)
+FRAMES = ("strings", "kernels", "graphs", "memcpy", "memset", "sync", "cuda_api", "api_names", "osrt", "samples",
+          "nvtx", "nvtx_marks", "diagnostics", "cuda_contexts", "gpus", "processes", "threads")
+
+
+def declared(path: Path) -> dict[str, Wanted]:
+    """Every table of the SQLite file PATH with every column, as the type its declaration says."""
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as connection:
+        names = [name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {name: {column: pl.String if kind.upper() == "TEXT" else pl.Float64 if kind.upper() == "REAL"
+                       else pl.Int64 for _, column, kind, *_ in connection.execute(f'PRAGMA table_info("{name}")')}
+                for name in names}
+
+
+def present(frame: pl.DataFrame | None) -> pl.DataFrame:
+    assert frame is not None
+    return frame
+
+
+def rows(frame: pl.DataFrame | None) -> pl.DataFrame:
+    """FRAME's rows in an order of their own (slices keep nsys' order within each, not across them)."""
+    return present(frame).sort(pl.all(), nulls_last=True)
+
+
+@pytest.mark.nsys
+@pytest.mark.parametrize("report", REPORTS_2023, ids=lambda p: p.relative_to(FIXTURES).as_posix())
+def test_every_event_is_in_one_slice_and_every_other_table_in_each(report: Path, nsys: Nsys,
+                                                                   tmp_path: Path) -> None:
+    capture = tmp_path / report.name
+    shutil.copyfile(report, capture)
+    whole_file = export(capture, "sqlite", nsys)
+    folder = export(capture, "sqlitedir", nsys, slices=3)
+    assert folder == capture.with_suffix(".sqlitedir") and is_current(folder, capture)
+    parts = sorted(folder.glob(SLICE_PATTERN))
+    assert len(parts) == 3
+    whole, sliced = SqliteTables(whole_file), SlicedSqliteTables(folder)
+    # The window [0, duration] in three: part I holds the events that start in its third, the first and last open.
+    duration = present(whole.read("ANALYSIS_DETAILS", {"duration": pl.Int64}))["duration"][0]
+    bounds = [-(2**63), duration // 3, duration * 2 // 3, 2**63 - 1]
+    for table, wanted in declared(whole_file).items():
+        if table == "META_DATA_EXPORT":  # the export's own output name, options and time
+            continue
+        expected = whole.read(table, wanted)
+        assert expected is not None
+        if TIMED_COLUMNS & wanted.keys():
+            assert rows(sliced.read(table, wanted)).equals(rows(expected)), table
+            time = "start" if "start" in wanted else "timestamp"
+            for number, part in enumerate(parts):
+                found = SqliteTables(part).read(table, wanted)
+                inside = expected.filter(pl.col(time).is_between(bounds[number], bounds[number + 1], closed="left"))
+                assert rows(found if found is not None else expected.clear()).equals(rows(inside)), (table, number)
+        else:  # whole in every part, in nsys' order
+            for part in parts:
+                assert (found := SqliteTables(part).read(table, wanted)) is not None and found.equals(expected), table
+            assert present(sliced.read(table, wanted)).equals(expected), table
+
+    # Copied to disk in slices of the slices, in order: the parts one after the other.
+    spilled = SpilledTables(SlicedSqliteTables(folder), ExportChoice("sqlitedir", True, "large", 0, slices=3))
+    for table, wanted in declared(whole_file).items():
+        copy = spilled.scan(table, wanted)
+        assert copy is not None and copy.collect().equals(present(sliced.read(table, wanted))), table
+    spilled.close()
+
+    traces = Trace(whole), Trace(sliced)
+    for frame in FRAMES:
+        assert rows(getattr(traces[1], frame)).equals(rows(getattr(traces[0], frame))), frame
+    # META_DATA_EXPORT says how each file was exported (its name, its time range, when): the rest is the capture's.
+    capture_meta = [{key: value for key, value in trace.meta.items()
+                     if not key.startswith(("EXPORT_PARAM", "EXPORT_TIME"))} for trace in traces]
+    assert capture_meta[1] == capture_meta[0] and traces[1].window == traces[0].window
+    assert traces[1].notes == traces[0].notes
+
+
+@pytest.mark.nsys
+def test_a_streamed_capture_exported_in_slices_gets_the_profile_of_one_file(
+        nsys: Nsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Statistics, summary, completeness and What to fix over every step, streamed (its first steps read whole from
+    the slices, where a kernel may lie in the part after the call that launched it), as from one SQLite file; the
+    slices are reused, and a folder of them passed as it is reads the same."""
+    monkeypatch.setattr(export_module, "STREAM_ABOVE_BYTES", 0)
+    # A streamed summary allowed 1 MiB and an nsys export 1 MiB (8 slices side by side fit), the capture read whole not.
+    monkeypatch.setattr(memory, "STREAMED_SUMMARY_BYTES", 1 << 20)
+    monkeypatch.setattr(memory, "EXPORT_BASE_BYTES", 1 << 20)
+    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "34M")
+    profiles, half = {}, 0
+    monkeypatch.setattr(profile_module, "affordable_event_bytes", lambda: half)
+    for slices in (1, 3):  # its work runs from 0.26 s to 0.47 s of a 0.51 s window: cut at 0.34 s
+        capture = tmp_path / str(slices) / "host_load-problem.nsys-rep"
+        capture.parent.mkdir()
+        shutil.copyfile(FIXTURES / "h200-fix-pairs" / "host_load-problem.nsys-rep", capture)
+        monkeypatch.setenv("NSIGHT_EXPORT_SLICES", str(slices))
+        size = capture.stat().st_size
+        kind = "sqlitedir" if slices > 1 else "sqlite"
+        assert export_choice(capture, nsys) == ExportChoice(kind, True, "large", size, 0, slices)
+        if slices == 1:  # the analysis may read half the event tables' bytes at once: its first steps, then every step
+            half = nsight_core.load_trace(capture).event_bytes // 2
+        profiles[slices] = build_profile(capture)
+        read = profiles[slices].stats.export
+        assert read is not None and read.model_dump() == ExportChoice(kind, True, "large", size, 0, slices)._asdict()
+    one, sliced = profiles[1], profiles[3]
+    folder = tmp_path / "3" / "host_load-problem.sqlitedir"
+    assert len(list(folder.glob(SLICE_PATTERN))) == 3 and not (tmp_path / "3" / "host_load-problem.sqlite").exists()
+    holding = [part for part in sorted(folder.glob(SLICE_PATTERN))
+               if (kernels := SqliteTables(part).read("CUPTI_ACTIVITY_KIND_KERNEL", {"start": pl.Int64})) is not None
+               and kernels.height]
+    assert len(holding) > 1
+    assert one.analysis is not None and one.analysis.findings and one.analysis.steps.family is not None
+    assert sliced.analysis == one.analysis and one.steps_drawn is not None and sliced.steps_drawn is not None
+    assert sliced.steps_drawn.budgets.equals(one.steps_drawn.budgets)
+    assert (sliced.steps_drawn.median_step, sliced.steps_drawn.slowest_step) == (one.steps_drawn.median_step,
+                                                                                 one.steps_drawn.slowest_step)
+    # The same but for the estimate of the frames' size read whole, from each part's pages (within 1 %), and so how
+    # many first steps fit it.
+    assert sliced.stats.model_dump(exclude={"export", "notes"}) == one.stats.model_dump(exclude={"export", "notes"})
+    assert [re.sub(r"[\d.,]+", "N", note) for note in sliced.stats.notes] == [re.sub(r"[\d.,]+", "N", note)
+                                                                            for note in one.stats.notes]
+    assert sliced.completeness == one.completeness and sliced.tiles == one.tiles and sliced.title == one.title
+
+    # Made once: a later command (any NSIGHT_EXPORT_SLICES) reads the slices there; the folder passed as it is too.
+    monkeypatch.setenv("NSIGHT_EXPORT_SLICES", "1")
+    made = {part.name: part.stat().st_mtime_ns for part in folder.glob(SLICE_PATTERN)}
+    trace = nsight_core.load_trace(tmp_path / "3" / "host_load-problem.nsys-rep")
+    assert trace.source == folder
+    assert {part.name: part.stat().st_mtime_ns for part in folder.glob(SLICE_PATTERN)} == made
+    del trace
+    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "off")
+    passed = nsight_core.load_stats(folder)
+    assert passed.export is None and passed.nvtx_ranges == one.stats.nvtx_ranges and passed.kernels == one.stats.kernels
+
+
+def test_slices_follow_the_cores_the_memory_and_the_setting(tmp_path: Path, nsys: Nsys,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    affinity = len(os.sched_getaffinity(0))
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    for quota, cores in (("max 100000", affinity), ("150000 100000", 1),
+                         (f"{100000 * (affinity + 4)} 100000", affinity)):
+        (v2 / "cpu.max").write_text(quota + "\n")
+        assert usable_cores(v2) == cores, quota
+    v1 = tmp_path / "v1" / "cpu"
+    v1.mkdir(parents=True)
+    (v1 / "cpu.cfs_period_us").write_text("100000\n")
+    for quota, cores in (("-1", affinity), ("100000", 1)):
+        (v1 / "cpu.cfs_quota_us").write_text(quota + "\n")
+        assert usable_cores(v1.parent) == cores, quota
+
+    monkeypatch.delenv("NSIGHT_EXPORT_SLICES", raising=False)
+    monkeypatch.setattr(export_module, "usable_cores", lambda: 16)
+    monkeypatch.setattr(memory, "allowed_memory", lambda: (None, ""))
+    big = export_module.SLICE_ABOVE_BYTES
+    assert export_slices(big - 1, nsys) == 1 and export_slices(big, nsys) == MAX_SLICES
+    monkeypatch.setattr(memory, "allowed_memory", lambda: (100 << 20, "a test"))  # 32 MiB an nsys process
+    assert export_slices(big, nsys) == 3
+    monkeypatch.setenv("NSIGHT_EXPORT_SLICES", "2")
+    assert export_slices(1, nsys) == 2
+    for wrong in ("0", "two", "-1"):
+        monkeypatch.setenv("NSIGHT_EXPORT_SLICES", wrong)
+        with pytest.raises(StatsError, match=rf"NSIGHT_EXPORT_SLICES='{wrong}' is not a number of slices: set it to 1"):
+            export_slices(big, nsys)

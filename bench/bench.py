@@ -288,7 +288,8 @@ def scaling_section(traces: list[tuple[int, Path]], nsys: Nsys, scratch: Path) -
              "streams it). \"Peak\": the largest sum of the resident sets of the command's process tree, sampled "
              "every 50 ms from /proc (nsys' export and nsight's Python together; shared pages counted in each "
              "process), and at least the largest process's exact peak (wait4), which a sample can miss. "
-             "\"Read as\": the export nsight chose (`nsight stats --json`'s `export`). "
+             "\"Read as\": the export nsight chose (`nsight stats --json`'s `export`; \"in N slices\": its SQLite "
+             "export made in N slices of time side by side, one per core). "
              "\"Per M\": `nsight report`'s seconds per million events; \"vs export\": its time over the bare SQLite "
              "export's.", "",
              "| NVTX ranges | trace | read as | bare `nsys export --type sqlite` | `nsight stats --json` "
@@ -305,7 +306,8 @@ def scaling_section(traces: list[tuple[int, Path]], nsys: Nsys, scratch: Path) -
         if counted != ranges:
             raise SystemExit(f"bench: nsight stats counted {counted:,} of {ranges:,} NVTX ranges")
         chosen = payload["export"]
-        read_as = (f"SQLite, streamed ({chosen['reason']})" if chosen["streamed"] else
+        sliced = f" in {chosen['slices']} slices" if chosen.get("slices", 1) > 1 else ""
+        read_as = (f"SQLite{sliced}, streamed ({chosen['reason']})" if chosen["streamed"] else
                    f"{'arrow' if chosen['kind'] == 'arrowdir' else 'SQLite'}, whole")
         copy = fresh_copy(trace, scratch)
         report = tree_run([PY, "-m", "nsight_core.cli", "report", copy, "-o", copy.parent / "page.html"],

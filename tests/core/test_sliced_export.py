@@ -20,7 +20,7 @@ import pytest
 import nsight_core
 from nsight_core import memory
 from nsight_core import profile as profile_module
-from nsight_core.errors import StatsError
+from nsight_core.errors import NsysCommandError, StatsError
 from nsight_core.nsys import Nsys
 from nsight_core.profile import build_profile
 from nsight_core.trace import export as export_module
@@ -198,3 +198,29 @@ def test_slices_follow_the_cores_the_memory_and_the_setting(tmp_path: Path, nsys
         monkeypatch.setenv("NSIGHT_EXPORT_SLICES", wrong)
         with pytest.raises(StatsError, match=rf"NSIGHT_EXPORT_SLICES='{wrong}' is not a number of slices: set it to 1"):
             export_slices(big, nsys)
+
+
+@pytest.mark.nsys
+def test_a_failed_or_damaged_slice_is_never_read_and_the_export_is_made_again(nsys: Nsys, tmp_path: Path) -> None:
+    """One slice's nsys failing fails the export and leaves nothing beside the capture; a slice damaged later (a
+    truncated file) makes the export not current, and the next one is made whole."""
+    capture = tmp_path / "capture" / "host_load-problem.nsys-rep"
+    capture.parent.mkdir()
+    shutil.copyfile(FIXTURES / "h200-fix-pairs" / "host_load-problem.nsys-rep", capture)
+    failing = tmp_path / "fake" / "nsys"  # the last slice's export fails: its time range is open at the end
+    failing.parent.mkdir()
+    failing.write_text(f'#!/bin/sh\nfor a in "$@"; do case "$a" in */:) echo "Error: out of disk" >&2; exit 1;; esac; '
+                       f'done\nexec "{nsys.path}" "$@"\n')
+    failing.chmod(0o755)
+    with pytest.raises(NsysCommandError, match=r"nsys export of .* failed .*out of disk"):
+        export(capture, "sqlitedir", Nsys(failing, nsys.version), slices=3)
+    assert [path.name for path in capture.parent.iterdir()] == [capture.name]
+
+    folder = export(capture, "sqlitedir", nsys, slices=3)
+    part = folder / "part-001.sqlite"
+    made = part.stat().st_size
+    with part.open("r+b") as file:
+        file.truncate(made // 2)
+    assert not is_current(folder, capture)
+    assert export(capture, "sqlitedir", nsys, slices=3) == folder and is_current(folder, capture)
+    assert part.stat().st_size == made and len(list(folder.glob(SLICE_PATTERN))) == 3

@@ -8,10 +8,13 @@ The fixtures are far below the size that gets slices (``SLICE_ABOVE_BYTES``), so
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -167,6 +170,10 @@ def test_a_streamed_capture_exported_in_slices_gets_the_profile_of_one_file(
     monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "off")
     passed = nsight_core.load_stats(folder)
     assert passed.export is None and passed.nvtx_ranges == one.stats.nvtx_ranges and passed.kernels == one.stats.kernels
+    cli = subprocess.run([sys.executable, "-m", "nsight_core.cli", "stats", folder, "--json"], capture_output=True,
+                         text=True, check=False)
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout)["kernels"] == [row.model_dump() for row in one.stats.kernels]
 
 
 def test_slices_follow_the_cores_the_memory_and_the_setting(tmp_path: Path, nsys: Nsys,

@@ -243,7 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
         "in one `nsys stats` call. For captures with events it also says what to fix (findings with the "
         "saving per step), the steps and the per-step time budget, and warns when the trace is incomplete. "
         "Exit status: 0, or 1 when no requested report exists or the input cannot be read.")
-    stats.add_argument("path", type=Path, help=".nsys-rep, .sqlite, arrow directory, or a directory of recorded CSVs")
+    stats.add_argument("path", type=Path, help=".nsys-rep, .sqlite (or .sqlitedir: one in slices), arrow directory, "
+                       "or a directory of recorded CSVs")
     _add_reports_option(stats)
     stats.add_argument("--limit", type=_row_limit, default=DEFAULT_LIMIT, metavar="N",
                        help="rows per table in the text output (default: %(default)s; 0: every row); a cut table "
@@ -261,7 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
         "The page needs no network. A capture that cannot be read is left out of the page with one error line. "
         "Exit status: 0, or 1 when a capture was left out (the page holds the others) or none could be read.")
     report.add_argument("paths", nargs="+", type=Path, metavar="PATH",
-                        help=".nsys-rep, .sqlite, arrow directory, or a directory of recorded CSVs")
+                        help=".nsys-rep, .sqlite (or .sqlitedir: one in slices), arrow directory, or a "
+                        "directory of recorded CSVs")
     report.add_argument("-o", "--output", type=Path, default=Path("report.html"),
                         help="the HTML file to write (default: %(default)s)")
     _add_reports_option(report)
@@ -277,7 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
         "of its events, not of their JSON. PATH is a .nsys-rep (exported once, beside it) or its .sqlite or "
         "arrow-directory export; recorded CSVs have no events. Prints the file written. Exit status: 0, or 1 "
         "when PATH cannot be read or the file cannot be written.")
-    export.add_argument("path", type=Path, metavar="PATH", help=".nsys-rep, .sqlite or arrow-directory export")
+    export.add_argument("path", type=Path, metavar="PATH", help=".nsys-rep, .sqlite (or .sqlitedir: one in slices) or "
+                        "arrow-directory export")
     export.add_argument("--format", choices=("perfetto",), default="perfetto",
                         help="the file format (default: %(default)s: Chrome Trace Event JSON)")
     export.add_argument("-o", "--output", type=Path, default=None,

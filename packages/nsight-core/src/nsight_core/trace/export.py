@@ -287,7 +287,8 @@ def _streamed(report: Path, reason: str, size: int, nsys: Nsys | None) -> Export
 def export_slices(trace_bytes: int, nsys: Nsys | None = None) -> int:
     """How many slices of time a streamed capture of TRACE_BYTES is exported in: ``NSIGHT_EXPORT_SLICES`` where set,
     else one per core this process may use, at most ``MAX_SLICES``, from ``SLICE_ABOVE_BYTES`` on; fewer where their
-    nsys processes would not fit the memory allowed; one where this nsys cannot export a range of time."""
+    nsys processes would not fit the memory allowed; one where this nsys' slices are not known exact
+    (:attr:`nsight_core.nsys.Nsys.exports_time_slices`)."""
     wanted = os.environ.get(ENV_EXPORT_SLICES, "").strip()
     if wanted:
         if not wanted.isdigit() or int(wanted) < 1:
@@ -298,7 +299,7 @@ def export_slices(trace_bytes: int, nsys: Nsys | None = None) -> int:
         slices = min(usable_cores(), MAX_SLICES) if trace_bytes >= SLICE_ABOVE_BYTES else 1
     while slices > 1 and not export_fits(trace_bytes, "sqlite", slices):
         slices -= 1
-    if slices > 1 and not (nsys or find_nsys()).exports_time_ranges:
+    if slices > 1 and not (nsys or find_nsys()).exports_time_slices:
         return 1
     return slices
 

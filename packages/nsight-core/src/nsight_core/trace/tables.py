@@ -229,8 +229,9 @@ class SqliteTables:
         be read through ADBC (the standard library's rows are made under the GIL) or TABLE is missing or empty."""
         if self._arrow is None or table not in self._tables:
             return None
-        with self._lock:
-            low, high = self._connection.execute(f'SELECT MIN(rowid), MAX(rowid) FROM "{table}"').fetchone()
+        with self._lock:  # each alone: SQLite finds MIN or MAX of rowid in its b-tree, both in one query by a full scan
+            low, high = self._connection.execute(f'SELECT (SELECT MIN(rowid) FROM "{table}"), '
+                                                 f'(SELECT MAX(rowid) FROM "{table}")').fetchone()
         if low is None:
             return None
         parts = max(1, min(parts, (high + 1 - low) // SQLITE_BATCH_ROWS))  # a batch of rows each at least

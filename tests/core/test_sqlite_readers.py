@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -129,3 +130,34 @@ def test_a_table_copied_to_disk_in_slices_read_side_by_side_is_the_table(export:
             slices = (pl.concat([pl.DataFrame(schema={}), *reader.batches(table, wanted, rowids=rowids)],
                                 how="diagonal") for reader in (stdlib, whole))
             assert next(slices).equals(next(slices)), table
+
+
+class _WithoutDbstat:
+    """A connection of an SQLite built without the dbstat table (some distributions' builds)."""
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._connection = connection
+
+    def execute(self, query: str, *args: Any) -> sqlite3.Cursor:
+        if "dbstat" in query:
+            raise sqlite3.OperationalError("no such table: dbstat")
+        return self._connection.execute(query, *args)
+
+
+def test_an_exports_bytes_are_its_tables_pages_asked_once_or_the_file_without_dbstat() -> None:
+    """The memory guard's estimate of an export's event tables (SQLITE_TO_ARROW bytes a byte of their pages): the same
+    however often and in whatever groups it is asked (it is counted once), and the whole file's where SQLite has no
+    dbstat, every time (a first answer kept as nothing would let a later summary through unguarded)."""
+    export = FIXTURES / "h200-fix-pairs-2025" / "host_load-problem.sqlite"
+    tables = SqliteTables(export)
+    events = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "NO_SUCH_TABLE"]
+    whole = tables.arrow_bytes(events)
+    each = [tables.arrow_bytes([table]) for table in events]
+    assert whole > 0 and each[-1] == 0 and abs(sum(each) - whole) <= len(events)  # each rounded down
+    assert tables.arrow_bytes(events) == whole and tables.arrow_bytes([]) == 0
+
+    without = SqliteTables(export)
+    without._connection = _WithoutDbstat(without._connection)  # type: ignore[assignment]
+    file_bytes = int(export.stat().st_size * tables_module.SQLITE_TO_ARROW)
+    assert without.arrow_bytes(events) == file_bytes and without.arrow_bytes(events[:1]) == file_bytes
+    assert without.arrow_bytes(events) == file_bytes

@@ -31,8 +31,8 @@ from nsight_core.trace.tables import (
 def load_trace(path: str | Path, nsys: Nsys | None = None) -> Trace:
     """The events of PATH: a .nsys-rep (exported once beside it, as :func:`export_choice` picks), a .sqlite export
     (or the folder of one in slices of time nsight made), or an arrow directory (`nsys export --type arrowdir`). A
-    large capture's tables are also scanned from Parquet
-    copies on disk, for reports that stream (:mod:`nsight_core.trace.spill`).
+    large capture's tables are also scanned from Parquet copies on disk, for reports that stream
+    (:mod:`nsight_core.trace.spill`).
 
     >>> trace = load_trace("training.nsys-rep")
     >>> trace.nvtx.filter(pl.col("name") == "step").select((pl.col("end_ns") - pl.col("start_ns")).quantile(0.95))
@@ -53,9 +53,10 @@ def load_trace(path: str | Path, nsys: Nsys | None = None) -> Trace:
         # Passed as it is: streamed only where its events would not fit the memory allowed read whole.
         if summary_fits(tables.arrow_bytes(EVENT_TABLES)):
             return Trace(tables)
-        kind = "sqlitedir" if path.is_dir() else "sqlite"
-        size = sum(file.stat().st_size for file in path.glob(SLICE_PATTERN)) if path.is_dir() else path.stat().st_size
-        return Trace(SpilledTables(tables, ExportChoice(kind, True, "memory", size)))
+        parts = sorted(path.glob(SLICE_PATTERN)) if path.is_dir() else [path]
+        choice = ExportChoice("sqlitedir" if path.is_dir() else "sqlite", True, "memory",
+                              sum(part.stat().st_size for part in parts), slices=len(parts))
+        return Trace(SpilledTables(tables, choice))
     raise StatsError(f"{path} is not a trace: pass a .nsys-rep, its .sqlite export or an arrow-directory export.")
 
 

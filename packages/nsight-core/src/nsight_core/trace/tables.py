@@ -309,13 +309,13 @@ class SqliteTables:
         present = sorted({table for table in tables if table in self._tables})
         with self._lock:
             if missing := [table for table in present if table not in self._table_bytes]:
-                self._table_bytes.update(dict.fromkeys(missing, 0))
                 try:
                     marks = ", ".join("?" for _ in missing)
-                    self._table_bytes.update(self._connection.execute(
+                    found = dict(self._connection.execute(
                         f"SELECT name, SUM(pgsize) FROM dbstat WHERE name IN ({marks}) GROUP BY name", missing))
                 except sqlite3.DatabaseError:  # no dbstat in this build of SQLite
-                    return int(self.source.stat().st_size * SQLITE_TO_ARROW) if present else 0
+                    return int(self.source.stat().st_size * SQLITE_TO_ARROW)
+                self._table_bytes.update({table: found.get(table, 0) for table in missing})
             return int(sum(self._table_bytes[table] for table in present) * SQLITE_TO_ARROW)
 
 

@@ -345,3 +345,39 @@ def test_nsys_without_arrowdir_falls_back_to_sqlite(capture: Path, nsys: Nsys, t
     again = nsight("stats", capture, "--json", env=env)
     assert_right_numbers(again)
     assert not exported(again)
+
+
+# -- a full disk ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 600 KiB tmpfs holding a copy of a 274 KiB capture, whose exports need more than what is left."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(folder)]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    shutil.copyfile(FIXTURE.parent / "h200-fix-pairs" / "host_load-problem.nsys-rep",
+                    folder / "host_load-problem.nsys-rep")
+    yield folder
+    subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+@pytest.mark.parametrize(("kind", "slices"), [("arrowdir", 1), ("sqlite", 1), ("sqlitedir", 2)])
+def test_an_export_that_fills_the_disk_says_so_and_leaves_nothing(small_disk: Path, nsys: Nsys, kind: str,
+                                                                  slices: int) -> None:
+    """nsys' SQLite export exits 0 when the disk fills, with an empty file ("database or disk is full" on stderr): it
+    was taken for an export. Each kind now fails with the folder and what to do, and nothing is left beside the
+    capture."""
+    from nsight_core.errors import NsysCommandError
+    from nsight_core.trace.export import export
+
+    capture = small_disk / "host_load-problem.nsys-rep"
+    with pytest.raises(NsysCommandError, match=rf"ran out of disk space in {small_disk}: free some space there"):
+        export(capture, kind, nsys, slices)
+    assert [path.name for path in small_disk.iterdir()] == [capture.name]
+    if kind == "arrowdir":  # what a user sees: one line, exit 1
+        done = nsight("stats", capture)
+        assert done.returncode == 1 and "Traceback" not in done.stderr
+        assert f"ran out of disk space in {small_disk}: free some space there" in done.stderr
+        assert [path.name for path in small_disk.iterdir()] == [capture.name]

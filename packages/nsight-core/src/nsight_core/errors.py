@@ -7,6 +7,8 @@ and what to do about it.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 PERMISSION_REMEDIES = (
     "nsys was denied the access it needs. Remedies: "
     "(1) for the osrt trace domain, give the container CAP_SYS_ADMIN and an unconfined AppArmor "
@@ -35,6 +37,18 @@ class NsysCommandError(NsightError):
 class ReportTooNewError(NsysCommandError):
     """A .nsys-rep written by a newer nsys than the one installed, which cannot read it: the message names both
     versions and the way out (a newer nsys via NSIGHT_NSYS, or the report's .sqlite/.arrowdir export)."""
+
+
+class ExportDiskFullError(NsysCommandError):
+    """`nsys export` ran out of disk space in FOLDER (nsys' SQLite export exits 0 then, with an empty file): the
+    message names the folder and the way out."""
+
+    def __init__(self, report: Path, folder: Path) -> None:
+        super().__init__(
+            f"nsys export of {report} ran out of disk space in {folder}: free some space there (an export takes "
+            f"4-10x the .nsys-rep, and a large capture's is also copied to Parquet beside it), or pass a copy of the "
+            "capture in a folder with more room.")
+        self.folder = folder
 
 
 class NsysPermissionError(NsysCommandError):

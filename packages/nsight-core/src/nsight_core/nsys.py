@@ -25,6 +25,7 @@ from typing import Literal
 
 from nsight_core.errors import (
     PERMISSION_REMEDIES,
+    ExportDiskFullError,
     NsysCommandError,
     NsysNotFoundError,
     NsysPermissionError,
@@ -55,6 +56,9 @@ def _seconds(variable: str, default: float) -> float:
 # can be lowered (or raised) per run, e.g. to fit a pod's termination grace period.
 _EXPORT_FAILED = re.compile(r"^(?:ERROR|Error):|Database file .* invalid", re.MULTILINE)
 """nsys export may exit 0 after an error it printed; its output then decides."""
+_DISK_FULL = re.compile(r"disk is full|No space left on device|Error writing bytes to file")
+"""What nsys export says when its disk fills. Its SQLite export then exits 0 with an empty or partial file (2023.4.4 on
+a 600 KiB tmpfs: "database or disk is full", a file of 0 bytes), its arrow export 1 ("Error writing bytes to file")."""
 QUICK_TIMEOUT = _seconds("NSIGHT_QUICK_TIMEOUT", 30.0)
 STOP_TIMEOUT = _seconds("NSIGHT_STOP_TIMEOUT", 900.0)
 EXPORT_TIMEOUT = _seconds("NSIGHT_EXPORT_TIMEOUT", 1800.0)
@@ -309,6 +313,8 @@ class Nsys:
         only = [*(["--times", times] if times else []), *(["--tables", tables] if tables else [])]
         result = self._run(["export", "--type", kind, "--force-overwrite=true", "--quiet=true", *only,
                             "-o", str(output), str(report)], EXPORT_TIMEOUT, "nsys export")
+        if _DISK_FULL.search(result.output):
+            raise ExportDiskFullError(report, output.parent.resolve())
         if result.returncode != 0 or not output.exists() or _EXPORT_FAILED.search(result.output):
             raise NsysCommandError(
                 f"nsys export of {report} failed (exit {result.returncode}): {result.output[-2000:].strip()}. "

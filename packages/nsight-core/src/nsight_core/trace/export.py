@@ -30,7 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from nsight_core.errors import NsysCommandError, StatsError
+from nsight_core.errors import ExportDiskFullError, NsysCommandError, StatsError
 from nsight_core.memory import check_export_memory, export_fits, streamed_summary_fits, summary_fits
 from nsight_core.nsys import Nsys, find_nsys
 from nsight_core.trace.writer import check_writer, explain_failure
@@ -165,6 +165,8 @@ def export(report: Path, kind: str, nsys: Nsys | None = None, slices: int = 1) -
                 _export_sliced(nsys, report, temporary, slices)
             else:
                 nsys.export(report, temporary, kind)
+        except ExportDiskFullError as error:  # named by the folder the export goes to, not its temporary one
+            raise ExportDiskFullError(report, target.parent) from error
         except NsysCommandError as error:
             raise explain_failure(report, nsys.version, nsys.path) or error from error
         record = _record(version, temporary)

@@ -12,18 +12,21 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from nsight_core import ProfileStats, load_stats, load_trace
+from nsight_core.errors import NsysCommandError
 from nsight_core.nsys import Nsys
+from nsight_core.trace.export import export
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "h200-torch-mlp"
 FRAMES = ("kernels", "memcpy", "memset", "cuda_api", "sync", "nvtx", "threads")
@@ -351,33 +354,52 @@ def test_nsys_without_arrowdir_falls_back_to_sqlite(capture: Path, nsys: Nsys, t
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 600 KiB tmpfs holding a copy of a 274 KiB capture, whose exports need more than what is left."""
-    folder = tmp_path / "small"
-    folder.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(folder)]).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
-    shutil.copyfile(FIXTURE.parent / "h200-fix-pairs" / "host_load-problem.nsys-rep",
-                    folder / "host_load-problem.nsys-rep")
-    yield folder
-    subprocess.run(["umount", "-l", str(folder)], check=False)
+def small_disk(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
+    """A tmpfs of a given size holding a copy of a 274 KiB capture (its SQLite export takes 716 KiB)."""
+    mounted = []
+
+    def of(size: str) -> Path:
+        folder = tmp_path / f"small-{size}"
+        folder.mkdir()
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)]).returncode != 0:
+            pytest.skip("cannot mount a tmpfs here (needs root)")
+        mounted.append(folder)
+        shutil.copyfile(FIXTURE.parent / "h200-fix-pairs" / "host_load-problem.nsys-rep",
+                        folder / "host_load-problem.nsys-rep")
+        return folder
+
+    yield of
+    for folder in mounted:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
 @pytest.mark.parametrize(("kind", "slices"), [("arrowdir", 1), ("sqlite", 1), ("sqlitedir", 2)])
-def test_an_export_that_fills_the_disk_says_so_and_leaves_nothing(small_disk: Path, nsys: Nsys, kind: str,
-                                                                  slices: int) -> None:
-    """nsys' SQLite export exits 0 when the disk fills, with an empty file ("database or disk is full" on stderr): it
-    was taken for an export. Each kind now fails with the folder and what to do, and nothing is left beside the
-    capture."""
-    from nsight_core.errors import NsysCommandError
-    from nsight_core.trace.export import export
-
-    capture = small_disk / "host_load-problem.nsys-rep"
-    with pytest.raises(NsysCommandError, match=rf"ran out of disk space in {small_disk}: free some space there"):
+def test_an_export_that_fills_the_disk_says_so_and_leaves_nothing(small_disk: Callable[[str], Path], nsys: Nsys,
+                                                                  kind: str, slices: int) -> None:
+    """624 KiB free: more than the least an export takes (twice the trace), less than it does. nsys' SQLite export
+    exits 0 when the disk fills, with an empty file ("database or disk is full" on stderr): it was taken for an export.
+    Each kind now fails with the folder and what to do, and nothing is left beside the capture."""
+    folder = small_disk("900k")
+    capture = folder / "host_load-problem.nsys-rep"
+    with pytest.raises(NsysCommandError, match=rf"ran out of disk space in {folder}: free some space there"):
         export(capture, kind, nsys, slices)
-    assert [path.name for path in small_disk.iterdir()] == [capture.name]
+    assert [path.name for path in folder.iterdir()] == [capture.name]
     if kind == "arrowdir":  # what a user sees: one line, exit 1
         done = nsight("stats", capture)
         assert done.returncode == 1 and "Traceback" not in done.stderr
-        assert f"ran out of disk space in {small_disk}: free some space there" in done.stderr
-        assert [path.name for path in small_disk.iterdir()] == [capture.name]
+        assert f"ran out of disk space in {folder}: free some space there" in done.stderr
+        assert [path.name for path in folder.iterdir()] == [capture.name]
+
+
+def test_a_folder_with_less_free_than_any_export_takes_is_refused_before_nsys_starts(
+        small_disk: Callable[[str], Path], nsys: Nsys) -> None:
+    """324 KiB free for a 274 KiB trace: no export takes less than twice the trace, so none starts (a large capture's
+    takes minutes to fail otherwise)."""
+    folder = small_disk("600k")
+    capture = folder / "host_load-problem.nsys-rep"
+    done = nsight("stats", capture)
+    assert done.returncode == 1 and "Traceback" not in done.stderr and not exported(done)
+    assert re.search(rf"exporting host_load-problem.nsys-rep takes at least 546.88 KiB in {re.escape(str(folder))} "
+                     r"\(2.5-10x the .nsys-rep's 273.44 KiB\) and it has 3\d\d.\d\d KiB free: free some space there",
+                     done.stderr), done.stderr
+    assert [path.name for path in folder.iterdir()] == [capture.name]

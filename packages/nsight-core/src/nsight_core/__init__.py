@@ -20,6 +20,7 @@ from nsight_core import lineage  # noqa: F401  (first: it records which process 
 from nsight_core.errors import (
     CommandNotExecutableError,
     CommandNotFoundError,
+    ExportDiskFullError,
     NotEnoughMemoryError,
     NsightError,
     NsysCommandError,
@@ -72,6 +73,7 @@ __all__ = [
     "CommandNotExecutableError",
     "CommandNotFoundError",
     "DamagedExportError",
+    "ExportDiskFullError",
     "NotEnoughMemoryError",
     "NsightError",
     "Nsys",

@@ -194,7 +194,10 @@ export takes minutes); one with more that still fills is nsys' disk-full error (
 
 
 def _check_disk(report: Path, folder: Path) -> None:
-    size, free = report.stat().st_size, shutil.disk_usage(folder).free
+    try:
+        size, free = report.stat().st_size, shutil.disk_usage(folder).free
+    except OSError:  # a file system that cannot say: nsys' own error, should it fill
+        return
     if EXPORT_DISK_PER_TRACE_BYTE * size > free:
         raise StatsError(f"exporting {report.name} takes at least {_size(EXPORT_DISK_PER_TRACE_BYTE * size)} in "
                          f"{folder} (2.5-10x the .nsys-rep's {_size(size)}) and it has {_size(free)} free: free some "

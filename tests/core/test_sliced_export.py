@@ -37,6 +37,7 @@ from nsight_core.trace.export import (
     is_current,
     usable_cores,
 )
+from nsight_core.trace.head import head
 from nsight_core.trace.model import Trace
 from nsight_core.trace.spill import SpilledTables
 from nsight_core.trace.tables import TIMED_COLUMNS, SlicedSqliteTables, SqliteTables, Wanted
@@ -238,3 +239,20 @@ def test_a_failed_or_damaged_slice_is_never_read_and_the_export_is_made_again(ns
     assert not is_current(folder, capture)
     assert export(capture, "sqlitedir", nsys, slices=3) == folder and is_current(folder, capture)
     assert part.stat().st_size == made and len(list(folder.glob(SLICE_PATTERN))) == 3
+
+
+@pytest.mark.nsys
+def test_a_first_part_cut_at_a_slice_holds_the_work_its_calls_launched_in_the_next(nsys: Nsys, tmp_path: Path) -> None:
+    """The first part of a capture (trace/head.py) holds the GPU work its CUDA calls launched, which may start after
+    the cut: cut where one slice ends, that work lies in the next slice, which an SQL query per file cannot join to its
+    calls. Read before the statistics copied anything, as from one file."""
+    capture = tmp_path / "sync_log-problem.nsys-rep"  # 26 kernels launched before the cut start after it
+    shutil.copyfile(FIXTURES / "h200-fix-pairs" / "sync_log-problem.nsys-rep", capture)
+    whole = SqliteTables(export(capture, "sqlite", nsys))
+    folder = export(capture, "sqlitedir", nsys, slices=3)
+    cut = present(whole.read("ANALYSIS_DETAILS", {"duration": pl.Int64}))["duration"][0] * 2 // 3  # the second cut
+    expected = head(whole, cut)
+    part = head(SpilledTables(SlicedSqliteTables(folder), ExportChoice("sqlitedir", True, "large", 0, slices=3)), cut)
+    for frame in ("kernels", "memcpy", "memset", "cuda_api", "nvtx"):
+        assert rows(getattr(part, frame)).equals(rows(getattr(expected, frame))), frame
+    assert (expected.kernels["start_ns"] >= cut).any() and (expected.kernels["start_ns"] < cut).any()

@@ -23,7 +23,7 @@ import polars as pl
 from nsight_core.trace.export import ExportChoice
 from nsight_core.trace.model import Trace
 from nsight_core.trace.spill import SpilledTables
-from nsight_core.trace.tables import SlicedSqliteTables, SqliteExport, Wanted
+from nsight_core.trace.tables import SqliteExport, Wanted
 
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 HOST_TABLES = frozenset({RUNTIME, "NVTX_EVENTS", "OSRT_API", "COMPOSITE_EVENTS",
@@ -61,8 +61,12 @@ class HeadTables:
             return self._sqlite.read(table, wanted, where='"start" < ?', parameters=(self.cut_ns,))
         if table in LAUNCHED_TABLES:
             if {"correlationId"} <= self._sqlite.columns(RUNTIME) & self._sqlite.columns(table):
-                calls = self._copy(RUNTIME, {"start": pl.Int64, "correlationId": None})
-                if calls is not None and (copy := self._copy(table, {**wanted, "correlationId": None})) is not None:
+                # Which calls launched it joins two tables: an export in slices answers per file, and a call may lie in
+                # one slice and its work in the next, so it is the copies' to join, made now where none is yet.
+                made = not self._sqlite.joins_tables
+                calls = self._copy(RUNTIME, {"start": pl.Int64, "correlationId": None}, made)
+                copy = self._copy(table, {**wanted, "correlationId": None}, made) if calls is not None else None
+                if calls is not None and copy is not None:
                     launched = calls.filter(before).select("correlationId").collect()["correlationId"]
                     return copy.filter(pl.col("correlationId").is_in(launched.implode())).select(list(wanted)).collect()
                 return self._sqlite.read(table, wanted, where=f'"correlationId" IN (SELECT "correlationId" FROM '
@@ -70,15 +74,11 @@ class HeadTables:
             return self._sqlite.read(table, wanted, where='"start" < ?', parameters=(self.cut_ns,))
         return self._sqlite.read(table, wanted)
 
-    def _copy(self, table: str, wanted: Wanted) -> pl.LazyFrame | None:
-        """TABLE's Parquet copy holding WANTED: one the statistics made, or, from an export in slices of time, one made
-        now (each of its parts answers a query alone, and a call may lie in one part and the work it launched in the
-        next: the query that joins them is the copies')."""
+    def _copy(self, table: str, wanted: Wanted, made: bool = False) -> pl.LazyFrame | None:
+        """TABLE's Parquet copy holding WANTED: one the statistics made, or, where MADE, one made now if need be."""
         if self._copies is None:
             return None
-        if isinstance(self._sqlite, SlicedSqliteTables):
-            return self._copies.scan(table, wanted)
-        return self._copies.copied(table, wanted)
+        return (self._copies.scan if made else self._copies.copied)(table, wanted)
 
     def arrow_bytes(self, tables: Iterable[str]) -> int:
         """The whole export's (an upper bound: the part's are not known before it is read)."""

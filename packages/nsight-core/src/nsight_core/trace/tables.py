@@ -149,6 +149,9 @@ class SqliteTables:
     for two cursors at once.
     """
 
+    joins_tables = True
+    """A condition of :meth:`read` may name other tables (one file holds them all)."""
+
     def __init__(self, path: Path, choice: ExportChoice | None = None) -> None:
         self.source = path
         self.choice = choice
@@ -333,6 +336,10 @@ class SlicedSqliteTables:
     part-NNN.sqlite), read as one :class:`SqliteTables`: a table of events is its rows in every part, one part after
     the other; any other table is the first part's (each part holds it whole). Each event lies in exactly one part,
     so every table is the one-file export's rows; within a part they keep nsys' order."""
+
+    joins_tables = False
+    """Each part answers a condition of :meth:`read` alone: one that names another table misses the rows whose match
+    lies in another part."""
 
     def __init__(self, folder: Path, choice: ExportChoice | None = None) -> None:
         self.source = folder

@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -25,11 +27,12 @@ from nsight_core.analysis import whole_budget
 from nsight_core.analysis.analyze import analyze_steps, withhold_savings
 from nsight_core.analysis.diff import TraceDiff
 from nsight_core.analysis.step_events import StepDrawing, drawing_for, streamed_drawing
-from nsight_core.analysis.steps import StepFamily, family_stats, find_steps
+from nsight_core.analysis.steps import StepFamily, family_stats, find_steps, kernel_period_steps
 from nsight_core.analysis.whole_budget import StepTooLarge, whole_capture_budget
 from nsight_core.analysis.whole_findings import whole_capture_analysis
 from nsight_core.analysis.whole_ranges import whole_capture_ranges
 from nsight_core.analysis.whole_steps import every_step, whole_capture_steps
+from nsight_core.analysis.whole_steps import kernel_period_steps as streamed_kernel_period_steps
 from nsight_core.errors import NotEnoughMemoryError
 from nsight_core.nsys import Nsys
 from nsight_core.profile import CaptureProfile, build_profile
@@ -272,6 +275,67 @@ def test_steps_on_the_cpus_clock_streamed_in_windows_get_what_to_fix_over_every_
     assert profile.analysis == withhold_savings(expected, profile.completeness)  # a trace that lost data: no savings
 
 
+KERNEL_PERIOD_CAPTURES = ["h200-fix-pairs-2025/sync_log-problem.sqlite", "h200-fix-pairs-2025/graph-problem.sqlite",
+                          "h200-2025-process/nsight-0013a405.sqlite"]
+
+
+@pytest.mark.parametrize("recorded", KERNEL_PERIOD_CAPTURES)
+def test_kernel_period_steps_streamed_get_what_to_fix_over_every_step_as_read_whole(
+        recorded: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop without NVTX ranges (the H200 captures with their NVTX events deleted: 19 steps of 35 kernels, 300 CUDA
+    graph replays of 3, a whole process's 86 periods of 18): its steps are the kernel sequence's periods. Streamed,
+    every step is found by the kernel the first steps start with, and its steps, budget, "What to fix" and drawn steps
+    are the capture's read whole, in one window and in windows of a few events; a streamed profile says so."""
+    capture = without_nvtx(FIXTURES / recorded, tmp_path)
+    loaded = nsight_core.load_trace(capture)
+    read_whole = analyze_steps(loaded)
+    steps = read_whole.analysis.steps
+    assert steps.source == "kernel-period" and steps.family is not None and steps.anchor_kernel
+    assert read_whole.analysis.findings and not loaded.nvtx.height
+    drawn = drawing_for(loaded, read_whole.analysis, read_whole)
+    trace = Trace(SpilledTables(SqliteTables(capture), STREAMED))
+    streamed = events(trace)
+    expected = read_whole.analysis.model_copy(update={"steps": steps.model_copy(update={"candidates": []})})
+    for rows in (None, 3):
+        every = every_step(streamed, steps, rows)
+        assert every is not None and every.windows is None and every.stats == expected.steps
+        budget = whole_capture_budget(streamed, every, rows)
+        assert budget is not None and budget.budget == read_whole.analysis.budget, rows
+        assert budget.steps.equals(read_whole.budgets), rows
+        assert whole_capture_analysis(trace, every, budget, window_rows=rows) == expected, rows
+        assert_same_drawing(streamed_drawing(streamed, read_whole.analysis, every.drawn, budget), drawn)
+
+    # Streamed end to end: the steps chosen by the first half of the events, "What to fix" over every one of them.
+    monkeypatch.setattr(memory, "STREAMED_SUMMARY_BYTES", 1 << 20)
+    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "4M")
+    monkeypatch.setattr(profile_module, "affordable_event_bytes", lambda: loaded.event_bytes // 2)
+    profile = build_profile(capture)
+    assert profile.stats.export is not None and profile.stats.export.streamed
+    assert re.search(r"chosen by its first [\d,]+ steps", note_line(profile)), note_line(profile)
+    assert note_line(profile).startswith(f"What to fix covers all {expected.budget.steps:,} steady steps")
+    assert profile.analysis == withhold_savings(expected, profile.completeness)
+    assert_same_drawing(profile.steps_drawn, drawn)
+
+
+def test_kernel_period_steps_streamed_are_cut_as_read_whole() -> None:
+    """Every period's start and end as :func:`steps.kernel_period_steps` cuts kernels read whole: an anchor followed by
+    fewer kernels than a period starts no step, and the last step ends when the kernels through its period's last have
+    all ended, one that started earlier and ended later among them."""
+    names = ["a", "b", "c"] * 12 + ["a", "b"] + ["eval"] * 3
+    starts = [10 * position for position in range(len(names))]
+    ends = [start + 5 for start in starts]
+    ends[31] = 10_000  # a kernel of the eleventh period outlasts every kernel after it
+    kernels = pl.DataFrame({"start_ns": starts, "end_ns": ends, "name": names})
+    shuffled = kernels.sample(fraction=1.0, shuffle=True, seed=3)  # a table's rows are not in order of start
+    # After the loop (its last anchor followed by a period's count of kernels), the loop's end, a partial iteration.
+    for upto, count in ((len(names), 13), (36, 12), (38, 12)):
+        expected, period, anchor, _ = kernel_period_steps(kernels.head(upto))
+        assert period == 3 and anchor == "a" and expected.height == count
+        found = streamed_kernel_period_steps(shuffled.filter(pl.col("start_ns") < 10 * upto).lazy(), 3, "a")
+        assert found.equals(expected), upto
+        assert found["end_ns"][-1] == 10_000
+
+
 def test_ranges_that_overlap_somewhere_are_no_steps() -> None:
     """A family whose ranges overlap across the whole capture, though not in its first steps, is not what the whole
     capture's analysis would take as steps: no statement on all of them."""
@@ -391,6 +455,29 @@ def test_cpu_loops_too_large_to_analyse_whole_are_compared_on_every_steps_budget
     assert (streamed.gate, streamed.verdict, streamed.deltas) == (whole.gate, whole.verdict, whole.deltas)
     text = render_diff(streamed)
     assert "its step times and budget (all its steps)" in text and "its budget is not" not in text
+
+
+def test_loops_without_nvtx_too_large_to_analyse_whole_are_compared_on_every_kernel_period(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`nsight diff` of two streamed captures whose steps are their kernel sequence's periods (a fix pair with its NVTX
+    events deleted) compares every period's time and budget, each delta what the comparison read whole gives."""
+    a, b = (without_nvtx(FIXTURES / "h200-fix-pairs-2025" / f"host_load-{name}.sqlite", tmp_path)
+            for name in ("problem", "fixed"))
+    whole, streamed = diffed_whole_and_streamed(a, b, monkeypatch, 2)
+    assert whole.gate.metric == "step_p50" and not whole.streamed
+    assert any(delta.group == "budget" for delta in whole.deltas)
+    assert streamed.streamed == ["a", "b"]
+    assert (streamed.gate, streamed.verdict, streamed.reasons, streamed.deltas) == (
+        whole.gate, whole.verdict, whole.reasons, whole.deltas)
+    assert "its step times and budget (all its steps)" in render_diff(streamed)
+
+
+def without_nvtx(capture: Path, folder: Path) -> Path:
+    """A copy of CAPTURE (an SQLite export) in FOLDER with its NVTX events deleted: a loop nothing marks."""
+    copy = Path(shutil.copy(capture, folder / capture.name))
+    with closing(sqlite3.connect(copy)) as db, db:
+        db.execute("DELETE FROM NVTX_EVENTS")
+    return copy
 
 
 def diffed_whole_and_streamed(a: Path, b: Path, monkeypatch: pytest.MonkeyPatch,

@@ -65,7 +65,7 @@ def streamed_side(path: Path, trace: Trace, part: Trace, completeness: Completen
     every step's time of the family its first PART that fits chose (:func:`first_part`, :func:`every_step`), as its
     report's note states them, with every step's budget and window (the analysis of its report,
     :func:`whole_capture_analysis`). None where the part has steps whose times over the whole capture are not known
-    (not NVTX ranges, or ones that overlap somewhere)."""
+    (NVTX ranges that overlap somewhere, or fewer than two of its steps found)."""
     chosen = chosen_steps(trace, part)[0]
     del part  # its frames were read whole: not alive while the capture is streamed
     frames = events(trace)

@@ -90,7 +90,8 @@ def _steps(trace: EventTables, window: UserWindow, families: tuple[pl.Series, pl
     budget and findings are read on the GPU's clock, the CPU's periods kept beside them.
     """
     stats, steps = find_steps(trace.nvtx, trace.kernels, families)
-    thread = step_thread(stats.family.thread if stats.family else None, trace.cuda_api, trace.osrt)
+    thread = step_thread(stats.family.thread if stats.family else None, trace.cuda_api.lazy(),
+                         trace.osrt.lazy())
     blocking = sync_calls(trace.cuda_api, trace.memcpy)
     if stats.source == "nvtx" and stats.family is not None:
         work = launched(gpu_work(trace), trace.cuda_api)

@@ -118,14 +118,17 @@ def blocks(name: pl.Expr) -> pl.Expr:
     return name.str.contains(SYNC_API) & ~name.str.contains("Async", literal=True)
 
 
-def step_thread(nvtx_thread: int | None, cuda_api: pl.DataFrame, osrt: pl.DataFrame) -> int | None:
-    """The CPU thread of the steps: the NVTX family's, else the one with the most CUDA, else OS-runtime, calls."""
+def step_thread(nvtx_thread: int | None, cuda_api: pl.LazyFrame, osrt: pl.LazyFrame) -> int | None:
+    """The CPU thread of the steps: the NVTX family's, else the one with the most CUDA, else OS-runtime, calls (a
+    streamed count per thread: the calls of a capture too large to read whole are scans of disk)."""
     if nvtx_thread is not None:
         return nvtx_thread
-    calls = cuda_api if cuda_api.height else osrt
-    if not calls.height:
-        return None
-    return int(calls.group_by("thread").len().sort(["len", "thread"], descending=[True, False])["thread"][0])
+    for calls in (cuda_api, osrt):
+        most = (calls.group_by("thread").len().sort(["len", "thread"], descending=[True, False]).head(1)
+                .collect(engine="streaming"))
+        if most.height:
+            return int(most["thread"][0])
+    return None
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,8 @@ class StepStats(BaseModel):
     trend: Trend = "unknown"
     trend_ns_per_step: float = Field(default=0.0, description="Least-squares slope of step duration over step index")
     kernels_per_period: int | None = Field(default=None, description="Kernel-period steps: kernels in one period")
+    anchor_kernel: str | None = Field(default=None, description="Kernel-period steps: the kernel each step starts "
+                                      "with (a capture too large to read whole finds every step by it)")
     candidates: list[StepFamily] = Field(default_factory=list, description="Every repeated family, chosen one first")
     clock: Clock = Field(default="cpu", description="gpu: the family's durations are its steps' GPU periods (first "
                          "GPU work to the next step's); cpu: its ranges' durations")
@@ -203,13 +205,19 @@ def find_steps(nvtx: pl.DataFrame, kernels: pl.DataFrame,
         family = sequential[0]
         steps = _family_instances(nvtx, codes, family)
         return _with_shape(StepStats(source="nvtx", family=family, candidates=candidates), steps), steps
-    steps, period, reason = kernel_period_steps(kernels)
-    if steps.height < 2 or period is None:
+    steps, period, anchor, reason = kernel_period_steps(kernels)
+    if steps.height < 2 or period is None or anchor is None:
         why = reason if not candidates else f"{reason}; the repeated NVTX ranges overlap each other"
         return StepStats(source="none", family=None, reason=why, candidates=candidates), steps
+    return kernel_period_stats(steps, period, anchor).model_copy(update={"candidates": candidates}), steps
+
+
+def kernel_period_stats(steps: pl.DataFrame, period: int, anchor: str) -> StepStats:
+    """STEPS (step, start_ns, end_ns, by start) of the kernel sequence's PERIOD, each starting with the ANCHOR
+    kernel, stated as :func:`find_steps` states them (no candidates)."""
     family = _family_of(steps, pattern=f"kernel period of {period}", thread=None)
-    stats = StepStats(source="kernel-period", family=family, kernels_per_period=period, candidates=candidates)
-    return _with_shape(stats, steps), steps
+    return _with_shape(StepStats(source="kernel-period", family=family, kernels_per_period=period,
+                                 anchor_kernel=anchor), steps)
 
 
 def on_gpu_clock(stats: StepStats, windows: pl.DataFrame) -> StepStats:
@@ -282,18 +290,18 @@ def _with_shape(stats: StepStats, steps: pl.DataFrame) -> StepStats:
     })
 
 
-def kernel_period_steps(kernels: pl.DataFrame) -> tuple[pl.DataFrame, int | None, str]:
+def kernel_period_steps(kernels: pl.DataFrame) -> tuple[pl.DataFrame, int | None, str | None, str]:
     """Steps from the period of the repeating kernel sequence (in launch order on the GPU).
 
     The anchor is the first kernel name that recurs at a constant distance (in kernels) at least
     MIN_PERIOD_REPEATS times; the period counts when PERIOD_MATCH of all kernels equal the kernel one
     period later. Each step runs from one anchor start to the next (the last to the end of its period).
     An anchor occurrence without a whole period after it (a last, partial iteration) starts no step.
-    Returns (steps, period, why not) with an empty frame and None when there is no clear period.
+    Returns (steps, period, the anchor's name, why not), with an empty frame and None when there is no clear period.
     """
     empty = pl.DataFrame(schema=STEP_COLUMNS)
     if kernels.height < 2 * MIN_PERIOD_REPEATS:
-        return empty, None, "too few kernels to find a repeating sequence and no repeated NVTX range"
+        return empty, None, None, "too few kernels to find a repeating sequence and no repeated NVTX range"
     ordered = kernels.sort("start_ns").with_row_index("position").with_columns(
         pl.col("name").rank("dense").cast(pl.Int64).alias("kind"))
     gaps = (
@@ -306,14 +314,15 @@ def kernel_period_steps(kernels: pl.DataFrame) -> tuple[pl.DataFrame, int | None
         .sort("first")
     )
     if not gaps.height:
-        return empty, None, "no repeated NVTX range and no kernel recurs at a constant distance"
+        return empty, None, None, "no repeated NVTX range and no kernel recurs at a constant distance"
     anchor, period = int(gaps["kind"][0]), int(gaps["period"][0])
     if period < 2:
-        return empty, None, "no repeated NVTX range, and every kernel has the same name: no sequence to cut into steps"
+        return empty, None, None, ("no repeated NVTX range, and every kernel has the same name: no sequence to cut "
+                                   "into steps")
     kinds = ordered["kind"]
     match = (kinds.head(kinds.len() - period) == kinds.tail(kinds.len() - period)).sum() / (kinds.len() - period)
     if match < PERIOD_MATCH:
-        return empty, None, ("no repeated NVTX range, and the kernel sequence does not repeat closely enough "
+        return empty, None, None, ("no repeated NVTX range, and the kernel sequence does not repeat closely enough "
                              "(fewer than PERIOD_MATCH of kernels equal the kernel one period later)")
     starts = ordered.filter((pl.col("kind") == anchor) & (pl.col("position") + period <= ordered.height))
     ends = ordered.select(pl.col("end_ns").cum_max())["end_ns"]
@@ -323,4 +332,4 @@ def kernel_period_steps(kernels: pl.DataFrame) -> tuple[pl.DataFrame, int | None
         pl.col("start_ns").shift(-1).fill_null(last_end).alias("end_ns"),
         pl.lit(f"period {period}").alias("name"), pl.lit(None, pl.Int64).alias("thread"),
     )
-    return steps, period, ""
+    return steps, period, str(starts["name"][0]), ""

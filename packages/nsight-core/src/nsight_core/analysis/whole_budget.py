@@ -83,16 +83,16 @@ class StepTooLarge(ValueError):
 
 def whole_capture_budget(frames: Events, every: EveryStep, window_rows: int | None = WINDOW_ROWS,
                          step_rows: int | None = None) -> WholeBudget | None:
-    """The budget of EVERY step of the capture FRAMES holds, on the steps' clock (None where they have no thread).
+    """The budget of EVERY step of the capture FRAMES holds, on the steps' clock (None where no thread ran them).
     WINDOW_ROWS: events per window of the streamed passes (None: one window). STEP_ROWS: the most events (GPU work on
     the GPU's clock, any on the CPU's) one step may hold, the memory allowed (None: no limit); a step holding more
     raises :class:`StepTooLarge` before any batch is read."""
-    family = every.stats.family
-    if family is None or family.thread is None:
+    family, thread = every.stats.family, every.thread
+    if family is None or thread is None:
         return None
     if every.windows is None:
-        return _cpu_budget(frames, every, family.thread, window_rows, step_rows)
-    windows, thread = every.windows, family.thread  # an NVTX family's: its ranges' thread
+        return _cpu_budget(frames, every, thread, window_rows, step_rows)
+    windows = every.windows  # an NVTX family's, whose thread is its ranges'
     work = gpu_work_of(frames)
     counts = _edge_counts(work.select("start_ns"), windows)
     if step_rows is not None:
@@ -143,9 +143,9 @@ def _check_steps(counts: pl.DataFrame, steps: pl.DataFrame, most: int) -> None:
 
 def _cpu_budget(frames: Events, every: EveryStep, thread: int, window_rows: int | None,
                 step_rows: int | None) -> WholeBudget:
-    """:func:`budget.budget_totals` of EVERY step (their ranges, on THREAD) in batches of steps whose time holds about
-    WINDOW_ROWS events: each batch's events are those overlapping its time, read from disk. STEP_ROWS: as for
-    :func:`whole_capture_budget`, every event counted."""
+    """:func:`budget.budget_totals` of EVERY step (their ranges or kernel periods, on THREAD) in batches of steps
+    whose time holds about WINDOW_ROWS events: each batch's events are those overlapping its time, read from disk.
+    STEP_ROWS: as for :func:`whole_capture_budget`, every event counted."""
     steps = every.ranges
     sources = (frames.kernels, frames.memcpy, frames.memset, frames.cuda_api, frames.osrt, frames.nvtx)
     starts = pl.concat([frame.select("start_ns") for frame in sources])

@@ -35,8 +35,8 @@ def whole_capture_analysis(trace: Trace, every: EveryStep, whole: WholeBudget, f
     """The analysis of every step of streamed TRACE (EVERY, its budget WHOLE): what :func:`analyze.analyze` says of the
     capture read whole. FULL False: its steps, budget and window alone, what a comparison reads (no findings, no NVTX
     range table: it reads the ranges' totals)."""
-    stats = every.stats.model_copy(update={"bound": whole.bound})
-    if stats.family is None or stats.family.thread is None:
+    stats, thread = every.stats.model_copy(update={"bound": whole.bound}), every.thread
+    if stats.family is None or thread is None:
         return None
     frames = events(trace)
     window = _user_window(trace, frames)
@@ -53,7 +53,7 @@ def whole_capture_analysis(trace: Trace, every: EveryStep, whole: WholeBudget, f
         duration = pl.col("end_ns") - pl.col("start_ns")
         copies = frames.memcpy.filter((pl.col("bytes") >= find.PAGEABLE_MIN_BYTES) & (duration > 0)).collect(
             engine="streaming")
-        gpu = GpuInputs(*_syncs(frames, steady_ranges, whole.syncs, stats.family.thread, window_rows),
+        gpu = GpuInputs(*_syncs(frames, steady_ranges, whole.syncs, thread, window_rows),
                         _launch_shape(frames, steady_ranges, window_rows), copies, steady,
                         find.nominal_pinned(trace.gpus), find.kernel_totals(frames.kernels, steady))
     return analysis.model_copy(update={"ranges": whole_capture_ranges(frames, window.span_ns, window_rows),

@@ -8,6 +8,10 @@ CUDA call and the GPU work it launched share their id, so a window of ids holds 
 and each window's launches are placed in the steps by their call's time. Per step the earliest start and latest end
 are kept, merged over the windows by min and max: the same GPU windows as the capture read whole
 (:func:`projection.project_steps`), exactly.
+
+Steps found from the kernel sequence's period (no NVTX steps) are on the GPU already: each starts with the kernel
+the first part's steps start with (its anchor), and every anchor in the capture starts one, found by a streamed
+filter; the kernels counted between anchors tell which ones a whole period follows (:func:`kernel_period_steps`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import NamedTuple
 
 import polars as pl
 
+from nsight_core.analysis.budget import step_thread
 from nsight_core.analysis.intervals import WINDOW_ROWS, start_cuts, window_filters
 from nsight_core.analysis.projection import (
     GPU_WORK_COLUMNS,
@@ -25,7 +30,14 @@ from nsight_core.analysis.projection import (
     project_spans,
     step_of_launch,
 )
-from nsight_core.analysis.steps import StepStats, family_stats, on_gpu_clock, pattern_of
+from nsight_core.analysis.steps import (
+    STEP_COLUMNS,
+    StepStats,
+    family_stats,
+    kernel_period_stats,
+    on_gpu_clock,
+    pattern_of,
+)
 from nsight_core.trace.streamed import Events
 
 SPAN_COLUMNS = {"step": pl.Int64, "gpu_start_ns": pl.Int64, "gpu_end_ns": pl.Int64}
@@ -39,7 +51,9 @@ class EveryStep(NamedTuple):
     """On the GPU's clock, the steps' GPU windows (:func:`projection.project_spans`); else None."""
     ranges: pl.DataFrame
     """The family's ranges, every step's (step, start_ns, end_ns, name, thread, by start): the steps on the CPU's
-    clock."""
+    clock; of kernel-period steps, their periods."""
+    thread: int | None
+    """The steps' CPU thread (:func:`budget.step_thread`): the NVTX family's, else the one with the most calls."""
 
     @property
     def drawn(self) -> pl.DataFrame:
@@ -58,14 +72,24 @@ def whole_capture_steps(frames: Events, chosen: StepStats, window_rows: int | No
 
 
 def every_step(frames: Events, chosen: StepStats, window_rows: int | None = WINDOW_ROWS) -> EveryStep | None:
-    """The statistics of every step of the capture FRAMES holds, of the NVTX family CHOSEN (the first part's), as
-    :func:`analyze.analyze_steps` reads them: on the GPU's clock where at least MIN_PROJECTED steps launched GPU work,
-    else the ranges' own. None where CHOSEN has no NVTX family, or its ranges overlap across the whole capture (the
-    whole capture's analysis would not take them as steps). WINDOW_ROWS: CUDA calls and GPU work per window (None: one
+    """The statistics of every step of the capture FRAMES holds, of the family CHOSEN (the first part's), as
+    :func:`analyze.analyze_steps` reads them: NVTX steps on the GPU's clock where at least MIN_PROJECTED steps launched
+    GPU work, else the ranges' own; kernel-period steps as periods of the kernel sequence. None where CHOSEN has no
+    family, fewer than two of its steps are found, or its ranges overlap across the whole capture (the whole
+    capture's analysis would not take them as steps). WINDOW_ROWS: CUDA calls and GPU work per window (None: one
     window)."""
     family = chosen.family
-    if chosen.source != "nvtx" or family is None:
+    if family is None:
         return None
+    if chosen.source == "kernel-period" and chosen.kernels_per_period and chosen.anchor_kernel is not None:
+        periods = kernel_period_steps(frames.kernels, chosen.kernels_per_period, chosen.anchor_kernel)
+        if periods.height < 2:
+            return None
+        return EveryStep(kernel_period_stats(periods, chosen.kernels_per_period, chosen.anchor_kernel), None, periods,
+                         step_thread(None, frames.cuda_api, frames.osrt))
+    if chosen.source != "nvtx":
+        return None
+    thread = family.thread
     steps = (frames.nvtx.filter((pl.col("domain") == family.domain) & (pl.col("thread") == family.thread)
                                 & (pattern_of(pl.col("name")) == family.pattern))
              .select("start_ns", "end_ns", "name", "thread").collect(engine="streaming")
@@ -75,8 +99,41 @@ def every_step(frames: Events, chosen: StepStats, window_rows: int | None = WIND
     if stats is None:
         return None
     windows = project_spans(steps, gpu_spans(frames, steps, window_rows))
-    return EveryStep(on_gpu_clock(stats, windows), windows, steps) if windows.height >= MIN_PROJECTED else \
-        EveryStep(stats, None, steps)
+    return EveryStep(on_gpu_clock(stats, windows), windows, steps, thread) if windows.height >= MIN_PROJECTED else \
+        EveryStep(stats, None, steps, thread)
+
+
+def kernel_period_steps(kernels: pl.LazyFrame, period: int, anchor: str) -> pl.DataFrame:
+    """The steps of KERNELS' sequence of PERIOD kernels starting with the ANCHOR kernel, as
+    :func:`steps.kernel_period_steps` cuts a capture read whole whose anchor recurs every PERIOD kernels: each anchor
+    starts a step that ends where the next begins, but one followed by fewer than PERIOD kernels (a last, partial
+    iteration), and the last ends where the kernels through its period's last have all ended.
+
+    Streamed, in bounded memory: the anchors' starts (a row a step), every kernel counted (with its latest end) by
+    how many anchors start before or with it, and the PERIOD kernels from the last step's anchor on."""
+    anchors = (kernels.filter(pl.col("name") == anchor).select("start_ns").collect(engine="streaming")
+               .sort("start_ns")["start_ns"])
+    between = (kernels.select(pl.lit(anchors).search_sorted(pl.col("start_ns"), side="right").cast(pl.Int64)
+                              .alias("_after"), "end_ns")
+               .group_by("_after").agg(pl.len().alias("len"), pl.col("end_ns").max()).collect(engine="streaming"))
+    # Per anchor k: the kernels from it on (the groups after k + 1 .. all anchors), and the latest end before it.
+    per_anchor = (pl.DataFrame({"_after": pl.int_range(anchors.len() + 1, eager=True).cast(pl.Int64)})
+                  .join(between, on="_after", how="left").sort("_after")
+                  .select(pl.col("len").fill_null(0).reverse().cum_sum().reverse().shift(-1).alias("from_on"),
+                          pl.col("end_ns").cum_max().alias("ended_before"))
+                  .head(anchors.len()))
+    kept = int((per_anchor["from_on"] >= period).sum())
+    if kept < 2:
+        return pl.DataFrame(schema=STEP_COLUMNS)
+    last = int(anchors[kept - 1])
+    through = (kernels.filter(pl.col("start_ns") >= last).select("start_ns", "end_ns").bottom_k(period, by="start_ns")
+               .select(pl.col("end_ns").max()).collect(engine="streaming").item())
+    before = per_anchor["ended_before"][kept - 1]
+    last_end = max(int(through), int(before)) if before is not None else int(through)
+    return pl.DataFrame({"start_ns": anchors.head(kept)}).select(
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("step"), pl.col("start_ns").cast(pl.Int64),
+        pl.col("start_ns").shift(-1).fill_null(last_end).cast(pl.Int64).alias("end_ns"),
+        pl.lit(f"period {period}").alias("name"), pl.lit(None, pl.Int64).alias("thread"))
 
 
 def gpu_spans(frames: Events, steps: pl.DataFrame, window_rows: int | None) -> pl.DataFrame:

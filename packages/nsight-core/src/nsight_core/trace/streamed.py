@@ -230,8 +230,8 @@ def _nvtx(trace: Trace) -> tuple[pl.LazyFrame, pl.LazyFrame]:
     """NVTX ranges and marks, as ``Trace.nvtx`` and ``Trace.nvtx_marks`` name them (ranges without ``depth``
     where scanned: that needs the ranges in order, :mod:`nsight_core.analysis.windows`).
 
-    A range that never ended ends at the table's last timestamp (one streamed pass); domains are the few
-    domain-creation events, looked up by (domain id, process).
+    A range that never ended ends at the table's last timestamp (one streamed pass; none of an empty table); domains
+    are the few domain-creation events, looked up by (domain id, process).
     """
     raw = _scan(trace, "NVTX_EVENTS", {"start": I64, "end": I64, "eventType": I64, "textId": I64, "text": STR,
                                        "globalTid": I64, "domainId": I64})
@@ -254,8 +254,8 @@ def _nvtx(trace: Trace) -> tuple[pl.LazyFrame, pl.LazyFrame]:
     event_type = pl.col("eventType")
     kind = pl.when(event_type.is_in(NVTX_PUSH_POP_TYPES)).then(pl.lit("push_pop")).otherwise(pl.lit("start_end"))
     ranges = named.filter(event_type.is_in(NVTX_PUSH_POP_TYPES + NVTX_START_END_TYPES)).select(
-        pl.col("start").alias("start_ns"), pl.col("end").fill_null(last).alias("end_ns"), "name", "domain", "thread",
-        kind.alias("kind"), pl.col("end").is_not_null().alias("closed"))
+        pl.col("start").alias("start_ns"), pl.col("end").fill_null(pl.lit(last, I64)).alias("end_ns"), "name",
+        "domain", "thread", kind.alias("kind"), pl.col("end").is_not_null().alias("closed"))
     marks = named.filter(event_type.is_in(NVTX_MARK_TYPES)).select(pl.col("start").alias("time_ns"), "name",
                                                                     "domain", "thread")
     return ranges, marks

@@ -275,23 +275,30 @@ def test_steps_on_the_cpus_clock_streamed_in_windows_get_what_to_fix_over_every_
     assert profile.analysis == withhold_savings(expected, profile.completeness)  # a trace that lost data: no savings
 
 
-KERNEL_PERIOD_CAPTURES = ["h200-fix-pairs-2025/sync_log-problem.sqlite", "h200-fix-pairs-2025/graph-problem.sqlite",
-                          "h200-2025-process/nsight-0013a405.sqlite"]
+NO_STEP_RANGES = {"deleted": "DELETE FROM NVTX_EVENTS",
+                  "open": 'UPDATE NVTX_EVENTS SET "end" = (SELECT max("end") FROM NVTX_EVENTS) WHERE "end" NOT NULL'}
+"""Two ways to take a capture's NVTX steps away: no ranges, or every range open to the end (none a step: they
+overlap), each enclosing what the steps' host calls did after it began."""
+KERNEL_PERIOD_CAPTURES = [("h200-fix-pairs-2025/sync_log-problem.sqlite", "deleted"),
+                          ("h200-fix-pairs-2025/sync_log-problem.sqlite", "open"),
+                          ("h200-fix-pairs-2025/graph-problem.sqlite", "deleted"),
+                          ("h200-2025-process/nsight-0013a405.sqlite", "deleted")]
 
 
-@pytest.mark.parametrize("recorded", KERNEL_PERIOD_CAPTURES)
+@pytest.mark.parametrize(("recorded", "ranges"), KERNEL_PERIOD_CAPTURES)
 def test_kernel_period_steps_streamed_get_what_to_fix_over_every_step_as_read_whole(
-        recorded: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A loop without NVTX ranges (the H200 captures with their NVTX events deleted: 19 steps of 35 kernels, 300 CUDA
-    graph replays of 3, a whole process's 86 periods of 18): its steps are the kernel sequence's periods. Streamed,
-    every step is found by the kernel the first steps start with, and its steps, budget, "What to fix" and drawn steps
-    are the capture's read whole, in one window and in windows of a few events; a streamed profile says so."""
-    capture = without_nvtx(FIXTURES / recorded, tmp_path)
+        recorded: str, ranges: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop without NVTX steps (the H200 captures with their NVTX events deleted, or all left open: 19 steps of 35
+    kernels, 300 CUDA graph replays of 3, a whole process's 86 periods of 18): its steps are the kernel sequence's
+    periods. Streamed, every step is found by the kernel the first steps start with, and its steps, budget, "What to
+    fix" (its sync calls named by the ranges they lie in, which began steps before) and drawn steps are the capture's
+    read whole, in one window and in windows of a few events; a streamed profile says so."""
+    capture = without_nvtx(FIXTURES / recorded, tmp_path, NO_STEP_RANGES[ranges])
     loaded = nsight_core.load_trace(capture)
     read_whole = analyze_steps(loaded)
     steps = read_whole.analysis.steps
     assert steps.source == "kernel-period" and steps.family is not None and steps.anchor_kernel
-    assert read_whole.analysis.findings and not loaded.nvtx.height
+    assert read_whole.analysis.findings and bool(loaded.nvtx.height) == (ranges == "open")
     drawn = drawing_for(loaded, read_whole.analysis, read_whole)
     trace = Trace(SpilledTables(SqliteTables(capture), STREAMED))
     streamed = events(trace)
@@ -472,11 +479,12 @@ def test_loops_without_nvtx_too_large_to_analyse_whole_are_compared_on_every_ker
     assert "its step times and budget (all its steps)" in render_diff(streamed)
 
 
-def without_nvtx(capture: Path, folder: Path) -> Path:
-    """A copy of CAPTURE (an SQLite export) in FOLDER with its NVTX events deleted: a loop nothing marks."""
+def without_nvtx(capture: Path, folder: Path, change: str = NO_STEP_RANGES["deleted"]) -> Path:
+    """A copy of CAPTURE (an SQLite export) in FOLDER without NVTX steps (CHANGE, of :data:`NO_STEP_RANGES`): by
+    default its NVTX events deleted, a loop nothing marks."""
     copy = Path(shutil.copy(capture, folder / capture.name))
     with closing(sqlite3.connect(copy)) as db, db:
-        db.execute("DELETE FROM NVTX_EVENTS")
+        db.execute(change)
     return copy
 
 

@@ -70,19 +70,18 @@ def _syncs(frames: Events, steps: pl.DataFrame, calls: pl.DataFrame, thread: int
            window_rows: int | None) -> tuple[pl.DataFrame, int]:
     """:func:`analyze.syncs_in` of STEPS (by start) in batches of steps holding about WINDOW_ROWS of THREAD's NVTX
     ranges, merged (CALLS: THREAD's synchronising calls, the budget's): each batch's calls are named by the ranges
-    that began in its time (the first's, from the capture's start), which hold the ranges a call in one of its steps
-    can be in."""
+    that overlap its time, which hold every range a call in it can be in and every range enclosing one of those (their
+    depth is the capture's). Kernel-period steps begin on the GPU, after the host's ranges that launched them."""
     small = frames.memcpy.filter((pl.col("direction") == "Device-to-Host")
                                  & (pl.col("bytes") <= find.SMALL_COPY_BYTES)).collect(engine="streaming")
     ranges = frames.nvtx.filter(pl.col("thread") == thread).select("start_ns", "end_ns", "name", "thread")
-    starts = steps["start_ns"]
-    batched = step_batches(starts, start_cuts(ranges, window_rows))
     found, small_reads = [], 0
-    for (first, end), inside in zip(batched, window_filters([int(starts[first]) for first, _ in batched[1:]],
-                                                            pl.col("start_ns")), strict=True):
-        batch = with_depth(ranges.filter(inside).collect(engine="streaming").sort("start_ns", maintain_order=True))
-        named, count = syncs_in(steps.slice(first, end - first), calls.filter(inside), small.filter(inside), thread,
-                                batch)
+    for first, end in step_batches(steps["start_ns"], start_cuts(ranges, window_rows)):
+        batch = steps.slice(first, end - first)
+        lo, hi = batch.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
+        meets = (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)
+        named, count = syncs_in(batch, calls.filter(meets), small.filter(meets), thread, with_depth(
+            ranges.filter(meets).collect(engine="streaming").sort("start_ns", maintain_order=True)))
         found.append(named)
         small_reads += count
     return pl.concat(found), small_reads

@@ -29,9 +29,9 @@ from nsight_core.analysis.diff import TraceDiff
 from nsight_core.analysis.step_events import StepDrawing, drawing_for, streamed_drawing
 from nsight_core.analysis.steps import StepFamily, family_stats, find_steps, kernel_period_steps
 from nsight_core.analysis.whole_budget import StepTooLarge, whole_capture_budget
-from nsight_core.analysis.whole_findings import whole_capture_analysis
+from nsight_core.analysis.whole_findings import streamed_window, whole_capture_analysis
 from nsight_core.analysis.whole_ranges import whole_capture_ranges
-from nsight_core.analysis.whole_steps import every_step, whole_capture_steps
+from nsight_core.analysis.whole_steps import capture_as_step, every_step, whole_capture_steps
 from nsight_core.analysis.whole_steps import kernel_period_steps as streamed_kernel_period_steps
 from nsight_core.errors import NotEnoughMemoryError
 from nsight_core.nsys import Nsys
@@ -322,6 +322,54 @@ def test_kernel_period_steps_streamed_get_what_to_fix_over_every_step_as_read_wh
     assert note_line(profile).startswith(f"What to fix covers all {expected.budget.steps:,} steady steps")
     assert profile.analysis == withhold_savings(expected, profile.completeness)
     assert_same_drawing(profile.steps_drawn, drawn)
+
+
+NO_STEP_CAPTURES = [("h200-fix-pairs-2025/tf32-problem.sqlite", "deleted"),
+                    ("h200-2025-graph-node/graph_node.sqlite", "deleted"),
+                    ("h200-fix-pairs-2025/dataloader-problem.sqlite", "open")]
+
+
+@pytest.mark.parametrize(("recorded", "ranges"), NO_STEP_CAPTURES)
+def test_a_capture_without_steps_streamed_gets_what_to_fix_over_all_of_it_as_read_whole(
+        recorded: str, ranges: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A capture without steps (H200 captures without NVTX steps whose kernels do not repeat: 80 of one name, 7,788
+    CUDA-graph nodes, a data loader's loop with its ranges left open) is one step, its user window, as read whole.
+    Streamed, that step is cut where the GPU is busy into ~40 pieces, read a batch at a time, and its
+    budget and "What to fix" are the capture's read whole; a streamed profile says so."""
+    capture = without_nvtx(FIXTURES / recorded, tmp_path, NO_STEP_RANGES[ranges])
+    loaded = nsight_core.load_trace(capture)
+    read_whole = analyze_steps(loaded)
+    assert read_whole.analysis.steps.source == "none" and read_whole.analysis.budget_scope == "capture"
+    assert {finding.kind for finding in read_whole.analysis.findings} > {"no_steps"}
+    trace = Trace(SpilledTables(SqliteTables(capture), STREAMED))
+    streamed = events(trace)
+    window = streamed_window(trace, streamed)
+    expected = read_whole.analysis.model_copy(update={"steps": read_whole.analysis.steps.model_copy(
+        update={"candidates": []})})
+    counted = sum(frame.select(pl.len()).collect().item() for frame in (
+        streamed.kernels, streamed.memcpy, streamed.memset, streamed.cuda_api, streamed.osrt, streamed.nvtx))
+    for rows in (None, max(3, counted // WINDOWS)):
+        every = capture_as_step(streamed, read_whole.analysis.steps, window.start_ns, window.end_ns, rows)
+        assert every.pieces is not None and (every.pieces.height > 10) == (rows is not None), every.pieces.height
+        budget = whole_capture_budget(streamed, every, rows)
+        assert budget is not None and budget.budget == read_whole.analysis.budget, rows
+        assert budget.steps.equals(read_whole.budgets), rows
+        assert whole_capture_analysis(trace, every, budget, window_rows=rows) == expected, rows
+    # A piece holding more events than the memory allowed reads at once is refused before any is read.
+    with pytest.raises(StepTooLarge, match=r"piece \d+ of the capture \(cut where the GPU is busy\) holds"):
+        whole_capture_budget(streamed, every, 3, step_rows=1)
+
+    # Streamed end to end: "What to fix" covers all of it, nothing drawn (no steps), as read whole. The analysis may
+    # read two thirds of the events at once (the 83 events before the tf32 capture's first kernel, in one piece).
+    monkeypatch.setattr(memory, "STREAMED_SUMMARY_BYTES", 1 << 20)
+    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "4M")
+    monkeypatch.setattr(profile_module, "affordable_event_bytes", lambda: loaded.event_bytes * 2 // 3)
+    profile = build_profile(capture)
+    assert profile.stats.export is not None and profile.stats.export.streamed
+    assert note_line(profile).startswith("What to fix covers all of it as one step (its first part that fits has "
+                                         "no steps), streamed from disk"), note_line(profile)
+    assert profile.analysis == withhold_savings(expected, profile.completeness)
+    assert profile.steps_drawn is None and profile.whole_steps is None
 
 
 def test_kernel_period_steps_streamed_are_cut_as_read_whole() -> None:

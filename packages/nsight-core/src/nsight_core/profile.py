@@ -28,14 +28,14 @@ from pydantic import BaseModel, Field
 
 from nsight_core.analysis.analyze import Analysis, Analyzed, analyze_steps, withhold_savings
 from nsight_core.analysis.completeness import CaptureFacts, Completeness, capture_facts, check_completeness
-from nsight_core.analysis.intervals import first_share_end
+from nsight_core.analysis.intervals import WINDOW_ROWS, first_share_end
 from nsight_core.analysis.step_events import StepDrawing, drawing_for, streamed_drawing
 from nsight_core.analysis.steps import StepStats, find_steps
 from nsight_core.analysis.summary import Tile, summary_tiles
 from nsight_core.analysis.timeline import TraceSummary, summarize_trace
 from nsight_core.analysis.whole_budget import WholeBudget, whole_capture_budget
-from nsight_core.analysis.whole_findings import whole_capture_analysis
-from nsight_core.analysis.whole_steps import EveryStep, every_step
+from nsight_core.analysis.whole_findings import streamed_window, whole_capture_analysis
+from nsight_core.analysis.whole_steps import EveryStep, capture_as_step, every_step
 from nsight_core.errors import NotEnoughMemoryError, StatsError
 from nsight_core.memory import (
     affordable_event_bytes,
@@ -127,9 +127,10 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
                      facts: CaptureFacts) -> CaptureProfile:
     """The profile of a streamed capture whose frames would not fit read whole: statistics, summary (tiles,
     timeline) and completeness, each streamed from the Parquet copies in bounded memory; "What to fix" over every
-    step where they are NVTX ranges (analysis/whole_findings.py), else from the capture's first part that fits
-    (:func:`first_part`), which chooses the step family in any case (:func:`chosen_steps`); a note says what covers
-    what (which `nsight stats` prints as well). Each stage logs its progress (a capture of gigabytes takes minutes)."""
+    step (NVTX ranges or kernel periods), or the capture as one step where it has none (analysis/whole_findings.py),
+    else (a pass failed) from the capture's first part that fits (:func:`first_part`), which chooses the step family
+    in any case (:func:`chosen_steps`); a note says what covers what (which `nsight stats` prints as well). Each
+    stage logs its progress (a capture of gigabytes takes minutes)."""
     started, (allowed, source) = time.monotonic(), allowed_memory()
     whole = f"the whole capture's analysis reads whole frames (about {size(summary_bytes(trace.event_bytes))}) and " \
             f"{source} allows {size(allowed or 0)}"
@@ -147,13 +148,14 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
         return with_steps_drawn(diagnosed(profile, parts), lambda analysis: drawing_for(trace, analysis, parts()))
     else:
         # The first steps that fit choose the step family (their NVTX ranges and kernels alone are read, or all the
-        # capture's NVTX ranges where they hold none); every step of it is then analysed streamed, or, where that
-        # cannot be (no NVTX steps, a pass failed), the first steps are analysed read whole. Their frames are not
-        # alive while every step is streamed (read again should it fail).
+        # capture's NVTX ranges where they hold none), or find none; every step of it (or the capture as one step) is
+        # then analysed streamed, or, where that cannot be (a pass failed, a step too large to read at once), the
+        # first steps are analysed read whole. Their frames are not alive while every step is streamed (read again
+        # should it fail).
         chosen, first_steps, from_all = chosen_steps(trace, part)
         first_tables, part = part.tables, None
         found = _every_step(path, trace, chosen, started)
-        every = found.every.stats if found.every else None
+        every = found.every.stats if found.every and found.every.stats.family else None
         first = _first_steps(first_steps, profile.trace.span_ns if profile.trace else 0)
         if found.analysis is not None and found.budget is not None and found.every is not None:
             windows, budget = found.every.drawn, found.budget
@@ -162,8 +164,11 @@ def streamed_profile(path: Path, trace: Trace, reports: Sequence[str], title: st
                 lambda analysis: streamed_drawing(events(trace), analysis, windows, budget))
             chosen_by = ("all its NVTX ranges, which fit read whole (its first part that fits has no NVTX steps)"
                          if from_all else f"its first {first}, which fit read whole")
-            note = (f"What to fix covers all {found.analysis.budget.steps:,} steady steps, streamed from disk as the "
-                    f"statistics, summary and completeness are: {whole}. The step family was chosen by {chosen_by}.")
+            covers = (f"all {found.analysis.budget.steps:,} steady steps" if found.every.pieces is None else
+                      "all of it as one step (its first part that fits has no steps)")
+            note = (f"What to fix covers {covers}, streamed from disk as the statistics, summary and completeness "
+                    f"are: {whole}." + (f" The step family was chosen by {chosen_by}." if found.every.pieces is None
+                                        else ""))
         else:
             del found  # not alive while the first part is analysed
             first_part_trace = Trace(first_tables)
@@ -208,18 +213,27 @@ def _every_step(path: Path, trace: Trace, chosen: StepStats, started: float) -> 
     (:func:`whole_capture_budget`) and analysis (:func:`whole_capture_analysis`); None where there is none, or a
     streamed pass fails (a loss for the note, not the page's: as for the analysis, :func:`diagnosed`). Progress is
     logged with the seconds since STARTED."""
-    frames = events(trace)
+    frames, most = events(trace), step_rows(trace)
     try:
-        every = every_step(frames, chosen)
+        if chosen.source == "none":  # pieces of half the events a step may hold: a cut moves to the next kernel
+            window = streamed_window(trace, frames)
+            every: EveryStep | None = capture_as_step(frames, chosen, window.start_ns, window.end_ns,
+                                                      WINDOW_ROWS if most is None else min(WINDOW_ROWS, most // 2))
+        else:
+            every = every_step(frames, chosen)
     except Exception as error:  # see the docstring
         log.warning("could not read every step of %s (%s: %s)", path, type(error).__name__, error)
         return _Every(None, None, None)
     if every is None:
         return _Every(None, None, None)
-    log.info("What to fix: the time budget of each of %s steps, streamed (%.0f s in)", f"{every.ranges.height:,}",
-             time.monotonic() - started)
+    if every.pieces is None:
+        log.info("What to fix: the time budget of each of %s steps, streamed (%.0f s in)", f"{every.ranges.height:,}",
+                 time.monotonic() - started)
+    else:
+        log.info("What to fix: the time budget of the capture as one step, in %s pieces, streamed (%.0f s in)",
+                 f"{every.pieces.height:,}", time.monotonic() - started)
     try:
-        budget = whole_capture_budget(frames, every, step_rows=step_rows(trace))
+        budget = whole_capture_budget(frames, every, step_rows=most)
         log.info("What to fix: findings and NVTX ranges over every step (%.0f s in)", time.monotonic() - started)
         return _Every(every, budget,
                       None if budget is None else whole_capture_analysis(trace, every, budget))

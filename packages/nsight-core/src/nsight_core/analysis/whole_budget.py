@@ -88,9 +88,9 @@ def whole_capture_budget(frames: Events, every: EveryStep, window_rows: int | No
     the GPU's clock, any on the CPU's) one step may hold, the memory allowed (None: no limit); a step holding more
     raises :class:`StepTooLarge` before any batch is read."""
     family, thread = every.stats.family, every.thread
-    if family is None or thread is None:
+    if thread is None or (family is None and every.pieces is None):
         return None
-    if every.windows is None:
+    if every.windows is None or family is None:
         return _cpu_budget(frames, every, thread, window_rows, step_rows)
     windows = every.windows  # an NVTX family's, whose thread is its ranges'
     work = gpu_work_of(frames)
@@ -131,13 +131,13 @@ def _edge_counts(starts: pl.LazyFrame, steps: pl.DataFrame) -> pl.DataFrame:
             .group_by("_edge").len().collect(engine="streaming"))
 
 
-def _check_steps(counts: pl.DataFrame, steps: pl.DataFrame, most: int) -> None:
+def _check_steps(counts: pl.DataFrame, steps: pl.DataFrame, most: int, what: str = "step {}") -> None:
     """Raise :class:`StepTooLarge` where more than MOST events start inside one of STEPS (COUNTS:
-    :func:`_edge_counts` of them)."""
+    :func:`_edge_counts` of them), named by WHAT with its number."""
     inside = counts.filter(pl.col("_edge") % 2 == 1).sort("len", descending=True).head(1)
     if inside.height and int(inside["len"][0]) > most:
         step = steps["step"][(int(inside["_edge"][0]) - 1) // 2]
-        raise StepTooLarge(f"step {step} holds {int(inside['len'][0]):,} events, and the memory allowed reads "
+        raise StepTooLarge(f"{what.format(step)} holds {int(inside['len'][0]):,} events, and the memory allowed reads "
                            f"{most:,} at once")
 
 
@@ -146,11 +146,12 @@ def _cpu_budget(frames: Events, every: EveryStep, thread: int, window_rows: int 
     """:func:`budget.budget_totals` of EVERY step (their ranges or kernel periods, on THREAD) in batches of steps
     whose time holds about WINDOW_ROWS events: each batch's events are those overlapping its time, read from disk.
     STEP_ROWS: as for :func:`whole_capture_budget`, every event counted."""
-    steps = every.ranges
+    steps = every.ranges if every.pieces is None else every.pieces
     sources = (frames.kernels, frames.memcpy, frames.memset, frames.cuda_api, frames.osrt, frames.nvtx)
     starts = pl.concat([frame.select("start_ns") for frame in sources])
     if step_rows is not None:
-        _check_steps(_edge_counts(starts, steps), steps, step_rows)
+        _check_steps(_edge_counts(starts, steps), steps, step_rows,
+                     "step {}" if every.pieces is None else "piece {} of the capture (cut where the GPU is busy)")
     cuts = start_cuts(starts, window_rows)
     calls = step_syncs(_sync_calls(frames), thread)
     span = ("start_ns", "end_ns")
@@ -172,20 +173,24 @@ def _cpu_budget(frames: Events, every: EveryStep, thread: int, window_rows: int 
                              calls.filter(meets), thread), batch
 
     warmup = int(steps["step"][0]) if every.stats.warmup else None
-    budget, rows = _summed((totals(*cut) for cut in step_batches(steps["start_ns"], cuts)), warmup, thread)
+    budget, rows = _summed((totals(*cut) for cut in step_batches(steps["start_ns"], cuts)), warmup, thread,
+                           every.pieces is not None)
     return WholeBudget(budget, rows, every.stats.bound, calls, lambda _: pl.DataFrame(schema=IDLE_COLUMNS))
 
 
 def _summed(totals: Iterable[tuple[pl.DataFrame, pl.DataFrame]], warmup: int | None,
-            thread: int) -> tuple[StepBudget, pl.DataFrame]:
+            thread: int, pieces: bool = False) -> tuple[StepBudget, pl.DataFrame]:
     """The budget of the steps but the WARMUP one (its step, if any), and every step's budget (:func:`budget.per_step`),
     from each batch's TOTALS (a budget's totals and its steps), each reduced at once to a row a step and the CPU's
-    activities summed: all steps' totals held 0.85 GB for 400,000 steps of a replicated fixture."""
+    activities summed: all steps' totals held 0.85 GB for 400,000 steps of a replicated fixture. PIECES: the steps are
+    pieces of one step 0 (:func:`whole_steps.busy_pieces`), whose budgets add up to its budget."""
     rows, activities = [], []
     for batch, steps in totals:
         rows.append(per_step(batch, steps))
         activities.append(cpu_activities(batch.filter(pl.col("step") != warmup) if warmup is not None else batch))
     every = pl.concat(rows)
+    if pieces:
+        every = every.select(pl.lit(0, every.schema["step"]).alias("step"), pl.exclude("step").sum())
     return budget_of(every.filter(pl.col("step") != warmup) if warmup is not None else every,
                      pl.concat(activities), thread), every
 

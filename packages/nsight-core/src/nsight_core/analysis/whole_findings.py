@@ -36,32 +36,39 @@ def whole_capture_analysis(trace: Trace, every: EveryStep, whole: WholeBudget, f
     capture read whole. FULL False: its steps, budget and window alone, what a comparison reads (no findings, no NVTX
     range table: it reads the ranges' totals)."""
     stats, thread = every.stats.model_copy(update={"bound": whole.bound}), every.thread
-    if stats.family is None or thread is None:
+    if thread is None or (stats.family is None and every.pieces is None):
         return None
     frames = events(trace)
-    window = _user_window(trace, frames)
-    analysis = Analysis(window=window, steps=stats, budget=whole.budget, budget_scope="steps", ranges=[], findings=[])
+    window = streamed_window(trace, frames)
+    analysis = Analysis(window=window, steps=stats, budget=whole.budget,
+                        budget_scope="steps" if every.pieces is None else "capture", ranges=[], findings=[])
     if not full:
         return analysis
     steps = every.drawn
     steady = steps.slice(1) if stats.warmup else steps
     steady_ranges = steady.select("step", pl.col("cpu_start_ns").alias("start_ns"),
                                   pl.col("cpu_end_ns").alias("end_ns"))
-    context = Context(steps=stats, budget=whole.budget, window_ns=window.span_ns, step_p50_ns=stats.family.p50_ns)
+    context = Context(steps=stats, budget=whole.budget, window_ns=window.span_ns,
+                      step_p50_ns=stats.family.p50_ns if stats.family else None)
     gpu = None
     if any(frame.head(1).collect().height for frame in (frames.kernels, frames.memcpy, frames.memset, frames.graphs)):
         duration = pl.col("end_ns") - pl.col("start_ns")
         copies = frames.memcpy.filter((pl.col("bytes") >= find.PAGEABLE_MIN_BYTES) & (duration > 0)).collect(
             engine="streaming")
-        gpu = GpuInputs(*_syncs(frames, steady_ranges, whole.syncs, thread, window_rows),
-                        _launch_shape(frames, steady_ranges, window_rows), copies, steady,
-                        find.nominal_pinned(trace.gpus), find.kernel_totals(frames.kernels, steady))
+        if every.pieces is None:
+            syncs = _syncs(frames, steady_ranges, whole.syncs, thread, window_rows)
+        else:  # a capture without steps: its one step's calls, a piece at a time
+            calls, small_reads = _syncs(frames, every.pieces, whole.syncs, thread, window_rows)
+            syncs = calls.with_columns(pl.lit(0, calls.schema["step"]).alias("step")), small_reads
+        gpu = GpuInputs(*syncs, _launch_shape(frames, steady_ranges, window_rows), copies,
+                        steady if every.pieces is None else steady.clear(), find.nominal_pinned(trace.gpus),
+                        find.kernel_totals(frames.kernels, steady))
     return analysis.model_copy(update={"ranges": whole_capture_ranges(frames, window.span_ns, window_rows),
                                        "findings": find.findings_of(context, gpu)})
 
 
-def _user_window(trace: Trace, frames: Events) -> UserWindow:
-    """:func:`footprint.capture_window` of TRACE, streamed."""
+def streamed_window(trace: Trace, frames: Events) -> UserWindow:
+    """:func:`footprint.capture_window` of TRACE (its FRAMES), streamed."""
     return user_window(trace.window.start_ns, trace.window.end_ns, frames.nvtx_marks,
                        [frames.kernels, frames.memcpy, frames.memset, frames.cuda_api, frames.nvtx], frames.osrt)
 

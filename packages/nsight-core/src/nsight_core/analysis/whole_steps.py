@@ -54,6 +54,9 @@ class EveryStep(NamedTuple):
     clock; of kernel-period steps, their periods."""
     thread: int | None
     """The steps' CPU thread (:func:`budget.step_thread`): the NVTX family's, else the one with the most calls."""
+    pieces: pl.DataFrame | None = None
+    """Of a capture without steps (RANGES: the user's window, one step), that step cut where the GPU is busy
+    (:func:`busy_pieces`): what its streamed passes read a batch at a time; None for steps."""
 
     @property
     def drawn(self) -> pl.DataFrame:
@@ -63,6 +66,42 @@ class EveryStep(NamedTuple):
             return self.windows
         return self.ranges.select("step", "start_ns", "end_ns", pl.col("start_ns").alias("cpu_start_ns"),
                                   pl.col("end_ns").alias("cpu_end_ns"))
+
+
+def capture_as_step(frames: Events, chosen: StepStats, start_ns: int, end_ns: int,
+                    window_rows: int | None = WINDOW_ROWS) -> EveryStep:
+    """A capture whose first part found no steps (CHOSEN) as :func:`analyze.analyze_steps` takes one: its user window
+    (START_NS to END_NS) as one step, cut into :func:`busy_pieces` of about WINDOW_ROWS events."""
+    window = pl.DataFrame({"step": [0], "start_ns": [start_ns], "end_ns": [end_ns], "name": [""], "thread": [None]},
+                          schema=STEP_COLUMNS)
+    return EveryStep(chosen.model_copy(update={"candidates": []}), None, window,
+                     step_thread(None, frames.cuda_api, frames.osrt),
+                     busy_pieces(frames, start_ns, end_ns, window_rows))
+
+
+def busy_pieces(frames: Events, start_ns: int, end_ns: int, window_rows: int | None) -> pl.DataFrame:
+    """START_NS to END_NS cut into pieces (step, start_ns, end_ns: the step a piece's number) of about WINDOW_ROWS of
+    FRAMES' events, each cut inside a kernel (the first of 2 ns or more to start after an even cut): no run of idle
+    GPU is cut, so what the budget makes of each (a launch gap or idle by its whole length, a sync's refill) is what
+    it makes of them all at once, and the pieces' budgets add up to the whole one's. Without such kernels, one piece.
+    Three streamed passes: a histogram of the starts, the first kernel after each cut, and its end."""
+    sources = (frames.kernels, frames.memcpy, frames.memset, frames.cuda_api, frames.osrt, frames.nvtx)
+    targets = [cut for cut in start_cuts(pl.concat([frame.select("start_ns") for frame in sources]), window_rows)
+               if start_ns < cut < end_ns]
+    cuts: list[int] = []
+    if targets:
+        long = frames.kernels.filter(pl.col("end_ns") - pl.col("start_ns") >= 2).select("start_ns", "end_ns")
+        firsts = (long.select(pl.lit(pl.Series(targets)).search_sorted(pl.col("start_ns"), side="right")
+                              .alias("_after"), "start_ns")
+                  .filter(pl.col("_after") > 0).group_by("_after").agg(pl.col("start_ns").min())
+                  .collect(engine="streaming"))
+        inside = (long.join(firsts.lazy().select("start_ns"), on="start_ns", how="semi").group_by("start_ns")
+                  .agg(pl.col("end_ns").max()).select(pl.col("start_ns") + (pl.col("end_ns") - pl.col("start_ns")) // 2)
+                  .collect(engine="streaming").to_series())
+        cuts = sorted({int(cut) for cut in inside if start_ns < cut < end_ns})
+    edges = [start_ns, *cuts, end_ns]
+    return pl.DataFrame({"step": range(len(edges) - 1), "start_ns": edges[:-1], "end_ns": edges[1:]},
+                        schema={"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64})
 
 
 def whole_capture_steps(frames: Events, chosen: StepStats, window_rows: int | None = WINDOW_ROWS) -> StepStats | None:

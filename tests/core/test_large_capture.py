@@ -12,8 +12,9 @@ the whole-frame path's.
 
 A long GPU capture (an H200 fixture's events repeated along time, bench/replicate_fixture.py: 160,000 steps, 4.6 M
 kernels, 13 M CUDA calls, a 1.03 GB export): `nsight stats --json` in a task allowed 2 GiB stays under 2 GiB and its
-"What to fix" covers every step, and so does it with its NVTX events deleted (160,000 kernel-period steps); at a
-quarter of that size, the analysis streamed is the one read whole.
+"What to fix" covers every step, and so does it with its NVTX events deleted (160,000 kernel-period steps), and
+with its kernels' names shuffled too (no steps: all of it as one step); at a quarter of that size, the analysis
+streamed is the one read whole.
 """
 
 from __future__ import annotations
@@ -126,18 +127,32 @@ def test_a_long_gpu_capture_gets_what_to_fix_over_every_step_under_2_gib(tmp_pat
     assert stats.tree_mb < BOUND_MB, stats.tree_mb
 
 
-def test_a_long_gpu_loop_without_nvtx_gets_what_to_fix_over_every_kernel_period_under_2_gib(tmp_path: Path) -> None:
+SHUFFLED_NAMES = """UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = CASE abs(random()) % 3
+    WHEN 0 THEN demangledName WHEN 1 THEN shortName
+    ELSE (SELECT min(demangledName) FROM CUPTI_ACTIVITY_KIND_KERNEL) END"""
+"""Each kernel named at random: its own name, its short name or one of all (string ids of the export), so that no
+kernel recurs at a constant distance."""
+
+
+@pytest.mark.parametrize(("change", "source", "covers"), [
+    ("", "kernel-period", "all 160,000 steady steps"),
+    (SHUFFLED_NAMES, "none", "all of it as one step (its first part that fits has no steps)")],
+    ids=["kernel-periods", "no-steps"])
+def test_a_long_gpu_loop_without_nvtx_gets_what_to_fix_over_all_of_it_under_2_gib(
+        change: str, source: str, covers: str, tmp_path: Path) -> None:
     capture = replicate(8000, tmp_path / "long.sqlite")
     with closing(sqlite3.connect(capture)) as db, db:
         db.execute("DELETE FROM NVTX_EVENTS")  # a loop nothing marks: its steps are its kernel sequence's periods
+        if change:
+            db.execute(change)  # nor does its kernel sequence repeat: the capture is one step
     stats = tree_run([sys.executable, "-m", "nsight_core.cli", "stats", capture, "--json"], tmp_path,
                      {**os.environ, "NSIGHT_SUMMARY_MEMORY": "2G"})
     payload = json.loads(stats.stdout)
-    assert payload["export"]["streamed"] and payload["steps"]["source"] == "kernel-period"
-    assert payload["steps"]["family"]["count"] == payload["budget"]["steps"] == 160_000
+    assert payload["export"]["streamed"] and payload["steps"]["source"] == source
+    assert payload["budget"]["steps"] == (160_000 if source == "kernel-period" else 1)
     assert {finding["kind"] for finding in payload["findings"]} >= {"untraced_host"}
     [note] = payload["notes"]
-    assert note.startswith("What to fix covers all 160,000 steady steps, streamed from disk"), note
+    assert note.startswith(f"What to fix covers {covers}, streamed from disk"), note
     assert stats.tree_mb < BOUND_MB, stats.tree_mb
 
 

@@ -24,14 +24,14 @@ import nsight_core
 from nsight_core import compare, memory
 from nsight_core import profile as profile_module
 from nsight_core.analysis import whole_budget
-from nsight_core.analysis.analyze import analyze_steps, withhold_savings
+from nsight_core.analysis.analyze import Analysis, Analyzed, analyze_steps, withhold_savings
 from nsight_core.analysis.diff import TraceDiff
 from nsight_core.analysis.step_events import StepDrawing, drawing_for, streamed_drawing
 from nsight_core.analysis.steps import StepFamily, family_stats, find_steps, kernel_period_steps
 from nsight_core.analysis.whole_budget import StepTooLarge, whole_capture_budget
 from nsight_core.analysis.whole_findings import streamed_window, whole_capture_analysis
 from nsight_core.analysis.whole_ranges import whole_capture_ranges
-from nsight_core.analysis.whole_steps import capture_as_step, every_step, whole_capture_steps
+from nsight_core.analysis.whole_steps import EveryStep, capture_as_step, every_step, whole_capture_steps
 from nsight_core.analysis.whole_steps import kernel_period_steps as streamed_kernel_period_steps
 from nsight_core.errors import NotEnoughMemoryError
 from nsight_core.nsys import Nsys
@@ -44,7 +44,7 @@ from nsight_core.trace.export import ExportChoice, export
 from nsight_core.trace.head import head
 from nsight_core.trace.model import Trace
 from nsight_core.trace.spill import SpilledTables
-from nsight_core.trace.streamed import events
+from nsight_core.trace.streamed import Events, events
 from nsight_core.trace.tables import SqliteTables
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -237,20 +237,8 @@ def test_steps_on_the_cpus_clock_streamed_in_windows_get_what_to_fix_over_every_
     assert steps.source == "nvtx" and steps.clock == "cpu" and steps.family is not None
     # What the host did while the GPU idled (its sleeps, its ranges, its calls) is what the budget says.
     assert read_whole.analysis.budget.idle_activities and read_whole.analysis.ranges
-    drawn = drawing_for(loaded, read_whole.analysis, read_whole)
-    trace = Trace(SpilledTables(SqliteTables(sqlite), STREAMED))
-    streamed = events(trace)
-    expected = read_whole.analysis.model_copy(update={"steps": steps.model_copy(update={"candidates": []})})
-    for rows in (None, 3):
-        every = every_step(streamed, steps, rows)
-        assert every is not None and every.windows is None
-        budget = whole_capture_budget(streamed, every, rows)
-        assert budget is not None and budget.budget == read_whole.analysis.budget, rows
-        assert budget.steps.equals(read_whole.budgets), rows
-        assert whole_capture_analysis(trace, every, budget, window_rows=rows) == expected, rows
-        assert_same_drawing(streamed_drawing(streamed, read_whole.analysis, every.drawn, budget), drawn)
+    every, streamed, expected = assert_cpu_clock_streamed_as_read_whole(sqlite, loaded, read_whole)
     # A step holding more events than the memory allowed reads at once is refused before any is read.
-    assert every is not None
     largest = largest_step([loaded.kernels, loaded.memcpy, loaded.memset, loaded.cuda_api, loaded.osrt, loaded.nvtx],
                            every.ranges)
     limited = whole_capture_budget(streamed, every, step_rows=largest)
@@ -299,18 +287,7 @@ def test_kernel_period_steps_streamed_get_what_to_fix_over_every_step_as_read_wh
     steps = read_whole.analysis.steps
     assert steps.source == "kernel-period" and steps.family is not None and steps.anchor_kernel
     assert read_whole.analysis.findings and bool(loaded.nvtx.height) == (ranges == "open")
-    drawn = drawing_for(loaded, read_whole.analysis, read_whole)
-    trace = Trace(SpilledTables(SqliteTables(capture), STREAMED))
-    streamed = events(trace)
-    expected = read_whole.analysis.model_copy(update={"steps": steps.model_copy(update={"candidates": []})})
-    for rows in (None, 3):
-        every = every_step(streamed, steps, rows)
-        assert every is not None and every.windows is None and every.stats == expected.steps
-        budget = whole_capture_budget(streamed, every, rows)
-        assert budget is not None and budget.budget == read_whole.analysis.budget, rows
-        assert budget.steps.equals(read_whole.budgets), rows
-        assert whole_capture_analysis(trace, every, budget, window_rows=rows) == expected, rows
-        assert_same_drawing(streamed_drawing(streamed, read_whole.analysis, every.drawn, budget), drawn)
+    expected = assert_cpu_clock_streamed_as_read_whole(capture, loaded, read_whole)[2]
 
     # Streamed end to end: the steps chosen by the first half of the events, "What to fix" over every one of them.
     monkeypatch.setattr(memory, "STREAMED_SUMMARY_BYTES", 1 << 20)
@@ -320,8 +297,9 @@ def test_kernel_period_steps_streamed_get_what_to_fix_over_every_step_as_read_wh
     assert profile.stats.export is not None and profile.stats.export.streamed
     assert re.search(r"chosen by its first [\d,]+ steps", note_line(profile)), note_line(profile)
     assert note_line(profile).startswith(f"What to fix covers all {expected.budget.steps:,} steady steps")
+    assert profile.completeness is not None
     assert profile.analysis == withhold_savings(expected, profile.completeness)
-    assert_same_drawing(profile.steps_drawn, drawn)
+    assert_same_drawing(profile.steps_drawn, drawing_for(loaded, read_whole.analysis, read_whole))
 
 
 NO_STEP_CAPTURES = [("h200-fix-pairs-2025/tf32-problem.sqlite", "deleted"),
@@ -350,7 +328,8 @@ def test_a_capture_without_steps_streamed_gets_what_to_fix_over_all_of_it_as_rea
         streamed.kernels, streamed.memcpy, streamed.memset, streamed.cuda_api, streamed.osrt, streamed.nvtx))
     for rows in (None, max(3, counted // WINDOWS)):
         every = capture_as_step(streamed, read_whole.analysis.steps, window.start_ns, window.end_ns, rows)
-        assert every.pieces is not None and (every.pieces.height > 10) == (rows is not None), every.pieces.height
+        assert every.pieces is not None
+        assert (every.pieces.height > 10) == (rows is not None), every.pieces.height
         budget = whole_capture_budget(streamed, every, rows)
         assert budget is not None and budget.budget == read_whole.analysis.budget, rows
         assert budget.steps.equals(read_whole.budgets), rows
@@ -368,6 +347,7 @@ def test_a_capture_without_steps_streamed_gets_what_to_fix_over_all_of_it_as_rea
     assert profile.stats.export is not None and profile.stats.export.streamed
     assert note_line(profile).startswith("What to fix covers all of it as one step (its first part that fits has "
                                          "no steps), streamed from disk"), note_line(profile)
+    assert profile.completeness is not None
     assert profile.analysis == withhold_savings(expected, profile.completeness)
     assert profile.steps_drawn is None and profile.whole_steps is None
 
@@ -389,6 +369,28 @@ def test_kernel_period_steps_streamed_are_cut_as_read_whole() -> None:
         found = streamed_kernel_period_steps(shuffled.filter(pl.col("start_ns") < 10 * upto).lazy(), 3, "a")
         assert found.equals(expected), upto
         assert found["end_ns"][-1] == 10_000
+
+
+def assert_cpu_clock_streamed_as_read_whole(sqlite: Path, loaded: Trace, read_whole: Analyzed,
+                                            ) -> tuple[EveryStep, Events, Analysis]:
+    """Every step of SQLITE streamed (its steps on the CPU's clock), in one window and in windows of 3 events: its
+    steps, budget, "What to fix" and drawn steps are those of LOADED, the capture read whole (READ_WHOLE). Returns the
+    last pass's steps, the streamed frames and the analysis expected of a streamed capture."""
+    drawn = drawing_for(loaded, read_whole.analysis, read_whole)
+    trace = Trace(SpilledTables(SqliteTables(sqlite), STREAMED))
+    streamed = events(trace)
+    steps = read_whole.analysis.steps
+    expected = read_whole.analysis.model_copy(update={"steps": steps.model_copy(update={"candidates": []})})
+    for rows in (None, 3):
+        every = every_step(streamed, steps, rows)
+        assert every is not None and every.windows is None and every.stats == expected.steps
+        budget = whole_capture_budget(streamed, every, rows)
+        assert budget is not None and budget.budget == read_whole.analysis.budget, rows
+        assert budget.steps.equals(read_whole.budgets), rows
+        assert whole_capture_analysis(trace, every, budget, window_rows=rows) == expected, rows
+        assert_same_drawing(streamed_drawing(streamed, read_whole.analysis, every.drawn, budget), drawn)
+    assert every is not None
+    return every, streamed, expected
 
 
 def test_ranges_that_overlap_somewhere_are_no_steps() -> None:

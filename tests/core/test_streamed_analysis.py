@@ -529,6 +529,23 @@ def test_loops_without_nvtx_too_large_to_analyse_whole_are_compared_on_every_ker
     assert "its step times and budget (all its steps)" in render_diff(streamed)
 
 
+def test_captures_without_steps_too_large_to_analyse_whole_are_compared_on_all_of_it_as_read_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`nsight diff` of two streamed captures without steps (the TF32 fix pair without NVTX: 80 kernels of one name)
+    compares their budget as one step and their user window, each delta what the comparison read whole gives."""
+    a, b = (without_nvtx(FIXTURES / "h200-fix-pairs-2025" / f"tf32-{name}.sqlite", tmp_path)
+            for name in ("problem", "fixed"))
+    # Two thirds of A's events may be read at once: the 83 before its first kernel, one piece, among them.
+    whole, streamed = diffed_whole_and_streamed(a, b, monkeypatch, 1.5)
+    assert not whole.streamed and {"budget", "summary"} <= {delta.group for delta in whole.deltas}
+    assert not any(delta.group == "steps" for delta in whole.deltas)
+    assert streamed.streamed == ["a", "b"]
+    assert (streamed.gate, streamed.verdict, streamed.reasons, streamed.deltas) == (
+        whole.gate, whole.verdict, whole.reasons, whole.deltas)
+    assert "A is too large to analyse whole in the memory allowed: its budget (all of it as one step), kernels, NVTX " \
+           "ranges and GPU busy time are compared, streamed from disk." in render_diff(streamed)
+
+
 def without_nvtx(capture: Path, folder: Path, change: str = NO_STEP_RANGES["deleted"]) -> Path:
     """A copy of CAPTURE (an SQLite export) in FOLDER without NVTX steps (CHANGE, of :data:`NO_STEP_RANGES`): by
     default its NVTX events deleted, a loop nothing marks."""
@@ -539,7 +556,7 @@ def without_nvtx(capture: Path, folder: Path, change: str = NO_STEP_RANGES["dele
 
 
 def diffed_whole_and_streamed(a: Path, b: Path, monkeypatch: pytest.MonkeyPatch,
-                              share: int) -> tuple[TraceDiff, TraceDiff]:
+                              share: float) -> tuple[TraceDiff, TraceDiff]:
     """`nsight diff A B` read whole, then with reading whole refused (it would need more than 8 MiB) and streaming
     allowed (1 MiB), the first part, which picks the step family, reading 1/SHARE of A's event tables' bytes."""
     monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "off")
@@ -547,6 +564,6 @@ def diffed_whole_and_streamed(a: Path, b: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(memory, "STREAMED_SUMMARY_BYTES", 1 << 20)
     monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "8M")
     event_bytes = nsight_core.load_trace(a).event_bytes
-    monkeypatch.setattr(profile_module, "affordable_event_bytes", lambda: event_bytes // share)
+    monkeypatch.setattr(profile_module, "affordable_event_bytes", lambda: int(event_bytes / share))
     return whole, compare.diff(a, b)
 

@@ -17,10 +17,9 @@ from nsight_core.analysis.diff import Side, TraceDiff, diff_sides, side_from_eve
 from nsight_core.analysis.intervals import WINDOW_ROWS
 from nsight_core.analysis.whole_budget import StepTooLarge, whole_capture_budget
 from nsight_core.analysis.whole_findings import whole_capture_analysis
-from nsight_core.analysis.whole_steps import every_step
 from nsight_core.errors import NotEnoughMemoryError, StatsError
 from nsight_core.memory import allowed_memory, check_comparison_memory, summary_bytes
-from nsight_core.profile import chosen_steps, first_part, step_rows
+from nsight_core.profile import chosen_steps, every_step_of, first_part, step_rows
 from nsight_core.render.units import size
 from nsight_core.stats.load import load_stats
 from nsight_core.trace.export import REPORT_SUFFIXES, is_event_source
@@ -62,22 +61,22 @@ def load_side(path: str | Path) -> Side:
 
 def streamed_side(path: Path, trace: Trace, part: Trace, completeness: Completeness) -> Side | None:
     """The side of streamed TRACE (of PATH) too large to analyse whole: its totals and GPU busy time streamed, and
-    every step's time of the family its first PART that fits chose (:func:`first_part`, :func:`every_step`), as its
-    report's note states them, with every step's budget and window (the analysis of its report,
-    :func:`whole_capture_analysis`). None where the part has steps whose times over the whole capture are not known
-    (NVTX ranges that overlap somewhere, or fewer than two of its steps found)."""
+    every step's time of the family its first PART that fits chose (:func:`first_part`, :func:`every_step_of`), as
+    its report's note states them, with every step's budget and window (the analysis of its report,
+    :func:`whole_capture_analysis`); where the part found no steps, the budget of the capture as one step. None where
+    the part has steps whose times over the whole capture are not known (NVTX ranges that overlap somewhere, or fewer
+    than two of its steps found)."""
     chosen = chosen_steps(trace, part)[0]
     del part  # its frames were read whole: not alive while the capture is streamed
-    frames = events(trace)
-    if chosen.family is None:
-        return side_from_events(str(path), frames, trace.gpus, chosen, completeness, WINDOW_ROWS)
-    every = every_step(frames, chosen)
+    frames, most = events(trace), step_rows(trace)
+    every = every_step_of(trace, chosen, most)
     if every is None:
         return None
     try:
-        budget = whole_capture_budget(frames, every, step_rows=step_rows(trace))
-    except StepTooLarge as error:  # its steps' times are known: compared on those
-        log.warning("%s: compared on every step's time, not its budget (%s)", path.name, error)
+        budget = whole_capture_budget(frames, every, step_rows=most)
+    except StepTooLarge as error:  # its steps' times (if any) and totals are known: compared on those
+        log.warning("%s: compared %s, not its budget (%s)", path.name,
+                    "on its totals" if every.pieces is not None else "on every step's time", error)
         budget = None
     analysis = None if budget is None else whole_capture_analysis(trace, every, budget, full=False)
     return side_from_events(str(path), frames, trace.gpus, every.stats, completeness, WINDOW_ROWS, analysis)

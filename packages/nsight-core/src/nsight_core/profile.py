@@ -215,12 +215,7 @@ def _every_step(path: Path, trace: Trace, chosen: StepStats, started: float) -> 
     logged with the seconds since STARTED."""
     frames, most = events(trace), step_rows(trace)
     try:
-        if chosen.source == "none":  # pieces of half the events a step may hold: a cut moves to the next kernel
-            window = streamed_window(trace, frames)
-            every: EveryStep | None = capture_as_step(frames, chosen, window.start_ns, window.end_ns,
-                                                      WINDOW_ROWS if most is None else min(WINDOW_ROWS, most // 2))
-        else:
-            every = every_step(frames, chosen)
+        every = every_step_of(trace, chosen, most)
     except Exception as error:  # see the docstring
         log.warning("could not read every step of %s (%s: %s)", path, type(error).__name__, error)
         return _Every(None, None, None)
@@ -240,6 +235,18 @@ def _every_step(path: Path, trace: Trace, chosen: StepStats, started: float) -> 
     except Exception as error:  # see the docstring
         log.warning("could not analyse every step of %s (%s: %s)", path, type(error).__name__, error)
         return _Every(every, None, None)
+
+
+def every_step_of(trace: Trace, chosen: StepStats, most: int | None) -> EveryStep | None:
+    """Every step of streamed TRACE of the family its first part CHOSE (:func:`every_step`), or where it found none,
+    the capture as one step (:func:`capture_as_step`) in pieces of at most half the MOST events a step may hold
+    (:func:`step_rows`; a cut moves on to the next kernel)."""
+    frames = events(trace)
+    if chosen.source != "none":
+        return every_step(frames, chosen)
+    window = streamed_window(trace, frames)
+    return capture_as_step(frames, chosen, window.start_ns, window.end_ns,
+                           WINDOW_ROWS if most is None else min(WINDOW_ROWS, most // 2))
 
 
 def step_rows(trace: Trace) -> int | None:

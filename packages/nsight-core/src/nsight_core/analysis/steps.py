@@ -323,7 +323,7 @@ def kernel_period_steps(kernels: pl.DataFrame) -> tuple[pl.DataFrame, int | None
     match = (kinds.head(kinds.len() - period) == kinds.tail(kinds.len() - period)).sum() / (kinds.len() - period)
     if match < PERIOD_MATCH:
         return empty, None, None, ("no repeated NVTX range, and the kernel sequence does not repeat closely enough "
-                             "(fewer than PERIOD_MATCH of kernels equal the kernel one period later)")
+                                   "(fewer than PERIOD_MATCH of kernels equal the kernel one period later)")
     starts = ordered.filter((pl.col("kind") == anchor) & (pl.col("position") + period <= ordered.height))
     ends = ordered.select(pl.col("end_ns").cum_max())["end_ns"]
     last_end = int(ends[int(starts["position"][-1]) + period - 1])

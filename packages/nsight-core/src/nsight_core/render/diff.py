@@ -111,12 +111,15 @@ def _named(result: TraceDiff) -> list[tuple[str, list[NameDelta]]]:
 
 
 def streamed_lines(result: TraceDiff) -> list[str]:
-    """What was compared of each side too large to analyse whole: its totals, step times and, where both sides have
-    one, the budget."""
+    """What was compared of each side too large to analyse whole: its totals, step times where it has steps and,
+    where both sides have one, the budget (of all its steps, or of all of it as one step)."""
     budget = any(delta.group == "budget" for delta in result.deltas)
-    return [f"{side.upper()} is too large to analyse whole in the memory allowed: its step times"
-            f"{' and budget' if budget else ''} (all its steps), kernels, NVTX ranges and GPU busy time are compared, "
-            f"streamed from disk{'' if budget else '; its budget is not'}." for side in result.streamed]
+    steps = any(delta.group == "steps" for delta in result.deltas)
+    analysed = {(True, True): "step times and budget (all its steps), ", (True, False): "step times (all its steps), ",
+                (False, True): "budget (all of it as one step), ", (False, False): ""}[steps, budget]
+    return [f"{side.upper()} is too large to analyse whole in the memory allowed: its {analysed}kernels, NVTX ranges "
+            f"and GPU busy time are compared, streamed from disk{'' if budget else '; its budget is not'}."
+            for side in result.streamed]
 
 
 def render_diff(result: TraceDiff) -> str:

@@ -11,9 +11,10 @@ ranges outermost on the steps' thread (:func:`gpu_budget.outermost_user_ranges`,
 window), when it dispatched (:func:`gpu_budget.dispatch_runs`, whose runs merge again across windows), and its
 synchronising calls (a few per step).
 
-On the CPU's clock (:func:`budget.budget_totals`: the steps are their ranges), each batch of steps gets every event
-that overlaps its time, the thread's ranges among them: a range that encloses one of them overlaps it too, so its
-nesting there is the capture's.
+On the CPU's clock (:func:`budget.budget_totals`: the steps are their ranges, or their kernel periods), each batch of
+steps gets every event that overlaps its time, the thread's ranges among them: a range that encloses one of them
+overlaps it too, so its nesting there is the capture's. A capture without steps is one step, budgeted the same way
+in pieces cut where the GPU is busy (:func:`whole_steps.busy_pieces`), whose rows add up to the step's.
 
 Number for number the budget of the capture read whole (tests/core/test_streamed_analysis.py)."""
 

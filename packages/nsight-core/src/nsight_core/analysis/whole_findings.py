@@ -5,11 +5,13 @@ the rest of their inputs (:class:`findings.GpuInputs`) over every steady step to
 sum, so it is made in windows and merged exactly:
 
 - the blocking calls of each batch of steps with the innermost range each came from (:func:`analyze.syncs_in` on the
-  batch's NVTX ranges of the steps' thread: a call inside a step is in no range that began before the step's);
+  NVTX ranges of the steps' thread that overlap the batch: every range a call in it can be in, and every range
+  enclosing one of those);
 - the launch shape: launches in steps and the kernels they launched, in windows of correlation id (a call and its
   work share it), their durations counted per value, whose medians are those of all of them;
 - the copies of a megabyte or more (a few), and the kernels' time per name (a streamed group-by).
 
+A capture without steps is one step, its user window, whose calls are read in its pieces (whole_steps.busy_pieces).
 The findings are then made by the code a capture read whole uses (:func:`findings.findings_of`); with the NVTX range
 table (analysis/whole_ranges.py) the analysis equals the capture's read whole (tests/core/test_streamed_analysis.py).
 """

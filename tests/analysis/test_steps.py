@@ -13,6 +13,7 @@ from capture_helpers import capture_cpu
 
 import nsight_core
 from nsight_core.analysis.steps import family_codes, find_steps, nvtx_families
+from nsight_core.render.findings import steps_text
 
 TRAINING = "h200-torch-mlp/training.nsys-rep"
 TWO_STREAMS = "h200-two-streams/two_streams.nsys-rep"
@@ -67,6 +68,11 @@ def test_without_nvtx_the_kernel_period_gives_the_steps(load: Callable[[str], An
     assert stats.family is not None and stats.family.count == 20 == steps.height
     assert stats.kernels_per_period is not None and stats.kernels_per_period * 20 <= trace.kernels.height
     assert steps["start_ns"].is_sorted() and (steps["end_ns"] > steps["start_ns"]).all()
+    # Each step starts with the anchor kernel, which the steps' line names without its template and parameters.
+    first = trace.kernels.filter(pl.col("start_ns") == steps["start_ns"][0])["name"].to_list()
+    assert stats.anchor_kernel is not None and stats.anchor_kernel in first and "<" in stats.anchor_kernel
+    short = stats.anchor_kernel.split("<")[0].rsplit("::", 1)[-1]
+    assert f"(kernel-period, each from kernel {short}): p50" in steps_text(stats)
 
 
 def test_without_nvtx_and_one_kernel_name_it_says_it_cannot_tell(load: Callable[[str], Any]) -> None:

@@ -11,6 +11,7 @@ from nsight_core.analysis.budget import StepBudget
 from nsight_core.analysis.completeness import Completeness
 from nsight_core.analysis.findings import MIN_STEPS, Evidence, Finding, Saving, Where
 from nsight_core.analysis.steps import StepStats
+from nsight_core.render.text import kernel_short_name, printable
 from nsight_core.render.units import duration as _ns
 from nsight_core.render.units import quantity
 
@@ -140,7 +141,8 @@ def steps_text(steps: StepStats) -> str:
     if steps.clock == "gpu" and steps.cpu_p50_ns is not None:
         clock = (f"; on the GPU's clock, {steps.bound}-bound (the ranges themselves: p50 {_ns(steps.cpu_p50_ns)}"
                  + (", the host runs ahead of the GPU)" if steps.bound == "device" else ")"))
-    return (f"steps: {family.count} x {family.pattern} ({steps.source}): p50 {_ns(family.p50_ns)}, "
+    anchor = f", each from kernel {printable(kernel_short_name(steps.anchor_kernel))}" if steps.anchor_kernel else ""
+    return (f"steps: {family.count} x {family.pattern} ({steps.source}{anchor}): p50 {_ns(family.p50_ns)}, "
             f"p95 {_ns(family.p95_ns)}, max {_ns(family.max_ns)}{warmup}, trend {steps.trend}{clock}")
 
 

@@ -16,6 +16,7 @@ import polars as pl
 from nsight_core.analysis.findings import Where
 from nsight_core.analysis.step_events import DrawnStep, StepDrawing
 from nsight_core.render.findings import CPU_LABELS, PART_LABELS
+from nsight_core.render.text import kernel_short_name
 from nsight_core.render.units import duration, size
 
 PART_COLORS = {"compute": "#76b900", "exposed_comm": "#e8710a", "exposed_copy": "#4c78a8", "sync_wait": "#d93025",
@@ -43,8 +44,8 @@ def step_view_data(drawing: StepDrawing) -> dict[str, Any]:
     labels: dict[str, int] = {}
     steps = [_step(step, drawing, names, labels) for step in drawing.steps]
     kinds = list(KIND_LABELS)
-    return {"clock": drawing.clock, "steps": steps, "names": list(names), "short": [_short(name) for name in names],
-            "labels": list(labels),
+    return {"clock": drawing.clock, "steps": steps, "names": list(names),
+            "short": [kernel_short_name(name) for name in names], "labels": list(labels),
             "kinds": kinds, "kind_labels": [KIND_LABELS[kind] for kind in kinds],
             "kind_colors": [KIND_COLORS[kind] for kind in kinds],
             "parts": {part: {"label": PART_LABELS[part], "color": color} for part, color in PART_COLORS.items()}}
@@ -104,12 +105,6 @@ def cpu_words() -> pl.Expr:
     """What the CPU was doing in an idle stretch (cpu_kind, cpu_name), in words: 'in range log'; null where unknown."""
     return pl.format("{} {}", pl.col("cpu_kind").replace_strict(CPU_LABELS, default=""),
                      pl.col("cpu_name").fill_null("")).str.strip_chars_end()
-
-
-def _short(name: str) -> str:
-    """A kernel's name without its template arguments and parameters, for inside a bar (hover has the full name)."""
-    cut = min((index for index in (name.find("<"), name.find("(")) if index > 0), default=len(name))
-    return name[:cut].rsplit("::", 1)[-1] if cut else name
 
 
 def _rows(events: pl.DataFrame, drawing: StepDrawing) -> tuple[pl.DataFrame, list[dict[str, str]], int]:

@@ -309,11 +309,12 @@ NO_STEP_CAPTURES = [("h200-fix-pairs-2025/tf32-problem.sqlite", "deleted"),
 
 @pytest.mark.parametrize(("recorded", "ranges"), NO_STEP_CAPTURES)
 def test_a_capture_without_steps_streamed_gets_what_to_fix_over_all_of_it_as_read_whole(
-        recorded: str, ranges: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        recorded: str, ranges: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
     """A capture without steps (H200 captures without NVTX steps whose kernels do not repeat: 80 of one name, 7,788
     CUDA-graph nodes, a data loader's loop with its ranges left open) is one step, its user window, as read whole.
     Streamed, that step is cut where the GPU is busy into ~40 pieces, read a batch at a time, and its
-    budget and "What to fix" are the capture's read whole; a streamed profile says so."""
+    budget and "What to fix" are the capture's read whole; a streamed profile says so, and so does its progress."""
     capture = without_nvtx(FIXTURES / recorded, tmp_path, NO_STEP_RANGES[ranges])
     loaded = nsight_core.load_trace(capture)
     read_whole = analyze_steps(loaded)
@@ -343,7 +344,13 @@ def test_a_capture_without_steps_streamed_gets_what_to_fix_over_all_of_it_as_rea
     monkeypatch.setattr(memory, "STREAMED_SUMMARY_BYTES", 1 << 20)
     monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "4M")
     monkeypatch.setattr(profile_module, "affordable_event_bytes", lambda: loaded.event_bytes * 2 // 3)
-    profile = build_profile(capture)
+    with caplog.at_level(logging.INFO, logger="nsight"):
+        profile = build_profile(capture)
+    progress = [re.sub(r"\d+ s in", "N s in", record.getMessage()) for record in caplog.records
+                if record.getMessage().startswith("What to fix:")]
+    assert len(progress) == 2 and re.fullmatch(r"What to fix: the time budget of the capture as one step, in "
+                                               r"[\d,]+ pieces, streamed \(N s in\)", progress[0]), progress
+    assert progress[1] == "What to fix: findings and NVTX ranges over all of it (N s in)"
     assert profile.stats.export is not None and profile.stats.export.streamed
     assert note_line(profile).startswith("What to fix covers all of it as one step (its first part that fits has "
                                          "no steps), streamed from disk"), note_line(profile)

@@ -229,7 +229,8 @@ def _every_step(path: Path, trace: Trace, chosen: StepStats, started: float) -> 
                  f"{every.pieces.height:,}", time.monotonic() - started)
     try:
         budget = whole_capture_budget(frames, every, step_rows=most)
-        log.info("What to fix: findings and NVTX ranges over every step (%.0f s in)", time.monotonic() - started)
+        log.info("What to fix: findings and NVTX ranges over %s (%.0f s in)",
+                 "every step" if every.pieces is None else "all of it", time.monotonic() - started)
         return _Every(every, budget,
                       None if budget is None else whole_capture_analysis(trace, every, budget))
     except Exception as error:  # see the docstring

@@ -27,12 +27,11 @@ from nsight_core.analysis import whole_budget
 from nsight_core.analysis.analyze import Analysis, Analyzed, analyze_steps, withhold_savings
 from nsight_core.analysis.diff import TraceDiff
 from nsight_core.analysis.step_events import StepDrawing, drawing_for, streamed_drawing
-from nsight_core.analysis.steps import StepFamily, family_stats, find_steps, kernel_period_steps
+from nsight_core.analysis.steps import StepFamily, family_stats, find_steps, kernel_period_steps, period_steps
 from nsight_core.analysis.whole_budget import StepTooLarge, whole_capture_budget
 from nsight_core.analysis.whole_findings import streamed_window, whole_capture_analysis
 from nsight_core.analysis.whole_ranges import whole_capture_ranges
 from nsight_core.analysis.whole_steps import EveryStep, capture_as_step, every_step, whole_capture_steps
-from nsight_core.analysis.whole_steps import kernel_period_steps as streamed_kernel_period_steps
 from nsight_core.errors import NotEnoughMemoryError
 from nsight_core.nsys import Nsys
 from nsight_core.profile import CaptureProfile, build_profile
@@ -360,9 +359,10 @@ def test_a_capture_without_steps_streamed_gets_what_to_fix_over_all_of_it_as_rea
 
 
 def test_kernel_period_steps_streamed_are_cut_as_read_whole() -> None:
-    """Every period's start and end as :func:`steps.kernel_period_steps` cuts kernels read whole: an anchor followed by
-    fewer kernels than a period starts no step, and the last step ends when the kernels through its period's last have
-    all ended, one that started earlier and ended later among them."""
+    """Every period's start and end (:func:`steps.period_steps`, the one cut of kernels read whole and streamed, the
+    streamed table's rows not in order of start): an anchor followed by fewer kernels than a period starts no step, and
+    the last step ends when the kernels through its period's last have all ended, one that started earlier and ended
+    later among them."""
     names = ["a", "b", "c"] * 12 + ["a", "b"] + ["eval"] * 3
     starts = [10 * position for position in range(len(names))]
     ends = [start + 5 for start in starts]
@@ -373,7 +373,7 @@ def test_kernel_period_steps_streamed_are_cut_as_read_whole() -> None:
     for upto, count in ((len(names), 13), (36, 12), (38, 12)):
         expected, period, anchor, _ = kernel_period_steps(kernels.head(upto))
         assert period == 3 and anchor == "a" and expected.height == count
-        found = streamed_kernel_period_steps(shuffled.filter(pl.col("start_ns") < 10 * upto).lazy(), 3, "a")
+        found = period_steps(shuffled.filter(pl.col("start_ns") < 10 * upto).lazy(), 3, "a")
         assert found.equals(expected), upto
         assert found["end_ns"][-1] == 10_000
 

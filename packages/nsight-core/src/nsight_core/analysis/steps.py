@@ -296,7 +296,8 @@ def kernel_period_steps(kernels: pl.DataFrame) -> tuple[pl.DataFrame, int | None
     The anchor is the first kernel name that recurs at a constant distance (in kernels) at least
     MIN_PERIOD_REPEATS times; the period counts when PERIOD_MATCH of all kernels equal the kernel one
     period later. Each step runs from one anchor start to the next (the last to the end of its period).
-    An anchor occurrence without a whole period after it (a last, partial iteration) starts no step.
+    An anchor occurrence without a whole period after it (a last, partial iteration) starts no step
+    (:func:`period_steps`).
     Returns (steps, period, the anchor's name, why not), with an empty frame and None when there is no clear period.
     """
     empty = pl.DataFrame(schema=STEP_COLUMNS)
@@ -324,12 +325,38 @@ def kernel_period_steps(kernels: pl.DataFrame) -> tuple[pl.DataFrame, int | None
     if match < PERIOD_MATCH:
         return empty, None, None, ("no repeated NVTX range, and the kernel sequence does not repeat closely enough "
                                    "(fewer than PERIOD_MATCH of kernels equal the kernel one period later)")
-    starts = ordered.filter((pl.col("kind") == anchor) & (pl.col("position") + period <= ordered.height))
-    ends = ordered.select(pl.col("end_ns").cum_max())["end_ns"]
-    last_end = int(ends[int(starts["position"][-1]) + period - 1])
-    steps = starts.select(
-        pl.int_range(pl.len(), dtype=pl.Int64).alias("step"), "start_ns",
-        pl.col("start_ns").shift(-1).fill_null(last_end).alias("end_ns"),
-        pl.lit(f"period {period}").alias("name"), pl.lit(None, pl.Int64).alias("thread"),
-    )
-    return steps, period, str(starts["name"][0]), ""
+    name = str(ordered.filter(pl.col("kind") == anchor)["name"][0])
+    return period_steps(kernels.lazy(), period, name), period, name, ""
+
+
+def period_steps(kernels: pl.LazyFrame, period: int, anchor: str) -> pl.DataFrame:
+    """The steps of KERNELS' sequence of PERIOD kernels starting with the ANCHOR kernel (:func:`kernel_period_steps`'
+    or a streamed capture's first part's): each anchor starts a step that ends where the next begins, but one followed
+    by fewer than PERIOD kernels (a last, partial iteration), and the last ends where the kernels through its period's
+    last have all ended. One cut for a capture read whole and one streamed (analysis/whole_steps.py).
+
+    Streamed, in bounded memory: the anchors' starts (a row a step), every kernel counted (with its latest end) by
+    how many anchors start before or with it, and the PERIOD kernels from the last step's anchor on."""
+    anchors = (kernels.filter(pl.col("name") == anchor).select("start_ns").collect(engine="streaming")
+               .sort("start_ns")["start_ns"])
+    between = (kernels.select(pl.lit(anchors).search_sorted(pl.col("start_ns"), side="right").cast(pl.Int64)
+                              .alias("_after"), "end_ns")
+               .group_by("_after").agg(pl.len().alias("len"), pl.col("end_ns").max()).collect(engine="streaming"))
+    # Per anchor k: the kernels from it on (the groups after k + 1 .. all anchors), and the latest end before it.
+    per_anchor = (pl.DataFrame({"_after": pl.int_range(anchors.len() + 1, eager=True).cast(pl.Int64)})
+                  .join(between, on="_after", how="left").sort("_after")
+                  .select(pl.col("len").fill_null(0).reverse().cum_sum().reverse().shift(-1).alias("from_on"),
+                          pl.col("end_ns").cum_max().alias("ended_before"))
+                  .head(anchors.len()))
+    kept = int((per_anchor["from_on"] >= period).sum())
+    if kept < 2:
+        return pl.DataFrame(schema=STEP_COLUMNS)
+    last = int(anchors[kept - 1])
+    through = (kernels.filter(pl.col("start_ns") >= last).select("start_ns", "end_ns").bottom_k(period, by="start_ns")
+               .select(pl.col("end_ns").max()).collect(engine="streaming").item())
+    before = per_anchor["ended_before"][kept - 1]
+    last_end = max(int(through), int(before)) if before is not None else int(through)
+    return pl.DataFrame({"start_ns": anchors.head(kept)}).select(
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("step"), pl.col("start_ns").cast(pl.Int64),
+        pl.col("start_ns").shift(-1).fill_null(last_end).cast(pl.Int64).alias("end_ns"),
+        pl.lit(f"period {period}").alias("name"), pl.lit(None, pl.Int64).alias("thread"))

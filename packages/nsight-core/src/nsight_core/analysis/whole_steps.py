@@ -11,7 +11,8 @@ are kept, merged over the windows by min and max: the same GPU windows as the ca
 
 Steps found from the kernel sequence's period (no NVTX steps) are on the GPU already: each starts with the kernel
 the first part's steps start with (its anchor), and every anchor in the capture starts one, found by a streamed
-filter; the kernels counted between anchors tell which ones a whole period follows (:func:`kernel_period_steps`).
+filter; the kernels counted between anchors tell which ones a whole period follows (:func:`steps.period_steps`,
+which cuts a capture read whole too).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from nsight_core.analysis.steps import (
     kernel_period_stats,
     on_gpu_clock,
     pattern_of,
+    period_steps,
 )
 from nsight_core.trace.streamed import Events
 
@@ -121,7 +123,7 @@ def every_step(frames: Events, chosen: StepStats, window_rows: int | None = WIND
     if family is None:
         return None
     if chosen.source == "kernel-period" and chosen.kernels_per_period and chosen.anchor_kernel is not None:
-        periods = kernel_period_steps(frames.kernels, chosen.kernels_per_period, chosen.anchor_kernel)
+        periods = period_steps(frames.kernels, chosen.kernels_per_period, chosen.anchor_kernel)
         if periods.height < 2:
             return None
         return EveryStep(kernel_period_stats(periods, chosen.kernels_per_period, chosen.anchor_kernel), None, periods,
@@ -140,39 +142,6 @@ def every_step(frames: Events, chosen: StepStats, window_rows: int | None = WIND
     windows = project_spans(steps, gpu_spans(frames, steps, window_rows))
     return EveryStep(on_gpu_clock(stats, windows), windows, steps, thread) if windows.height >= MIN_PROJECTED else \
         EveryStep(stats, None, steps, thread)
-
-
-def kernel_period_steps(kernels: pl.LazyFrame, period: int, anchor: str) -> pl.DataFrame:
-    """The steps of KERNELS' sequence of PERIOD kernels starting with the ANCHOR kernel, as
-    :func:`steps.kernel_period_steps` cuts a capture read whole whose anchor recurs every PERIOD kernels: each anchor
-    starts a step that ends where the next begins, but one followed by fewer than PERIOD kernels (a last, partial
-    iteration), and the last ends where the kernels through its period's last have all ended.
-
-    Streamed, in bounded memory: the anchors' starts (a row a step), every kernel counted (with its latest end) by
-    how many anchors start before or with it, and the PERIOD kernels from the last step's anchor on."""
-    anchors = (kernels.filter(pl.col("name") == anchor).select("start_ns").collect(engine="streaming")
-               .sort("start_ns")["start_ns"])
-    between = (kernels.select(pl.lit(anchors).search_sorted(pl.col("start_ns"), side="right").cast(pl.Int64)
-                              .alias("_after"), "end_ns")
-               .group_by("_after").agg(pl.len().alias("len"), pl.col("end_ns").max()).collect(engine="streaming"))
-    # Per anchor k: the kernels from it on (the groups after k + 1 .. all anchors), and the latest end before it.
-    per_anchor = (pl.DataFrame({"_after": pl.int_range(anchors.len() + 1, eager=True).cast(pl.Int64)})
-                  .join(between, on="_after", how="left").sort("_after")
-                  .select(pl.col("len").fill_null(0).reverse().cum_sum().reverse().shift(-1).alias("from_on"),
-                          pl.col("end_ns").cum_max().alias("ended_before"))
-                  .head(anchors.len()))
-    kept = int((per_anchor["from_on"] >= period).sum())
-    if kept < 2:
-        return pl.DataFrame(schema=STEP_COLUMNS)
-    last = int(anchors[kept - 1])
-    through = (kernels.filter(pl.col("start_ns") >= last).select("start_ns", "end_ns").bottom_k(period, by="start_ns")
-               .select(pl.col("end_ns").max()).collect(engine="streaming").item())
-    before = per_anchor["ended_before"][kept - 1]
-    last_end = max(int(through), int(before)) if before is not None else int(through)
-    return pl.DataFrame({"start_ns": anchors.head(kept)}).select(
-        pl.int_range(pl.len(), dtype=pl.Int64).alias("step"), pl.col("start_ns").cast(pl.Int64),
-        pl.col("start_ns").shift(-1).fill_null(last_end).cast(pl.Int64).alias("end_ns"),
-        pl.lit(f"period {period}").alias("name"), pl.lit(None, pl.Int64).alias("thread"))
 
 
 def gpu_spans(frames: Events, steps: pl.DataFrame, window_rows: int | None) -> pl.DataFrame:

@@ -26,10 +26,11 @@ from nsight_core import profile as profile_module
 from nsight_core.analysis import whole_budget
 from nsight_core.analysis.analyze import Analysis, Analyzed, analyze_steps, withhold_savings
 from nsight_core.analysis.diff import TraceDiff
+from nsight_core.analysis.footprint import capture_window
 from nsight_core.analysis.step_events import StepDrawing, drawing_for, streamed_drawing
 from nsight_core.analysis.steps import StepFamily, family_stats, find_steps, kernel_period_steps, period_steps
 from nsight_core.analysis.whole_budget import StepTooLarge, whole_capture_budget
-from nsight_core.analysis.whole_findings import streamed_window, whole_capture_analysis
+from nsight_core.analysis.whole_findings import whole_capture_analysis
 from nsight_core.analysis.whole_ranges import whole_capture_ranges
 from nsight_core.analysis.whole_steps import EveryStep, capture_as_step, every_step, whole_capture_steps
 from nsight_core.errors import NotEnoughMemoryError
@@ -321,7 +322,7 @@ def test_a_capture_without_steps_streamed_gets_what_to_fix_over_all_of_it_as_rea
     assert {finding.kind for finding in read_whole.analysis.findings} > {"no_steps"}
     trace = Trace(SpilledTables(SqliteTables(capture), STREAMED))
     streamed = events(trace)
-    window = streamed_window(trace, streamed)
+    window = capture_window(trace, streamed)
     expected = read_whole.analysis.model_copy(update={"steps": read_whole.analysis.steps.model_copy(
         update={"candidates": []})})
     counted = sum(frame.select(pl.len()).collect().item() for frame in (

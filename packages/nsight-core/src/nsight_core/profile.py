@@ -28,13 +28,14 @@ from pydantic import BaseModel, Field
 
 from nsight_core.analysis.analyze import Analysis, Analyzed, analyze_steps, withhold_savings
 from nsight_core.analysis.completeness import CaptureFacts, Completeness, capture_facts, check_completeness
+from nsight_core.analysis.footprint import capture_window
 from nsight_core.analysis.intervals import WINDOW_ROWS, first_share_end
 from nsight_core.analysis.step_events import StepDrawing, drawing_for, streamed_drawing
 from nsight_core.analysis.steps import StepStats, find_steps
 from nsight_core.analysis.summary import Tile, summary_tiles
 from nsight_core.analysis.timeline import TraceSummary, summarize_trace
 from nsight_core.analysis.whole_budget import WholeBudget, whole_capture_budget
-from nsight_core.analysis.whole_findings import streamed_window, whole_capture_analysis
+from nsight_core.analysis.whole_findings import whole_capture_analysis
 from nsight_core.analysis.whole_steps import EveryStep, capture_as_step, every_step
 from nsight_core.errors import NotEnoughMemoryError, StatsError
 from nsight_core.memory import (
@@ -245,7 +246,7 @@ def every_step_of(trace: Trace, chosen: StepStats, most: int | None) -> EverySte
     frames = events(trace)
     if chosen.source != "none":
         return every_step(frames, chosen)
-    window = streamed_window(trace, frames)
+    window = capture_window(trace, frames)
     return capture_as_step(frames, chosen, window.start_ns, window.end_ns,
                            WINDOW_ROWS if most is None else min(WINDOW_ROWS, most // 2))
 

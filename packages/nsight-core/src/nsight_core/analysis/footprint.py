@@ -11,6 +11,7 @@ first moments as long as the settle wait is the profiler's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 import polars as pl
@@ -21,6 +22,7 @@ from nsight_core.marks import marked_window
 
 if TYPE_CHECKING:
     from nsight_core.analysis.events import EventTables
+    from nsight_core.trace.streamed import Events
 
 SLEEP_CALLS = r"^(clock_nanosleep|nanosleep|usleep|sleep|select|poll)$"
 _SETTLE_NS = int(START_SETTLE_SECONDS * 1e9)
@@ -46,7 +48,7 @@ def user_window(
     window_start_ns: int,
     window_end_ns: int,
     marks: pl.DataFrame | pl.LazyFrame,
-    events: list[pl.DataFrame] | list[pl.LazyFrame],
+    events: Sequence[pl.DataFrame | pl.LazyFrame],
     osrt: pl.DataFrame | pl.LazyFrame,
 ) -> UserWindow:
     """The user's window within the collection window [WINDOW_START_NS, WINDOW_END_NS).
@@ -74,10 +76,13 @@ def user_window(
     return UserWindow(start_ns=start, end_ns=window_end_ns, source="collection", profiler_ns=start - window_start_ns)
 
 
-def capture_window(trace: EventTables) -> UserWindow:
-    """The user's part of TRACE's collection window, from its marks, CUDA and NVTX events, or OS calls."""
-    return user_window(trace.window.start_ns, trace.window.end_ns, trace.nvtx_marks,
-                       [trace.kernels, trace.memcpy, trace.memset, trace.cuda_api, trace.nvtx], trace.osrt)
+def capture_window(trace: EventTables, frames: Events | None = None) -> UserWindow:
+    """The user's part of TRACE's collection window, from its marks, CUDA and NVTX events, or OS calls: of TRACE's
+    frames, or of FRAMES (:func:`nsight_core.trace.streamed.events`), which a capture too large to read whole scans
+    from disk, no frame read whole."""
+    of: EventTables | Events = trace if frames is None else frames
+    return user_window(trace.window.start_ns, trace.window.end_ns, of.nvtx_marks,
+                       [of.kernels, of.memcpy, of.memset, of.cuda_api, of.nvtx], of.osrt)
 
 
 def profiler_calls(osrt: pl.LazyFrame, window_start_ns: int) -> pl.LazyFrame:

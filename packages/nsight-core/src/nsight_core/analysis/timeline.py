@@ -16,9 +16,8 @@ from collections.abc import Iterable, Iterator
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.footprint import SLEEP_CALLS, UserWindow, user_window, users_calls
+from nsight_core.analysis.footprint import capture_window, users_calls
 from nsight_core.analysis.intervals import WINDOW_ROWS, bucket_edges, busy_over, start_windows
-from nsight_core.marks import OWN_DOMAIN
 from nsight_core.trace.model import Trace, with_depth
 from nsight_core.trace.streamed import Events, events
 
@@ -117,7 +116,7 @@ def summarize_trace(trace: Trace, buckets: int = TIMELINE_BUCKETS, window_rows: 
                                                        engine="streaming")]
     kernels, graphs, memcpy, memset, cuda_api, nvtx = counts[:6]
     traced = any(counts)
-    window = _user_window(trace, frames)
+    window = capture_window(trace, frames)
     first, span = (window.start_ns, window.span_ns) if traced else (None, 0)
     edges = bucket_edges(first, first + span, buckets) if first is not None else []
     devices, kernel_sum = compute.select(pl.col("device").n_unique(), (pl.col("end_ns") - pl.col("start_ns")).sum()) \
@@ -154,19 +153,6 @@ def summarize_trace(trace: Trace, buckets: int = TIMELINE_BUCKETS, window_rows: 
         osrt_calls=osrt_calls,
         samples=frames.samples.filter(in_window).select(pl.len()).collect(engine="streaming").item(),
     )
-
-
-def _user_window(trace: Trace, frames: Events) -> UserWindow:
-    """:func:`user_window` of FRAMES, given what it reads of them, never a whole frame: the region's own marks, each
-    frame's first start and last end inside the collection window, the sleeps among the OS calls."""
-    start, end = trace.window.start_ns, trace.window.end_ns
-    inside = (pl.col("end_ns") > start) & (pl.col("start_ns") < end)
-    bounded = [frame.filter(inside).select(pl.col("start_ns").min(), pl.col("end_ns").max())
-               for frame in (frames.kernels, frames.memcpy, frames.memset, frames.cuda_api, frames.nvtx)]
-    marks = frames.nvtx_marks.filter(pl.col("domain") == OWN_DOMAIN)
-    sleeps = frames.osrt.filter(pl.col("name").str.contains(SLEEP_CALLS)).select("start_ns", "end_ns", "name")
-    own, sleeping, *bounds = pl.collect_all([marks, sleeps, *bounded], engine="streaming")
-    return user_window(start, end, own, bounds, sleeping)
 
 
 def call_totals(windows: Iterable[pl.DataFrame], top: int = TOP_CALLS) -> tuple[list[CallTotal], int]:

@@ -23,7 +23,7 @@ import polars as pl
 from nsight_core.analysis import findings as find
 from nsight_core.analysis.analyze import LAUNCH_API, Analysis, in_steps, syncs_in
 from nsight_core.analysis.findings import Context, GpuInputs
-from nsight_core.analysis.footprint import UserWindow, user_window
+from nsight_core.analysis.footprint import capture_window
 from nsight_core.analysis.intervals import WINDOW_ROWS, start_cuts, step_batches, window_filters
 from nsight_core.analysis.whole_budget import WholeBudget
 from nsight_core.analysis.whole_ranges import whole_capture_ranges
@@ -41,7 +41,7 @@ def whole_capture_analysis(trace: Trace, every: EveryStep, whole: WholeBudget, f
     if thread is None or (stats.family is None and every.pieces is None):
         return None
     frames = events(trace)
-    window = streamed_window(trace, frames)
+    window = capture_window(trace, frames)
     analysis = Analysis(window=window, steps=stats, budget=whole.budget,
                         budget_scope="steps" if every.pieces is None else "capture", ranges=[], findings=[])
     if not full:
@@ -67,12 +67,6 @@ def whole_capture_analysis(trace: Trace, every: EveryStep, whole: WholeBudget, f
                         find.kernel_totals(frames.kernels, steady))
     return analysis.model_copy(update={"ranges": whole_capture_ranges(frames, window.span_ns, window_rows),
                                        "findings": find.findings_of(context, gpu)})
-
-
-def streamed_window(trace: Trace, frames: Events) -> UserWindow:
-    """:func:`footprint.capture_window` of TRACE (its FRAMES), streamed."""
-    return user_window(trace.window.start_ns, trace.window.end_ns, frames.nvtx_marks,
-                       [frames.kernels, frames.memcpy, frames.memset, frames.cuda_api, frames.nvtx], frames.osrt)
 
 
 def _syncs(frames: Events, steps: pl.DataFrame, calls: pl.DataFrame, thread: int,

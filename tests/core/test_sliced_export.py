@@ -1,7 +1,8 @@
 """A streamed capture's SQLite export made in slices of time side by side (trace/export.py): every event of the
 one-file export is in exactly one slice, every other table whole in each, and what nsight reads from the slices (every
 table, every frame, the statistics, the streamed profile) is what it reads from one file. Real nsys throughout: the
-slices are `nsys export --times` of the H200 fixtures nsys 2023.4.4 recorded.
+slices are `nsys export --times` of the H200 fixtures nsys 2023.4.4 recorded, and on the H200 machine, with NSIGHT_NSYS
+set to nsys 2025.3, those of both versions (all 50 passed there: docs/gpu-verification.md, session S).
 
 The fixtures are far below the size that gets slices (``SLICE_ABOVE_BYTES``), so the tests ask for them
 (``export(..., "sqlitedir", slices=3)``, ``NSIGHT_EXPORT_SLICES``)."""
@@ -206,9 +207,11 @@ def test_slices_follow_the_cores_the_memory_and_the_setting(tmp_path: Path, nsys
     assert export_slices(big, nsys) == 3
     monkeypatch.setenv("NSIGHT_EXPORT_SLICES", "2")
     assert export_slices(1, nsys) == 2
-    # Only an nsys whose slices were checked against its one-file export (this test file) makes them.
+    # Only an nsys whose slices were checked against its one-file export (this test file) makes them: 2023.4 and
+    # 2025.3, not a version between them.
     assert nsys.exports_time_slices and nsys.version.startswith(SLICED_EXPORT_VERSIONS)
-    assert export_slices(big, Nsys(nsys.path, "2025.3.1.0")) == 1
+    assert export_slices(big, Nsys(nsys.path, "2025.3.1.0")) == 2
+    assert export_slices(big, Nsys(nsys.path, "2024.1.1.0")) == 1
     for wrong in ("0", "two", "-1"):
         monkeypatch.setenv("NSIGHT_EXPORT_SLICES", wrong)
         with pytest.raises(StatsError, match=rf"NSIGHT_EXPORT_SLICES='{wrong}' is not a number of slices: set it to 1"):

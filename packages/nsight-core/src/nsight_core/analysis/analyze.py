@@ -257,13 +257,14 @@ def in_steps(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 
 def syncs_in(steps: pl.DataFrame, blocking: pl.DataFrame, memcpy: pl.DataFrame, thread: int | None,
              nvtx: pl.DataFrame) -> tuple[pl.DataFrame, int]:
-    """The steps' blocking calls on their thread with the innermost range each came from (``range``, the steps'
-    own family by name), and their small device-to-host copies (scalar reads)."""
+    """The steps' blocking calls on their thread counted by name and the innermost range each came from (name,
+    ``range``: the steps' own family by name, ``len``), and their small device-to-host copies (scalar reads). Counts,
+    not a row a call: a streamed capture adds its batches' up (a call or more a step, millions of steps)."""
     calls = in_steps(blocking.filter(is_thread(thread)), steps)
-    calls = calls.with_columns(innermost_range(calls, nvtx).str.replace_all(r"\d+", "{n}"))
+    named = calls.select("name", innermost_range(calls, nvtx).str.replace_all(r"\d+", "{n}").alias("range"))
     small = in_steps(memcpy.filter((pl.col("direction") == "Device-to-Host")
                                    & (pl.col("bytes") <= find.SMALL_COPY_BYTES)), steps)
-    return calls, small.height
+    return named.group_by("name", "range").len(), small.height
 
 
 def _launch_shape(steps: pl.DataFrame, kernels: pl.DataFrame, cuda_api: pl.DataFrame) -> tuple[float, float, float]:

@@ -197,18 +197,19 @@ def sync_wait(context: Context, syncs: pl.DataFrame, small_reads: int) -> Findin
 
     The saving is the idle stretch each causes: from the queue draining to the next launch, with what the host
     did meanwhile (the range it went on to, dispatch) as evidence. SYNCS: blocking calls inside the steady steps'
-    ranges (name, step, range: the innermost range each came from); SMALL_READS: device-to-host copies of at most
-    SMALL_COPY_BYTES in them.
+    ranges, counted by name and the innermost range each came from (name, range, len: :func:`analyze.syncs_in`);
+    SMALL_READS: device-to-host copies of at most SMALL_COPY_BYTES in them.
     """
     steps = max(context.budget.steps if context.budget else 1, 1)
-    calls = syncs.group_by("name", "range").len().sort(["len", "name", "range"], descending=[True, False, False])
+    calls = syncs.group_by("name", "range").agg(pl.col("len").sum()).sort(["len", "name", "range"],
+                                                                           descending=[True, False, False])
     extra = [Evidence(metric="sync_calls_per_step", value=count / steps, unit="count",
                       where=Where(kind="api", name=f"{name} in {source}" if source else name))
              for name, source, count in calls.iter_rows()]
     if small_reads:
         extra.append(Evidence(metric="small_device_to_host_copies_per_step", value=small_reads / steps, unit="count",
                               where=Where(kind="copy", name="Device-to-Host")))
-    return _budget_finding(context, "sync_wait", "sync_wait", extra, seen=syncs.height >= steps,
+    return _budget_finding(context, "sync_wait", "sync_wait", extra, seen=int(calls["len"].sum()) >= steps,
                            subject="scalar_reads" if small_reads else "")
 
 
@@ -244,22 +245,25 @@ def nominal_pinned(gpus: pl.DataFrame | None) -> float:
         else NOMINAL_PINNED_BYTES_PER_S
 
 
-def pageable_copies(context: Context, memcpy: pl.DataFrame, steps: pl.DataFrame,
+def pageable_copies(context: Context, memcpy: pl.DataFrame | pl.LazyFrame, steps: pl.DataFrame,
                     nominal: float = NOMINAL_PINNED_BYTES_PER_S) -> list[Finding]:
     """Copies to or from pageable host memory of at least PAGEABLE_MIN_BYTES, one finding per direction.
 
     Achievable bandwidth is the best pinned copy of that direction in the capture (at least
     PAGEABLE_MIN_BYTES), else NOMINAL (:func:`nominal_pinned`). The saving is each copy's time minus its
     time at the achievable bandwidth; per step: what the copies inside STEPS (the steady ones) save,
-    over their number.
+    over their number. MEMCPY may be lazy (a streamed capture): the pageable copies alone are read, their
+    columns that count, and the best pinned bandwidth is streamed.
     """
     duration = pl.col("end_ns") - pl.col("start_ns")
-    big = memcpy.filter((pl.col("bytes") >= PAGEABLE_MIN_BYTES) & (duration > 0))
+    big = memcpy.lazy().filter((pl.col("bytes") >= PAGEABLE_MIN_BYTES) & (duration > 0))
     pageable = (pl.col("src_kind") == "Pageable") | (pl.col("dst_kind") == "Pageable")
-    pinned_best = (big.filter(((pl.col("src_kind") == "Pinned") | (pl.col("dst_kind") == "Pinned")) & ~pageable)
-                   .group_by("direction").agg((pl.col("bytes") / duration).max().alias("best")))
+    pinned_best, pageable_big = pl.collect_all([
+        big.filter(((pl.col("src_kind") == "Pinned") | (pl.col("dst_kind") == "Pinned")) & ~pageable)
+        .group_by("direction").agg((pl.col("bytes") / duration).max().alias("best")),
+        big.filter(pageable).select("start_ns", "end_ns", "direction", "bytes")], engine="streaming")
     best = dict(pinned_best.iter_rows())
-    located = big.filter(pageable).sort("start_ns").join_asof(
+    located = pageable_big.sort("start_ns").join_asof(
         steps.select("step", pl.col("start_ns").alias("step_start"), pl.col("end_ns").alias("step_end")),
         left_on="start_ns", right_on="step_start", strategy="backward",
     ).with_columns(pl.when(pl.col("start_ns") < pl.col("step_end")).then(pl.col("step")).alias("step"))
@@ -420,13 +424,13 @@ class GpuInputs(NamedTuple):
     or streamed in windows (analysis/whole_findings.py)."""
 
     syncs: pl.DataFrame
-    """The steady steps' blocking calls on their thread: name, range (:func:`sync_wait`)."""
+    """The steady steps' blocking calls on their thread, counted: name, range, len (:func:`sync_wait`)."""
     small_reads: int
     """Small device-to-host copies in the steady steps."""
     shape: tuple[float, float, float]
     """Kernels per step, median kernel and median launch-call duration in the steady steps (:func:`launch_bound`)."""
-    copies: pl.DataFrame
-    """Memory copies, at least those of PAGEABLE_MIN_BYTES or more (:func:`pageable_copies`)."""
+    copies: pl.DataFrame | pl.LazyFrame
+    """Memory copies, at least those of PAGEABLE_MIN_BYTES or more (:func:`pageable_copies`): lazy where streamed."""
     copy_steps: pl.DataFrame
     """The steps the copies' savings are counted in (empty: no steps)."""
     pinned: float

@@ -54,15 +54,10 @@ def whole_capture_analysis(trace: Trace, every: EveryStep, whole: WholeBudget, f
                       step_p50_ns=stats.family.p50_ns if stats.family else None)
     gpu = None
     if any(frame.head(1).collect().height for frame in (frames.kernels, frames.memcpy, frames.memset, frames.graphs)):
-        duration = pl.col("end_ns") - pl.col("start_ns")
-        copies = frames.memcpy.filter((pl.col("bytes") >= find.PAGEABLE_MIN_BYTES) & (duration > 0)).collect(
-            engine="streaming")
-        if every.pieces is None:
-            syncs = _syncs(frames, steady_ranges, whole.syncs, thread, window_rows)
-        else:  # a capture without steps: its one step's calls, a piece at a time
-            calls, small_reads = _syncs(frames, every.pieces, whole.syncs, thread, window_rows)
-            syncs = calls.with_columns(pl.lit(0, calls.schema["step"]).alias("step")), small_reads
-        gpu = GpuInputs(*syncs, _launch_shape(frames, steady_ranges, window_rows), copies,
+        # A capture without steps: its one step's calls, a piece at a time.
+        syncs = _syncs(frames, steady_ranges if every.pieces is None else every.pieces, whole.syncs, thread,
+                       window_rows)
+        gpu = GpuInputs(*syncs, _launch_shape(frames, steady_ranges, window_rows), frames.memcpy,
                         steady if every.pieces is None else steady.clear(), find.nominal_pinned(trace.gpus),
                         find.kernel_totals(frames.kernels, steady))
     return analysis.model_copy(update={"ranges": whole_capture_ranges(frames, window.span_ns, window_rows),
@@ -72,11 +67,13 @@ def whole_capture_analysis(trace: Trace, every: EveryStep, whole: WholeBudget, f
 def _syncs(frames: Events, steps: pl.DataFrame, calls: pl.DataFrame, thread: int,
            window_rows: int | None) -> tuple[pl.DataFrame, int]:
     """:func:`analyze.syncs_in` of STEPS (by start) in batches of steps holding about WINDOW_ROWS of THREAD's NVTX
-    ranges, merged (CALLS: THREAD's synchronising calls, the budget's): each batch's calls are named by the ranges
-    that overlap its time, which hold every range a call in it can be in and every range enclosing one of those (their
-    depth is the capture's). Kernel-period steps begin on the GPU, after the host's ranges that launched them."""
+    ranges, their counts added up (CALLS: THREAD's synchronising calls, the budget's): each batch's calls are named by
+    the ranges that overlap its time, which hold every range a call in it can be in and every range enclosing one of
+    those (their depth is the capture's). Kernel-period steps begin on the GPU, after the host's ranges that launched
+    them."""
     small = frames.memcpy.filter((pl.col("direction") == "Device-to-Host")
-                                 & (pl.col("bytes") <= find.SMALL_COPY_BYTES)).collect(engine="streaming")
+                                 & (pl.col("bytes") <= find.SMALL_COPY_BYTES)).select(
+        "start_ns", "end_ns", "direction", "bytes").collect(engine="streaming")
     ranges = frames.nvtx.filter(pl.col("thread") == thread).select("start_ns", "end_ns", "name", "thread")
     found, small_reads = [], 0
     for first, end in step_batches(steps["start_ns"], start_cuts(ranges, window_rows)):
@@ -87,7 +84,7 @@ def _syncs(frames: Events, steps: pl.DataFrame, calls: pl.DataFrame, thread: int
             ranges.filter(meets).collect(engine="streaming").sort("start_ns", maintain_order=True)))
         found.append(named)
         small_reads += count
-    return pl.concat(found), small_reads
+    return pl.concat(found).group_by("name", "range").agg(pl.col("len").sum()), small_reads
 
 
 def _launch_shape(frames: Events, steps: pl.DataFrame, window_rows: int | None) -> tuple[float, float, float]:

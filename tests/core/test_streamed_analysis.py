@@ -29,7 +29,7 @@ from nsight_core.analysis.diff import TraceDiff
 from nsight_core.analysis.footprint import capture_window
 from nsight_core.analysis.step_events import StepDrawing, drawing_for, streamed_drawing
 from nsight_core.analysis.steps import StepFamily, family_stats, find_steps, kernel_period_steps, period_steps
-from nsight_core.analysis.whole_budget import StepTooLarge, whole_capture_budget
+from nsight_core.analysis.whole_budget import STEP_EVENTS, StepTooLarge, whole_capture_budget
 from nsight_core.analysis.whole_findings import whole_capture_analysis
 from nsight_core.analysis.whole_ranges import whole_capture_ranges
 from nsight_core.analysis.whole_steps import EveryStep, capture_as_step, every_step, whole_capture_steps
@@ -126,13 +126,14 @@ def test_a_streamed_capture_too_large_to_read_whole_gets_what_to_fix_over_every_
     assert fallback.whole_steps == whole.analysis.steps.model_copy(update={"candidates": [], "bound": "unknown"})
     assert stats_json(fallback)["whole_capture_steps"]["family"]["count"] == all_steps.count
     assert whole.whole_steps is None and "whole_capture_steps" not in stats_json(whole)
-    # So too where a step holds more events than the memory allowed reads at once (an epoch as one step): never read.
+    # So too where the memory allowed reads too few events at once for what each step holds over every step (millions
+    # of steps; a step holding more than that, an epoch as one step, likewise): never read.
     monkeypatch.setattr(profile_module, "step_rows", lambda _: 1)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="nsight"):
         too_large = build_profile(capture)
-    assert re.search(r"could not analyse every step of \S+ \(StepTooLarge: step \d+ holds [\d,]+ events, and the "
-                     r"memory allowed reads 1 at once\)", caplog.text), caplog.text
+    assert re.search(r"could not analyse every step of \S+ \(StepTooLarge: its [\d,]+ steps take about [\d,]+ events' "
+                     r"memory over every step, and the memory allowed reads 1 at once\)", caplog.text), caplog.text
     assert note_line(too_large) == note_line(fallback) and too_large.analysis == fallback.analysis
     # The statistics, summary and completeness are the whole capture's.
     assert profile.trace == whole.trace and profile.completeness == whole.completeness
@@ -210,6 +211,11 @@ def test_what_to_fix_over_every_step_streamed_in_windows_is_the_whole_capture_re
     assert limited is not None and limited.budget == read_whole.analysis.budget
     with pytest.raises(StepTooLarge, match=rf"step \d+ holds {largest:,} events"):
         whole_capture_budget(streamed, every, step_rows=largest - 1)
+    # As are more steps than the memory allowed holds what each needs over every step of (STEP_EVENTS each).
+    steps_held = every.windows.height * STEP_EVENTS
+    assert whole_capture_budget(streamed, every, held_rows=steps_held) is not None
+    with pytest.raises(StepTooLarge, match=rf"its {every.windows.height:,} steps take about {steps_held:,} events'"):
+        whole_capture_budget(streamed, every, held_rows=steps_held - 1)
     # The NVTX range table in 7 windows (of ranges, calls and GPU work): most ranges' parents are carried into them.
     counted = sum(frame.select(pl.len()).collect().item()
                   for frame in (streamed.nvtx, streamed.cuda_api, streamed.kernels, streamed.memcpy, streamed.memset))
@@ -482,12 +488,13 @@ def test_captures_too_large_to_analyse_whole_are_compared_on_every_step_streamed
     assert text.startswith(render_diff(whole).splitlines()[0])
     assert "A is too large to analyse whole in the memory allowed: its step times and budget (all its steps)" in text
     assert "B is too large" in text and "its budget is not" not in text
-    # A step holding more events than the memory allowed reads at once: compared on every step's time, not budget.
+    # Steps the memory allowed cannot hold over every step: compared on every step's time, not budget.
     monkeypatch.setattr(compare, "step_rows", lambda _: 1)
     with caplog.at_level(logging.WARNING, logger="nsight"):
         steps_only = compare.diff(problem, fixed)
-    assert re.search(r"dataloader-problem.sqlite: compared on every step's time, not its budget \(step \d+ holds "
-                     r"[\d,]+ events, and the memory allowed reads 1 at once\)", caplog.text), caplog.text
+    assert re.search(r"dataloader-problem.sqlite: compared on every step's time, not its budget \(its [\d,]+ steps "
+                     r"take about [\d,]+ events' memory over every step, and the memory allowed reads 1 at once\)",
+                     caplog.text), caplog.text
     assert (steps_only.gate, steps_only.verdict) == (whole.gate, whole.verdict)
     assert not any(delta.group == "budget" for delta in steps_only.deltas)
     assert "A is too large to analyse whole in the memory allowed: its step times (all its steps), kernels, NVTX " \

@@ -73,7 +73,7 @@ def streamed_side(path: Path, trace: Trace, part: Trace, completeness: Completen
     if every is None:
         return None
     try:
-        budget = whole_capture_budget(frames, every, step_rows=most)
+        budget = whole_capture_budget(frames, every, step_rows=most, held_rows=most)
     except StepTooLarge as error:  # its steps' times (if any) and totals are known: compared on those
         log.warning("%s: compared %s, not its budget (%s)", path.name,
                     "on its totals" if every.pieces is not None else "on every step's time", error)

@@ -229,7 +229,7 @@ def _every_step(path: Path, trace: Trace, chosen: StepStats, started: float) -> 
         log.info("What to fix: the time budget of the capture as one step, in %s pieces, streamed (%.0f s in)",
                  f"{every.pieces.height:,}", time.monotonic() - started)
     try:
-        budget = whole_capture_budget(frames, every, step_rows=most)
+        budget = whole_capture_budget(frames, every, step_rows=most, held_rows=most)
         log.info("What to fix: findings and NVTX ranges over %s (%.0f s in)",
                  "every step" if every.pieces is None else "all of it", time.monotonic() - started)
         return _Every(every, budget,

@@ -81,7 +81,7 @@ STEP_EVENTS = 1
 step's budget, the host's dispatch runs and the counts of GPU work between step edges are a row or more a step, whatever
 its events. Measured on a replicated H200 fixture of 10 ms steps with 2 GiB allowed: 660-800 bytes a step (640,000
 steps peaked at 864 MB, 2,560,000 at 2.39 GB) against about 930 a step-event read whole (7x its 132 Arrow bytes), and
-2,560,000 steps against 1.7 M events allowed at once: such a capture gets What to fix from its first steps."""
+2,560,000 steps against 2,010,979 events allowed at once there: such a capture gets What to fix from its first steps."""
 
 
 class StepTooLarge(ValueError):

@@ -23,15 +23,52 @@ Cases (variants: the problem first, then its fixes):
               without it (the loop is device-bound either way: the saving is close to nothing).
 - tf32:       FP32 matrix multiplies with TF32 off | on (tensor cores).
 - quick_start: the README's model as it is (no fix; the GPU step it must be given).
+- small_step: a ~1 ms eager step of about 25 kernels (a 4-layer 512-wide MLP, batch 256: forward, backward,
+              SGD) with `torch.cuda.empty_cache()` at the end of every step (allocator churn: the next step
+              cudaMallocs what the cache gave back, and each cudaFree waits for the device) | without it.
+- per_param:  the optimizer step alone of 240 small parameters (120 64x64 weights and their biases; gradients
+              made once): SGD with momentum, Nesterov and weight decay, `foreach=False` (5 kernels a parameter,
+              1,200 a step) | `foreach=True` (the same maths in a few dozen multi-tensor kernels). Recorded
+              over STEPS_OF["per_param"] steps, so that its 1,200 launches a step keep the capture small.
+- prefetch:   a 128 MiB fp32 batch in pinned memory copied on the compute stream right before a ~4 ms bf16
+              training step (copy and compute in series) | the batch of step i+1 copied on a side stream
+              (torch.cuda.Stream, an event the compute stream waits on, record_stream) while step i computes.
+- bf16:       an FP32 GEMM-bound training step (three 4096-wide layers, batch 2048, TF32 off) | the same under
+              `torch.autocast("cuda", dtype=torch.bfloat16)` (FP32 master weights, bf16 tensor-core GEMMs).
+- small_copies: 256 per-sample tensors (3x32x32 fp32) copied to the GPU one by one with `.to("cuda")` from
+              pageable memory (a cudaMemcpyAsync and a stream synchronise each), then stacked on the GPU |
+              stacked on the host, pinned and copied once with non_blocking=True. A small MLP then trains.
+- checkpoint: the model's state (48 MiB: three 2048-wide FP32 layers) copied device-to-host and `torch.save`d
+              to a file in a temporary folder every step | every 100 steps (step indices 99, 199, ...: never
+              among the steps timed or recorded here). The training step itself is ~1.5 ms.
+- mask_sync:  a bf16 GEMM (~1 ms of GPU), then boolean-mask indexing `h[h > 0]` whose result size the host
+              must read (nonzero: a device-to-host copy and a stream synchronise), then the mean of the selected
+              values and a tail of 60 tiny ops, every step | the same mean as a fixed-shape
+              `torch.where(h > 0, h, 0).sum() / (h > 0).sum()`: nothing the host waits for.
+- list_tensor: per-step values held in a Python list (4096 sample weights, say) turned into a CUDA tensor
+              with `torch.tensor(values, device="cuda")` after the same GEMM: a copy from pageable memory,
+              so the host waits until all the GPU work queued before it is done (cudaMemcpyAsync, then
+              cudaStreamSynchronize), then the weighted mean and the tail | `torch.tensor(values,
+              pin_memory=True).to("cuda", non_blocking=True)`: nothing the host waits for. (A real pattern:
+              lengths, labels or weights built in Python each step.)
+
+Options: `--cases` picks cases, `--variants` variants (e.g. `problem`), `--time-only` records nothing, and
+`--region cuda-profiler` makes each region a cudaProfilerStart/Stop pair (torch.cuda.profiler) instead of
+an nsight region, for `nsys profile --capture-range=cudaProfilerApi --capture-range-end=stop` (one region
+then: nsys stops collecting at the first stop). The TF32 switches are set off before each case (the tf32 case
+turns them on).
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import queue
+import shutil
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -48,6 +85,11 @@ REPEATS = 3
 LOAD_S = 0.008
 LOG_S = 0.002
 COPY_BYTES = 64 * 2**20
+DEVICE = "cuda"
+STEPS_OF = {"per_param": 12}
+"""Cases recorded over fewer steps than STEPS (their steps launch so much that a capture would grow large)."""
+TAIL_OPS = 30
+"""mask_sync/list_tensor: the tiny ops after the value the host waits for (two kernels each)."""
 
 Step = Callable[[int], None]
 
@@ -288,30 +330,197 @@ def quick_start() -> dict[str, Step]:
     return {"as_is": step}
 
 
+def small_step() -> dict[str, Step]:
+    train = trainer(mlp(512, 4))
+    x = torch.randn(256, 512, device=DEVICE)
+
+    def problem(i: int) -> None:
+        train(x)
+        torch.cuda.empty_cache()
+
+    def fixed(i: int) -> None:
+        train(x)
+
+    return {"problem": problem, "fixed": fixed}
+
+
+def per_param() -> dict[str, Step]:
+    def optimizer(foreach: bool) -> torch.optim.Optimizer:
+        params = []
+        for _ in range(120):
+            params += [nn.Parameter(torch.randn(64, 64, device=DEVICE)), nn.Parameter(torch.randn(64, device=DEVICE))]
+        for param in params:
+            param.grad = torch.randn_like(param)
+        return torch.optim.SGD(params, lr=1e-4, momentum=0.9, nesterov=True, weight_decay=1e-4, foreach=foreach)
+
+    loops, multi = optimizer(False), optimizer(True)
+    return {"problem": lambda i: loops.step(), "fixed": lambda i: multi.step()}
+
+
+def prefetch() -> dict[str, Step]:
+    train = trainer(mlp(4096, 3, torch.bfloat16))
+    host = torch.randn(8192, 4096).pin_memory()  # 128 MiB, already pinned: only where the copy runs differs
+
+    def problem(i: int) -> None:
+        x = host.to(DEVICE, non_blocking=True)
+        train(x.to(torch.bfloat16))
+
+    side = torch.cuda.Stream()
+
+    def load() -> tuple[torch.Tensor, torch.cuda.Event]:
+        with torch.cuda.stream(side):
+            x = host.to(DEVICE, non_blocking=True)
+            ready = torch.cuda.Event()
+            ready.record(side)
+        return x, ready
+
+    ahead: list[tuple[torch.Tensor, torch.cuda.Event]] = []
+
+    def fixed(i: int) -> None:
+        x, ready = ahead.pop() if ahead else load()
+        compute = torch.cuda.current_stream()
+        compute.wait_event(ready)
+        x.record_stream(compute)  # x was allocated on the side stream: keep it until compute is done with it
+        ahead.append(load())  # step i+1's batch: copied while this step computes
+        train(x.to(torch.bfloat16))
+
+    return {"problem": problem, "fixed": fixed}
+
+
+def bf16() -> dict[str, Step]:
+    model = mlp(4096, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x = torch.randn(2048, 4096, device=DEVICE)
+
+    def run(autocast: bool) -> Step:
+        def step(i: int) -> None:
+            with torch.autocast("cuda", dtype=torch.bfloat16) if autocast else nullcontext():
+                loss = model(x).float().pow(2).mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        return step
+
+    return {"problem": run(False), "fixed": run(True)}
+
+
+def small_copies() -> dict[str, Step]:
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 1024), nn.ReLU(), nn.Linear(1024, 10))
+    train = trainer(model.to(DEVICE))
+    samples = [torch.randn(3, 32, 32) for _ in range(256)]  # as a Dataset hands them over: pageable, one by one
+
+    def problem(i: int) -> None:
+        train(torch.stack([sample.to(DEVICE) for sample in samples]))
+
+    def fixed(i: int) -> None:
+        train(torch.stack(samples).pin_memory().to(DEVICE, non_blocking=True))
+
+    return {"problem": problem, "fixed": fixed}
+
+
+def checkpoint() -> dict[str, Step]:
+    model = mlp(2048, 3)  # 3 x (2048 x 2048 + 2048) FP32 parameters: 48 MiB
+    train = trainer(model)
+    x = torch.randn(1024, 2048, device=DEVICE)
+    folder = Path(tempfile.mkdtemp(prefix="fix_pairs-checkpoint-"))
+    atexit.register(shutil.rmtree, folder, True)
+
+    def save() -> None:
+        torch.save({name: value.detach().cpu() for name, value in model.state_dict().items()}, folder / "model.pt")
+
+    def run(every: int) -> Step:
+        def step(i: int) -> None:
+            train(x)
+            if i % every == every - 1:
+                save()
+        return step
+
+    return {"problem": run(1), "fixed": run(100)}
+
+
+def tail(value: torch.Tensor) -> torch.Tensor:
+    """A little GPU work after the step's value: TAIL_OPS tiny ops of two kernels each (a metric's upkeep)."""
+    for _ in range(TAIL_OPS):
+        value = value * 0.5 + 1.0
+    return value
+
+
+def gemm_then(select: Callable[[torch.Tensor], torch.Tensor]) -> Step:
+    a = torch.randn(4096, 8192, device=DEVICE, dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device=DEVICE, dtype=torch.bfloat16)
+    total = torch.zeros((), device=DEVICE)
+
+    def step(i: int) -> None:
+        nonlocal total
+        total = total + tail(select(a @ b))
+
+    return step
+
+
+def mask_sync() -> dict[str, Step]:
+    def masked(h: torch.Tensor) -> torch.Tensor:
+        return h[h > 0].float().mean()  # the result's size is data: the host reads it before going on
+
+    def fixed_shape(h: torch.Tensor) -> torch.Tensor:
+        positive = h > 0
+        return torch.where(positive, h, 0).float().sum() / positive.sum()
+
+    return {"problem": gemm_then(masked), "fixed": gemm_then(fixed_shape)}
+
+
+def list_tensor() -> dict[str, Step]:
+    values = [float(j % 7) for j in range(4096)]  # built in Python (weights, lengths, labels...)
+
+    def pageable(h: torch.Tensor) -> torch.Tensor:
+        weights = torch.tensor(values, device=DEVICE)  # pageable copy: waits for the GEMM
+        return (h[: len(values), 0].float() * weights).mean()
+
+    def pinned(h: torch.Tensor) -> torch.Tensor:
+        weights = torch.tensor(values, pin_memory=True).to(DEVICE, non_blocking=True)
+        return (h[: len(values), 0].float() * weights).mean()
+
+    return {"problem": gemm_then(pageable), "fixed": gemm_then(pinned)}
+
+
 CASES: dict[str, Callable[[], dict[str, Step]]] = {
     "dataloader": dataloader,  # first: its workers fork before any region has been opened
     "host_load": host_load, "sync_log": sync_log, "graph": graph, "pageable": pageable, "two": two,
     "gpu_bound": gpu_bound, "tf32": tf32, "quick_start": quick_start,
+    "small_step": small_step, "per_param": per_param, "prefetch": prefetch, "bf16": bf16,
+    "small_copies": small_copies, "checkpoint": checkpoint, "mask_sync": mask_sync, "list_tensor": list_tensor,
 }
 
 
-def timed(step: Step) -> list[float]:
+def timed(step: Step, steps: int = STEPS) -> list[float]:
     """REPEATS runs of STEPS steps with nothing collecting: seconds per step of each run."""
     runs = []
     for _ in range(REPEATS):
         torch.cuda.synchronize()
         start = time.perf_counter()
-        for i in range(STEPS):
+        for i in range(steps):
             step(i)
         torch.cuda.synchronize()
-        runs.append((time.perf_counter() - start) / STEPS)
+        runs.append((time.perf_counter() - start) / steps)
     return runs
 
 
-def recorded(name: str, step: Step, region: Callable[[str], object]) -> None:
+class CudaProfilerRegion:
+    """A region as cudaProfilerStart/Stop, for `nsys profile --capture-range=cudaProfilerApi`."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self) -> None:
+        torch.cuda.profiler.start()
+
+    def __exit__(self, *exc: object) -> None:
+        torch.cuda.profiler.stop()
+
+
+def recorded(name: str, step: Step, region: Callable[[str], object], steps: int = STEPS) -> None:
     torch.cuda.synchronize()
     with region(name):  # type: ignore[attr-defined]
-        for i in range(STEPS):
+        for i in range(steps):
             torch.cuda.nvtx.range_push(f"step_{i}")
             step(i)
             torch.cuda.nvtx.range_pop()
@@ -322,10 +531,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("truth", type=Path, help="where the ground truth JSON goes")
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated cases (default: all)")
+    parser.add_argument("--variants", default="", help="comma-separated variants to run (default: all)")
     parser.add_argument("--time-only", action="store_true", help="time the variants, record nothing")
+    parser.add_argument("--region", choices=("nsight", "cuda-profiler"), default="nsight",
+                        help="what a region is: an nsight_core.range (default) or cudaProfilerStart/Stop")
     args = parser.parse_args()
+    wanted = {v for v in args.variants.split(",") if v}
     if args.time_only:
         region: Callable[[str], object] = lambda name: nullcontext()  # noqa: E731
+    elif args.region == "cuda-profiler":
+        region = CudaProfilerRegion
     else:
         import nsight_core
         region = nsight_core.range
@@ -336,15 +551,19 @@ def main() -> None:
     cases: dict[str, object] = truth["cases"]  # type: ignore[assignment]
     for case in args.cases.split(","):
         try:
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False  # tf32 turns them on
             variants = CASES[case]()
+            steps = STEPS_OF.get(case, STEPS)
             result = {}
             for variant, step in variants.items():
+                if wanted and variant not in wanted:
+                    continue
                 for i in range(WARMUP):
                     step(i)
-                runs = timed(step)
+                runs = timed(step, steps)
                 result[variant] = {"step_ms": statistics.median(runs) * 1e3, "runs_ms": [r * 1e3 for r in runs],
-                                   "region": f"{case}-{variant}"}
-                recorded(f"{case}-{variant}", step, region)
+                                   "region": f"{case}-{variant}", "steps": steps}
+                recorded(f"{case}-{variant}", step, region, steps)
                 print(f"fix_pairs: {case}-{variant}: {result[variant]['step_ms']:.3f} ms/step "
                       f"({', '.join(f'{r * 1e3:.3f}' for r in runs)})", flush=True)
             cases[case] = {"variants": result}

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# One nsys version's whole set of tests/fixtures/h200-fix-pairs-v2*: the fix pairs, the API-overhead
+# calibration and the Python-backtrace captures, with the nsys first on PATH / in NSIGHT_NSYS and the project's
+# `nsight` on PATH. Packs WORK into DEST/fixtures.tar.xz (split into 15 MiB parts when larger).
+# usage: bench/gpu/fix_pairs_v2.sh WORK DEST        (EXPORT=sqlite: SQLite exports of every capture too)
+#   WORK/                    the pairs: <case>-<variant>.nsys-rep, their CSVs, truth.json, run.txt (fix_pairs.sh)
+#   WORK/api_overhead.json   bench/gpu/api_overhead.py, once with nsys' default sampling, once with --sample none
+#   WORK/api-overhead*/      the two calibration captures (region api_overhead) and their CSVs
+#   WORK/python-backtrace/   small_step's problem under `nsys profile --capture-range=cudaProfilerApi`: plain,
+#                            --python-backtrace=cuda, and --python-backtrace=cuda --python-sampling=true;
+#                            truth-<flags>.json from each, truth-unprofiled.json from a run without nsys
+# Each stage has a time limit, and stages are skipped once BUDGET_S seconds (default 500) have passed, so that
+# the packing always happens.
+set -uo pipefail
+WORK=$(mkdir -p "$1" && cd "$1" && pwd); DEST=$(mkdir -p "$2" && cd "$2" && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd); BENCH=$ROOT/bench/gpu
+NSYS=${NSIGHT_NSYS:-$(command -v nsys)}; BUDGET_S=${BUDGET_S:-500}
+REPORTS=cuda_gpu_kern_sum,cuda_api_sum,nvtx_pushpop_sum,cuda_gpu_mem_time_sum,cuda_gpu_mem_size_sum
+CASES=${CASES:-small_step,per_param,prefetch,bf16,small_copies,checkpoint,mask_sync,list_tensor,graph,tf32,sync_log,pageable}
+left() { echo $((BUDGET_S - SECONDS)); }
+stats() {  # the CSVs (and, with EXPORT=sqlite, the SQLite export) of each report given
+  for rep in "$@"; do
+    prefix=${rep%.nsys-rep}
+    "$NSYS" stats -r "$REPORTS" -f csv --force-export=true -o "$prefix" "$rep" > /dev/null 2>&1 || echo "stats failed: $rep"
+    [ "${EXPORT:-}" = sqlite ] || rm -f "$prefix.sqlite"
+  done
+}
+{ nvidia-smi --query-gpu=name,driver_version --format=csv; python3 -V; "$NSYS" --version; } > "$WORK/device.txt" 2>&1
+cat "$WORK/device.txt"
+
+echo "== fix pairs ($(left) s left)"
+timeout 330 bash "$BENCH/fix_pairs.sh" "$WORK" "$CASES"
+
+for sample in default none; do
+  [ "$(left)" -gt 60 ] || { echo "skipped: api_overhead ($sample)"; continue; }
+  echo "== api_overhead, sampling $sample ($(left) s left)"
+  dir=$WORK/api-overhead; opt=(); [ $sample = none ] && { dir=$WORK/api-overhead-sample-none; opt=(--sample none); }
+  timeout 90 nsight run --capture manual --trace cuda,nvtx "${opt[@]}" -o "$dir" -- \
+    python3 "$BENCH/api_overhead.py" "$WORK/api_overhead.json" --label "sampling: $sample" 2>&1 | grep -v '^\[' | tail -12
+  stats "$dir"/*.nsys-rep
+done
+
+PY=$WORK/python-backtrace; mkdir -p "$PY"
+if [ "$(left)" -gt 40 ]; then
+  echo "== small_step problem without nsys ($(left) s left)"
+  timeout 60 python3 "$BENCH/fix_pairs.py" "$PY/truth-unprofiled.json" --cases small_step --variants problem --time-only
+fi
+for flags in plain backtrace backtrace-sampling; do
+  [ "$(left)" -gt 45 ] || { echo "skipped: python backtrace ($flags)"; continue; }
+  echo "== nsys profile, $flags ($(left) s left)"
+  case $flags in
+    plain) opt=() ;;
+    backtrace) opt=(--python-backtrace=cuda) ;;
+    backtrace-sampling) opt=(--python-backtrace=cuda --python-sampling=true) ;;
+  esac
+  timeout 120 "$NSYS" profile --trace=cuda,nvtx "${opt[@]}" --capture-range=cudaProfilerApi --capture-range-end=stop \
+    -o "$PY/small_step-$flags" --force-overwrite=true \
+    python3 "$BENCH/fix_pairs.py" "$PY/truth-$flags.json" --cases small_step --variants problem --region cuda-profiler \
+    > "$PY/run-$flags.txt" 2>&1
+  echo "nsys profile exited $?"; grep -v '^\[' "$PY/run-$flags.txt" | tail -8
+  EXPORT=sqlite stats "$PY/small_step-$flags.nsys-rep"
+done
+
+echo "== packing ($(left) s left)"
+find "$WORK" -name '*.qdstrm' -delete
+du -ah "$WORK" | sort -h | tail -15
+tar cf - -C "$WORK" . | xz -T0 -6 > "$DEST/fixtures.tar.xz"
+size=$(stat -c %s "$DEST/fixtures.tar.xz"); echo "packed: $size bytes"
+if [ "$size" -gt $((15 * 1024 * 1024)) ]; then
+  split -b 15M -d -a 1 "$DEST/fixtures.tar.xz" "$DEST/fixtures.tar.xz.part" && rm "$DEST/fixtures.tar.xz"
+fi
+ls -la "$DEST"

@@ -2,7 +2,7 @@
 H200's 1 GB capture): N steps `step_{n}`, each one `cudaGraphLaunch` whose 1,000 node kernels (1 µs each, 0.2 µs
 apart) all carry its correlation id, as nsys records a graph traced as nodes. Written into a copy of an H200 fixture's
 SQLite export (its strings, GPU and threads), for the streamed analysis's cost where kernels far outnumber calls
-(docs/memory.md; analysis/whole_budget.py STREAMED_BATCH_WORK):
+(the analysis windows of analysis/intervals.py WINDOW_ROWS):
 
     python bench/graph_replays.py /tmp/graphs.sqlite 20000
     NSIGHT_SUMMARY_MEMORY=2G nsight stats /tmp/graphs.sqlite --json

@@ -120,14 +120,13 @@ def main() -> None:
         "bound": (payload.get("steps") or {}).get("bound"),
         "findings": [(finding["kind"], finding["severity"]) for finding in payload.get("findings", [])],
         "complete": (payload.get("completeness") or {}).get("complete"),
-        "whole_capture_steps": payload.get("whole_capture_steps")}
+        "coverage": payload.get("coverage")}
     log(f"nsight stats: {stats.seconds:.0f} s, tree {stats.tree_mb:.0f} MB, largest {stats.largest_mb:.0f} MB")
 
     page = folder / "page.html"
     report = tree_run([PY, "-m", "nsight_core.cli", "report", capture, "-o", page], folder, env, folder / "report.err")
-    notes = [line for line in page.read_text().split("What to fix covers")[1:2]]
     result["report"] = {"seconds": report.seconds, "tree_mb": report.tree_mb, "largest_mb": report.largest_mb,
-                        "page_bytes": page.stat().st_size, "note": notes[0][:600] if notes else None}
+                        "page_bytes": page.stat().st_size}
     log(f"nsight report: {report.seconds:.0f} s, tree {report.tree_mb:.0f} MB, largest {report.largest_mb:.0f} MB")
 
     finish_with_bare_export(nsys, capture, result, log, folder)

@@ -35,7 +35,7 @@ def main() -> None:
                         "export": payload.get("export"), "notes": payload.get("notes"), "budget": payload.get("budget"),
                         "steps": payload.get("steps", {}).get("family"), "bound": payload.get("steps", {}).get("bound"),
                         "findings": [(finding["kind"], finding["severity"]) for finding in payload.get("findings", [])],
-                        "whole_capture_steps": payload.get("whole_capture_steps")}
+                        "coverage": payload.get("coverage")}
         log(f"nsight stats --json ({name}, NSIGHT_SUMMARY_MEMORY={memory}): {run.seconds:.0f} s, tree "
             f"{run.tree_mb:.0f} MB, largest {run.largest_mb:.0f} MB")
     streamed, whole = payloads["streamed"], payloads["whole"]

@@ -1,5 +1,6 @@
-"""The GPU budget runs a batch of steps at a time (bounded memory): its numbers do not depend on where the batches
-are cut, even when a step's work, an idle stretch's next launch or a sync crosses a cut."""
+"""The analysis reads its events in windows and budgets a batch of steps at a time (bounded memory): its numbers do
+not depend on where the windows and batches are cut, even when a step's work, an idle stretch's next launch or a
+sync crosses a cut."""
 
 from __future__ import annotations
 
@@ -17,16 +18,16 @@ CAPTURES = ["h200-diagnosis/diagnosis.nsys-rep", "h200-fix-pairs/sync_log-proble
 
 
 @pytest.mark.parametrize("capture", CAPTURES)
-def test_batches_of_a_few_kernels_give_the_budget_of_one_batch(capture: str, load: Callable[[str], Any],
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_windows_of_a_few_events_give_the_analysis_of_one_window(capture: str, load: Callable[[str], Any]) -> None:
     trace = load(capture)
-    whole = analyze_steps(trace)
-    assert whole.analysis.steps.clock == "gpu" and whole.budgets.height > 2
-    monkeypatch.setattr(gpu_budget, "BATCH_WORK", 7)  # a cut every few kernels: inside every step
-    batched = analyze_steps(trace)
+    whole = analyze_steps(trace, window_rows=None)
+    assert whole.analysis.steps.clock == "gpu" and whole.budgets.steps.height > 2
+    batched = analyze_steps(trace, window_rows=7)  # a cut every few events: inside every step
     assert batched.analysis == whole.analysis
-    assert batched.budgets.equals(whole.budgets)
-    assert batched.view.idle.equals(whole.view.idle) and whole.view.idle.height > 0
+    assert batched.budgets.steps.equals(whole.budgets.steps)
+    steps = whole.budgets.steps["step"].to_list()
+    assert batched.budgets.stretches(steps).equals(whole.budgets.stretches(steps))
+    assert whole.budgets.stretches(steps).height > 0
 
 
 def _frame(rows: list[tuple[Any, ...]], columns: dict[str, Any]) -> Any:
@@ -35,7 +36,7 @@ def _frame(rows: list[tuple[Any, ...]], columns: dict[str, Any]) -> Any:
     return pl.DataFrame(rows, schema=columns, orient="row")
 
 
-def test_work_and_a_sync_that_cross_a_cut_count_in_the_next_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_work_and_a_sync_that_cross_a_cut_count_in_the_next_batch() -> None:
     """Three steps of 100 ns: a long kernel runs from step 0's window into step 1's (busy there, not idle); in
     step 1 the GPU drains while the host sits in a sync begun during step 0's window (the sync caused the idle).
     Cut at every window, each lookup must still find them."""
@@ -58,14 +59,21 @@ def test_work_and_a_sync_that_cross_a_cut_count_in_the_next_batch(monkeypatch: p
                       {"start_ns": i64, "end_ns": i64, "name": text, "thread": i64, "correlation_id": i64})
     nvtx = windows.select(pl.col("cpu_start_ns").alias("start_ns"), pl.col("cpu_end_ns").alias("end_ns"),
                           pl.format("step_{}", "step").alias("name"), pl.lit(thread).alias("thread"))
-    family = pl.Series([True] * 3)
-    arguments = (windows, work, blocking, nvtx, family, thread, calls)
-    whole = gpu_budget.gpu_budget(*arguments)
+    host = gpu_budget.Host.of(windows, nvtx.clear().select("start_ns", "end_ns", "name"),
+                              gpu_budget.dispatch_runs(calls))
+    firsts = work["start_ns"].search_sorted(windows["start_ns"], side="left")
+
+    def budget(work_per_batch: int | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+        return gpu_budget.budget_in_batches(
+            windows, gpu_budget.batches(firsts, work_per_batch),
+            lambda lo, hi: work.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") <= hi)),
+            gpu_budget.step_syncs(blocking, thread), host)
+
+    whole = budget(None)
     step_1 = dict(whole[0].filter(pl.col("step") == 1).select(pl.format("{}/{}", "part", pl.col("cpu_name")
                                                                          .fill_null("")), "total_ns").iter_rows())
     # Busy until the long kernel ends (150); idle until the launch at 197; the sync (90 to 196) drained the queue.
     assert step_1 == {"compute/": 50, "sync_wait/cudaDeviceSynchronize": 46, "sync_wait/": 1,
                       "launch_gap/cudaLaunchKernel": 3}
-    monkeypatch.setattr(gpu_budget, "BATCH_WORK", 1)  # one window per batch
-    batched = gpu_budget.gpu_budget(*arguments)
+    batched = budget(1)  # one window per batch
     assert batched[0].equals(whole[0]) and batched[1].equals(whole[1])

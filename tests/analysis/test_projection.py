@@ -32,13 +32,16 @@ def test_each_range_family_gets_the_gpu_work_its_calls_launched() -> None:
 def test_a_launch_is_in_the_step_whose_range_holds_its_call_in_any_order() -> None:
     """Launches in call order take a merge with the steps, others a binary search: both give every launch the step
     range its call lies in, and none to a call between steps."""
-    from nsight_core.analysis.projection import gpu_work, launched, step_of_launch
+    from nsight_core.analysis.every_step import gpu_work_of
+    from nsight_core.analysis.projection import launched, step_of_launch
+    from nsight_core.trace.streamed import events
 
     trace = nsight_core.load_trace(PAIRS / "sync_log-problem.nsys-rep")
     steps = (trace.nvtx.filter(pl.col("name").str.starts_with("step_"))
              .select(pl.int_range(pl.len()).alias("step"), "start_ns", "end_ns").sort("start_ns")
              .filter(pl.col("step") % 2 == 0))  # every other step: the others' launches lie between steps
-    launches = launched(gpu_work(trace), trace.cuda_api).filter(pl.col("launch_ns").is_not_null())
+    work = gpu_work_of(events(trace)).collect().sort("start_ns")
+    launches = launched(work, trace.cuda_api).filter(pl.col("launch_ns").is_not_null())
     in_order = launches.sort("launch_ns")
     shuffled = in_order.sample(fraction=1.0, shuffle=True, seed=7)
     assert in_order["launch_ns"].is_sorted() and not shuffled["launch_ns"].is_sorted()

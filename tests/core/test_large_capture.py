@@ -33,14 +33,10 @@ import nsight_core
 from nsight_core.analysis.analyze import analyze_steps
 from nsight_core.analysis.completeness import check_completeness
 from nsight_core.analysis.timeline import summarize_trace
-from nsight_core.analysis.whole_budget import whole_capture_budget
-from nsight_core.analysis.whole_findings import whole_capture_analysis
-from nsight_core.analysis.whole_steps import every_step
 from nsight_core.nsys import Nsys
 from nsight_core.trace.export import MAX_SLICES, ExportChoice, export, usable_cores
 from nsight_core.trace.model import Trace
 from nsight_core.trace.spill import SpilledTables
-from nsight_core.trace.streamed import events
 from nsight_core.trace.tables import SqliteTables
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,11 +78,9 @@ def test_30m_ranges_get_stats_and_page_under_2_gib(tmp_path: Path) -> None:
     steps, budget = payload["steps"], payload["budget"]
     assert steps["family"]["pattern"] == "step" and steps["family"]["count"] == ranges // 1000
     assert budget["steps"] == ranges // 1000 - steps["warmup"] and budget["wall_ns"] > 0
-    note = f"What to fix covers all {budget['steps']:,} steady steps, streamed from disk"
-    assert any(line.startswith(note) for line in payload["notes"])
+    assert payload["coverage"] == {"scope": "every_step", "steps": ranges // 1000}
     text = page.read_text()
     assert "30,000,000" in text and "Capture span" in text, "the page's tiles are missing"
-    assert note in text
     assert report.tree_mb < BOUND_MB and stats.tree_mb < BOUND_MB, (report.tree_mb, stats.tree_mb)
     assert not list(capture.parent.glob(".nsight-spill-*")), "the Parquet copies were left behind"
 
@@ -122,8 +116,7 @@ def test_a_long_gpu_capture_gets_what_to_fix_over_every_step_under_2_gib(tmp_pat
     assert payload["export"]["streamed"] and payload["steps"]["family"]["count"] == 160_000
     assert payload["budget"]["steps"] == 160_000 and payload["steps"]["bound"] == "host"
     assert {finding["kind"] for finding in payload["findings"]} >= {"host_work"}
-    [note] = payload["notes"]
-    assert note.startswith("What to fix covers all 160,000 steady steps, streamed from disk"), note
+    assert payload["coverage"] == {"scope": "every_step", "steps": 160_000} and not payload["notes"]
     assert stats.tree_mb < BOUND_MB, stats.tree_mb
 
 
@@ -134,12 +127,12 @@ SHUFFLED_NAMES = """UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = CASE a
 kernel recurs at a constant distance."""
 
 
-@pytest.mark.parametrize(("change", "source", "covers"), [
-    ("", "kernel-period", "all 160,000 steady steps"),
-    (SHUFFLED_NAMES, "none", "all of it as one step (its first part that fits has no steps)")],
+@pytest.mark.parametrize(("change", "source", "coverage"), [
+    ("", "kernel-period", {"scope": "every_step", "steps": 160_000}),
+    (SHUFFLED_NAMES, "none", {"scope": "capture_as_one_step", "steps": 1})],
     ids=["kernel-periods", "no-steps"])
 def test_a_long_gpu_loop_without_nvtx_gets_what_to_fix_over_all_of_it_under_2_gib(
-        change: str, source: str, covers: str, tmp_path: Path) -> None:
+        change: str, source: str, coverage: dict[str, object], tmp_path: Path) -> None:
     capture = replicate(8000, tmp_path / "long.sqlite")
     with closing(sqlite3.connect(capture)) as db, db:
         db.execute("DELETE FROM NVTX_EVENTS")  # a loop nothing marks: its steps are its kernel sequence's periods
@@ -151,18 +144,14 @@ def test_a_long_gpu_loop_without_nvtx_gets_what_to_fix_over_all_of_it_under_2_gi
     assert payload["export"]["streamed"] and payload["steps"]["source"] == source
     assert payload["budget"]["steps"] == (160_000 if source == "kernel-period" else 1)
     assert {finding["kind"] for finding in payload["findings"]} >= {"untraced_host"}
-    [note] = payload["notes"]
-    assert note.startswith(f"What to fix covers {covers}, streamed from disk"), note
+    assert payload["coverage"] == coverage and not payload["notes"]
     assert stats.tree_mb < BOUND_MB, stats.tree_mb
 
 
-def test_a_long_gpu_capture_streamed_is_analysed_as_read_whole(tmp_path: Path) -> None:
+def test_a_long_gpu_capture_scanned_from_disk_is_analysed_as_in_memory(tmp_path: Path) -> None:
     capture = replicate(2000, tmp_path / "long.sqlite")
-    whole = analyze_steps(nsight_core.load_trace(capture)).analysis
-    trace = Trace(SpilledTables(SqliteTables(capture), STREAMED))
-    every = every_step(events(trace), whole.steps)
-    assert every is not None and every.stats.family is not None and every.stats.family.count == 40_000
-    budget = whole_capture_budget(events(trace), every)
-    assert budget is not None
-    expected = whole.model_copy(update={"steps": whole.steps.model_copy(update={"candidates": []})})
-    assert whole_capture_analysis(trace, every, budget) == expected
+    in_memory = analyze_steps(nsight_core.load_trace(capture))
+    scanned = analyze_steps(Trace(SpilledTables(SqliteTables(capture), STREAMED)))
+    assert in_memory.analysis.steps.family is not None and in_memory.analysis.steps.family.count == 40_000
+    assert scanned.analysis == in_memory.analysis
+    assert scanned.budgets.steps.equals(in_memory.budgets.steps)

@@ -23,7 +23,6 @@ import pytest
 
 import nsight_core
 from nsight_core import memory
-from nsight_core import profile as profile_module
 from nsight_core.errors import NsysCommandError, StatsError
 from nsight_core.nsys import SLICED_EXPORT_VERSIONS, Nsys
 from nsight_core.profile import build_profile
@@ -38,7 +37,6 @@ from nsight_core.trace.export import (
     is_current,
     usable_cores,
 )
-from nsight_core.trace.head import head
 from nsight_core.trace.model import Trace
 from nsight_core.trace.spill import SpilledTables
 from nsight_core.trace.tables import TIMED_COLUMNS, SlicedSqliteTables, SqliteTables, Wanted
@@ -124,16 +122,15 @@ def test_every_event_is_in_one_slice_and_every_other_table_in_each(report: Path,
 @pytest.mark.nsys
 def test_a_streamed_capture_exported_in_slices_gets_the_profile_of_one_file(
         nsys: Nsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Statistics, summary, completeness and What to fix over every step, streamed (its first steps read whole from
-    the slices, where a kernel may lie in the part after the call that launched it), as from one SQLite file; the
-    slices are reused, and a folder of them passed as it is reads the same."""
+    """Statistics, summary, completeness and What to fix over every step, scanned from the slices (a kernel may lie
+    in the slice after the call that launched it), as from one SQLite file; the slices are reused, and a folder of
+    them passed as it is reads the same."""
     monkeypatch.setattr(export_module, "STREAM_ABOVE_BYTES", 0)
     # A streamed summary allowed 1 MiB and an nsys export 1 MiB (8 slices side by side fit), the capture read whole not.
     monkeypatch.setattr(memory, "STREAMED_SUMMARY_BYTES", 1 << 20)
     monkeypatch.setattr(memory, "EXPORT_BASE_BYTES", 1 << 20)
     monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "34M")
-    profiles, half = {}, 0
-    monkeypatch.setattr(profile_module, "affordable_event_bytes", lambda: half)
+    profiles = {}
     for slices in (1, 3):  # its work runs from 0.26 s to 0.47 s of a 0.51 s window: cut at 0.34 s
         capture = tmp_path / str(slices) / "host_load-problem.nsys-rep"
         capture.parent.mkdir()
@@ -142,8 +139,6 @@ def test_a_streamed_capture_exported_in_slices_gets_the_profile_of_one_file(
         size = capture.stat().st_size
         kind = "sqlitedir" if slices > 1 else "sqlite"
         assert export_choice(capture, nsys) == ExportChoice(kind, True, "large", size, 0, slices)
-        if slices == 1:  # the analysis may read half the event tables' bytes at once: its first steps, then every step
-            half = nsight_core.load_trace(capture).event_bytes // 2
         profiles[slices] = build_profile(capture)
         read = profiles[slices].stats.export
         assert read is not None and read.model_dump() == ExportChoice(kind, True, "large", size, 0, slices)._asdict()
@@ -244,18 +239,3 @@ def test_a_failed_or_damaged_slice_is_never_read_and_the_export_is_made_again(ns
     assert part.stat().st_size == made and len(list(folder.glob(SLICE_PATTERN))) == 3
 
 
-@pytest.mark.nsys
-def test_a_first_part_cut_at_a_slice_holds_the_work_its_calls_launched_in_the_next(nsys: Nsys, tmp_path: Path) -> None:
-    """The first part of a capture (trace/head.py) holds the GPU work its CUDA calls launched, which may start after
-    the cut: cut where one slice ends, that work lies in the next slice, which an SQL query per file cannot join to its
-    calls. Read before the statistics copied anything, as from one file."""
-    capture = tmp_path / "sync_log-problem.nsys-rep"  # 26 kernels launched before the cut start after it
-    shutil.copyfile(FIXTURES / "h200-fix-pairs" / "sync_log-problem.nsys-rep", capture)
-    whole = SqliteTables(export(capture, "sqlite", nsys))
-    folder = export(capture, "sqlitedir", nsys, slices=3)
-    cut = present(whole.read("ANALYSIS_DETAILS", {"duration": pl.Int64}))["duration"][0] * 2 // 3  # the second cut
-    expected = head(whole, cut)
-    part = head(SpilledTables(SlicedSqliteTables(folder), ExportChoice("sqlitedir", True, "large", 0, slices=3)), cut)
-    for frame in ("kernels", "memcpy", "memset", "cuda_api", "nvtx"):
-        assert rows(getattr(part, frame)).equals(rows(getattr(expected, frame))), frame
-    assert (expected.kernels["start_ns"] >= cut).any() and (expected.kernels["start_ns"] < cut).any()

@@ -33,8 +33,9 @@ from nsight_core.nsys import DEFAULT_TRACE, Nsys, find_nsys, validate_cuda_graph
 from nsight_core.stats.reports import DEFAULT_REPORTS
 
 if TYPE_CHECKING:
-    from nsight_core.analysis.analyze import Analysis, analyze, step_budgets
+    from nsight_core.analysis.analyze import analyze, step_budgets
     from nsight_core.analysis.diff import TraceDiff
+    from nsight_core.analysis.result import Analysis
     from nsight_core.capture import Capture
     from nsight_core.collection import Region, range
     from nsight_core.compare import diff
@@ -49,7 +50,7 @@ _LAZY = {"Capture": "nsight_core.capture", "Region": "nsight_core.collection", "
          "Session": "nsight_core.session", "range": "nsight_core.collection",
          "load_stats": "nsight_core.stats.load", "ProfileStats": "nsight_core.stats.models",
          "analyze": "nsight_core.analysis.analyze", "step_budgets": "nsight_core.analysis.analyze",
-         "Analysis": "nsight_core.analysis.analyze", "diff": "nsight_core.compare",
+         "Analysis": "nsight_core.analysis.result", "diff": "nsight_core.compare",
          "load_trace": "nsight_core.trace", "Trace": "nsight_core.trace", "Window": "nsight_core.trace",
          "validate_trace": "nsight_core.session", "TraceDiff": "nsight_core.analysis.diff",
          "CaptureProfile": "nsight_core.report", "PerfettoExport": "nsight_core.report",

@@ -1,38 +1,35 @@
-"""Whether a capture's export and summary fit in the memory this process may still take, checked before each.
+"""Whether a capture's export and summary fit in the memory allowed, checked before each.
 
-Why: the export (nsys, a child process) and the summary (reports, analysis, page) run inside the user's
-task, after its body, in its container. Both grow with the capture. nsys' arrow export holds each table
-whole before it writes it: measured 5-15x the .nsys-rep's bytes (454 MB for a 33 MB trace of 3 M NVTX
-ranges), where its SQLite export stays at 33 MB. The summary holds the events it reads: 1.4-2.4x the bytes
-of the export's event tables, plus 45-150 MB that grow with Polars' threads (docs/benchmarks.md, and
-docs/gpu-verification.md for a 2 M-kernel capture on the 16-core H200 machine). A container that passes its memory
-limit is killed, and with it the job that was profiled: profiling must never do that. So each step's
-estimate is compared with what the process may still take (the container's limit less what it holds, and
-the host's available memory) before it starts: the export's from the trace's size, the summary's from the
-export's tables before any event is read. One that would not fit is refused with an error that gives
-both numbers; the trace itself is kept, for `nsight report` where there is more memory, or nsys-ui.
+Why: the export (nsys, a child process) and the summary (reports, analysis, page) run inside the user's task, after
+its body, in its container, and both grow with the capture. A container that passes its memory limit is killed, and
+with it the job that was profiled: profiling must never do that. So each step's estimate is compared with what is
+allowed before it starts: the export's from the trace's size, the summary's from the export's tables before any
+event is read. A capture whose events would not fit is scanned from disk in windows instead (trace/spill.py);
+one that would not fit even so is refused with an error that gives both numbers, and the trace is kept.
 
-``NSIGHT_SUMMARY_MEMORY`` overrides what the process may take: a size (``2G``, ``512M``: powers of 1024)
-for a limit nsight cannot see, or ``off`` to go ahead whatever it needs.
+What is allowed is a fixed budget (``DEFAULT_SUMMARY_BYTES``), not the machine's free memory, lowered only where
+the container's limit or the host leaves less. ``NSIGHT_SUMMARY_MEMORY`` sets another budget (``2G``, ``512M``:
+powers of 1024), or ``off`` to go ahead whatever it needs.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import time
 from pathlib import Path
 
 from nsight_core.errors import NotEnoughMemoryError, NsightError
 from nsight_core.render.units import size as _size
 
 ENV_SUMMARY_MEMORY = "NSIGHT_SUMMARY_MEMORY"
+DEFAULT_SUMMARY_BYTES = 1 << 30
+"""What a summary may take unless NSIGHT_SUMMARY_MEMORY says otherwise: a capture whose events would need more is
+scanned from disk in windows, which needs far less (``STREAMED_SUMMARY_BYTES``)."""
 EXPORT_BASE_BYTES = 32 << 20
 """What nsys' export takes whatever the trace (measured 32-44 MB for small ones)."""
 EXPORT_BYTES_PER_TRACE_BYTE = {"arrowdir": 20, "sqlite": 0}
-"""nsys' export's peak per byte of the .nsys-rep, by export type, with a margin. The arrow export holds each table
-whole: measured 5.3x (2 M kernels) to 14.9x (1 M NVTX ranges), whatever the machine (docs/gpu-verification.md,
-session I). The SQLite export streams its rows: 32-36 MB from 0.4 MB to 33 MB traces."""
+"""nsys' export's peak per byte of the .nsys-rep, by export type, with a margin: the arrow export holds
+each table whole (5-15x measured: docs/large-captures.md), the SQLite export streams its rows."""
 SUMMARY_BASE_BYTES = 64 << 20
 """What a summary takes whatever its size, beside the per-thread part below (its frames', reports' and page's
 fixed costs). The imports are not in it: a process that checks has made them."""
@@ -40,15 +37,11 @@ SUMMARY_BYTES_PER_THREAD = 8 << 20
 """Per thread of Polars' pool: each keeps its own allocator arena and works on its own part of the data. On the
 H200 machine, from 2 to 16 threads the same summary took 74 MB (200 k kernels) to 233 MB (2 M kernels) more."""
 SUMMARY_BYTES_PER_STORED_BYTE = 7
-"""The summary's peak per byte of the event tables in the export, with a margin. Measured 1.4x (3 M NVTX ranges,
-2 threads) to 2.4x (1 M NVTX ranges, 16 threads) over the base (docs/gpu-verification.md, session I) before the
-analysis moved onto the GPU's clock; since then `make bench` measured 5.2x on the 200 k-kernel capture (342 MB
-over the imports for 49.7 MB of event tables, 2 threads), which 3x no longer covered."""
+"""The summary's peak per byte of the event tables in the export, with a margin (measured up to 5.2x: the
+performance page `make bench` writes)."""
 STREAMED_SUMMARY_BYTES = 384 << 20
-"""What a streamed capture's statistics, summary and completeness may peak at over the imports, whatever the capture's
-size: its event tables stay on disk, one window of events (analysis/intervals.py WINDOW_ROWS) and the reports' groups
-in memory. Measured (docs/memory.md): 10 M and 30 M NVTX ranges, `nsight stats` and `nsight report` peaking at
-about 250 MB more than the imports, 2 threads."""
+"""What a summary scanned from disk may peak at over the imports, whatever the capture's size: its event tables
+stay on disk, one window of events (analysis/intervals.py WINDOW_ROWS) and the reports' groups in memory."""
 _UNLIMITED = 1 << 60
 """cgroup v1 writes "no limit" as a huge number (9223372036854771712); anything above this is none."""
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
@@ -63,22 +56,6 @@ def summary_bytes(stored_bytes: int) -> int:
         + SUMMARY_BYTES_PER_STORED_BYTE * stored_bytes
 
 
-def affordable_event_bytes() -> int | None:
-    """The most bytes of event tables whose summary fits what this process may take now (the inverse of
-    :func:`summary_bytes`; None where nothing is known of the limit): how much of a large capture its analysis reads
-    whole (:func:`nsight_core.profile.first_part`). A limit set in ``NSIGHT_SUMMARY_MEMORY`` is the whole process's:
-    what it holds already is taken from it (a container's headroom has that taken out already)."""
-    import polars as pl
-
-    allowed, source = allowed_memory()
-    if allowed is None:
-        return None
-    if source.startswith(ENV_SUMMARY_MEMORY):
-        allowed -= _settled_resident(Path("/proc/self/statm"))
-    spare = allowed - SUMMARY_BASE_BYTES - SUMMARY_BYTES_PER_THREAD * pl.thread_pool_size()
-    return max(0, spare // SUMMARY_BYTES_PER_STORED_BYTE)
-
-
 def check_streamed_summary_memory(what: str) -> None:
     """Raise :class:`NotEnoughMemoryError` when even a streamed summary of WHAT (``STREAMED_SUMMARY_BYTES``) needs more
     than this process may take."""
@@ -86,7 +63,7 @@ def check_streamed_summary_memory(what: str) -> None:
 
 
 def streamed_summary_fits() -> bool:
-    """Whether a streamed summary fits what this process may take (True where nothing is known of the limit)."""
+    """Whether a summary scanned from disk fits what this process may take (True where no limit is known)."""
     allowed, _ = allowed_memory()
     return allowed is None or allowed >= STREAMED_SUMMARY_BYTES
 
@@ -126,13 +103,20 @@ def summary_fits(stored_bytes: int) -> bool:
 
 
 def allowed_memory() -> tuple[int | None, str]:
-    """What this process may still take (None: no limit known, or the guard is off), and where that comes from."""
+    """What a summary may take (None: the guard is off), and where that comes from: the budget
+    (``DEFAULT_SUMMARY_BYTES``, or ``NSIGHT_SUMMARY_MEMORY``), lowered to what this process may still take (its
+    container's limit, the host's available memory) where that is less. A fixed budget, not the free memory: the
+    same capture is read the same way on any machine with room for it."""
     setting = os.environ.get(ENV_SUMMARY_MEMORY, "").strip()
     if setting.lower() == "off":
         return None, setting
-    if setting:
-        return parse_size(setting), f"{ENV_SUMMARY_MEMORY}={setting}"
-    return headroom_bytes(), "this process's free memory (its container's limit and the host's)"
+    budget, source = ((parse_size(setting), f"{ENV_SUMMARY_MEMORY}={setting}") if setting else
+                      (DEFAULT_SUMMARY_BYTES, f"the default summary budget ({_size(DEFAULT_SUMMARY_BYTES)}; "
+                                              f"{ENV_SUMMARY_MEMORY} sets another)"))
+    headroom = headroom_bytes()
+    if headroom is not None and headroom < budget:
+        return headroom, "this process's free memory (its container's limit and the host's)"
+    return budget, source
 
 
 def check_comparison_memory(stored_bytes: int | None, what: str) -> None:
@@ -175,39 +159,6 @@ def headroom_bytes(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/fs/cgr
     found = [value for value in (_available(proc / "meminfo"), *_cgroup_headrooms(proc / "self" / "cgroup", cgroups))
              if value is not None]
     return max(0, min(found)) if found else None
-
-
-SETTLE_S = 2.0
-"""At most how long :func:`_settled_resident` waits for the allocator to hand back what was freed."""
-SETTLED_READS = 3
-"""How many reads 100 ms apart without a fall say that the resident set has settled: one was not enough under load,
-where jemalloc's thread had not yet woken 100 ms after the free, and a 400 MB frame freed counted as held (the test
-suite on 2 cores, 2026-12-04)."""
-
-
-def _settled_resident(statm: Path) -> int:
-    """The resident set of STATM's process once its allocator has handed back the pages freed just before.
-
-    Right after a streamed summary, the resident set still holds the pages its frames freed: Polars' jemalloc
-    returns them within its decay time (100 ms in nsight's CLI), and until then they are free for the analysis to
-    reuse, not held. Read at once, the part of a capture its analysis read whole varied from run to run of the same
-    command (2,045 to 2,186 steps of 3 M NVTX ranges with 2G allowed); read once it stops falling, by a step or so
-    (2,277 to 2,279). Read every 100 ms until it has not fallen by 1 MiB for SETTLED_READS reads, at most SETTLE_S."""
-    lowest, deadline, unchanged = _resident(statm), time.monotonic() + SETTLE_S, 0
-    while unchanged < SETTLED_READS and time.monotonic() < deadline:
-        time.sleep(0.1)
-        now = _resident(statm)
-        unchanged = unchanged + 1 if now > lowest - (1 << 20) else 0
-        lowest = min(lowest, now)
-    return lowest
-
-
-def _resident(statm: Path) -> int:
-    """The resident set of the process whose STATM this is, in bytes (0 where it cannot be read)."""
-    try:
-        return int(statm.read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, IndexError, ValueError):
-        return 0
 
 
 def _available(meminfo: Path) -> int | None:

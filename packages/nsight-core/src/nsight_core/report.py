@@ -47,10 +47,8 @@ def stats_json(profile: CaptureProfile) -> dict[str, Any]:
     payload = profile.stats.model_dump(mode="json", exclude={"reports"})
     if profile.analysis is not None:
         payload.update(profile.analysis.model_dump(mode="json", include={"window", "steps", "budget", "budget_scope",
-                                                                         "ranges", "savings_withheld"}))
+                                                                         "coverage", "ranges", "savings_withheld"}))
         payload["findings"] = [finding_json(finding) for finding in profile.analysis.findings]
-    if profile.whole_steps is not None:  # "What to fix" covers the first steps: these are all of them
-        payload["whole_capture_steps"] = profile.whole_steps.model_dump(mode="json", exclude={"candidates"})
     if profile.completeness is not None:
         payload["completeness"] = profile.completeness.model_dump(mode="json")
     return payload

@@ -29,7 +29,7 @@ import polars as pl
 from pydantic import BaseModel, Field
 
 from nsight_core.analysis.ranges import Nesting, in_parent_order, nest, self_pieces, self_time, with_parents
-from nsight_core.analysis.steps import Bound, distinct_codes, joint_code, joint_parts, matching
+from nsight_core.analysis.steps import Bound, distinct_codes, joint_code, joint_parts
 
 LAUNCH_GAP_NS = 100_000
 """GPU idle stretches shorter than this (100 µs) are launch overhead between queued work."""
@@ -96,17 +96,6 @@ def bound_by(budget: StepBudget) -> Bound:
         return "unknown"
     busy = sum(budget.part(part).total_ns for part in ("compute", "exposed_comm", "exposed_copy"))
     return "device" if busy >= DEVICE_BOUND_BUSY * budget.wall_ns else "host"
-
-
-def sync_calls(cuda_api: pl.DataFrame, memcpy: pl.DataFrame) -> pl.DataFrame:
-    """CUDA API calls that block until the GPU catches up: sync calls, sync copies, pageable async copies.
-
-    A cudaMemcpyAsync to or from pageable host memory is synchronous in effect (the driver stages it
-    through a pinned buffer); the correlation id ties the call to its copy.
-    """
-    pageable = memcpy.filter(PAGEABLE)
-    return cuda_api.filter(matching(cuda_api, "name", blocks)
-                           | pl.col("correlation_id").is_in(pageable["correlation_id"].implode()))
 
 
 PAGEABLE = (pl.col("src_kind") == "Pageable") | (pl.col("dst_kind") == "Pageable")
@@ -537,18 +526,6 @@ def per_step(totals: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
                                           for part in PARTS))
     return (steps.select("step", (pl.col("end_ns") - pl.col("start_ns")).alias("wall_ns"))
             .join(parts, on="step", how="left").fill_null(0).sort("step"))
-
-
-def steady_budget(totals: pl.DataFrame, steps: pl.DataFrame, warmup: bool, thread: int | None) -> StepBudget:
-    """The budget (:func:`summarize_budget`) of the steady STEPS: the first left out where it is a WARMUP."""
-    steady = steps.slice(1) if warmup else steps
-    return summarize_budget(totals.filter(pl.col("step").is_in(steady["step"].implode())), steady, thread)
-
-
-def summarize_budget(totals: pl.DataFrame, steps: pl.DataFrame, thread: int | None) -> StepBudget:
-    """The budget over all steps (TOTALS: :func:`budget_totals`): each part's total, per-step median and
-    mean, share of step time."""
-    return budget_of(per_step(totals, steps), cpu_activities(totals), thread)
 
 
 def cpu_activities(totals: pl.DataFrame) -> pl.DataFrame:

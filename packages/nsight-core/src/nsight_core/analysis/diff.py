@@ -14,19 +14,20 @@ the comparison meaningless, and a CI gate must not pass a 3x slowdown because of
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import polars as pl
-import polars.selectors as cs
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.analyze import Analysis, analyze
+from nsight_core.analysis.analyze import analyze
 from nsight_core.analysis.completeness import Completeness
-from nsight_core.analysis.events import EventTables
-from nsight_core.analysis.intervals import busy_over, start_windows
+from nsight_core.analysis.intervals import WINDOW_ROWS, busy_over, start_windows
+from nsight_core.analysis.result import Analysis
 from nsight_core.analysis.steps import StepStats, family_pattern
 from nsight_core.stats.models import ProfileStats
+from nsight_core.trace.frames import EventTables
+from nsight_core.trace.streamed import events
 
 Frame = pl.DataFrame | pl.LazyFrame
 
@@ -74,9 +75,7 @@ class Side:
     ``kernels``: name, instances, total_ns. ``ranges``: the same per NVTX range family (summed time,
     nesting included). ``analysis`` and ``gpu_busy_ns`` are None for recorded statistics. ``gpus``: the
     names of the GPUs its work ran on, one per device, sorted; empty when unknown or none ran.
-    ``completeness``: None where it was not checked (recorded statistics). ``steps``: the step statistics where
-    there is no analysis: of a capture too large to analyse whole, every step's, streamed (``streamed``; its analysis
-    then covers every step where they are NVTX ranges, else it has none).
+    ``completeness``: None where it was not checked (recorded statistics).
     """
 
     source: str
@@ -86,13 +85,11 @@ class Side:
     gpu_busy_ns: int | None
     gpus: tuple[str, ...] = ()
     completeness: Completeness | None = None
-    steps: StepStats | None = None
-    streamed: bool = False
 
     @property
     def step_stats(self) -> StepStats | None:
-        """The side's steps: its analysis', else the streamed ones; None where it has no events to find them in."""
-        return self.analysis.steps if self.analysis is not None else self.steps
+        """The side's steps; None where it has no events to find them in."""
+        return self.analysis.steps if self.analysis is not None else None
 
 
 class Delta(BaseModel):
@@ -153,9 +150,6 @@ class TraceDiff(BaseModel):
     deltas: list[Delta] = Field(description="Step statistics, budget parts per step and summary numbers")
     kernels: list[NameDelta] = Field(description="Matched by name, largest absolute time change first")
     ranges: list[NameDelta] = Field(description="NVTX range families matched by pattern, largest change first")
-    streamed: list[SideName] = Field(default_factory=list, description="The sides too large to analyse whole "
-                                               "in the memory allowed: compared on every step's time and budget (NVTX "
-                                               "steps) and their totals, streamed from disk")
 
     def slower_than(self, percent: float) -> bool:
         """True when the captures are comparable and B's gate number is more than PERCENT % above A's."""
@@ -169,34 +163,17 @@ class TraceDiff(BaseModel):
 
 
 def side_from_trace(source: str, trace: TraceWithGpus, completeness: Completeness | None = None) -> Side:
-    """A side with events read whole: totals from the frames, the full analysis, the GPUs it ran on and
-    COMPLETENESS."""
-    return replace(_side_from_events(source, trace, trace.gpus, None), analysis=analyze(trace),
-                   completeness=completeness)
-
-
-def side_from_events(source: str, frames: GpuEvents, gpus: pl.DataFrame, steps: StepStats | None,
-                     completeness: Completeness | None, window_rows: int | None,
-                     analysis: Analysis | None = None) -> Side:
-    """A side of a capture too large to analyse whole: its totals, GPU busy time and GPUs from FRAMES streamed (GPU
-    busy in windows of WINDOW_ROWS kernels, :func:`busy_over`), every one of its STEPS (:func:`every_step`; None where
-    they are not known) and COMPLETENESS; its ANALYSIS over every step (:func:`whole_capture_analysis`), whose budget
-    and window are compared (None: no budget)."""
-    return replace(_side_from_events(source, frames, gpus, window_rows), steps=steps, completeness=completeness,
-                   analysis=analysis, streamed=True)
-
-
-def _side_from_events(source: str, frames: GpuEvents, gpus: pl.DataFrame, window_rows: int | None) -> Side:
-    """The totals, GPU busy time and GPUs of FRAMES: one streamed query each (a frame read whole is made lazy), so a
-    capture read whole and one scanned from disk give the same numbers."""
-    kernels = frames.kernels.lazy()
-    ranges = _totals(frames.nvtx.lazy())
+    """A side with events: per-name totals, GPU busy time (in windows of kernels, :func:`busy_over`), the GPUs it ran
+    on, the analysis and COMPLETENESS."""
+    frames = events(trace)
+    kernels = frames.kernels
+    ranges = _totals(frames.nvtx)
     ranges = ranges.group_by(family_pattern(pl.col("name")).alias("name")).agg(pl.col("instances", "total_ns").sum())
-    bounds = kernels.select(cs.by_name("device", "start_ns", "end_ns", require_all=False))
+    bounds = kernels.select("device", "start_ns", "end_ns")
     launched = kernels.select(pl.len()).collect(engine="streaming").item()
-    return Side(source=source, kernels=_totals(kernels), ranges=ranges,
-                analysis=None, gpu_busy_ns=busy_over(start_windows(bounds, window_rows), []).busy_ns if launched
-                else None, gpus=gpus_used(frames, gpus))
+    return Side(source=source, kernels=_totals(kernels), ranges=ranges, analysis=analyze(trace),
+                gpu_busy_ns=busy_over(start_windows(bounds, WINDOW_ROWS), []).busy_ns if launched else None,
+                gpus=gpus_used(frames, trace.gpus), completeness=completeness)
 
 
 def _totals(frame: pl.LazyFrame) -> pl.DataFrame:
@@ -335,7 +312,6 @@ def _by_name(a: pl.DataFrame, b: pl.DataFrame) -> list[NameDelta]:
 
 def diff_sides(a: Side, b: Side) -> TraceDiff:
     """B against A: the gate, the verdict and every matched delta."""
-    sides: tuple[tuple[SideName, Side], ...] = (("a", a), ("b", b))
     gate = _gate(a, b)
     reasons = _reasons(a, b, gate)
     summary = [_delta("summary", "gpu_busy", "ns", a.gpu_busy_ns, b.gpu_busy_ns)] \
@@ -348,5 +324,4 @@ def diff_sides(a: Side, b: Side) -> TraceDiff:
         a=a.source, b=b.source, verdict=_verdict(gate, reasons), gate=gate, reasons=reasons,
         deltas=[*_analysis_deltas(a, b), *summary],
         kernels=_by_name(a.kernels, b.kernels), ranges=_by_name(a.ranges, b.ranges),
-        streamed=[name for name, side in sides if side.streamed],
     )

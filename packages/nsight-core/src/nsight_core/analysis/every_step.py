@@ -1,22 +1,20 @@
-"""Every step of a capture too large to analyse whole, in bounded memory: on the GPU's clock where they launched work.
+"""Every step of a capture, of the family chosen from its start (analysis/analyze.py): on the GPU's clock where they
+launched work.
 
-A streamed capture's first steps that fit (profile.first_part) pick the step family; a slowdown that starts later
-is not in them. Every step's times need far less than the analysis: the step family's ranges (one row a step) and,
-per step, its first GPU work and its last; they are the start of every step's budget and findings
-(analysis/whole_budget.py, whole_findings.py). Those come from the events in windows of correlation id: a
-CUDA call and the GPU work it launched share their id, so a window of ids holds both sides of every launch in it,
-and each window's launches are placed in the steps by their call's time. Per step the earliest start and latest end
-are kept, merged over the windows by min and max: the same GPU windows as the capture read whole
-(:func:`projection.project_steps`), exactly.
+Every step's times need the step family's ranges (one row a step) and, per step, its first GPU work and its last;
+they are the start of every step's budget and findings (analysis/every_budget.py, finding_inputs.py). Those come from
+the events in windows of correlation id: a CUDA call and the GPU work it launched share their id, so a window of ids
+holds both sides of every launch in it, and each window's launches are placed in the steps by their call's time. Per
+step the earliest start and latest end are kept, merged over the windows by min and max.
 
 Steps found from the kernel sequence's period (no NVTX steps) are on the GPU already: each starts with the kernel
-the first part's steps start with (its anchor), and every anchor in the capture starts one, found by a streamed
-filter; the kernels counted between anchors tell which ones a whole period follows (:func:`steps.period_steps`,
-which cuts a capture read whole too).
+the chosen steps start with (its anchor), and every anchor in the capture starts one; the kernels counted between
+anchors tell which ones a whole period follows (:func:`steps.period_steps`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import polars as pl
@@ -46,7 +44,7 @@ SPAN_COLUMNS = {"step": pl.Int64, "gpu_start_ns": pl.Int64, "gpu_end_ns": pl.Int
 
 
 class EveryStep(NamedTuple):
-    """Every step of a streamed capture (:func:`every_step`)."""
+    """Every step of a capture (:func:`every_step`)."""
 
     stats: StepStats
     windows: pl.DataFrame | None
@@ -72,11 +70,11 @@ class EveryStep(NamedTuple):
 
 def capture_as_step(frames: Events, chosen: StepStats, start_ns: int, end_ns: int,
                     window_rows: int | None = WINDOW_ROWS) -> EveryStep:
-    """A capture whose first part found no steps (CHOSEN) as :func:`analyze.analyze_steps` takes one: its user window
-    (START_NS to END_NS) as one step, cut into :func:`busy_pieces` of about WINDOW_ROWS events."""
+    """A capture without steps (CHOSEN found none) as one step: its user window (START_NS to END_NS), cut into
+    :func:`busy_pieces` of about WINDOW_ROWS events."""
     window = pl.DataFrame({"step": [0], "start_ns": [start_ns], "end_ns": [end_ns], "name": [""], "thread": [None]},
                           schema=STEP_COLUMNS)
-    return EveryStep(chosen.model_copy(update={"candidates": []}), None, window,
+    return EveryStep(chosen, None, window,
                      step_thread(None, frames.cuda_api, frames.osrt),
                      busy_pieces(frames, start_ns, end_ns, window_rows))
 
@@ -106,19 +104,11 @@ def busy_pieces(frames: Events, start_ns: int, end_ns: int, window_rows: int | N
                         schema={"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64})
 
 
-def whole_capture_steps(frames: Events, chosen: StepStats, window_rows: int | None = WINDOW_ROWS) -> StepStats | None:
-    """The statistics of :func:`every_step`."""
-    found = every_step(frames, chosen, window_rows)
-    return None if found is None else found.stats
-
-
 def every_step(frames: Events, chosen: StepStats, window_rows: int | None = WINDOW_ROWS) -> EveryStep | None:
-    """The statistics of every step of the capture FRAMES holds, of the family CHOSEN (the first part's), as
-    :func:`analyze.analyze_steps` reads them: NVTX steps on the GPU's clock where at least MIN_PROJECTED steps launched
-    GPU work, else the ranges' own; kernel-period steps as periods of the kernel sequence. None where CHOSEN has no
-    family, fewer than two of its steps are found, or its ranges overlap across the whole capture (the whole
-    capture's analysis would not take them as steps). WINDOW_ROWS: CUDA calls and GPU work per window (None: one
-    window)."""
+    """Every step of the capture FRAMES holds, of the family CHOSEN: NVTX steps on the GPU's clock where at least
+    MIN_PROJECTED steps launched GPU work, else the ranges' own; kernel-period steps as periods of the kernel sequence.
+    None where CHOSEN has no family, fewer than two of its steps are found, or its ranges overlap somewhere (no
+    steps then). WINDOW_ROWS: CUDA calls and GPU work per window (None: one window)."""
     family = chosen.family
     if family is None:
         return None
@@ -126,7 +116,8 @@ def every_step(frames: Events, chosen: StepStats, window_rows: int | None = WIND
         periods = period_steps(frames.kernels, chosen.kernels_per_period, chosen.anchor_kernel)
         if periods.height < 2:
             return None
-        return EveryStep(kernel_period_stats(periods, chosen.kernels_per_period, chosen.anchor_kernel), None, periods,
+        stats = kernel_period_stats(periods, chosen.kernels_per_period, chosen.anchor_kernel)
+        return EveryStep(stats.model_copy(update={"candidates": chosen.candidates}), None, periods,
                          step_thread(None, frames.cuda_api, frames.osrt))
     if chosen.source != "nvtx":
         return None
@@ -136,9 +127,10 @@ def every_step(frames: Events, chosen: StepStats, window_rows: int | None = WIND
              .select("start_ns", "end_ns", "name", "thread").collect(engine="streaming")
              .sort("start_ns", maintain_order=True).with_row_index("step")
              .with_columns(pl.col("step").cast(pl.Int64)))
-    stats = family_stats(steps, family)
-    if stats is None:
+    found = family_stats(steps, family)
+    if found is None:
         return None
+    stats = found.model_copy(update={"candidates": chosen.candidates})
     windows = project_spans(steps, gpu_spans(frames, steps, window_rows))
     return EveryStep(on_gpu_clock(stats, windows), windows, steps, thread) if windows.height >= MIN_PROJECTED else \
         EveryStep(stats, None, steps, thread)
@@ -169,10 +161,11 @@ def gpu_spans(frames: Events, steps: pl.DataFrame, window_rows: int | None) -> p
 
 
 def gpu_work_of(frames: Events) -> pl.LazyFrame:
-    """FRAMES' GPU work as :func:`projection.gpu_work` has it (start_ns, end_ns, correlation_id, kind, comm), streamed.
+    """FRAMES' GPU work (start_ns, end_ns, correlation_id, kind, comm): kernels, copies, memsets and the graph
+    launches whose nodes are not kernels.
 
-    The graph launches are read once (a row per launch): their query streams every kernel past them, which each
-    window of a streamed pass would repeat."""
+    The graph launches are read once (a row per launch): their query scans every kernel past them, which each
+    window of a pass would repeat."""
     graphs = frames.graphs.select("start_ns", "end_ns", "correlation_id").collect(engine="streaming").lazy()
     no = pl.lit(False).alias("comm")
     parts = [frames.kernels.select("start_ns", "end_ns", "correlation_id", pl.lit("kernel").alias("kind"),
@@ -183,12 +176,19 @@ def gpu_work_of(frames: Events) -> pl.LazyFrame:
 
 
 def launched_by_id(work: pl.LazyFrame, calls: pl.LazyFrame) -> pl.DataFrame:
-    """WORK (a streamed filter of :func:`gpu_work_of`, a window's) by start with the call that launched each piece
+    """WORK (a filter of :func:`gpu_work_of`, a window's) by start with the call that launched each piece
     (:func:`projection.launched`), the calls found among CALLS by correlation id: only those of the window's ids are
-    read, and with every call of each id, the first of an id two processes used is the one a capture read whole
-    finds."""
+    read, and of an id two processes used, the first call is the one."""
     ran = work.collect(engine="streaming").sort("start_ns", maintain_order=True)
     ids = ran["correlation_id"].drop_nulls()
     among = (pl.col("correlation_id").is_between(ids.min(), ids.max()) & pl.col("correlation_id").is_in(ids.implode())
              if ids.len() else pl.lit(False))
     return launched(ran, calls.filter(among).collect(engine="streaming").sort("start_ns", maintain_order=True))
+
+
+def calls_named(calls: pl.LazyFrame, test: Callable[[pl.Expr], pl.Expr]) -> pl.Expr:
+    """A filter of CALLS (CUDA or OS calls) to those whose name passes TEST, run once per distinct name: by the name's
+    id where the frame has one (a loaded capture's), not on every call's text."""
+    key = "name_id" if "name_id" in calls.collect_schema().names() else "name"
+    names = calls.select(key, "name").unique().collect(engine="streaming")
+    return pl.col(key).is_in(names.filter(test(pl.col("name")))[key].implode())

@@ -1,19 +1,16 @@
-""""What to fix" over every step of a capture too large to analyse whole, streamed.
+"""The findings' inputs over every steady step (:class:`findings.GpuInputs`), made in windows and merged exactly,
+and the analysis they complete (:func:`analysis_of`).
 
-With every step's times (analysis/whole_steps.py) and budget (analysis/whole_budget.py) streamed, the findings need
-the rest of their inputs (:class:`findings.GpuInputs`) over every steady step too, and each is local in time or a
-sum, so it is made in windows and merged exactly:
+Each input is local in time or a sum:
 
-- the blocking calls of each batch of steps with the innermost range each came from (:func:`analyze.syncs_in` on the
-  NVTX ranges of the steps' thread that overlap the batch: every range a call in it can be in, and every range
-  enclosing one of those);
+- the blocking calls of each batch of steps with the innermost range each came from (:func:`syncs_in` on the NVTX
+  ranges of the steps' thread that overlap the batch: every range a call in it can be in, and every range enclosing
+  one of those);
 - the launch shape: launches in steps and the kernels they launched, in windows of correlation id (a call and its
   work share it), their durations counted per value, whose medians are those of all of them;
-- the copies of a megabyte or more (a few), and the kernels' time per name (a streamed group-by).
+- the copies of a megabyte or more (a few), and the kernels' time per name (a grouped scan).
 
-A capture without steps is one step, its user window, whose calls are read in its pieces (whole_steps.busy_pieces).
-The findings are then made by the code a capture read whole uses (:func:`findings.findings_of`); with the NVTX range
-table (analysis/whole_ranges.py) the analysis equals the capture's read whole (tests/core/test_streamed_analysis.py).
+A capture without steps is one step, its user window, whose calls are read in its pieces (every_step.busy_pieces).
 """
 
 from __future__ import annotations
@@ -21,50 +18,69 @@ from __future__ import annotations
 import polars as pl
 
 from nsight_core.analysis import findings as find
-from nsight_core.analysis.analyze import LAUNCH_API, Analysis, in_steps, syncs_in
+from nsight_core.analysis.budget import is_thread
+from nsight_core.analysis.every_budget import Budgets
+from nsight_core.analysis.every_step import EveryStep, calls_named
 from nsight_core.analysis.findings import Context, GpuInputs
-from nsight_core.analysis.footprint import capture_window
+from nsight_core.analysis.footprint import UserWindow
 from nsight_core.analysis.intervals import WINDOW_ROWS, start_cuts, step_batches, window_filters
-from nsight_core.analysis.whole_budget import WholeBudget
-from nsight_core.analysis.whole_ranges import whole_capture_ranges
-from nsight_core.analysis.whole_steps import EveryStep
-from nsight_core.trace.model import Trace, with_depth
-from nsight_core.trace.streamed import Events, events
+from nsight_core.analysis.projection import innermost_range
+from nsight_core.analysis.range_table import range_table
+from nsight_core.analysis.result import Analysis, Coverage
+from nsight_core.trace.model import with_depth
+from nsight_core.trace.streamed import Events
 
 
-def whole_capture_analysis(trace: Trace, every: EveryStep, whole: WholeBudget, full: bool = True,
-                           window_rows: int | None = WINDOW_ROWS) -> Analysis | None:
-    """The analysis of every step of streamed TRACE (EVERY, its budget WHOLE): what :func:`analyze.analyze` says of the
-    capture read whole. FULL False: its steps, budget and window alone, what a comparison reads (no findings, no NVTX
-    range table: it reads the ranges' totals)."""
-    stats, thread = every.stats.model_copy(update={"bound": whole.bound}), every.thread
-    if thread is None or (stats.family is None and every.pieces is None):
-        return None
-    frames = events(trace)
-    window = capture_window(trace, frames)
-    analysis = Analysis(window=window, steps=stats, budget=whole.budget,
-                        budget_scope="steps" if every.pieces is None else "capture", ranges=[], findings=[])
-    if not full:
-        return analysis
+def analysis_of(frames: Events, gpus: pl.DataFrame | None, window: UserWindow, every: EveryStep,
+                budgets: Budgets, window_rows: int | None = WINDOW_ROWS) -> Analysis:
+    """The analysis of EVERY step of the capture FRAMES holds (its user WINDOW, the GPUS it ran on, every step's
+    BUDGETS): the steps, their budget, the NVTX range table and the findings."""
+    stats, thread = every.stats.model_copy(update={"bound": budgets.bound}), every.thread
     steps = every.drawn
     steady = steps.slice(1) if stats.warmup else steps
     steady_ranges = steady.select("step", pl.col("cpu_start_ns").alias("start_ns"),
                                   pl.col("cpu_end_ns").alias("end_ns"))
-    context = Context(steps=stats, budget=whole.budget, window_ns=window.span_ns,
+    context = Context(steps=stats, budget=budgets.budget, window_ns=window.span_ns,
                       step_p50_ns=stats.family.p50_ns if stats.family else None)
     gpu = None
     if any(frame.head(1).collect().height for frame in (frames.kernels, frames.memcpy, frames.memset, frames.graphs)):
         # A capture without steps: its one step's calls, a piece at a time.
-        syncs = _syncs(frames, steady_ranges if every.pieces is None else every.pieces, whole.syncs, thread,
+        syncs = _syncs(frames, steady_ranges if every.pieces is None else every.pieces, budgets.syncs, thread,
                        window_rows)
         gpu = GpuInputs(*syncs, _launch_shape(frames, steady_ranges, window_rows), frames.memcpy,
-                        steady if every.pieces is None else steady.clear(), find.nominal_pinned(trace.gpus),
+                        steady if every.pieces is None else steady.clear(), find.nominal_pinned(gpus),
                         find.kernel_totals(frames.kernels, steady))
-    return analysis.model_copy(update={"ranges": whole_capture_ranges(frames, window.span_ns, window_rows),
-                                       "findings": find.findings_of(context, gpu)})
+    coverage = Coverage(scope="every_step" if every.pieces is None else "capture_as_one_step",
+                        steps=steps.height if every.pieces is None else 1)
+    return Analysis(window=window, steps=stats, budget=budgets.budget,
+                    budget_scope="steps" if every.pieces is None else "capture", coverage=coverage,
+                    ranges=range_table(frames, window.span_ns, window_rows), findings=find.findings_of(context, gpu))
 
 
-def _syncs(frames: Events, steps: pl.DataFrame, calls: pl.DataFrame, thread: int,
+LAUNCH_API = r"^cu(da)?LaunchKernel|^cuLaunch|^cu(da)?GraphLaunch"
+
+
+def in_steps(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """FRAME's events that start inside a step, with the step index."""
+    located = frame.sort("start_ns").join_asof(
+        steps.select("step", pl.col("start_ns").alias("_step_start"), pl.col("end_ns").alias("_step_end")),
+        left_on="start_ns", right_on="_step_start", strategy="backward")
+    return located.filter(pl.col("start_ns") < pl.col("_step_end")).drop("_step_start", "_step_end")
+
+
+def syncs_in(steps: pl.DataFrame, blocking: pl.DataFrame, memcpy: pl.DataFrame, thread: int | None,
+             nvtx: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """The steps' blocking calls on their thread counted by name and the innermost range each came from (name,
+    ``range``: the steps' own family by name, ``len``), and their small device-to-host copies (scalar reads). Counts,
+    not a row a call: each window's are added up."""
+    calls = in_steps(blocking.filter(is_thread(thread)), steps)
+    named = calls.select("name", innermost_range(calls, nvtx).str.replace_all(r"\d+", "{n}").alias("range"))
+    small = in_steps(memcpy.filter((pl.col("direction") == "Device-to-Host")
+                                   & (pl.col("bytes") <= find.SMALL_COPY_BYTES)), steps)
+    return named.group_by("name", "range").len(), small.height
+
+
+def _syncs(frames: Events, steps: pl.DataFrame, calls: pl.DataFrame, thread: int | None,
            window_rows: int | None) -> tuple[pl.DataFrame, int]:
     """:func:`analyze.syncs_in` of STEPS (by start) in batches of steps holding about WINDOW_ROWS of THREAD's NVTX
     ranges, their counts added up (CALLS: THREAD's synchronising calls, the budget's): each batch's calls are named by
@@ -91,10 +107,8 @@ def _launch_shape(frames: Events, steps: pl.DataFrame, window_rows: int | None) 
     """Kernels per step, median kernel duration and median launch-call duration in STEPS (as
     :func:`analyze.analyze_steps` reads them), from windows of correlation id: per window, the launches in the steps
     and the kernels they launched, their durations counted per value."""
-    names = frames.cuda_api.select("name_id", "name").unique().collect(engine="streaming")
-    launch_ids = names.filter(pl.col("name").str.contains(LAUNCH_API))["name_id"]
     duration = (pl.col("end_ns") - pl.col("start_ns")).alias("ns")
-    calls = frames.cuda_api.filter(pl.col("name_id").is_in(launch_ids.implode())).select(
+    calls = frames.cuda_api.filter(calls_named(frames.cuda_api, lambda name: name.str.contains(LAUNCH_API))).select(
         "correlation_id", "start_ns", "end_ns")
     kernels = frames.kernels.select("correlation_id", duration)
     ids = pl.concat([calls.select(pl.col("correlation_id").alias("start_ns")),

@@ -21,7 +21,7 @@ from nsight_core.collection import START_SETTLE_SECONDS
 from nsight_core.marks import marked_window
 
 if TYPE_CHECKING:
-    from nsight_core.analysis.events import EventTables
+    from nsight_core.trace.frames import EventTables
     from nsight_core.trace.streamed import Events
 
 SLEEP_CALLS = r"^(clock_nanosleep|nanosleep|usleep|sleep|select|poll)$"

@@ -42,45 +42,17 @@ TOTAL_COLUMNS = {"step": pl.Int64, "part": pl.String, "cpu_kind": pl.String, "cp
                  "total_ns": pl.Int64}
 
 
-BATCH_WORK = 100_000
-"""GPU work per batch of steps: the budget's temporaries (a few rows per piece of the timeline) stay this size, not
-the capture's. One batch at a time: two at once held twice the temporaries and, on 2 cores, were no faster."""
-
-
 WorkBetween = Callable[[int, int], pl.DataFrame]
 """The launched GPU work that ran between LO and HI: at least every piece that ends after LO and starts by HI (a
 piece that ended by LO may be there too), by start, with start_ns, end_ns, kind, comm, launch_ns, launch_end_ns and
 launch_name (:func:`nsight_core.analysis.projection.launched`)."""
 
 
-def gpu_budget(windows: pl.DataFrame, work: pl.DataFrame, blocking: pl.DataFrame, nvtx: pl.DataFrame,
-               family_mask: pl.Series, thread: int | None, cuda_api: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The GPU budget of WINDOWS summed per step, part and CPU activity (step, part, cpu_kind, cpu_name, total_ns;
-    cpu_kind null where the GPU ran or waited on itself), and each GPU idle stretch with the cause that holds most of
-    it (step, start_ns, end_ns, part, cpu_kind, cpu_name: what a step view shades and labels).
-
-    WINDOWS: step, start_ns, end_ns (contiguous GPU windows, by start) and cpu_start_ns, cpu_end_ns (the step ranges).
-    WORK: :func:`nsight_core.analysis.projection.launched` GPU work (with launch_name), by start. BLOCKING:
-    synchronising calls (:func:`nsight_core.analysis.budget.sync_calls`). NVTX: all ranges; FAMILY_MASK marks the
-    step family's. THREAD: the steps' CPU thread. CUDA_API: every thread's calls (dispatch, :func:`dispatch_runs`).
-    """
-    on_thread = (nvtx.filter(~family_mask & (pl.col("thread") == thread)) if thread is not None
-                 else nvtx.clear()).select("start_ns", "end_ns", "name").sort("start_ns")
-    host = Host.of(windows, outermost_user_ranges(on_thread, windows)[0], dispatch_runs(cuda_api))
-    work_starts = work["start_ns"]
-    reach = work["end_ns"].cum_max()  # by start: all work before the first whose reach passes t ends by t
-
-    def between(lo: int, hi: int) -> pl.DataFrame:  # what still ran at LO, up to the work that starts at HI
-        first = int(reach.search_sorted(lo, side="right"))
-        return work.slice(first, int(work_starts.search_sorted(hi, side="right")) - first)
-
-    firsts = work_starts.search_sorted(windows["start_ns"], side="left")
-    return budget_in_batches(windows, batches(firsts), between, step_syncs(blocking, thread), host)
-
-
-def batches(firsts: pl.Series, work: int = BATCH_WORK) -> list[tuple[int, int]]:
-    """The windows cut into batches of about WORK pieces of GPU work (first window, windows); FIRSTS: per window, how
-    much work starts before it."""
+def batches(firsts: pl.Series, work: int | None) -> list[tuple[int, int]]:
+    """The windows cut into batches of about WORK pieces of GPU work (first window, windows; None: one batch);
+    FIRSTS: per window, how much work starts before it."""
+    if work is None:
+        return [(0, firsts.len())] if firsts.len() else []
     cuts = []
     begin = 0
     while begin < firsts.len():

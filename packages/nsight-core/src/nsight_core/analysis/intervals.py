@@ -79,25 +79,6 @@ def _histogram(frame: pl.LazyFrame, low: int, high: int) -> tuple[pl.DataFrame, 
     return histogram, width
 
 
-def first_share_end(frames: Iterable[pl.LazyFrame], share: float) -> int | None:
-    """A time before which about SHARE (0-1) of FRAMES' events (start_ns columns) start, and no more: the end of
-    the last bucket of a histogram of their starts within that share (the first bucket at least); None when SHARE
-    covers them all.
-
-    Why: the first part of a large capture that fits the memory allowed ends there (:mod:`nsight_core.trace.head`).
-    """
-    starts = pl.concat([frame.select("start_ns") for frame in frames])
-    start = pl.col("start_ns")
-    count, low, high = (starts.select(pl.len(), start.min().alias("_low"), start.max().alias("_high"))
-                        .collect(engine="streaming").row(0))
-    rows = int(count * share)
-    if rows >= count:
-        return None
-    histogram, width = _histogram(starts, low, high)
-    within = histogram.filter(pl.col("_count").cum_sum() <= rows)
-    return low + (int(within.select(pl.col("_bucket").max()).item()) + 1 if within.height else 1) * width
-
-
 def union_intervals(events: pl.DataFrame) -> pl.DataFrame:
     """Merge overlapping or touching [start_ns, end_ns) intervals, per device when there is one.
 

@@ -15,45 +15,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from nsight_core.analysis.events import EventTables
-
 GPU_WORK_COLUMNS = {"start_ns": pl.Int64, "end_ns": pl.Int64, "correlation_id": pl.Int64, "kind": pl.String,
                     "comm": pl.Boolean}
 NCCL = r"(?i)nccl"
 MIN_PROJECTED = 2
 """NVTX steps are read on the GPU's clock when at least this many launched GPU work."""
-
-
-def graph_launches(trace: EventTables) -> pl.DataFrame | None:
-    """The trace's CUDA-graph launches on the GPU (nsys 2025's CUPTI_ACTIVITY_KIND_GRAPH_TRACE), where it has them."""
-    graphs: pl.DataFrame | None = getattr(trace, "graphs", None)
-    return graphs if graphs is not None and graphs.height else None
-
-
-def gpu_work(trace: EventTables) -> pl.DataFrame:
-    """All GPU work, by start: start_ns, end_ns, correlation_id, kind (kernel, copy, memset, graph), comm (NCCL).
-
-    A graph launch recorded as one row (nsys' default graph-level trace) is GPU work like a kernel; the Trace's
-    ``graphs`` frame already leaves out launches whose nodes were recorded as kernels (``--cuda-graph-trace=node``),
-    so nothing counts twice.
-    """
-    kernels = trace.kernels
-    parts = [
-        kernels.select("start_ns", "end_ns", "correlation_id", pl.lit("kernel").alias("kind"),
-                       pl.col("name").str.contains(NCCL).fill_null(False).alias("comm")),
-        trace.memcpy.select("start_ns", "end_ns", "correlation_id", pl.lit("copy").alias("kind"),
-                            pl.lit(False).alias("comm")),
-        trace.memset.select("start_ns", "end_ns", "correlation_id", pl.lit("memset").alias("kind"),
-                            pl.lit(False).alias("comm")),
-    ]
-    graphs = graph_launches(trace)
-    if graphs is not None:
-        parts.append(graphs.select("start_ns", "end_ns", "correlation_id", pl.lit("graph").alias("kind"),
-                                   pl.lit(False).alias("comm")))
-    work = pl.concat([part.cast(GPU_WORK_COLUMNS) for part in parts])  # type: ignore[arg-type]
-    # Kernels alone come in start order already: a check, not a sort of every column.
-    return (work.with_columns(pl.col("start_ns").set_sorted()) if work["start_ns"].is_sorted()
-            else work.sort("start_ns", maintain_order=True))
 
 
 def launched(work: pl.DataFrame, cuda_api: pl.DataFrame) -> pl.DataFrame:
@@ -106,19 +72,6 @@ def step_of_launch(launches: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:
     inside = (position >= 0) & (pl.col("launch_ns") < pl.lit(ends).gather(position.clip(lower_bound=0)))
     return launches.select(pl.when(inside).then(pl.lit(numbers).gather(position.clip(lower_bound=0)))
                            .alias("step"))["step"]
-
-
-def project_steps(steps: pl.DataFrame, work: pl.DataFrame) -> pl.DataFrame:
-    """STEPS on the GPU's clock: step, start_ns, end_ns (the GPU window), cpu_start_ns, cpu_end_ns, name, thread.
-
-    WORK: :func:`launched` GPU work with its ``step`` (:func:`step_of_launch`). A step's window runs from
-    the start of its first GPU work to the start of the next step's; the last one's to the end of its own work
-    (what runs after the loop, a final copy or an evaluation, is no step's). Steps that launched nothing are
-    left out (empty when none launched anything).
-    """
-    spans = (work.filter(pl.col("step").is_not_null()).group_by("step")
-             .agg(pl.col("start_ns").min().alias("gpu_start_ns"), pl.col("end_ns").max().alias("gpu_end_ns")))
-    return project_spans(steps, spans)
 
 
 def project_spans(steps: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:

@@ -1,4 +1,4 @@
-"""The NVTX range table (:func:`ranges.range_families`) of a capture too large to analyse whole, streamed.
+"""The NVTX range table (:func:`ranges.range_families`) of a capture, in windows of start time.
 
 Per family (name pattern and domain): count, summed time, minimum and maximum are streamed group-bys; the median is
 selected exactly in streamed passes (stats/exact.py, as the reports' medians); the mean is exact from the integer
@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsight_core.analysis.every_step import gpu_work_of, launched_by_id
 from nsight_core.analysis.intervals import WINDOW_ROWS, start_cuts, window_filters
 from nsight_core.analysis.projection import range_gpu_spans
 from nsight_core.analysis.ranges import RangeFamily, with_parents
 from nsight_core.analysis.steps import pattern_of
-from nsight_core.analysis.whole_steps import gpu_work_of, launched_by_id
 from nsight_core.stats import exact
 from nsight_core.trace.model import with_depth
 from nsight_core.trace.streamed import Events
@@ -30,7 +30,7 @@ CARRIED = {"start_ns": pl.Int64, "end_ns": pl.Int64, "thread": pl.Int64, KEY: pl
            "gpu_start_ns": pl.Int64, "gpu_end_ns": pl.Int64}
 
 
-def whole_capture_ranges(frames: Events, span_ns: int, window_rows: int | None = WINDOW_ROWS) -> list[RangeFamily]:
+def range_table(frames: Events, span_ns: int, window_rows: int | None = WINDOW_ROWS) -> list[RangeFamily]:
     """:func:`ranges.range_families` of every NVTX range of the capture FRAMES holds (SPAN_NS: its user window), with
     their GPU work, streamed in windows of about WINDOW_ROWS ranges (None: one window)."""
     duration = (pl.col("end_ns") - pl.col("start_ns")).alias("_duration")

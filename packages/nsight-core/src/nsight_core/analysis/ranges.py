@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.steps import distinct_codes, family_codes, joint_code, joint_parts
+from nsight_core.analysis.steps import distinct_codes, family_codes
 
 
 class RangeFamily(BaseModel):
@@ -139,37 +139,3 @@ def in_parent_order(pieces: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]) -> 
     return pl.concat([before_child.sort("id", maintain_order=True), after_last.sort("id"), leaves])
 
 
-def range_families(nesting: Nesting, span_ns: int, gpu: pl.DataFrame | None = None) -> list[RangeFamily]:
-    """NESTING's ranges grouped by family, longest self time first, shares of the capture span SPAN_NS.
-
-    GPU: each of NESTING's ranges' GPU work, row for row (gpu_ops, gpu_start_ns, gpu_end_ns:
-    :func:`nsight_core.analysis.projection.range_gpu_spans`), where the capture has GPU work.
-    """
-    if not nesting.ranges.height:
-        return []
-    timed = nesting.ranges
-    if gpu is not None:
-        timed = timed.with_columns(gpu["gpu_ops"], (gpu["gpu_end_ns"] - gpu["gpu_start_ns"]).alias("gpu_span_ns"))
-    # Grouped by one code of (family, domain) (:func:`joint_code`), not by the strings: a fraction of the memory.
-    domain, domains = distinct_codes(timed, "domain")
-    duration = pl.col("_duration")
-    grouped = (
-        timed.select(joint_code((pl.lit(nesting.family), nesting.families.len()), (pl.lit(domain), domains.len())),
-                     "self_ns", (pl.col("end_ns") - pl.col("start_ns")).alias("_duration"),
-                     *((pl.col("gpu_ops"), pl.col("gpu_span_ns")) if gpu is not None else ()))
-        .group_by("_key", maintain_order=True)
-        .agg(pl.len().alias("count"), duration.sum().alias("summed_ns"), pl.col("self_ns").sum(),
-             duration.median().alias("p50_ns"), duration.mean().alias("mean_ns"), duration.min().alias("min_ns"),
-             duration.max().alias("max_ns"),
-             *((pl.col("gpu_ops").sum(), pl.when(pl.col("gpu_span_ns").count() > 0)
-                .then(pl.col("gpu_span_ns").sum()).alias("gpu_span_ns")) if gpu is not None else ()))
-    )
-    pattern, domain = joint_parts(grouped["_key"], nesting.families.len(), domains.len())
-    grouped = (
-        # A range without a name (or domain) in frames built by hand is the family '' (as the loader names it).
-        grouped.select(nesting.families.gather(pattern).fill_null("").alias("pattern"),
-                       domains.gather(domain).fill_null("").alias("domain"), pl.exclude("_key"))
-        .with_columns((pl.col("self_ns") / span_ns if span_ns else pl.lit(0.0)).alias("self_fraction"))
-        .sort(["self_ns", "pattern"], descending=[True, False])
-    )
-    return [RangeFamily(**row) for row in grouped.to_dicts()]

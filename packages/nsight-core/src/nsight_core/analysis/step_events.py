@@ -15,11 +15,10 @@ from typing import Literal
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.analyze import Analysis, Analyzed, StepView, steps_view
-from nsight_core.analysis.events import EventTables
-from nsight_core.analysis.gpu_budget import IDLE_COLUMNS
+from nsight_core.analysis.analyze import Analyzed
+from nsight_core.analysis.result import Analysis, StepView
 from nsight_core.analysis.steps import StepSource, StepStats
-from nsight_core.analysis.whole_budget import WholeBudget
+from nsight_core.trace.frames import EventTables
 from nsight_core.trace.model import with_depth
 from nsight_core.trace.streamed import Events
 
@@ -71,12 +70,11 @@ class StepDrawing(BaseModel):
     slowest_step: int | None
 
 
-def step_drawing(trace: EventTables | Events, parts: Analyzed, stats: StepStats,
-                 evidence: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())) -> StepDrawing | None:
-    """The steps of TRACE to draw (PARTS: its :func:`nsight_core.analysis.analyze.analyze_steps`; :func:`step_roles`).
-    None when the capture has no steps. STATS: the analysis' steps (their source, and whether it left the first out of
-    the steady state as a warm-up)."""
-    view = parts.view
+def _drawing(trace: EventTables | Events, view: StepView, evidence: tuple[tuple[int, ...], tuple[int, ...]],
+             budgets: pl.DataFrame, stats: StepStats) -> StepDrawing | None:
+    """The steps of TRACE that VIEW draws (its median and slowest, and those EVIDENCE names: :func:`step_roles`), with
+    every step's BUDGETS; None when the capture has no steps. STATS: the analysis' steps (their source, and whether it
+    left the first out of the steady state as a warm-up)."""
     if view.median_step is None or view.slowest_step is None or stats.source == "none":
         return None
     drawn = [_drawn(trace, view, step, roles) for step, roles in step_roles(view, evidence).items()]
@@ -85,7 +83,7 @@ def step_drawing(trace: EventTables | Events, parts: Analyzed, stats: StepStats,
     thread_names = dict(names.filter(pl.col("thread").is_in(list(threads))).select("thread", "name").iter_rows()) \
         if names is not None else {}
     return StepDrawing(clock=view.clock, source=stats.source, steps=drawn, thread_names=thread_names,
-                       budgets=parts.budgets, warmup_steps=int(stats.warmup), median_step=view.median_step,
+                       budgets=budgets, warmup_steps=int(stats.warmup), median_step=view.median_step,
                        slowest_step=view.slowest_step)
 
 
@@ -154,22 +152,14 @@ def step_events(trace: EventTables | Events, start_ns: int, end_ns: int) -> pl.D
     return pl.concat([part.cast(EVENT_SCHEMA) for part in parts]).sort("start_ns")
 
 
-def drawing_for(trace: EventTables | Events, analysis: Analysis, parts: Analyzed) -> StepDrawing | None:
-    """:func:`step_drawing` of TRACE with what its ANALYSIS says: the warm-up, and the steps and events its findings'
-    evidence points at (so a click on the evidence finds them drawn)."""
-    return step_drawing(trace, parts, analysis.steps, evidence_of(analysis))
-
-
-def streamed_drawing(frames: Events, analysis: Analysis, windows: pl.DataFrame,
-                     budget: WholeBudget) -> StepDrawing | None:
-    """What :func:`drawing_for` draws of a capture too large to read whole, whose ANALYSIS covers every step (their
-    WINDOWS, :attr:`whole_steps.EveryStep.drawn`; their BUDGET): the median and slowest of all its steady steps and the
-    steps its evidence names, their events read from disk (FRAMES) and on the GPU's clock their idle stretches budgeted
-    again: what the capture read whole would draw."""
-    view = steps_view(windows, analysis.steps.warmup, analysis.steps.clock, pl.DataFrame(schema=IDLE_COLUMNS))
+def drawing_for(frames: EventTables | Events, analysis: Analysis, parts: Analyzed) -> StepDrawing | None:
+    """:func:`_drawing` of the capture FRAMES holds with what its ANALYSIS says (PARTS: its every step and budget):
+    the warm-up, and the steps and events its findings' evidence points at (so a click on the evidence finds them
+    drawn), each drawn step's idle stretches budgeted again alone."""
+    view = parts.view
     evidence = evidence_of(analysis)
-    view = view.model_copy(update={"idle": budget.stretches(list(step_roles(view, evidence)))})
-    return step_drawing(frames, Analyzed(analysis, view, budget.steps), analysis.steps, evidence)
+    view = view.model_copy(update={"idle": parts.budgets.stretches(list(step_roles(view, evidence)))})
+    return _drawing(frames, view, evidence, parts.budgets.steps, analysis.steps)
 
 
 def evidence_of(analysis: Analysis) -> tuple[tuple[int, ...], tuple[int, ...]]:

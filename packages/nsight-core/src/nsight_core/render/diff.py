@@ -110,22 +110,9 @@ def _named(result: TraceDiff) -> list[tuple[str, list[NameDelta]]]:
             for title, rows in (("Kernels", result.kernels), ("NVTX ranges (summed time)", result.ranges)) if rows]
 
 
-def streamed_lines(result: TraceDiff) -> list[str]:
-    """What was compared of each side too large to analyse whole: its totals, step times where it has steps and,
-    where both sides have one, the budget (of all its steps, or of all of it as one step)."""
-    budget = any(delta.group == "budget" for delta in result.deltas)
-    steps = any(delta.group == "steps" for delta in result.deltas)
-    analysed = {(True, True): "step times and budget (all its steps), ", (True, False): "step times (all its steps), ",
-                (False, True): "budget (all of it as one step), ", (False, False): ""}[steps, budget]
-    return [f"{side.upper()} is too large to analyse whole in the memory allowed: its {analysed}kernels, NVTX ranges "
-            f"and GPU busy time are compared, streamed from disk{'' if budget else '; its budget is not'}."
-            for side in result.streamed]
-
-
 def render_diff(result: TraceDiff) -> str:
     """The verdict, the step/budget/summary deltas, and the kernels and NVTX ranges that changed most."""
-    lines = [verdict_line(result), f"A: {printable(result.a)}", f"B: {printable(result.b)}", *streamed_lines(result),
-             ""]
+    lines = [verdict_line(result), f"A: {printable(result.a)}", f"B: {printable(result.b)}", ""]
     lines += _table(["Group", "Metric", "A", "B", "B - A", "Change"],
                     [[d.group, d.name, *_delta_cells(d)] for d in result.deltas])
     for title, rows in _named(result):
@@ -163,8 +150,6 @@ def render_markdown(result: TraceDiff, percent: float | None = None) -> str:
         lines += ["Not comparable:", *(f"- {reason_text(r)}" for r in result.reasons), ""]
         if numbers := _gate_numbers(result):
             lines += [f"For reference only: {numbers}", ""]
-    if streamed := streamed_lines(result):
-        lines += [*streamed, ""]
     lines += _md_table(["A", "B", "B - A", "Change", "Metric"],
                        [[*_delta_cells(d), f"{d.group}: {d.name}"] for d in result.deltas])
     for title, rows in _named(result):

@@ -6,10 +6,10 @@ Analysis returns data (ns, bytes, fractions, references); this module is where t
 
 from __future__ import annotations
 
-from nsight_core.analysis.analyze import Analysis
 from nsight_core.analysis.budget import StepBudget
 from nsight_core.analysis.completeness import Completeness
 from nsight_core.analysis.findings import MIN_STEPS, Evidence, Finding, Saving, Where
+from nsight_core.analysis.result import Analysis, Coverage
 from nsight_core.analysis.steps import StepStats
 from nsight_core.render.text import kernel_short_name, printable
 from nsight_core.render.units import duration as _ns
@@ -146,6 +146,13 @@ def steps_text(steps: StepStats) -> str:
             f"p95 {_ns(family.p95_ns)}, max {_ns(family.max_ns)}{warmup}, trend {steps.trend}{clock}")
 
 
+def coverage_text(coverage: Coverage) -> str:
+    """What "What to fix" covers of the capture, in one line."""
+    if coverage.scope == "capture_as_one_step":
+        return "covers: the whole capture, as one step (no steps were found)"
+    return f"covers: every step ({coverage.steps:,}), from the first to the last"
+
+
 def budget_lines(budget: StepBudget) -> list[str]:
     """The budget parts per step with their shares, then what the CPU did while the GPU idled."""
     lines = [f"budget over {budget.steps} step{'s' if budget.steps != 1 else ''} ({_ns(budget.wall_ns)}):"]
@@ -168,7 +175,7 @@ def render_analysis(analysis: Analysis) -> str:
         lines += finding_lines(finding)
     if not analysis.findings:
         lines.append("nothing found")
-    lines += ["", steps_text(analysis.steps), *budget_lines(analysis.budget)]
+    lines += ["", steps_text(analysis.steps), coverage_text(analysis.coverage), *budget_lines(analysis.budget)]
     return "\n".join(lines) + "\n"
 
 

@@ -25,13 +25,14 @@ import jinja2
 import polars as pl
 from markupsafe import Markup
 
-from nsight_core.analysis.analyze import Analysis
 from nsight_core.analysis.findings import Where
+from nsight_core.analysis.result import Analysis
 from nsight_core.profile import CaptureProfile
 from nsight_core.render.charts import ChartSpec, capture_charts, warm_up
 from nsight_core.render.findings import (
     PART_LABELS,
     budget_lines,
+    coverage_text,
     evidence_text,
     finding_suggestion,
     finding_title,
@@ -253,7 +254,7 @@ def _diagnosis(analysis: Analysis) -> dict[str, Any]:
                       "saving": saving_text(f.saving) if f.saving else None,
                       "evidence": [{"text": evidence_text(e), "where": _where(e.where)} for e in f.evidence]}
                      for f in analysis.findings],
-        "steps": steps_text(analysis.steps), "budget_title": budget[0], "budget": [line.strip() for line in budget[1:]],
+        "steps": f"{steps_text(analysis.steps)}; {coverage_text(analysis.coverage)}", "budget_title": budget[0], "budget": [line.strip() for line in budget[1:]],
     }
 
 

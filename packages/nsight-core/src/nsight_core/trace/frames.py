@@ -1,7 +1,7 @@
 """The event tables analysis reads: a protocol, so analysis depends on no loader.
 
 ``nsight_core.load_trace``'s Trace satisfies it, and so does any object with these frames (a test's frames
-built by hand). Every analysis module imports the protocol from here, never from another analysis.
+built by hand), which :func:`nsight_core.trace.streamed.events` makes lazy for the analysis' windows.
 """
 
 from __future__ import annotations

@@ -18,8 +18,10 @@ import weakref
 
 import polars as pl
 
+from nsight_core.trace.frames import EventTables
 from nsight_core.trace.model import (
     COPY_DIRECTIONS,
+    GRAPH_COLUMNS,
     I64,
     KERNEL_READ,
     MEMCPY_READ,
@@ -40,72 +42,79 @@ from nsight_core.trace.tables import SchemaMismatch, Wanted
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 
 
-def is_streamed(trace: Trace) -> bool:
+def is_streamed(trace: Trace | EventTables) -> bool:
     """TRACE's tables were spilled to disk for streaming (a large capture): its reports scan them."""
-    return isinstance(trace.tables, SpilledTables)
+    return isinstance(getattr(trace, "tables", None), SpilledTables)
 
 
 class Events:
     """TRACE's event frames as lazy frames, with the Trace's column names (these columns; a frame of a capture read
     whole has the Trace's others too, ``nvtx`` its ``depth``), each made on first use: a reader of some frames never
-    reads the others of a capture read whole. ``streamed``: scanned from Parquet on disk."""
+    reads the others of a capture read whole. ``streamed``: scanned from Parquet on disk. Frames built by hand (any
+    :class:`EventTables`) are made lazy as they are."""
 
-    def __init__(self, trace: Trace) -> None:
-        self._trace = trace
+    def __init__(self, trace: Trace | EventTables) -> None:
+        self._frames = trace
+        self._trace = trace if isinstance(trace, Trace) else None
         self.streamed = is_streamed(trace)
 
     @functools.cached_property
     def kernels(self) -> pl.LazyFrame:
         """start_ns, end_ns, device, stream, name (demangled), short_name, correlation_id"""
-        return _kernels(self._trace)
+        return _kernels(self._trace) if self._trace else self._frames.kernels.lazy()
 
     @functools.cached_property
     def graphs(self) -> pl.LazyFrame:
         """start_ns, end_ns, device, stream, graph_id, correlation_id: the launches whose nodes are not kernels"""
-        return _graphs(self._trace, self.kernels)
+        if self._trace:
+            return _graphs(self._trace, self.kernels)
+        graphs = getattr(self._frames, "graphs", None)
+        return graphs.lazy() if graphs is not None else pl.LazyFrame(schema=GRAPH_COLUMNS)
 
     @functools.cached_property
     def memcpy(self) -> pl.LazyFrame:
         """start_ns, end_ns, device, stream, direction, src_kind, dst_kind, bytes, correlation_id"""
-        return _memcpy(self._trace)
+        return _memcpy(self._trace) if self._trace else self._frames.memcpy.lazy()
 
     @functools.cached_property
     def memset(self) -> pl.LazyFrame:
         """start_ns, end_ns, device, stream, bytes, correlation_id"""
-        return _memset(self._trace)
+        return _memset(self._trace) if self._trace else self._frames.memset.lazy()
 
     @functools.cached_property
     def cuda_api(self) -> pl.LazyFrame:
         """start_ns, end_ns, name (no version suffix), thread, correlation_id, name_id"""
-        return _cuda_api(self._trace)
+        return _cuda_api(self._trace) if self._trace else self._frames.cuda_api.lazy()
 
     @functools.cached_property
     def nvtx(self) -> pl.LazyFrame:
         """start_ns, end_ns, name, domain, thread, kind, closed: push/pop and start/end ranges"""
-        return _nvtx(self._trace)[0]
+        if self._trace:
+            return _nvtx(self._trace)[0]
+        return self._frames.nvtx.lazy().with_columns(pl.col("name", "domain").fill_null(""))  # as the loader has them
 
     @functools.cached_property
     def nvtx_marks(self) -> pl.LazyFrame:
         """time_ns, name, domain, thread"""
-        return _nvtx(self._trace)[1]
+        return _nvtx(self._trace)[1] if self._trace else self._frames.nvtx_marks.lazy()
 
     @functools.cached_property
     def osrt(self) -> pl.LazyFrame:
         """start_ns, end_ns, name, thread, name_id"""
-        return _osrt(self._trace)
+        return _osrt(self._trace) if self._trace else self._frames.osrt.lazy()
 
     @property
     def threads(self) -> pl.DataFrame:
-        """The Trace's named threads (a small table, read whole)."""
-        return self._trace.threads
+        """The Trace's named threads (a small table, read whole; none of frames built by hand)."""
+        return self._trace.threads if self._trace else pl.DataFrame(schema={"thread": pl.Int64, "name": pl.String})
 
     @functools.cached_property
     def samples(self) -> pl.LazyFrame:
         """time_ns"""
-        return _samples(self._trace)
+        return _samples(self._trace) if self._trace else pl.LazyFrame(schema={"time_ns": pl.Int64})
 
 
-def events(trace: Trace) -> Events:
+def events(trace: Trace | EventTables) -> Events:
     """TRACE's events as lazy frames (see :class:`Events`)."""
     return Events(trace)
 
@@ -130,7 +139,7 @@ def _scan_as_read(trace: Trace, table: str, needed: Wanted, read: Wanted) -> pl.
     """TABLE's NEEDED columns scanned (:func:`_scan`) from a copy that also holds the other columns the Trace reads
     of it (READ), where the export has them: a large capture's first part then reads its frame from that copy
     (:mod:`nsight_core.trace.head`), not from another scan of the whole SQLite table."""
-    columns = trace.tables.columns(table) if isinstance(trace.tables, SpilledTables) else frozenset()
+    columns = trace.tables.columns(table) if is_streamed(trace) else frozenset()
     return _scan(trace, table, {**{name: dtype for name, dtype in read.items() if name in columns}, **needed})
 
 

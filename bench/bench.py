@@ -21,22 +21,23 @@ process's own peak is given as well. Per capture, in a process of its own on an 
 analysis (`analyze(trace)`) in events per second over the events it reads (the fastest of ANALYSIS_RUNS
 runs in each of --repeat processes, timeit's convention, with the median), and the bytes of the
 Trace's frames a report reads (Polars' ``estimated_size``), which `nsight report`'s Python peak is
-compared with; the memory guard's estimate of a summary's peak (nsight_core.memory) against the
-report's peak less its imports, which it must cover. Then: the finalize (everything `nsight report`
+compared with. Then: the finalize (everything `nsight report`
 does after the export: the five reports, summary, completeness, analysis, page) on NVTX captures of
 10,000 to 1,000,000 ranges, in one warm process; import times (the CLI with and without bytecode
 caches, `nsight_core`, and `flyteplugins.nsight` over `import flyte, flyte.io`); 10,000 distinct
 kernels from recorded CSVs.
 
-Targets (issue 8), each verdict saying met or NOT met and by how much: `nsight report` on the large
-captures at most 0.2x the reference's time and at most 1.0x one bare SQLite export's; the analysis at
-least 5 M events/s; `nsight report`'s peak RSS at most 2x the bytes of the columns read; `import
-flyteplugins.nsight` at most 50 ms over `import flyte, flyte.io`; the finalize no worse than linear
-from 10 k to 1 M events. Issue 23's table: NVTX captures of 10 k to 10 M ranges in a task allowed 2 GiB, each command
-once on a fresh copy, the peak of its whole process tree (nsys' export included: resident sets summed, sampled every
-50 ms from /proc), seconds per million events, and the ratio against one bare SQLite export (target at most 1.0x
-for traces over 100 MB, the peak under 2 GiB). Results replace docs/benchmarks.md; `--quick` (100,000 ranges, one
-repetition) writes nothing.
+Targets, each verdict saying met or NOT met and by how much: `nsight report` on the large captures at most
+0.2x the reference's time and at most 1.0x one bare SQLite export's; the analysis at least 5 M events/s;
+`nsight report`'s peak RSS at most 2x the bytes of the columns read; `import flyteplugins.nsight` at most 50 ms
+over `import flyte, flyte.io`; the finalize no worse than linear from 10 k to 1 M events. Then NVTX captures of
+10 k to 10 M ranges in a task allowed 2 GiB, each command once on a fresh copy, the peak of its whole process
+tree (nsys' export included: resident sets summed, sampled every 50 ms from /proc), seconds per million events,
+and the ratio against one bare SQLite export (target at most 1.0x for traces over 100 MB, the peak under
+2 GiB).
+
+The results replace docs/performance.md as a whole (or --output); `--quick` (100,000 ranges, one repetition)
+writes only where --output is given.
 """
 
 from __future__ import annotations
@@ -60,14 +61,13 @@ from pathlib import Path
 from typing import Any
 
 from nsight_core import DEFAULT_REPORTS, find_nsys, load_stats
-from nsight_core.memory import export_bytes, summary_bytes
 from nsight_core.nsys import Nsys
 from nsight_core.trace.writer import release, writer_version
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 FIXTURES = REPO / "tests" / "fixtures"
-OUT = REPO / "docs" / "benchmarks.md"
+OUT = REPO / "docs" / "performance.md"
 PY = sys.executable
 KERNELS = 10_000
 ARROW_ROW = "bare `nsys export --type arrowdir` (what nsight runs)"
@@ -77,9 +77,6 @@ FINALIZE_SIZES = (10_000, 100_000, 1_000_000)
 """NVTX ranges of the captures the finalize's scaling is measured on (up to --ranges)."""
 REFERENCE_TARGET, EXPORT_TARGET = 0.2, 1.0
 """`nsight report`'s wall time at most these times the reference's and a bare SQLite export's."""
-BEFORE_GPU_CLOCK = "f3ba79d"
-"""The last commit before issue 20 moved steps, budget and findings onto the GPU's clock: issue 20 asks for a report
-peak no higher than this code's on the bench captures, measured in the same run."""
 EVENTS_PER_S_TARGET = 5e6
 ANALYSIS_RUNS = 9
 """Runs of analyze() per capture (at least --repeat): cheap, and the fastest of more runs is less noisy."""
@@ -89,13 +86,13 @@ IMPORT_TARGET_S = 0.050
 LINEAR_SLACK = 1.1
 """The finalize counts as no worse than linear while time grows at most as events^1.1 (timing noise)."""
 SCALE_SIZES = (10_000, 100_000, 1_000_000, 3_000_000, 10_000_000)
-"""NVTX ranges of the captures of "Memory and time vs capture size" (issue 23); the 30 M-range capture is the slow
+"""NVTX ranges of the captures of "Memory and time against capture size"; the 30 M-range capture is the slow
 test's (tests/core/test_large_capture.py): recording it alone takes minutes."""
 SCALE_MEMORY = "2G"
-"""NSIGHT_SUMMARY_MEMORY in that table: a task allowed 2 GiB, the bound issue 23 sets for the whole pipeline."""
+"""NSIGHT_SUMMARY_MEMORY in that table: a task allowed 2 GiB, the bound on the whole pipeline's peak."""
 SCALE_BOUND_MB = 2048
 SCALE_LARGE_BYTES = 100_000_000
-"""Traces over this many bytes have the target of at most 1.0x a bare SQLite export's time (issue 23)."""
+"""Traces over this many bytes have the target of at most 1.0x a bare SQLite export's time."""
 HEADER = "Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name\n"
 # Runs `nsight` like `python -m nsight_core.cli` and writes the Python process's own peak RSS (KiB) to argv[1],
 # at exit or just before the os._exit with which `nsight stats`/`report` skip Python's teardown.
@@ -278,20 +275,15 @@ def tree_run(argv: Sequence[str | Path], cwd: Path, env: dict[str, str] | None =
 
 
 def scaling_section(traces: list[tuple[int, Path]], nsys: Nsys, scratch: Path) -> list[str]:
-    """Issue 23's tables: the whole pipeline's peak (process tree) and time against the capture's size, per million
-    events, and against one bare SQLite export of the same capture; a task allowed 2 GiB (SCALE_MEMORY)."""
+    """The whole pipeline's peak (process tree) and time against the capture's size, per million events, and against
+    one bare SQLite export of the same capture; a task allowed 2 GiB (SCALE_MEMORY)."""
     env = {**os.environ, "NSIGHT_SUMMARY_MEMORY": SCALE_MEMORY}
-    lines = ["## Memory and time vs capture size (issue 23)", "",
-             f"CPU captures of N NVTX ranges recorded by this run (bench/nvtx_ranges.py, as above); each command once, "
-             f"on a fresh copy (its export made by the command), with `NSIGHT_SUMMARY_MEMORY={SCALE_MEMORY}` (a task "
-             "allowed 2 GiB: nsight reads a capture whole where its frames fit that, else exports it to SQLite and "
-             "streams it). \"Peak\": the largest sum of the resident sets of the command's process tree, sampled "
-             "every 50 ms from /proc (nsys' export and nsight's Python together; shared pages counted in each "
-             "process), and at least the largest process's exact peak (wait4), which a sample can miss. "
-             "\"Read as\": the export nsight chose (`nsight stats --json`'s `export`; \"in N slices\": its SQLite "
-             "export made in N slices of time side by side, one per core). "
-             "\"Per M\": `nsight report`'s seconds per million events; \"vs export\": its time over the bare SQLite "
-             "export's.", "",
+    lines = ["## Memory and time against capture size", "",
+             f"CPU captures of N NVTX ranges recorded by this run; each command once on a fresh copy, with "
+             f"`NSIGHT_SUMMARY_MEMORY={SCALE_MEMORY}`. \"Peak\": the largest sum of the resident sets of the "
+             "command's process tree (nsys' export and nsight together), sampled every 50 ms. \"Read as\": the "
+             "export nsight chose (`nsight stats --json`'s `export`). \"Per M\": `nsight report`'s seconds per "
+             "million events; \"vs export\": its time over the bare SQLite export's.", "",
              "| NVTX ranges | trace | read as | bare `nsys export --type sqlite` | `nsight stats --json` "
              "| `nsight report` | per M | vs export |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -539,24 +531,15 @@ def analysis_costs(trace: Path, scratch: Path, repeat: int, rows: list[Row]) -> 
 def analysis_section(costs: list[Costs], baseline_mb: float) -> list[str]:
     """The analysis speed and peak-memory table, with the verdicts."""
     lines = ["## Analysis speed and memory", "",
-             "Per capture, in processes of their own on exported copies: `analyze(trace)` (steps, per-step budget,",
-             "NVTX self times, findings) over the events it reads (kernels, copies, memsets, CUDA API, OS-runtime",
-             f"calls, NVTX ranges and marks), after the frames were read, {max(len(cost.runs) for cost in costs)} runs "
-             "in all, spread over as many processes as the other commands' runs (one process's runs came out 30-50 %",
-             "slower than another's minutes later on this shared machine). The",
-             "events/s are the fastest run's (timeit's convention: a slower run measures the machine's other work as",
-             "well); the median run is beside it. \"Bytes read\": the Trace's frames that `nsight report` reads (five",
-             "reports, summary, completeness, analysis), Polars' `estimated_size`. It counts a string's bytes on every",
-             "row that holds it, where Polars keeps 16 bytes a row and the string once: the 200 k kernels' names count",
-             "35 MB and take 3 MB, so on captures of long kernel names the ratios below understate the peak.",
-             "\"Report peak\": `nsight report`'s Python peak from the tables above (fresh copy).",
-             f"A process that only imports what `nsight report` imports peaks at {baseline_mb:.0f} MB: that much of",
-             "every peak is code, not data.", "",
+             "`analyze(trace)` (steps, budget, NVTX self times, findings) per capture, in processes of its own on "
+             f"exported copies, {max(len(cost.runs) for cost in costs)} runs in all: events/s of the fastest run, the "
+             "median beside it. \"Bytes read\": the frames `nsight report` reads (Polars' `estimated_size`). "
+             "\"Report peak\": `nsight report`'s Python peak (fresh copy); a process that only imports what it "
+             f"imports peaks at {baseline_mb:.0f} MB.", "",
              "| capture | events | analysis: fastest (median) | events/s | bytes read | report peak "
              "| peak / bytes read | (peak - imports) / bytes read |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     verdicts = []
-    slow = heavy = False
     for cost in costs:
         data_ratio = (cost.report_python_mb - baseline_mb) * 2**20 / cost.bytes_read if cost.bytes_read else math.inf
         lines.append(f"| {cost.name} | {cost.events:,} | {cost.seconds:.3f} s ({statistics.median(cost.runs):.3f} s) "
@@ -569,7 +552,6 @@ def analysis_section(costs: list[Costs], baseline_mb: float) -> list[str]:
             verdicts.append(f"{cost.name}: a small capture ({cost.events:,} events): fixed costs per call dominate; "
                             "the targets concern large ones.")
             continue
-        slow, heavy = slow or not speed, heavy or not memory
         too_slow = f"{EVENTS_PER_S_TARGET / cost.events_per_s:.1f}x too slow"
         verdicts.append(
             f"{cost.name}: analysis {cost.events_per_s / 1e6:.2f} M events/s (target at least "
@@ -577,108 +559,7 @@ def analysis_section(costs: list[Costs], baseline_mb: float) -> list[str]:
             f"report peak {cost.rss_ratio:.1f}x the bytes read (target at most {RSS_TARGET:.0f}x: "
             f"{_met(memory, f'{cost.rss_ratio / RSS_TARGET:.1f}x over')}; without the imports' "
             f"{baseline_mb:.0f} MB {data_ratio:.1f}x).")
-    why = ([
-        "Why the speed miss. On a GPU capture most of the analysis is the per-step GPU budget, one batch of 100,000",
-        "kernels at a time: a sweep over the work's edges (sorted once, the three layers' counts one integer), as-of",
-        "joins for the work that ends each idle piece, its launch and the sync before it, the host's coverage of each",
-        "stretch, then a column per cause, summed per step and ranked across (no row per piece and cause). On the",
-        "200 k-kernel capture it is about 60 % of the time, the projection (work, launches, steps) 25 ms. Measured on",
-        "2026-12-04 under other sessions' load (load average 5-10 on 2 cores), best of 9: 145-162 ms (3.7-4.1 M",
-        "events/s), where the code before issue 20 (f3ba79d, the CPU's clock) took 221-274 ms in the same minutes and",
-        "the analysis before this round 205-313 ms. On a quiet machine (f3ba79d: 160 ms) that ratio gives 100-110 ms,",
-        "about 5.5 M events/s: the target is met only when the machine is quiet. Each Polars call costs a fixed",
-        "0.1-0.3 ms here, so batches of 32,768 kernels (less memory) took half as long again. The 1 M-range capture",
-        "has no GPU work: its time is the NVTX families and nesting (medians, parents by as-of join) and the CPU",
-        "budget over a million self pieces, 250-390 ms under the same load (docs/benchmarks.md: 230 ms).",
-        ""] if slow else []) + ([
-        "Why the memory miss. The imports' share is above. Polars' allocator (jemalloc) keeps freed memory in each",
-        "thread's arenas for reuse, and the reports, the summary and the analysis run on several threads: with",
-        "Polars' defaults the peak was 40-130 MB above the memory in use. `nsight stats`, `report`, `export` and",
-        "`diff` now set one arena that hands pages back within 0.1 s (`nsight_core.cli.ANALYSIS_ALLOCATOR`, in",
-        "nsight's own process only): measured on 2026-12-04, the 200 k-kernel capture's report peaked at 226-243 MB",
-        "(266-280 without it), the 1 M-range capture's at 298-334 MB (405-425). Stage by stage, the",
-        "frames take 150-200 MB with the imports; the five reports +18-23 MB (200 k kernels) and",
-        "+45-53 MB (1 M ranges), their medians in an aggregation of their own; the GPU budget +35 MB a batch of",
-        "100,000 kernels (+57 MB in one batch). Running the analysis after the reports instead of beside them",
-        "measured no lower (200 k kernels: 270-276 MB; 1 M ranges: 378-411 MB). Building the NVTX frame peaks at",
-        "100-135 MB above where it began, for the 34 MB it keeps of 1 M ranges. Where the columns read are smaller",
-        "than the imports (34 MB for 1 M NVTX ranges against 88 MB of code), 2x the bytes read is below what the",
-        "interpreter and its libraries take before reading anything; the last column compares the rest; the finalize",
-        "table below shows how the peak grows with the data. Within 2x of the bytes read would need the frames built",
-        "and analysed a slice at a time.",
-        ""] if heavy else [])
-    return [*lines, "", *[f"- {line}" for line in verdicts], "", *why]
-
-
-def before_section(traces: list[Path], scratch: Path, repeat: int) -> list[str]:
-    """Issue 20's memory target: `nsight report`'s peak against the code before issue 20 (BEFORE_GPU_CLOCK, its
-    package sources from `git archive`, imported first through PYTHONPATH), the two taking turns on fresh copies;
-    and the analysis of each in a process of its own."""
-    before = scratch / "before-issue-20"
-    before.mkdir()
-    archive = subprocess.run(["git", "archive", BEFORE_GPU_CLOCK, "packages/nsight-core/src"], cwd=REPO,
-                             capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", before], input=archive, check=True)
-    old_env = {**os.environ, "PYTHONPATH": str(before / "packages" / "nsight-core" / "src")}
-    lines = ["## Against the code before issue 20", "",
-             f"`nsight report` of the code before issue 20 (commit {BEFORE_GPU_CLOCK}, the CPU's clock) and of this "
-             f"commit, taking turns, {repeat} runs each on fresh copies: the Python process's peak (median) and the",
-             "wall time (median); then `analyze(trace)` of each in a process of its own, fastest of "
-             f"{ANALYSIS_RUNS} runs. Issue 20's target: a peak no higher than before.", "",
-             "| capture | report peak before | now | now / before | report time before | now "
-             "| analysis before | now |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    verdicts = []
-    for trace in traces:
-        runs: dict[str, list[Run]] = {"before": [], "now": []}
-        for _ in range(repeat):
-            for key, env in (("before", old_env), ("now", None)):
-                copy = fresh_copy(trace, scratch)
-                runs[key].append(nsight_run(["report", copy, "-o", copy.parent / "page.html"], copy.parent, env))
-        peak = {key: statistics.median(run.python_mb or 0.0 for run in value) for key, value in runs.items()}
-        wall = {key: statistics.median(run.seconds for run in value) for key, value in runs.items()}
-        analysed = {key: python_json(ANALYSIS, [fresh_copy(trace, scratch), ANALYSIS_RUNS], env)
-                    for key, env in (("before", old_env), ("now", None))}
-        fastest = {key: min(result["seconds"]) for key, result in analysed.items()}
-        ratio = peak["now"] / peak["before"]
-        lines.append(f"| {trace.name} | {peak['before']:.0f} MB | {peak['now']:.0f} MB | {ratio:.2f}x "
-                     f"| {wall['before']:.2f} s | {wall['now']:.2f} s | {fastest['before'] * 1000:.0f} ms "
-                     f"| {fastest['now'] * 1000:.0f} ms |")
-        events = analysed["now"]["events"]
-        verdicts.append(f"{trace.name}: a small capture ({events:,} events): the imports and each stage's fixed "
-                        f"costs dominate its peak ({peak['now'] - peak['before']:+.0f} MB); the target concerns large "
-                        "ones." if events < LARGE_EVENTS else
-                        f"{trace.name}: report peak {ratio:.2f}x the code's before issue 20 (target at most 1.0x: "
-                        f"{_met(ratio <= 1.0, f'{ratio:.2f}x')}).")
     return [*lines, "", *[f"- {line}" for line in verdicts], ""]
-
-
-def guard_section(costs: list[Costs], baseline_mb: float) -> list[str]:
-    """The memory guard's estimates (nsight_core.memory) against what the export and the summary took."""
-    lines = ["### Memory guard", "",
-             "Before nsys' arrow export starts, and before the summary reads any event, `nsight_core.memory`",
-             "estimates the step's peak (the export's from the trace's bytes, the summary's from the bytes of the",
-             "export's event tables) and refuses it, the trace kept, when the process cannot spare that much: inside",
-             "a task, a container over its limit is killed with the job. Each estimate must cover what its step",
-             "takes: the export's is compared with the bare arrowdir export's peak above, the summary's with the",
-             "report's Python peak less the imports (a task holds those already).", "",
-             "| capture | trace | export: estimate | measured | ratio | event tables (Arrow) | summary: estimate "
-             "| measured | ratio |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    short = []
-    for cost in costs:
-        steps = [(export_bytes(cost.trace_bytes), cost.export_mb * 2**20),
-                 (summary_bytes(cost.event_bytes), (cost.report_python_mb - baseline_mb) * 2**20)]
-        cells = []
-        for estimate, taken in steps:
-            ratio = estimate / taken if taken > 0 else math.inf
-            short += [cost.name] if ratio < 1 else []
-            cells.append(f"{estimate / 2**20:.0f} MB | {taken / 2**20:.0f} MB | {ratio:.2f}x")
-        lines.append(f"| {cost.name} | {cost.trace_bytes / 2**20:.1f} MB | {cells[0]} "
-                     f"| {cost.event_bytes / 2**20:.1f} MB | {cells[1]} |")
-    verdict = (f"An estimate is below what its step took for {', '.join(short)}: raise its factor in "
-               "nsight_core.memory." if short else "Every estimate covers what its step took.")
-    return [*lines, "", f"- {verdict}", ""]
 
 
 def import_baseline_mb() -> float:
@@ -697,13 +578,10 @@ def finalize_scaling(traces: list[tuple[int, Path]], scratch: Path, repeat: int)
                  for _ in range(repeat)) for copy in copies]
     reads = [python_json(ANALYSIS, [copy, 1])["bytes_read"] / 2**20 for copy in copies]
     lines = ["## Finalize time from 10 k to 1 M events", "",
-             "What `nsight report` does after the export (read the frames, the five reports, summary, completeness,",
-             "analysis, the page), in one warm process (imports and the export done before), on CPU captures of N",
-             f"NVTX ranges recorded by this run like the 1 M one; median of {repeat} runs each. \"Growth\": the",
-             "exponent k in time ~ events^k from the previous row (1: linear). \"Report peak\": `nsight report`'s",
-             f"Python peak, export reused, the largest of {repeat} processes; \"bytes read\" as in \"Analysis speed",
-             "and memory\"; \"peak growth per byte\": how much the peak grew per byte read more than the previous",
-             "row.", "",
+             "What `nsight report` does after the export (frames, reports, summary, completeness, analysis, page), in "
+             f"one warm process, on CPU captures of N NVTX ranges; median of {repeat} runs. \"Growth\": k in "
+             "time ~ events^k from the previous row (1: linear). \"Report peak\": `nsight report`'s Python peak, "
+             "export reused; \"peak growth per byte\": how much the peak grew per byte read more.", "",
              "| NVTX ranges | finalize | per 1,000 events | growth | bytes read | report peak | peak growth per byte |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     worst = 0.0
@@ -719,12 +597,7 @@ def finalize_scaling(traces: list[tuple[int, Path]], scratch: Path, repeat: int)
     verdict = (f"Finalize growth at most events^{worst:.2f} from {traces[0][0]:,} to {traces[-1][0]:,} ranges (target "
                f"no worse than linear, events^{LINEAR_SLACK} allowed for noise: "
                f"{_met(worst <= LINEAR_SLACK, f'exponent {worst - 1:.2f} above linear')}).")
-    memory = (f"From {traces[-2][0]:,} to {traces[-1][0]:,} ranges the report's peak grew "
-              f"{(peaks[-1] - peaks[-2]) / (reads[-1] - reads[-2]):.1f}x as much as the bytes read "
-              f"(+{peaks[-1] - peaks[-2]:.0f} MB for +{reads[-1] - reads[-2]:.0f} MB): what a larger capture adds, the "
-              "imports left out. No target of its own; on captures large enough that the imports no longer count, "
-              "the memory target (2x) needs this at 2x or less.") if len(traces) > 1 else ""
-    return [*lines, "", f"- {verdict}", *([f"- {memory}"] if memory else []), ""]
+    return [*lines, "", f"- {verdict}", ""]
 
 
 def in_process(scratch: Path) -> list[tuple[str, str]]:
@@ -766,41 +639,57 @@ def machine() -> str:
     return f"{os.cpu_count()} x {cpu}, {memory:.0f} GiB memory, {platform.system()} {platform.release()}"
 
 
-def table(trace: Path, heading: str, provenance: str, holds: str, rows: list[Row], large: bool) -> list[str]:
-    reference = rows[0].seconds
-    lines = [f"### {heading}", "", f"{trace.stat().st_size / 1e6:.1f} MB: {holds}. {provenance}", "",
-             "| command | median | vs reference | peak RSS (process tree) | nsight's Python peak |",
-             "| --- | --- | --- | --- | --- |"]
-    for row in rows:
-        python = f"{row.python_mb:.0f} MB" if row.python_mb is not None else "—"
-        lines.append(f"| {row.label} | {row.seconds:.2f} s | {reference / row.seconds:.1f}x | {row.tree_mb:.0f} MB "
-                     f"| {python} |")
-    by = {row.label: row for row in rows}
-    export = by["bare `nsys export --type sqlite`"].seconds
-    verdicts = []
-    for label in ("`nsight report`", "`nsight stats --json`"):
-        row = by[label]
-        of_reference, of_export = row.seconds / reference, row.seconds / export
-        if label == "`nsight report`" and not large:
-            verdicts.append(f"{label}: {of_reference:.2f}x the reference's time, {of_export:.2f}x a bare SQLite "
-                            f"export's (a small capture, under {LARGE_EVENTS:,} events: the targets concern large "
-                            "ones, here Python's start-up and imports outweigh nsys' whole run).")
-        elif label == "`nsight report`":
-            met = of_reference <= REFERENCE_TARGET and of_export <= EXPORT_TARGET
-            why = "" if met else (
-                f" Why: the arrowdir export it runs takes {by[ARROW_ROW].seconds:.2f} s, and what follows it "
-                f"{row.seconds - by[ARROW_ROW].seconds:.2f} s more (imports overlap the export; the analysis and "
-                "the NVTX table come after it, see \"Analysis speed and memory\").")
-            verdicts.append(
-                f"{label}: {of_reference:.2f}x the reference's time (target at most {REFERENCE_TARGET}x: "
-                f"{_met(of_reference <= REFERENCE_TARGET, f'{of_reference / REFERENCE_TARGET:.2f}x the target')}); "
-                f"{of_export:.2f}x a bare SQLite export's (target at most {EXPORT_TARGET}x: "
-                f"{_met(of_export <= EXPORT_TARGET, f'{of_export / EXPORT_TARGET:.2f}x the target')}); "
-                f"Python peak {row.python_mb or 0:.0f} MB.{why}")
-        else:
-            verdicts.append(f"{label} (no target of its own): {of_reference:.2f}x the reference's time, "
-                            f"{of_export:.2f}x a bare SQLite export's; Python peak {row.python_mb or 0:.0f} MB.")
+@dataclass
+class Measured:
+    """One capture's rows of the table against nsys, and what it is."""
+
+    trace: Path
+    provenance: str
+    holds: str
+    rows: list[Row]
+    large: bool
+
+
+def speed_section(measured: list[Measured], repeat: int) -> list[str]:
+    """One table of every command on every capture (median time, speed against the reference, peak of the process
+    tree), what each capture is, and the verdicts against the targets."""
+    lines = ["## Against nsys", "",
+             "Each command is a process of its own on a fresh copy of the trace in a fresh folder (no export to "
+             f"reuse, unless the row says so), {repeat} runs. A cell: the median wall time, the reference's median "
+             "over it (above 1x: faster than the reference), the peak resident set of the command's process tree. The "
+             "reference is what one does without nsight: `nsys stats --force-export=true -r R TRACE` once for each "
+             "of the five default reports.", "",
+             *[f"- `{m.trace.name}`: {m.trace.stat().st_size / 1e6:.1f} MB, {m.holds}. {m.provenance}"
+               for m in measured],
+             "",
+             "| command | " + " | ".join(f"`{m.trace.name}`" for m in measured) + " |",
+             "| --- |" + " --- |" * len(measured)]
+    for i, row in enumerate(measured[0].rows):
+        cells = []
+        for m in measured:
+            mine, reference = m.rows[i], m.rows[0].seconds
+            cells.append(f"{mine.seconds:.2f} s, {reference / mine.seconds:.1f}x, {mine.tree_mb:.0f} MB")
+        lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
+    verdicts = [verdict for m in measured for verdict in _speed_verdicts(m)]
     return [*lines, "", *[f"- {line}" for line in verdicts], ""]
+
+
+def _speed_verdicts(measured: Measured) -> list[str]:
+    by = {row.label: row for row in measured.rows}
+    reference = measured.rows[0].seconds
+    export = by["bare `nsys export --type sqlite`"].seconds
+    row = by["`nsight report`"]
+    of_reference, of_export = row.seconds / reference, row.seconds / export
+    name = f"`{measured.trace.name}`, `nsight report`"
+    if not measured.large:
+        return [f"{name}: {of_reference:.2f}x the reference's time, {of_export:.2f}x a bare SQLite export's (under "
+                f"{LARGE_EVENTS:,} events Python's start-up outweighs nsys' whole run: the targets concern large "
+                "captures)."]
+    return [f"{name}: {of_reference:.2f}x the reference's time (target at most {REFERENCE_TARGET}x: "
+            f"{_met(of_reference <= REFERENCE_TARGET, f'{of_reference / REFERENCE_TARGET:.2f}x the target')}); "
+            f"{of_export:.2f}x a bare SQLite export's (target at most {EXPORT_TARGET}x: "
+            f"{_met(of_export <= EXPORT_TARGET, f'{of_export / EXPORT_TARGET:.2f}x the target')}); the arrowdir "
+            f"export it runs takes {by[ARROW_ROW].seconds:.2f} s of it."]
 
 
 def _met(met: bool, miss: str) -> str:
@@ -815,9 +704,9 @@ HOST_LOAD = REPO / "tests" / "fixtures" / "h200-fix-pairs-2025" / "host_load-pro
 
 def gpu_scaling_section(scratch: Path) -> list[str]:
     """Long GPU captures made without a GPU (an H200 fixture's events repeated along time): `nsight stats --json`'s
-    time and peak with every step's "What to fix" streamed, in a task allowed 2 GiB (SCALE_MEMORY)."""
+    time and peak with What to fix over every step, in a task allowed 2 GiB (SCALE_MEMORY)."""
     env = {**os.environ, "NSIGHT_SUMMARY_MEMORY": SCALE_MEMORY}
-    lines = ["## Long GPU captures: What to fix over every step, streamed (issue 23)", "",
+    lines = ["## Long GPU captures", "",
              f"`{HOST_LOAD.relative_to(REPO).as_posix()}` (20 steps of a host-bound loop on the H200) repeated N times "
              "along time by `bench/replicate_fixture.py`, then `nsight stats --json` on the SQLite export with "
              f"`NSIGHT_SUMMARY_MEMORY={SCALE_MEMORY}`, once each; peak as above (the process tree).", "",
@@ -852,10 +741,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs per command (the median is reported)")
     parser.add_argument("--trace", type=Path, action="append", default=[],
                         help="another .nsys-rep to measure (a large GPU capture recorded elsewhere)")
-    parser.add_argument("--quick", action="store_true", help="100,000 ranges, one run each; docs untouched")
+    parser.add_argument("--quick", action="store_true",
+                        help="100,000 ranges, one run each; writes a page only where --output is given")
+    parser.add_argument("--output", type=Path, default=None,
+                        help=f"the page to write, whole (default: {OUT.relative_to(REPO)}, none with --quick)")
     args = parser.parse_args()
     if args.quick:
         args.ranges, args.repeat = 100_000, 1
+    output = args.output or (None if args.quick else OUT)
     nsys = find_nsys()
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
@@ -864,32 +757,24 @@ def main() -> None:
         nvtx_trace, recording = record_nvtx_capture(args.ranges, scratch)
         gpu = largest_gpu_fixture()
         captures = [
-            (nvtx_trace, f"CPU capture, {args.ranges:,} NVTX ranges",
-             f"Recorded by this run in {recording:.0f} s: `nsight run --trace nvtx --sample none -o DIR -- "
-             f"python bench/nvtx_ranges.py {args.ranges}` (real nsys {nsys.version})."),
-            (gpu, f"GPU capture, {gpu.name} (the largest GPU fixture)",
-             f"`{gpu.relative_to(REPO).as_posix()}`, recorded on an H200 (tests/fixtures/README.md): the largest "
-             "complete GPU capture in tests/fixtures. This machine has no GPU, so it cannot record a bigger one."),
-            *[(path.resolve(), f"GPU capture, {path.name} (given with --trace)",
-               f"`{path}`, given with `--trace`: recorded on a GPU machine, not kept in the repository. "
-               "`bench/gpu/tiny_kernels.py` records the 200,000-kernel capture (the command is in its docstring).")
+            (nvtx_trace, f"Recorded by this run in {recording:.0f} s: `nsight run --trace nvtx --sample none -- "
+                         f"python bench/nvtx_ranges.py {args.ranges}`"),
+            (gpu, f"`{gpu.relative_to(REPO).as_posix()}`, recorded on an H200: the largest complete GPU fixture"),
+            *[(path.resolve(), f"`{path}`, given with `--trace` (a capture recorded elsewhere, not in the repository)")
               for path in args.trace],
         ]
-        sections: list[str] = []
-        commands: list[str] = []
+        measured: list[Measured] = []
         costs: list[Costs] = []
-        for trace, heading, provenance in captures:
+        for trace, provenance in captures:
             holds = contents(trace, scratch)
             rows = measure(trace, nsys, scratch, args.repeat)
-            commands = commands or [f"- {row.label}: {row.command}" for row in rows]
             costs.append(analysis_costs(trace, scratch, args.repeat, rows))
-            sections += table(trace, heading, provenance, holds, rows, costs[-1].events >= LARGE_EVENTS)
+            measured.append(Measured(trace, provenance, holds, rows, costs[-1].events >= LARGE_EVENTS))
+        sections = speed_section(measured, args.repeat)
         scaling = [*((size, record_nvtx_capture(size, scratch)[0]) for size in FINALIZE_SIZES if size < args.ranges),
                    (args.ranges, nvtx_trace)]
         baseline = import_baseline_mb()
         sections += [*analysis_section(costs, baseline),
-                     *before_section([trace for trace, _, _ in captures], scratch, args.repeat),
-                     *guard_section(costs, baseline),
                      *finalize_scaling(scaling, scratch, args.repeat)]
         recorded = dict(scaling)
         sections += scaling_section([(size, recorded.get(size) or record_nvtx_capture(size, scratch)[0])
@@ -901,52 +786,36 @@ def main() -> None:
     elapsed = time.perf_counter() - started
     load = f"load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     print("\n".join(sections) + f"\n- {import_verdict(imports)}\nbench: {load}", file=sys.stderr)
-    if not args.quick:
-        write_doc(sections, commands, imports, extras, nsys, elapsed, load, args)
+    if output is not None:
+        write_doc(output, sections, imports, extras, nsys, elapsed, load, args)
 
 
-def write_doc(sections: list[str], commands: list[str], imports: list[tuple[str, float]],
-              extras: list[tuple[str, str]], nsys: Nsys, elapsed: float, load: str, args: argparse.Namespace) -> None:
+def write_doc(output: Path, sections: list[str], imports: list[tuple[str, float]], extras: list[tuple[str, str]],
+              nsys: Nsys, elapsed: float, load: str, args: argparse.Namespace) -> None:
+    """Write the performance page to OUTPUT, replacing what was there: it holds this run's numbers only."""
+    import importlib.metadata
+
     import polars
 
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                            text=True).stdout.strip() or "unknown"
+    day = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     extra = shlex.join(sys.argv[1:])  # the arguments as given
     doc = [
-        "# Benchmarks",
+        "# Performance",
         "",
-        "Written by `make bench` (`bench/bench.py`, whose docstring states the method and the targets); each run",
-        "replaces this file. Only ratios compare across machines and runs: each is against the reference measured",
-        "in the same run, on the same machine, minutes apart.",
+        "Written by `make bench` (`bench/bench.py`; its docstring states the method and the targets), which",
+        "replaces this page each run. Only ratios compare across machines and runs: each is against a reference",
+        "measured in the same run, on the same machine.",
         "",
-        f"- date: {stamp}, commit {commit}, whole run {elapsed / 60:.1f} min",
-        f"- machine: {machine()}; {load} (other work on the machine slows both sides of a ratio, unevenly)",
+        f"- run: {day}, nsight {importlib.metadata.version('nsight-core')}, {elapsed / 60:.1f} min in all",
+        f"- machine: {machine()}; {load}",
         f"- Python {platform.python_version()}, Polars {polars.__version__}, nsys {nsys.version}",
-        f"- command: `make bench{' BENCH_ARGS=' + repr(extra) if extra else ''}` (`.venv/bin/python bench/bench.py"
-        f"{' ' + extra if extra else ''}`): {args.repeat} runs per command, each on a fresh copy of the trace in "
-        "a fresh folder (no export to reuse) unless the row says \"export reused\"",
-        "",
-        "## Large captures: whole-process time and memory",
-        "",
-        "Commands, each a process of its own (TRACE a fresh copy; nsight run as `python -m nsight_core.cli`):",
-        "",
-        *commands,
-        "",
-        "\"vs reference\": the reference's median divided by the row's (above 1: faster than the reference).",
-        "The CSV-based data layer this replaced peaked at 418 MB (1 M NVTX ranges) and 280 MB (200 k kernels).",
-        "On small captures nsight's fixed costs (importing Polars and pydantic, the analysis) outweigh nsys'",
-        "whole run: the speed targets concern large captures.",
-        "\"peak RSS (process tree)\": `/usr/bin/time -f %M`, the largest resident set among the command's",
-        "processes (nsight's Python, or the nsys processes it starts); \"nsight's Python peak\": its own process.",
+        f"- command: `make bench{' BENCH_ARGS=' + repr(extra) if extra else ''}`, {args.repeat} runs per command",
         "",
         *sections,
-        "## Start-up: import times",
+        "## Start-up",
         "",
-        "Median whole-process time of `python -c CODE`, the commands taking turns; the last row is timed inside",
-        "the process. \"No .pyc anywhere\": PYTHONPYCACHEPREFIX points at an",
-        "empty folder and PYTHONDONTWRITEBYTECODE=1, so every module not frozen into the interpreter is",
-        "compiled from source each time (an install without bytecode, `UV_COMPILE_BYTECODE` unset).",
+        "Median whole-process time of `python -c CODE`, the commands taking turns; the last row is timed inside the",
+        "process. \"No .pyc\": every module compiled from source each time (an install without bytecode).",
         "",
         "| what | median |",
         "| --- | --- |",
@@ -954,15 +823,15 @@ def write_doc(sections: list[str], commands: list[str], imports: list[tuple[str,
         "",
         f"- {import_verdict(imports)}",
         "",
-        "## In-process: 10,000 distinct kernels from recorded CSVs",
+        "## 10,000 distinct kernels from recorded CSVs",
         "",
         "| what | result |",
         "| --- | --- |",
         *[f"| {label} | {value} |" for label, value in extras],
         "",
     ]
-    OUT.write_text("\n".join(doc), encoding="utf-8")
-    print(f"bench: wrote {OUT.relative_to(REPO)}", file=sys.stderr)
+    output.write_text("\n".join(doc), encoding="utf-8")
+    print(f"bench: wrote {output}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """A long GPU capture made on a machine without a GPU: an H200 fixture's SQLite export with its events repeated K times
 along time (each copy shifted by the capture's span, its correlation ids by their largest), for the streamed
-analysis's cost and exactness at a size no fixture has (docs/memory.md):
+analysis's cost and exactness at a size no fixture has (docs/large-captures.md):
 
     python bench/replicate_fixture.py tests/fixtures/h200-fix-pairs-2025/host_load-problem.sqlite /tmp/long.sqlite 8000
     NSIGHT_SUMMARY_MEMORY=2G nsight stats /tmp/long.sqlite --json

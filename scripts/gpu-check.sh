@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make gpu-check`: the project on a real GPU, through the real Flyte entrypoint. Needs an NVIDIA GPU,
 # torch with CUDA, nsys, and this project's packages in the Python that runs (`nsight` and `a0` on
-# PATH). docs/gpu-verification.md has the results of the last run and how to read them.
+# PATH). docs/development.md lists what it verified.
 #
 # usage: scripts/gpu-check.sh [OUT=nsight-runs/gpu-check] [STEPS=versions,costs,examples,diagnosis,fixpairs,stats,completeness]
 #   versions   driver, CUDA, torch, nsys             -> OUT/versions.txt

@@ -96,7 +96,7 @@ def chromium() -> Any:
 
 # nsys 2023.4.4 fails at random under load in ways no code of ours can prevent: it loses its agent
 # ("Connection to Agent lost", "Local Endpoint is not available"), its importer fails ("Importation
-# failed") or a launch hangs (docs/reliability.md). The product retries what is safe to retry; a test
+# failed") or a launch hangs (docs/troubleshooting.md). The product retries what is safe to retry; a test
 # that drives the real nsys gets one more try, so one such hiccup does not fail the run. A test that
 # fails twice fails; tests of our own code alone get no second try.
 REAL_NSYS_MARKERS = ("nsys", "flyte", "reliability")

@@ -5,8 +5,8 @@ folder, its peak RSS from wait4) against the guard's estimate for it (nsight_cor
 trace's bytes); then, in a process of its own on the export nsight makes beside TRACE, the summary's estimate
 (summary_bytes of the export's event tables) against the peak the summary really took above what the process
 held before it (build_profile and the page, as a profiled task runs them; VmHWM after resetting it with
-/proc/self/clear_refs). Prints one JSON line per trace; docs/gpu-verification.md has
-the numbers from the H200 machine, where captures larger than any kept in the repository can be recorded.
+/proc/self/clear_refs). Prints one JSON line per trace; run it on a GPU machine, where
+captures larger than any kept in the repository can be recorded.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ kill leaves the collection's raw stream in $TMPDIR; say whether the stream's hea
     python3 bench/gpu/killed_run_streams.py          # nsys as nsight finds it (NSIGHT_NSYS, PATH)
 
 Prints one JSON object: each kill's outcome (the trace so far, or a stream and what its header names), then the
-next run's exit status and the streams left after it (docs/reliability.md, "nsight run/nsight launch killed").
+next run's exit status and the streams left after it (docs/troubleshooting.md).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@
 
 The re-exec of a profiled action goes `a0` → `nsight launch` (Python start, nsight_core import,
 `nsys --version`) → `nsys launch` → `a0` again; the first finalize
-imports the analysis and rendering stack. Each piece is timed on its own here, so the overhead table
-in docs/gpu-verification.md can say which part is ours.
+imports the analysis and rendering stack. Each piece is timed on its own here, so the overhead
+(docs/troubleshooting.md) can say which part is ours.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 23 on the H200 machine (docs/gpu-verification.md, session S), one job in three parts, each writing to
+# nsight stats against a bare SQLite export on the GPU machine (docs/development.md), one job in three parts, each writing to
 # /tmp/res: (1) tests/core/test_sliced_export.py with NSIGHT_NSYS set to the image's nsys 2025.3 (its slices against
 # its one-file export, on the fixtures of both versions); (2) bench/gpu/large_capture.py STEPS: a capture of STEPS x
 # 1,000 kernels recorded by the nsys on PATH, `nsight stats` of it fresh (its export included) against one bare SQLite

@@ -1,4 +1,4 @@
-"""200,000 tiny kernels in 200 NVTX steps (STEPS, default 200): the kernel-heavy capture of docs/benchmarks.md.
+"""200,000 tiny kernels in 200 NVTX steps (STEPS, default 200): the kernel-heavy capture of docs/performance.md.
 
 Recorded on the H200 machine with the project's nsys 2023.4.4 (capture started after CUDA's warm-up,
 as nsys 2023.4.4 loses a CUDA 13 program's kernels when it sees the runtime initialise):

@@ -1,4 +1,4 @@
-"""The fault matrix (docs/reliability.md): every case through the real `a0` entrypoint under real nsys.
+"""The fault matrix (docs/troubleshooting.md): every case through the real `a0` entrypoint under real nsys.
 
 A fake `nsys` appears only where nsys cannot fail on cue: it wraps the real one and injects one fault
 into one subcommand. For every case the test asserts what a user is promised: the task's return value
@@ -625,7 +625,7 @@ def test_signal_flushes_the_trace_and_exits_as_unprofiled(run_action, request, t
         assert exit_status(result.returncode) in {0, 1}, result.stderr  # (0 at times under load, unprofiled too)
     elif target == "group":  # nsight launch, the pod's first process, got it
         assert exit_status(result.returncode) == 130, result.stderr
-    # SIGINT to nsys alone: nsys 2023.4.4 exits 0 whatever the task did (docs/reliability.md, known limits).
+    # SIGINT to nsys alone: nsys 2023.4.4 exits 0 whatever the task did (docs/troubleshooting.md).
     assert result.output is None
     assert kept_traces(result) == ["training.nsys-rep"], result.stderr
     assert_nothing_left(result)

@@ -116,7 +116,7 @@ def test_a_size_that_is_none_says_how_to_write_one(monkeypatch: pytest.MonkeyPat
 
 @pytest.mark.nsys
 def test_the_estimate_grows_with_the_events(trace: Trace) -> None:
-    """Above what a summary of the recorded H200 capture took (53 MB above the imports, docs/benchmarks.md),
+    """Above what a summary of the recorded H200 capture took (53 MB above the imports),
     and SUMMARY_BYTES_PER_STORED_BYTE times the bytes of any more events."""
     assert trace.event_bytes > 0
     assert summary_bytes(trace.event_bytes) > 53 << 20

@@ -36,7 +36,7 @@ FAMILY = """
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
 
     def square(x):
-        with nvtx.annotate("in forked worker"):  # not traced: see docs/reliability.md, "Child processes"
+        with nvtx.annotate("in forked worker"):  # not traced: see docs/troubleshooting.md
             return x * x
 
     def idle(ready):

@@ -169,7 +169,7 @@ POLARS_DEFAULTS = "dirty_decay_ms:500,muzzy_decay_ms:1000"
 def test_stats_gives_polars_one_arena_that_returns_memory_unless_the_user_chose(inherited: str | None,
                                                                                 users: str | None) -> None:
     """`nsight stats` and `report` free each stage's frames; with jemalloc's defaults the process kept them all (a
-    report's peak ~15 % higher, docs/benchmarks.md). nsight's own process sets one arena that hands pages back, before
+    report's peak ~15 % higher). nsight's own process sets one arena that hands pages back, before
     Polars is imported, also when started by a process that imported Polars (which leaves its defaults in the
     environment); a setting the user made is theirs."""
     from nsight_core.cli import ANALYSIS_ALLOCATOR

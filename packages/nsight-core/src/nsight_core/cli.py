@@ -349,9 +349,8 @@ to the system a tenth of a second later by jemalloc's own thread.
 
 Why: by default each thread that allocates gets arenas of its own, and freed pages stay with them for 0.5-1 s
 (Polars' defaults, `dirty_decay_ms:500,muzzy_decay_ms:1000`), reused by that thread only. A report's stages (frames,
-reports, the analysis beside them, the page) each free what they built, yet the process kept most of it: 200 k
-kernels peaked at 260-280 MB, 1 M NVTX ranges at 405-425 MB. With this setting 226-243 MB and 298-334 MB, at the same
-speed (measured 2026-12-04; docs/benchmarks.md compares with the code before issue 20). Set in nsight's own process
+reports, the analysis beside them, the page) each free what they built, yet the process kept most of it: its peak
+was 15-25 % higher, at the same speed. Set in nsight's own process
 only (``main`` without ARGV), for commands that start no user program: their only children are nsys' exports,
 which do not read it. A user's task process (the Flyte plugin builds its report there) is never touched."""
 

@@ -44,9 +44,8 @@ START_WAIT_CAP = 2 * START_RETRY_SECONDS + 4 * QUICK_TIMEOUT + STOP_TIMEOUT
 """The longest a region ever waits for another of its process (1034 s with the default timeouts): the
 sum of the bounds of the other's start (session check, `nsys start` and its retries, a quiet stop), of
 its block and of its stop. Reached only when an nsys command outlives its own timeout."""
-# `nsys start` returns before CUDA/NVTX collection is live in the target: on an H200 a region that
-# began at once lost its first NVTX ranges and, right after another region, everything; 20 ms of
-# waiting gave exact counts (bench/GPU.md). The margin is cheap next to a start (~0.3 s there).
+# `nsys start` returns before CUDA/NVTX collection is live in the target: a region that began at once lost
+# its first NVTX ranges, and right after another region everything (bench/GPU.md). The wait is cheap next to a start.
 START_SETTLE_SECONDS = 0.25
 _START_RETRY_INTERVAL = 0.5
 # On SIGTERM a pod has a grace period (30 s by default) before SIGKILL: the stop must fit in it.
@@ -417,7 +416,7 @@ def _hold_sigterm() -> None:
     A signal that reaches a child between its fork and Python's re-initialisation there is dropped when
     a Python-level handler is installed (CPython clears the pending flags after a fork). A forked
     `multiprocessing.Pool` worker that its pool's end terminated at that moment never died and the
-    pool waited forever (seen in the test suite). Blocked, the signal stays pending in the kernel.
+    pool waited forever. Blocked, the signal stays pending in the kernel.
     """
     if _previous_sigterm is not None:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})

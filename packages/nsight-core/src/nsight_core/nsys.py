@@ -63,9 +63,8 @@ QUICK_TIMEOUT = _seconds("NSIGHT_QUICK_TIMEOUT", 30.0)
 STOP_TIMEOUT = _seconds("NSIGHT_STOP_TIMEOUT", 900.0)
 EXPORT_TIMEOUT = _seconds("NSIGHT_EXPORT_TIMEOUT", 1800.0)
 SLICED_EXPORT_VERSIONS = ("2023.4.", "2025.3.")
-"""nsys versions whose SQLite exports in slices of time were checked against the one-file export on every fixture
-(tests/core/test_sliced_export.py, with NSIGHT_NSYS set to the version): 2023.4 here, 2025.3 on the H200 machine, where
-a 237 MB capture's 8 slices held its one file's rows too (docs/gpu-verification.md, session S). Any other version
+"""nsys versions whose SQLite exports in slices of time were checked equal to the one-file export on every fixture
+(tests/core/test_sliced_export.py with NSIGHT_NSYS set to the version; docs/development.md). Any other version
 exports one file until it is checked the same way."""
 
 _BUSY_MARKERS = ("not allowed in this state",)
@@ -276,8 +275,8 @@ class Nsys:
         BASE.nsys-rep, None where there is no such stream or importer, or the import gave no better report.
 
         nsys keeps the stream in two cases. Its importer failed ("Importer error status: Importation failed":
-        2023.4.4 under load, 2026-12-04): nsys wrote no report, and the same stream then imports. Or its import
-        "succeeded with non-fatal errors" (seen under load in make test): nsys wrote the report and kept the
+        2023.4.4 under load): nsys wrote no report, and the same stream then imports. Or its import
+        "succeeded with non-fatal errors" (also under load): nsys wrote the report and kept the
         stream beside it, as large as the report. The stream is then imported beside the report, which that
         import replaces only when it is clean (exit 0); else nsys' report stays, with nsys' words on it. Either
         way the stream is deleted once an import has run on it, as nsys does after its own: it holds nothing an
@@ -368,8 +367,8 @@ _IMPORTED = (0, 3)
 # nsys 2023.4.4 on a loaded machine at times loses its agent: a command that failed so did nothing.
 _LOST_AGENT = re.compile(r"Connection to Agent lost|Local Endpoint is not available|^\s*End of file\.?\s*$"
                          r"|^\s*Connection refused\.?\s*$", re.MULTILINE)
-"""What nsys 2023.4.4 says when it loses its agent under load; a bare "Connection refused" ended a launch before
-the command started in `make test` on 2026-12-04 (the agent's socket not answering)."""
+"""What nsys 2023.4.4 says when it loses its agent under load; a bare "Connection refused" ends a launch before the
+command starts when the agent's socket does not answer."""
 
 
 def lost_its_agent(nsys_output: str) -> bool:
@@ -378,8 +377,7 @@ def lost_its_agent(nsys_output: str) -> bool:
 
 
 _NAME_HELD = re.compile(r"Session name '[^'\n]*' is already in use")
-"""What nsys says when a process still holds the session's name: after a lost agent, the agent that came up late
-(a fresh clone's CI, 2026-12-05)."""
+"""What nsys says when a process still holds the session's name: after a lost agent, the agent that came up late."""
 
 
 def name_held(nsys_output: str) -> bool:

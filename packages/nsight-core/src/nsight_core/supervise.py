@@ -55,7 +55,7 @@ class Finished:
 
 # nsys 2023.4.4 on a loaded machine at times loses its agent before it starts the command
 # ("Connection to Agent lost", exit 0; "Local Endpoint is not available", exit 1; or "End of file" alone,
-# the agent's connection closing, seen in the test suite on 2026-12-03). Nothing ran then, so trying
+# the agent's connection closing). Nothing ran then, so trying
 # again is safe.
 START_ATTEMPTS = 3
 
@@ -106,7 +106,7 @@ def end_what_killed_runs_left() -> None:
     delete their temp folders (:func:`nsight_core.claims.owned_folder`).
 
     nsys, killed by the parent-death signal just as it starts its session's agent, leaves the agent
-    running (measured with 2023.4.4: 5 of 5 such kills, each agent still there 26 minutes later), holding
+    running (nsys 2023.4.4: it does not end by itself), holding
     nsys' session lock in $TMPDIR. A run's folder names its session; the next run in the same $TMPDIR
     ends that session's agents, and deletes the raw stream the killed collection left, if any.
     """

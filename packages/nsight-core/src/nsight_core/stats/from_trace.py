@@ -74,10 +74,9 @@ def _summary(frame: pl.LazyFrame, key: str, value: str, streamed: bool, prefix: 
     PREFIX_total ... (``total_time_ns`` where PREFIX is 'time', else ``total_<prefix>``), plus ``name`` where KEY is
     not the name. Where STREAMED: one pass of the streaming engine, the medians by selection
     (:mod:`nsight_core.stats.exact`). Else the frame is in memory already, and the in-memory engine with Polars'
-    median uses less memory and time (measured: 10-26 MB less on a 200 k-kernel and a 1 M-range capture's
-    ``nsight report``), the median in an aggregation of its own over KEY and VALUE alone: beside it, the sums
-    would leave the in-memory engine's fast path and square the whole column as Int128 at once (measured: the
-    stats of a 1 M-range capture +36-59 MB instead of +64-66). Exact either way.
+    median uses less memory and time, the median in an aggregation of its own over KEY and VALUE alone: beside it,
+    the sums would leave the in-memory engine's fast path and square the whole column as Int128 at once. Exact either
+    way.
     """
     named = [] if key == "name" else [pl.col("name").first()]
     values = pl.col(value)

@@ -188,8 +188,8 @@ def export(report: Path, kind: str, nsys: Nsys | None = None, slices: int = 1) -
 
 
 EXPORT_DISK_PER_TRACE_BYTE = 2
-"""The least disk an export of a .nsys-rep takes per byte of it: measured 2.5-9x for SQLite (the H200 fixtures; NVTX
-ranges 4.5x), about 10x for the arrow export. A folder with less free is refused before nsys starts (a large capture's
+"""The least disk an export of a .nsys-rep takes per byte of it: 2.5-9x for SQLite, about 10x for the arrow export. A
+folder with less free is refused before nsys starts (a large capture's
 export takes minutes); one with more that still fills is nsys' disk-full error (:class:`ExportDiskFullError`)."""
 
 
@@ -208,18 +208,17 @@ def _export_sliced(nsys: Nsys, report: Path, folder: Path, slices: int) -> None:
     """REPORT's SQLite export as SLICES files in FOLDER (part-000.sqlite, ...), each the events that start in one
     slice of the capture's time, exported side by side.
 
-    Why: nsys' SQLite export is the one whose memory does not grow with the capture, and it is slow (one core writing
-    rows: 10 M NVTX ranges take 18-31 s, a 1 GB capture of 43 M kernels 183 s on the H200 machine), most of a large
-    capture's summary. Each slice is one ``nsys export --times``: it decodes the whole report (about a twentieth of a
-    whole export's time) and writes only its events, so SLICES of them on as many cores take about 1/SLICES of the
-    time (10 M NVTX ranges: 21.2 s whole, 11.8 s in 2 slices on 2 cores), 32 MB each.
+    Why: nsys' SQLite export is the one whose memory does not grow with the capture, and it is slow (one core writes
+    every row), most of a large capture's summary. Each slice is one ``nsys export --times``: it decodes the whole
+    report (about a twentieth of a whole export's time) and writes only its events, so SLICES of them on as many
+    cores take about 1/SLICES of the time, 32 MB each.
 
-    Exact: nsys keeps an event in a range when it starts there (the ranges' ends are loose: ``S/E:``), and the ranges
-    meet without a gap or overlap (integer nanoseconds), so every event is in exactly one slice and tables without
-    time (strings, threads, processes, GPUs) are whole in each (:class:`nsight_core.trace.tables.SlicedSqliteTables`
-    reads them as one export). The cuts divide the collection window evenly: 0 to ANALYSIS_DETAILS' duration, from an
-    export of that table alone (its startTime and stopTime are on another base: 12.9 s for events at 0.25-0.7 s in a
-    fixture); the first and last slices are open, so nothing before or after the window is lost."""
+    Exact: nsys keeps an event in a range when it starts there (the ranges' ends are loose: ``S/E:``), and the
+    ranges meet without a gap or overlap (integer nanoseconds), so every event is in exactly one slice and tables
+    without time (strings, threads, processes, GPUs) are whole in each
+    (:class:`nsight_core.trace.tables.SlicedSqliteTables` reads them as one export). The cuts divide the collection
+    window evenly: 0 to ANALYSIS_DETAILS' duration, from an export of that table alone (its startTime and stopTime
+    are on another clock base); the first and last slices are open, so nothing before or after the window is lost."""
     folder.mkdir()
     probe = folder / "span.sqlite"
     nsys.export(report, probe, "sqlite", tables="^ANALYSIS_DETAILS$")
@@ -242,14 +241,12 @@ def _export_sliced(nsys: Nsys, report: Path, folder: Path, slices: int) -> None:
 STREAM_ABOVE_BYTES = 128 << 20
 """A .nsys-rep larger than this is exported to SQLite and its reports streamed from disk
 (:mod:`nsight_core.trace.spill`) whatever the memory; up to it, only where nsys' arrow export would not fit the
-memory allowed. Read whole (arrow export, frames in memory), 10 M NVTX ranges (a 111 MB trace) peaked at 1.7 GB,
-under the 2 GiB a summary may take, and ran 2-4x faster than streamed with the same whole-frame summary
-(docs/memory.md)."""
+memory allowed: below it, the arrow export is the faster read and fits a summary's memory."""
 
 
 EVENT_BYTES_PER_TRACE_BYTE = 12
 """The event tables' bytes as Arrow (what a summary read whole grows with, memory.py) per byte of the .nsys-rep, the
-largest measured: 10.5x (1 M NVTX ranges) and 11.4x (10 M); 0.6-1.9x on the GPU fixtures. Known before the export,
+largest seen (NVTX captures; 0.6-1.9x on the GPU fixtures). Known before the export,
 so a capture whose frames might not fit read whole is streamed from the start (where a streamed summary fits), not
 refused after its export."""
 

@@ -1,12 +1,11 @@
 """A large capture's event tables spilled from its SQLite export to Parquet on disk, for summaries that stream.
 
-Why: nsys' arrow and parquet exports hold each table whole before writing it (measured with nsys 2023.4.4 on
-NVTX captures: 160-165 MB for 1 M ranges, growing with the capture, docs/memory.md), and a Trace holds its frames
-whole after that. nsys' SQLite export streams (32 MB whatever the size). So a large capture is exported to
-SQLite and each table the summary reads is copied, its needed columns only, into Parquet files of
-``SQLITE_BATCH_ROWS`` rows each (one fetch of rows at a time in memory); Polars' streaming engine then scans
-those files (:mod:`nsight_core.trace.streamed`: the reports, the summary, the completeness checks), so no whole event
-table is ever in memory.
+Why: nsys' arrow and parquet exports hold each table whole before writing it (their memory grows with the capture),
+and a Trace holds its frames whole after that. nsys' SQLite export streams (32 MB whatever the size). So a large
+capture is exported to SQLite and each table the summary reads is copied, its needed columns only, into Parquet
+files of ``SQLITE_BATCH_ROWS`` rows each (one fetch of rows at a time in memory); Polars' streaming engine then
+scans those files (:mod:`nsight_core.trace.streamed`: the reports, the summary, the completeness checks), so no
+whole event table is ever in memory.
 
 The Parquet files live in a temporary folder beside the export (or in the temp folder where that is not
 writable); the folder is removed when the tables are closed, or garbage-collected, or at the latest when the
@@ -38,7 +37,7 @@ log = logging.getLogger("nsight")
 
 SPILL_READERS = 4
 """Slices of a table copied side by side, each through a connection of its own (no more than Polars' threads): one
-batch of rows each in memory. Measured on 2 cores, 10 M NVTX ranges: 6.3 s in one, 3.4 s in two, 3.3 s in four."""
+batch of rows each in memory. Two readers take about half the time of one; more gain little on 2 cores."""
 
 PROGRESS_BYTES = 64 << 20
 """A table copied to disk is named on stderr from this size on (the copy takes seconds); smaller ones under -v."""
@@ -93,9 +92,8 @@ class SpilledTables:
         return self._sqlite.columns(table)
 
     def read(self, table: str, wanted: Wanted) -> pl.DataFrame | None:
-        """TABLE read whole from SQLite (the analysis, where its frames fit). Not through a Parquet copy: that
-        was measured slower and no leaner for a whole profile (3 M NVTX ranges: 40 s and 1,112 MB against 25 s and
-        996 MB), though leaner for the NVTX frame alone (421 MB against 507)."""
+        """TABLE read whole from SQLite (the analysis, where its frames fit). Not through a Parquet copy: for a whole
+        profile that is slower and no leaner."""
         return self._sqlite.read(table, wanted)
 
     def arrow_bytes(self, tables: Iterable[str]) -> int:

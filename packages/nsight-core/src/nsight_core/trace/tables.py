@@ -12,8 +12,8 @@ An arrow directory (`nsys export --type arrowdir`) holds one Arrow IPC *stream* 
 reads just the requested columns of it without a Python object per row. SQLite is the fallback for
 inputs that are already `.sqlite` exports, for an nsys without arrowdir and for captures too large for the arrow
 export's memory. It is read in batches, so memory stays bounded by one batch: with ADBC's SQLite driver where it is
-installed (the ``sqlite-arrow`` extra: Arrow batches straight into Polars, no Python object per row; 3 M NVTX ranges
-read in 1.7 s against 3.8 s), else with the standard library's sqlite3, each batch of Python rows turned into a frame
+installed (the ``sqlite-arrow`` extra: Arrow batches straight into Polars, no Python object per row: about twice as
+fast), else with the standard library's sqlite3, each batch of Python rows turned into a frame
 at once. A read with a condition (the first part of a large capture, :mod:`nsight_core.trace.head`) is one sqlite3
 query: in keyset batches its subquery would run again for every batch.
 """
@@ -53,8 +53,7 @@ ENV_SQLITE_READER = "NSIGHT_SQLITE_READER"
 driver that misbehaves; the tests compare the two)."""
 SQLITE_TO_ARROW = 2.5
 """Bytes as Arrow per byte of SQLite pages: SQLite stores integers in as few bytes as they need, Arrow in 8
-(measured on one capture: kernels 14.9 MB in SQLite, 31.2 MB as Arrow; CUDA API 14.5 and 20.9 MB; NVTX ranges
-2.5x)."""
+(kernels about 2x, NVTX ranges 2.5x)."""
 
 
 class ExportTables(Protocol):
@@ -228,7 +227,7 @@ class SqliteTables:
     def rowid_slices(self, table: str, parts: int) -> list[tuple[int, int]] | None:
         """TABLE's rows cut into at most PARTS ranges of rowid (lo, hi: lo <= rowid < hi) of about equal span, in
         order, to be read side by side (:meth:`batches` ROWIDS): SQLite serves several connections at once, where one
-        reads a batch at a time (10 M NVTX ranges: 6.3 s in one, 3.4 s in two on 2 cores). None where they would not
+        reads a batch at a time. None where they would not
         be read through ADBC (the standard library's rows are made under the GIL) or TABLE is missing or empty."""
         if self._arrow is None or table not in self._tables:
             return None

@@ -166,8 +166,7 @@ def nsys_profile(task: T | None = None, /, *, trace: Sequence[str] | str = DEFAU
         enabled: False returns the task unchanged, so profiling can be switched off per run.
         perfetto: also attach each capture's whole timeline as Perfetto JSON (``<name>.perfetto.json.gz``, for
             ui.perfetto.dev or chrome://tracing) beside its .nsys-rep; needs ``attach_report``. Off by default:
-            it costs about 3 s and 9-13 MB (gzip) per million events (measured on 2 cores: 1 M NVTX ranges; an
-            H200 capture of 350 k kernels and their 700 k CUDA calls).
+            it costs about 3 s and 9-13 MB (gzip) per million events.
         cuda_graph_trace: passed to ``nsys --cuda-graph-trace``: ``"graph"`` records each CUDA graph launch whole
             (nsys 2025 records it on the GPU as one piece of work), ``"node"`` each kernel of the graph, by name
             (more events). None keeps nsys' default (graph where the CUDA driver is 11.7 or newer).

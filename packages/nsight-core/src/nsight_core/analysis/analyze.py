@@ -25,12 +25,11 @@ from nsight_core.analysis.every_budget import Budgets, every_budget
 from nsight_core.analysis.every_step import EveryStep, capture_as_step, every_step
 from nsight_core.analysis.finding_inputs import analysis_of
 from nsight_core.analysis.footprint import capture_window
-from nsight_core.analysis.intervals import WINDOW_ROWS
 from nsight_core.analysis.result import Analysis, StepView, steps_view
 from nsight_core.analysis.steps import StepStats, find_steps
 from nsight_core.trace.frames import EventTables
 from nsight_core.trace.model import with_depth
-from nsight_core.trace.streamed import Events, events
+from nsight_core.trace.streamed import WINDOW_ROWS, Events, events
 
 CHOOSE_ROWS = 1_000_000
 """NVTX ranges, and kernels, from the capture's start that choose its step family: a fixed number, so that the
@@ -40,11 +39,16 @@ family chosen is the same on any machine; every step of it is then found over th
 def choose_steps(frames: Events) -> StepStats:
     """The step family of the capture FRAMES holds (:func:`steps.find_steps`), chosen by its first CHOOSE_ROWS NVTX
     ranges and kernels: steps repeat, so the first of them show which family they are."""
-    first = frames.nvtx.select("start_ns", "end_ns", "name", "domain", "thread").sort("start_ns", maintain_order=True)
-    nvtx = with_depth(first.head(CHOOSE_ROWS).collect(engine="streaming"))
-    kernels = (frames.kernels.select("start_ns", "end_ns", "name").sort("start_ns", maintain_order=True)
-               .head(CHOOSE_ROWS).collect(engine="streaming"))
-    return find_steps(nvtx, kernels)[0]
+    nvtx = with_depth(_first(frames.nvtx.select("start_ns", "end_ns", "name", "domain", "thread")))
+    return find_steps(nvtx, _first(frames.kernels.select("start_ns", "end_ns", "name")))[0]
+
+
+def _first(frame: pl.LazyFrame) -> pl.DataFrame:
+    """FRAME's first CHOOSE_ROWS rows by start (in that order): its head where it is in order already (nsys writes
+    its tables by start; one pass checks), else a sort."""
+    in_order = frame.select((pl.col("start_ns").diff().fill_null(0) >= 0).all()).collect(engine="streaming").item()
+    ordered = frame if in_order else frame.sort("start_ns", maintain_order=True)
+    return ordered.head(CHOOSE_ROWS).collect(engine="streaming")
 
 
 @dataclass(frozen=True)

@@ -48,9 +48,9 @@ from typing import Literal
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.intervals import WINDOW_ROWS, start_cuts, window_filters
+from nsight_core.analysis.intervals import start_cuts, window_filters
 from nsight_core.trace.model import Trace
-from nsight_core.trace.streamed import Events, events
+from nsight_core.trace.streamed import WINDOW_ROWS, Events, events
 
 CompletenessCode = Literal["importer_errors", "raw_stream_left", "cuda_ends_early", "nsys_lost_data",
                            "cuda_calls_missing", "graph_work_missing", "nsys_older_than_cuda"]

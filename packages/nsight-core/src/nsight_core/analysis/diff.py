@@ -22,12 +22,12 @@ from pydantic import BaseModel, Field
 
 from nsight_core.analysis.analyze import analyze
 from nsight_core.analysis.completeness import Completeness
-from nsight_core.analysis.intervals import WINDOW_ROWS, busy_over, start_windows
+from nsight_core.analysis.intervals import busy_over, start_windows
 from nsight_core.analysis.result import Analysis
 from nsight_core.analysis.steps import StepStats, family_pattern
 from nsight_core.stats.models import ProfileStats
 from nsight_core.trace.frames import EventTables
-from nsight_core.trace.streamed import events
+from nsight_core.trace.streamed import WINDOW_ROWS, events
 
 Frame = pl.DataFrame | pl.LazyFrame
 

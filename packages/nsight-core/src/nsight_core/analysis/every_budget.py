@@ -42,11 +42,11 @@ from nsight_core.analysis.gpu_budget import (
     outermost_user_ranges,
     step_syncs,
 )
-from nsight_core.analysis.intervals import WINDOW_ROWS, start_cuts, start_windows, step_batches
+from nsight_core.analysis.intervals import start_cuts, start_windows, step_batches
 from nsight_core.analysis.ranges import Nesting
 from nsight_core.analysis.steps import Bound, pattern_of
 from nsight_core.trace.model import with_depth
-from nsight_core.trace.streamed import Events
+from nsight_core.trace.streamed import WINDOW_ROWS, Events
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import NamedTuple
 import polars as pl
 
 from nsight_core.analysis.budget import step_thread
-from nsight_core.analysis.intervals import WINDOW_ROWS, start_cuts, window_filters
+from nsight_core.analysis.intervals import start_cuts, window_filters
 from nsight_core.analysis.projection import (
     GPU_WORK_COLUMNS,
     MIN_PROJECTED,
@@ -38,7 +38,7 @@ from nsight_core.analysis.steps import (
     pattern_of,
     period_steps,
 )
-from nsight_core.trace.streamed import Events
+from nsight_core.trace.streamed import WINDOW_ROWS, Events
 
 SPAN_COLUMNS = {"step": pl.Int64, "gpu_start_ns": pl.Int64, "gpu_end_ns": pl.Int64}
 

@@ -23,12 +23,12 @@ from nsight_core.analysis.every_budget import Budgets
 from nsight_core.analysis.every_step import EveryStep, calls_named
 from nsight_core.analysis.findings import Context, GpuInputs
 from nsight_core.analysis.footprint import UserWindow
-from nsight_core.analysis.intervals import WINDOW_ROWS, start_cuts, step_batches, window_filters
+from nsight_core.analysis.intervals import start_cuts, step_batches, window_filters
 from nsight_core.analysis.projection import innermost_range
 from nsight_core.analysis.range_table import range_table
 from nsight_core.analysis.result import Analysis, Coverage
 from nsight_core.trace.model import with_depth
-from nsight_core.trace.streamed import Events
+from nsight_core.trace.streamed import WINDOW_ROWS, Events
 
 
 def analysis_of(frames: Events, gpus: pl.DataFrame | None, window: UserWindow, every: EveryStep,

@@ -16,8 +16,6 @@ from typing import NamedTuple
 
 import polars as pl
 
-WINDOW_ROWS = 1_000_000
-"""Events per window of a streamed capture (:func:`start_windows`): what the summary holds of one table at once."""
 HISTOGRAM_BUCKETS = 1 << 16
 """The windows are cut between buckets of a histogram of start times this fine: a window holds at most
 WINDOW_ROWS plus one bucket's events."""

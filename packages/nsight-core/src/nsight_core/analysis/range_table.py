@@ -17,13 +17,13 @@ from __future__ import annotations
 import polars as pl
 
 from nsight_core.analysis.every_step import gpu_work_of, launched_by_id
-from nsight_core.analysis.intervals import WINDOW_ROWS, start_cuts, window_filters
+from nsight_core.analysis.intervals import start_cuts, window_filters
 from nsight_core.analysis.projection import range_gpu_spans
 from nsight_core.analysis.ranges import RangeFamily, with_parents
 from nsight_core.analysis.steps import pattern_of
 from nsight_core.stats import exact
 from nsight_core.trace.model import with_depth
-from nsight_core.trace.streamed import Events
+from nsight_core.trace.streamed import WINDOW_ROWS, Events
 
 KEY = "_key"
 CARRIED = {"start_ns": pl.Int64, "end_ns": pl.Int64, "thread": pl.Int64, KEY: pl.Int64, "gpu_ops": pl.Int64,
@@ -116,6 +116,8 @@ def _launches(calls: pl.LazyFrame, work: pl.LazyFrame, started: pl.Expr, launche
 def _with_launches(nested: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
     """NESTED ranges (with depth) with the GPU work LAUNCHES adds to each (:func:`projection.range_gpu_spans`) merged
     into what they held: gpu_ops, gpu_start_ns, gpu_end_ns."""
+    if not launches.height:  # a CPU-only window: nothing to add
+        return nested
     found = range_gpu_spans(nested.drop("gpu_ops", "gpu_start_ns", "gpu_end_ns"), launches)
     return nested.with_columns(
         (pl.col("gpu_ops") + found["gpu_ops"]).alias("gpu_ops"),

@@ -17,9 +17,9 @@ import polars as pl
 from pydantic import BaseModel, Field
 
 from nsight_core.analysis.footprint import capture_window, users_calls
-from nsight_core.analysis.intervals import WINDOW_ROWS, bucket_edges, busy_over, start_windows
+from nsight_core.analysis.intervals import bucket_edges, busy_over, start_windows
 from nsight_core.trace.model import Trace, with_depth
-from nsight_core.trace.streamed import Events, events
+from nsight_core.trace.streamed import WINDOW_ROWS, Events, events
 
 TIMELINE_BUCKETS = 120
 MAX_TIMELINE_RANGES = 1000

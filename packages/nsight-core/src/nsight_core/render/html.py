@@ -254,7 +254,8 @@ def _diagnosis(analysis: Analysis) -> dict[str, Any]:
                       "saving": saving_text(f.saving) if f.saving else None,
                       "evidence": [{"text": evidence_text(e), "where": _where(e.where)} for e in f.evidence]}
                      for f in analysis.findings],
-        "steps": f"{steps_text(analysis.steps)}; {coverage_text(analysis.coverage)}", "budget_title": budget[0], "budget": [line.strip() for line in budget[1:]],
+        "steps": f"{steps_text(analysis.steps)}; {coverage_text(analysis.coverage)}",
+        "budget_title": budget[0], "budget": [line.strip() for line in budget[1:]],
     }
 
 

@@ -20,6 +20,8 @@ from fractions import Fraction
 
 import polars as pl
 
+from nsight_core.trace.streamed import WINDOW_ROWS
+
 BUCKET_BITS = 16
 """Each pass splits a value range into 2**16 buckets: values up to 2**48 (3 days in ns) take at most three passes."""
 _BUCKETS = 1 << BUCKET_BITS
@@ -56,7 +58,11 @@ def finish(summary: pl.DataFrame, mean_name: str, stddev_name: str) -> pl.DataFr
 
 def medians(frame: pl.LazyFrame, key: str, value: str, groups: pl.DataFrame) -> pl.DataFrame:
     """KEY, ``_median``: the exact median of VALUE (an integer column of FRAME) per KEY, by selection in streamed
-    passes over FRAME. GROUPS: KEY, ``_n``, ``_min``, ``_max`` of VALUE per KEY (the report's first pass)."""
+    passes over FRAME. GROUPS: KEY, ``_n``, ``_min``, ``_max`` of VALUE per KEY (the report's first pass). Values
+    that fit one window (WINDOW_ROWS) are held at once: Polars' median of them, the same number, in one pass."""
+    if int(groups["_n"].sum() or 0) <= WINDOW_ROWS:
+        return (frame.group_by(key).agg(pl.col(value).median().alias("_median")).collect(engine="streaming")
+                .join(groups.select(key), on=key, how="semi"))
     ranks = pl.concat([groups.select(key, pl.lit(which).alias("_which"), rank.alias("_rank"), "_min", "_max")
                        for which, rank in ((0, (pl.col("_n") - 1) // 2), (1, pl.col("_n") // 2))])
     width = [1 << max(0, (high - low).bit_length() - BUCKET_BITS) for low, high in ranks.select("_min", "_max").rows()]

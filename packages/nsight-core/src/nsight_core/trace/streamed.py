@@ -40,6 +40,9 @@ from nsight_core.trace.spill import SpilledTables
 from nsight_core.trace.tables import SchemaMismatch, Wanted
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+WINDOW_ROWS = 1_000_000
+"""Events per window of every pass over a capture's events (the reports', the summary's and the analysis' alike):
+what one pass holds of a table at once, whatever the capture's size. The answers do not depend on it."""
 
 
 def is_streamed(trace: Trace | EventTables) -> bool:

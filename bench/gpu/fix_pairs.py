@@ -41,14 +41,14 @@ Cases (variants: the problem first, then its fixes):
 - checkpoint: the model's state (48 MiB: three 2048-wide FP32 layers) copied device-to-host and `torch.save`d
               to a file in a temporary folder every step | every 100 steps (step indices 99, 199, ...: never
               among the steps timed or recorded here). The training step itself is ~1.5 ms.
-- mask_sync:  a bf16 GEMM (~1 ms of GPU), then boolean-mask indexing `h[h > 0]` whose result size the host
+- mask_sync:  two bf16 GEMMs (~3 ms of GPU), then boolean-mask indexing `h[h > 0]` whose result size the host
               must read (nonzero: a device-to-host copy and a stream synchronise), then the mean of the selected
               values and a tail of 60 tiny ops, every step | the same mean as a fixed-shape
               `torch.where(h > 0, h, 0).sum() / (h > 0).sum()`: nothing the host waits for.
 - list_tensor: per-step values held in a Python list (4096 sample weights, say) turned into a CUDA tensor
-              with `torch.tensor(values, device="cuda")` after the same GEMM: a copy from pageable memory,
-              so the host waits until all the GPU work queued before it is done (cudaMemcpyAsync, then
-              cudaStreamSynchronize), then the weighted mean and the tail | `torch.tensor(values,
+              with `torch.tensor(values, device="cuda")` after the same GEMMs: a copy from pageable memory
+              that PyTorch follows with cudaStreamSynchronize, so the host waits until all the GPU work queued
+              before it is done, then the weighted mean and the tail | `torch.tensor(values,
               pin_memory=True).to("cuda", non_blocking=True)`: nothing the host waits for. (A real pattern:
               lengths, labels or weights built in Python each step.)
 
@@ -446,13 +446,14 @@ def tail(value: torch.Tensor) -> torch.Tensor:
 
 
 def gemm_then(select: Callable[[torch.Tensor], torch.Tensor]) -> Step:
-    a = torch.randn(4096, 8192, device=DEVICE, dtype=torch.bfloat16)
-    b = torch.randn(8192, 8192, device=DEVICE, dtype=torch.bfloat16)
+    """Two 8192-wide bf16 GEMMs (~3 ms of GPU, a few launches), then SELECT of the result, then the tail."""
+    a = torch.randn(8192, 8192, device=DEVICE, dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device=DEVICE, dtype=torch.bfloat16) / 90  # keeps the values near 1
     total = torch.zeros((), device=DEVICE)
 
     def step(i: int) -> None:
         nonlocal total
-        total = total + tail(select(a @ b))
+        total = total + tail(select(a @ b @ b))
 
     return step
 

@@ -6,18 +6,22 @@
 #   WORK/                    the pairs: <case>-<variant>.nsys-rep, their CSVs, truth.json, run.txt (fix_pairs.sh)
 #   WORK/api_overhead.json   bench/gpu/api_overhead.py, once with nsys' default sampling, once with --sample none
 #   WORK/api-overhead*/      the two calibration captures (region api_overhead) and their CSVs
-#   WORK/python-backtrace/   small_step's problem under `nsys profile --capture-range=cudaProfilerApi`: plain,
-#                            --python-backtrace=cuda, and --python-backtrace=cuda --python-sampling=true;
-#                            truth-<flags>.json from each, truth-unprofiled.json from a run without nsys
-# Each stage has a time limit, and stages are skipped once BUDGET_S seconds (default 500) have passed, so that
-# the packing always happens.
+#   WORK/python-backtrace/   small_step's problem under `nsys profile --capture-range=cudaProfilerApi`: plain;
+#                            --cudabacktrace=all:0 (a native backtrace on every CUDA API call); that and
+#                            --python-backtrace=cuda; that and --python-sampling=true (also exported as JSON, where
+#                            the sampled frames are); truth-<flags>.json from each, truth-unprofiled.json from a run
+#                            without nsys; export-help.txt: that nsys' `nsys export --help`
+# STAGES (default "pairs api python") picks the stages. Each stage has a time limit, and stages are skipped once
+# BUDGET_S seconds (default 500) have passed, so that the packing always happens.
 set -uo pipefail
 WORK=$(mkdir -p "$1" && cd "$1" && pwd); DEST=$(mkdir -p "$2" && cd "$2" && pwd)
 ROOT=$(cd "$(dirname "$0")/../.." && pwd); BENCH=$ROOT/bench/gpu
 NSYS=${NSIGHT_NSYS:-$(command -v nsys)}; BUDGET_S=${BUDGET_S:-500}
 REPORTS=cuda_gpu_kern_sum,cuda_api_sum,nvtx_pushpop_sum,cuda_gpu_mem_time_sum,cuda_gpu_mem_size_sum
 CASES=${CASES:-small_step,per_param,prefetch,bf16,small_copies,checkpoint,mask_sync,list_tensor,graph,tf32,sync_log,pageable}
+STAGES=${STAGES:-pairs api python}
 left() { echo $((BUDGET_S - SECONDS)); }
+stage() { case " $STAGES " in *" $1 "*) return 0 ;; *) echo "skipped: stage $1"; return 1 ;; esac; }
 stats() {  # the CSVs (and, with EXPORT=sqlite, the SQLite export) of each report given
   for rep in "$@"; do
     prefix=${rep%.nsys-rep}
@@ -28,10 +32,12 @@ stats() {  # the CSVs (and, with EXPORT=sqlite, the SQLite export) of each repor
 { nvidia-smi --query-gpu=name,driver_version --format=csv; python3 -V; "$NSYS" --version; } > "$WORK/device.txt" 2>&1
 cat "$WORK/device.txt"
 
-echo "== fix pairs ($(left) s left)"
-timeout 330 bash "$BENCH/fix_pairs.sh" "$WORK" "$CASES"
+if stage pairs; then
+  echo "== fix pairs ($(left) s left)"
+  timeout 330 bash "$BENCH/fix_pairs.sh" "$WORK" "$CASES"
+fi
 
-for sample in default none; do
+stage api && for sample in default none; do
   [ "$(left)" -gt 60 ] || { echo "skipped: api_overhead ($sample)"; continue; }
   echo "== api_overhead, sampling $sample ($(left) s left)"
   dir=$WORK/api-overhead; opt=(); [ $sample = none ] && { dir=$WORK/api-overhead-sample-none; opt=(--sample none); }
@@ -40,18 +46,20 @@ for sample in default none; do
   stats "$dir"/*.nsys-rep
 done
 
-PY=$WORK/python-backtrace; mkdir -p "$PY"
-if [ "$(left)" -gt 40 ]; then
+PY=$WORK/python-backtrace
+stage python && mkdir -p "$PY" && "$NSYS" export --help > "$PY/export-help.txt" 2>&1
+if stage python && [ "$(left)" -gt 40 ]; then
   echo "== small_step problem without nsys ($(left) s left)"
   timeout 60 python3 "$BENCH/fix_pairs.py" "$PY/truth-unprofiled.json" --cases small_step --variants problem --time-only
 fi
-for flags in plain backtrace backtrace-sampling; do
+stage python && for flags in plain cudabacktrace backtrace backtrace-sampling; do
   [ "$(left)" -gt 45 ] || { echo "skipped: python backtrace ($flags)"; continue; }
   echo "== nsys profile, $flags ($(left) s left)"
-  case $flags in
+  case $flags in  # the Python backtrace of a CUDA call comes with its native one: --cudabacktrace must be on
     plain) opt=() ;;
-    backtrace) opt=(--python-backtrace=cuda) ;;
-    backtrace-sampling) opt=(--python-backtrace=cuda --python-sampling=true) ;;
+    cudabacktrace) opt=(--cudabacktrace=all:0) ;;
+    backtrace) opt=(--cudabacktrace=all:0 --python-backtrace=cuda) ;;
+    backtrace-sampling) opt=(--cudabacktrace=all:0 --python-backtrace=cuda --python-sampling=true) ;;
   esac
   timeout 120 "$NSYS" profile --trace=cuda,nvtx "${opt[@]}" --capture-range=cudaProfilerApi --capture-range-end=stop \
     -o "$PY/small_step-$flags" --force-overwrite=true \
@@ -59,6 +67,14 @@ for flags in plain backtrace backtrace-sampling; do
     > "$PY/run-$flags.txt" 2>&1
   echo "nsys profile exited $?"; grep -v '^\[' "$PY/run-$flags.txt" | tail -8
   EXPORT=sqlite stats "$PY/small_step-$flags.nsys-rep"
+  if [ $flags = backtrace-sampling ]; then
+    "$NSYS" export --type json --force-overwrite=true -o "$PY/small_step-$flags.json" "$PY/small_step-$flags.nsys-rep" \
+      > /dev/null 2>&1 || echo "json export failed"
+    if grep -q -- "--include-blobs" "$PY/export-help.txt"; then  # NVTX payloads (the sampled frames) in SQLite
+      "$NSYS" export --type sqlite --include-blobs=true --force-overwrite=true -o "$PY/small_step-$flags-blobs.sqlite" \
+        "$PY/small_step-$flags.nsys-rep" > /dev/null 2>&1 || echo "sqlite export with blobs failed"
+    fi
+  fi
 done
 
 echo "== packing ($(left) s left)"

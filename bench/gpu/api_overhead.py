@@ -4,11 +4,10 @@
     python bench/gpu/api_overhead.py --time-only PLAIN.json      (no region: the unprofiled times alone)
 
 In one process, for each kind of call below, a burst of N calls (a device synchronise before and after, the
-time of the whole burst over N) is timed REPEATS times with nothing collecting, then REPEATS times inside an
-nsight region `api_overhead_<round>` (each burst in an NVTX range `<kind>_<repeat>`); ROUNDS such rounds,
-then one more unprofiled pass. A round's added time per call is its profiled median minus the mean of the
-unprofiled medians before and after it (the host's speed drifts between passes: pairing them keeps the drift
-out); the kind's added time is the median over the rounds. Kinds:
+time of the whole burst over N) is timed REPEATS times with nothing collecting, then REPEATS times inside one
+nsight region `api_overhead` (each burst in an NVTX range `<kind>_<repeat>`), then REPEATS times unprofiled
+again (the two unprofiled passes together give the unprofiled median, and their spread the noise). The
+added time per call is the profiled median minus the unprofiled one. Kinds:
 
 - launch:        `t.add_(1)` on a 1-element tensor: one tiny kernel (cudaLaunchKernel) and PyTorch's dispatch.
 - torch_zero:    `t.zero_()` on a 4-byte tensor: what PyTorch makes of a zero fill (a fill kernel, not a memset).
@@ -38,8 +37,7 @@ from pathlib import Path
 import torch
 
 N = 2000
-REPEATS = 3
-ROUNDS = 3
+REPEATS = 5
 H2D = 1  # cudaMemcpyHostToDevice
 
 
@@ -133,38 +131,30 @@ def main() -> None:
         for _ in range(200):
             call()
     torch.cuda.synchronize()
-
-    def plain_pass() -> dict[str, list[float]]:
-        return {kind: [burst(call) for _ in range(REPEATS)] for kind, call in calls.items()}
-
-    plain = [plain_pass()]
-    profiled: list[dict[str, list[float]]] = []
-    for round_ in range(ROUNDS):
-        during: dict[str, list[float]] = {kind: [] for kind in calls}
-        with region(f"api_overhead_{round_}"):  # type: ignore[attr-defined]
-            for kind, call in calls.items():
-                for repeat in range(REPEATS):
-                    torch.cuda.nvtx.range_push(f"{kind}_{repeat}")
-                    during[kind].append(burst(call))
-                    torch.cuda.nvtx.range_pop()
-        profiled.append(during)
-        plain.append(plain_pass())
+    plain: dict[str, list[float]] = {kind: [] for kind in calls}
+    profiled: dict[str, list[float]] = {kind: [] for kind in calls}
+    for kind, call in calls.items():
+        plain[kind] += [burst(call) for _ in range(REPEATS)]
+    with region("api_overhead"):  # type: ignore[attr-defined]
+        for kind, call in calls.items():
+            for repeat in range(REPEATS):
+                torch.cuda.nvtx.range_push(f"{kind}_{repeat}")
+                profiled[kind].append(burst(call))
+                torch.cuda.nvtx.range_pop()
+    for kind, call in calls.items():
+        plain[kind] += [burst(call) for _ in range(REPEATS)]
     results = {}
     for kind in calls:
-        medians = [statistics.median(p[kind]) for p in plain]
-        entry: dict[str, object] = {"unprofiled_us": statistics.median(medians), "unprofiled_pass_medians_us": medians}
+        unprofiled = statistics.median(plain[kind])
+        entry = {"unprofiled_us": unprofiled, "unprofiled_runs_us": plain[kind]}
         if not args.time_only:
-            rounds = [statistics.median(p[kind]) for p in profiled]
-            added = [during - (medians[i] + medians[i + 1]) / 2 for i, during in enumerate(rounds)]
-            entry |= {"profiled_us": statistics.median(rounds), "profiled_round_medians_us": rounds,
-                      "added_us": statistics.median(added), "added_round_us": added}
+            during = statistics.median(profiled[kind])
+            entry |= {"profiled_us": during, "profiled_runs_us": profiled[kind], "added_us": during - unprofiled}
         results[kind] = entry
-        shown = "" if args.time_only else (
-            f", profiled {entry['profiled_us']:.2f}, added {entry['added_us']:+.2f} "
-            f"({', '.join(f'{a:+.2f}' for a in entry['added_round_us'])})")  # type: ignore[union-attr]
-        print(f"api_overhead: {kind}: unprofiled {entry['unprofiled_us']:.2f} us/call{shown}", flush=True)
+        added = f", profiled {entry['profiled_us']:.2f}, added {entry['added_us']:+.2f}" if not args.time_only else ""
+        print(f"api_overhead: {kind}: unprofiled {unprofiled:.2f} us/call{added}", flush=True)
     run = {"label": args.label, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "cuda": torch.version.cuda, "calls_per_burst": N, "repeats": REPEATS, "rounds": ROUNDS, "cudart": cudart,
+           "cuda": torch.version.cuda, "calls_per_burst": N, "repeats": REPEATS, "cudart": cudart,
            "profiled_process": not args.time_only, "nsys": os.environ.get("NSIGHT_NSYS"), "kinds": results,
            "missing": missing}
     data = json.loads(args.out.read_text()) if args.out.exists() else {"runs": []}

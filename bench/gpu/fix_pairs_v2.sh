@@ -6,11 +6,14 @@
 #   WORK/                    the pairs: <case>-<variant>.nsys-rep, their CSVs, truth.json, run.txt (fix_pairs.sh)
 #   WORK/api_overhead.json   bench/gpu/api_overhead.py, once with nsys' default sampling, once with --sample none
 #   WORK/api-overhead*/      the two calibration captures (region api_overhead) and their CSVs
-#   WORK/python-backtrace/   small_step's problem under `nsys profile --capture-range=cudaProfilerApi`: plain;
-#                            --cudabacktrace=all:0 (a native backtrace on every CUDA API call); that and
-#                            --python-backtrace=cuda; that and --python-sampling=true (also exported as JSON, where
-#                            the sampled frames are); truth-<flags>.json from each, truth-unprofiled.json from a run
-#                            without nsys; export-help.txt: that nsys' `nsys export --help`
+#   WORK/python-backtrace/   small_step's problem under `nsys profile --capture-range=cudaProfilerApi`, once per
+#                            PY_VARIANTS (default all): plain; backtrace: --python-backtrace=cuda; backtrace-sampling:
+#                            that and --python-sampling=true; cudabacktrace: --cudabacktrace=all:0 (a native backtrace
+#                            on every CUDA API call); cudabacktrace-python: that, --python-backtrace=cuda and
+#                            --python-sampling=true (nsys takes a CUDA call's Python backtrace with its native one:
+#                            without --cudabacktrace, --python-backtrace=cuda records no frames). Each with its
+#                            truth-<variant>.json, CSVs and SQLite export; the sampled ones also as JSON (where the
+#                            sampled frames are); truth-unprofiled.json from a run without nsys; export-help.txt
 # STAGES (default "pairs api python") picks the stages. Each stage has a time limit, and stages are skipped once
 # BUDGET_S seconds (default 500) have passed, so that the packing always happens.
 set -uo pipefail
@@ -20,6 +23,7 @@ NSYS=${NSIGHT_NSYS:-$(command -v nsys)}; BUDGET_S=${BUDGET_S:-500}
 REPORTS=cuda_gpu_kern_sum,cuda_api_sum,nvtx_pushpop_sum,cuda_gpu_mem_time_sum,cuda_gpu_mem_size_sum
 CASES=${CASES:-small_step,per_param,prefetch,bf16,small_copies,checkpoint,mask_sync,list_tensor,graph,tf32,sync_log,pageable}
 STAGES=${STAGES:-pairs api python}
+PY_VARIANTS=${PY_VARIANTS:-plain backtrace backtrace-sampling cudabacktrace cudabacktrace-python}
 left() { echo $((BUDGET_S - SECONDS)); }
 stage() { case " $STAGES " in *" $1 "*) return 0 ;; *) echo "skipped: stage $1"; return 1 ;; esac; }
 stats() {  # the CSVs (and, with EXPORT=sqlite, the SQLite export) of each report given
@@ -52,14 +56,16 @@ if stage python && [ "$(left)" -gt 40 ]; then
   echo "== small_step problem without nsys ($(left) s left)"
   timeout 60 python3 "$BENCH/fix_pairs.py" "$PY/truth-unprofiled.json" --cases small_step --variants problem --time-only
 fi
-stage python && for flags in plain cudabacktrace backtrace backtrace-sampling; do
+stage python && for flags in $PY_VARIANTS; do
   [ "$(left)" -gt 45 ] || { echo "skipped: python backtrace ($flags)"; continue; }
   echo "== nsys profile, $flags ($(left) s left)"
-  case $flags in  # the Python backtrace of a CUDA call comes with its native one: --cudabacktrace must be on
+  case $flags in
     plain) opt=() ;;
+    backtrace) opt=(--python-backtrace=cuda) ;;
+    backtrace-sampling) opt=(--python-backtrace=cuda --python-sampling=true) ;;
     cudabacktrace) opt=(--cudabacktrace=all:0) ;;
-    backtrace) opt=(--cudabacktrace=all:0 --python-backtrace=cuda) ;;
-    backtrace-sampling) opt=(--cudabacktrace=all:0 --python-backtrace=cuda --python-sampling=true) ;;
+    cudabacktrace-python) opt=(--cudabacktrace=all:0 --python-backtrace=cuda --python-sampling=true) ;;
+    *) echo "unknown variant $flags"; continue ;;
   esac
   timeout 120 "$NSYS" profile --trace=cuda,nvtx "${opt[@]}" --capture-range=cudaProfilerApi --capture-range-end=stop \
     -o "$PY/small_step-$flags" --force-overwrite=true \
@@ -67,7 +73,7 @@ stage python && for flags in plain cudabacktrace backtrace backtrace-sampling; d
     > "$PY/run-$flags.txt" 2>&1
   echo "nsys profile exited $?"; grep -v '^\[' "$PY/run-$flags.txt" | tail -8
   EXPORT=sqlite stats "$PY/small_step-$flags.nsys-rep"
-  if [ $flags = backtrace-sampling ]; then
+  if [[ $flags == *sampling || $flags == cudabacktrace-python ]]; then
     "$NSYS" export --type json --force-overwrite=true -o "$PY/small_step-$flags.json" "$PY/small_step-$flags.nsys-rep" \
       > /dev/null 2>&1 || echo "json export failed"
     if grep -q -- "--include-blobs" "$PY/export-help.txt"; then  # NVTX payloads (the sampled frames) in SQLite

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 UV=$(command -v uv || echo "python3 -m uv")
-# Found, not imported: importing torch takes 1.5 s of every `make test` (issue 21).
+# Found, not imported: importing torch would take 1.5 s of every `make test`.
 if .venv/bin/python -c "import importlib.util as u; exit(not (u.find_spec('torch') and u.find_spec('numpy')))"; then
   exit 0
 fi
@@ -17,5 +17,7 @@ if [ -z "$wheel" ]; then
   echo "install-torch-cpu: no CPU torch wheel for $tag in /opt/wheels (set TORCH_WHEEL); torch tests will skip"
   exit 0
 fi
-$UV pip install --quiet --python .venv/bin/python "$wheel" numpy
+# Without bytecode: compiling all of torch at install takes ~15 s; the tests import a few modules of it, which are
+# compiled on their first import instead.
+UV_COMPILE_BYTECODE=0 $UV pip install --quiet --python .venv/bin/python "$wheel" numpy
 echo "install-torch-cpu: $(basename "$wheel")"

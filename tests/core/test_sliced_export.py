@@ -1,8 +1,9 @@
 """A streamed capture's SQLite export made in slices of time side by side (trace/export.py): every event of the
 one-file export is in exactly one slice, every other table whole in each, and what nsight reads from the slices (every
 table, every frame, the statistics, the streamed profile) is what it reads from one file. Real nsys throughout: the
-slices are `nsys export --times` of the H200 fixtures nsys 2023.4.4 recorded, and on the H200 machine, with NSIGHT_NSYS
-set to nsys 2025.3, those of both versions (all 50 passed there: docs/gpu-verification.md, session S).
+slices are `nsys export --times` of the H200 fixtures nsys 2023.4.4 recorded and of a CPU capture recorded here, and,
+with NSIGHT_NSYS set to nsys 2025.3, those of both versions (docs/development.md). `make test` slices the
+representative fixtures (tests/fixture_sets.py), `make test-all` every one.
 
 The fixtures are far below the size that gets slices (``SLICE_ABOVE_BYTES``), so the tests ask for them
 (``export(..., "sqlitedir", slices=3)``, ``NSIGHT_EXPORT_SLICES``)."""
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from fixture_sets import fanned
 
 import nsight_core
 from nsight_core import memory
@@ -69,13 +71,27 @@ def rows(frame: pl.DataFrame | None) -> pl.DataFrame:
 
 
 @pytest.mark.nsys
-@pytest.mark.parametrize("report", REPORTS, ids=lambda p: p.relative_to(FIXTURES).as_posix())
+@pytest.mark.parametrize("report", fanned(REPORTS))
 def test_every_event_is_in_one_slice_and_every_other_table_in_each(report: Path, nsys: Nsys,
                                                                    tmp_path: Path) -> None:
     if "2025" in report.parent.name and nsys.version < "2025":
         pytest.skip(f"recorded by nsys 2025.3, which nsys {nsys.version} cannot read")
     capture = tmp_path / report.name
     shutil.copyfile(report, capture)
+    check_slices(capture, nsys)
+
+
+@pytest.mark.nsys
+def test_a_cpu_capture_is_sliced_as_the_gpu_ones(cpu_steps: Path, nsys: Nsys, tmp_path: Path) -> None:
+    """NVTX and OS-runtime calls (the shared CPU capture), sliced like the fixtures' CUDA tables."""
+    capture = tmp_path / cpu_steps.name
+    shutil.copyfile(cpu_steps, capture)
+    check_slices(capture, nsys)
+
+
+def check_slices(capture: Path, nsys: Nsys) -> None:
+    """CAPTURE's export in 3 slices: each event in the slice it starts in, every other table whole in each, and the
+    same tables, Parquet copies and frames as its one-file export."""
     whole_file = export(capture, "sqlite", nsys)
     folder = export(capture, "sqlitedir", nsys, slices=3)
     assert folder == capture.with_suffix(".sqlitedir") and is_current(folder, capture)

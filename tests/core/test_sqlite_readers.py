@@ -14,6 +14,7 @@ from typing import Any
 
 import polars as pl
 import pytest
+from fixture_sets import fanned
 
 from nsight_core.trace import spill as spill_module
 from nsight_core.trace import tables as tables_module
@@ -57,7 +58,7 @@ def test_the_dev_environment_has_the_driver() -> None:
     assert _arrow_connection(EXPORTS[0]) is not None
 
 
-@pytest.mark.parametrize("export", EXPORTS, ids=lambda p: p.relative_to(FIXTURES).as_posix())
+@pytest.mark.parametrize("export", fanned(EXPORTS))  # every fixture: make test-all
 def test_every_table_in_batches_and_every_frame_are_the_same_either_way(export: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     read = {reader: tables(export, reader, monkeypatch) for reader in READERS}
@@ -103,7 +104,7 @@ def test_columns_typed_late_read_the_same_and_a_wrong_type_is_the_same_error(lat
     assert errors[0] == errors[1] == ("T", {"id": "text"})
 
 
-@pytest.mark.parametrize("export", EXPORTS, ids=lambda p: p.relative_to(FIXTURES).as_posix())
+@pytest.mark.parametrize("export", fanned(EXPORTS))  # every fixture: make test-all
 def test_a_table_copied_to_disk_in_slices_read_side_by_side_is_the_table(export: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """A large capture's tables are copied to Parquet in up to SPILL_READERS slices of rowid at once, each through a

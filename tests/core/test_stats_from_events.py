@@ -1,7 +1,9 @@
 """The five default reports computed from a capture's events equal what `nsys stats` prints for it.
 
-The oracle is always real `nsys stats` on the same capture: its CSV files read back with the project's
-own parser (``stats_from_csv_dir``), or its JSON (``-f json``) where a test needs a second reading. Every
+The oracle is always real `nsys stats` on the same capture: run here on the representative captures
+(tests/fixture_sets.py; on every fixture in `make test-all`), and recorded beside every fixture where it was made,
+its CSV files read back with the project's own parser (``stats_from_csv_dir``), or its JSON (``-f json``) where a
+test needs a second reading. Every
 row is compared, every field exactly (name, instances, total, avg, med, min, max, stddev, time %), and the
 order too. Where nsys' SQL leaves ties in order (cuda_api_sum, nvtx_pushpop_sum and the memory reports
 sort by the total alone), nsys' SQLite returns tied rows in the order of the grouping key (the name; for
@@ -21,6 +23,7 @@ from typing import Any
 
 import pytest
 from capture_helpers import run_captured
+from fixture_sets import fanned
 
 import nsight_core
 from nsight_core.nsys import Nsys
@@ -78,13 +81,26 @@ def test_every_fixture_is_compared() -> None:
         "h200-quick-start-cuda13-incomplete/train.nsys-rep", "h200-ddp-cuda13-incomplete/train_ddp.nsys-rep"}
 
 
-@pytest.mark.parametrize("capture", CAPTURES, ids=lambda p: p.relative_to(FIXTURES).as_posix())
+@pytest.mark.parametrize("capture", fanned(CAPTURES))
 def test_h200_fixture_reports_equal_nsys_stats(capture: Path, nsys: Nsys, tmp_path: Path) -> None:
     copy = capture_copy(capture, tmp_path)
     ours = stats_of_trace(nsight_core.load_trace(copy))
     theirs = stats_from_csv_dir(nsys_stats(nsys, copy), list(DEFAULT_REPORTS))
     assert_equal_reports(ours, theirs)
     assert any(rows(theirs, report) for report in DEFAULT_REPORTS)
+
+
+RECORDED = [p for p in CAPTURES if p.with_name(f"{p.stem}_cuda_api_sum.csv").exists()]
+"""The captures recorded with their `nsys stats` CSVs (nsys 2025.3's: tests/core/test_nsys_2025.py)."""
+
+
+@pytest.mark.parametrize("capture", RECORDED, ids=lambda p: p.relative_to(FIXTURES).as_posix())
+def test_every_fixture_reports_equal_the_nsys_stats_recorded_beside_it(capture: Path) -> None:
+    """Read where it lies (its export made once per checkout, shared with the analysis tests), against the CSVs
+    nsys wrote where it was recorded."""
+    ours = stats_of_trace(nsight_core.load_trace(capture))
+    assert_equal_reports(ours, stats_from_csv_dir(capture.parent / capture.stem, list(DEFAULT_REPORTS)))
+    assert any(rows(ours, report) for report in DEFAULT_REPORTS)
 
 
 # -- hostile NVTX names, recorded here with real nsys ---------------------------------------------------

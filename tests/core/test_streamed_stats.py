@@ -1,5 +1,6 @@
 """Large captures: the five default reports streamed from a spilled SQLite export equal nsys' own and the whole-frame
-path's on every H200 fixture, the Parquet copies are removed, and a capture over the threshold takes that path.
+path's on the representative H200 fixtures (every one in `make test-all`), the Parquet copies are removed, and a
+capture over the threshold takes that path.
 
 The streamed path is what a trace over ``STREAM_ABOVE_BYTES`` (128 MiB) gets; the fixtures are far smaller, so the
 tests build it directly (SpilledTables over a real nsys SQLite export) or lower the threshold. Its memory on a
@@ -20,6 +21,7 @@ from typing import Any
 
 import polars as pl
 import pytest
+from fixture_sets import fanned
 
 import nsight_core
 from nsight_core import NotEnoughMemoryError, memory
@@ -60,7 +62,7 @@ def sqlite_of(capture: Path, tmp_path: Path, nsys: Nsys) -> Path:
 
 
 @pytest.mark.nsys
-@pytest.mark.parametrize("capture", REPORTS_2023 + SQLITE_2025, ids=lambda p: p.relative_to(FIXTURES).as_posix())
+@pytest.mark.parametrize("capture", fanned(REPORTS_2023 + SQLITE_2025))  # every fixture: make test-all
 def test_streamed_reports_equal_nsys_and_the_whole_frames(capture: Path, nsys: Nsys, tmp_path: Path) -> None:
     sqlite = sqlite_of(capture, tmp_path, nsys)
     whole_trace = nsight_core.load_trace(sqlite)

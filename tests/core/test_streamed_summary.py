@@ -19,6 +19,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from fixture_sets import fanned
 
 import nsight_core
 from nsight_core.analysis.completeness import check_completeness
@@ -41,7 +42,7 @@ IN_MEMORY_ROWS = 50  # events per window of the frames in memory
 
 
 @pytest.mark.nsys
-@pytest.mark.parametrize("capture", CAPTURES, ids=lambda p: p.relative_to(FIXTURES).as_posix())
+@pytest.mark.parametrize("capture", fanned(CAPTURES))  # every fixture: make test-all
 def test_streamed_summary_and_completeness_equal_the_whole_frames(capture: Path, nsys: Nsys, tmp_path: Path) -> None:
     copy = tmp_path / capture.name
     shutil.copyfile(capture, copy)

@@ -19,6 +19,7 @@ from typing import Any
 import polars as pl
 import pytest
 from capture_helpers import capture_cpu
+from fixture_sets import fanned
 from report_helpers import write_recorded
 
 from nsight_core import load_trace
@@ -81,7 +82,7 @@ def assert_round_trip(capture: Path, output: Path) -> list[dict[str, Any]]:
     return events
 
 
-@pytest.mark.parametrize("capture", H200_SOURCES, ids=[path.parent.name + "/" + path.name for path in H200_SOURCES])
+@pytest.mark.parametrize("capture", fanned(H200_SOURCES))  # every H200 recording: make test-all
 def test_h200_captures_round_trip(capture: Path, tmp_path: Path, nsys: Nsys) -> None:
     local = capture
     if capture.suffix == ".nsys-rep":

@@ -1,0 +1,35 @@
+"""Which recorded captures `make test` sends through real nsys, and which only `make test-all` does.
+
+A test that runs nsys on every fixture proves nothing more, per fixture, than on a few that differ in what they
+hold: the default run drives nsys on REPRESENTATIVE captures (GPU NVTX steps and copies, CUDA graph launches, a
+whole-task capture, and with nsys 2025.3 a whole process) and compares the rest with the `nsys stats` CSVs recorded
+beside them; the tests marked ``exhaustive`` fan every fixture out through nsys (``make test-all``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+REPRESENTATIVE = frozenset({  # folder/stem: the .nsys-rep, or the export read in its place
+    "h200-torch-mlp/training",  # GPU NVTX steps, copies both ways (nsys 2023.4.4)
+    "h200-fix-pairs/graph-fixed",  # CUDA graph launches (2023.4.4: the CPU side only)
+    "h200-quick-start-cuda13-incomplete/train",  # a whole task, CUDA 13 under an older nsys
+    "h200-2025-process/nsight-0013a405",  # nsys 2025.3: a whole process, graphs traced whole
+    "h200-2025-graph-node/graph_node",  # nsys 2025.3: graphs traced as nodes
+    "h200-fix-pairs-2025/host_load-problem",  # nsys 2025.3: GPU NVTX steps and a host range
+})
+
+
+def name(path: Path) -> str:
+    return path.relative_to(FIXTURES).as_posix()
+
+
+def fanned(paths: Iterable[Path]) -> list[Any]:
+    """PATHS as test parameters: the representative ones plain, the others marked ``exhaustive``."""
+    return [pytest.param(path, id=name(path), marks=() if name(path.with_suffix("")) in REPRESENTATIVE
+                         else pytest.mark.exhaustive) for path in paths]

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from nsight_core.analysis.analyze import analyze
 from nsight_core.analysis.completeness import CaptureFacts, check_completeness
-from nsight_core.analysis.timeline import summarize_trace
+from nsight_core.analysis.trace_summary import summarize_trace
 from nsight_core.stats.load import stats_of_trace
 from nsight_core.trace.load import load_trace
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import polars as pl
 
-from nsight_core.analysis.step_events import EVENT_SCHEMA, DrawnStep, StepDrawing
+from nsight_core.analysis.step_drawing import EVENT_SCHEMA, DrawnStep, StepDrawing
 from nsight_core.render.html import script_json, vega_bundle
 from nsight_core.render.step_view import step_view_data, step_view_script
 

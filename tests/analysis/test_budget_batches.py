@@ -11,6 +11,7 @@ import pytest
 
 from nsight_core.analysis import gpu_budget
 from nsight_core.analysis.analyze import analyze_steps
+from nsight_core.analysis.windows import batches
 
 CAPTURES = ["h200-diagnosis/diagnosis.nsys-rep", "h200-fix-pairs/sync_log-problem.nsys-rep",
             "h200-fix-pairs/two-problem.nsys-rep", "h200-torch-mlp/training.nsys-rep",
@@ -65,7 +66,7 @@ def test_work_and_a_sync_that_cross_a_cut_count_in_the_next_batch() -> None:
 
     def budget(work_per_batch: int | None) -> tuple[pl.DataFrame, pl.DataFrame]:
         return gpu_budget.budget_in_batches(
-            windows, gpu_budget.batches(firsts, work_per_batch),
+            windows, batches(firsts, work_per_batch),
             lambda lo, hi: work.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") <= hi)),
             gpu_budget.step_syncs(blocking, thread), host)
 

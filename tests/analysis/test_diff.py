@@ -20,8 +20,8 @@ from analysis_helpers import FIXTURES, copy_capture
 
 import nsight_core
 from nsight_core.cli import NOT_COMPARABLE_EXIT, SLOWER_EXIT
-from nsight_core.render.units import duration
 from nsight_core.trace.export import export
+from nsight_core.units import duration
 
 PAIRS = FIXTURES / "h200-fix-pairs"
 INCOMPLETE = FIXTURES / "h200-quick-start-cuda13-incomplete" / "train.nsys-rep"

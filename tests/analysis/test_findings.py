@@ -13,7 +13,7 @@ from capture_helpers import capture_cpu, sleepy_steps
 
 import nsight_core
 from nsight_core.analysis.findings import NOMINAL_PINNED_PCIE5_BYTES_PER_S
-from nsight_core.collection import START_SETTLE_SECONDS
+from nsight_core.marks import START_SETTLE_SECONDS
 from nsight_core.render.findings import finding_suggestion, finding_title
 
 MIB = 1 << 20

@@ -12,7 +12,8 @@ from analysis_helpers import FIXTURES
 from capture_helpers import capture_cpu
 
 import nsight_core
-from nsight_core.analysis.steps import family_codes, find_steps, nvtx_families
+from nsight_core.analysis.codes import family_codes
+from nsight_core.analysis.steps import find_steps, nvtx_families
 from nsight_core.render.findings import steps_text
 
 TRAINING = "h200-torch-mlp/training.nsys-rep"

@@ -18,7 +18,7 @@ import pytest
 import nsight_core
 from nsight_core.analysis.intervals import busy_ns
 from nsight_core.analysis.summary import summary_tiles
-from nsight_core.analysis.timeline import summarize_trace
+from nsight_core.analysis.trace_summary import summarize_trace
 from nsight_core.stats.load import stats_of_trace
 from nsight_core.trace.model import GRAPH_COLUMNS
 

@@ -32,7 +32,7 @@ import pytest
 import nsight_core
 from nsight_core.analysis.analyze import analyze_steps
 from nsight_core.analysis.completeness import check_completeness
-from nsight_core.analysis.timeline import summarize_trace
+from nsight_core.analysis.trace_summary import summarize_trace
 from nsight_core.nsys import Nsys
 from nsight_core.trace.export import MAX_SLICES, ExportChoice, export, usable_cores
 from nsight_core.trace.model import Trace

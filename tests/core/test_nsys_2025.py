@@ -51,7 +51,7 @@ def copy_of(export: Path, folder: Path) -> Path:
 
 def test_every_2025_fixture_is_here() -> None:
     names = {p.relative_to(FIXTURES).as_posix() for p in EXPORTS}
-    assert len(names) == 21
+    assert len(names) == 45
     assert {"h200-fix-pairs-2025/graph-fixed.sqlite", "h200-2025-graph-node/graph_node.sqlite",
             "h200-2025-process/nsight-0013a405.sqlite"} <= names
     for export in EXPORTS:

@@ -15,7 +15,7 @@ from shared_runs import once_per_run
 
 from nsight_core import NsysCommandError, Session, load_stats
 from nsight_core.nsys import Nsys
-from nsight_core.session import ENV_SESSION, sanitize
+from nsight_core.settings import ENV_SESSION, sanitize
 
 pytestmark = pytest.mark.nsys
 

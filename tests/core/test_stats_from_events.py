@@ -280,7 +280,7 @@ def test_osrt_sum_counts_the_users_block_as_the_tile_does_and_equals_nsys_withou
     without the region's marks (a whole-process capture) it is nsys' own table, row for row."""
     from capture_helpers import CPU_STEPS
 
-    from nsight_core.analysis.timeline import summarize_trace
+    from nsight_core.analysis.trace_summary import summarize_trace
 
     # A copy of the shared region capture (tests/conftest.py): `nsys stats --force-export` writes beside it.
     (tmp_path / "region").mkdir()

@@ -23,7 +23,7 @@ from fixture_sets import fanned
 
 import nsight_core
 from nsight_core.analysis.completeness import check_completeness
-from nsight_core.analysis.timeline import summarize_trace
+from nsight_core.analysis.trace_summary import summarize_trace
 from nsight_core.nsys import Nsys
 from nsight_core.trace.export import ExportChoice, export
 from nsight_core.trace.model import Trace

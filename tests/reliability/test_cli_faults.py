@@ -17,7 +17,7 @@ from shared_runs import once_per_run
 from nsight_core import Session, find_nsys, load_trace
 from nsight_core.launch import exec_wrapper
 from nsight_core.nsys import DEFAULT_CAPTURE
-from nsight_core.session import ENV_OUTPUT_DIR
+from nsight_core.settings import ENV_OUTPUT_DIR
 from nsight_core.supervise import START_ATTEMPTS
 
 pytestmark = [pytest.mark.nsys, pytest.mark.reliability]

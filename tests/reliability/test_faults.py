@@ -25,7 +25,7 @@ from flyte_harness import BIN, ActionResult, nvtx_counts, parse_report, report_t
 from shared_runs import once_per_run
 
 from nsight_core import find_nsys
-from nsight_core.session import sanitize
+from nsight_core.settings import sanitize
 
 pytestmark = [pytest.mark.flyte, pytest.mark.nsys, pytest.mark.reliability]
 

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from nsight_core.analysis.budget import PARTS
-from nsight_core.analysis.step_events import StepDrawing
+from nsight_core.analysis.step_drawing import StepDrawing
 from nsight_core.profile import build_profile
 from nsight_core.render.charts import MAX_BUDGET_BARS, budget_charts
 

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from nsight_core.analysis.capture_profile import CaptureProfile
 from nsight_core.analysis.summary import Tile
-from nsight_core.analysis.timeline import summarize_trace
+from nsight_core.analysis.trace_summary import summarize_trace
 from nsight_core.nsys import Nsys
-from nsight_core.profile import CaptureProfile, build_profile, capture_paths
+from nsight_core.profile import build_profile, capture_paths
 from nsight_core.render.charts import timeline_chart
 from nsight_core.session import Session
 from nsight_core.trace import load_trace

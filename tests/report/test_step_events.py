@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from nsight_core.analysis.step_events import StepDrawing
+from nsight_core.analysis.step_drawing import StepDrawing
 from nsight_core.profile import build_profile
 from nsight_core.trace.load import load_trace
 

@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 from report_helpers import Chromium
 
-from nsight_core.analysis import step_events
+from nsight_core.analysis import step_drawing
+from nsight_core.analysis.capture_profile import CaptureProfile
 from nsight_core.nsys import Nsys
-from nsight_core.profile import CaptureProfile, build_profile
+from nsight_core.profile import build_profile
 from nsight_core.render.html import render_page
-from nsight_core.render.units import duration
 from nsight_core.trace.load import load_trace
+from nsight_core.units import duration
 
 pytestmark = pytest.mark.browser
 
@@ -169,13 +170,13 @@ def test_evidence_with_an_event_zooms_to_it(chromium: Chromium, artifacts: Path)
 
 def test_a_step_of_too_many_events_keeps_the_longest(monkeypatch: pytest.MonkeyPatch) -> None:
     """A step holding more events than a step draws keeps its longest and the page says how many it left out."""
-    monkeypatch.setattr(step_events, "MAX_EVENTS", 40)
+    monkeypatch.setattr(step_drawing, "MAX_EVENTS", 40)
     profile = build_profile(FIXTURES / "h200-fix-pairs-2025" / "sync_log-problem.sqlite")
     assert profile.steps_drawn is not None
     median = profile.steps_drawn.steps[0]
     assert median.events.height == 40 and median.left_out > 0
     kept = (median.events["end_ns"] - median.events["start_ns"]).min()
-    every = step_events.step_events(load_trace(FIXTURES / "h200-fix-pairs-2025" / "sync_log-problem.sqlite"),
+    every = step_drawing.step_events(load_trace(FIXTURES / "h200-fix-pairs-2025" / "sync_log-problem.sqlite"),
                                     median.start_ns, median.end_ns)
     assert (every["end_ns"] - every["start_ns"]).sort(descending=True)[39] == kept
     assert f"The {median.left_out:,} shortest of its events are left out" in render_page([profile])

@@ -10,9 +10,10 @@ import polars as pl
 import pytest
 from capture_helpers import capture_cpu
 
-from nsight_core.analysis.timeline import MAX_TIMELINE_RANGES, TIMELINE_BUCKETS
+from nsight_core.analysis.capture_profile import CaptureProfile
+from nsight_core.analysis.trace_summary import MAX_TIMELINE_RANGES, TIMELINE_BUCKETS
 from nsight_core.nsys import Nsys
-from nsight_core.profile import CaptureProfile, build_profile
+from nsight_core.profile import build_profile
 from nsight_core.render.charts import timeline_chart
 
 pytestmark = pytest.mark.nsys

@@ -27,7 +27,7 @@ from nsight_core.profile import build_profile
 from nsight_core.render.charts import capture_charts
 from nsight_core.render.diff import render_diff
 from nsight_core.render.html import render_page
-from nsight_core.render.units import duration, for_stream, nsys_megabytes, quantity, rate, size
+from nsight_core.units import duration, for_stream, nsys_megabytes, quantity, rate, size
 
 DECIMAL_SIZE = re.compile(r"\d\s*(?:kB|KB|MB|GB|TB)\b(?!/s)")
 """A size in decimal units (rates in GB/s are decimal by convention and left to the findings)."""

@@ -40,7 +40,8 @@ if TYPE_CHECKING:
     from nsight_core.collection import Region, range
     from nsight_core.compare import diff
     from nsight_core.report import CaptureProfile, PerfettoExport
-    from nsight_core.session import RunResult, Session, validate_trace
+    from nsight_core.session import RunResult, Session
+    from nsight_core.settings import validate_trace
     from nsight_core.stats.load import load_stats
     from nsight_core.stats.models import ProfileStats
     from nsight_core.trace import Trace, Window, load_trace
@@ -52,7 +53,7 @@ _LAZY = {"Capture": "nsight_core.capture", "Region": "nsight_core.collection", "
          "analyze": "nsight_core.analysis.analyze", "step_budgets": "nsight_core.analysis.analyze",
          "Analysis": "nsight_core.analysis.result", "diff": "nsight_core.compare",
          "load_trace": "nsight_core.trace", "Trace": "nsight_core.trace", "Window": "nsight_core.trace",
-         "validate_trace": "nsight_core.session", "TraceDiff": "nsight_core.analysis.diff",
+         "validate_trace": "nsight_core.settings", "TraceDiff": "nsight_core.analysis.diff",
          "CaptureProfile": "nsight_core.report", "PerfettoExport": "nsight_core.report",
          "DamagedExportError": "nsight_core.trace.tables", "SchemaMismatch": "nsight_core.trace.tables"}
 

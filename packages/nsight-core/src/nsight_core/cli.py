@@ -87,8 +87,8 @@ def _exports_ahead(paths: Sequence[Path]) -> dict[Path, Future[Path]]:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     exports = _exports_ahead([args.path])
-    from nsight_core.render.units import for_stream
     from nsight_core.report import build_profile, stats_json, stats_text
+    from nsight_core.units import for_stream
 
     for export in exports.values():
         export.result()
@@ -155,7 +155,7 @@ the gate cannot pass; without a gate, not comparable exits 0 and says why."""
 def cmd_diff(args: argparse.Namespace) -> int:
     from nsight_core.compare import diff
     from nsight_core.render.diff import gate_line, render_diff, render_markdown
-    from nsight_core.render.units import for_stream
+    from nsight_core.units import for_stream
 
     result = diff(args.a, args.b)
     if args.json:

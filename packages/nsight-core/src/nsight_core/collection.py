@@ -30,8 +30,9 @@ from nsight_core import lineage
 from nsight_core.capture import Capture
 from nsight_core.claims import REPORT_SUFFIXES, release_claim, remove_raw_streams, take_claim
 from nsight_core.errors import NsightError, NsysCommandError, one_line
-from nsight_core.marks import LIVE_MARK, STOP_MARK, mark
+from nsight_core.marks import LIVE_MARK, START_SETTLE_SECONDS, STOP_MARK, mark
 from nsight_core.nsys import QUICK_TIMEOUT, STOP_TIMEOUT, Nsys, find_nsys, nsys_at
+from nsight_core.settings import ENV_OUTPUT_DIR, ENV_SESSION, Settings, diagnose, sanitize
 from nsight_core.supervise import ENV_PRIMARY_PID, ENV_SIGNAL_FILE
 
 log = logging.getLogger("nsight")
@@ -46,7 +47,6 @@ sum of the bounds of the other's start (session check, `nsys start` and its retr
 its block and of its stop. Reached only when an nsys command outlives its own timeout."""
 # `nsys start` returns before CUDA/NVTX collection is live in the target: a region that began at once lost
 # its first NVTX ranges, and right after another region everything (bench/GPU.md). The wait is cheap next to a start.
-START_SETTLE_SECONDS = 0.25
 _START_RETRY_INTERVAL = 0.5
 # On SIGTERM a pod has a grace period (30 s by default) before SIGKILL: the stop must fit in it.
 ABORT_STOP_TIMEOUT = 20.0
@@ -218,7 +218,7 @@ class Collector:
                 time.sleep(_START_RETRY_INTERVAL)
             self._running = base
             time.sleep(START_SETTLE_SECONDS)
-            mark(LIVE_MARK)  # the user's window starts here (analysis/footprint.py)
+            mark(LIVE_MARK)  # the user's window starts here (analysis/user_window.py)
         except BaseException:  # also KeyboardInterrupt / cancellation: leave no collection running
             if self._running is not None:
                 self.abort(f"region {region!r} was interrupted while it started")
@@ -500,10 +500,6 @@ def range(name: str, on_capture: Callable[[Capture], None] | None = None) -> Reg
     return Region(current_collector(), name, on_capture)
 
 
-
-# Last, because session.py imports this module's names in turn: whichever of the two is imported first,
-# the other then finds every name it needs already defined.
-from nsight_core.session import ENV_OUTPUT_DIR, ENV_SESSION, Settings, diagnose, sanitize  # noqa: E402
 
 if os.environ.get(ENV_SESSION):  # imported by a launched process: usually first from its main thread
     _handle_termination()

@@ -17,7 +17,8 @@ from typing import NoReturn
 from nsight_core import tempspace
 from nsight_core.errors import NsightError, one_line
 from nsight_core.nsys import DEFAULT_TRACE, validate_cuda_graph_trace
-from nsight_core.session import Session, default_output_dir, sanitize, validate_trace
+from nsight_core.session import Session
+from nsight_core.settings import default_output_dir, sanitize, validate_trace
 from nsight_core.supervise import never_started, run_command
 
 __all__ = ["exec_launch", "exec_wrapper"]

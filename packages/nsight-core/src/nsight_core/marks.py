@@ -3,7 +3,7 @@
 A region marks ``LIVE_MARK`` once collection is live (after `nsys start` and its settle wait) and
 ``STOP_MARK`` just before `nsys stop`, in the NVTX domain ``OWN_DOMAIN``. Between the two lies the
 user's block; before and after lie the profiler's start-up, settle wait and stop, which must not count
-as the user's sleep or stretch "collection ran" (analysis/footprint.py reads them).
+as the user's sleep or stretch "collection ran" (analysis/user_window.py reads them).
 
 The marks use NVIDIA's `nvtx` package when it is installed (the `nvtx` extra) and are skipped
 otherwise: the analysis then bounds the user's window by the first and last CUDA or NVTX event. A
@@ -59,3 +59,8 @@ def marked_window(marks: pl.DataFrame | pl.LazyFrame) -> tuple[int | None, int |
                        pl.col("time_ns").filter(pl.col("name") == STOP_MARK).min().alias("stop")).collect()
     live, stop = found.row(0)
     return (None if live is None else int(live)), (None if stop is None else int(stop))
+
+
+START_SETTLE_SECONDS = 0.25
+"""How long a region waits after `nsys start` returns before its block runs: collection is not live at once, and a
+region that starts at once loses its first events. The analysis knows the wait as the profiler's own time."""

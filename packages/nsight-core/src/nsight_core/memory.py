@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 
 from nsight_core.errors import NotEnoughMemoryError, NsightError
-from nsight_core.render.units import size as _size
+from nsight_core.units import size as _size
 
 ENV_SUMMARY_MEMORY = "NSIGHT_SUMMARY_MEMORY"
 DEFAULT_SUMMARY_BYTES = 1 << 30

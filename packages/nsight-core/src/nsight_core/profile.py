@@ -13,54 +13,27 @@ is the same whatever the memory.
 from __future__ import annotations
 
 import logging
-import re
-import shlex
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from itertools import count, takewhile
 from pathlib import Path
 
-import polars as pl
-from pydantic import BaseModel, Field
-
-from nsight_core.analysis.analyze import Analyzed, analyze_steps
-from nsight_core.analysis.completeness import CaptureFacts, Completeness, capture_facts, check_completeness
-from nsight_core.analysis.result import Analysis, withhold_savings
-from nsight_core.analysis.step_events import StepDrawing, drawing_for
-from nsight_core.analysis.summary import Tile, summary_tiles
-from nsight_core.analysis.timeline import TraceSummary, summarize_trace
+from nsight_core.analysis.analyze import analyze_steps
+from nsight_core.analysis.capture_profile import CaptureProfile
+from nsight_core.analysis.completeness import CaptureFacts, capture_facts, check_completeness
+from nsight_core.analysis.step_drawing import drawing_for
+from nsight_core.analysis.trace_summary import summarize_trace
 from nsight_core.errors import StatsError
+from nsight_core.isolation import diagnosed, with_steps_drawn
 from nsight_core.memory import check_streamed_summary_memory, check_summary_memory
 from nsight_core.stats.load import load_stats, recorded_captures, stats_of_trace
-from nsight_core.stats.models import ProfileStats
 from nsight_core.stats.reports import DEFAULT_REPORTS
+from nsight_core.titles import capture_title
 from nsight_core.trace.export import REPORT_SUFFIXES, is_event_source
 from nsight_core.trace.load import load_trace
-from nsight_core.trace.model import Trace
 from nsight_core.trace.streamed import events, is_streamed
 
 log = logging.getLogger("nsight")
-
-
-class CaptureProfile(BaseModel):
-    """The data of one report section: a capture's stats, its event-trace summary and notes."""
-
-    title: str
-    source: str = Field(description="The file or directory the profile was built from")
-    stats: ProfileStats
-    trace: TraceSummary | None = Field(default=None, description="None for recorded CSVs (no event trace)")
-    analysis: Analysis | None = Field(default=None, description="Steps, budget and findings; None without events")
-    completeness: Completeness | None = Field(default=None, description="Whether the trace holds all that ran; "
-                                              "None without events")
-    notes: list[str] = Field(default_factory=list, description="Plain-text lines shown below the charts")
-    steps_drawn: StepDrawing | None = Field(default=None, description="The steps the page draws in full, with their "
-                                            "events, and every step's budget; None without steps")
-
-    @property
-    def tiles(self) -> list[Tile]:
-        """The summary tiles of this capture."""
-        return summary_tiles(self.stats, self.trace)
 
 
 def build_profile(
@@ -102,88 +75,6 @@ def build_profile(
                                    lambda analysis: drawing_for(events(trace), analysis, analyzed.result()))
     log.info("%s: What to fix done (%.0f s in)", path.name, time.monotonic() - started)
     return profile
-
-
-GENERATED_NAME = re.compile(r"nsight-[0-9a-f]{8}")
-"""The name a Session without one gives itself, and so the file of its whole-process capture (`nsight run`)."""
-
-
-def capture_title(path: Path, trace: Trace) -> str:
-    """A capture's section title: its file's name, which is its region's (or a named run's); for the capture of an
-    unnamed run, whose file is named by a random id (nsight-cb27362c), the command it recorded instead.
-
-    The command is in the export when nsys wrote it there (its SQLite exports: META_DATA_CAPTURE); else the title
-    is the program, by the process with the most CPU events (NVTX ranges, CUDA and OS calls), named by its main
-    thread: nsys records a process's name when it starts, which for `nsight run` is the shell that then execs the
-    command, while the thread carries the command's own name (when nsys read it after the exec: otherwise both say
-    `sh`, and the title says only the pid)."""
-    if not GENERATED_NAME.fullmatch(path.stem):
-        return path.stem
-    command = recorded_command(trace.meta)
-    if command:
-        text = shlex.join(command)
-        return text if len(text) <= MAX_TITLE else text[:MAX_TITLE - 1] + "…"
-    frames = events(trace)  # streamed queries: a large capture's frames are never read whole for its title
-    threads = pl.concat([frame.select("thread") for frame in (frames.nvtx, frames.cuda_api, frames.osrt)])
-    by_pid = (threads.group_by(((pl.col("thread") // (1 << 24)) % (1 << 24)).alias("pid")).agg(pl.len())
-              .sort(["len", "pid"], descending=[True, False]).head(1).collect(engine="streaming"))
-    if not by_pid.height:
-        return f"whole-process capture {path.stem}"
-    pid = by_pid["pid"].item()
-    main = trace.threads.filter((pl.col("pid") == pid) & (pl.col("tid") == pid))["name"].to_list()
-    named = trace.processes.filter(pl.col("pid") == pid)["name"].to_list()
-    program = next((name for name in (*main, *named) if name and Path(name).name not in NOT_PROGRAMS), None)
-    return f"{program} (whole process, pid {pid})" if program else f"whole-process capture, pid {pid}"
-
-
-NOT_PROGRAMS = frozenset({"sh", "bash", "dash", "nsys-launcher"})
-"""Names nsys may record for the command's process before it execs the command: `nsight run`'s own shell, and
-nsys' own launcher before that (seen in a fresh-clone CI run, 2026-12-04): no program's name."""
-
-
-MAX_TITLE = 100
-
-
-def recorded_command(meta: Mapping[str, str]) -> list[str]:
-    """The command a capture recorded, from the export's META (empty when it does not say): without the shell that
-    `nsight run` starts it with (``/bin/sh -c SCRIPT nsight PENDING FD FD CMD...``, nsys.py)."""
-    arguments = takewhile(lambda key: key in meta, (f"PROCESS_0:ARGUMENT_{index}" for index in count()))
-    argv = [meta.get("PROCESS_0:COMMAND", ""), *(meta[key] for key in arguments)]
-    if argv[:2] == ["/bin/sh", "-c"] and argv[3:4] == ["nsight"]:
-        argv = argv[7:]
-    return argv if argv and argv[0] else []
-
-
-def diagnosed(profile: CaptureProfile, analysis: Callable[[], Analyzed]) -> CaptureProfile:
-    """PROFILE with the ANALYSIS; should it fail, a note says so and the rest of the page stays.
-
-    The diagnosis is the newest and most heuristic part of the page: a capture shape it does not expect
-    must cost the "What to fix" section, not the user's statistics (profiling never breaks the job).
-    """
-    try:
-        found = analysis().analysis
-        if profile.completeness is not None:
-            found = withhold_savings(found, profile.completeness)
-        return profile.model_copy(update={"analysis": found})
-    except Exception as error:  # see the docstring: one part fails, not the page
-        log.warning("could not diagnose %s (%s: %s); the page shows its statistics without 'What to fix'",
-                    profile.source, type(error).__name__, error)
-        return profile.model_copy(update={"notes": [*profile.notes, f"What to fix: the analysis failed "
-                                                    f"({type(error).__name__}: {error})"]})
-
-
-def with_steps_drawn(profile: CaptureProfile, draw: Callable[[Analysis], StepDrawing | None]) -> CaptureProfile:
-    """PROFILE with the steps its page draws in full, as DRAW finds them for its analysis (:func:`drawing_for`);
-    should that fail, a note says so and the rest of the page stays (as for the analysis:
-    :func:`diagnosed`)."""
-    if profile.analysis is None:
-        return profile
-    try:
-        return profile.model_copy(update={"steps_drawn": draw(profile.analysis)})
-    except Exception as error:  # see the docstring
-        log.warning("could not select %s's steps to draw (%s: %s)", profile.source, type(error).__name__, error)
-        return profile.model_copy(update={"notes": [*profile.notes, f"Step view: the selection of its steps failed "
-                                                    f"({type(error).__name__}: {error})"]})
 
 
 def capture_paths(path: str | Path) -> list[Path]:

@@ -17,10 +17,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from nsight_core.analysis.capture_profile import CaptureProfile
 from nsight_core.analysis.completeness import CaptureFacts, capture_facts
 from nsight_core.errors import NsightError, StatsError
 from nsight_core.memory import check_summary_memory
-from nsight_core.profile import CaptureProfile, build_profile, capture_paths
+from nsight_core.profile import build_profile, capture_paths
 from nsight_core.render.findings import finding_json, render_analysis, render_completeness
 from nsight_core.render.html import GrowingFragment, prepare, render_fragment, render_page
 from nsight_core.render.perfetto import write_perfetto

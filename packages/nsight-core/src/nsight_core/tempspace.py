@@ -19,7 +19,7 @@ from pathlib import Path
 
 from nsight_core.errors import NsightError
 from nsight_core.memory import parse_size
-from nsight_core.render.units import size
+from nsight_core.units import size
 
 ENV_MIN_TEMP_SPACE = "NSIGHT_MIN_TEMP_SPACE"
 MIN_TEMP_SPACE = 256 * 1024**2

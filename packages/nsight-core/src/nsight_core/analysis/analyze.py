@@ -24,9 +24,9 @@ import polars as pl
 from nsight_core.analysis.every_budget import Budgets, every_budget
 from nsight_core.analysis.every_step import EveryStep, capture_as_step, every_step
 from nsight_core.analysis.finding_inputs import analysis_of
-from nsight_core.analysis.footprint import capture_window
 from nsight_core.analysis.result import Analysis, StepView, steps_view
 from nsight_core.analysis.steps import StepStats, find_steps
+from nsight_core.analysis.user_window import capture_window
 from nsight_core.trace.frames import EventTables
 from nsight_core.trace.model import with_depth
 from nsight_core.trace.streamed import WINDOW_ROWS, Events, events

@@ -28,8 +28,9 @@ from typing import Literal
 import polars as pl
 from pydantic import BaseModel, Field
 
+from nsight_core.analysis.codes import distinct_codes, joint_code, joint_parts
 from nsight_core.analysis.ranges import Nesting, in_parent_order, nest, self_pieces, self_time, with_parents
-from nsight_core.analysis.steps import Bound, distinct_codes, joint_code, joint_parts
+from nsight_core.analysis.steps import Bound
 
 LAUNCH_GAP_NS = 100_000
 """GPU idle stretches shorter than this (100 µs) are launch overhead between queued work."""
@@ -530,7 +531,7 @@ def per_step(totals: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 
 def cpu_activities(totals: pl.DataFrame) -> pl.DataFrame:
     """What the CPU did while the GPU waited, summed over TOTALS' steps: part, cpu_kind, cpu_name, total_ns. Sums, so
-    the sums of batches of steps summed again are those of all (analysis/whole_budget.py)."""
+    the sums of batches of steps summed again are those of all (analysis/every_budget.py)."""
     return (totals.filter(pl.col("cpu_kind").is_not_null()).group_by("part", "cpu_kind", "cpu_name")
             .agg(pl.col("total_ns").sum()))
 

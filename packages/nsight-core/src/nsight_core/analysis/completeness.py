@@ -48,7 +48,7 @@ from typing import Literal
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.intervals import start_cuts, window_filters
+from nsight_core.analysis.windows import start_cuts, window_filters
 from nsight_core.trace.model import Trace
 from nsight_core.trace.streamed import WINDOW_ROWS, Events, events
 

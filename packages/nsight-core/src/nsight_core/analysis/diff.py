@@ -21,10 +21,12 @@ import polars as pl
 from pydantic import BaseModel, Field
 
 from nsight_core.analysis.analyze import analyze
+from nsight_core.analysis.codes import family_pattern
 from nsight_core.analysis.completeness import Completeness
-from nsight_core.analysis.intervals import busy_over, start_windows
+from nsight_core.analysis.intervals import busy_over
 from nsight_core.analysis.result import Analysis
-from nsight_core.analysis.steps import StepStats, family_pattern
+from nsight_core.analysis.steps import StepStats
+from nsight_core.analysis.windows import start_windows
 from nsight_core.stats.models import ProfileStats
 from nsight_core.trace.frames import EventTables
 from nsight_core.trace.streamed import WINDOW_ROWS, events

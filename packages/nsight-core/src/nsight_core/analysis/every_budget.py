@@ -32,19 +32,19 @@ from nsight_core.analysis.budget import (
     cpu_activities,
     per_step,
 )
-from nsight_core.analysis.every_step import EveryStep, calls_named, gpu_work_of, launched_by_id
+from nsight_core.analysis.codes import matching, pattern_of
+from nsight_core.analysis.every_step import EveryStep, gpu_work_of, launched_by_id
 from nsight_core.analysis.gpu_budget import (
     IDLE_COLUMNS,
     Host,
-    batches,
     budget_in_batches,
     dispatch_runs,
     outermost_user_ranges,
     step_syncs,
 )
-from nsight_core.analysis.intervals import start_cuts, start_windows, step_batches
 from nsight_core.analysis.ranges import Nesting
-from nsight_core.analysis.steps import Bound, pattern_of
+from nsight_core.analysis.steps import Bound
+from nsight_core.analysis.windows import batches, start_cuts, start_windows, step_batches
 from nsight_core.trace.model import with_depth
 from nsight_core.trace.streamed import WINDOW_ROWS, Events
 
@@ -174,6 +174,6 @@ def _user_ranges(frames: Events, windows: pl.DataFrame, pattern: str, thread: in
 def _sync_calls(frames: Events) -> pl.DataFrame:
     """The CUDA calls that block until the GPU catches up (:func:`budget.sync_calls`): a few per step."""
     pageable = frames.memcpy.filter(PAGEABLE).select("correlation_id").collect(engine="streaming")["correlation_id"]
-    return (frames.cuda_api.filter(calls_named(frames.cuda_api, blocks)
+    return (frames.cuda_api.filter(matching(frames.cuda_api, "name", blocks)
                                    | pl.col("correlation_id").is_in(pageable.implode()))
             .collect(engine="streaming").sort("start_ns", maintain_order=True))

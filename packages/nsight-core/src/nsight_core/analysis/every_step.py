@@ -14,13 +14,12 @@ anchors tell which ones a whole period follows (:func:`steps.period_steps`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import NamedTuple
 
 import polars as pl
 
 from nsight_core.analysis.budget import step_thread
-from nsight_core.analysis.intervals import start_cuts, window_filters
+from nsight_core.analysis.codes import pattern_of
 from nsight_core.analysis.projection import (
     GPU_WORK_COLUMNS,
     MIN_PROJECTED,
@@ -35,9 +34,9 @@ from nsight_core.analysis.steps import (
     family_stats,
     kernel_period_stats,
     on_gpu_clock,
-    pattern_of,
     period_steps,
 )
+from nsight_core.analysis.windows import start_cuts, window_filters
 from nsight_core.trace.streamed import WINDOW_ROWS, Events
 
 SPAN_COLUMNS = {"step": pl.Int64, "gpu_start_ns": pl.Int64, "gpu_end_ns": pl.Int64}
@@ -184,11 +183,3 @@ def launched_by_id(work: pl.LazyFrame, calls: pl.LazyFrame) -> pl.DataFrame:
     among = (pl.col("correlation_id").is_between(ids.min(), ids.max()) & pl.col("correlation_id").is_in(ids.implode())
              if ids.len() else pl.lit(False))
     return launched(ran, calls.filter(among).collect(engine="streaming").sort("start_ns", maintain_order=True))
-
-
-def calls_named(calls: pl.LazyFrame, test: Callable[[pl.Expr], pl.Expr]) -> pl.Expr:
-    """A filter of CALLS (CUDA or OS calls) to those whose name passes TEST, run once per distinct name: by the name's
-    id where the frame has one (a loaded capture's), not on every call's text."""
-    key = "name_id" if "name_id" in calls.collect_schema().names() else "name"
-    names = calls.select(key, "name").unique().collect(engine="streaming")
-    return pl.col(key).is_in(names.filter(test(pl.col("name")))[key].implode())

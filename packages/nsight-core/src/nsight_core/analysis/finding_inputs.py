@@ -19,14 +19,15 @@ import polars as pl
 
 from nsight_core.analysis import findings as find
 from nsight_core.analysis.budget import is_thread
+from nsight_core.analysis.codes import matching
 from nsight_core.analysis.every_budget import Budgets
-from nsight_core.analysis.every_step import EveryStep, calls_named
+from nsight_core.analysis.every_step import EveryStep
 from nsight_core.analysis.findings import Context, GpuInputs
-from nsight_core.analysis.footprint import UserWindow
-from nsight_core.analysis.intervals import start_cuts, step_batches, window_filters
 from nsight_core.analysis.projection import innermost_range
 from nsight_core.analysis.range_table import range_table
 from nsight_core.analysis.result import Analysis, Coverage
+from nsight_core.analysis.user_window import UserWindow
+from nsight_core.analysis.windows import start_cuts, step_batches, window_filters
 from nsight_core.trace.model import with_depth
 from nsight_core.trace.streamed import WINDOW_ROWS, Events
 
@@ -108,8 +109,8 @@ def _launch_shape(frames: Events, steps: pl.DataFrame, window_rows: int | None) 
     :func:`analyze.analyze_steps` reads them), from windows of correlation id: per window, the launches in the steps
     and the kernels they launched, their durations counted per value."""
     duration = (pl.col("end_ns") - pl.col("start_ns")).alias("ns")
-    calls = frames.cuda_api.filter(calls_named(frames.cuda_api, lambda name: name.str.contains(LAUNCH_API))).select(
-        "correlation_id", "start_ns", "end_ns")
+    is_launch = matching(frames.cuda_api, "name", lambda name: name.str.contains(LAUNCH_API))
+    calls = frames.cuda_api.filter(is_launch).select("correlation_id", "start_ns", "end_ns")
     kernels = frames.kernels.select("correlation_id", duration)
     ids = pl.concat([calls.select(pl.col("correlation_id").alias("start_ns")),
                      kernels.select(pl.col("correlation_id").alias("start_ns"))])

@@ -420,8 +420,8 @@ def ordered(findings: list[Finding | None]) -> list[Finding]:
 
 
 class GpuInputs(NamedTuple):
-    """What the GPU findings read beyond their :class:`Context`, made from a capture read whole (analysis/analyze.py)
-    or streamed in windows (analysis/whole_findings.py)."""
+    """What the GPU findings read beyond their :class:`Context`, made in windows of events
+    (analysis/finding_inputs.py)."""
 
     syncs: pl.DataFrame
     """The steady steps' blocking calls on their thread, counted: name, range, len (:func:`sync_wait`)."""

@@ -48,20 +48,6 @@ piece that ended by LO may be there too), by start, with start_ns, end_ns, kind,
 launch_name (:func:`nsight_core.analysis.projection.launched`)."""
 
 
-def batches(firsts: pl.Series, work: int | None) -> list[tuple[int, int]]:
-    """The windows cut into batches of about WORK pieces of GPU work (first window, windows; None: one batch);
-    FIRSTS: per window, how much work starts before it."""
-    if work is None:
-        return [(0, firsts.len())] if firsts.len() else []
-    cuts = []
-    begin = 0
-    while begin < firsts.len():
-        end = max(int(firsts.search_sorted(int(firsts[begin]) + work, side="left")), begin + 1)
-        cuts.append((begin, end - begin))
-        begin = end
-    return cuts
-
-
 def step_syncs(blocking: pl.DataFrame, thread: int | None) -> pl.DataFrame:
     """BLOCKING's calls on the steps' THREAD (all where it is unknown), by start: the syncs the budget blames."""
     return (blocking.filter(pl.col("thread") == thread) if thread is not None else blocking).sort("start_ns")
@@ -75,8 +61,7 @@ def budget_in_batches(windows: pl.DataFrame, cuts: list[tuple[int, int]], betwee
     steps' thread was in. STRETCHES: whether to keep the idle stretches (else none: every step of a large capture
     has thousands, 258 MB for 160,000 steps of one fixture, and only the steps a page draws need theirs).
 
-    One implementation for a capture read whole and one streamed (analysis/whole_budget.py): only where the work
-    comes from differs."""
+    BETWEEN says where the work comes from (analysis/every_budget.py: a filtered scan of each batch's time)."""
     call_starts = calls["start_ns"]
 
     def budget_of(cut: tuple[int, int]) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -226,8 +211,8 @@ class Host:
 def outermost_user_ranges(ranges: pl.DataFrame, windows: pl.DataFrame, reach: int = -1) -> tuple[pl.DataFrame, int]:
     """The user ranges among RANGES (start_ns, end_ns, name, by start: the steps' thread's NVTX ranges that are not
     steps): those that hold no step of WINDOWS (a region, an epoch), the outermost of those nesting; and the latest
-    end of those user ranges. REACH: that end of the user ranges before RANGES (a streamed capture's are read in
-    windows of start time, analysis/whole_budget.py)."""
+    end of those user ranges. REACH: that end of the user ranges before RANGES (the ranges are read in windows of
+    start time, analysis/every_budget.py)."""
     starts = windows["cpu_start_ns"]
     holds_step = (pl.lit(starts).search_sorted(pl.col("end_ns"), side="left")
                   > pl.lit(starts).search_sorted(pl.col("start_ns"), side="left"))

@@ -76,7 +76,7 @@ def step_of_launch(launches: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:
 
 def project_spans(steps: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     """:func:`project_steps` from each step's GPU SPANS (step, gpu_start_ns: its first GPU work's start, gpu_end_ns:
-    its last one's end), which a capture too large to read whole gets window by window (analysis/whole_steps.py)."""
+    its last one's end), which every step gets window by window (analysis/every_step.py)."""
     projected = (steps.join(spans, on="step", how="inner").sort("step")
                  .rename({"start_ns": "cpu_start_ns", "end_ns": "cpu_end_ns"}))
     start = pl.col("gpu_start_ns")

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsight_core.analysis.codes import pattern_of
 from nsight_core.analysis.every_step import gpu_work_of, launched_by_id
-from nsight_core.analysis.intervals import start_cuts, window_filters
 from nsight_core.analysis.projection import range_gpu_spans
 from nsight_core.analysis.ranges import RangeFamily, with_parents
-from nsight_core.analysis.steps import pattern_of
+from nsight_core.analysis.windows import start_cuts, window_filters
 from nsight_core.stats import exact
 from nsight_core.trace.model import with_depth
 from nsight_core.trace.streamed import WINDOW_ROWS, Events

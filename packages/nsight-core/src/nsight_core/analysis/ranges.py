@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.steps import distinct_codes, family_codes
+from nsight_core.analysis.codes import distinct_codes, family_codes
 
 
 class RangeFamily(BaseModel):

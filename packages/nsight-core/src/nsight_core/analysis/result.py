@@ -11,9 +11,9 @@ from pydantic import BaseModel, Field
 from nsight_core.analysis.budget import StepBudget
 from nsight_core.analysis.completeness import Completeness
 from nsight_core.analysis.findings import Finding
-from nsight_core.analysis.footprint import UserWindow
 from nsight_core.analysis.ranges import RangeFamily
 from nsight_core.analysis.steps import StepStats
+from nsight_core.analysis.user_window import UserWindow
 
 
 class Coverage(BaseModel):

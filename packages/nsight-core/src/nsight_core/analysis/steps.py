@@ -9,14 +9,13 @@ step. When neither is there, the result says why instead of guessing.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from typing import Literal
 
 import polars as pl
 from pydantic import BaseModel, Field
 
-NUMBER_PLACEHOLDER = "{n}"
+from nsight_core.analysis.codes import distinct_codes, family_codes, joint_code, joint_parts
+
 STEP_WORDS = r"(?i)(step|iter|iteration|batch|microbatch)"
 WARMUP_RATIO = 1.5
 """A first step this many times the median of the others is a warm-up outlier."""
@@ -70,84 +69,6 @@ class StepStats(BaseModel):
     cpu_p95_ns: float | None = Field(default=None, description="On the GPU's clock: the ranges' own p95")
     bound: Bound = Field(default="unknown", description="device: the GPU was busy through its steps (the host ran "
                          "ahead); host: the GPU waited on the host; unknown: not read on the GPU's clock")
-
-
-def family_pattern(name: pl.Expr) -> pl.Expr:
-    """The family of a range name: each run of digits becomes {n} (`epoch3/step_7` -> `epoch{n}/step_{n}`).
-
-    The pattern is made once per distinct name (a million ranges have a handful of names) and looked up.
-    """
-    distinct = name.unique(maintain_order=True)
-    return name.replace_strict(distinct, pattern_of(distinct))
-
-
-def pattern_of(name: pl.Expr) -> pl.Expr:
-    """:func:`family_pattern` name by name: for a streamed query, which cannot look at the distinct names first."""
-    return name.str.replace_all(r"\d+", NUMBER_PLACEHOLDER, literal=False)
-
-
-def distinct_codes(frame: pl.DataFrame, column: str) -> tuple[pl.Series, pl.Series]:
-    """FRAME's COLUMN as UInt32 codes (null a value like any other) and the distinct values they index, sorted.
-
-    Grouping by a code costs a fraction of doing so by a string, or by several columns; a binary search
-    in the few distinct values finds the codes with no hash table per value. Read through expressions:
-    a column that is one constant (a default domain) stays one.
-    """
-    distinct = frame.select(pl.col(column).unique().sort()).to_series()
-    if distinct.len() == 1:  # one value throughout (one thread, the default domain): no search per row
-        return pl.zeros(frame.height, pl.UInt32, eager=True).alias(column), distinct
-    return frame.select(pl.lit(distinct).search_sorted(pl.col(column), side="left")).to_series(), distinct
-
-
-def joint_code(*parts: tuple[pl.Expr, int]) -> pl.Expr:
-    """One code per row for several PARTS (code, how many codes: each code an integer below that): equal for
-    equal tuples, the codes as the digits of one mixed-radix number (UInt32 where it fits, else UInt64).
-
-    Why: Polars groups by one integer column in a fraction of the time and memory it takes for several
-    columns (3 M NVTX ranges by family, domain and thread: 20 ms and 1 MB against 140 ms and 170 MB), as
-    it then needs no row encoding of the keys. A part with one value (one thread, the default domain)
-    adds nothing. :func:`joint_parts` takes the parts back.
-    """
-    varying = [(code, size) for code, size in parts if size > 1]
-    if not varying:
-        return pl.repeat(0, pl.len(), dtype=pl.UInt32).alias("_key")
-    dtype = pl.UInt64 if math.prod(size for _, size in varying) > 2**32 else pl.UInt32
-    joint = varying[0][0].cast(dtype)
-    for code, size in varying[1:]:
-        joint = joint * size + code.cast(dtype)
-    return joint.alias("_key")
-
-
-def joint_parts(joint: pl.Series, *sizes: int) -> list[pl.Series]:
-    """The codes (UInt32) of each part of JOINT, a :func:`joint_code` of parts of these SIZES, in their order."""
-    parts = []
-    for size in reversed(sizes):
-        parts.append((joint % size).cast(pl.UInt32) if size > 1 else pl.zeros(joint.len(), pl.UInt32, eager=True))
-        joint = joint // size if size > 1 else joint
-    return parts[::-1]
-
-
-def matching(frame: pl.DataFrame, column: str, test: Callable[[pl.Expr], pl.Expr]) -> pl.Expr:
-    """Whether FRAME's COLUMN passes TEST, run on the distinct values: a regex over a handful of call names, not
-    over every call.
-
-    Where FRAME has COLUMN's ids (``<column>_id``, as the Trace's CUDA API calls have ``name_id``: each id one
-    name), the distinct values are found among the integers (400,000 calls: 1 ms, where hashing their text took 8)."""
-    key = f"{column}_id"
-    if key not in frame.columns:
-        values = frame.select(pl.col(column).unique()).to_series()
-        return pl.col(column).is_in(values.filter(pl.select(test(pl.lit(values))).to_series()).implode())
-    firsts = frame.select(pl.col(key).arg_unique()).to_series()
-    distinct = frame.select(pl.col(key).gather(firsts), pl.col(column).gather(firsts))
-    return pl.col(key).is_in(distinct.filter(test(pl.col(column)))[key].implode())
-
-
-def family_codes(frame: pl.DataFrame, column: str) -> tuple[pl.Series, pl.Series]:
-    """The family (:func:`family_pattern`) of each name in FRAME's COLUMN as a code, and the families it indexes."""
-    name_codes, distinct = distinct_codes(frame, column)
-    patterns = pl.select(pattern_of(pl.lit(distinct)).alias("pattern"))
-    pattern_codes, families = distinct_codes(patterns, "pattern")
-    return pattern_codes.gather(name_codes), families
 
 
 def nvtx_families(nvtx: pl.DataFrame, family: tuple[pl.Series, pl.Series]) -> pl.DataFrame:
@@ -333,7 +254,7 @@ def period_steps(kernels: pl.LazyFrame, period: int, anchor: str) -> pl.DataFram
     """The steps of KERNELS' sequence of PERIOD kernels starting with the ANCHOR kernel (:func:`kernel_period_steps`'
     or a streamed capture's first part's): each anchor starts a step that ends where the next begins, but one followed
     by fewer than PERIOD kernels (a last, partial iteration), and the last ends where the kernels through its period's
-    last have all ended. One cut for a capture read whole and one streamed (analysis/whole_steps.py).
+    last have all ended. The one cut of kernel-period steps (analysis/every_step.py).
 
     Streamed, in bounded memory: the anchors' starts (a row a step), every kernel counted (with its latest end) by
     how many anchors start before or with it, and the PERIOD kernels from the last step's anchor on."""

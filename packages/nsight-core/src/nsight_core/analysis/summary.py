@@ -12,11 +12,11 @@ import re
 from pydantic import BaseModel, Field
 
 from nsight_core.analysis.kernels import nccl_share
-from nsight_core.analysis.timeline import TraceSummary
-from nsight_core.render.units import BYTES_PER_NSYS_MB, duration
-from nsight_core.render.units import size as format_size
+from nsight_core.analysis.trace_summary import TraceSummary
 from nsight_core.stats.models import ProfileStats
 from nsight_core.stats.reports import canonical
+from nsight_core.units import BYTES_PER_NSYS_MB, duration
+from nsight_core.units import size as format_size
 
 NEEDS_TRACE = "needs the event trace: recorded CSVs have totals only; pass the .nsys-rep or .sqlite export"
 _EXPORT_PATH = re.compile(r"\S+\.sqlite\b")

@@ -17,16 +17,16 @@ from altair.utils.schemapi import debug_mode
 from pydantic import BaseModel
 
 from nsight_core.analysis.budget import PARTS
+from nsight_core.analysis.capture_profile import CaptureProfile
 from nsight_core.analysis.kernels import unique_short_names
 from nsight_core.analysis.ranges import RangeFamily
-from nsight_core.analysis.step_events import StepDrawing
+from nsight_core.analysis.step_drawing import StepDrawing
 from nsight_core.analysis.summary import NEEDS_TRACE
-from nsight_core.analysis.timeline import TraceSummary
-from nsight_core.profile import CaptureProfile
+from nsight_core.analysis.trace_summary import TraceSummary
 from nsight_core.render.findings import PART_LABELS
 from nsight_core.render.step_view import PART_COLORS, cpu_words
-from nsight_core.render.units import BYTES_PER_NSYS_MB, MIB, MICROSECONDS, duration
 from nsight_core.stats.models import ProfileStats
+from nsight_core.units import BYTES_PER_NSYS_MB, MIB, MICROSECONDS, duration
 
 TOP_N = 20
 WIDTH = 640

@@ -10,7 +10,7 @@ from collections import Counter
 
 from nsight_core.analysis.diff import Delta, GateOutcome, NameDelta, Reason, TraceDiff
 from nsight_core.render.text import _short, _table, printable
-from nsight_core.render.units import duration, quantity
+from nsight_core.units import duration, quantity
 
 TOP_NAMES = 10
 _GATE_LABELS = {"step_p50": "step p50", "gpu_busy": "GPU busy time", "kernel_time_sum": "summed kernel time"}

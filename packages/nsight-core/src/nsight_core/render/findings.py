@@ -12,8 +12,8 @@ from nsight_core.analysis.findings import MIN_STEPS, Evidence, Finding, Saving, 
 from nsight_core.analysis.result import Analysis, Coverage
 from nsight_core.analysis.steps import StepStats
 from nsight_core.render.text import kernel_short_name, printable
-from nsight_core.render.units import duration as _ns
-from nsight_core.render.units import quantity
+from nsight_core.units import duration as _ns
+from nsight_core.units import quantity
 
 PART_LABELS = {
     "compute": "GPU compute",

@@ -25,9 +25,9 @@ import jinja2
 import polars as pl
 from markupsafe import Markup
 
+from nsight_core.analysis.capture_profile import CaptureProfile
 from nsight_core.analysis.findings import Where
 from nsight_core.analysis.result import Analysis
-from nsight_core.profile import CaptureProfile
 from nsight_core.render.charts import ChartSpec, capture_charts, warm_up
 from nsight_core.render.findings import (
     PART_LABELS,
@@ -48,8 +48,8 @@ from nsight_core.render.step_view import (
     step_view_script,
     where_json,
 )
-from nsight_core.render.units import duration, nsys_megabytes
 from nsight_core.stats.reports import table_of
+from nsight_core.units import duration, nsys_megabytes
 
 MAX_TABLE_ROWS = 200
 
@@ -302,7 +302,7 @@ def _report_frames(profile: CaptureProfile) -> Iterator[tuple[str, pl.DataFrame]
 def _table(report: str, frame: pl.DataFrame) -> dict[str, Any]:
     """A report's first MAX_TABLE_ROWS rows as cells: text, and for numbers the value to sort by.
 
-    Durations (``*_ns`` columns) and sizes (nsys' ``*_mb``) read as words in one set of units (render/units.py),
+    Durations (``*_ns`` columns) and sizes (nsys' ``*_mb``) read as words in one set of units (units.py),
     their headers without the suffix; the cell still sorts by the raw number.
     """
     shown = frame.head(MAX_TABLE_ROWS)

@@ -1,4 +1,4 @@
-"""The step view's data and words: what render/step_view.js draws of a capture's drawn steps (analysis/step_events.py).
+"""The step view's data and words: what render/step_view.js draws of a capture's drawn steps (analysis/step_drawing.py).
 
 The page carries each step as columns (row, start, duration, name, kind: one number each per event, names once in
 a table), so a step of 6,000 events is ~150 kB of JSON. Times are nanoseconds since the step's drawn start, which
@@ -14,10 +14,10 @@ from typing import Any
 import polars as pl
 
 from nsight_core.analysis.findings import Where
-from nsight_core.analysis.step_events import DrawnStep, StepDrawing
+from nsight_core.analysis.step_drawing import DrawnStep, StepDrawing
 from nsight_core.render.findings import CPU_LABELS, PART_LABELS
 from nsight_core.render.text import kernel_short_name
-from nsight_core.render.units import duration, size
+from nsight_core.units import duration, size
 
 PART_COLORS = {"compute": "#76b900", "exposed_comm": "#e8710a", "exposed_copy": "#4c78a8", "sync_wait": "#d93025",
                "launch_gap": "#f9ab00", "gpu_idle": "#9aa5b1", "stream_wait": "#9334e6"}

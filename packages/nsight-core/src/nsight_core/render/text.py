@@ -6,7 +6,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from nsight_core.render.units import duration, nsys_megabytes
+from nsight_core.units import duration, nsys_megabytes
 
 if TYPE_CHECKING:  # the CLI reads DEFAULT_LIMIT before it loads pydantic
     from nsight_core.stats.models import MemorySizeRow, ProfileStats, TimeRow

@@ -33,8 +33,8 @@ from typing import Any, NamedTuple
 from nsight_core.errors import ExportDiskFullError, NsysCommandError, StatsError
 from nsight_core.memory import check_export_memory, export_fits, streamed_summary_fits, summary_fits
 from nsight_core.nsys import Nsys, find_nsys
-from nsight_core.render.units import size as _size
 from nsight_core.trace.writer import check_writer, explain_failure
+from nsight_core.units import size as _size
 
 log = logging.getLogger("nsight")
 

@@ -29,9 +29,9 @@ from pathlib import Path
 import polars as pl
 
 from nsight_core.errors import StatsError
-from nsight_core.render.units import size as _size
 from nsight_core.trace.export import ExportChoice
 from nsight_core.trace.tables import Schema, SqliteExport, Wanted, _made
+from nsight_core.units import size as _size
 
 log = logging.getLogger("nsight")
 

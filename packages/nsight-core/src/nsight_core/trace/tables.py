@@ -27,9 +27,10 @@ import os
 import sqlite3
 import struct
 import threading
+import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import polars as pl
 
@@ -37,7 +38,7 @@ from nsight_core.errors import StatsError, one_line
 from nsight_core.trace.export import SLICE_PATTERN, ExportChoice
 
 if TYPE_CHECKING:  # the sqlite-arrow extra's
-    from adbc_driver_manager import AdbcConnection
+    from adbc_driver_manager import AdbcConnection, AdbcDatabase
 
 Schema = Mapping[str, pl.DataType | type[pl.DataType]]
 """Column name -> the Polars type the Trace wants it as."""
@@ -164,6 +165,8 @@ class SqliteTables:
         if "StringIds" not in self._tables and "ANALYSIS_DETAILS" not in self._tables:
             raise DamagedExportError(f"{path} is empty or not an nsys SQLite export (no StringIds table).")
         self._arrow = _arrow_connection(path)
+        if self._arrow is not None:  # ADBC holds its file open until closed, not when collected
+            weakref.finalize(self, self._arrow.close)
         self._table_bytes: dict[str, int] = {}
         """Each table's bytes in SQLite's pages, as :meth:`arrow_bytes` found them."""
 
@@ -194,11 +197,12 @@ class SqliteTables:
         listed = ", ".join(f'"{c}"' if c in present else f'NULL AS "{c}"' for c in schema)
         if self._arrow is not None and not where:  # a condition's subquery would run again for every keyset batch
             if rowids is None:
-                yield from self._arrow_batches(table, schema, present, listed, rows, self._arrow)
+                yield from self._arrow_batches(table, schema, present, listed, rows, self._arrow.connection)
                 return
             own = _arrow_connection(self.source)
             try:
-                yield from self._arrow_batches(table, schema, present, listed, rows, own, rowids)
+                yield from self._arrow_batches(table, schema, present, listed, rows,
+                                               own.connection if own else None, rowids)
             finally:
                 if own is not None:
                     own.close()
@@ -279,7 +283,8 @@ class SqliteTables:
 
         if connection is None:
             return None
-        with self._lock if connection is self._arrow else contextlib.nullcontext():
+        shared = self._arrow is not None and connection is self._arrow.connection
+        with self._lock if shared else contextlib.nullcontext():
             statement = AdbcStatement(connection)
             try:
                 statement.set_sql_query(query)
@@ -395,7 +400,18 @@ SqliteExport = SqliteTables | SlicedSqliteTables
 _ROWID = "_nsight_rowid"
 
 
-def _arrow_connection(path: Path) -> AdbcConnection | None:
+class _Arrow(NamedTuple):
+    """An ADBC database and its connection: neither closes its file when collected, so both are closed together."""
+
+    database: AdbcDatabase
+    connection: AdbcConnection
+
+    def close(self) -> None:
+        self.connection.close()
+        self.database.close()
+
+
+def _arrow_connection(path: Path) -> _Arrow | None:
     """A read-only ADBC connection to the SQLite export at PATH where ADBC's SQLite driver is installed and not turned
     off (``NSIGHT_SQLITE_READER=sqlite3``), else None."""
     if os.environ.get(ENV_SQLITE_READER) == "sqlite3":
@@ -406,9 +422,11 @@ def _arrow_connection(path: Path) -> AdbcConnection | None:
     except ImportError:
         return None
     try:
-        return AdbcConnection(adbc_driver_sqlite.connect(f"file:{path}?mode=ro"))
+        database = adbc_driver_sqlite.connect(f"file:{path}?mode=ro")
+        connection = AdbcConnection(database)
     except Error:  # the sqlite3 connection reads it, or says why not
         return None
+    return _Arrow(database, connection)
 
 
 def _typed(frame: pl.DataFrame, wanted: Wanted, table: str) -> pl.DataFrame:

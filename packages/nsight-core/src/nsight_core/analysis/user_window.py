@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Literal
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.collection import START_SETTLE_SECONDS
-from nsight_core.marks import marked_window
+from nsight_core.marks import START_SETTLE_SECONDS, marked_window
 
 if TYPE_CHECKING:
     from nsight_core.trace.frames import EventTables

@@ -4,7 +4,7 @@ that explain it, reduced to a size a page can carry whatever the capture's lengt
 One implementation for every capture: it reads the events as lazy frames (:func:`nsight_core.trace.streamed.events`):
 the Trace's frames where the capture is read whole, scans of Parquet copies where it was streamed. What needs the
 events in order (GPU busy time, NVTX nesting) runs over windows of start time
-(:func:`nsight_core.analysis.intervals.start_windows`): one window, the frame, for a capture read whole; windows of
+(:func:`nsight_core.analysis.windows.start_windows`): one window, the frame, for a capture read whole; windows of
 ``WINDOW_ROWS`` events for a streamed one, whose results add up to exactly the same numbers. The rest (counts, sums,
 OS-call totals) are streamed queries.
 """
@@ -16,8 +16,9 @@ from collections.abc import Iterable, Iterator
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.footprint import capture_window, users_calls
-from nsight_core.analysis.intervals import bucket_edges, busy_over, start_windows
+from nsight_core.analysis.intervals import bucket_edges, busy_over
+from nsight_core.analysis.user_window import capture_window, users_calls
+from nsight_core.analysis.windows import start_windows
 from nsight_core.trace.model import Trace, with_depth
 from nsight_core.trace.streamed import WINDOW_ROWS, Events, events
 

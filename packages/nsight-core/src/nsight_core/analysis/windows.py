@@ -1,0 +1,83 @@
+"""How every pass over a capture's events is cut: windows of start time (or of correlation id) holding about
+WINDOW_ROWS events each, and batches of steps inside them. One planner for every pass, whatever the capture's size;
+the answers do not depend on where the cuts fall."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import polars as pl
+
+HISTOGRAM_BUCKETS = 1 << 16
+"""The windows are cut between buckets of a histogram of start times this fine: a window holds at most
+WINDOW_ROWS plus one bucket's events."""
+
+
+def start_windows(frame: pl.LazyFrame, rows: int | None) -> Iterator[pl.DataFrame]:
+    """FRAME's events (a start_ns column) in consecutive windows of start time, each of about ROWS events: every
+    event of a window starts no earlier than every event of the windows before it, and each event is in one window.
+
+    ROWS None, or FRAME no larger: FRAME whole, one window. Else the cuts come from a histogram of the starts (one
+    streamed pass, :func:`start_cuts`), and each window is a streamed query of its own (a Parquet scan skips the files
+    whose starts lie outside it: the spilled tables are in the export's order, which is mostly by start).
+    """
+    if rows is None:
+        yield frame.collect()
+        return
+    for inside in window_filters(start_cuts(frame, rows), pl.col("start_ns")):
+        yield frame.filter(inside).collect(engine="streaming")
+
+
+def start_cuts(frame: pl.LazyFrame, rows: int | None) -> list[int]:
+    """Start times that cut FRAME's events (a start_ns column) into windows of about ROWS events each, ascending; none
+    where ROWS is None or FRAME no larger. A window holds at most ROWS plus one histogram bucket's events."""
+    if rows is None:
+        return []
+    start = pl.col("start_ns")
+    count, low, high = (frame.select(pl.len(), start.min().alias("_low"), start.max().alias("_high"))
+                        .collect(engine="streaming").row(0))
+    if count <= rows:
+        return []
+    histogram, width = _histogram(frame, low, high)
+    before = pl.col("_count").cum_sum() - pl.col("_count")
+    firsts = (histogram.group_by((before // rows).alias("_window")).agg(pl.col("_bucket").min())
+              .sort("_window")["_bucket"].to_list())
+    return [low + bucket * width for bucket in firsts[1:]]
+
+
+def window_filters(cuts: list[int], position: pl.Expr) -> Iterator[pl.Expr]:
+    """Per window that CUTS make, in order, the condition on POSITION that selects its rows: every row in one window."""
+    for lower, upper in zip([None, *cuts], [*cuts, None], strict=True):
+        inside = pl.lit(True) if lower is None else position >= lower
+        yield inside if upper is None else inside & (position < upper)
+
+
+def step_batches(starts: pl.Series, cuts: list[int]) -> list[tuple[int, int]]:
+    """Consecutive batches of steps (their STARTS, sorted) that CUTS (start times, :func:`start_cuts`) make, as row
+    positions (first, end): each batch begins at the step a cut falls in (the first step at least), so a step is never
+    split and the events of one window of start time lie in one batch or the batch before."""
+    firsts = sorted({0, *(max(int(starts.search_sorted(cut, side="right")) - 1, 0) for cut in cuts)})
+    return list(zip(firsts, [*firsts[1:], starts.len()], strict=True))
+
+
+def _histogram(frame: pl.LazyFrame, low: int, high: int) -> tuple[pl.DataFrame, int]:
+    """How many of FRAME's events start in each of HISTOGRAM_BUCKETS buckets from LOW to HIGH (``_bucket``,
+    ``_count``, by bucket; empty ones left out; one streamed pass), and the buckets' width."""
+    width = max(1, -(-(high - low + 1) // HISTOGRAM_BUCKETS))
+    histogram = (frame.select(((pl.col("start_ns") - low) // width).alias("_bucket")).group_by("_bucket")
+                 .agg(pl.len().alias("_count")).collect(engine="streaming").sort("_bucket"))
+    return histogram, width
+
+
+def batches(firsts: pl.Series, work: int | None) -> list[tuple[int, int]]:
+    """The windows cut into batches of about WORK pieces of GPU work (first window, windows; None: one batch);
+    FIRSTS: per window, how much work starts before it."""
+    if work is None:
+        return [(0, firsts.len())] if firsts.len() else []
+    cuts = []
+    begin = 0
+    while begin < firsts.len():
+        end = max(int(firsts.search_sorted(int(firsts[begin]) + work, side="left")), begin + 1)
+        cuts.append((begin, end - begin))
+        begin = end
+    return cuts

@@ -29,6 +29,7 @@ lint: env
 	@.venv/bin/ruff check .
 	@.venv/bin/mypy -p nsight_core -p flyteplugins.nsight
 	@$(PY) scripts/check-words.py
+	@out=$$(.venv/bin/lint-imports --no-cache 2>&1) || { echo "$$out"; exit 1; }  # the layers of pyproject.toml
 
 # Lint runs beside the tests; either failing fails. Bytecode is written even where the environment says not to:
 # else every test process rewrites the asserts of every test module again.

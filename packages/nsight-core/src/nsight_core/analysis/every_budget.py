@@ -17,7 +17,7 @@ in pieces cut where the GPU is busy (:func:`every_step.busy_pieces`), whose rows
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -61,9 +61,34 @@ class Budgets:
     """What bounds the steady steps: on the GPU's clock :func:`budget.bound_by`, on the CPU's the steps' own."""
     syncs: pl.DataFrame = field(repr=False)
     """The steps' thread's synchronising calls, by start (:func:`gpu_budget.step_syncs`): the findings read them too."""
-    stretches: Callable[[Collection[int]], pl.DataFrame] = field(repr=False)
-    """The GPU idle stretches of those steps with their causes (gpu_budget.IDLE_COLUMNS), each step budgeted again
-    alone: what a drawn step shades (they are not kept for every step; none on the CPU's clock)."""
+    gpu: GpuSteps | None = field(default=None, repr=False)
+    """On the GPU's clock, what budgets a step again (:meth:`stretches`); None on the CPU's."""
+
+    def stretches(self, drawn: Collection[int]) -> pl.DataFrame:
+        """The GPU idle stretches of the DRAWN steps with their causes (gpu_budget.IDLE_COLUMNS), each step budgeted
+        again alone: what a drawn step shades (they are not kept for every step; none on the CPU's clock)."""
+        if self.gpu is None:
+            return pl.DataFrame(schema=IDLE_COLUMNS)
+        windows = self.gpu.windows
+        at = windows.with_row_index("_at").filter(pl.col("step").is_in(list(drawn)))["_at"].sort()
+        return budget_in_batches(windows, [(int(row), 1) for row in at], self.gpu.between, self.syncs,
+                                 self.gpu.host)[1]
+
+
+@dataclass(frozen=True)
+class GpuSteps:
+    """Steps on the GPU's clock as their budget reads them: their WINDOWS, the capture's FRAMES, its GPU WORK
+    (:func:`every_step.gpu_work_of`) and what the steps' thread was in (HOST)."""
+
+    windows: pl.DataFrame
+    frames: Events
+    work: pl.LazyFrame
+    host: Host
+
+    def between(self, lo: int, hi: int) -> pl.DataFrame:
+        """The launched GPU work that ran between LO and HI (:data:`gpu_budget.WorkBetween`)."""
+        ran = self.work.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") <= hi))
+        return launched_by_id(ran, self.frames.cuda_api)
 
 
 def every_budget(frames: Events, every: EveryStep, window_rows: int | None = WINDOW_ROWS) -> Budgets:
@@ -79,9 +104,7 @@ def every_budget(frames: Events, every: EveryStep, window_rows: int | None = WIN
                    dispatch_runs(pl.concat([dispatch_runs(calls) for calls in
                                             start_windows(frames.cuda_api.select("start_ns", "end_ns"), window_rows)])))
 
-    def between(lo: int, hi: int) -> pl.DataFrame:
-        return launched_by_id(work.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") <= hi)), frames.cuda_api)
-
+    gpu = GpuSteps(windows, frames, work, host)
     # Per window, how much work starts before it, for the batches: after k edges, (k + 1) // 2 windows have begun.
     within = counts.group_by(((pl.col("_edge") + 1) // 2).alias("_window")).agg(pl.col("len").sum())
     firsts = (pl.DataFrame({"_window": pl.int_range(windows.height, eager=True).cast(within["_window"].dtype)})
@@ -89,14 +112,9 @@ def every_budget(frames: Events, every: EveryStep, window_rows: int | None = WIN
               .select(pl.col("len").fill_null(0).cum_sum().cast(pl.Int64)).to_series())
     calls = step_syncs(_sync_calls(frames), thread)
     warmup = int(windows["step"][0]) if every.stats.warmup else None
-    budget, steps = _summed(((budget_in_batches(windows, [cut], between, calls, host, stretches=False)[0],
+    budget, steps = _summed(((budget_in_batches(windows, [cut], gpu.between, calls, host, stretches=False)[0],
                               windows.slice(*cut)) for cut in batches(firsts, window_rows)), warmup, thread)
-
-    def stretches(drawn: Collection[int]) -> pl.DataFrame:
-        at = windows.with_row_index("_at").filter(pl.col("step").is_in(list(drawn)))["_at"].sort()
-        return budget_in_batches(windows, [(int(row), 1) for row in at], between, calls, host)[1]
-
-    return Budgets(budget, steps, bound_by(budget), calls, stretches)
+    return Budgets(budget, steps, bound_by(budget), calls, gpu)
 
 
 def _edge_counts(starts: pl.LazyFrame, steps: pl.DataFrame) -> pl.DataFrame:
@@ -138,7 +156,7 @@ def _cpu_budget(frames: Events, every: EveryStep, thread: int | None, window_row
     warmup = int(steps["step"][0]) if every.stats.warmup else None
     budget, rows = _summed((totals(*cut) for cut in step_batches(steps["start_ns"], cuts)), warmup, thread,
                            every.pieces is not None)
-    return Budgets(budget, rows, every.stats.bound, calls, lambda _: pl.DataFrame(schema=IDLE_COLUMNS))
+    return Budgets(budget, rows, every.stats.bound, calls)
 
 
 def _summed(totals: Iterable[tuple[pl.DataFrame, pl.DataFrame]], warmup: int | None,

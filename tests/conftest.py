@@ -102,11 +102,18 @@ def chromium() -> Any:
 REAL_NSYS_MARKERS = ("nsys", "flyte", "reliability")
 
 
+# Started first: the tests that take longest (tens of seconds each, mostly waiting on real processes). Started last,
+# one of them ran on alone while the other workers had nothing left.
+LONG_FIRST = ("tests/flyte/test_clustered_launcher.py", "tests/packaging/", "tests/reliability/test_faults.py",
+              "tests/analysis/test_budget_batches.py", "tests/flyte/test_perfetto_attach.py")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if any(item.get_closest_marker(name) for name in REAL_NSYS_MARKERS) or "nsys" in getattr(
                 item, "fixturenames", ()):
             item.add_marker(pytest.mark.flaky(reruns=1, reruns_delay=1))
+    items.sort(key=lambda item: not item.nodeid.startswith(LONG_FIRST))  # stable: the order stays otherwise
 
 
 _FIRST_TRIES: list[str] = []

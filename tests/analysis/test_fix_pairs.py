@@ -11,8 +11,10 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import NamedTuple
 
+import polars as pl
 import pytest
 
 import nsight_core
@@ -129,11 +131,42 @@ def test_no_share_exceeds_the_step(version: str, case: str, variant: str) -> Non
 
 
 @pytest.mark.parametrize("version", list(RECORDINGS))
-def test_single_precision_matmuls_are_named_without_a_claimed_saving(version: str) -> None:
+def test_single_precision_matmuls_are_named_with_the_tensor_core_saving(version: str) -> None:
     problem = _analysis(version, "tf32-problem")
-    assert problem.findings[0].kind == "fp32_matmul" and problem.findings[0].saving is None
+    assert problem.findings[0].kind == "fp32_matmul" and problem.findings[0].saving is not None
     assert problem.steps.bound == "device"
     assert "fp32_matmul" not in {f.kind for f in _analysis(version, "tf32-fixed").findings}
+
+
+V2 = {"2023.4.4": FIXTURES / "h200-fix-pairs-v2", "2025.3": FIXTURES / "h200-fix-pairs-v2-2025"}
+"""The second set of fix pairs (tests/fixtures/README.md): the same harness, more causes."""
+
+
+@functools.cache
+def _v2(version: str, region: str) -> nsight_core.Analysis:
+    folder = V2[version]
+    return nsight_core.analyze(nsight_core.load_trace(folder / f"{region}{SUFFIX[version]}"))
+
+
+SUFFIX = {"2023.4.4": ".nsys-rep", "2025.3": ".sqlite"}
+
+
+def _v2_step_ms(version: str, case: str, variant: str) -> float:
+    cases = json.loads((V2[version] / "truth.json").read_text())["cases"]
+    return float(cases[case]["variants"][variant]["step_ms"])
+
+
+@pytest.mark.parametrize("version", list(V2))
+@pytest.mark.parametrize(("case", "metric"), [("tf32", "tf32_saving_per_step"), ("bf16", "bf16_saving_per_step")])
+def test_the_tensor_core_saving_of_fp32_matmuls_is_the_real_one(version: str, case: str, metric: str) -> None:
+    """FP32 GEMMs against TF32 allowed, and against bf16 autocast: the saving predicted from the GPU's peak rates
+    lands within 30 % of the unprofiled difference, and the fixed twin has no FP32 matmul left."""
+    finding = next(f for f in _v2(version, f"{case}-problem").findings if f.kind == "fp32_matmul")
+    predicted = next(e.value for e in finding.evidence if e.metric == metric) / 1e6
+    real = _v2_step_ms(version, case, "problem") - _v2_step_ms(version, case, "fixed")
+    assert abs(predicted - real) <= TOLERANCE * real, (predicted, real)
+    assert finding.severity == "critical"
+    assert "fp32_matmul" not in {f.kind for f in _v2(version, f"{case}-fixed").findings}
 
 
 @pytest.mark.parametrize("version", list(RECORDINGS))
@@ -154,3 +187,18 @@ def test_the_sync_finding_names_the_call_its_range_and_what_the_host_did_next(ve
     assert ("sync_calls_per_step", "api", "cudaStreamSynchronize in step_{n}") in places
     assert ("cpu_during_sync_wait_per_step", "range", "log") in places
     assert finding.subject == "scalar_reads"
+
+
+@pytest.mark.parametrize(("capability", "claimed"), [("7.0", False), ("8.0", True), ("9.0", True)])
+def test_no_tensor_core_saving_is_claimed_on_a_gpu_without_them(capability: str, claimed: bool) -> None:
+    """The same FP32 GEMMs as if recorded on a V100 (compute capability 7.0: no TF32, no bf16 tensor cores), an
+    A100 and an H200: a saving only where the GPU has tensor cores for the type."""
+    trace = nsight_core.load_trace(V2["2023.4.4"] / "tf32-problem.nsys-rep")
+    frames = {name: getattr(trace, name) for name in ("kernels", "memcpy", "memset", "cuda_api", "nvtx", "nvtx_marks",
+                                                      "osrt", "window")}
+    gpus = trace.gpus.with_columns(pl.lit(capability).alias("compute_capability"))
+    finding = next(f for f in nsight_core.analyze(SimpleNamespace(**frames, gpus=gpus)).findings
+                   if f.kind == "fp32_matmul")
+    metrics = {e.metric for e in finding.evidence}
+    assert (finding.saving is not None) == claimed and ("tf32_saving_per_step" in metrics) == claimed
+    assert finding.severity == ("critical" if claimed else "info")

@@ -43,14 +43,14 @@ def analysis_of(frames: Events, gpus: pl.DataFrame | None, window: UserWindow, e
                                   pl.col("cpu_end_ns").alias("end_ns"))
     context = Context(steps=stats, budget=budgets.budget, window_ns=window.span_ns,
                       step_p50_ns=stats.family.p50_ns if stats.family else None)
-    gpu = None
+    gpu, capability = None, find.compute_capability(gpus)
     if any(frame.head(1).collect().height for frame in (frames.kernels, frames.memcpy, frames.memset, frames.graphs)):
         # A capture without steps: its one step's calls, a piece at a time.
         syncs = _syncs(frames, steady_ranges if every.pieces is None else every.pieces, budgets.syncs, thread,
                        window_rows)
         gpu = GpuInputs(*syncs, _launch_shape(frames, steady_ranges, window_rows), frames.memcpy,
-                        steady if every.pieces is None else steady.clear(), find.nominal_pinned(gpus),
-                        find.kernel_totals(frames.kernels, steady))
+                        steady if every.pieces is None else steady.clear(), find.nominal_pinned(capability),
+                        find.kernel_totals(frames.kernels, steady), capability)
     coverage = Coverage(scope="every_step" if every.pieces is None else "capture_as_one_step",
                         steps=steps.height if every.pieces is None else 1)
     return Analysis(window=window, steps=stats, budget=budgets.budget,

@@ -18,6 +18,8 @@ import polars as pl
 from pydantic import BaseModel, Field
 
 from nsight_core.analysis.budget import CpuActivity, StepBudget
+from nsight_core.analysis.precision import saving_ns as precision_saving
+from nsight_core.analysis.precision import speedups
 from nsight_core.analysis.steps import StepStats
 
 FindingKind = Literal[
@@ -236,11 +238,16 @@ def launch_bound(context: Context, kernels_per_step: float, kernel_p50_ns: float
         kind="launch_bound", severity=_severity(_share(saving)), evidence=evidence, saving=saving)
 
 
-def nominal_pinned(gpus: pl.DataFrame | None) -> float:
-    """The pinned-copy bandwidth to expect from the capture's GPUS (their compute capability: PCIe 5 from Hopper)."""
+def compute_capability(gpus: pl.DataFrame | None) -> float | None:
+    """The least compute capability among the capture's GPUS (None where the export does not say)."""
     if gpus is None or not gpus.height:
-        return NOMINAL_PINNED_BYTES_PER_S
-    capability = gpus.select(pl.col("compute_capability").cast(pl.Float64, strict=False).min()).item()
+        return None
+    value = gpus.select(pl.col("compute_capability").cast(pl.Float64, strict=False).min()).item()
+    return float(value) if value is not None else None
+
+
+def nominal_pinned(capability: float | None) -> float:
+    """The pinned-copy bandwidth to expect from a GPU of this compute CAPABILITY (PCIe 5 from Hopper)."""
     return NOMINAL_PINNED_PCIE5_BYTES_PER_S if capability and capability >= PCIE5_COMPUTE_CAPABILITY \
         else NOMINAL_PINNED_BYTES_PER_S
 
@@ -358,11 +365,10 @@ def device_bound(context: Context, totals: pl.DataFrame) -> Finding | None:
                    evidence=evidence, saving=None)
 
 
-def fp32_matmul(context: Context, totals: pl.DataFrame) -> Finding | None:
+def fp32_matmul(context: Context, totals: pl.DataFrame, capability: float | None) -> Finding | None:
     """FP32 matrix kernels that use no tensor cores (cuBLAS' sgemm/f32 paths): TF32 or bf16 would run them on
-    tensor cores. No saving is claimed (so it is info): what TF32 gains depends on the shapes and is not read
-    from a trace (on the H200, 4096-wide FP32 matmuls took 10.7 ms a step, 1.5 ms with TF32). TOTALS:
-    :func:`kernel_totals` of the steady steps."""
+    tensor cores of a GPU of this compute CAPABILITY. The saving is TF32's (a flag, no change to the model), bf16's
+    is in the evidence (:mod:`precision`). TOTALS: :func:`kernel_totals` of the steady steps."""
     if context.budget is None or not context.budget.steps or context.step_p50_ns is None:
         return None
     name = pl.col("name")
@@ -371,15 +377,21 @@ def fp32_matmul(context: Context, totals: pl.DataFrame) -> Finding | None:
     share = summed / context.budget.wall_ns if context.budget.wall_ns else 0.0
     if share < WARNING_SHARE:
         return None
-    per_step = summed / max(context.budget.steps, 1)
+    steps = max(context.budget.steps, 1)
+    per_step = summed / steps
+    faster = speedups(capability)
+    tf32, bf16 = (precision_saving(per_step, speedup) for speedup in faster)
     top = _top_kernels(fp32, TOP_KERNELS)
+    saving = _saving(context, tf32, tf32 * steps) if tf32 is not None else None
     return Finding(
-        kind="fp32_matmul", severity="info",
+        kind="fp32_matmul", severity=_severity(_share(saving)) if saving else "info",
         evidence=[Evidence(metric="fp32_matmul_time_per_step", value=per_step, unit="ns"),
                   Evidence(metric="fp32_matmul_fraction_of_step_time", value=share, unit="fraction"),
-                  *(Evidence(metric="kernel_time_per_step", value=ns / max(context.budget.steps, 1), unit="ns",
+                  *(Evidence(metric=f"{kind}_saving_per_step", value=value, unit="ns")
+                    for kind, value in (("tf32", tf32), ("bf16", bf16)) if value is not None),
+                  *(Evidence(metric="kernel_time_per_step", value=ns / steps, unit="ns",
                              where=Where(kind="kernel", name=name)) for name, ns in top.iter_rows())],
-        saving=None)
+        saving=saving)
 
 
 def warmup(context: Context) -> Finding | None:
@@ -437,6 +449,8 @@ class GpuInputs(NamedTuple):
     """The nominal pinned bandwidth (:func:`nominal_pinned`)."""
     kernels: pl.DataFrame
     """:func:`kernel_totals` of the steady steps."""
+    capability: float | None = None
+    """The compute capability of the GPU the steps ran on (:func:`compute_capability`; None: unknown)."""
 
 
 def findings_of(context: Context, gpu: GpuInputs | None) -> list[Finding]:
@@ -446,5 +460,5 @@ def findings_of(context: Context, gpu: GpuInputs | None) -> list[Finding]:
         pageable = pageable_copies(context, gpu.copies, gpu.copy_steps, gpu.pinned)
         gpu_findings = [*idle_findings(context, gpu.syncs, gpu.small_reads), launch_bound(context, *gpu.shape),
                         *pageable, exposed_copy(context, pageable), exposed_comm(context),
-                        fp32_matmul(context, gpu.kernels), device_bound(context, gpu.kernels)]
+                        fp32_matmul(context, gpu.kernels, gpu.capability), device_bound(context, gpu.kernels)]
     return ordered([*gpu_findings, warmup(context), step_count(context)])

@@ -1,0 +1,56 @@
+"""What running FP32 matrix work on tensor cores would save (TF32, or bf16 autocast), from the GPU's peak rates.
+
+A GEMM that cuBLAS runs in plain FP32 (sgemm, FFMA) uses the GPU's CUDA cores; with TF32 allowed, or under bf16
+autocast, the same GEMM runs on tensor cores at their peak rate. A large GEMM runs close to peak either way, so its
+time shrinks by the ratio of the two peaks: the saving is the kernels' time times (1 - FP32 peak / tensor peak).
+Small GEMMs are bound by memory or launches and gain less, which is why the saving is an estimate to check.
+GPUs without tensor cores for that type (before compute capability 8.0: no TF32, no bf16) get no saving.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class PeakRates(NamedTuple):
+    """Dense peak TFLOP/s of one GPU generation (NVIDIA's data sheets; sparsity not counted)."""
+
+    fp32: float
+    tf32: float | None
+    bf16: float | None
+
+
+PEAKS: dict[float, PeakRates] = {
+    8.0: PeakRates(fp32=19.5, tf32=156.0, bf16=312.0),  # A100
+    8.6: PeakRates(fp32=31.2, tf32=62.5, bf16=125.0),  # A10, RTX 30
+    8.9: PeakRates(fp32=91.6, tf32=183.0, bf16=362.0),  # L40S, L4, RTX 40
+    9.0: PeakRates(fp32=67.0, tf32=494.7, bf16=989.4),  # H100, H200
+    10.0: PeakRates(fp32=80.0, tf32=1100.0, bf16=2250.0),  # B200
+    12.0: PeakRates(fp32=104.8, tf32=104.8, bf16=209.5),  # RTX 50, RTX PRO Blackwell
+}
+"""By compute capability; a GPU between two entries takes the lower one's."""
+
+
+class Speedups(NamedTuple):
+    """How many times faster an FP32 GEMM runs with TF32 and under bf16 (None: no tensor cores for that type)."""
+
+    tf32: float | None
+    bf16: float | None
+
+
+def speedups(capability: float | None) -> Speedups:
+    """The TF32 and bf16 speedups of FP32 GEMMs on a GPU of this compute CAPABILITY (None: unknown GPU, none)."""
+    known = [key for key in PEAKS if capability is not None and key <= capability]
+    if not known:
+        return Speedups(None, None)
+    peak = PEAKS[max(known)]
+
+    def ratio(tensor: float | None) -> float | None:
+        return tensor / peak.fp32 if tensor is not None and tensor > peak.fp32 else None
+
+    return Speedups(ratio(peak.tf32), ratio(peak.bf16))
+
+
+def saving_ns(fp32_gemm_ns: float, speedup: float | None) -> float | None:
+    """The time FP32_GEMM_NS of FP32 GEMMs would save running SPEEDUP times faster (None: no speedup)."""
+    return fp32_gemm_ns * (1 - 1 / speedup) if speedup else None

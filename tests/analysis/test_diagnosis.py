@@ -90,5 +90,6 @@ def test_savings_never_exceed_the_step(analysis: nsight_core.Analysis) -> None:
 
 @pytest.mark.parametrize("capture", ["h200-two-streams/two_streams.nsys-rep", "h200-torch-mlp/evaluation.nsys-rep"])
 def test_a_clean_run_raises_no_warning(load: Callable[[str], Any], capture: str) -> None:
+    """Nothing to fix in how they run; their matmuls are FP32 on an H200, which tensor cores (TF32) would speed up."""
     findings = nsight_core.analyze(load(capture)).findings
-    assert [f.kind for f in findings if f.severity != "info"] == []
+    assert [f.kind for f in findings if f.severity != "info"] == ["fp32_matmul"]

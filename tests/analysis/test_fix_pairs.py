@@ -202,3 +202,15 @@ def test_no_tensor_core_saving_is_claimed_on_a_gpu_without_them(capability: str,
     metrics = {e.metric for e in finding.evidence}
     assert (finding.saving is not None) == claimed and ("tf32_saving_per_step" in metrics) == claimed
     assert finding.severity == ("critical" if claimed else "info")
+
+
+@pytest.mark.parametrize("version", list(V2))
+@pytest.mark.parametrize("variant", ["problem", "fixed"])
+def test_a_prefetch_on_a_side_stream_does_not_pull_the_step_window_early(version: str, variant: str) -> None:
+    """Step i+1's input copied on a second stream while step i computes (fixed), against copied on the compute stream
+    (problem): the windows follow the compute, so the step is the unprofiled one either way."""
+    analysis = _v2(version, f"prefetch-{variant}")
+    assert analysis.steps.clock == "gpu" and analysis.steps.family is not None
+    real = _v2_step_ms(version, "prefetch", variant)
+    assert abs(analysis.steps.family.p50_ns / 1e6 - real) <= TOLERANCE * real
+    assert analysis.steps.family.max_ns < 2 * analysis.steps.family.p50_ns, "no window swallows the ones after it"

@@ -39,7 +39,7 @@ from nsight_core.analysis.steps import (
 from nsight_core.analysis.windows import start_cuts, window_filters
 from nsight_core.trace.streamed import WINDOW_ROWS, Events
 
-SPAN_COLUMNS = {"step": pl.Int64, "gpu_start_ns": pl.Int64, "gpu_end_ns": pl.Int64}
+SPAN_COLUMNS = {"step": pl.Int64, "_compute_ns": pl.Int64, "gpu_start_ns": pl.Int64, "gpu_end_ns": pl.Int64}
 
 
 class EveryStep(NamedTuple):
@@ -136,14 +136,21 @@ def every_step(frames: Events, chosen: StepStats, window_rows: int | None = WIND
 
 
 def gpu_spans(frames: Events, steps: pl.DataFrame, window_rows: int | None) -> pl.DataFrame:
-    """Per step that launched GPU work: the start of its first and the end of its last (step, gpu_start_ns,
+    """Per step that launched GPU work: where its compute starts and where its last work ends (step, gpu_start_ns,
     gpu_end_ns), from FRAMES' CUDA calls and GPU work in windows of correlation id holding about WINDOW_ROWS of them.
 
-    A launch is the step's where its call starts inside the step's range, on any thread (:func:`step_of_launch`); a
-    correlation id two processes both used belongs to the earlier call, as :func:`projection.launched` has it.
+    The start is that of the step's first work on a compute stream (one that runs kernels anywhere in the capture),
+    else of its first work at all: a copy a step launches on a side stream for the next step (a prefetch) runs
+    ahead of the compute it feeds, and must not pull the step's window early. A launch is the step's where its
+    call starts inside the step's range, on any thread (:func:`step_of_launch`); a correlation id two processes
+    both used belongs to the earlier call, as :func:`projection.launched` has it.
     """
     calls = frames.cuda_api.select("correlation_id", pl.col("start_ns").alias("launch_ns"))
-    work = gpu_work_of(frames).select("start_ns", "end_ns", "correlation_id")
+    work = gpu_work_of(frames)
+    compute = (work.filter(pl.col("kind").is_in(["kernel", "graph"])).select(pl.col("stream").unique())
+               .collect(engine="streaming")["stream"])
+    work = work.select("start_ns", "end_ns", "correlation_id", pl.col("stream").is_in(compute.implode())
+                       .alias("_compute"))
     # Cut where both sides together hold about WINDOW_ROWS rows: a CUDA graph's nodes all carry its launch's id.
     ids = pl.concat([side.select(pl.col("correlation_id").alias("start_ns")) for side in (calls, work)])
     cuts = start_cuts(ids.drop_nulls(), window_rows)
@@ -153,23 +160,26 @@ def gpu_spans(frames: Events, steps: pl.DataFrame, window_rows: int | None) -> p
                     .unique("correlation_id", keep="first", maintain_order=True))
         launches = launches.with_columns(step_of_launch(launches, steps)).filter(pl.col("step").is_not_null())
         ran = work.filter(inside).collect(engine="streaming").join(launches, on="correlation_id")
-        found.append(ran.group_by("step").agg(pl.col("start_ns").min().alias("gpu_start_ns"),
+        found.append(ran.group_by("step").agg(pl.col("start_ns").filter("_compute").min().alias("_compute_ns"),
+                                              pl.col("start_ns").min().alias("gpu_start_ns"),
                                               pl.col("end_ns").max().alias("gpu_end_ns")))
     spans = pl.concat([pl.DataFrame(schema=SPAN_COLUMNS), *(part.cast(SPAN_COLUMNS) for part in found)])  # type: ignore[arg-type]
-    return spans.group_by("step").agg(pl.col("gpu_start_ns").min(), pl.col("gpu_end_ns").max()).sort("step")
+    return (spans.group_by("step").agg(pl.col("_compute_ns", "gpu_start_ns").min(), pl.col("gpu_end_ns").max())
+            .select("step", pl.coalesce("_compute_ns", "gpu_start_ns").alias("gpu_start_ns"), "gpu_end_ns")
+            .sort("step"))
 
 
 def gpu_work_of(frames: Events) -> pl.LazyFrame:
-    """FRAMES' GPU work (start_ns, end_ns, correlation_id, kind, comm): kernels, copies, memsets and the graph
-    launches whose nodes are not kernels.
+    """FRAMES' GPU work (start_ns, end_ns, correlation_id, kind, comm, stream): kernels, copies, memsets and the
+    graph launches whose nodes are not kernels.
 
     The graph launches are read once (a row per launch): their query scans every kernel past them, which each
     window of a pass would repeat."""
-    graphs = frames.graphs.select("start_ns", "end_ns", "correlation_id").collect(engine="streaming").lazy()
+    graphs = frames.graphs.select("start_ns", "end_ns", "correlation_id", "stream").collect(engine="streaming").lazy()
     no = pl.lit(False).alias("comm")
     parts = [frames.kernels.select("start_ns", "end_ns", "correlation_id", pl.lit("kernel").alias("kind"),
-                                   pl.col("name").str.contains(NCCL).fill_null(False).alias("comm")),
-             *(frame.select("start_ns", "end_ns", "correlation_id", pl.lit(kind).alias("kind"), no)
+                                   pl.col("name").str.contains(NCCL).fill_null(False).alias("comm"), "stream"),
+             *(frame.select("start_ns", "end_ns", "correlation_id", pl.lit(kind).alias("kind"), no, "stream")
                for frame, kind in ((frames.memcpy, "copy"), (frames.memset, "memset"), (graphs, "graph")))]
     return pl.concat([part.cast(GPU_WORK_COLUMNS) for part in parts])  # type: ignore[arg-type]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import polars as pl
 
 GPU_WORK_COLUMNS = {"start_ns": pl.Int64, "end_ns": pl.Int64, "correlation_id": pl.Int64, "kind": pl.String,
-                    "comm": pl.Boolean}
+                    "comm": pl.Boolean, "stream": pl.Int64}
 NCCL = r"(?i)nccl"
 MIN_PROJECTED = 2
 """NVTX steps are read on the GPU's clock when at least this many launched GPU work."""

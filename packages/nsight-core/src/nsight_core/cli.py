@@ -59,7 +59,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from nsight_core.session import Session
 
     session = Session(trace=args.trace, sample=args.sample, output_dir=args.output,
-                      cuda_graph_trace=args.cuda_graph_trace)
+                      cuda_graph_trace=args.cuda_graph_trace, python_backtrace=args.python_backtrace)
     result = session.run(_command(args), capture=args.capture)
     for report in result.reports:
         print(report, flush=True)
@@ -142,7 +142,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from nsight_core.launch import exec_launch
 
     exec_launch(_command(args), name=args.session, trace=args.trace, sample=args.sample,
-                output_dir=args.output_dir, cuda_graph_trace=args.cuda_graph_trace)
+                output_dir=args.output_dir, cuda_graph_trace=args.cuda_graph_trace,
+                python_backtrace=args.python_backtrace)
 
 
 SLOWER_EXIT = 3
@@ -181,6 +182,10 @@ def _add_profiling_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cuda-graph-trace", choices=CUDA_GRAPH_TRACES, default=None,
                         help="passed to nsys --cuda-graph-trace: 'graph' records each CUDA graph launch whole, 'node' "
                         "each of its kernels (default: nsys' own: graph where the CUDA driver is 11.7 or newer)")
+    parser.add_argument("--python-backtrace", action="store_true",
+                        help="record the Python call stack of each CUDA call that copies, allocates or synchronises, "
+                        "so that findings name the file:line that caused them (costs host time per such call; "
+                        "needs CPU sampling, nsys' default)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
 

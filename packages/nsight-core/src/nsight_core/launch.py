@@ -26,7 +26,7 @@ __all__ = ["exec_launch", "exec_wrapper"]
 
 def exec_launch(argv: Sequence[str], *, name: str, trace: Sequence[str] | str = DEFAULT_TRACE,
                 sample: str | None = None, output_dir: str | Path | None = None,
-                cuda_graph_trace: str | None = None) -> NoReturn:
+                cuda_graph_trace: str | None = None, python_backtrace: bool = False) -> NoReturn:
     """Run ARGV under `nsys launch` and exit as it did, or replace this process with ARGV alone.
 
     This is what a container runtime re-execs into (Flyte's exec wrapper): a missing nsys or a bad
@@ -42,7 +42,7 @@ def exec_launch(argv: Sequence[str], *, name: str, trace: Sequence[str] | str = 
     try:
         unique = f"{sanitize(name)[:80]}-{uuid.uuid4().hex[:6]}"
         session = Session(unique, trace=trace, sample=sample, output_dir=output_dir or default_output_dir(unique),
-                          cuda_graph_trace=cuda_graph_trace)
+                          cuda_graph_trace=cuda_graph_trace, python_backtrace=python_backtrace)
         session._prepare_output_dir()
         nsys_argv, env = session._nsys_argv("manual"), session.child_env()
     except (NsightError, ValueError, OSError) as exc:

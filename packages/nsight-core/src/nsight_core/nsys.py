@@ -127,6 +127,34 @@ def validate_cuda_graph_trace(value: str | None) -> str | None:
 def _graph_option(cuda_graph_trace: str | None) -> list[str]:
     return [] if cuda_graph_trace is None else [f"--cuda-graph-trace={validate_cuda_graph_trace(cuda_graph_trace)}"]
 
+
+PYTHON_BACKTRACE_THRESHOLD_NS = 10_000
+"""CUDA calls that last this long (10 µs) or longer get their Python call stack: allocations, frees, copies and
+synchronisations that cost the step time do; most kernel launches (5-10 µs) do not, which bounds the cost."""
+PYTHON_BACKTRACE_FLAGS: dict[str, tuple[str, ...]] = {
+    "": ("--python-backtrace=cuda", f"--cudabacktrace=all:{PYTHON_BACKTRACE_THRESHOLD_NS}"),
+}
+"""The nsys flags that record the Python call stack of CUDA calls, by nsys version prefix ('' for any other). nsys
+takes a CUDA call's Python stack together with its native one: ``--python-backtrace=cuda`` alone records no frames,
+``--cudabacktrace`` must name the calls (and CPU sampling must be on). One value, ``all`` with a threshold: nsys
+2023.4.4 keeps only the last of a comma-separated list of kinds (``memory:0,sync:0`` collects for sync alone, its
+record of the capture's settings says) and refuses the flag twice."""
+
+
+def validate_python_backtrace(python_backtrace: bool, sample: str | None) -> bool:
+    """PYTHON_BACKTRACE, checked against SAMPLE before any process starts: nsys takes the stacks with its CPU
+    samples, and records none where sampling is off."""
+    if python_backtrace and sample == "none":
+        raise ValueError("python_backtrace needs nsys' CPU sampling, which sample='none' turns off: leave sample out "
+                         "(nsys' default) or set it to 'process-tree'.")
+    return bool(python_backtrace)
+
+
+def python_backtrace_flags(version: str) -> list[str]:
+    """The flags of :data:`PYTHON_BACKTRACE_FLAGS` for nsys VERSION (`launch` and `profile` options)."""
+    prefix = max((key for key in PYTHON_BACKTRACE_FLAGS if version.startswith(key)), key=len)
+    return list(PYTHON_BACKTRACE_FLAGS[prefix])
+
 def _version_of(path: str) -> str | None:
     try:
         result = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=QUICK_TIMEOUT,
@@ -229,19 +257,25 @@ class Nsys:
 
     # -- command lines for processes we do not run ourselves ------------------------------------
     def launch_argv(self, session: str, trace: Sequence[str], command: Sequence[str],
-                    cuda_graph_trace: str | None = None) -> list[str]:
-        """`nsys launch`: start COMMAND in a session that records nothing until `nsys start` (graph tracing is
-        a launch option: `nsys start` has none)."""
+                    cuda_graph_trace: str | None = None, python_backtrace: bool = False) -> list[str]:
+        """`nsys launch`: start COMMAND in a session that records nothing until `nsys start` (graph tracing and
+        Python backtraces are launch options: `nsys start` has none)."""
         return [str(self.path), "launch", f"--session-new={session}", f"--trace={','.join(trace)}",
-                *_graph_option(cuda_graph_trace), "--wait=primary", *command]
+                *_graph_option(cuda_graph_trace), *self._backtrace_option(python_backtrace), "--wait=primary",
+                *command]
+
+    def _backtrace_option(self, python_backtrace: bool) -> list[str]:
+        return python_backtrace_flags(self.version) if python_backtrace else []
 
     def profile_argv(self, session: str, output: Path, trace: Sequence[str], sample: str | None,
-                     command: Sequence[str], cuda_graph_trace: str | None = None) -> list[str]:
+                     command: Sequence[str], cuda_graph_trace: str | None = None,
+                     python_backtrace: bool = False) -> list[str]:
         """`nsys profile`: record COMMAND from start to exit into OUTPUT.nsys-rep, in nsys session SESSION
         (named, so that `nsys stop` can end the collection early, keeping the trace so far, while COMMAND
         runs on: measured with 2023.4.4, nsys then waits for COMMAND as before)."""
         argv = [str(self.path), "profile", f"--session-new={session}", f"--trace={','.join(trace)}",
-                *_graph_option(cuda_graph_trace), "-o", str(output), "--force-overwrite=true", "--wait=primary"]
+                *_graph_option(cuda_graph_trace), *self._backtrace_option(python_backtrace), "-o", str(output),
+                "--force-overwrite=true", "--wait=primary"]
         if sample is not None:
             argv.append(f"--sample={sample}")
         return [*argv, *command]

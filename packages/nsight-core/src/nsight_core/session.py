@@ -35,6 +35,7 @@ from nsight_core.nsys import (
     Nsys,
     find_nsys,
     validate_cuda_graph_trace,
+    validate_python_backtrace,
 )
 from nsight_core.settings import (
     LATEST,
@@ -74,12 +75,14 @@ class Session:
 
     def __init__(self, name: str | None = None, *, trace: Sequence[str] | str = DEFAULT_TRACE,
                  sample: str | None = None, output_dir: str | Path | None = None,
-                 nsys: Nsys | None = None, cuda_graph_trace: str | None = None) -> None:
+                 nsys: Nsys | None = None, cuda_graph_trace: str | None = None,
+                 python_backtrace: bool = False) -> None:
         short = uuid.uuid4().hex[:8]
         self.name = sanitize(name) if name else f"nsight-{short}"
         self.trace = validate_trace(trace)
         self.sample = sample
         self.cuda_graph_trace = validate_cuda_graph_trace(cuda_graph_trace)
+        self.python_backtrace = validate_python_backtrace(python_backtrace, sample)
         self._runs: Path | None = None
         if output_dir:  # absolute: the program may change directory before it opens a region
             self.output_dir = Path(output_dir).absolute()
@@ -113,10 +116,10 @@ class Session:
 
     def _nsys_argv(self, capture: CaptureMode) -> list[str]:
         if capture == "manual":
-            return self.nsys.launch_argv(self.name, self.trace, [], self.cuda_graph_trace)
+            return self.nsys.launch_argv(self.name, self.trace, [], self.cuda_graph_trace, self.python_backtrace)
         if capture == "process":
             return self.nsys.profile_argv(self.name, self.output_dir / self.name, self.trace, self.sample, [],
-                                          self.cuda_graph_trace)
+                                          self.cuda_graph_trace, self.python_backtrace)
         raise ValueError(f"capture={capture!r} is not a capture mode: use 'process' or 'manual'.")
 
     def run(self, argv: Sequence[str], capture: CaptureMode = DEFAULT_CAPTURE,

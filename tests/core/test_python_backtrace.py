@@ -1,0 +1,61 @@
+"""`--python-backtrace` (the `python_backtrace` option of `Session`, `nsight run` and `nsight launch`) reaches nsys:
+the proof is nsys' own record of the capture's settings in the report it wrote (META_DATA_CAPTURE
+`PROCESS_0:CUDA_BACKTRACE_OPTIONS:*`), with the real nsys 2023.4.4."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nsight_core import Session
+from nsight_core.nsys import PYTHON_BACKTRACE_THRESHOLD_NS, Nsys
+from nsight_core.trace.export import export
+
+pytestmark = pytest.mark.nsys
+
+REGION = """import nsight_core
+with nsight_core.range("work"):
+    sum(range(1000))
+"""
+
+
+def backtrace_options(report: Path) -> dict[str, str]:
+    """How nsys was told to take CUDA calls' backtraces when it recorded REPORT (its own record)."""
+    with sqlite3.connect(export(report, "sqlite")) as connection:
+        rows = connection.execute("SELECT name, value FROM META_DATA_CAPTURE WHERE name LIKE "
+                                  "'%CUDA_BACKTRACE_OPTIONS:%'").fetchall()
+    connection.close()
+    return {str(name).rsplit(":", 1)[-1]: str(value) for name, value in rows}
+
+
+@pytest.mark.parametrize("capture", ["process", "manual"])
+def test_nsight_run_asks_nsys_for_the_python_stack_of_cuda_calls(capture: str, nsys: Nsys, tmp_path: Path) -> None:
+    script = tmp_path / "region.py"
+    script.write_text(REGION, encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "nsight_core.cli", "run", "--capture", capture, "--trace",
+                           "cuda,nvtx", "--python-backtrace", "-o", str(tmp_path / "out"), "--", sys.executable,
+                           str(script)], capture_output=True, text=True, timeout=240, check=False, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    [report] = sorted((tmp_path / "out").glob("*.nsys-rep"))
+    options = backtrace_options(report)
+    assert options["COLLECT_PYTHON_BACKTRACES"] == "true"
+    for kind in ("KERNEL", "MEMORY", "SYNCHRONOIZATION", "OTHER"):  # nsys' spelling
+        assert options[f"COLLECT_{kind}_BACKTRACES"] == "true"
+        assert int(options[f"{kind}_BACKTRACES_THRESHOLD_NS"]) == PYTHON_BACKTRACE_THRESHOLD_NS
+
+
+def test_without_the_option_nsys_takes_no_python_stacks(nsys: Nsys, tmp_path: Path) -> None:
+    script = tmp_path / "region.py"
+    script.write_text(REGION, encoding="utf-8")
+    result = Session(trace=("cuda", "nvtx"), output_dir=tmp_path / "out").run([sys.executable, str(script)])
+    [report] = result.reports
+    assert backtrace_options(report).get("COLLECT_PYTHON_BACKTRACES", "false") == "false"
+
+
+def test_python_backtrace_without_cpu_sampling_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="python_backtrace needs nsys' CPU sampling"):
+        Session(sample="none", python_backtrace=True, output_dir=tmp_path)

@@ -36,7 +36,10 @@ from nsight_core.analysis.codes import matching, pattern_of
 from nsight_core.analysis.every_step import EveryStep, gpu_work_of, launched_by_id
 from nsight_core.analysis.gpu_budget import (
     IDLE_COLUMNS,
+    QUERY_CALLS,
+    TOP_CALLS,
     Host,
+    HostCalls,
     budget_in_batches,
     dispatch_runs,
     outermost_user_ranges,
@@ -102,7 +105,8 @@ def every_budget(frames: Events, every: EveryStep, window_rows: int | None = WIN
     counts = _edge_counts(work.select("start_ns"), windows)
     host = Host.of(windows, _user_ranges(frames, windows, family.pattern, thread, window_rows),
                    dispatch_runs(pl.concat([dispatch_runs(calls) for calls in
-                                            start_windows(frames.cuda_api.select("start_ns", "end_ns"), window_rows)])))
+                                            start_windows(frames.cuda_api.select("start_ns", "end_ns"), window_rows)])),
+                   host_calls(frames, thread))
 
     gpu = GpuSteps(windows, frames, work, host)
     # Per window, how much work starts before it, for the batches: after k edges, (k + 1) // 2 windows have begun.
@@ -115,6 +119,25 @@ def every_budget(frames: Events, every: EveryStep, window_rows: int | None = WIN
     budget, steps = _summed(((budget_in_batches(windows, [cut], gpu.between, calls, host, stretches=False)[0],
                               windows.slice(*cut)) for cut in batches(firsts, window_rows)), warmup, thread)
     return Budgets(budget, steps, bound_by(budget), calls, gpu)
+
+
+def host_calls(frames: Events, thread: int) -> HostCalls:
+    """The steps' THREAD's calls as the budget names them (:class:`gpu_budget.HostCalls`): the TOP_CALLS CUDA and
+    OS-runtime call names by their time over the capture (a streamed sum per name), read a batch of time at a time."""
+    def top(calls: pl.LazyFrame) -> list[str]:
+        return (calls.filter((pl.col("thread") == thread) & ~pl.col("name").str.contains(QUERY_CALLS))
+                .group_by("name")
+                .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("_t")).drop_nulls("name")
+                .sort(["_t", "name"], descending=[True, False]).head(TOP_CALLS).collect(engine="streaming")["name"]
+                .to_list())
+
+    def between(lo: int, hi: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+        meets = (pl.col("thread") == thread) & (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)
+        read = [calls.filter(meets).select("start_ns", "end_ns", "name") for calls in (frames.cuda_api, frames.osrt)]
+        cuda, osrt = pl.collect_all(read, engine="streaming")
+        return cuda.sort("start_ns", maintain_order=True), osrt.sort("start_ns", maintain_order=True)
+
+    return HostCalls(top(frames.cuda_api), top(frames.osrt), between)
 
 
 def _edge_counts(starts: pl.LazyFrame, steps: pl.DataFrame) -> pl.DataFrame:

@@ -53,6 +53,16 @@ Cases (variants: the problem first, then its fixes):
               pin_memory=True).to("cuda", non_blocking=True)`: nothing the host waits for. (A real pattern:
               lengths, labels or weights built in Python each step.)
 
+- alloc_churn: a 24-layer bf16 MLP (1024 wide, batch 8192: each activation 16 MiB, above the caching allocator's
+              10 MiB split limit, so each is a segment of its own) trained with `torch.cuda.empty_cache()` every step:
+              every step's activations are new cudaMalloc calls, and empty_cache gives them back with as many
+              cudaFree calls (each waits for the GPU) | without it.
+- mask_tail:  three bf16 GEMMs (~2.4 ms of GPU), then boolean-mask indexing `h[h > 0]` (nonzero: the host waits
+              for the GEMMs), then TAIL_LONG tiny ops (~2 ms of launches) | the fixed-shape `torch.where` form:
+              the tail's launches overlap the GEMMs.
+- item_if:    the same GEMMs, then a Python `if` on a tensor (`if h.mean() > 0:`: a one-byte read back and a
+              stream synchronise), then the tail | the branch as `torch.where` on the GPU.
+
 Options: `--cases` picks cases, `--variants` variants (e.g. `problem`), `--time-only` records nothing, and
 `--region cuda-profiler` makes each region a cudaProfilerStart/Stop pair (torch.cuda.profiler) instead of
 an nsight region, for `nsys profile --capture-range=cudaProfilerApi --capture-range-end=stop` (one region
@@ -91,6 +101,8 @@ STEPS_OF = {"per_param": 12}
 """Cases recorded over fewer steps than STEPS (their steps launch so much that a capture would grow large)."""
 TAIL_OPS = 30
 """mask_sync/list_tensor: the tiny ops after the value the host waits for (two kernels each)."""
+TAIL_LONG = 100
+"""mask_tail/item_if: the tiny ops after the value the host waits for (two kernels each, ~2 ms of launches)."""
 
 Step = Callable[[int], None]
 
@@ -439,22 +451,26 @@ def checkpoint() -> dict[str, Step]:
     return {"problem": run(1), "fixed": run(100)}
 
 
-def tail(value: torch.Tensor) -> torch.Tensor:
-    """A little GPU work after the step's value: TAIL_OPS tiny ops of two kernels each (a metric's upkeep)."""
-    for _ in range(TAIL_OPS):
+def tail(value: torch.Tensor, ops: int = TAIL_OPS) -> torch.Tensor:
+    """A little GPU work after the step's value: OPS tiny ops of two kernels each (a metric's upkeep)."""
+    for _ in range(ops):
         value = value * 0.5 + 1.0
     return value
 
 
-def gemm_then(select: Callable[[torch.Tensor], torch.Tensor]) -> Step:
-    """A 4096x8192x8192 bf16 GEMM (~0.8 ms of GPU, one launch), then SELECT of the result, then the tail."""
+def gemm_then(select: Callable[[torch.Tensor], torch.Tensor], gemms: int = 1, ops: int = TAIL_OPS) -> Step:
+    """GEMMS 4096x8192x8192 bf16 GEMMs (~0.8 ms of GPU each, one launch), then SELECT of the result, then the tail
+    of OPS tiny ops."""
     a = torch.randn(4096, 8192, device=DEVICE, dtype=torch.bfloat16)
     b = torch.randn(8192, 8192, device=DEVICE, dtype=torch.bfloat16)
     total = torch.zeros((), device=DEVICE)
 
     def step(i: int) -> None:
         nonlocal total
-        total = total + tail(select(a @ b))
+        h = a @ b
+        for _ in range(gemms - 1):
+            h = h @ b
+        total = total + tail(select(h), ops)
 
     return step
 
@@ -484,12 +500,52 @@ def list_tensor() -> dict[str, Step]:
     return {"problem": gemm_then(pageable), "fixed": gemm_then(pinned)}
 
 
+def alloc_churn() -> dict[str, Step]:
+    train = trainer(mlp(1024, 24, torch.bfloat16))
+    x = torch.randn(8192, 1024, device=DEVICE, dtype=torch.bfloat16)  # 16 MiB activations: a segment each
+
+    def problem(i: int) -> None:
+        train(x)
+        torch.cuda.empty_cache()
+
+    def fixed(i: int) -> None:
+        train(x)
+
+    return {"problem": problem, "fixed": fixed}
+
+
+def mask_tail() -> dict[str, Step]:
+    def masked(h: torch.Tensor) -> torch.Tensor:
+        return h[h > 0].float().mean()
+
+    def fixed_shape(h: torch.Tensor) -> torch.Tensor:
+        positive = h > 0
+        return torch.where(positive, h, 0).float().sum() / positive.sum()
+
+    return {"problem": gemm_then(masked, 3, TAIL_LONG), "fixed": gemm_then(fixed_shape, 3, TAIL_LONG)}
+
+
+def item_if() -> dict[str, Step]:
+    def branch(h: torch.Tensor) -> torch.Tensor:
+        m = h.float().mean()
+        if m > 0:  # a Python `if` on a tensor: reads one byte back and waits for the GPU
+            return m * 2.0
+        return m * 0.5
+
+    def on_gpu(h: torch.Tensor) -> torch.Tensor:
+        m = h.float().mean()
+        return torch.where(m > 0, m * 2.0, m * 0.5)
+
+    return {"problem": gemm_then(branch, 3, TAIL_LONG), "fixed": gemm_then(on_gpu, 3, TAIL_LONG)}
+
+
 CASES: dict[str, Callable[[], dict[str, Step]]] = {
     "dataloader": dataloader,  # first: its workers fork before any region has been opened
     "host_load": host_load, "sync_log": sync_log, "graph": graph, "pageable": pageable, "two": two,
     "gpu_bound": gpu_bound, "tf32": tf32, "quick_start": quick_start,
     "small_step": small_step, "per_param": per_param, "prefetch": prefetch, "bf16": bf16,
     "small_copies": small_copies, "checkpoint": checkpoint, "mask_sync": mask_sync, "list_tensor": list_tensor,
+    "alloc_churn": alloc_churn, "mask_tail": mask_tail, "item_if": item_if,
 }
 
 

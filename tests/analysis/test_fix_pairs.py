@@ -82,11 +82,12 @@ VARIANTS = [(version, case, variant) for version in RECORDINGS for case, variant
 
 
 @pytest.mark.parametrize(("version", "case", "variant"), VARIANTS, ids=lambda v: str(v))
-def test_the_step_on_the_gpu_clock_is_the_unprofiled_step(version: str, case: str, variant: str) -> None:
+def test_the_step_without_the_profiler_is_the_unprofiled_step(version: str, case: str, variant: str) -> None:
     truth = _truth(version)[case][variant]
     analysis = _analysis(version, str(truth["region"]))
     assert analysis.steps.clock == "gpu" and analysis.steps.family is not None
-    p50_ms = analysis.steps.family.p50_ns / 1e6
+    assert analysis.steps.estimated_p50_ns is not None and analysis.overhead is not None
+    p50_ms = analysis.steps.estimated_p50_ns / 1e6
     runs = [float(run) for run in truth["runs_ms"]]  # type: ignore[attr-defined]
     real = float(truth["step_ms"])  # type: ignore[arg-type]
     assert abs(p50_ms - real) <= TOLERANCE * real or min(runs) <= p50_ms <= max(runs), (p50_ms, runs)
@@ -214,3 +215,33 @@ def test_a_prefetch_on_a_side_stream_does_not_pull_the_step_window_early(version
     real = _v2_step_ms(version, "prefetch", variant)
     assert abs(analysis.steps.family.p50_ns / 1e6 - real) <= TOLERANCE * real
     assert analysis.steps.family.max_ns < 2 * analysis.steps.family.p50_ns, "no window swallows the ones after it"
+
+
+UNEXPLAINED = {("2023.4.4", "small_step", "problem"), ("2023.4.4", "mask_sync", "problem"),
+               ("2023.4.4", "per_param", "fixed"), ("2023.4.4", "graph", "problem")}
+"""Small host-bound steps of the 2023.4.4 recording whose profiled step differs from the unprofiled one by 0.2-0.8 ms,
+far more (or the other way) than their 40-150 CUDA calls a step explain at the cost per call the other pairs show;
+the same code recorded with 2025.3 lands. A known gap of the per-call model, kept visible (strict xfail)."""
+V2_VARIANTS = [pytest.param(version, case, variant, marks=pytest.mark.xfail(strict=True, reason="UNEXPLAINED"))
+               if (version, case, variant) in UNEXPLAINED else (version, case, variant) for version in V2
+               for case, found in json.loads((V2[version] / "truth.json").read_text())["cases"].items()
+               for variant in found["variants"] if not _lost_data(version, case, variant)]
+
+
+@pytest.mark.parametrize(("version", "case", "variant"), V2_VARIANTS, ids=lambda v: str(v))
+def test_the_estimated_step_is_the_unprofiled_step_and_no_saving_exceeds_it(version: str, case: str,
+                                                                             variant: str) -> None:
+    """The step less what nsys' tracing added (a part of the budget of its own) is the step timed without the
+    profiler, within 30 % (or within the spread of its unprofiled runs); no finding saves more than that step."""
+    analysis = _v2(version, f"{case}-{variant}")
+    cases = json.loads((V2[version] / "truth.json").read_text())["cases"]
+    truth = cases[case]["variants"][variant]
+    assert analysis.steps.estimated_p50_ns is not None and analysis.overhead is not None
+    estimated, real = analysis.steps.estimated_p50_ns / 1e6, float(truth["step_ms"])
+    runs = [float(run) for run in truth["runs_ms"]]
+    assert abs(estimated - real) <= TOLERANCE * real or min(runs) <= estimated <= max(runs), (estimated, runs)
+    budget = analysis.budget
+    assert budget.part("profiler_overhead").per_step_mean_ns == pytest.approx(analysis.overhead.per_step_ns, abs=1)
+    assert sum(part.total_ns for part in budget.parts) == budget.wall_ns
+    savings = [f.saving.per_step_ns for f in analysis.findings if f.saving and f.saving.per_step_ns is not None]
+    assert all(saving <= analysis.steps.estimated_p50_ns for saving in savings)

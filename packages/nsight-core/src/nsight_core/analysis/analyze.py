@@ -88,7 +88,9 @@ def analyze_steps(trace: EventTables, window_rows: int | None = WINDOW_ROWS) -> 
                                reason="the step ranges chosen from the capture's start overlap each other later on")
         every = capture_as_step(frames, chosen, window.start_ns, window.end_ns, window_rows)
     budgets = every_budget(frames, every, window_rows)
-    analysis = analysis_of(frames, getattr(trace, "gpus", None), window, every, budgets, window_rows)
+    meta = getattr(trace, "meta", None) or {}
+    analysis = analysis_of(frames, getattr(trace, "gpus", None), window, every, budgets,
+                           meta.get("EXPORT_PRODUCT_VERSION"), window_rows)
     return Analyzed(analysis, every, budgets)
 
 

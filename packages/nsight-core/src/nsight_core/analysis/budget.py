@@ -37,11 +37,13 @@ LAUNCH_GAP_NS = 100_000
 TOP_ACTIVITIES = 8
 SYNC_API = r"^cu(da)?(DeviceSynchronize|StreamSynchronize|EventSynchronize|CtxSynchronize|Memcpy|Memset)"
 """Calls that block the CPU until the GPU catches up (Memcpy/Memset only without 'Async')."""
-Part = Literal["compute", "exposed_comm", "exposed_copy", "sync_wait", "launch_gap", "gpu_idle", "stream_wait"]
+Part = Literal["compute", "exposed_comm", "exposed_copy", "sync_wait", "launch_gap", "gpu_idle", "stream_wait",
+               "profiler_overhead"]
 PARTS: tuple[Part, ...] = ("compute", "exposed_comm", "exposed_copy", "sync_wait", "launch_gap", "gpu_idle",
-                           "stream_wait")
+                           "stream_wait", "profiler_overhead")
 """``stream_wait`` (the GPU waited on queued work's dependency) is measured on the GPU's clock only
-(:mod:`nsight_core.analysis.gpu_budget`)."""
+(:mod:`nsight_core.analysis.gpu_budget`); ``profiler_overhead`` (what nsys' tracing added) is taken out of the steady
+steps' launch gaps and idle time (:mod:`nsight_core.analysis.overhead`)."""
 CpuKind = Literal["cuda_api", "osrt", "nvtx", "untraced", "dispatch"]
 
 _LAYERS = ("compute", "comm", "copy", "in_step")

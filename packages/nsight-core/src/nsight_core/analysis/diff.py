@@ -223,6 +223,15 @@ def _step_patterns(a: Side, b: Side) -> tuple[str | None, str | None] | None:
     return (fa.pattern if fa else None), (fb.pattern if fb else None)
 
 
+def _estimated_p50(side: Side) -> float | None:
+    """SIDE's p50 step without the profiler where it was estimated (the GPU's clock), else its p50 step: the gate
+    compares steps as the user's job runs them."""
+    stats = side.step_stats
+    if stats is None or stats.family is None:
+        return None
+    return stats.estimated_p50_ns if stats.estimated_p50_ns is not None else stats.family.p50_ns
+
+
 def _gate(a: Side, b: Side) -> Gate:
     steps_a = a.step_stats.family if a.step_stats else None
     steps_b = b.step_stats.family if b.step_stats else None
@@ -230,7 +239,7 @@ def _gate(a: Side, b: Side) -> Gate:
     metric: GateMetric | None
     values: tuple[float | None, float | None]
     if steps_a and steps_b and steps_a.pattern == steps_b.pattern:
-        metric, values = "step_p50", (steps_a.p50_ns, steps_b.p50_ns)
+        metric, values = "step_p50", (_estimated_p50(a), _estimated_p50(b))
     elif patterns is not None and any(patterns):
         # Steps on one side only, or of two families: no other number stands in for a step time.
         metric, values = None, (None, None)
@@ -290,6 +299,8 @@ def _analysis_deltas(a: Side, b: Side) -> list[Delta]:
         vb = float(getattr(fb, stat)) if fb else None
         if va is not None or vb is not None:
             deltas.append(_delta("steps", f"step_{stat}".removesuffix("_ns"), unit, va, vb))
+    if fa or fb:
+        deltas.append(_delta("steps", "step_p50_without_profiler", "ns", _estimated_p50(a), _estimated_p50(b)))
     if a.analysis and b.analysis:
         for part_a, part_b in zip(a.analysis.budget.parts, b.analysis.budget.parts, strict=True):
             deltas.append(_delta("budget", f"{part_a.part}_per_step", "ns", part_a.per_step_mean_ns,

@@ -23,6 +23,7 @@ from nsight_core.analysis.codes import matching
 from nsight_core.analysis.every_budget import Budgets
 from nsight_core.analysis.every_step import EveryStep
 from nsight_core.analysis.findings import Context, GpuInputs
+from nsight_core.analysis.overhead import with_overhead
 from nsight_core.analysis.projection import innermost_range
 from nsight_core.analysis.range_table import range_table
 from nsight_core.analysis.result import Analysis, Coverage
@@ -33,16 +34,22 @@ from nsight_core.trace.streamed import WINDOW_ROWS, Events
 
 
 def analysis_of(frames: Events, gpus: pl.DataFrame | None, window: UserWindow, every: EveryStep,
-                budgets: Budgets, window_rows: int | None = WINDOW_ROWS) -> Analysis:
+                budgets: Budgets, nsys_version: str | None = None, window_rows: int | None = WINDOW_ROWS) -> Analysis:
     """The analysis of EVERY step of the capture FRAMES holds (its user WINDOW, the GPUS it ran on, every step's
-    BUDGETS): the steps, their budget, the NVTX range table and the findings."""
+    BUDGETS, the NSYS_VERSION that wrote it): the steps, their budget with the profiler's overhead taken out, the
+    NVTX range table and the findings, whose savings are read against the step without the profiler."""
     stats, thread = every.stats.model_copy(update={"bound": budgets.bound}), every.thread
     steps = every.drawn
     steady = steps.slice(1) if stats.warmup else steps
     steady_ranges = steady.select("step", pl.col("cpu_start_ns").alias("start_ns"),
                                   pl.col("cpu_end_ns").alias("end_ns"))
-    context = Context(steps=stats, budget=budgets.budget, window_ns=window.span_ns,
-                      step_p50_ns=stats.family.p50_ns if stats.family else None)
+    budget, overhead = budgets.budget, None
+    if stats.clock == "gpu" and stats.family is not None and thread is not None and steady.height:
+        budget, overhead = with_overhead(budget, _calls(frames, steady_ranges, thread) / steady.height, nsys_version)
+        stats = stats.model_copy(update={"estimated_p50_ns": max(stats.family.p50_ns - overhead.per_step_ns, 0.0)})
+    p50 = stats.estimated_p50_ns if stats.estimated_p50_ns is not None else stats.family.p50_ns if stats.family \
+        else None
+    context = Context(steps=stats, budget=budget, window_ns=window.span_ns, step_p50_ns=p50)
     gpu, capability = None, find.compute_capability(gpus)
     if any(frame.head(1).collect().height for frame in (frames.kernels, frames.memcpy, frames.memset, frames.graphs)):
         # A capture without steps: its one step's calls, a piece at a time.
@@ -53,9 +60,16 @@ def analysis_of(frames: Events, gpus: pl.DataFrame | None, window: UserWindow, e
                         find.kernel_totals(frames.kernels, steady), capability)
     coverage = Coverage(scope="every_step" if every.pieces is None else "capture_as_one_step",
                         steps=steps.height if every.pieces is None else 1)
-    return Analysis(window=window, steps=stats, budget=budgets.budget,
+    return Analysis(window=window, steps=stats, budget=budget, overhead=overhead,
                     budget_scope="steps" if every.pieces is None else "capture", coverage=coverage,
                     ranges=range_table(frames, window.span_ns, window_rows), findings=find.findings_of(context, gpu))
+
+
+def _calls(frames: Events, steps: pl.DataFrame, thread: int) -> int:
+    """THREAD's CUDA calls from the first of STEPS (by start) to the end of the last: what tracing slowed."""
+    lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
+    inside = (pl.col("thread") == thread) & (pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)
+    return int(frames.cuda_api.filter(inside).select(pl.len()).collect(engine="streaming").item())
 
 
 LAUNCH_API = r"^cu(da)?LaunchKernel|^cuLaunch|^cu(da)?GraphLaunch"

@@ -106,7 +106,10 @@ def _severity(share: float) -> Severity:
 
 
 def _saving(context: Context, per_step_ns: float | None, total_ns: float) -> Saving:
+    """A saving of PER_STEP_NS a step (TOTAL_NS over the capture), never more than the step without the profiler."""
     p50 = context.step_p50_ns
+    if per_step_ns is not None and p50:
+        per_step_ns = min(per_step_ns, p50)
     return Saving(
         per_step_ns=per_step_ns,
         step_fraction=per_step_ns / p50 if per_step_ns is not None and p50 else None,

@@ -102,7 +102,7 @@ def _batch_budget(windows: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame
     busy_rows = busy.select("step", pl.col("state").replace_strict(range(len(STATES)), STATES,
                                                                    return_dtype=pl.String).alias("part"),
                             none.alias("cpu_kind"), none.alias("cpu_name"), pl.col("ns").alias("total_ns"))
-    causes = _Causes.of(_with_cause(idle, work, syncs), host)
+    causes = _Causes.of(_with_blame(_with_cause(idle, work, syncs), syncs, windows), host)
     del idle
     return (pl.concat([busy_rows.filter(pl.col("total_ns") > 0), causes.totals()]),
             causes.largest() if stretches else pl.DataFrame(schema=IDLE_COLUMNS))
@@ -167,6 +167,32 @@ def _with_cause(idle: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame) -> 
                                pl.when(drained).then(pl.col("sync_end_ns").clip(upper_bound=pl.col("late_end")))
                                .alias("sync_end_ns"),
                                (pl.col("a") - pl.col("_sync_start")).alias("sync_waited_ns")).drop("_sync_start")
+
+
+def _with_blame(pieces: pl.DataFrame, syncs: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """PIECES (:func:`_with_cause`) with ``blame_ns``: how much of each piece's late part (from its start to its
+    launch) a sync of its step is to blame for. A sync holds the host for as long as it waits for queued work (W:
+    from its start to when the GPU went idle, or its end); the host is then W late for all that follows, so the idle
+    time of the step after it, up to W in all, is the sync's: the stretch it drained, and the launch gaps after it
+    while the host catches up (a tail of small launches after `h[h > 0]`). Without the sync, that much of the host's
+    later work would have overlapped the GPU's. SYNCS: the steps' thread's synchronising calls, by start; the
+    stretch a sync drained is its own whatever the step, the later ones of the step it began in (after WINDOWS'
+    cpu_start_ns)."""
+    syncs = syncs.select(pl.col("start_ns").alias("_s_start"), pl.col("end_ns").alias("_s_end")).sort("_s_start")
+    starts = windows.select("step", pl.col("cpu_start_ns").alias("_cpu_start"))
+    located = (pieces.join(starts, on="step", how="left", maintain_order="left")
+               .join_asof(syncs, left_on="a", right_on="_s_start", strategy="backward"))
+    drained = pl.col("_s_end") >= pl.col("a")  # the host sat in it as the GPU went idle: its cause, whatever the step
+    key = pl.when((pl.col("_s_start") >= pl.col("_cpu_start")) | drained).then(pl.col("_s_start"))
+    late = pl.col("launch_end_ns").is_not_null() & (pl.col("launch_end_ns") > pl.col("a"))
+    late_ns = pl.when(late).then(pl.col("late_end") - pl.col("a")).otherwise(0)
+    # The GPU ran out of queued work at the first late piece (a gap between queued kernels is no drain).
+    drained_at = pl.col("a").filter(late).min().over(key)
+    waited = (pl.min_horizontal("_s_end", drained_at) - pl.col("_s_start")).clip(lower_bound=0)
+    through = late_ns.cum_sum().over(key)
+    blame = pl.min_horizontal(through, waited) - pl.min_horizontal(through - late_ns, waited)
+    return located.with_columns(pl.when(key.is_not_null()).then(blame).otherwise(0).alias("blame_ns")).drop(
+        "_cpu_start", "_s_start", "_s_end")
 
 
 class Host:
@@ -445,11 +471,11 @@ class _Causes:
         untraced = pl.col("launch_ns").is_null()
         queued = ~untraced & (pl.col("launch_end_ns") <= pl.col("a"))
         late = ~untraced & (pl.col("launch_end_ns") > pl.col("a"))
-        synced = late & pl.col("sync_name").is_not_null()
-        # A sync is to blame for as long as the host had waited in it for queued work before the drain: without
-        # it, the host's next work would have overlapped that much GPU work. The rest of the stretch is the host's.
-        blamed_end = pl.min_horizontal("late_end", pl.col("a") + pl.col("sync_waited_ns"))
-        call_end = pl.min_horizontal("sync_end_ns", blamed_end)
+        synced = late & (pl.col("blame_ns") > 0)
+        # A sync is to blame for as long as the host had waited in it for queued work (:func:`_with_blame`): without
+        # it, the host's later work would have overlapped that much GPU work. The rest of the stretch is the host's.
+        blamed_end = pl.col("a") + pl.col("blame_ns")
+        call_end = pl.min_horizontal(pl.col("sync_end_ns").fill_null(pl.col("a")), blamed_end)
         gap = pl.col("b") - pl.col("a")
         zero = pl.lit(0, pl.Int64)
         frame = idle.select(

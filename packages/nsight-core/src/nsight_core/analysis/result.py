@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 from nsight_core.analysis.budget import StepBudget
 from nsight_core.analysis.completeness import Completeness
 from nsight_core.analysis.findings import Finding
+from nsight_core.analysis.overhead import ProfilerOverhead
 from nsight_core.analysis.ranges import RangeFamily
 from nsight_core.analysis.steps import StepStats
 from nsight_core.analysis.user_window import UserWindow
@@ -34,6 +35,8 @@ class Analysis(BaseModel):
                                "as one step when there are no steps")
     budget_scope: Literal["steps", "capture"] = Field(description="What the budget's steps are")
     coverage: Coverage
+    overhead: ProfilerOverhead | None = Field(default=None, description="On the GPU's clock: what nsys' tracing added "
+                                              "to each step, a part of the budget of its own")
     ranges: list[RangeFamily] = Field(description="NVTX range families with self time, shares of the user window")
     findings: list[Finding]
     savings_withheld: list[str] = Field(default_factory=list, description="Completeness codes for which the "

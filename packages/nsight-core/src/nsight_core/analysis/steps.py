@@ -67,6 +67,8 @@ class StepStats(BaseModel):
                          "GPU work to the next step's); cpu: its ranges' durations")
     cpu_p50_ns: float | None = Field(default=None, description="On the GPU's clock: the ranges' own p50 (CPU period)")
     cpu_p95_ns: float | None = Field(default=None, description="On the GPU's clock: the ranges' own p95")
+    estimated_p50_ns: float | None = Field(default=None, description="On the GPU's clock: the p50 step without the "
+                                           "profiler (the family's p50 less Analysis.overhead); the findings' step")
     bound: Bound = Field(default="unknown", description="device: the GPU was busy through its steps (the host ran "
                          "ahead); host: the GPU waited on the host; unknown: not read on the GPU's clock")
 

@@ -13,7 +13,8 @@ from nsight_core.render.text import _short, _table, printable
 from nsight_core.units import duration, quantity
 
 TOP_NAMES = 10
-_GATE_LABELS = {"step_p50": "step p50", "gpu_busy": "GPU busy time", "kernel_time_sum": "summed kernel time"}
+_GATE_LABELS = {"step_p50": "step p50 (without the profiler where estimated)", "gpu_busy": "GPU busy time",
+                "kernel_time_sum": "summed kernel time"}
 _NOTHING = "the captures share no step, GPU busy or kernel time to compare"
 
 

@@ -36,6 +36,7 @@ from nsight_core.render.findings import (
     evidence_text,
     finding_suggestion,
     finding_title,
+    overhead_text,
     saving_text,
     steps_text,
 )
@@ -254,7 +255,8 @@ def _diagnosis(analysis: Analysis) -> dict[str, Any]:
                       "saving": saving_text(f.saving) if f.saving else None,
                       "evidence": [{"text": evidence_text(e), "where": _where(e.where)} for e in f.evidence]}
                      for f in analysis.findings],
-        "steps": f"{steps_text(analysis.steps)}; {coverage_text(analysis.coverage)}",
+        "steps": "; ".join(line for line in (steps_text(analysis.steps), overhead_text(analysis),
+                                             coverage_text(analysis.coverage)) if line),
         "budget_title": budget[0], "budget": [line.strip() for line in budget[1:]],
     }
 

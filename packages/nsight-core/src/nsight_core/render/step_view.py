@@ -20,7 +20,8 @@ from nsight_core.render.text import kernel_short_name
 from nsight_core.units import duration, size
 
 PART_COLORS = {"compute": "#76b900", "exposed_comm": "#e8710a", "exposed_copy": "#4c78a8", "sync_wait": "#d93025",
-               "launch_gap": "#f9ab00", "gpu_idle": "#9aa5b1", "stream_wait": "#9334e6"}
+               "launch_gap": "#f9ab00", "gpu_idle": "#9aa5b1", "stream_wait": "#9334e6",
+               "profiler_overhead": "#d0d0d0"}
 """One color per budget part, the same in the step view and the budget bars."""
 KIND_COLORS = {"kernel": "#76b900", "graph": "#2a9d8f", "memcpy": "#4c78a8", "memset": "#9f86c0",
                "cuda_api": "#f2a541", "nvtx": "#5b8def"}

@@ -1,0 +1,68 @@
+"""The profiler's own cost: what nsys' CUDA tracing adds to every CUDA API call, taken out of the step.
+
+With CUDA traced, each runtime call runs nsys' callbacks and writes an activity record, so a loop bound by its host
+(small kernels, many calls) runs slower under the profiler than without it. The cost per call depends on the nsys
+version and the host; PER_CALL_NS holds what was measured on fix pairs (each problem and its fixed twin timed with
+and without the profiler, tests/fixtures/README.md): the profiled step less the unprofiled one, over the CUDA calls a
+step makes, across the host-bound pairs of each version. A step's overhead is its calls times that cost, and it can
+only have lengthened the step where the GPU waited on the host: it is taken out of the launch gaps and idle time,
+never out of the GPU's own work.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from nsight_core.analysis.budget import BudgetPart, Part, StepBudget
+
+PER_CALL_NS = {"2023": 1_000.0, "2024": 1_300.0, "2025": 1_300.0}
+"""By nsys' release year: what tracing adds to one CUDA call (H200 fix pairs: 1.0 µs with 2023.4.4, 1.3 µs with
+2025.3). A release not here takes the newest entry's."""
+FROM_PARTS: tuple[Part, ...] = ("launch_gap", "gpu_idle")
+"""The parts the overhead is taken from, in order: the GPU waited on the host's dispatch, then on the host at all."""
+
+
+class ProfilerOverhead(BaseModel):
+    """What nsys' tracing added to each step (numbers only: render words them)."""
+
+    per_call_ns: float = Field(description="What tracing adds to one CUDA call (PER_CALL_NS of the nsys version)")
+    nsys_version: str | None = Field(description="The nsys that wrote the export; None where it does not say")
+    calls_per_step: float = Field(description="CUDA API calls on the steps' thread per steady step")
+    per_step_ns: float = Field(description="Taken out of each step: calls x cost, at most the time the GPU waited on "
+                               "the host")
+
+
+def per_call_ns(nsys_version: str | None) -> float:
+    """PER_CALL_NS of the nsys release NSYS_VERSION (``2025.3.2.0``); the newest entry's where unknown."""
+    year = (nsys_version or "").split(".")[0]
+    return PER_CALL_NS.get(year, PER_CALL_NS[max(PER_CALL_NS)])
+
+
+def with_overhead(budget: StepBudget, calls_per_step: float, nsys_version: str | None
+                  ) -> tuple[StepBudget, ProfilerOverhead]:
+    """BUDGET with the profiler's overhead as a part of its own (``profiler_overhead``), taken from FROM_PARTS, and the
+    overhead: CALLS_PER_STEP CUDA calls at :func:`per_call_ns` each, at most what those parts hold."""
+    cost = per_call_ns(nsys_version)
+    steps = max(budget.steps, 1)
+    wanted = calls_per_step * cost * budget.steps
+    moved: dict[str, float] = {}
+    for name in FROM_PARTS:
+        take = min(wanted, float(budget.part(name).total_ns))
+        moved[name], wanted = take, wanted - take
+    taken = sum(moved.values())
+
+    def less(part: BudgetPart) -> BudgetPart:
+        gone = moved.get(part.part, 0.0) if part.part != "profiler_overhead" else -taken
+        total = round(part.total_ns - gone)
+        return part.model_copy(update={
+            "total_ns": total, "per_step_mean_ns": total / steps,
+            "per_step_p50_ns": max(part.per_step_p50_ns - gone / steps, 0.0),
+            "fraction": total / budget.wall_ns if budget.wall_ns else 0.0})
+
+    parts = [less(part) for part in budget.parts]
+    drift = budget.wall_ns - sum(part.total_ns for part in parts)  # rounding: the parts still add up to the wall
+    parts = [part.model_copy(update={"total_ns": part.total_ns + drift}) if part.part == "profiler_overhead" else part
+             for part in parts]
+    overhead = ProfilerOverhead(per_call_ns=cost, nsys_version=nsys_version, calls_per_step=calls_per_step,
+                                per_step_ns=taken / steps)
+    return budget.model_copy(update={"parts": parts}), overhead

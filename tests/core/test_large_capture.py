@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -83,6 +84,26 @@ def test_30m_ranges_get_stats_and_page_under_2_gib(tmp_path: Path) -> None:
     assert "30,000,000" in text and "Capture span" in text, "the page's tiles are missing"
     assert report.tree_mb < BOUND_MB and stats.tree_mb < BOUND_MB, (report.tree_mb, stats.tree_mb)
     assert not list(capture.parent.glob(".nsight-spill-*")), "the Parquet copies were left behind"
+
+
+def test_3m_ranges_give_the_same_json_whatever_the_memory(tmp_path: Path) -> None:
+    """`nsight stats --json` of a 3 M-range capture under 512 MiB, 1 GiB and no limit: read from its arrow export in
+    memory, or scanned from its SQLite export in windows, one answer (``export`` says how it was read)."""
+    capture = record(3_000_000, tmp_path / "capture")
+    answers = {}
+    for setting in ("512M", "1G", "off"):
+        copy = tmp_path / setting / capture.name
+        copy.parent.mkdir()
+        shutil.copyfile(capture, copy)
+        done = subprocess.run([sys.executable, "-m", "nsight_core.cli", "stats", str(copy), "--json"],
+                              capture_output=True, text=True, timeout=1200,
+                              env={**os.environ, "NSIGHT_SUMMARY_MEMORY": setting})
+        assert done.returncode == 0, done.stderr[-2000:]
+        payload = json.loads(done.stdout)
+        answers[setting] = payload, payload.pop("export")
+    assert answers["512M"][1]["streamed"] and not answers["off"][1]["streamed"], "both ways of reading it are tested"
+    assert answers["512M"][0] == answers["1G"][0] == answers["off"][0]
+    assert answers["off"][0]["coverage"] == {"scope": "every_step", "steps": 3_000}
 
 
 def test_1m_ranges_streamed_summary_equals_the_whole_frames(nsys: Nsys, tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ import nsight_core
 from nsight_core.analysis.budget import PARTS, SYNC_API
 from nsight_core.analysis.intervals import busy_ns
 from nsight_core.analysis.steps import find_steps
-from nsight_core.trace.model import (
+from nsight_core.trace.model import Window
+from nsight_core.trace.schema import (
     API_COLUMNS,
     KERNEL_COLUMNS,
     MARK_COLUMNS,
@@ -23,7 +24,6 @@ from nsight_core.trace.model import (
     MEMSET_COLUMNS,
     NVTX_COLUMNS,
     OSRT_COLUMNS,
-    Window,
 )
 
 CAPTURES = ["h200-torch-mlp/training.nsys-rep", "h200-torch-mlp/evaluation.nsys-rep",

@@ -20,7 +20,7 @@ from nsight_core.analysis.intervals import busy_ns
 from nsight_core.analysis.summary import summary_tiles
 from nsight_core.analysis.trace_summary import summarize_trace
 from nsight_core.stats.load import stats_of_trace
-from nsight_core.trace.model import GRAPH_COLUMNS
+from nsight_core.trace.schema import GRAPH_COLUMNS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 PAIRS = FIXTURES / "h200-fix-pairs-2025"

@@ -8,7 +8,7 @@ import pytest
 from nsight_core.analysis.intervals import bucket_edges, busy_fractions, busy_ns, union_intervals
 from nsight_core.analysis.kernels import nccl_share, short_name, unique_short_names
 from nsight_core.analysis.trace_summary import nvtx_instances
-from nsight_core.trace.model import with_depth
+from nsight_core.trace.depth import with_depth
 
 
 def events(rows: list[tuple[int, int, int]]) -> pl.DataFrame:

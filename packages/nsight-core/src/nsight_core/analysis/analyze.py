@@ -27,8 +27,8 @@ from nsight_core.analysis.finding_inputs import analysis_of
 from nsight_core.analysis.result import Analysis, StepView, steps_view
 from nsight_core.analysis.steps import StepStats, find_steps
 from nsight_core.analysis.user_window import capture_window
+from nsight_core.trace.depth import with_depth
 from nsight_core.trace.frames import EventTables
-from nsight_core.trace.model import with_depth
 from nsight_core.trace.streamed import WINDOW_ROWS, Events, events
 
 CHOOSE_ROWS = 1_000_000

@@ -48,7 +48,7 @@ from nsight_core.analysis.gpu_budget import (
 from nsight_core.analysis.ranges import Nesting
 from nsight_core.analysis.steps import Bound
 from nsight_core.analysis.windows import batches, start_cuts, start_windows, step_batches
-from nsight_core.trace.model import with_depth
+from nsight_core.trace.depth import with_depth
 from nsight_core.trace.streamed import WINDOW_ROWS, Events
 
 

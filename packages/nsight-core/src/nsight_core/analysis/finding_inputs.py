@@ -29,7 +29,7 @@ from nsight_core.analysis.range_table import range_table
 from nsight_core.analysis.result import Analysis, Coverage
 from nsight_core.analysis.user_window import UserWindow
 from nsight_core.analysis.windows import start_cuts, step_batches, window_filters
-from nsight_core.trace.model import with_depth
+from nsight_core.trace.depth import with_depth
 from nsight_core.trace.streamed import WINDOW_ROWS, Events
 
 

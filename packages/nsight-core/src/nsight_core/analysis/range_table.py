@@ -22,7 +22,7 @@ from nsight_core.analysis.projection import range_gpu_spans
 from nsight_core.analysis.ranges import RangeFamily, with_parents
 from nsight_core.analysis.windows import start_cuts, window_filters
 from nsight_core.stats import exact
-from nsight_core.trace.model import with_depth
+from nsight_core.trace.depth import with_depth
 from nsight_core.trace.streamed import WINDOW_ROWS, Events
 
 KEY = "_key"

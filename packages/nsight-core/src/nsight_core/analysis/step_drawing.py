@@ -18,8 +18,8 @@ from pydantic import BaseModel, Field
 from nsight_core.analysis.analyze import Analyzed
 from nsight_core.analysis.result import Analysis, StepView
 from nsight_core.analysis.steps import StepSource, StepStats
+from nsight_core.trace.depth import with_depth
 from nsight_core.trace.frames import EventTables
-from nsight_core.trace.model import with_depth
 from nsight_core.trace.streamed import Events
 
 MAX_EVENTS = 6000

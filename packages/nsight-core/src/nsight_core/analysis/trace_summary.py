@@ -19,7 +19,8 @@ from pydantic import BaseModel, Field
 from nsight_core.analysis.intervals import bucket_edges, busy_over
 from nsight_core.analysis.user_window import capture_window, users_calls
 from nsight_core.analysis.windows import start_windows
-from nsight_core.trace.model import Trace, with_depth
+from nsight_core.trace.depth import with_depth
+from nsight_core.trace.model import Trace
 from nsight_core.trace.streamed import WINDOW_ROWS, Events, events
 
 TIMELINE_BUCKETS = 120

@@ -67,7 +67,7 @@ def _slice(category: str, name: pl.Expr, pid: pl.Expr, tid: pl.Expr, args: pl.Ex
     return fields if args is None else [*fields, args.alias("args")]
 
 
-def _os_pid(thread: pl.Expr) -> pl.Expr:
+def _ospid_of(thread: pl.Expr) -> pl.Expr:
     """The OS pid inside nsys' global thread id (bits 24..47)."""
     return (thread // (1 << 24)) % (1 << 24)
 
@@ -115,17 +115,17 @@ def _memset(trace: Trace) -> list[Part]:
 
 
 def _cuda_api(trace: Trace) -> list[Part]:
-    return [(trace.cuda_api, _slice("cuda_api", pl.col("name"), _os_pid(THREAD), _os_tid(THREAD),
+    return [(trace.cuda_api, _slice("cuda_api", pl.col("name"), _ospid_of(THREAD), _os_tid(THREAD),
                                     pl.struct("correlation_id")))]
 
 
 def _osrt(trace: Trace) -> list[Part]:
-    return [(trace.osrt, _slice("osrt", pl.col("name"), _os_pid(THREAD), _os_tid(THREAD)))]
+    return [(trace.osrt, _slice("osrt", pl.col("name"), _ospid_of(THREAD), _os_tid(THREAD)))]
 
 
 def _nvtx(trace: Trace) -> list[Part]:
     """Push/pop ranges as "X" slices (they nest); start/end ranges as async begin/end pairs (they may overlap)."""
-    pid, tid, name = _os_pid(THREAD), _os_tid(THREAD), _nvtx_name()
+    pid, tid, name = _ospid_of(THREAD), _os_tid(THREAD), _nvtx_name()
     args = pl.struct("domain", "depth", "closed")
     push_pop = pl.col("kind") == "push_pop"
     parts: list[Part] = [(trace.nvtx.filter(push_pop), _slice("nvtx", name, pid, tid, args))]
@@ -140,7 +140,7 @@ def _nvtx(trace: Trace) -> list[Part]:
 def _marks(trace: Trace) -> list[Part]:
     return [(trace.nvtx_marks, [_nvtx_name().alias("name"), pl.lit("nvtx_mark").alias("cat"), pl.lit("i").alias("ph"),
                                 pl.lit("t").alias("s"), (pl.col("time_ns") / _US).alias("ts"),
-                                _os_pid(THREAD).alias("pid"), _os_tid(THREAD).alias("tid")])]
+                                _ospid_of(THREAD).alias("pid"), _os_tid(THREAD).alias("tid")])]
 
 
 _ENCODERS: tuple[tuple[str, Callable[[Trace], list[Part]]], ...] = (
@@ -158,7 +158,7 @@ def _metadata(trace: Trace) -> list[Part]:
     threads = pl.concat([frame.select("thread") for frame in (trace.cuda_api, trace.nvtx, trace.osrt,
                                                                trace.nvtx_marks)]).unique().sort("thread")
     threads = threads.join(trace.threads.select("thread", "name").unique("thread"), on="thread", how="left") \
-        .with_columns(_os_pid(THREAD).alias("pid"), _os_tid(THREAD).alias("tid"))
+        .with_columns(_ospid_of(THREAD).alias("pid"), _os_tid(THREAD).alias("tid"))
     processes = threads.select("pid").unique().sort("pid").join(trace.processes.unique("pid"), on="pid", how="left")
 
     def named(kind: str, pid: pl.Expr, tid: pl.Expr, name: pl.Expr) -> list[pl.Expr]:

@@ -16,7 +16,8 @@ from nsight_core.trace.export import (
     export,
     export_choice,
 )
-from nsight_core.trace.model import EVENT_TABLES, Trace
+from nsight_core.trace.model import Trace
+from nsight_core.trace.schema import EVENT_TABLES
 from nsight_core.trace.spill import SpilledTables
 from nsight_core.trace.tables import (
     ArrowDirTables,

@@ -1,38 +1,9 @@
 """The Trace: every event of one capture as Polars frames with resolved names, on the capture's clock.
 
-Each frame is built on first use from only the columns it needs and kept: a report that never looks
-at OS-runtime calls never reads them (``nvtx`` and ``nvtx_marks`` come from one table, read for
-both at once). Names are resolved once per table through nsys' string table (StringIds) by a lookup column,
-never per row in Python, after any sort (sorting copies the strings a frame holds). Times are
-nanoseconds on the capture's clock, where the collection window runs from 0 to its duration
-(ANALYSIS_DETAILS).
-
-Frames and columns (every frame has them, empty when nothing of the kind was traced):
-
-- ``kernels``: start_ns, end_ns, device, stream, name (demangled), short_name, correlation_id, pid
-- ``graphs``: CUDA-graph launches as the GPU ran them, one row per launch (nsys 2025's graph-level trace,
-  CUPTI_ACTIVITY_KIND_GRAPH_TRACE; its default, ``--cuda-graph-trace=graph``): start_ns, end_ns, device,
-  stream, graph_id, correlation_id (that of the ``cudaGraphLaunch`` call). The graph's kernels are not in
-  ``kernels`` then: a graph launch is GPU work as a kernel is. With ``--cuda-graph-trace=node`` nsys records
-  each node as a kernel carrying the launch's correlation id instead (and 2025.3 writes no graph rows); a graph
-  row whose correlation id some kernel carries is left out here, so graph work counts once, never twice.
-  Empty (with these columns) where the export has no graph trace (nsys 2023.4, or no graph ran).
-- ``memcpy``: start_ns, end_ns, device, stream, bytes, direction ("Host-to-Device" ...), src_kind,
-  dst_kind ("Pageable", "Pinned", "Device" ...), correlation_id
-- ``memset``: start_ns, end_ns, device, stream, bytes, correlation_id
-- ``cuda_api``: start_ns, end_ns, name (no ``_v3020`` suffix, as nsys reports it), thread, correlation_id,
-  name_id (nsys' string id of the full name: `nsys stats` groups calls by it)
-- ``sync``: CUDA synchronisation events: start_ns, end_ns, device, stream, kind, correlation_id
-- ``nvtx``: start_ns, end_ns, name, domain ('' = default), thread, depth (nesting level on its thread,
-  0 = outermost), kind ("push_pop" or "start_end"), closed (False: never ended; end_ns is then the
-  last NVTX timestamp, as `nsys stats` counts it)
-- ``nvtx_marks``: time_ns, name, domain, thread
-- ``osrt``: OS-runtime calls: start_ns, end_ns, name, thread, name_id (as for ``cuda_api``)
-- ``samples``: CPU samples: time_ns, thread, cpu
-- ``diagnostics``: nsys' own record of the capture (DIAGNOSTIC_EVENT, nsys 2025): time_ns, severity ("Info",
-  "Warning", "Error" ...), source ("Injection", "Daemon", "Analysis" ...), text, pid; empty before 2025
-- ``cuda_contexts``: the CUDA contexts nsys saw (TARGET_INFO_CUDA_CONTEXT_INFO): device, context_id, pid
-- ``gpus``, ``processes``, ``threads``: device, process and thread info; ``meta``: export and target facts
+Each frame is built on first use from only the columns it needs and kept (``nvtx`` and ``nvtx_marks`` come from
+one table, read for both at once). Names are resolved once per table through nsys' string table (StringIds) by a
+lookup column, after any sort (sorting copies the strings a frame holds). Times are nanoseconds on the capture's
+clock, the collection window from 0 to its duration (ANALYSIS_DETAILS). Frames and columns: trace/schema.py.
 """
 
 from __future__ import annotations
@@ -41,89 +12,47 @@ import functools
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 import polars as pl
 
+from nsight_core.trace.depth import with_depth
+from nsight_core.trace.schema import (
+    API_COLUMNS,
+    CONTEXT_COLUMNS,
+    COPY_DIRECTIONS,
+    DIAGNOSTIC_COLUMNS,
+    DIAGNOSTIC_SEVERITIES,
+    DIAGNOSTIC_SOURCES,
+    EVENT_TABLES,
+    GPU_COLUMNS,
+    GRAPH_COLUMNS,
+    I64,
+    ID,
+    KERNEL_COLUMNS,
+    KERNEL_READ,
+    MARK_COLUMNS,
+    MAX_DOMAIN_CONDITIONS,
+    MEMCPY_COLUMNS,
+    MEMCPY_READ,
+    MEMORY_KINDS,
+    MEMSET_COLUMNS,
+    MEMSET_READ,
+    NVTX_COLUMNS,
+    NVTX_DOMAIN_CREATE,
+    NVTX_MARK_TYPES,
+    NVTX_PUSH_POP_TYPES,
+    NVTX_START_END_TYPES,
+    OSRT_COLUMNS,
+    PROCESS_COLUMNS,
+    SAMPLE_COLUMNS,
+    STR,
+    SYNC_COLUMNS,
+    SYNC_KINDS,
+    THREAD_COLUMNS,
+    osrt_calls,
+    pid_of,
+)
 from nsight_core.trace.tables import ExportTables, Schema, SchemaMismatch, Wanted
-
-# NVTX_EVENTS.eventType values (ENUM_NSYS_EVENT_TYPE; the ids nsys' own reports use).
-NVTX_MARK_TYPES = (34, 65)
-NVTX_PUSH_POP_TYPES = (59, 70)
-NVTX_START_END_TYPES = (60, 71)
-NVTX_DOMAIN_CREATE = 75
-MAX_DOMAIN_CONDITIONS = 32
-"""Up to this many (domain, process) pairs, ranges get their domain name by one condition per pair, not a join."""
-
-# Labels nsys uses when the export lacks its ENUM tables (old SQLite exports).
-COPY_DIRECTIONS: dict[int, str] = {
-    0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array", 4: "Array-to-Host",
-    5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array", 8: "Device-to-Device",
-    9: "Host-to-Host", 10: "Peer-to-Peer", 11: "Unified Host-to-Device", 12: "Unified Device-to-Host",
-    13: "Unified Device-to-Device",
-}
-MEMORY_KINDS: dict[int, str] = {
-    0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static",
-    6: "Managed Static", 7: "Unknown",
-}
-DIAGNOSTIC_SEVERITIES: dict[int, str] = {0: "Unknown", 1: "Info", 2: "Warning", 3: "Error", 4: "Verbose"}
-DIAGNOSTIC_SOURCES: dict[int, str] = {0: "Unknown source", 1: "Injection", 2: "Daemon", 3: "Analysis"}
-SYNC_KINDS: dict[int, str] = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync",
-                              4: "Context sync"}
-
-I64, U64, STR = pl.Int64, pl.UInt64, pl.String
-ID = None
-"""An id read only to be looked up or compared: kept in the export's own type (see ``tables.Wanted``)."""
-
-KERNEL_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream": I64, "name": STR,
-                          "short_name": STR, "correlation_id": I64, "pid": I64}
-GRAPH_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream": I64, "graph_id": I64,
-                         "correlation_id": I64}
-MEMCPY_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream": I64, "bytes": I64,
-                          "direction": STR, "src_kind": STR, "dst_kind": STR, "correlation_id": I64}
-MEMSET_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream": I64, "bytes": I64,
-                          "correlation_id": I64}
-API_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "name": STR, "thread": I64, "correlation_id": I64,
-                       "name_id": I64}
-SYNC_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream": I64, "kind": STR,
-                        "correlation_id": I64}
-NVTX_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "name": STR, "domain": STR, "thread": I64,
-                        "depth": I64, "kind": STR, "closed": pl.Boolean}
-MARK_COLUMNS: Schema = {"time_ns": I64, "name": STR, "domain": STR, "thread": I64}
-OSRT_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "name": STR, "thread": I64, "name_id": I64}
-SAMPLE_COLUMNS: Schema = {"time_ns": I64, "thread": I64, "cpu": I64}
-GPU_COLUMNS: Schema = {"device": I64, "name": STR, "memory_bytes": I64, "bandwidth_bytes_per_s": I64,
-                       "sm_count": I64, "compute_capability": STR, "bus": STR}
-PROCESS_COLUMNS: Schema = {"pid": I64, "name": STR}
-DIAGNOSTIC_COLUMNS: Schema = {"time_ns": I64, "severity": STR, "source": STR, "text": STR, "pid": I64}
-CONTEXT_COLUMNS: Schema = {"device": I64, "context_id": I64, "pid": I64}
-THREAD_COLUMNS: Schema = {"thread": I64, "tid": I64, "pid": I64, "name": STR}
-
-
-EVENT_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE", "CUPTI_ACTIVITY_KIND_MEMCPY",
-                "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "CUPTI_ACTIVITY_KIND_RUNTIME",
-                "OSRT_API", "COMPOSITE_EVENTS", "NVTX_EVENTS", "StringIds")
-"""The export's tables the frames read events from (and the strings they name): what a summary grows with."""
-
-
-KERNEL_READ: Wanted = {"start": I64, "end": I64, "deviceId": I64, "streamId": I64, "demangledName": ID,
-                       "shortName": ID, "correlationId": I64, "globalPid": I64}
-MEMCPY_READ: Wanted = {"start": I64, "end": I64, "deviceId": I64, "streamId": I64, "bytes": I64, "copyKind": I64,
-                       "srcKind": I64, "dstKind": I64, "correlationId": I64}
-MEMSET_READ: Wanted = {"start": I64, "end": I64, "deviceId": I64, "streamId": I64, "bytes": I64, "correlationId": I64}
-"""The columns the frames read of the GPU's work tables (also what a large capture's Parquet copies hold, so that
-its first part reads them from there: :mod:`nsight_core.trace.streamed`, :mod:`nsight_core.trace.head`)."""
-
-
-FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
-
-
-def osrt_calls(raw: FrameT) -> FrameT:
-    """The rows of OSRT_API (RAW, as read) that are calls (ENUM_NSYS_EVENT_CLASS 27, TRACE_PROCESS_EVENT_OS_RUNTIME),
-    as nsys' osrt_sum counts them: not its zero-length "OS runtime libraries profiling started" (31) at the start of
-    each collection. Every row where the export has no ``eventClass`` (none seen: it is read only where present)."""
-    return raw.filter(pl.col("eventClass").is_null() | (pl.col("eventClass") == 27)) \
-        if "eventClass" in raw.collect_schema() else raw
 
 
 def _empty(schema: Schema) -> pl.DataFrame:
@@ -136,11 +65,6 @@ def _by_start(raw: pl.DataFrame) -> pl.DataFrame:
     Sorted before names are looked up: sorting a frame copies every string it holds, the lookup does not.
     """
     return raw if raw["start"].is_sorted() else raw.sort("start", maintain_order=True)
-
-
-def _pid(global_id: pl.Expr) -> pl.Expr:
-    """The OS process id inside nsys' global thread/process ids (bits 24..47)."""
-    return (global_id // (1 << 24)) % (1 << 24)
 
 
 @dataclass(frozen=True)
@@ -156,11 +80,8 @@ class Window:
 
 
 class Trace:
-    """The events of one capture; see the module docstring for the frames and their columns.
-
-    Build it with :func:`nsight_core.load_trace`. ``source`` is the export the frames are read from,
-    ``report`` the .nsys-rep it came from where known.
-    """
+    """The events of one capture (:func:`nsight_core.load_trace`): ``source``, the export the frames are read from,
+    ``report``, the .nsys-rep it came from where known."""
 
     def __init__(self, tables: ExportTables, report: Path | None = None) -> None:
         self._tables = tables
@@ -253,7 +174,7 @@ class Trace:
             pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
             pl.col("streamId").alias("stream"), self._string("demangledName").fill_null("").alias("name"),
             self._string("shortName").fill_null("").alias("short_name"),
-            pl.col("correlationId").alias("correlation_id"), _pid(pl.col("globalPid")).alias("pid"),
+            pl.col("correlationId").alias("correlation_id"), pid_of(pl.col("globalPid")).alias("pid"),
         )
 
     @functools.cached_property
@@ -380,7 +301,7 @@ class Trace:
         last = raw.select(pl.max_horizontal(pl.col("start").max(), pl.col("end").max())).item()
         # A domain is created once per process (eventType 75, its name as text); ranges name it by id.
         domains = (raw.filter(pl.col("eventType") == NVTX_DOMAIN_CREATE)
-                   .group_by("domainId", _pid(pl.col("globalTid")).alias("_pid"))
+                   .group_by("domainId", pid_of(pl.col("globalTid")).alias("_pid"))
                    .agg(pl.col("text").sort_by("start").first().alias("domain")))
         event_type = pl.col("eventType")
         marks = self._nvtx_named(raw.filter(event_type.is_in(NVTX_MARK_TYPES)), domains, "globalTid").select(
@@ -423,7 +344,7 @@ class Trace:
     @staticmethod
     def _nvtx_domain(events: pl.DataFrame, domains: pl.DataFrame, thread: str) -> pl.Expr | pl.Series:
         """The domain name of each of EVENTS ('' for the default domain): DOMAINS by (domainId, _pid)."""
-        pid = _pid(pl.col(thread))
+        pid = pid_of(pl.col(thread))
         if not events["domainId"].is_in(domains["domainId"].implode()).any():
             return pl.lit("")  # all in the default domain: a constant, no memory per event
         if domains.height <= MAX_DOMAIN_CONDITIONS:
@@ -473,7 +394,7 @@ class Trace:
             pl.col("timestamp").alias("time_ns"),
             self._label("severity", "ENUM_DIAGNOSTIC_SEVERITY_LEVEL", DIAGNOSTIC_SEVERITIES).alias("severity"),
             self._label("source", "ENUM_DIAGNOSTIC_SOURCE_TYPE", DIAGNOSTIC_SOURCES).alias("source"),
-            pl.col("text").fill_null(""), _pid(pl.col("globalPid")).alias("pid"))
+            pl.col("text").fill_null(""), pid_of(pl.col("globalPid")).alias("pid"))
 
     @functools.cached_property
     def cuda_contexts(self) -> pl.DataFrame:
@@ -513,7 +434,7 @@ class Trace:
             return _empty(THREAD_COLUMNS)
         return raw.select(
             pl.col("globalTid").alias("thread"), (pl.col("globalTid") % (1 << 24)).alias("tid"),
-            _pid(pl.col("globalTid")).alias("pid"), self._string("nameId").fill_null("").alias("name"))
+            pid_of(pl.col("globalTid")).alias("pid"), self._string("nameId").fill_null("").alias("name"))
 
     @functools.cached_property
     def meta(self) -> Mapping[str, str]:
@@ -526,35 +447,3 @@ class Trace:
                 facts.update(zip(frame["name"].fill_null("").to_list(), frame["value"].fill_null("").to_list(),
                                  strict=True))
         return facts
-
-
-def with_depth(ranges: pl.DataFrame) -> pl.DataFrame:
-    """RANGES (start_ns, end_ns, thread) with ``depth``: how many ranges of its thread enclose it, by start time.
-
-    Ordered by start (outer ranges, the longer, first among ranges starting together), a range's depth
-    is the number of its thread's ranges before it (all started no later) less those that ended by its
-    start: an end at the instant of a start counts as before it, except a zero-length range's own
-    end, which counts just after (so a range starting where another ends is not inside it, and one
-    starting where a zero-length range sits is). Columnar: a join_asof per thread on the sorted ends,
-    never a frame of every start and end with sort keys.
-    """
-    start, end = pl.col("start_ns"), pl.col("end_ns")
-    keys = ranges.select("start_ns", "end_ns", "thread")
-    # Already in order, with no two ranges alike (where any sort keeps the order): no need to sort.
-    ahead = (start.diff() > 0) | ((start.diff() == 0) & (end.diff() < 0))
-    if keys.height > 1 and not keys.select(ahead.slice(1).all()).item():
-        order = keys.select(pl.arg_sort_by(["start_ns", "end_ns"], descending=[False, True])).to_series()
-        ranges, keys = ranges[order], keys[order]
-    # An end counts before a start at the same instant, except a zero-length range's own end: that one
-    # sorts one nanosecond later, so "ends at or before the start" is the last of the sorted ends at or before it
-    # (an as-of join: one merge of two sorted columns, where a binary search per range took seven times longer).
-    ended_at = (end + (end <= start).cast(I64)).alias("_end")
-    before, ended_count = pl.int_range(pl.len(), dtype=I64), pl.int_range(1, pl.len() + 1, dtype=I64)
-    by = None if keys["thread"].n_unique() == 1 else "thread"  # one thread (the usual case): nothing to group
-    ended = keys.lazy().select("thread", ended_at).sort("_end").with_columns(
-        (ended_count if by is None else ended_count.over(by)).alias("_ended"))
-    depth = (keys.lazy().select("thread", "start_ns", (before if by is None else before.over(by)).alias("_before"))
-             .join_asof(ended, left_on="start_ns", right_on="_end", by=by, strategy="backward",
-                        check_sortedness=False)
-             .select((pl.col("_before") - pl.col("_ended").fill_null(0)).alias("depth")).collect())
-    return ranges.with_columns(depth.to_series())

@@ -19,7 +19,8 @@ import weakref
 import polars as pl
 
 from nsight_core.trace.frames import EventTables
-from nsight_core.trace.model import (
+from nsight_core.trace.model import Trace
+from nsight_core.trace.schema import (
     COPY_DIRECTIONS,
     GRAPH_COLUMNS,
     I64,
@@ -32,9 +33,8 @@ from nsight_core.trace.model import (
     NVTX_PUSH_POP_TYPES,
     NVTX_START_END_TYPES,
     STR,
-    Trace,
-    _pid,
     osrt_calls,
+    pid_of,
 )
 from nsight_core.trace.spill import SpilledTables
 from nsight_core.trace.tables import SchemaMismatch, Wanted
@@ -255,10 +255,10 @@ def _nvtx(trace: Trace) -> tuple[pl.LazyFrame, pl.LazyFrame]:
         _NVTX_PASSES[trace.tables] = (
             raw.select(latest).collect(engine="streaming").item(),
             raw.filter(pl.col("eventType") == NVTX_DOMAIN_CREATE)
-            .group_by("domainId", _pid(pl.col("globalTid")).alias("_pid"))
+            .group_by("domainId", pid_of(pl.col("globalTid")).alias("_pid"))
             .agg(pl.col("text").sort_by("start").first().alias("domain")).collect(engine="streaming"))
     last, domains = _NVTX_PASSES[trace.tables]
-    named = (raw.with_columns(_pid(pl.col("globalTid")).alias("_pid"))
+    named = (raw.with_columns(pid_of(pl.col("globalTid")).alias("_pid"))
              .join(domains.lazy(), on=["domainId", "_pid"], how="left")
              .pipe(_named, "textId", trace.strings, "_registered")
              .with_columns(pl.coalesce("_registered", "text", pl.lit("")).alias("name"),

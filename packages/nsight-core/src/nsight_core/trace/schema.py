@@ -1,0 +1,121 @@
+"""The shapes of a capture's events: the Trace's frames' columns, the export's columns they are read from, and the
+codes nsys writes (NVTX event types, copy directions, memory kinds).
+
+Frames and columns (every frame has them, empty when nothing of the kind was traced):
+
+- ``kernels``: start_ns, end_ns, device, stream, name (demangled), short_name, correlation_id, pid
+- ``graphs``: CUDA-graph launches as the GPU ran them, one row per launch (nsys 2025's graph-level trace,
+  CUPTI_ACTIVITY_KIND_GRAPH_TRACE; its default, ``--cuda-graph-trace=graph``): start_ns, end_ns, device,
+  stream, graph_id, correlation_id (that of the ``cudaGraphLaunch`` call). The graph's kernels are not in
+  ``kernels`` then: a graph launch is GPU work as a kernel is. With ``--cuda-graph-trace=node`` nsys records
+  each node as a kernel carrying the launch's correlation id instead (and 2025.3 writes no graph rows); a graph
+  row whose correlation id some kernel carries is left out here, so graph work counts once, never twice.
+  Empty (with these columns) where the export has no graph trace (nsys 2023.4, or no graph ran).
+- ``memcpy``: start_ns, end_ns, device, stream, bytes, direction ("Host-to-Device" ...), src_kind,
+  dst_kind ("Pageable", "Pinned", "Device" ...), correlation_id
+- ``memset``: start_ns, end_ns, device, stream, bytes, correlation_id
+- ``cuda_api``: start_ns, end_ns, name (no ``_v3020`` suffix, as nsys reports it), thread, correlation_id,
+  name_id (nsys' string id of the full name: `nsys stats` groups calls by it)
+- ``sync``: CUDA synchronisation events: start_ns, end_ns, device, stream, kind, correlation_id
+- ``nvtx``: start_ns, end_ns, name, domain ('' = default), thread, depth (nesting level on its thread,
+  0 = outermost), kind ("push_pop" or "start_end"), closed (False: never ended; end_ns is then the
+  last NVTX timestamp, as `nsys stats` counts it)
+- ``nvtx_marks``: time_ns, name, domain, thread
+- ``osrt``: OS-runtime calls: start_ns, end_ns, name, thread, name_id (as for ``cuda_api``)
+- ``samples``: CPU samples: time_ns, thread, cpu
+- ``diagnostics``: nsys' own record of the capture (DIAGNOSTIC_EVENT, nsys 2025): time_ns, severity ("Info",
+  "Warning", "Error" ...), source ("Injection", "Daemon", "Analysis" ...), text, pid; empty before 2025
+- ``cuda_contexts``: the CUDA contexts nsys saw (TARGET_INFO_CUDA_CONTEXT_INFO): device, context_id, pid
+- ``gpus``, ``processes``, ``threads``: device, process and thread info; ``meta``: export and target facts
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import polars as pl
+
+from nsight_core.trace.tables import Schema, Wanted
+
+# NVTX_EVENTS.eventType values (ENUM_NSYS_EVENT_TYPE; the ids nsys' own reports use).
+NVTX_MARK_TYPES = (34, 65)
+NVTX_PUSH_POP_TYPES = (59, 70)
+NVTX_START_END_TYPES = (60, 71)
+NVTX_DOMAIN_CREATE = 75
+MAX_DOMAIN_CONDITIONS = 32
+"""Up to this many (domain, process) pairs, ranges get their domain name by one condition per pair, not a join."""
+
+# Labels nsys uses when the export lacks its ENUM tables (old SQLite exports).
+COPY_DIRECTIONS: dict[int, str] = {
+    0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array", 4: "Array-to-Host",
+    5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array", 8: "Device-to-Device",
+    9: "Host-to-Host", 10: "Peer-to-Peer", 11: "Unified Host-to-Device", 12: "Unified Device-to-Host",
+    13: "Unified Device-to-Device",
+}
+MEMORY_KINDS: dict[int, str] = {
+    0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static",
+    6: "Managed Static", 7: "Unknown",
+}
+DIAGNOSTIC_SEVERITIES: dict[int, str] = {0: "Unknown", 1: "Info", 2: "Warning", 3: "Error", 4: "Verbose"}
+DIAGNOSTIC_SOURCES: dict[int, str] = {0: "Unknown source", 1: "Injection", 2: "Daemon", 3: "Analysis"}
+SYNC_KINDS: dict[int, str] = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync",
+                              4: "Context sync"}
+
+I64, U64, STR = pl.Int64, pl.UInt64, pl.String
+ID = None
+"""An id read only to be looked up or compared: kept in the export's own type (see ``tables.Wanted``)."""
+
+KERNEL_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream": I64, "name": STR,
+                          "short_name": STR, "correlation_id": I64, "pid": I64}
+GRAPH_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream": I64, "graph_id": I64,
+                         "correlation_id": I64}
+MEMCPY_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream": I64, "bytes": I64,
+                          "direction": STR, "src_kind": STR, "dst_kind": STR, "correlation_id": I64}
+MEMSET_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream": I64, "bytes": I64,
+                          "correlation_id": I64}
+API_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "name": STR, "thread": I64, "correlation_id": I64,
+                       "name_id": I64}
+SYNC_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream": I64, "kind": STR,
+                        "correlation_id": I64}
+NVTX_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "name": STR, "domain": STR, "thread": I64,
+                        "depth": I64, "kind": STR, "closed": pl.Boolean}
+MARK_COLUMNS: Schema = {"time_ns": I64, "name": STR, "domain": STR, "thread": I64}
+OSRT_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "name": STR, "thread": I64, "name_id": I64}
+SAMPLE_COLUMNS: Schema = {"time_ns": I64, "thread": I64, "cpu": I64}
+GPU_COLUMNS: Schema = {"device": I64, "name": STR, "memory_bytes": I64, "bandwidth_bytes_per_s": I64,
+                       "sm_count": I64, "compute_capability": STR, "bus": STR}
+PROCESS_COLUMNS: Schema = {"pid": I64, "name": STR}
+DIAGNOSTIC_COLUMNS: Schema = {"time_ns": I64, "severity": STR, "source": STR, "text": STR, "pid": I64}
+CONTEXT_COLUMNS: Schema = {"device": I64, "context_id": I64, "pid": I64}
+THREAD_COLUMNS: Schema = {"thread": I64, "tid": I64, "pid": I64, "name": STR}
+
+
+EVENT_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "CUPTI_ACTIVITY_KIND_RUNTIME",
+                "OSRT_API", "COMPOSITE_EVENTS", "NVTX_EVENTS", "StringIds")
+"""The export's tables the frames read events from (and the strings they name): what a summary grows with."""
+
+
+KERNEL_READ: Wanted = {"start": I64, "end": I64, "deviceId": I64, "streamId": I64, "demangledName": ID,
+                       "shortName": ID, "correlationId": I64, "globalPid": I64}
+MEMCPY_READ: Wanted = {"start": I64, "end": I64, "deviceId": I64, "streamId": I64, "bytes": I64, "copyKind": I64,
+                       "srcKind": I64, "dstKind": I64, "correlationId": I64}
+MEMSET_READ: Wanted = {"start": I64, "end": I64, "deviceId": I64, "streamId": I64, "bytes": I64, "correlationId": I64}
+"""The columns the frames read of the GPU's work tables (also what a large capture's Parquet copies hold, so that
+its first part reads them from there: :mod:`nsight_core.trace.streamed`, :mod:`nsight_core.trace.head`)."""
+
+
+FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
+
+
+def osrt_calls(raw: FrameT) -> FrameT:
+    """The rows of OSRT_API (RAW, as read) that are calls (ENUM_NSYS_EVENT_CLASS 27, TRACE_PROCESS_EVENT_OS_RUNTIME),
+    as nsys' osrt_sum counts them: not its zero-length "OS runtime libraries profiling started" (31) at the start of
+    each collection. Every row where the export has no ``eventClass`` (none seen: it is read only where present)."""
+    return raw.filter(pl.col("eventClass").is_null() | (pl.col("eventClass") == 27)) \
+        if "eventClass" in raw.collect_schema() else raw
+
+
+def pid_of(global_id: pl.Expr) -> pl.Expr:
+    """The OS process id inside nsys' global thread/process ids (bits 24..47)."""
+    return (global_id // (1 << 24)) % (1 << 24)

@@ -40,8 +40,9 @@ from nsight_core.trace.export import (
     usable_cores,
 )
 from nsight_core.trace.model import Trace
+from nsight_core.trace.sliced import TIMED_COLUMNS, SlicedSqliteTables
 from nsight_core.trace.spill import SpilledTables
-from nsight_core.trace.tables import TIMED_COLUMNS, SlicedSqliteTables, SqliteTables, Wanted
+from nsight_core.trace.tables import SqliteTables, Wanted
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 REPORTS = sorted(FIXTURES.rglob("*.nsys-rep"))

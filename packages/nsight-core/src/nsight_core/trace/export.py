@@ -216,7 +216,7 @@ def _export_sliced(nsys: Nsys, report: Path, folder: Path, slices: int) -> None:
     Exact: nsys keeps an event in a range when it starts there (the ranges' ends are loose: ``S/E:``), and the
     ranges meet without a gap or overlap (integer nanoseconds), so every event is in exactly one slice and tables
     without time (strings, threads, processes, GPUs) are whole in each
-    (:class:`nsight_core.trace.tables.SlicedSqliteTables` reads them as one export). The cuts divide the collection
+    (:class:`nsight_core.trace.sliced.SlicedSqliteTables` reads them as one export). The cuts divide the collection
     window evenly: 0 to ANALYSIS_DETAILS' duration, from an export of that table alone (its startTime and stopTime
     are on another clock base); the first and last slices are open, so nothing before or after the window is lost."""
     folder.mkdir()

@@ -18,15 +18,9 @@ from nsight_core.trace.export import (
 )
 from nsight_core.trace.model import Trace
 from nsight_core.trace.schema import EVENT_TABLES
+from nsight_core.trace.sliced import SlicedSqliteTables, SqliteExport
 from nsight_core.trace.spill import SpilledTables
-from nsight_core.trace.tables import (
-    ArrowDirTables,
-    DamagedExportError,
-    ExportTables,
-    SlicedSqliteTables,
-    SqliteExport,
-    SqliteTables,
-)
+from nsight_core.trace.tables import ArrowDirTables, DamagedExportError, ExportTables, SqliteTables
 
 
 def load_trace(path: str | Path, nsys: Nsys | None = None) -> Trace:

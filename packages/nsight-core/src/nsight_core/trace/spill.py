@@ -30,7 +30,8 @@ import polars as pl
 
 from nsight_core.errors import StatsError
 from nsight_core.trace.export import ExportChoice
-from nsight_core.trace.tables import Schema, SqliteExport, Wanted, _made
+from nsight_core.trace.sliced import SqliteExport
+from nsight_core.trace.tables import Schema, Wanted, _made
 from nsight_core.units import size as _size
 
 log = logging.getLogger("nsight")

@@ -66,6 +66,9 @@ class Budgets:
     """The steps' thread's synchronising calls, by start (:func:`gpu_budget.step_syncs`): the findings read them too."""
     gpu: GpuSteps | None = field(default=None, repr=False)
     """On the GPU's clock, what budgets a step again (:meth:`stretches`); None on the CPU's."""
+    activities: pl.DataFrame | None = field(default=None, repr=False)
+    """Every CPU activity of the steady steps' idle time, summed (part, cpu_kind, cpu_name, total_ns): the budget
+    names its largest; the findings of a cause read its own (analysis/causes.py)."""
 
     def stretches(self, drawn: Collection[int]) -> pl.DataFrame:
         """The GPU idle stretches of the DRAWN steps with their causes (gpu_budget.IDLE_COLUMNS), each step budgeted
@@ -116,9 +119,10 @@ def every_budget(frames: Events, every: EveryStep, window_rows: int | None = WIN
               .select(pl.col("len").fill_null(0).cum_sum().cast(pl.Int64)).to_series())
     calls = step_syncs(_sync_calls(frames), thread)
     warmup = int(windows["step"][0]) if every.stats.warmup else None
-    budget, steps = _summed(((budget_in_batches(windows, [cut], gpu.between, calls, host, stretches=False)[0],
-                              windows.slice(*cut)) for cut in batches(firsts, window_rows)), warmup, thread)
-    return Budgets(budget, steps, bound_by(budget), calls, gpu)
+    budget, steps, activities = _summed(
+        ((budget_in_batches(windows, [cut], gpu.between, calls, host, stretches=False)[0], windows.slice(*cut))
+         for cut in batches(firsts, window_rows)), warmup, thread)
+    return Budgets(budget, steps, bound_by(budget), calls, gpu, activities)
 
 
 def host_calls(frames: Events, thread: int) -> HostCalls:
@@ -177,17 +181,18 @@ def _cpu_budget(frames: Events, every: EveryStep, thread: int | None, window_row
                              calls.filter(meets), thread), batch
 
     warmup = int(steps["step"][0]) if every.stats.warmup else None
-    budget, rows = _summed((totals(*cut) for cut in step_batches(steps["start_ns"], cuts)), warmup, thread,
+    budget, rows, activities = _summed((totals(*cut) for cut in step_batches(steps["start_ns"], cuts)), warmup, thread,
                            every.pieces is not None)
-    return Budgets(budget, rows, every.stats.bound, calls)
+    return Budgets(budget, rows, every.stats.bound, calls, activities=activities)
 
 
 def _summed(totals: Iterable[tuple[pl.DataFrame, pl.DataFrame]], warmup: int | None,
-            thread: int | None, pieces: bool = False) -> tuple[StepBudget, pl.DataFrame]:
+            thread: int | None, pieces: bool = False) -> tuple[StepBudget, pl.DataFrame, pl.DataFrame]:
     """The budget of the steps but the WARMUP one (its step, if any), and every step's budget (:func:`budget.per_step`),
     from each batch's TOTALS (a budget's totals and its steps), each reduced at once to a row a step and the CPU's
     activities summed: all steps' totals held 0.85 GB for 400,000 steps of a replicated fixture. PIECES: the steps are
-    pieces of one step 0 (:func:`every_step.busy_pieces`), whose budgets add up to its budget."""
+    pieces of one step 0 (:func:`every_step.busy_pieces`), whose budgets add up to its budget. Third: the steady steps'
+    CPU activities, every one summed (:func:`budget.cpu_activities`)."""
     rows, activities = [], []
     for batch, steps in totals:
         rows.append(per_step(batch, steps))
@@ -195,8 +200,9 @@ def _summed(totals: Iterable[tuple[pl.DataFrame, pl.DataFrame]], warmup: int | N
     every = pl.concat(rows)
     if pieces:
         every = every.select(pl.lit(0, every.schema["step"]).alias("step"), pl.exclude("step").sum())
+    summed = cpu_activities(pl.concat(activities))
     return budget_of(every.filter(pl.col("step") != warmup) if warmup is not None else every,
-                     pl.concat(activities), thread), every
+                     summed, thread), every, summed
 
 
 def _user_ranges(frames: Events, windows: pl.DataFrame, pattern: str, thread: int,

@@ -19,6 +19,7 @@ import polars as pl
 
 from nsight_core.analysis import findings as find
 from nsight_core.analysis.budget import is_thread
+from nsight_core.analysis.cause_inputs import cause_inputs
 from nsight_core.analysis.codes import matching
 from nsight_core.analysis.every_budget import Budgets
 from nsight_core.analysis.every_step import EveryStep
@@ -55,9 +56,11 @@ def analysis_of(frames: Events, gpus: pl.DataFrame | None, window: UserWindow, e
         # A capture without steps: its one step's calls, a piece at a time.
         syncs = _syncs(frames, steady_ranges if every.pieces is None else every.pieces, budgets.syncs, thread,
                        window_rows)
+        causes = cause_inputs(frames, steady if every.pieces is None else steady.clear(), thread, budgets.activities,
+                              overhead.per_call_ns if overhead else 0.0, window_rows)
         gpu = GpuInputs(*syncs, _launch_shape(frames, steady_ranges, window_rows), frames.memcpy,
                         steady if every.pieces is None else steady.clear(), find.nominal_pinned(capability),
-                        find.kernel_totals(frames.kernels, steady), capability)
+                        find.kernel_totals(frames.kernels, steady), capability, causes)
     coverage = Coverage(scope="every_step" if every.pieces is None else "capture_as_one_step",
                         steps=steps.height if every.pieces is None else 1)
     return Analysis(window=window, steps=stats, budget=budget, overhead=overhead,

@@ -12,7 +12,7 @@ renderer words and formats them.
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import polars as pl
 from pydantic import BaseModel, Field
@@ -22,8 +22,12 @@ from nsight_core.analysis.precision import saving_ns as precision_saving
 from nsight_core.analysis.precision import speedups
 from nsight_core.analysis.steps import StepStats
 
+if TYPE_CHECKING:
+    from nsight_core.analysis.causes import CauseInputs
+
 FindingKind = Literal[
-    "host_work", "untraced_host", "stream_wait", "sync_wait", "launch_bound", "pageable_copy",
+    "host_work", "untraced_host", "allocator_churn", "per_tensor_launches", "small_copies",
+    "bulk_device_to_host", "stream_wait", "sync_wait", "launch_bound", "pageable_copy",
     "exposed_copy", "exposed_comm", "device_bound", "fp32_matmul", "warmup", "too_few_steps", "no_steps",
 ]
 Severity = Literal["info", "warning", "critical"]
@@ -454,14 +458,26 @@ class GpuInputs(NamedTuple):
     """:func:`kernel_totals` of the steady steps."""
     capability: float | None = None
     """The compute capability of the GPU the steps ran on (:func:`compute_capability`; None: unknown)."""
+    causes: CauseInputs | None = None
+    """What the findings of known causes read (analysis/causes.py); None: none looked for."""
 
 
 def findings_of(context: Context, gpu: GpuInputs | None) -> list[Finding]:
     """Every finding of CONTEXT, with the GPU's where the capture traced GPU work (GPU: their inputs), ordered."""
     gpu_findings: list[Finding | None] = []
     if gpu is not None:
-        pageable = pageable_copies(context, gpu.copies, gpu.copy_steps, gpu.pinned)
-        gpu_findings = [*idle_findings(context, gpu.syncs, gpu.small_reads), launch_bound(context, *gpu.shape),
-                        *pageable, exposed_copy(context, pageable), exposed_comm(context),
+        from nsight_core.analysis.causes import known_causes, named  # they build on this module's findings
+
+        causes = known_causes(context, gpu.causes) if gpu.causes is not None else None
+        found = causes.findings if causes else []
+        # The other findings read the budget less what the known causes claimed: no time is saved twice.
+        rest = context.model_copy(update={"budget": causes.budget}) if causes else context
+        pageable = [finding for finding in pageable_copies(rest, gpu.copies, gpu.copy_steps, gpu.pinned)
+                    if not (finding.subject == "Device-to-Host" and any(f.kind == "bulk_device_to_host"
+                                                                          for f in found))]
+        gpu_findings = [*found, *idle_findings(rest, gpu.syncs, gpu.small_reads), launch_bound(rest, *gpu.shape),
+                        *pageable, exposed_copy(rest, pageable), exposed_comm(rest),
                         fp32_matmul(context, gpu.kernels, gpu.capability), device_bound(context, gpu.kernels)]
+        if causes is not None:
+            gpu_findings = named(gpu_findings, causes, gpu.syncs)
     return ordered([*gpu_findings, warmup(context), step_count(context)])

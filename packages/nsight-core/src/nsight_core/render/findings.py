@@ -26,7 +26,7 @@ PART_LABELS = {
     "profiler_overhead": "profiler overhead (nsys tracing)",
 }
 CPU_LABELS = {"cuda_api": "in CUDA call", "osrt": "in OS call", "nvtx": "in range", "untraced": "untraced CPU time",
-              "dispatch": "dispatching (CUDA calls, framework)"}
+              "dispatch": "framework time before CUDA call"}
 
 
 def saving_text(saving: Saving) -> str:
@@ -63,6 +63,12 @@ TITLES: dict[str, str] = {
                               "every step",
     "host_work": "The GPU waits while the host runs the ranges below between steps",
     "untraced_host": "The GPU waits on host time outside every NVTX range",
+    "allocator_churn": "The GPU waits while the host allocates and frees device memory every step",
+    "per_tensor_launches": "The same small kernels are launched once per tensor, in loops of hundreds a step",
+    "small_copies": "Many small host-to-device copies a step, one at a time",
+    "bulk_device_to_host": "Tens of megabytes are copied to the host every step, then handled on the host",
+    "sync_wait/mask_indexing": "Boolean-mask indexing (or nonzero, unique) makes the host wait for the GPU every "
+                               "step",
     "stream_wait": "Queued GPU work waits on another stream, an event or a copy",
     "launch_bound": "The GPU waits on the host's dispatch: launches and framework time between kernels",
     "pageable_copy": "{subject} copies use pageable host memory",
@@ -85,6 +91,19 @@ SUGGESTIONS: dict[str, str] = {
                      "see what it is, or trace OS-runtime calls (trace=cuda,nvtx,osrt).",
     "stream_wait": "Check cross-stream dependencies (wait_stream, events, a copy on the default stream) that "
                    "serialise work the GPU could overlap.",
+    "allocator_churn": "Let PyTorch's caching allocator keep its memory: drop torch.cuda.empty_cache() from the loop, "
+                       "reuse buffers across steps (preallocate, out=), or set "
+                       "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so a growing step maps more memory instead "
+                       "of freeing and allocating segments.",
+    "per_tensor_launches": "Launch one kernel for many tensors: a foreach or fused optimizer (torch.optim.*(..., "
+                           "foreach=True) or fused=True), torch._foreach_* over lists of tensors, or fuse a chain of "
+                           "small ops (torch.compile).",
+    "small_copies": "Stack the samples on the host and copy them once: torch.stack(samples) into a pinned buffer "
+                    "(pin_memory=True, or DataLoader(pin_memory=True) with a collate that stacks), then "
+                    ".to('cuda', non_blocking=True).",
+    "bulk_device_to_host": "Copy and save the state less often (every N steps), or in the background: copy into "
+                           "pinned buffers with non_blocking=True and write them from another thread (or use "
+                           "torch.distributed.checkpoint's async save); keep metrics on the GPU.",
     "launch_bound": "Capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or torch.cuda.graphs), "
                     "fuse the small kernels, or give each launch more work (a larger batch).",
     "pageable_copy": "Use pinned host memory for these copies (tensor.pin_memory(), torch.empty(..., pin_memory=True) "
@@ -111,9 +130,20 @@ def finding_title(finding: Finding) -> str:
     return title.format(subject=finding.subject)
 
 
+SUBJECT_SUGGESTIONS: dict[str, str] = {
+    "sync_wait/mask_indexing": "Keep the shape fixed so the host need not read it: torch.where(mask, x, 0) with "
+                               "sums over the mask instead of x[mask], masked reductions instead of nonzero(); or "
+                               "move the selection after the step's other launches.",
+    "sync_wait/scalar_reads": "Keep the value on the GPU: no .item(), float(t) or Python `if` on a tensor in the "
+                              "step (torch.where for a branch); accumulate losses and metrics as tensors and read "
+                              "them back every N steps.",
+}
+"""Suggestions for a kind's subject (KIND/SUBJECT), where the subject names the cause more closely."""
+
+
 def finding_suggestion(finding: Finding) -> str:
-    """FINDING's suggestion."""
-    return SUGGESTIONS[finding.kind]
+    """FINDING's suggestion: its subject's where there is one, else its kind's."""
+    return SUBJECT_SUGGESTIONS.get(f"{finding.kind}/{finding.subject}", SUGGESTIONS[finding.kind])
 
 
 def finding_json(finding: Finding) -> dict[str, object]:

@@ -1,0 +1,159 @@
+"""What the findings of a known cause read (:class:`causes.CauseInputs`), made in batches of steady steps and summed,
+so that the answer is the same whatever the windows' size:
+
+- the steps' thread's CUDA calls in the steps' ranges, counted and timed per name;
+- the copies in the steps' GPU windows per direction, small (at most SMALL_COPY_MAX_BYTES) or not;
+- the loops of small kernels (:func:`loops_in`), the launches in them per kernel and what a multi-tensor kernel
+  would leave of them;
+- the small device-to-host reads by what ran before them on their stream: a selection (boolean-mask indexing,
+  nonzero, unique) or anything else (a scalar read: `.item()`, a Python `if` on a tensor);
+- the GPU's idle time right after each bulk device-to-host copy, until its next work in the step.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from nsight_core.analysis.causes import (
+    BIG_KERNEL,
+    BIG_KERNEL_NS,
+    LOOP_MIN_LAUNCHES,
+    LOOP_MIN_REPEATS,
+    SELECT_KERNEL,
+    SMALL_COPY_MAX_BYTES,
+    SMALL_READ_BYTES,
+    TENSORS_PER_LAUNCH,
+    CauseInputs,
+)
+from nsight_core.analysis.windows import start_cuts, step_batches
+from nsight_core.trace.streamed import WINDOW_ROWS, Events
+
+CALL_COLUMNS = {"name": pl.String, "calls": pl.Int64, "total_ns": pl.Int64}
+COPY_COLUMNS = {"direction": pl.String, "small": pl.Boolean, "copies": pl.Int64, "bytes": pl.Int64, "ns": pl.Int64}
+LOOP_COLUMNS = {"name": pl.String, "launches": pl.Int64, "kept": pl.Int64}
+READ_COLUMNS = {"select": pl.Boolean, "reads": pl.Int64}
+
+
+def cause_inputs(frames: Events, steps: pl.DataFrame, thread: int | None, activities: pl.DataFrame | None,
+                 per_call_ns: float, window_rows: int | None = WINDOW_ROWS) -> CauseInputs:
+    """The inputs of :mod:`causes` over STEPS (the steady steps: step, start_ns, end_ns on the GPU's clock,
+    cpu_start_ns, cpu_end_ns, by start) of the capture FRAMES holds, on the steps' THREAD; ACTIVITIES: the budget's
+    CPU activities of their idle time (every_budget.Budgets.activities); PER_CALL_NS: what tracing added to a call."""
+    found: dict[str, list[pl.DataFrame]] = {"calls": [], "copies": [], "loops": [], "reads": []}
+    after_bulk = 0
+    if steps.height and thread is not None:
+        calls = frames.cuda_api.filter(pl.col("thread") == thread).select("start_ns", "end_ns", "name",
+                                                                          "correlation_id")
+        for first, end in step_batches(steps["cpu_start_ns"], start_cuts(calls, window_rows)):
+            batch = steps.slice(first, end - first)
+            lo, hi = batch.select(pl.min_horizontal(pl.col("start_ns").min(), pl.col("cpu_start_ns").min()),
+                                  pl.max_horizontal(pl.col("end_ns").max(), pl.col("cpu_end_ns").max())).row(0)
+            meets = (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)
+            ranges = batch.select("step", pl.col("cpu_start_ns").alias("start_ns"),
+                                  pl.col("cpu_end_ns").alias("end_ns"))
+            batch_calls = calls.filter(meets).collect(engine="streaming")
+            found["calls"].append(_calls_in(batch_calls, ranges))
+            copies, kernels = pl.collect_all(
+                [frames.memcpy.filter(meets).select("start_ns", "end_ns", "stream", "bytes", "direction",
+                                                    "correlation_id"),
+                 frames.kernels.filter(meets).select("start_ns", "end_ns", "stream", "name")], engine="streaming")
+            windows = batch.select("step", "start_ns", "end_ns")
+            found["copies"].append(_copies_in(copies, windows))
+            found["loops"].append(loops_in(kernels, windows))
+            found["reads"].append(_reads_in(copies, kernels, windows))
+            after_bulk += _idle_after_bulk(copies, kernels, batch_calls, windows)
+    empty: dict[str, dict[str, type[pl.DataType]]] = {"calls": CALL_COLUMNS, "copies": COPY_COLUMNS,
+                                                       "loops": LOOP_COLUMNS, "reads": READ_COLUMNS}
+    summed = {key: _summed(frames_, empty[key]) for key, frames_ in found.items()}
+    return CauseInputs(steps=steps.height, activities=activities if activities is not None else pl.DataFrame(
+        schema={"part": pl.String, "cpu_kind": pl.String, "cpu_name": pl.String, "total_ns": pl.Int64}),
+        calls=summed["calls"], copies=summed["copies"], loops=summed["loops"], reads=summed["reads"],
+        after_bulk_ns=float(after_bulk), per_call_ns=per_call_ns)
+
+
+def _summed(parts: list[pl.DataFrame], schema: dict[str, type[pl.DataType]]) -> pl.DataFrame:
+    """The batches' PARTS (keys, then counts) summed per key, by key: the same whatever the batches."""
+    if not parts:
+        return pl.DataFrame(schema=schema)
+    keys = [name for name, dtype in schema.items() if dtype in (pl.String, pl.Boolean)]
+    values = [name for name in schema if name not in keys]
+    return (pl.concat([part.cast(schema) for part in parts]).group_by(keys)  # type: ignore[arg-type]
+            .agg(pl.col(values).sum()).sort(keys))
+
+
+def _located(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """EVENTS that start inside one of STEPS (step, start_ns, end_ns, by start), with its step, by start."""
+    located = events.sort("start_ns").join_asof(
+        steps.select("step", pl.col("start_ns").alias("_step_start"), pl.col("end_ns").alias("_step_end")),
+        left_on="start_ns", right_on="_step_start", strategy="backward")
+    return located.filter(pl.col("start_ns") < pl.col("_step_end")).drop("_step_start", "_step_end")
+
+
+def _calls_in(calls: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
+    """The CALLS that start inside the steps' RANGES, counted and timed per name (CALL_COLUMNS)."""
+    duration = (pl.col("end_ns") - pl.col("start_ns")).sum().alias("total_ns")
+    return _located(calls, ranges).group_by("name").agg(pl.len().alias("calls"), duration)
+
+
+def _copies_in(copies: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """The COPIES that start inside the steps' GPU WINDOWS per direction, small or not (COPY_COLUMNS)."""
+    return _located(copies, windows).group_by(
+        "direction", (pl.col("bytes") <= SMALL_COPY_MAX_BYTES).alias("small")).agg(
+        pl.len().alias("copies"), pl.col("bytes").sum(), (pl.col("end_ns") - pl.col("start_ns")).sum().alias("ns"))
+
+
+def loops_in(kernels: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """The loops of small kernels in the steps' GPU WINDOWS (LOOP_COLUMNS: per kernel name, its launches in loops and
+    how many a multi-tensor kernel would keep).
+
+    A loop is a run of consecutive kernels of a step (by start) with no large one among them (a GEMM, a convolution,
+    attention: BIG_KERNEL, or any of BIG_KERNEL_NS or longer) that holds at least LOOP_MIN_LAUNCHES launches, each of
+    its kernels repeated LOOP_MIN_REPEATS times on average: the same small kernels launched once per parameter or list
+    element (an optimizer's `foreach=False`, a Python loop over tensors). A multi-tensor kernel launches once per
+    TENSORS_PER_LAUNCH of them."""
+    located = _located(kernels, windows)
+    big = (pl.col("name").str.contains(BIG_KERNEL) | (pl.col("end_ns") - pl.col("start_ns") >= BIG_KERNEL_NS))
+    runs = located.with_columns(big.alias("_big")).with_columns(pl.col("_big").cum_sum().over("step").alias("_run"))
+    per_name = (runs.filter(~pl.col("_big")).group_by("step", "_run", "name").agg(pl.len().alias("launches"))
+                .with_columns(pl.col("launches").sum().over("step", "_run").alias("_in_run"),
+                              pl.len().over("step", "_run").alias("_names")))
+    loops = per_name.filter((pl.col("_in_run") >= LOOP_MIN_LAUNCHES)
+                            & (pl.col("_in_run") >= LOOP_MIN_REPEATS * pl.col("_names")))
+    kept = (pl.col("launches") + TENSORS_PER_LAUNCH - 1) // TENSORS_PER_LAUNCH
+    return loops.group_by("name").agg(pl.col("launches").sum(), kept.sum().alias("kept"))
+
+
+def _idle_after_bulk(copies: pl.DataFrame, kernels: pl.DataFrame, calls: pl.DataFrame, windows: pl.DataFrame) -> int:
+    """The GPU's idle time right after each device-to-host copy above SMALL_COPY_MAX_BYTES in the steps' GPU WINDOWS,
+    while the host is past it: from the copy's end, or its call's return where later (a pageable copy's call goes on
+    copying on the host), to the next kernel's start (or its step's end; the other copies of a state, one a tensor,
+    are part of it). Summed over the copies, it can hold a stretch twice: the findings take at most the host's
+    untraced time. CALLS: the CUDA calls of the steps' thread (their correlation ids)."""
+    bulk = _located(copies.filter((pl.col("direction") == "Device-to-Host")
+                                  & (pl.col("bytes") > SMALL_COPY_MAX_BYTES)), windows)
+    bulk = bulk.join(calls.select("correlation_id", pl.col("end_ns").alias("_returned")), on="correlation_id",
+                     how="left").with_columns(pl.max_horizontal("end_ns", "_returned").alias("end_ns"))
+    if not bulk.height:
+        return 0
+    starts = kernels["start_ns"].sort()
+    if not starts.len():
+        return 0
+    ends = bulk.join(windows.select("step", pl.col("end_ns").alias("_step_end")), on="step")
+    gaps = ends.select((pl.min_horizontal(pl.lit(starts).gather(pl.lit(starts).search_sorted(pl.col("end_ns"),
+                                                                                              side="right")
+                                                               .clip(upper_bound=max(starts.len() - 1, 0))),
+                                          "_step_end") - pl.col("end_ns")).clip(lower_bound=0))
+    return int(gaps.to_series().sum())
+
+
+def _reads_in(copies: pl.DataFrame, kernels: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """The small device-to-host reads (at most SMALL_READ_BYTES) in the steps' GPU WINDOWS, counted by whether the
+    kernel that ended last before each on its stream selects (SELECT_KERNEL: a count for boolean-mask indexing,
+    nonzero, unique) or not (READ_COLUMNS)."""
+    reads = _located(copies.filter((pl.col("direction") == "Device-to-Host") & (pl.col("bytes") <= SMALL_READ_BYTES)),
+                     windows).sort("start_ns")
+    before = kernels.select(pl.col("end_ns").alias("_end"), "stream", pl.col("name").alias("_kernel")).sort("_end")
+    named = reads.join_asof(before, left_on="start_ns", right_on="_end", by="stream", strategy="backward",
+                            check_sortedness=False)
+    return named.group_by(pl.col("_kernel").str.contains(SELECT_KERNEL).fill_null(False).alias("select")).agg(
+        pl.len().alias("reads"))

@@ -1,0 +1,341 @@
+"""Known causes of a step's idle time, each a finding with its evidence and a saving taken from its own part of the
+budget: the host time the budget names by the calls that cause it (gpu_budget.HostCalls), less what the profiler's
+tracing added to those calls. Numbers and codes only: render/findings.py words them.
+
+- ``allocator_churn``: cudaMalloc/cudaFree (or the driver's cuMem*) in steady steps: `torch.cuda.empty_cache()` every
+  step, a cache that cannot keep what the step needs. Saving: the idle time the host spent in those calls and on its
+  way to them.
+- ``per_tensor_launches``: loops of the same small kernels, once per parameter or list element (cause_inputs.loops_in).
+  Saving: the launches a multi-tensor kernel removes, times the idle time the host spent per launch.
+- ``small_copies``: many small host-to-device copies a step. Saving: the idle time in and before those copies and
+  the synchronisations they bring, and their exposed copy time, less one stacked pinned copy of the same bytes.
+- ``bulk_device_to_host``: tens of megabytes copied to the host every step (a state_dict, a checkpoint) with host time
+  outside every range (pickling, writing). Saving: that host time, the copies' exposed time and the idle time in and
+  before their calls: what doing it every N steps, or in the background, removes.
+
+What a cause claims is taken out of the budget the other findings read (:func:`less`), so that no time is saved twice:
+the launch gaps a loop of launches explains are not also a CUDA graph's.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import polars as pl
+
+from nsight_core.analysis.budget import BudgetPart, CpuActivity, StepBudget
+from nsight_core.analysis.findings import (
+    NOMINAL_PINNED_BYTES_PER_S,
+    REPORT_SHARE,
+    Context,
+    Evidence,
+    Finding,
+    Where,
+    _saving,
+    _severity,
+    _share,
+)
+from nsight_core.analysis.gpu_budget import QUERY_CALLS
+
+ALLOC_API = r"^cu(da)?(Malloc|Free)(_v\d+)?$|^cuMem(Alloc|Free|Create|Release|Map|Unmap|AddressReserve|AddressFree)"
+"""The device allocator's calls (not the stream-ordered cudaMallocAsync, whose pool is the fix, nor pinned host
+memory)."""
+ALLOC_MIN_PER_STEP = 1.0
+"""Allocator calls per steady step from which they are churn: a warm caching allocator makes none."""
+LAUNCH_API = r"^cu(da)?LaunchKernel|^cuLaunch|^cu(da)?GraphLaunch"
+COPY_API = r"^cu(da)?Memcpy"
+SYNC_API = r"^cu(da)?(Stream|Event|Device|Ctx)Synchronize"
+BIG_KERNEL = r"(?i)gemm|conv|cutlass|xmma|nvjet|matmul|attention|flash|cudnn|fprop|dgrad|wgrad"
+"""Kernels that do a step's main work: a loop of small kernels is a run between them."""
+BIG_KERNEL_NS = 50_000
+"""A kernel this long (50 µs) or longer is no small one, whatever its name."""
+LOOP_MIN_LAUNCHES = 64
+"""Launches a run of small kernels holds at least to be a loop over tensors."""
+LOOP_MIN_REPEATS = 128
+"""...with each of its kernels repeated this many times on average: once per tensor of a list of hundreds (a model's
+parameters), not a chain of ops on one tensor (which fusion, not a multi-tensor kernel, shortens)."""
+TENSORS_PER_LAUNCH = 64
+"""Tensors a multi-tensor kernel (torch._foreach_*, a foreach optimizer) handles per launch: PyTorch chunks its lists
+into launches of a few dozen tensors (the H200 per_param twin: 1,200 launches a step became 20)."""
+SMALL_COPY_MAX_BYTES = 1 << 20
+"""A host-to-device copy of at most this (1 MiB) is a small one."""
+MANY_SMALL_COPIES = 32
+"""Small host-to-device copies per step from which they are a cause: a sample or a tensor at a time."""
+BULK_D2H_BYTES = 16 << 20
+"""Device-to-host bytes per step (in copies above SMALL_COPY_MAX_BYTES) from which they are a bulk copy: a model's
+state, not a metric."""
+BULK_HOST_SHARE = 0.05
+"""The GPU's idle time right after the bulk copies, as a share of the step, from which the host's handling of them (a
+torch.save) is a cause; less, and the copies are a copy's finding alone (pageable_copy, exposed_copy)."""
+SMALL_READ_BYTES = 8
+"""A device-to-host copy of at most this (a scalar: `.item()`, a bool for a Python `if`, a count) is a read."""
+SELECT_KERNEL = r"(?i)DeviceSelect|DeviceReduce|DeviceScan|DeviceCompact|RadixSort|RunLength|nonzero|unique|masked"
+"""Kernels that count or select (CUB's, which nonzero, boolean-mask indexing and unique run): a read right after one
+is the size of a selection."""
+DRIVER_PARTS = ("launch_gap", "gpu_idle", "sync_wait")
+"""The idle parts a cause's host time can be in."""
+
+
+class CauseInputs(NamedTuple):
+    """What the findings of known causes read (analysis/cause_inputs.py), summed over the steady steps."""
+
+    steps: int
+    activities: pl.DataFrame
+    """The budget's CPU activities of the steps' idle time: part, cpu_kind, cpu_name, total_ns."""
+    calls: pl.DataFrame
+    """The steps' thread's CUDA calls in the steps: name, calls, total_ns."""
+    copies: pl.DataFrame
+    """Copies in the steps: direction, small (at most SMALL_COPY_MAX_BYTES), copies, bytes, ns."""
+    loops: pl.DataFrame
+    """Kernels launched in loops (cause_inputs.loops_in): name, launches, kept (by a multi-tensor kernel)."""
+    reads: pl.DataFrame
+    """Small device-to-host reads: select (after a selecting kernel), reads."""
+    after_bulk_ns: float
+    """The GPU's idle time right after each bulk device-to-host copy, until its next work (in its step)."""
+    per_call_ns: float
+    """What the profiler's tracing added to each CUDA call (analysis/overhead.py; 0 where not estimated)."""
+
+
+Claim = tuple[str, str | None, str | None]
+"""A part of the budget a cause takes: (part, cpu_kind, cpu_name); kind and name None for a busy part's time."""
+
+
+class Causes(NamedTuple):
+    """The known causes found (:func:`known_causes`) and what they claimed of the budget."""
+
+    findings: list[Finding]
+    claims: dict[Claim, float]
+    budget: StepBudget | None
+    """The budget less the claims (:func:`less`): what the other findings read."""
+    left: pl.DataFrame
+    """The CPU activities less the claims (part, cpu_kind, cpu_name, per_step_ns): what an unknown cause shows."""
+    select_reads: float
+    """Small reads per step right after a selecting kernel (the sync finding's pattern)."""
+    scalar_reads: float
+
+
+def _activity(inputs: CauseInputs, names: str, kinds: tuple[str, ...] = ("cuda_api", "dispatch"),
+              parts: tuple[str, ...] = DRIVER_PARTS) -> pl.DataFrame:
+    """The activities of NAMES (a pattern of call names) of KINDS in PARTS: part, cpu_kind, cpu_name, total_ns."""
+    return inputs.activities.filter(pl.col("cpu_name").str.contains(names) & pl.col("cpu_kind").is_in(kinds)
+                                    & pl.col("part").is_in(parts))
+
+
+def _calls(inputs: CauseInputs, names: str) -> float:
+    return float(inputs.calls.filter(pl.col("name").str.contains(names))["calls"].sum())
+
+
+def _calls_per_call(inputs: CauseInputs) -> float:
+    """CUDA calls per call that is no query (QUERY_CALLS: a kernel's name after its launch, a capture check before a
+    copy): each such call comes with its queries, and tracing adds its cost to every one."""
+    total = float(inputs.calls["calls"].sum())
+    queries = _calls(inputs, QUERY_CALLS)
+    return total / (total - queries) if total > queries else 1.0
+
+
+def _claim(claims: dict[Claim, float], activities: pl.DataFrame, share: float = 1.0) -> float:
+    """Add SHARE of ACTIVITIES to CLAIMS; their claimed time."""
+    taken = 0.0
+    for part, kind, name, total in activities.select("part", "cpu_kind", "cpu_name", "total_ns").iter_rows():
+        claims[(part, kind, name)] = claims.get((part, kind, name), 0.0) + total * share
+        taken += total * share
+    return taken
+
+
+def _finding(context: Context, kind: str, total_ns: float, steps: int, evidence: list[Evidence]) -> Finding | None:
+    """A finding of KIND saving TOTAL_NS over STEPS steps, when it is worth reporting (findings.REPORT_SHARE)."""
+    if total_ns <= 0 or not steps:
+        return None
+    saving = _saving(context, total_ns / steps if context.step_p50_ns else None, total_ns)
+    if _share(saving) < REPORT_SHARE:
+        return None
+    return Finding(kind=kind, severity=_severity(_share(saving)), evidence=evidence,  # type: ignore[arg-type]
+                   saving=saving)
+
+
+def allocator_churn(context: Context, inputs: CauseInputs, claims: dict[Claim, float]) -> Finding | None:
+    """cudaMalloc/cudaFree in steady steps: their idle time, less what tracing added to them."""
+    steps = inputs.steps
+    calls = inputs.calls.filter(pl.col("name").str.contains(ALLOC_API))
+    count = float(calls["calls"].sum())
+    if not steps or count / steps < ALLOC_MIN_PER_STEP:
+        return None
+    held = _activity(inputs, ALLOC_API)
+    total = _claim(claims, held) - count * _calls_per_call(inputs) * inputs.per_call_ns
+    evidence = [Evidence(metric="allocator_calls_per_step", value=n / steps, unit="count", where=Where(kind="api",
+                                                                                                       name=name))
+                for name, n, _ in calls.sort(["calls", "name"], descending=[True, False]).iter_rows()]
+    evidence += [Evidence(metric="time_in_call_per_step", value=ns / steps, unit="ns", where=Where(kind="api",
+                                                                                                   name=name))
+                 for name, _, ns in calls.sort(["total_ns", "name"], descending=[True, False]).iter_rows()]
+    evidence.append(Evidence(metric="gpu_idle_in_allocator_per_step", value=float(held["total_ns"].sum()) / steps,
+                             unit="ns"))
+    return _finding(context, "allocator_churn", total, steps, evidence)
+
+
+def per_tensor_launches(context: Context, inputs: CauseInputs, claims: dict[Claim, float]) -> Finding | None:
+    """Loops of small kernels: the launches a multi-tensor kernel would remove, at the idle time per launch."""
+    steps = inputs.steps
+    launched, kept = float(inputs.loops["launches"].sum()), float(inputs.loops["kept"].sum())
+    launches = _calls(inputs, LAUNCH_API)
+    if not steps or launched / steps < LOOP_MIN_LAUNCHES or not launches:
+        return None
+    removed = min(launched - kept, launches)
+    # The launches' idle time outside syncs (a sync's own finding has the gaps after it): per launch, times those
+    # a multi-tensor kernel removes.
+    held = _activity(inputs, LAUNCH_API, parts=("launch_gap", "gpu_idle"))
+    share = removed / launches
+    total = _claim(claims, held, share) - removed * _calls_per_call(inputs) * inputs.per_call_ns
+    top = inputs.loops.sort(["launches", "name"], descending=[True, False]).head(5)
+    evidence = [Evidence(metric="launches_in_loops_per_step", value=launched / steps, unit="count"),
+                Evidence(metric="launches_left_per_step", value=(launches - removed) / steps, unit="count"),
+                Evidence(metric="gpu_idle_per_launch", value=float(held["total_ns"].sum()) / launches, unit="ns"),
+                *(Evidence(metric="kernel_launches_per_step", value=n / steps, unit="count",
+                           where=Where(kind="kernel", name=name)) for name, n, _ in top.iter_rows())]
+    return _finding(context, "per_tensor_launches", total, steps, evidence)
+
+
+def small_copies(context: Context, inputs: CauseInputs, claims: dict[Claim, float],
+                 pinned: float = NOMINAL_PINNED_BYTES_PER_S) -> Finding | None:
+    """Many small host-to-device copies a step: the idle time in and before them and their syncs, and their exposed
+    time, less one stacked pinned copy of their bytes (PINNED: its bandwidth)."""
+    steps = inputs.steps
+    small = inputs.copies.filter((pl.col("direction") == "Host-to-Device") & pl.col("small"))
+    count, size, ns = (float(small[column].sum()) for column in ("copies", "bytes", "ns"))
+    copy_calls, sync_calls = _calls(inputs, COPY_API), _calls(inputs, SYNC_API)
+    if not steps or count / steps < MANY_SMALL_COPIES or not copy_calls:
+        return None
+    per_call = _calls_per_call(inputs)
+    taken = _claim(claims, _activity(inputs, COPY_API), min(count / copy_calls, 1.0))
+    synced = min(count / sync_calls, 1.0) if sync_calls else 0.0
+    taken += _claim(claims, _activity(inputs, SYNC_API), synced)
+    exposed = min(ns, _part(context, "exposed_copy"))
+    claims[("exposed_copy", None, None)] = claims.get(("exposed_copy", None, None), 0.0) + exposed
+    stacked = size / pinned * 1e9
+    total = taken + exposed - stacked - (count + synced * sync_calls) * per_call * inputs.per_call_ns
+    evidence = [Evidence(metric="small_copies_per_step", value=count / steps, unit="count",
+                         where=Where(kind="copy", name="Host-to-Device")),
+                Evidence(metric="bytes_per_copy", value=size / count, unit="bytes"),
+                Evidence(metric="bytes_per_step", value=size / steps, unit="bytes"),
+                Evidence(metric="syncs_per_step", value=synced * sync_calls / steps, unit="count"),
+                Evidence(metric="stacked_copy_time", value=stacked / steps, unit="ns")]
+    return _finding(context, "small_copies", total, steps, evidence)
+
+
+def bulk_device_to_host(context: Context, inputs: CauseInputs, claims: dict[Claim, float]) -> Finding | None:
+    """Tens of megabytes copied to the host every step with host time outside every range: that host time, the
+    copies' exposed time and the idle time in and before their calls."""
+    steps = inputs.steps
+    bulk = inputs.copies.filter((pl.col("direction") == "Device-to-Host") & ~pl.col("small"))
+    count, size, ns = (float(bulk[column].sum()) for column in ("copies", "bytes", "ns"))
+    untraced = _activity(inputs, "", kinds=("untraced", "osrt"), parts=("gpu_idle",))
+    host = float(untraced["total_ns"].sum())
+    # The host's time is the copies' where the GPU waits on it right after them (pickling, writing), not elsewhere.
+    after = min(inputs.after_bulk_ns, host)
+    if not steps or size / steps < BULK_D2H_BYTES or not after or not context.step_p50_ns \
+            or after / steps < BULK_HOST_SHARE * context.step_p50_ns:
+        return None
+    # The copy calls' idle time by the bulk copies' share of all copy time (a bulk copy's call waits longest).
+    copy_ns = float(inputs.copies["ns"].sum())
+    taken = _claim(claims, untraced, after / host)
+    taken += _claim(claims, _activity(inputs, COPY_API), min(ns / copy_ns, 1.0) if copy_ns else 0.0)
+    exposed = min(ns, _part(context, "exposed_copy") - claims.get(("exposed_copy", None, None), 0.0))
+    claims[("exposed_copy", None, None)] = claims.get(("exposed_copy", None, None), 0.0) + max(exposed, 0.0)
+    total = taken + max(exposed, 0.0) - count * _calls_per_call(inputs) * inputs.per_call_ns
+    evidence = [Evidence(metric="device_to_host_bytes_per_step", value=size / steps, unit="bytes",
+                         where=Where(kind="copy", name="Device-to-Host")),
+                Evidence(metric="device_to_host_copies_per_step", value=count / steps, unit="count"),
+                Evidence(metric="copy_time_per_step", value=ns / steps, unit="ns"),
+                Evidence(metric="gpu_idle_after_the_copies_per_step", value=after / steps, unit="ns")]
+    return _finding(context, "bulk_device_to_host", total, steps, evidence)
+
+
+def _part(context: Context, part: str) -> float:
+    return float(context.budget.part(part).total_ns) if context.budget else 0.0  # type: ignore[arg-type]
+
+
+def known_causes(context: Context, inputs: CauseInputs) -> Causes:
+    """The known causes of CONTEXT's idle time, each claiming its own part of the budget (in this order: the
+    copies and the allocator before the loops of launches, whose idle time per launch is what is left)."""
+    claims: dict[Claim, float] = {}
+    found = [bulk_device_to_host(context, inputs, claims), small_copies(context, inputs, claims),
+             allocator_churn(context, inputs, claims), per_tensor_launches(context, inputs, claims)]
+    steps = max(inputs.steps, 1)
+    reads = dict(inputs.reads.iter_rows())
+    taken = pl.DataFrame([(*key, ns) for key, ns in claims.items() if key[1] is not None],
+                         schema={"part": pl.String, "cpu_kind": pl.String, "cpu_name": pl.String, "_taken": pl.Float64},
+                         orient="row")
+    left = (inputs.activities.join(taken, on=["part", "cpu_kind", "cpu_name"], how="left", nulls_equal=True)
+            .select("part", "cpu_kind", "cpu_name",
+                    ((pl.col("total_ns") - pl.col("_taken").fill_null(0)) / steps).alias("per_step_ns"))
+            .filter(pl.col("per_step_ns") > 0).sort(["per_step_ns", "part", "cpu_kind", "cpu_name"],
+                                                    descending=[True, False, False, False]))
+    return Causes([finding for finding in found if finding is not None], claims, less(context.budget, claims), left,
+                  float(reads.get(True, 0)) / steps, float(reads.get(False, 0)) / steps)
+
+
+MASK_RANGE = r"(?i)DeviceSelect|nonzero|masked"
+"""NVTX ranges (CUB's own) a sync of a selection sits in."""
+TOP_EVIDENCE = 3
+"""Host activities an unexplained finding names."""
+_METRICS = {"cuda_api": ("time_in_call_per_step", "api"), "dispatch": ("framework_time_before_call_per_step", "api"),
+            "osrt": ("time_in_os_call_per_step", "osrt"), "nvtx": ("time_in_range_per_step", "range"),
+            "untraced": ("untraced_host_per_step", None)}
+
+
+def named(findings: list[Finding | None], causes: Causes, syncs: pl.DataFrame) -> list[Finding | None]:
+    """FINDINGS with what the known causes tell about the others: the sync finding's pattern (``mask_indexing`` where
+    its reads follow a selection, or where it sits in a selection's range; ``scalar_reads`` for other small reads),
+    and, for the launch gaps and the untraced time no known cause explains, the host activities that fill them."""
+    def top(parts: tuple[str, ...]) -> list[Evidence]:
+        rows = causes.left.filter(pl.col("part").is_in(parts)).head(TOP_EVIDENCE)
+        return [Evidence(metric=_METRICS[kind][0], value=ns, unit="ns",
+                         where=Where(kind=_METRICS[kind][1], name=name) if _METRICS[kind][1] else None)  # type: ignore[arg-type]
+                for _, kind, name, ns in rows.iter_rows() if kind in _METRICS]
+
+    masked = bool(syncs.filter(pl.col("range").str.contains(MASK_RANGE))["len"].sum()) if syncs.height else False
+    out: list[Finding | None] = []
+    for finding in findings:
+        if finding is not None and finding.kind == "sync_wait":
+            if masked or (causes.select_reads and causes.select_reads >= causes.scalar_reads):
+                finding = finding.model_copy(update={"subject": "mask_indexing", "evidence": [
+                    *finding.evidence, Evidence(metric="reads_after_a_selection_per_step", value=causes.select_reads,
+                                                unit="count", where=Where(kind="copy", name="Device-to-Host"))]})
+        elif finding is not None and finding.kind == "launch_bound":
+            finding = finding.model_copy(update={"evidence": [*finding.evidence, *top(("launch_gap",))]})
+        elif finding is not None and finding.kind == "untraced_host":
+            finding = finding.model_copy(update={"evidence": [
+                *finding.evidence, *(e for e in top(("gpu_idle",)) if e.metric != "untraced_host_per_step")]})
+        out.append(finding)
+    return out
+
+
+def less(budget: StepBudget | None, claims: dict[Claim, float]) -> StepBudget | None:
+    """BUDGET without what CLAIMS took: each part less its claims, each CPU activity less its own (what the findings
+    of other causes read; the budget shown is the whole one)."""
+    if budget is None or not claims:
+        return budget
+    by_part: dict[str, float] = {}
+    for (part, _, _), ns in claims.items():
+        by_part[part] = by_part.get(part, 0.0) + ns
+    steps = max(budget.steps, 1)
+
+    def part_less(part: BudgetPart) -> BudgetPart:
+        gone = min(by_part.get(part.part, 0.0), float(part.total_ns))
+        if not gone:
+            return part
+        total = round(part.total_ns - gone)
+        return part.model_copy(update={
+            "total_ns": total, "per_step_mean_ns": total / steps,
+            "per_step_p50_ns": part.per_step_p50_ns * (total / part.total_ns if part.total_ns else 0.0),
+            "fraction": total / budget.wall_ns if budget.wall_ns else 0.0})
+
+    def activity_less(activity: CpuActivity) -> CpuActivity:
+        gone = min(claims.get((activity.part, activity.kind, activity.name), 0.0), float(activity.total_ns))
+        total = round(activity.total_ns - gone)
+        return activity.model_copy(update={"total_ns": total, "per_step_mean_ns": total / steps,
+                                           "fraction": total / budget.wall_ns if budget.wall_ns else 0.0})
+
+    activities = [left for left in map(activity_less, budget.idle_activities) if left.total_ns > 0]
+    return budget.model_copy(update={"parts": [part_less(part) for part in budget.parts],
+                                     "idle_activities": activities})

@@ -1,0 +1,67 @@
+"""Known causes (analysis/causes.py) and the host's time named by its calls (analysis/gpu_budget.py), on real
+captures and on frames made here: what the fix pairs (test_fix_pairs.py) do not cover."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import polars as pl
+import pytest
+
+from nsight_core.analysis.budget import BudgetPart, CpuActivity, StepBudget
+from nsight_core.analysis.cause_inputs import loops_in
+from nsight_core.analysis.causes import LOOP_MIN_LAUNCHES, TENSORS_PER_LAUNCH, less
+
+OTHER_CAPTURES = ["h200-diagnosis/diagnosis.nsys-rep", "h200-torch-mlp/training.nsys-rep",
+                  "h200-two-streams/two_streams.nsys-rep", "h200-2025-process/nsight-0013a405.sqlite",
+                  "h200-2025-graph-node/graph_node.sqlite", "h200-quick-start-cuda13-incomplete/train.nsys-rep",
+                  "h200-ddp-cuda13-incomplete/train_ddp.nsys-rep",
+                  "h200-fix-pairs-v2-2025/python-backtrace-2025/small_step-backtrace.sqlite"]
+"""The fixtures beside the fix pairs (test_fix_pairs.py checks those)."""
+
+
+@pytest.mark.parametrize("capture", OTHER_CAPTURES)
+def test_no_undivided_dispatch_time_on_any_fixture(capture: str, load: Callable[[str], Any]) -> None:
+    """The host's time while the GPU waited is named by the call it was in or led to, a range, an OS call, or is
+    untraced: no CPU activity is dispatch (or a CUDA call) without a call's name."""
+    import nsight_core
+
+    activities = nsight_core.analyze(load(capture)).budget.idle_activities
+    assert [(a.kind, a.fraction) for a in activities if a.kind in ("dispatch", "cuda_api") and not a.name] == []
+
+
+def _kernels(names: list[str], ns: int = 1_000) -> pl.DataFrame:
+    starts = [index * 10_000 for index in range(len(names))]
+    return pl.DataFrame({"start_ns": starts, "end_ns": [start + ns for start in starts], "stream": [7] * len(names),
+                         "name": names})
+
+
+def test_a_loop_of_small_kernels_between_gemms_is_found_and_what_foreach_keeps() -> None:
+    """Two steps: a GEMM, then 2 x 150 small kernels of two names in a loop, then a GEMM; the second step's run of
+    small kernels is short (a forward pass: no loop)."""
+    loop = ["gemm_a", *(["add_kernel", "mul_kernel"] * 150), "gemm_b"]
+    forward = ["gemm_a", "relu", "gemm_b", "relu", "add_kernel"]
+    kernels = _kernels(loop + forward)
+    windows = pl.DataFrame({"step": [0, 1], "start_ns": [0, len(loop) * 10_000],
+                            "end_ns": [len(loop) * 10_000, (len(loop) + len(forward)) * 10_000]})
+    found = dict(loops_in(kernels, windows).select("name", pl.struct("launches", "kept")).iter_rows())
+    per_launch = -(-150 // TENSORS_PER_LAUNCH)
+    assert found == {"add_kernel": {"launches": 150, "kept": per_launch},
+                     "mul_kernel": {"launches": 150, "kept": per_launch}}
+    assert LOOP_MIN_LAUNCHES <= 300
+
+
+def test_what_a_cause_claims_leaves_the_budget_the_others_read() -> None:
+    """A cause claims 3 of a step's 4 ms of launch gaps and an activity's 2 ms: the others read 1 ms of launch gaps and
+    no time before that call; the parts left still add up to less than the wall (what was claimed is gone)."""
+    parts = [BudgetPart(part=p, total_ns=t, per_step_p50_ns=t, per_step_mean_ns=t, fraction=t / 10_000_000)
+             for p, t in (("compute", 6_000_000), ("launch_gap", 4_000_000))]
+    activity = CpuActivity(part="launch_gap", kind="dispatch", name="cudaMalloc", total_ns=2_000_000,
+                           per_step_mean_ns=2_000_000, fraction=0.2)
+    budget = StepBudget(steps=1, wall_ns=10_000_000, parts=parts, idle_activities=[activity], thread=1)
+    left = less(budget, {("launch_gap", "dispatch", "cudaMalloc"): 2_000_000, ("launch_gap", "cuda_api", "cudaFree"):
+                         1_000_000})
+    assert left is not None
+    assert left.part("launch_gap").total_ns == 1_000_000 and left.part("compute").total_ns == 6_000_000
+    assert left.idle_activities == []

@@ -136,13 +136,12 @@ def _idle_after_bulk(copies: pl.DataFrame, kernels: pl.DataFrame, calls: pl.Data
     if not bulk.height:
         return 0
     starts = kernels["start_ns"].sort()
-    if not starts.len():
-        return 0
     ends = bulk.join(windows.select("step", pl.col("end_ns").alias("_step_end")), on="step")
-    gaps = ends.select((pl.min_horizontal(pl.lit(starts).gather(pl.lit(starts).search_sorted(pl.col("end_ns"),
-                                                                                              side="right")
-                                                               .clip(upper_bound=max(starts.len() - 1, 0))),
-                                          "_step_end") - pl.col("end_ns")).clip(lower_bound=0))
+    at = pl.lit(starts).search_sorted(pl.col("end_ns"), side="right")
+    following = pl.when(at < starts.len()).then(pl.lit(starts).gather(at.clip(upper_bound=starts.len() - 1))) \
+        if starts.len() else pl.lit(None, pl.Int64)
+    gaps = ends.select((pl.min_horizontal(following.fill_null(pl.col("_step_end")), "_step_end") - pl.col("end_ns"))
+                       .clip(lower_bound=0))
     return int(gaps.to_series().sum())
 
 

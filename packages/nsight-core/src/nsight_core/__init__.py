@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     from nsight_core.analysis.diff import TraceDiff
     from nsight_core.analysis.result import Analysis
     from nsight_core.capture import Capture
-    from nsight_core.collection import Region, range
     from nsight_core.compare import diff
+    from nsight_core.region import Region, range
     from nsight_core.report import CaptureProfile, PerfettoExport
     from nsight_core.session import RunResult, Session
     from nsight_core.settings import validate_trace
@@ -47,8 +47,8 @@ if TYPE_CHECKING:
     from nsight_core.trace import Trace, Window, load_trace
     from nsight_core.trace.tables import DamagedExportError, SchemaMismatch
 
-_LAZY = {"Capture": "nsight_core.capture", "Region": "nsight_core.collection", "RunResult": "nsight_core.session",
-         "Session": "nsight_core.session", "range": "nsight_core.collection",
+_LAZY = {"Capture": "nsight_core.capture", "Region": "nsight_core.region", "RunResult": "nsight_core.session",
+         "Session": "nsight_core.session", "range": "nsight_core.region",
          "load_stats": "nsight_core.stats.load", "ProfileStats": "nsight_core.stats.models",
          "analyze": "nsight_core.analysis.analyze", "step_budgets": "nsight_core.analysis.analyze",
          "Analysis": "nsight_core.analysis.result", "diff": "nsight_core.compare",

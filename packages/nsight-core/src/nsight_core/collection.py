@@ -9,7 +9,6 @@ them: a forked child (:mod:`nsight_core.lineage`) never stops, exits or signals 
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import contextlib
 import contextvars
@@ -23,8 +22,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import FrameType, TracebackType
-from typing import Any, Literal, Self
+from types import FrameType
+from typing import Any, Literal
 
 from nsight_core import lineage
 from nsight_core.capture import Capture
@@ -53,7 +52,7 @@ ABORT_STOP_TIMEOUT = 20.0
 
 # The collections (slot tokens) of the regions whose blocks enclose the code running in this context:
 # asyncio tasks and asyncio.to_thread inherit it, a threading.Thread starts without it.
-_enclosing: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar("nsight_enclosing", default=())
+ENCLOSING: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar("nsight_enclosing", default=())
 _tokens = itertools.count(1)
 _Phase = Literal["starting", "recording", "stopping"]
 
@@ -134,7 +133,7 @@ class Collector:
         While another region of this process holds the collection, REGION waits: through the other's
         `nsys start` and `nsys stop` (each bounded by its own timeout, uncounted) and for up to
         RETRY_SECONDS of its block, ``START_WAIT_CAP`` at most in all. A region whose block encloses
-        this call (a :class:`Region` in this context, see ``_enclosing``) can never end first: then
+        this call (a :class:`Region` in this context, see ``ENCLOSING``) can never end first: then
         REGION fails at once.
         """
         if os.getpid() != self._pid:  # checked before the slot: its lock may have been held at the fork
@@ -156,7 +155,7 @@ class Collector:
 
     def _take_slot(self, region: str, retry_seconds: float) -> int:
         """Wait for the slot (see :meth:`start`) and take it for REGION; its token."""
-        enclosing = _enclosing.get()
+        enclosing = ENCLOSING.get()
         cap = time.monotonic() + START_WAIT_CAP
         counted = 0.0  # how long the holder has recorded its block while REGION waited
         with self._slot:
@@ -312,99 +311,6 @@ def _interrupts_deferred() -> Iterator[None]:
 
 
 
-class Region:
-    """Records its block as one capture. Never raises because of profiling.
-
-    When a collection cannot start, it logs ``could not start collection`` and runs the block
-    unprofiled: at once when it is nested in the region recording (that region's ``with`` / ``async
-    with`` block encloses it in this context: the same thread, or an asyncio task or
-    ``asyncio.to_thread`` call started inside it), after the wait of :meth:`Collector.start` when
-    another region records (a thread started inside a block counts as such). ``on_capture`` runs
-    after the stop, also when the block raised, before the block's exception propagates; its own
-    errors are logged. A cancellation while the collection starts stops it again once the start is done.
-    """
-
-    def __init__(self, session: Collector | None, name: str,
-                 on_capture: Callable[[Capture], None] | None = None) -> None:
-        self.session = session
-        self.name = name
-        self.on_capture = on_capture
-        self.capture: Capture | None = None
-        self._started = False
-        self._token = 0
-        self._pid = os.getpid()  # a forked child that leaves the block stops nothing of its parent's
-
-    def __enter__(self) -> Self:
-        self._start()
-        self._enclose()
-        return self
-
-    def _start(self) -> None:
-        if self.session is None:
-            return
-        self._pid = os.getpid()
-        try:
-            self._token = self.session.start(self.name)
-            self._started = True
-        except NsightError as exc:
-            log.warning("could not start collection for region %r; running it unprofiled: %s", self.name,
-                        one_line(exc))
-
-    def _enclose(self) -> None:
-        """Mark the code of the block, in the caller's context, as recorded by this region."""
-        if self._started:
-            _enclosing.set((*_enclosing.get(), self._token))
-
-    def _disclose(self) -> None:
-        if self._token:
-            _enclosing.set(tuple(token for token in _enclosing.get() if token != self._token))
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self._disclose()
-        self._finish()
-
-    def _finish(self) -> None:
-        if self.session is None or not self._started or os.getpid() != self._pid:
-            return
-        self._started = False
-        try:
-            self.capture = self.session.stop()
-        except NsightError as error:
-            log.warning("could not stop collection for region %r: %s", self.name, one_line(error))
-            return
-        if self.on_capture is not None:
-            try:
-                self.on_capture(self.capture)
-            except Exception as error:
-                log.warning("processing the capture of region %r failed: %s", self.name, one_line(error))
-
-    async def __aenter__(self) -> Self:
-        starting = asyncio.ensure_future(asyncio.to_thread(self._start))
-        try:
-            await asyncio.shield(starting)
-        except asyncio.CancelledError:
-            # The start cannot be interrupted; once it is done, stop what it started, in a thread of
-            # its own (not daemonic: interpreter exit waits for it), whatever else is cancelled.
-            starting.add_done_callback(lambda _done: threading.Thread(target=self._undo).start())
-            raise
-        self._enclose()  # here, not in the thread: its context is a copy of this task's
-        return self
-
-    def _undo(self) -> None:
-        if self.session is not None and self._started and os.getpid() == self._pid:
-            self._started = False
-            with contextlib.suppress(NsightError):
-                self.session.stop()
-            log.warning("region %r was cancelled while its collection started; the collection was stopped",
-                        self.name)
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        self._disclose()
-        await asyncio.to_thread(self._finish)
-
-
 _current: Collector | None = None
 _current_lock = threading.Lock()
 _previous_sigterm: Any = None
@@ -494,10 +400,6 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
-
-def range(name: str, on_capture: Callable[[Capture], None] | None = None) -> Region:
-    """Record the block as its own capture when this process runs in an nsight session; else do nothing."""
-    return Region(current_collector(), name, on_capture)
 
 
 

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 from nsight_core import tempspace
 from nsight_core.capture import Capture
 from nsight_core.claims import clear_claim, named_raw_streams, owned_folder
-from nsight_core.collection import Collector, Region, current_collector
+from nsight_core.collection import Collector, current_collector
 from nsight_core.errors import CommandNotExecutableError, CommandNotFoundError, NsightError, one_line
 from nsight_core.nsys import (
     DEFAULT_CAPTURE,
@@ -37,6 +37,7 @@ from nsight_core.nsys import (
     validate_cuda_graph_trace,
     validate_python_backtrace,
 )
+from nsight_core.region import Region
 from nsight_core.settings import (
     LATEST,
     RUNS_DIR,

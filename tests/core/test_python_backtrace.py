@@ -4,6 +4,7 @@ the proof is nsys' own record of the capture's settings in the report it wrote (
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from nsight_core import Session
+from nsight_core.launch import exec_wrapper
 from nsight_core.nsys import PYTHON_BACKTRACE_THRESHOLD_NS, Nsys
 from nsight_core.trace.export import export
 
@@ -46,6 +48,21 @@ def test_nsight_run_asks_nsys_for_the_python_stack_of_cuda_calls(capture: str, n
     for kind in ("KERNEL", "MEMORY", "SYNCHRONOIZATION", "OTHER"):  # nsys' spelling
         assert options[f"COLLECT_{kind}_BACKTRACES"] == "true"
         assert int(options[f"{kind}_BACKTRACES_THRESHOLD_NS"]) == PYTHON_BACKTRACE_THRESHOLD_NS
+
+
+def test_the_exec_wrapper_passes_it_to_nsys_from_the_environment(nsys: Nsys, tmp_path: Path) -> None:
+    """What the Flyte decorator's python_backtrace does: NSIGHT_PYTHON_BACKTRACE=1 in the task's environment, read by
+    `nsight launch` under the exec wrapper it stamps."""
+    script = tmp_path / "region.py"
+    script.write_text(REGION, encoding="utf-8")
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "NSIGHT_NSYS": str(nsys.path),
+           "TMPDIR": str(tmp_path), "NSIGHT_PYTHON_BACKTRACE": "1",
+           **{k: v for k, v in os.environ.items() if k in ("PYTHONPATH", "HOME")}}
+    done = subprocess.run([*exec_wrapper("nsight-bt", ("cuda", "nvtx"), None), sys.executable, str(script)],
+                          capture_output=True, text=True, timeout=240, check=False, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    [report] = sorted((tmp_path / "nsight").glob("nsight-bt-*/*.nsys-rep"))
+    assert backtrace_options(report)["COLLECT_PYTHON_BACKTRACES"] == "true"
 
 
 def test_without_the_option_nsys_takes_no_python_stacks(nsys: Nsys, tmp_path: Path) -> None:

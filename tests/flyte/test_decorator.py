@@ -37,6 +37,7 @@ def test_wrong_decorator_order_fails_at_import():
     ({"reports": ["cuda_api_sum", 7]}, TypeError, r"report 7 is not a report name: .*cuda_gpu_kern_sum"),
     ({"sample": "cpu --x"}, ValueError, r"sample='cpu --x' is not an nsys --sample value"),
     ({"cuda_graph_trace": "nodes"}, ValueError, r"cuda_graph_trace='nodes' is not an nsys --cuda-graph-trace value"),
+    ({"python_backtrace": True, "sample": "none"}, ValueError, r"python_backtrace needs nsys' CPU sampling"),
 ])
 def test_bad_arguments_fail_at_decoration_time(kwargs, error, message):
     with pytest.raises(error, match=message):
@@ -90,6 +91,24 @@ def test_cuda_graph_trace_reaches_the_wrapper():
         return x
 
     assert shlex.split(replayed.env_vars["_F_EXEC_WRAPPER"])[5:] == ["cuda,nvtx", "", "node"]
+
+
+def test_python_backtrace_reaches_nsight_launch_through_the_task_environment():
+    """The exec wrapper's words stay those of a task without it: `nsight launch` under it reads the variable."""
+    traced_env = flyte.TaskEnvironment(name="nsight_python_backtrace")
+
+    @nsys_profile(python_backtrace=True)
+    @traced_env.task
+    async def traced(x: int) -> int:
+        return x
+
+    @nsys_profile
+    @traced_env.task
+    async def plain(x: int) -> int:
+        return x
+
+    assert traced.env_vars["NSIGHT_PYTHON_BACKTRACE"] == "1" and "NSIGHT_PYTHON_BACKTRACE" not in plain.env_vars
+    assert traced.env_vars["_F_EXEC_WRAPPER"] == plain.env_vars["_F_EXEC_WRAPPER"]
 
 
 def test_override_keeps_profiling():

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from nsight_core.errors import CommandNotExecutableError, CommandNotFoundError, NsightError
-from nsight_core.nsys import CUDA_GRAPH_TRACES, DEFAULT_CAPTURE, DEFAULT_TRACE
+from nsight_core.nsys import CUDA_GRAPH_TRACES, DEFAULT_CAPTURE, DEFAULT_TRACE, ENV_PYTHON_BACKTRACE
 from nsight_core.render.text import DEFAULT_LIMIT
 from nsight_core.stats.reports import DEFAULT_REPORTS
 from nsight_core.trace.export import REPORT_SUFFIXES, export_ahead
@@ -183,9 +183,10 @@ def _add_profiling_options(parser: argparse.ArgumentParser) -> None:
                         help="passed to nsys --cuda-graph-trace: 'graph' records each CUDA graph launch whole, 'node' "
                         "each of its kernels (default: nsys' own: graph where the CUDA driver is 11.7 or newer)")
     parser.add_argument("--python-backtrace", action="store_true",
-                        help="record the Python call stack of each CUDA call that copies, allocates or synchronises, "
-                        "so that findings name the file:line that caused them (costs host time per such call; "
-                        "needs CPU sampling, nsys' default)")
+                        default=os.environ.get(ENV_PYTHON_BACKTRACE) == "1",
+                        help="record the Python call stack of each CUDA call of 10 us or longer (allocations, frees, "
+                        "copies, synchronisations) so that findings name the file:line that caused them (costs host "
+                        f"time per such call; needs CPU sampling, nsys' default; also {ENV_PYTHON_BACKTRACE}=1)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
 

@@ -128,6 +128,9 @@ def _graph_option(cuda_graph_trace: str | None) -> list[str]:
     return [] if cuda_graph_trace is None else [f"--cuda-graph-trace={validate_cuda_graph_trace(cuda_graph_trace)}"]
 
 
+ENV_PYTHON_BACKTRACE = "NSIGHT_PYTHON_BACKTRACE"
+"""Set to 1, `nsight run` and `nsight launch` record Python backtraces without --python-backtrace (what the Flyte
+decorator's python_backtrace sets in the task's environment: its exec wrapper's words stay the same)."""
 PYTHON_BACKTRACE_THRESHOLD_NS = 10_000
 """CUDA calls that last this long (10 µs) or longer get their Python call stack: allocations, frees, copies and
 synchronisations that cost the step time do; most kernel launches (5-10 µs) do not, which bounds the cost."""

@@ -19,6 +19,7 @@ the launch gaps a loop of launches explains are not also a CUDA graph's.
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 import polars as pl
@@ -302,7 +303,11 @@ def named(findings: list[Finding | None], causes: Causes, syncs: pl.DataFrame) -
                     *finding.evidence, Evidence(metric="reads_after_a_selection_per_step", value=causes.select_reads,
                                                 unit="count", where=Where(kind="copy", name="Device-to-Host"))]})
         elif finding is not None and finding.kind == "launch_bound":
-            finding = finding.model_copy(update={"evidence": [*finding.evidence, *top(("launch_gap",))]})
+            shown = top(("launch_gap",))
+            # Launches that fill the gaps are what a CUDA graph removes; any other call is a cause no advice fits.
+            other = bool(shown) and shown[0].where is not None and not re.search(LAUNCH_API, shown[0].where.name)
+            finding = finding.model_copy(update={"evidence": [*finding.evidence, *shown],
+                                                 "subject": "unexplained" if other else finding.subject})
         elif finding is not None and finding.kind == "untraced_host":
             finding = finding.model_copy(update={"evidence": [
                 *finding.evidence, *(e for e in top(("gpu_idle",)) if e.metric != "untraced_host_per_step")]})

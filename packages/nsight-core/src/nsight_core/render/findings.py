@@ -67,6 +67,7 @@ TITLES: dict[str, str] = {
     "per_tensor_launches": "The same small kernels are launched once per tensor, in loops of hundreds a step",
     "small_copies": "Many small host-to-device copies a step, one at a time",
     "bulk_device_to_host": "Tens of megabytes are copied to the host every step, then handled on the host",
+    "launch_bound/unexplained": "The GPU waits on the host, which spends these gaps in the calls below",
     "sync_wait/mask_indexing": "Boolean-mask indexing (or nonzero, unique) makes the host wait for the GPU every "
                                "step",
     "stream_wait": "Queued GPU work waits on another stream, an event or a copy",
@@ -131,6 +132,9 @@ def finding_title(finding: Finding) -> str:
 
 
 SUBJECT_SUGGESTIONS: dict[str, str] = {
+    "launch_bound/unexplained": "No known cause fits: the evidence names the calls the host is in (or on its way to) "
+                                "while the GPU waits, and their time per step. Find what makes them in the step's code "
+                                "(nsight run --python-backtrace names the line of each slow CUDA call).",
     "sync_wait/mask_indexing": "Keep the shape fixed so the host need not read it: torch.where(mask, x, 0) with "
                                "sums over the mask instead of x[mask], masked reductions instead of nonzero(); or "
                                "move the selection after the step's other launches.",

@@ -33,6 +33,7 @@ from flyteplugins.nsight import _flyte_io
 from flyteplugins.nsight.nsys import ProfiledRange
 from nsight_core import DEFAULT_REPORTS, DEFAULT_TRACE, Session, validate_cuda_graph_trace, validate_trace
 from nsight_core.launch import exec_wrapper
+from nsight_core.nsys import ENV_PYTHON_BACKTRACE, validate_python_backtrace
 
 log = logging.getLogger("flyteplugins.nsight")
 
@@ -57,11 +58,12 @@ class Settings:
     attach_report: bool
     perfetto: bool = False
     cuda_graph_trace: str | None = None
+    python_backtrace: bool = False
 
     @classmethod
     def of(cls, trace: Sequence[str] | str, sample: str | None, capture: str,
            reports: Sequence[str] | str, attach_report: bool, perfetto: bool = False,
-           cuda_graph_trace: str | None = None) -> Settings:
+           cuda_graph_trace: str | None = None, python_backtrace: bool = False) -> Settings:
         if capture not in get_args(CaptureMode):
             raise ValueError(f"capture={capture!r} is not a capture mode: use 'task' (the whole task body) "
                              "or 'manual' (only nsys.range blocks).")
@@ -74,12 +76,15 @@ class Settings:
                 raise TypeError(f"report {name!r} is not a report name: reports must be nsys stats report "
                                 f"names (strings) such as {', '.join(DEFAULT_REPORTS)}.")
         return cls(validate_trace(trace), sample, cast(CaptureMode, capture), names, bool(attach_report),
-                   bool(perfetto), validate_cuda_graph_trace(cuda_graph_trace))
+                   bool(perfetto), validate_cuda_graph_trace(cuda_graph_trace),
+                   validate_python_backtrace(python_backtrace, sample))
 
     def container_env(self, clustered: bool) -> dict[str, str]:
         """The env vars that make the runtime re-exec the action under `nsight launch`."""
         wrapper = exec_wrapper(SESSION_TEMPLATE, self.trace, self.sample, self.cuda_graph_trace)
         env = {EXEC_WRAPPER: shlex.join(wrapper)}
+        if self.python_backtrace:  # read by `nsight launch` under the wrapper, whose words stay the same
+            env[ENV_PYTHON_BACKTRACE] = "1"
         if clustered:
             # The runtime then wraps only global rank 0; every other rank runs as if undecorated.
             env[EXEC_WRAPPER_CLUSTERED] = "1"
@@ -147,14 +152,16 @@ def nsys_profile(task: T, /) -> T: ...
 def nsys_profile(*, trace: Sequence[str] | str = ..., sample: str | None = ..., capture: CaptureMode = ...,
                  reports: Sequence[str] | str = ..., attach_report: bool = ...,
                  enabled: bool = ..., perfetto: bool = ...,
-                 cuda_graph_trace: Literal["graph", "node"] | None = ...) -> Callable[[T], T]: ...
+                 cuda_graph_trace: Literal["graph", "node"] | None = ...,
+                 python_backtrace: bool = ...) -> Callable[[T], T]: ...
 
 
 def nsys_profile(task: T | None = None, /, *, trace: Sequence[str] | str = DEFAULT_TRACE,
                  sample: str | None = None, capture: CaptureMode = "task",
                  reports: Sequence[str] | str = DEFAULT_REPORTS, attach_report: bool = True,
                  enabled: bool = True, perfetto: bool = False,
-                 cuda_graph_trace: Literal["graph", "node"] | None = None) -> T | Callable[[T], T]:
+                 cuda_graph_trace: Literal["graph", "node"] | None = None,
+                 python_backtrace: bool = False) -> T | Callable[[T], T]:
     """Profile a Flyte task with NVIDIA Nsight Systems; place it above ``@env.task``.
 
     Args:
@@ -170,11 +177,15 @@ def nsys_profile(task: T | None = None, /, *, trace: Sequence[str] | str = DEFAU
         cuda_graph_trace: passed to ``nsys --cuda-graph-trace``: ``"graph"`` records each CUDA graph launch whole
             (nsys 2025 records it on the GPU as one piece of work), ``"node"`` each kernel of the graph, by name
             (more events). None keeps nsys' default (graph where the CUDA driver is 11.7 or newer).
+        python_backtrace: record the Python call stack of each CUDA call of 10 µs or longer (allocations, frees,
+            copies, synchronisations), so that findings can name the line of code that caused them. Off by default:
+            each such call then costs extra host time. Needs nsys' CPU sampling (not ``sample="none"``).
 
     Arguments are checked even when ``enabled`` is False: a typo should fail on the first import,
     not on the first profiled run.
     """
-    settings = Settings.of(trace, sample, capture, reports, attach_report, perfetto, cuda_graph_trace)
+    settings = Settings.of(trace, sample, capture, reports, attach_report, perfetto, cuda_graph_trace,
+                           python_backtrace)
 
     def decorate(target: T) -> T:
         if not isinstance(target, AsyncFunctionTaskTemplate):

@@ -68,7 +68,7 @@ class CpuActivity(BaseModel):
 
     part: Part = Field(description="The idle part this time belongs to")
     kind: CpuKind = Field(description="In a CUDA API call, an OS-runtime call, only an NVTX range, nothing traced, or "
-                          "dispatching (CUDA calls and framework time inside a step, outside any user range)")
+                          "dispatch: the framework's time on its way to the CUDA call NAME (and a launch's latency)")
     name: str = Field(description="The call or innermost range name; '' when untraced")
     total_ns: int
     per_step_mean_ns: float

@@ -12,11 +12,12 @@ held that work up is the idle piece's cause, as on a critical path:
   call began before the GPU went idle and returned after), the sync caused the stretch, up to as long as the host
   had waited in it for queued work (without the sync, its next work would have overlapped that much GPU work):
   that is ``sync_wait``, kept with the call's name and with what the host did next (a range such as `log`,
-  dispatch, untraced time). The rest of the stretch, and every stretch no sync caused, goes to what the host
-  did: a user NVTX range (``gpu_idle``, by the range's name: data loading, logging), dispatch (``launch_gap``:
-  CUDA calls and the framework's time between them, inside the step outside any user range), or untraced time
-  (``gpu_idle``: host work no range marks). From the launch call to the work's start is the launch's own
-  latency (``launch_gap``).
+  a call, untraced time); so are the later stretches of the step while the host catches up, up to that wait in
+  all (:func:`_with_blame`). The rest of the stretch, and every stretch no sync caused, goes to what the host
+  did: a user NVTX range (``gpu_idle``, by the range's name: data loading, logging), a CUDA call (``launch_gap``,
+  by the call), the framework's time on its way to one (``launch_gap``, ``dispatch`` by the call it led to), an
+  OS-runtime call (``gpu_idle``), or untraced time (``gpu_idle``: host work no range or call marks). From the
+  launch call to the work's start is the launch's own latency (``launch_gap``).
 
 The parts add up to each window, so no share exceeds the step. Columnar: one sweep over the GPU work's
 edges, as-of joins for the work that ends each idle piece, its launch and the sync before it, and
@@ -32,7 +33,7 @@ import polars as pl
 QUEUED_GAP_NS = 20_000
 """An idle gap before already-queued work shorter than this (20 µs) is the GPU's own scheduling, not a wait."""
 DISPATCH_GAP_NS = 500_000
-"""Host time between two CUDA calls (any thread) shorter than this (0.5 ms) is dispatch: the framework's own
+"""Host time between two CUDA calls shorter than this (0.5 ms) is dispatch: the framework's own
 Python and C++ between launches. A longer stretch without a CUDA call is the user's host work (a sleep, a
 decode), untraced unless a range marks it."""
 TOP_RANGES = 8

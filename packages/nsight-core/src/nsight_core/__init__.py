@@ -29,7 +29,14 @@ from nsight_core.errors import (
     ReportTooNewError,
     StatsError,
 )
-from nsight_core.nsys import DEFAULT_TRACE, Nsys, find_nsys, validate_cuda_graph_trace
+from nsight_core.nsys import (
+    DEFAULT_TRACE,
+    ENV_PYTHON_BACKTRACE,
+    Nsys,
+    find_nsys,
+    validate_cuda_graph_trace,
+    validate_python_backtrace,
+)
 from nsight_core.stats.reports import DEFAULT_REPORTS
 
 if TYPE_CHECKING:
@@ -69,6 +76,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "DEFAULT_REPORTS",
     "DEFAULT_TRACE",
+    "ENV_PYTHON_BACKTRACE",
     "Analysis",
     "Capture",
     "CaptureProfile",
@@ -101,5 +109,6 @@ __all__ = [
     "range",
     "step_budgets",
     "validate_cuda_graph_trace",
+    "validate_python_backtrace",
     "validate_trace",
 ]

@@ -31,9 +31,16 @@ from flyte.models import is_clustered_worker_env
 
 from flyteplugins.nsight import _flyte_io
 from flyteplugins.nsight.nsys import ProfiledRange
-from nsight_core import DEFAULT_REPORTS, DEFAULT_TRACE, Session, validate_cuda_graph_trace, validate_trace
+from nsight_core import (
+    DEFAULT_REPORTS,
+    DEFAULT_TRACE,
+    ENV_PYTHON_BACKTRACE,
+    Session,
+    validate_cuda_graph_trace,
+    validate_python_backtrace,
+    validate_trace,
+)
 from nsight_core.launch import exec_wrapper
-from nsight_core.nsys import ENV_PYTHON_BACKTRACE, validate_python_backtrace
 
 log = logging.getLogger("flyteplugins.nsight")
 

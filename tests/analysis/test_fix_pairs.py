@@ -320,3 +320,17 @@ def test_the_host_time_the_gpu_waited_on_is_named_by_its_calls(version: str, cas
     analysis = (_v2 if recordings is V2 else _analysis)(version, f"{case}-{variant}")
     unnamed = [a for a in analysis.budget.idle_activities if a.kind in ("dispatch", "cuda_api") and not a.name]
     assert unnamed == [], [(a.kind, a.fraction) for a in unnamed]
+
+
+def test_the_json_carries_the_step_with_and_without_the_profiler() -> None:
+    """`nsight stats --json` of a loop of 2,400 CUDA calls a step: the profiled p50, the estimate without the
+    profiler, the overhead with how it was reckoned, and the overhead as a part of the budget."""
+    from nsight_core.profile import build_profile
+    from nsight_core.report import stats_json
+
+    payload = stats_json(build_profile(V2["2025.3"] / "per_param-problem.sqlite"))
+    overhead, steps = payload["overhead"], payload["steps"]
+    assert overhead["nsys_version"].startswith("2025.3") and overhead["calls_per_step"] == 2400
+    assert steps["estimated_p50_ns"] == pytest.approx(steps["family"]["p50_ns"] - overhead["per_step_ns"])
+    part = next(part for part in payload["budget"]["parts"] if part["part"] == "profiler_overhead")
+    assert part["per_step_mean_ns"] == pytest.approx(overhead["per_step_ns"], abs=1) and part["total_ns"] > 0

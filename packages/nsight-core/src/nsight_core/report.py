@@ -48,7 +48,7 @@ def stats_json(profile: CaptureProfile) -> dict[str, Any]:
     payload = profile.stats.model_dump(mode="json", exclude={"reports"})
     if profile.analysis is not None:
         payload.update(profile.analysis.model_dump(mode="json", include={"window", "steps", "budget", "budget_scope",
-                                                                         "coverage", "ranges", "savings_withheld"}))
+                                                                         "coverage", "overhead", "ranges", "savings_withheld"}))
         payload["findings"] = [finding_json(finding) for finding in profile.analysis.findings]
     if profile.completeness is not None:
         payload["completeness"] = profile.completeness.model_dump(mode="json")

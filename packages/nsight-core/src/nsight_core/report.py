@@ -47,8 +47,8 @@ def stats_json(profile: CaptureProfile) -> dict[str, Any]:
     sizes as nsys reports them (``*_mb``: decimal MB) or in bytes."""
     payload = profile.stats.model_dump(mode="json", exclude={"reports"})
     if profile.analysis is not None:
-        payload.update(profile.analysis.model_dump(mode="json", include={"window", "steps", "budget", "budget_scope",
-                                                                         "coverage", "overhead", "ranges", "savings_withheld"}))
+        fields = {"window", "steps", "budget", "budget_scope", "coverage", "overhead", "ranges", "savings_withheld"}
+        payload.update(profile.analysis.model_dump(mode="json", include=fields))
         payload["findings"] = [finding_json(finding) for finding in profile.analysis.findings]
     if profile.completeness is not None:
         payload["completeness"] = profile.completeness.model_dump(mode="json")

@@ -26,7 +26,7 @@ def test_windows_of_a_few_events_give_the_analysis_of_one_window(capture: str, l
     trace = load(capture)
     whole = analyze_steps(trace, window_rows=None)
     assert whole.analysis.steps.clock == "gpu" and whole.budgets.steps.height > 2
-    batched = analyze_steps(trace, window_rows=7)  # a cut every few events: inside every step
+    batched = analyze_steps(trace, window_rows=40)  # a cut every few dozen events: inside every step
     assert batched.analysis == whole.analysis
     assert batched.budgets.steps.equals(whole.budgets.steps)
     steps = whole.budgets.steps["step"].to_list()

@@ -162,3 +162,21 @@ def test_an_exports_bytes_are_its_tables_pages_asked_once_or_the_file_without_db
     file_bytes = int(export.stat().st_size * tables_module.SQLITE_TO_ARROW)
     assert without.arrow_bytes(events) == file_bytes and without.arrow_bytes(events[:1]) == file_bytes
     assert without.arrow_bytes(events) == file_bytes
+
+
+def test_reading_an_export_leaves_no_file_open_once_its_trace_is_gone() -> None:
+    """Each export read through ADBC's SQLite driver opened a database and a connection that collection did not
+    close: a process that reads many captures (a test run, a service) ran out of file descriptors."""
+    import gc
+    import os
+
+    from nsight_core.profile import build_profile
+
+    exports = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "h200-fix-pairs-v2-2025").glob("*.sqlite"))[:4]
+    build_profile(exports[0])  # imports and caches made once
+    gc.collect()
+    before = len(os.listdir("/proc/self/fd"))
+    for export in exports:
+        build_profile(export)
+        gc.collect()
+    assert len(os.listdir("/proc/self/fd")) == before

@@ -43,11 +43,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import polars as pl
 from pydantic import BaseModel, Field
 
+from nsight_core.analysis.fold import fold
 from nsight_core.analysis.windows import start_cuts, window_filters
 from nsight_core.trace.model import Trace
 from nsight_core.trace.streamed import WINDOW_ROWS, Events, events
@@ -310,29 +311,38 @@ def _ranges_with_cuda(ranges: pl.LazyFrame, api: pl.LazyFrame, gpu: pl.LazyFrame
 
     A range [s, e] overlaps a set of events exactly when the largest end among the events that start no later than e
     reaches s. So the ranges are taken in windows of their end and the events in the same windows of their start,
-    each window carrying the largest end of the events of the windows before it (per thread for the calls): a window
-    holds its own ranges and events only, the carry a row per thread.
+    each window carrying the largest end of the events of the windows before it (:func:`_reached`).
     """
     positions = pl.concat([api.select("start_ns"), gpu.select("start_ns"), ranges.select(pl.col("end_ns").alias(
         "start_ns"))])
     cuts = start_cuts(positions, rows)
-    calls_reach = pl.DataFrame(schema={"thread": pl.Int64, "_carry": pl.Int64})
-    work_reach: int | None = None
-    found = 0
-    for starts, ends in zip(window_filters(cuts, pl.col("start_ns")), window_filters(cuts, pl.col("end_ns")),
-                            strict=True):
-        part, calls, work = pl.collect_all([ranges.filter(ends), api.filter(starts), gpu.filter(starts)],
-                                           engine="streaming")
-        calls_carry = part.select("thread").join(calls_reach, on="thread", how="left", maintain_order="left")["_carry"]
-        hit = _overlaps(part, calls, calls_carry, by="thread") | _overlaps(part, work, pl.repeat(
-            work_reach, part.height, dtype=pl.Int64, eager=True))
-        found += int(hit.sum())
-        calls_reach = (pl.concat([calls_reach, calls.group_by("thread").agg(pl.col("end_ns").max().alias("_carry"))
-                                 .cast({"thread": pl.Int64, "_carry": pl.Int64})])
-                       .group_by("thread").agg(pl.col("_carry").max()))
-        latest = work.select(pl.col("end_ns").max()).item()
-        work_reach = latest if work_reach is None else work_reach if latest is None else max(work_reach, latest)
-    return found
+    windows = (pl.collect_all([ranges.filter(ends), api.filter(starts), gpu.filter(starts)], engine="streaming")
+               for starts, ends in zip(window_filters(cuts, pl.col("start_ns")), window_filters(cuts, pl.col("end_ns")),
+                                       strict=True))
+    return fold(windows, _Reach(pl.DataFrame(schema={"thread": pl.Int64, "_carry": pl.Int64}), None, 0), _reached).found
+
+
+class _Reach(NamedTuple):
+    """What :func:`_ranges_with_cuda` carries from window to window: the latest end of the calls per thread (a row per
+    thread) and of the GPU work, and how many ranges overlap either so far."""
+
+    calls: pl.DataFrame
+    work: int | None
+    found: int
+
+
+def _reached(reach: _Reach, window: list[pl.DataFrame]) -> _Reach:
+    """REACH after one WINDOW (its ranges by end, its calls and GPU work by start)."""
+    part, calls, work = window
+    calls_carry = part.select("thread").join(reach.calls, on="thread", how="left", maintain_order="left")["_carry"]
+    hit = _overlaps(part, calls, calls_carry, by="thread") | _overlaps(part, work, pl.repeat(
+        reach.work, part.height, dtype=pl.Int64, eager=True))
+    calls_reach = (pl.concat([reach.calls, calls.group_by("thread").agg(pl.col("end_ns").max().alias("_carry"))
+                             .cast({"thread": pl.Int64, "_carry": pl.Int64})])
+                   .group_by("thread").agg(pl.col("_carry").max()))
+    latest = work.select(pl.col("end_ns").max()).item()
+    return _Reach(calls_reach, reach.work if latest is None else latest if reach.work is None else
+                  max(reach.work, latest), reach.found + int(hit.sum()))
 
 
 def _overlaps(ranges: pl.DataFrame, events: pl.DataFrame, carried: pl.Series, by: str | None = None) -> pl.Series:

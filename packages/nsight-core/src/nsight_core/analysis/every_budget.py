@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 
 import polars as pl
 
@@ -34,6 +35,7 @@ from nsight_core.analysis.budget import (
 )
 from nsight_core.analysis.codes import matching, pattern_of
 from nsight_core.analysis.every_step import EveryStep, gpu_work_of, launched_by_id
+from nsight_core.analysis.fold import scan
 from nsight_core.analysis.gpu_budget import (
     IDLE_COLUMNS,
     QUERY_CALLS,
@@ -211,11 +213,7 @@ def _user_ranges(frames: Events, windows: pl.DataFrame, pattern: str, thread: in
     (PATTERN) left out, from windows of start time."""
     on_thread = frames.nvtx.filter((pl.col("thread") == thread) & (pattern_of(pl.col("name")) != pattern)).select(
         "start_ns", "end_ns", "name")
-    found, reach = [], -1
-    for ranges in start_windows(on_thread, window_rows):
-        user, reach = outermost_user_ranges(ranges.sort("start_ns"), windows, reach)
-        found.append(user)
-    return pl.concat(found)
+    return pl.concat(scan(start_windows(on_thread, window_rows), -1, partial(outermost_user_ranges, windows)))
 
 
 def _sync_calls(frames: Events) -> pl.DataFrame:

@@ -387,18 +387,17 @@ def _coded_cover(tiling: pl.DataFrame | None, count: int, q0: pl.Series, q1: pl.
     return [ends[f"_b{code}"] - starts[f"_b{code}"] for code in range(count)]
 
 
-def outermost_user_ranges(ranges: pl.DataFrame, windows: pl.DataFrame, reach: int = -1) -> tuple[pl.DataFrame, int]:
-    """The user ranges among RANGES (start_ns, end_ns, name, by start: the steps' thread's NVTX ranges that are not
-    steps): those that hold no step of WINDOWS (a region, an epoch), the outermost of those nesting; and the latest
-    end of those user ranges. REACH: that end of the user ranges before RANGES (the ranges are read in windows of
-    start time, analysis/every_budget.py)."""
+def outermost_user_ranges(windows: pl.DataFrame, reach: int, ranges: pl.DataFrame) -> tuple[int, pl.DataFrame]:
+    """The latest end of the user ranges so far, and the user ranges among RANGES (start_ns, end_ns, name: the steps'
+    thread's NVTX ranges that are not steps): those that hold no step of WINDOWS (a region, an epoch), the outermost
+    of those nesting. REACH: that end of the user ranges before RANGES (a fold step over windows of start time)."""
     starts = windows["cpu_start_ns"]
     holds_step = (pl.lit(starts).search_sorted(pl.col("end_ns"), side="left")
                   > pl.lit(starts).search_sorted(pl.col("start_ns"), side="left"))
-    user = ranges.filter(~holds_step)
+    user = ranges.sort("start_ns").filter(~holds_step)
     before = pl.max_horizontal(pl.col("end_ns").cum_max().shift(1).fill_null(-1), pl.lit(reach))
     latest = user.select(pl.col("end_ns").max()).item()
-    return user.filter(pl.col("start_ns") >= before), max(reach, latest if latest is not None else -1)
+    return max(reach, latest if latest is not None else -1), user.filter(pl.col("start_ns") >= before)
 
 
 def dispatch_runs(cuda_api: pl.DataFrame) -> pl.DataFrame:

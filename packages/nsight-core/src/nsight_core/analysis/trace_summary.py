@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 import polars as pl
 from pydantic import BaseModel, Field
 
+from nsight_core.analysis.fold import scan
 from nsight_core.analysis.intervals import bucket_edges, busy_over
 from nsight_core.analysis.user_window import capture_window, users_calls
 from nsight_core.analysis.windows import start_windows
@@ -185,32 +186,28 @@ def copies_of(frames: Events) -> pl.LazyFrame:
 
 
 def nvtx_windows(nvtx: pl.LazyFrame, rows: int | None) -> Iterator[pl.DataFrame]:
-    """NVTX ranges with their ``depth`` (as ``Trace.nvtx``), in windows of start time (:func:`start_windows`).
-
-    Where the frame has no depth (scanned from disk), each window's is computed with the ranges of earlier windows
-    still open at its first start (:func:`with_depth`): a range that ended by then, started before each of the
-    window's, counts once before a range and once as ended, so leaving it out changes no depth; the ranges still
-    open are a thread's stack, a handful.
-    """
+    """NVTX ranges with their ``depth`` (as ``Trace.nvtx``), in windows of start time (:func:`start_windows`); where
+    the frame has none (scanned from disk), each window's is computed with the ranges of earlier windows still open
+    at its first start (:func:`_with_depth`)."""
     columns = ["start_ns", "end_ns", "name", "thread"]  # what the views read: a window holds no other
     if "depth" in nvtx.collect_schema():
-        yield from start_windows(nvtx.select(*columns, "depth"), rows)
-        return
-    carried: pl.DataFrame | None = None
-    for window in start_windows(nvtx.select(columns), rows):
-        if not window.height:
-            continue
-        ranges = window.with_columns(pl.lit(False).alias("_carried"))
-        if carried is not None:
-            ranges = pl.concat([carried.with_columns(pl.lit(True).alias("_carried")), ranges])
-        del window
-        ranged = with_depth(ranges)
-        del ranges
-        # Kept for the next window: the ranges still open at this one's last start (the next one's ranges start no
-        # earlier), each end counted as with_depth counts it.
-        ended_at = pl.col("end_ns") + (pl.col("end_ns") <= pl.col("start_ns")).cast(pl.Int64)
-        carried = ranged.filter(ended_at > pl.col("start_ns").max()).drop("depth", "_carried")
-        yield ranged.filter(~pl.col("_carried")).drop("_carried")
+        return start_windows(nvtx.select(*columns, "depth"), rows)
+    return scan((window for window in start_windows(nvtx.select(columns), rows) if window.height), None, _with_depth)
+
+
+def _with_depth(carried: pl.DataFrame | None, window: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The ranges still open at WINDOW's last start, and WINDOW's ranges with their depth, given CARRIED: those of the
+    earlier windows still open at its first start. A range that ended by then, started before each of the window's,
+    counts once before a range and once as ended, so leaving it out changes no depth; the ranges still open are a
+    thread's stack, a handful."""
+    ranges = window.with_columns(pl.lit(False).alias("_carried"))
+    if carried is not None:
+        ranges = pl.concat([carried.with_columns(pl.lit(True).alias("_carried")), ranges])
+    ranged = with_depth(ranges)
+    # Each end counted as with_depth counts it; the next window's ranges start no earlier than this one's last.
+    ended_at = pl.col("end_ns") + (pl.col("end_ns") <= pl.col("start_ns")).cast(pl.Int64)
+    return (ranged.filter(ended_at > pl.col("start_ns").max()).drop("depth", "_carried"),
+            ranged.filter(~pl.col("_carried")).drop("_carried"))
 
 
 def nvtx_views(windows: Iterable[pl.DataFrame], origin_ns: int, edges: list[int],

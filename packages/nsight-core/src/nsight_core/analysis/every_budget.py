@@ -1,18 +1,10 @@
-"""Where every step's time went: the budget of every step, in batches of steps.
+"""The budget of every step, in batches of steps: either budget is local in time, so one code serves every size.
 
-Either budget is local in time, so it is made batch by batch with the same code whatever the capture's size.
-
-On the GPU's clock (analysis/gpu_budget.py), each batch of steps gets the GPU work that ran in its time (a filtered
-scan) and the calls that launched it, by correlation id. What the host was in comes from passes over windows of start
-time, each window's result carried into the next: the user ranges outermost on the steps' thread
-(:func:`gpu_budget.outermost_user_ranges`, from the latest end before the window), when it dispatched
-(:func:`gpu_budget.dispatch_runs`, whose runs merge again across windows), and its synchronising calls (a few per
-step).
-
-On the CPU's clock (:func:`budget.budget_totals`: the steps are their ranges, or their kernel periods), each batch of
-steps gets every event that overlaps its time, the thread's ranges among them: a range that encloses one of them
-overlaps it too, so its nesting there is the capture's. A capture without steps is one step, budgeted the same way
-in pieces cut where the GPU is busy (:func:`every_step.busy_pieces`), whose rows add up to the step's.
+On the GPU's clock (analysis/gpu_budget.py) each batch gets the GPU work that ran in its time and the calls that
+launched it; what the host was in comes from folds over windows of start time (user ranges, dispatch runs, syncs).
+On the CPU's clock (analysis/cpu_budget.py) each batch gets every event overlapping its time, so a range enclosing
+one of them is there too and nesting is the capture's; a capture without steps is one step, budgeted in pieces cut
+where the GPU is busy (:func:`every_step.busy_pieces`), whose rows add up to the step's.
 """
 
 from __future__ import annotations
@@ -29,11 +21,11 @@ from nsight_core.analysis.budget import (
     blocks,
     bound_by,
     budget_of,
-    budget_totals,
     cpu_activities,
     per_step,
 )
 from nsight_core.analysis.codes import matching, pattern_of
+from nsight_core.analysis.cpu_budget import budget_totals
 from nsight_core.analysis.every_step import EveryStep, gpu_work_of, launched_by_id
 from nsight_core.analysis.fold import scan
 from nsight_core.analysis.gpu_budget import (
@@ -119,7 +111,7 @@ def every_budget(frames: Events, every: EveryStep, window_rows: int | None = WIN
     firsts = (pl.DataFrame({"_window": pl.int_range(windows.height, eager=True).cast(within["_window"].dtype)})
               .join(within, on="_window", how="left").sort("_window")
               .select(pl.col("len").fill_null(0).cum_sum().cast(pl.Int64)).to_series())
-    calls = step_syncs(_sync_calls(frames), thread)
+    calls = step_syncs(sync_calls(frames), thread)
     warmup = int(windows["step"][0]) if every.stats.warmup else None
     budget, steps, activities = _summed(
         ((budget_in_batches(windows, [cut], gpu.between, calls, host, stretches=False)[0], windows.slice(*cut))
@@ -157,13 +149,13 @@ def _edge_counts(starts: pl.LazyFrame, steps: pl.DataFrame) -> pl.DataFrame:
 
 
 def _cpu_budget(frames: Events, every: EveryStep, thread: int | None, window_rows: int | None) -> Budgets:
-    """:func:`budget.budget_totals` of EVERY step (their ranges or kernel periods, on THREAD) in batches of steps
+    """:func:`cpu_budget.budget_totals` of EVERY step (their ranges or kernel periods, on THREAD) in batches of steps
     whose time holds about WINDOW_ROWS events: each batch's events are those overlapping its time."""
     steps = every.ranges if every.pieces is None else every.pieces
     sources = (frames.kernels, frames.memcpy, frames.memset, frames.cuda_api, frames.osrt, frames.nvtx)
     starts = pl.concat([frame.select("start_ns") for frame in sources])
     cuts = start_cuts(starts, window_rows)
-    calls = step_syncs(_sync_calls(frames), thread)
+    calls = step_syncs(sync_calls(frames), thread)
     span = ("start_ns", "end_ns")
 
     def totals(first: int, end: int) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -216,8 +208,8 @@ def _user_ranges(frames: Events, windows: pl.DataFrame, pattern: str, thread: in
     return pl.concat(scan(start_windows(on_thread, window_rows), -1, partial(outermost_user_ranges, windows)))
 
 
-def _sync_calls(frames: Events) -> pl.DataFrame:
-    """The CUDA calls that block until the GPU catches up (:func:`budget.sync_calls`): a few per step."""
+def sync_calls(frames: Events) -> pl.DataFrame:
+    """The CUDA calls that block until the GPU catches up : a few per step."""
     pageable = frames.memcpy.filter(PAGEABLE).select("correlation_id").collect(engine="streaming")["correlation_id"]
     return (frames.cuda_api.filter(matching(frames.cuda_api, "name", blocks)
                                    | pl.col("correlation_id").is_in(pageable.implode()))

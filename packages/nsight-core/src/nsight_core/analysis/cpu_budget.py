@@ -1,0 +1,430 @@
+"""Where each step's wall time went on the CPU's clock: a partition of the step, so the parts add up to it.
+
+The step is cut at every boundary of GPU work (kernels, copies, memsets) and of what its CPU thread
+was doing (CUDA API calls, OS-runtime calls, NVTX ranges). Each piece then belongs to exactly one
+part, first match wins:
+
+1. ``compute``: a kernel other than NCCL ran (kernels on several streams or GPUs count once);
+2. ``exposed_comm``: only NCCL kernels ran (communication no compute hides);
+3. ``exposed_copy``: only copies or memsets ran;
+4. the GPU idled. Idle time while the CPU thread sat in a synchronising call
+   (``cudaStreamSynchronize``, ``.item()``'s copy, a pageable ``cudaMemcpyAsync`` ...) is
+   ``sync_wait``, and so is the refill after it when the GPU gets work again within LAUNCH_GAP_NS
+   (the sync drained the queue; the GPU waits for the relaunch). When the CPU goes on to do other
+   work instead (sleep, load data), that idle time is not the sync's. Other idle stretches shorter
+   than LAUNCH_GAP_NS are ``launch_gap`` (launch overhead, what CUDA graphs remove); longer ones
+   are ``gpu_idle``, with what the CPU thread did meanwhile.
+
+Idle time keeps what the step's CPU thread was in: the CUDA API or OS-runtime call, else the
+innermost NVTX range (by family: `step_{n}`), else nothing traced (Python between calls).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import polars as pl
+
+from nsight_core.analysis.budget import PARTS, is_thread
+from nsight_core.analysis.codes import distinct_codes, joint_code, joint_parts
+from nsight_core.analysis.ranges import Nesting, in_parent_order, nest, self_pieces, self_time, with_parents
+
+LAUNCH_GAP_NS = 100_000
+"""GPU idle stretches shorter than this (100 µs) are launch overhead between queued work."""
+_LAYERS = ("compute", "comm", "copy", "in_step")
+_LOOKUP = 2 * len(_LAYERS)
+"""Event kinds of the budget's sweep: a layer's starts 2 * i and ends 2 * i + 1, then the lookups' starts."""
+_EDGE = _LOOKUP + 4
+"""The event kind of a lookup's end: a cut point, nothing else."""
+
+
+@dataclass(frozen=True)
+class _Coding:
+    """What the codes of :func:`budget_totals`' batches stand for: _step indexes STEPS, _part PARTS, _name NAMES, whose
+    first API names are CUDA API calls, the next OSRT OS-runtime calls, then NVTX families, then '' (untraced)."""
+
+    steps: pl.Series
+    names: pl.Series
+    api: int
+    osrt: int
+
+    def decoded(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """FRAME with _step, _part and _name as step, part, cpu_kind and cpu_name (both null where the GPU ran)."""
+        code = pl.col("_name").cast(pl.Int64)
+        kind = (pl.when(code < self.api).then(pl.lit("cuda_api"))
+                .when(code < self.api + self.osrt).then(pl.lit("osrt"))
+                .when(code < self.names.len() - 1).then(pl.lit("nvtx"))
+                .when(code.is_not_null()).then(pl.lit("untraced")))
+        return frame.select(
+            pl.lit(self.steps).gather(pl.col("_step")).alias("step"), pl.exclude("_step", "_part", "_name"),
+            _decode(pl.col("_part"), pl.Series(PARTS)).alias("part"), kind.alias("cpu_kind"),
+            _decode(pl.col("_name"), self.names).alias("cpu_name"))
+
+
+def _decode(codes: pl.Expr, values: pl.Series) -> pl.Expr:
+    return codes.replace_strict(pl.int_range(values.len(), eager=True), values, default=None, return_dtype=pl.String)
+
+
+def budget_totals(
+    steps: pl.DataFrame,
+    kernels: pl.DataFrame,
+    copies: pl.DataFrame,
+    cuda_api: pl.DataFrame,
+    osrt: pl.DataFrame,
+    nesting: Nesting,
+    sync: pl.DataFrame,
+    thread: int | None,
+) -> pl.DataFrame:
+    """The steps cut into pieces, one part each, summed per step, part and CPU activity: step, part,
+    cpu_kind, cpu_name, total_ns.
+
+    STEPS: step, start_ns, end_ns (not overlapping). COPIES: memcpy and memset intervals. SYNC:
+    the blocking calls (:func:`every_budget.sync_calls`). CUDA_API, OSRT and NESTING's NVTX ranges: all threads; only
+    THREAD's calls and ranges are attributed. All the budget needs (:func:`per_step`, :func:`summarize_budget`)
+    without a row per piece: a million NVTX ranges cut their steps into two million pieces.
+
+    The batches' sums carry codes instead of strings (:class:`_Coding`): _step, _part, _name (null where the
+    GPU ran), total_ns.
+    Steps are independent (no run of pieces crosses a step's end), so the pieces are made a batch of
+    steps at a time (about BATCH_EDGES cut points each): memory holds BATCH_WORKERS batches, whatever the
+    capture, and the batches run side by side (Polars computes without the GIL; each batch alone keeps
+    about one core busy, so on its own the analysis would leave the others idle).
+    Columnar throughout, one sweep per batch: the edges of all sources as events sorted by time, each time
+    a cut point; a layer's coverage of a point its starts at or before it less its ends at or before it
+    (cumulative counts); what the CPU thread was in, the call or NVTX self piece starting last at or before
+    it (a forward fill of its row) if it has not ended (each call or family name a code). Where the GPU idles, no
+    call waits and the thread has one kind of interval that do not overlap (NVTX ranges alone), the sums follow
+    from the intervals' overlaps with the steps, with no sweep; when the thread does nothing but ranges that
+    nest, a range inside one step adds its self time to it, with no pieces (all steps at once, a row per family
+    and step).
+    """
+    lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
+
+    overlapping = (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)
+
+    def kept(frame: pl.DataFrame, keep: pl.Expr) -> pl.DataFrame:
+        mask = frame.select(keep).to_series()
+        return frame if mask.all() else frame.filter(mask)  # a filter copies even what it keeps
+
+    def inside(frame: pl.DataFrame) -> pl.DataFrame:
+        return kept(frame, overlapping)
+
+    def on_thread(frame: pl.DataFrame) -> pl.DataFrame:
+        return kept(frame.select("start_ns", "end_ns", "name", "thread"), is_thread(thread) & overlapping)
+
+    nccl = kernels.select("start_ns", "end_ns", pl.col("name").str.contains("(?i)nccl").alias("_nccl"))
+    layers = {
+        "compute": _Intervals.layer(inside(nccl.filter(~pl.col("_nccl"))).drop("_nccl")),
+        "comm": _Intervals.layer(inside(nccl.filter(pl.col("_nccl"))).drop("_nccl")),
+        "copy": _Intervals.layer(inside(copies.select("start_ns", "end_ns"))),
+        "in_step": _Intervals.layer(steps.select("start_ns", "end_ns")),
+    }
+    del nccl
+    (api, api_names), (calls, osrt_names) = (_coded(on_thread(frame)) for frame in (cuda_api, osrt))
+    blocking = on_thread(sync)  # whether a piece lies in one, not which: no names
+    ordered_steps = steps.select("start_ns", "end_ns").sort("start_ns")
+    gpu_idle = not any(layers[name].frame.height for name in ("compute", "comm", "copy"))
+    # The thread does nothing but NVTX ranges while the GPU idles: its ranges inside one step need no pieces.
+    alone = gpu_idle and not (api.height or calls.height or blocking.height)
+    pieces, families, whole = _nvtx_pieces(nesting, thread, lo, hi, ordered_steps if alone else None)
+    lookups = {"_in_sync": _Intervals.lookup(blocking), "_api": _Intervals.lookup(api),
+               "_osrt": _Intervals.lookup(calls), "_nvtx": _Intervals.lookup(pieces)}
+    names = pl.concat([api_names, osrt_names, families, pl.Series([""])])
+    coding = _Coding(steps.select("step", "start_ns").sort("start_ns")["step"], names, api_names.len(),
+                     osrt_names.len())
+    offsets = {"_in_sync": 0, "_api": 0, "_osrt": coding.api, "_nvtx": coding.api + coding.osrt}
+    step_starts = ordered_steps["start_ns"]
+    untraced = pl.lit(names.len() - 1, pl.UInt32)
+    sources = [*layers.values(), *lookups.values()]
+    start, end = pl.col("start_ns"), pl.col("end_ns")
+
+    def idle_runs(totals: pl.DataFrame) -> pl.DataFrame:
+        """TOTALS (_step, _name, total_ns) of steps the GPU idles through with no call waiting for it: each step is
+        one idle run, whose part its length decides (its pieces summed), with no fills over the pieces."""
+        run_ns = pl.col("total_ns").sum().over("_step")
+        return totals.select("_step", pl.when(run_ns < LAUNCH_GAP_NS).then(PARTS.index("launch_gap"))
+                             .otherwise(PARTS.index("gpu_idle")).cast(pl.UInt8).alias("_part"), "_name", "total_ns")
+
+    def overlaps(first_ns: int, last_ns: int, intervals: pl.DataFrame, offset: int,
+                 whole: pl.DataFrame | None = None) -> pl.DataFrame:
+        """The time of the steps in [FIRST_NS, LAST_NS] per step and name when the thread's only activity there is
+        INTERVALS (start_ns, end_ns, _code: the name's code less OFFSET) and none overlap: each interval's overlap
+        with each step it meets, the rest untraced. What the cut at every edge sums to, without the cut.
+        WHOLE (_at: a step's position among all, _code, total_ns): time summed already, inside one step each."""
+        begin = step_starts.search_sorted(first_ns, side="left")  # the next batch's first step may start at LAST_NS
+        batch = ordered_steps.slice(begin, step_starts.search_sorted(last_ns, side="left") - begin).with_columns(
+            (pl.lit(step_starts).search_sorted(start, side="right").cast(pl.Int32) - 1).alias("_step"))
+        at, last, starts = pl.col("_at"), pl.col("_last"), pl.lit(batch["start_ns"])
+        met = intervals.select(start, end, (pl.col("_code") + offset).fill_null(untraced).alias("_name"),
+                               (starts.search_sorted(start, side="right").cast(pl.Int64) - 1).clip(0).alias("_at"),
+                               (starts.search_sorted(end, side="left").cast(pl.Int64) - 1).alias("_last"))
+        # Most intervals lie in one step; those across steps meet each (a list per interval would cost them all).
+        across = met.filter(last > at).with_columns(pl.int_ranges(at, last + 1).alias("_at")).explode("_at")
+        met = pl.concat([met.filter(last == at), across]).select(
+            pl.lit(batch["_step"]).gather(at).alias("_step"), "_name",
+            (pl.min_horizontal(end, pl.lit(batch["end_ns"]).gather(at))
+             - pl.max_horizontal(start, pl.lit(batch["start_ns"]).gather(at))).alias("total_ns"))
+        if whole is not None:
+            met = pl.concat([met, whole.filter(pl.col("total_ns") > 0).select(
+                pl.lit(batch["_step"]).gather(at).alias("_step"),
+                (pl.col("_code") + offset).fill_null(untraced).alias("_name"), "total_ns")])
+        met = met.filter(pl.col("total_ns") > 0)
+        walls = batch.group_by("_step").agg((end - start).sum().alias("total_ns"))
+        rest = walls.join(met.group_by("_step").agg(pl.col("total_ns").sum().alias("_met")), on="_step", how="left")
+        rest = rest.select("_step", untraced.alias("_name"), pl.col("total_ns") - pl.col("_met").fill_null(0))
+        return pl.concat([met, rest.filter(pl.col("total_ns") > 0)]).group_by("_step", "_name").agg(
+            pl.col("total_ns").sum())
+
+    def summed(first_ns: int, last_ns: int) -> pl.DataFrame:
+        """The pieces of the steps in [FIRST_NS, LAST_NS] (their cut points all lie in it: steps' edges are cuts)
+        summed per step, part and CPU activity: _step, _part, _name, total_ns."""
+        candidates = {column: source.candidates(first_ns, last_ns) for column, source in lookups.items()}
+        named = [column for column in ("_api", "_osrt", "_nvtx") if candidates[column].height]
+        if gpu_idle and not candidates["_in_sync"].height and len(named) < 2:
+            # Time that is one kind of interval's or untraced needs no cut where the intervals do not overlap.
+            intervals = candidates[named[0]] if named else candidates["_nvtx"]
+            if intervals.select((start.shift(-1) >= end).all()).item():
+                return idle_runs(overlaps(first_ns, last_ns, intervals, offsets[named[0]] if named else 0))
+        events = [(edges, 2 * index + side, False) for index, layer in enumerate(layers.values())
+                  if layer.frame.height for side, edges in enumerate(layer.edges(first_ns, last_ns))]
+        for index, (column, source) in enumerate(lookups.items()):
+            if candidates[column].height:  # an empty source has no events
+                events += [(candidates[column]["start_ns"].clip(first_ns), _LOOKUP + index, True),
+                           (source.edges(first_ns, last_ns)[1], _EDGE, False)]
+        merged = _events(events).sort("start_ns", maintain_order=True)
+        del events  # the sources' slices: the sorted events hold their times now
+        # The state after each time's events: a layer's coverage counts its starts less its ends (from those
+        # before the batch on); a lookup's row is the last interval to start.
+        kind = pl.col("_kind")
+
+        def seen(of: int) -> pl.Expr:
+            """How many events of kind OF lie at or before each row: a count of non-nulls, a third of a sum's cost."""
+            return pl.when(kind == of).then(True).cum_count().cast(pl.Int64)
+
+        covered = {name: (layer.open_at(first_ns) + seen(2 * index) - seen(2 * index + 1) > 0).alias(name)
+                   for index, (name, layer) in enumerate(layers.items()) if layer.frame.height}
+        rows = [pl.when(kind == _LOOKUP + index).then(pl.col("_row")).forward_fill().alias(column)
+                for index, (column, frame) in enumerate(candidates.items()) if frame.height]
+        # The step a time lies in, the last to start at or before it: those before the batch and the batch's so far.
+        step = step_starts.search_sorted(first_ns, side="left") + seen(2 * _LAYERS.index("in_step")) - 1
+        segments = merged.select(start, *covered.values(), *rows, step.cast(pl.Int32).alias("_step")).filter(
+            start != start.shift(-1).fill_null(-1))
+        del merged
+        segments = segments.with_columns(start.shift(-1).alias("end_ns"))
+        segments = segments.filter(pl.col("in_step") & (end > start))
+
+        def layer(name: str) -> pl.Expr:
+            return pl.col(name) if name in covered else pl.lit(False)
+
+        def within(column: str) -> pl.Expr:
+            """Whether the interval of COLUMN's row has not ended at the piece's start (null: no interval)."""
+            return pl.lit(candidates[column]["end_ns"]).gather(pl.col(column)) > start
+
+        def found(column: str) -> pl.Expr:
+            frame = candidates[column]
+            if not frame.height:
+                return pl.lit(None, pl.UInt32)
+            return pl.when(within(column)).then(pl.lit(frame["_code"]).gather(pl.col(column))) + offsets[column]
+
+        segments = segments.select(
+            "_step", start, end,
+            pl.when(layer("compute")).then(PARTS.index("compute"))
+            .when(layer("comm")).then(PARTS.index("exposed_comm"))
+            .when(layer("copy")).then(PARTS.index("exposed_copy")).cast(pl.UInt8).alias("_gpu"),
+            # What the CPU thread was in at each piece's start: a sync call; its CUDA API call, OS-runtime call,
+            # innermost range (as a code of its name).
+            (within("_in_sync").fill_null(False) if candidates["_in_sync"].height else pl.lit(False)).alias("_in_sync"),
+            *(found(column).alias(column) for column in ("_api", "_osrt", "_nvtx")))
+        name = pl.coalesce("_api", "_osrt", "_nvtx", untraced)
+        total = (end - start).sum().alias("total_ns")
+        if gpu_idle and not candidates["_in_sync"].height:
+            return idle_runs(segments.group_by("_step", name.alias("_name")).agg(total))
+        # Runs: consecutive idle, or busy, pieces of one step, numbered in order. The idle pieces' part is their run's:
+        # its length, and after a sync call the refill (the pieces after a sync that ends within LAUNCH_GAP_NS of the
+        # run's end, the first such sync's end a threshold per run). Per-run values are gathered, not filled per piece.
+        idle, in_sync, run, first = pl.col("_gpu").is_null(), pl.col("_in_sync"), pl.col("_run"), pl.col("_first")
+        segments = segments.with_columns(
+            ((idle != idle.shift(1)) | (pl.col("_step") != pl.col("_step").shift(1))).fill_null(True).alias("_first"))
+        segments = segments.with_columns((pl.when(first).then(True).cum_count() - 1).alias("_run"))
+        runs = segments.select(start.filter(first).alias("_start"), end.filter(first.shift(-1).fill_null(True)))
+        run_ns = runs["end_ns"] - runs["_start"]
+        syncs = segments.filter(in_sync).select(run, end)
+        refills = syncs.filter(end > pl.lit(runs["end_ns"]).gather(run) - LAUNCH_GAP_NS).group_by(run).agg(end.min())
+        threshold = pl.repeat(None, runs.height, dtype=pl.Int64, eager=True).scatter(refills["_run"], refills["end_ns"])
+        refill = (start >= pl.lit(threshold).gather(run)).fill_null(False)
+        part = (pl.when(~idle).then(pl.col("_gpu"))
+                .when(in_sync | refill).then(PARTS.index("sync_wait"))
+                .when(pl.lit(run_ns).gather(run) < LAUNCH_GAP_NS).then(PARTS.index("launch_gap"))
+                .otherwise(PARTS.index("gpu_idle")).cast(pl.UInt8))
+        pieces = segments.select("_step", part.alias("_part"), pl.when(idle).then(name).alias("_name"), start, end)
+        return pieces.group_by("_step", "_part", "_name").agg(total)
+
+    if whole is not None:  # the ranges nest: no two pieces overlap, so all steps at once, with no sweep
+        return coding.decoded(idle_runs(overlaps(lo, hi, lookups["_nvtx"].frame, offsets["_nvtx"], whole)))
+    # A step lies in one batch: the batches' sums need no summing across them.
+    with ThreadPoolExecutor(max_workers=BATCH_WORKERS, thread_name_prefix="nsight-budget") as pool:
+        return coding.decoded(pl.concat(pool.map(lambda span: summed(*span), _batches(steps, sources))))
+
+
+BATCH_EDGES = 200_000
+"""About this many interval edges (cut points) per batch of steps in the budget: bounds its memory (the sweep
+holds each edge as an event, then each piece with its layers and lookups)."""
+BATCH_WORKERS = 2
+"""Batches of the budget computed at once (threads)."""
+
+
+def _batches(steps: pl.DataFrame, sources: list[_Intervals]) -> list[tuple[int, int]]:
+    """STEPS grouped into consecutive batches of about BATCH_EDGES edges of SOURCES: (first start, last end) each."""
+    ordered = steps.select("start_ns", "end_ns").sort("start_ns")
+    edges_before = pl.lit(0, pl.Int64)
+    for source in sources:
+        edges_before = edges_before + source.edges_before(pl.col("start_ns"))
+    return [(int(first), int(last)) for first, last in ordered.group_by(
+        (edges_before // BATCH_EDGES).alias("_batch"), maintain_order=True).agg(
+        pl.col("start_ns").min(), pl.col("end_ns").max()).select("start_ns", "end_ns").iter_rows()]
+
+
+@dataclass(frozen=True)
+class _Intervals:
+    """Intervals by start time (start_ns, end_ns and, for lookups, _code) and their ends that cut, sorted: a
+    layer's all (it counts them), a lookup's those where its next interval does not start (that start cuts)."""
+
+    frame: pl.DataFrame
+    ends: pl.Series
+
+    @classmethod
+    def layer(cls, frame: pl.DataFrame) -> _Intervals:
+        ordered = _by_start(frame)
+        return cls(ordered, _sorted(ordered["end_ns"]))
+
+    @classmethod
+    def lookup(cls, frame: pl.DataFrame) -> _Intervals:
+        ordered = _by_start(frame)
+        # One thread's calls and self pieces mostly follow each other without a gap: most ends are a next start.
+        ends = ordered.select(pl.col("end_ns").filter(pl.col("end_ns").ne_missing(pl.col("start_ns").shift(-1))))
+        return cls(ordered, _sorted(ends.to_series()))
+
+    def edges_before(self, at: pl.Expr) -> pl.Expr:
+        """How many starts and ends that cut lie before each time AT (binary searches per time: for a few times)."""
+        return sum((pl.lit(edges).search_sorted(at, side="left").cast(pl.Int64)
+                    for edges in (self.frame["start_ns"], self.ends)), pl.lit(0, pl.Int64))
+
+    def open_at(self, at: int) -> int:
+        """How many intervals started before AT and did not end before it."""
+        return self.frame["start_ns"].search_sorted(at, side="left") - self.ends.search_sorted(at, side="left")
+
+    def edges(self, first_ns: int, last_ns: int) -> tuple[pl.Series, pl.Series]:
+        """The starts and the ends that cut in [FIRST_NS, LAST_NS]."""
+        return _within(self.frame["start_ns"], first_ns, last_ns), _within(self.ends, first_ns, last_ns)
+
+    def candidates(self, first_ns: int, last_ns: int) -> pl.DataFrame:
+        """The intervals that can contain a time in [FIRST_NS, LAST_NS] (start_ns, end_ns, _code) by start: those
+        starting in it and the last to start before it (the intervals of one thread do not overlap)."""
+        starts = self.frame["start_ns"]
+        begin = max(starts.search_sorted(first_ns, side="right") - 1, 0)
+        return self.frame.slice(begin, starts.search_sorted(last_ns, side="right") - begin)
+
+
+def _by_start(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame if frame["start_ns"].is_sorted() else frame.sort("start_ns", maintain_order=True)
+
+
+def _sorted(values: pl.Series) -> pl.Series:
+    return values if values.is_sorted() else values.sort()
+
+
+def _events(sources: list[tuple[pl.Series, int, bool]]) -> pl.DataFrame:
+    """Each source's TIMES as events of its KIND, one after the other: start_ns, _kind and _row (where ROWS,
+    the position in TIMES, else null). Three columns concatenated, not a frame per source: a frame's set-up
+    costs as much as its rows here."""
+    def constant(value: int | None, length: int) -> pl.Series:
+        return pl.Series([value], dtype=pl.UInt32 if value is None else pl.UInt8).new_from_index(0, length)
+
+    return pl.DataFrame([
+        pl.concat([times for times, _, _ in sources]).alias("start_ns"),
+        pl.concat([constant(kind, times.len()) for times, kind, _ in sources]).alias("_kind"),
+        pl.concat([pl.int_range(times.len(), dtype=pl.UInt32, eager=True) if rows else constant(None, times.len())
+                   for times, _, rows in sources]).alias("_row")])
+
+
+def _within(ordered: pl.Series, first: int, last: int) -> pl.Series:
+    """The values of ORDERED (sorted) in [FIRST, LAST], a slice."""
+    begin = ordered.search_sorted(first, side="left")
+    return ordered.slice(begin, ordered.search_sorted(last, side="right") - begin)
+
+
+def _coded(calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
+    """CALLS by start time as start_ns, end_ns, _code (the index of the call's name in the distinct names), and
+    the distinct names (null names have no code: such a call names nothing, as a null name did)."""
+    ordered = calls if calls["start_ns"].is_sorted() else calls.sort("start_ns", maintain_order=True)
+    codes, names = distinct_codes(ordered, "name")
+    return ordered.select("start_ns", "end_ns", pl.when(pl.col("name").is_not_null()).then(codes).alias("_code")), names
+
+
+def _nvtx_pieces(nesting: Nesting, thread: int | None, lo: int, hi: int,
+                 steps: pl.DataFrame | None = None) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame | None]:
+    """THREAD's NVTX self pieces in [LO, HI) (start_ns, end_ns, _code) by start time, the range
+    families the codes index (the innermost range's family names the time: `step_{n}` for `step_7`), and
+    None, or with STEPS the self times below.
+
+    STEPS (start_ns, end_ns, by start, not overlapping), when given and the ranges nest: a range inside one
+    step is not cut into pieces, whose overlaps with the steps would add up to its self time anyway. The
+    pieces are then those of the other ranges, and the third frame holds the self time of these: _at (the
+    step's position in STEPS), _code, total_ns (summed per step and family). A million ranges in a thousand
+    steps are then a row per family and step, not two million pieces in start order.
+    """
+    ranges, family = nesting.ranges, nesting.family
+    inside = ranges.select(is_thread(thread) & (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)).to_series()
+    if not inside.all():
+        # Parents among the kept ranges only: where ranges cross, one whose parent ends before LO takes another.
+        ranges = with_parents(ranges.filter(inside).select("start_ns", "end_ns", "thread", "depth", "name"))
+        family = family.filter(inside)
+    if not ranges.height:
+        return pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64, "_code": pl.UInt32}), pl.Series(
+            [], dtype=pl.String), None
+    if nesting.families.null_count():  # a range without a name names nothing: the time is a call's, or untraced
+        family = family.scatter(ranges["name"].is_null().arg_true(), None)
+    whole, of = None, None
+    if steps is not None and nest(ranges):
+        # The step each range starts in (the last to start at or before it), by an as-of join of the two in start order.
+        located = (ranges if "self_ns" in ranges.columns else self_time(ranges)).select(
+            "start_ns", "end_ns", "self_ns", pl.lit(family).alias("_code")).join_asof(
+            steps.select(pl.col("start_ns").alias("_start"), pl.col("end_ns").alias("_end"),
+                         pl.int_range(pl.len(), dtype=pl.Int64).alias("_at")),
+            left_on="start_ns", right_on="_start", strategy="backward", check_sortedness=False)
+        timed = located.select("_at", "_code", pl.col("self_ns").alias("total_ns"),
+                               (pl.col("end_ns") <= pl.col("_end")).fill_null(False).alias("_whole"))
+        del located
+        # Summed per step and family at once: the later passes see a row per family and step, not per range. Grouped
+        # by one code of the two (:func:`joint_code`), which only whole ranges have (the others' null group is
+        # dropped): no copy of the whole ranges and no key of two columns (3 M ranges: 45 MB against 145 MB at once).
+        codes = nesting.families.len() + 1  # and one for no family (a range without a name)
+        key = joint_code((pl.col("_at"), steps.height), (pl.col("_code").fill_null(codes - 1), codes))
+        summed = timed.group_by(pl.when("_whole").then(key).alias("_key")).agg(pl.col("total_ns").sum()) \
+            .drop_nulls("_key")
+        at, code = joint_parts(summed["_key"], steps.height, codes)
+        whole = summed.select(pl.lit(at).cast(pl.Int64).alias("_at"),
+                              pl.when(pl.lit(code) < codes - 1).then(pl.lit(code)).alias("_code"), "total_ns")
+        del summed
+        of = ~timed["_whole"]
+        del timed
+        if not of.any():  # every range inside one step: no pieces at all
+            ranges, of = ranges.clear(), None
+    pieces = self_pieces(ranges, of)
+    del ranges
+    # Where ranges nest, no two pieces start together: by start time, whatever their order. Else by (thread,
+    # start) from the pieces' old order, which decides which of two pieces starting together names the time.
+    # A column at a time, each let go once in order, the ids as codes: a sort of the frames would hold them twice.
+    order = pl.concat([frame["start_ns"] for frame in pieces]).arg_sort()
+    frames: tuple[pl.DataFrame, ...] = pieces
+    starts = pl.concat([frame["start_ns"] for frame in frames]).gather(order)
+    if starts.len() > 1 and (starts.slice(1) == starts.slice(0, starts.len() - 1)).any():
+        frames = (in_parent_order(pieces),)
+        order = frames[0].select(pl.arg_sort_by(pl.lit(thread, pl.Int64), "start_ns")).to_series()
+        starts = frames[0]["start_ns"].gather(order)
+    column = {"end_ns": pl.concat([frame["end_ns"] for frame in frames]),
+              "_code": pl.concat([family.gather(frame["id"]) for frame in frames])}
+    del pieces, frames
+    return pl.DataFrame([starts, *(column.pop(name).gather(order).alias(name) for name in ("end_ns", "_code"))]), \
+        nesting.families, whole

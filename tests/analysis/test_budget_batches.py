@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from nsight_core.analysis import gpu_budget
+from nsight_core.analysis import gpu_budget, host_time
 from nsight_core.analysis.analyze import analyze_steps
 from nsight_core.analysis.windows import batches
 
@@ -63,8 +63,7 @@ def test_work_and_a_sync_that_cross_a_cut_count_in_the_next_batch() -> None:
                       {"start_ns": i64, "end_ns": i64, "name": text, "thread": i64, "correlation_id": i64})
     nvtx = windows.select(pl.col("cpu_start_ns").alias("start_ns"), pl.col("cpu_end_ns").alias("end_ns"),
                           pl.format("step_{}", "step").alias("name"), pl.lit(thread).alias("thread"))
-    host = gpu_budget.Host.of(windows, nvtx.clear().select("start_ns", "end_ns", "name"),
-                              gpu_budget.dispatch_runs(calls))
+    host = host_time.Host.of(windows, nvtx.clear().select("start_ns", "end_ns", "name"), host_time.dispatch_runs(calls))
     firsts = work["start_ns"].search_sorted(windows["start_ns"], side="left")
 
     def budget(work_per_batch: int | None) -> tuple[pl.DataFrame, pl.DataFrame]:

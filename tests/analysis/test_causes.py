@@ -1,4 +1,4 @@
-"""Known causes (analysis/causes.py) and the host's time named by its calls (analysis/gpu_budget.py), on real
+"""Known causes (analysis/causes.py) and the host's time named by its calls (analysis/host_time.py), on real
 captures and on frames made here: what the fix pairs (test_fix_pairs.py) do not cover."""
 
 from __future__ import annotations

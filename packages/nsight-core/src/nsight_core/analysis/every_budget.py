@@ -31,14 +31,10 @@ from nsight_core.analysis.fold import scan
 from nsight_core.analysis.gpu_budget import (
     IDLE_COLUMNS,
     QUERY_CALLS,
-    TOP_CALLS,
-    Host,
-    HostCalls,
     budget_in_batches,
-    dispatch_runs,
-    outermost_user_ranges,
     step_syncs,
 )
+from nsight_core.analysis.host_time import TOP_CALLS, Host, HostCalls, dispatch_runs, outermost_user_ranges
 from nsight_core.analysis.ranges import Nesting
 from nsight_core.analysis.steps import Bound
 from nsight_core.analysis.windows import batches, start_cuts, start_windows, step_batches
@@ -120,7 +116,7 @@ def every_budget(frames: Events, every: EveryStep, window_rows: int | None = WIN
 
 
 def host_calls(frames: Events, thread: int) -> HostCalls:
-    """The steps' THREAD's calls as the budget names them (:class:`gpu_budget.HostCalls`): the TOP_CALLS CUDA and
+    """The steps' THREAD's calls as the budget names them (:class:`host_time.HostCalls`): the TOP_CALLS CUDA and
     OS-runtime call names by their time over the capture (a streamed sum per name), read a batch of time at a time."""
     def top(calls: pl.LazyFrame) -> list[str]:
         return (calls.filter((pl.col("thread") == thread) & ~pl.col("name").str.contains(QUERY_CALLS))
@@ -201,7 +197,7 @@ def _summed(totals: Iterable[tuple[pl.DataFrame, pl.DataFrame]], warmup: int | N
 
 def _user_ranges(frames: Events, windows: pl.DataFrame, pattern: str, thread: int,
                  window_rows: int | None) -> pl.DataFrame:
-    """The user ranges of the steps' THREAD (:func:`gpu_budget.outermost_user_ranges`), the ranges of the step family
+    """The user ranges of the steps' THREAD (:func:`host_time.outermost_user_ranges`), the ranges of the step family
     (PATTERN) left out, from windows of start time."""
     on_thread = frames.nvtx.filter((pl.col("thread") == thread) & (pattern_of(pl.col("name")) != pattern)).select(
         "start_ns", "end_ns", "name")

@@ -1,0 +1,263 @@
+"""What the steps' thread was in while the GPU idled, for the budget on the GPU's clock (analysis/gpu_budget.py):
+user ranges, CUDA and OS-runtime calls, the framework's dispatch before a call, else untraced time, each an interval
+set whose coverage of any span is two as-of lookups."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import polars as pl
+
+from nsight_core.analysis.gpu_budget import QUERY_CALLS
+
+DISPATCH_GAP_NS = 500_000
+"""Host time between two CUDA calls shorter than this (0.5 ms) is dispatch: the framework's own
+Python and C++ between launches. A longer stretch without a CUDA call is the user's host work (a sleep, a
+decode), untraced unless a range marks it."""
+TOP_RANGES = 8
+"""Host ranges named in the budget; the others are summed as OTHER_RANGES."""
+OTHER_RANGES = "(other ranges)"
+
+
+class Host:
+    """What the steps' thread was in, as interval sets whose coverage of any span is two as-of lookups.
+
+    With CALLS (:class:`HostCalls`), the host's time outside its ranges is named by the thread's calls, a batch of time
+    at a time (:meth:`at`): each CUDA call (``cuda_api``), the framework's time before it (``dispatch``, named by the
+    call it led to), each OS-runtime call (``osrt``), else ``untraced``. Without, by when any thread dispatched."""
+
+    def __init__(self, steps: pl.DataFrame, ranges: dict[str, pl.DataFrame], dispatch: pl.DataFrame,
+                 calls: HostCalls | None = None, tiling: pl.DataFrame | None = None) -> None:
+        self.steps = _cumulative(steps)
+        self.ranges = {name: _cumulative(frame) for name, frame in ranges.items()}
+        self.dispatch = _cumulative(dispatch)
+        self.calls = calls
+        self.tiling = tiling
+        """The batch's calls and the time before them (:meth:`HostCalls.tiling`), where :meth:`at` made it."""
+
+    @classmethod
+    def of(cls, windows: pl.DataFrame, user: pl.DataFrame, dispatch: pl.DataFrame,
+           calls: HostCalls | None = None) -> Host:
+        """The steps of WINDOWS (their ranges), the USER ranges (:func:`outermost_user_ranges`) named by TOP_RANGES
+        names, and when the host DISPATCHED (:func:`dispatch_runs`) or, with CALLS, what the thread's calls were."""
+        steps = windows.select(pl.col("cpu_start_ns").alias("start_ns"), pl.col("cpu_end_ns").alias("end_ns"))
+        top = (user.group_by("name").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("t"))
+               .sort(["t", "name"], descending=[True, False]).head(TOP_RANGES)["name"])
+        named = user.with_columns(pl.when(pl.col("name").is_in(top.implode())).then(pl.col("name"))
+                                  .otherwise(pl.lit(OTHER_RANGES)).alias("name"))
+        return cls(steps, {name: frame.drop("name") for (name,), frame in named.group_by("name")}, dispatch, calls)
+
+    def at(self, lo: int, hi: int) -> Host:
+        """This host with the calls of the time from LO to HI read (what :meth:`split` of spans in it names)."""
+        if self.calls is None:
+            return self
+        host = Host.__new__(Host)
+        host.steps, host.ranges, host.dispatch, host.calls = self.steps, self.ranges, self.dispatch, self.calls
+        masks = [frame.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)).select("start_ns", "end_ns")
+                 for frame in self.ranges.values()]
+        host.tiling = self.calls.tiling(lo, hi, pl.concat(masks) if masks else None)
+        return host
+
+    def activities(self) -> list[tuple[str, str, str]]:
+        """What the host can have done in a span, in the order :meth:`split` gives it: cpu_kind, cpu_name and the
+        part of a span no sync caused (user ranges, OS calls and untraced time idle the GPU; CUDA calls and the
+        framework's time between them are launch gaps)."""
+        named = self.calls.labels() if self.calls is not None else [("dispatch", "", "launch_gap")]
+        return [*(("nvtx", name, "gpu_idle") for name in self.ranges), *named, ("untraced", "", "gpu_idle")]
+
+    def split(self, q0: pl.Series, q1: pl.Series) -> list[pl.Series]:
+        """How much of each span from Q0 to Q1 the host spent in each of :meth:`activities`."""
+        in_steps, dispatching, *covered = _covered([self.steps, self.dispatch, *self.ranges.values()], q0, q1)
+        in_ranges_inside = pl.zeros(q0.len(), pl.Int64, eager=True)
+        in_ranges_outside = pl.zeros(q0.len(), pl.Int64, eager=True)
+        for ranges, in_range in zip(self.ranges.values(), covered, strict=True):
+            inside = _inside(ranges, self.steps)
+            in_ranges_inside += in_range * inside
+            in_ranges_outside += in_range * (1 - inside)
+        if self.calls is not None:
+            named = _coded_cover(self.tiling, len(self.calls.labels()), q0, q1)
+            untraced = (q1 - q0 - in_ranges_inside - in_ranges_outside - sum(named, pl.zeros(q0.len(), pl.Int64,
+                                                                                             eager=True)))
+            return [*covered, *named, untraced.clip(lower_bound=0)]
+        dispatch = pl.select(pl.min_horizontal(pl.lit(dispatching), pl.lit((in_steps - in_ranges_inside)
+                                                                           .clip(lower_bound=0)))).to_series()
+        untraced = (q1 - q0 - in_ranges_inside - in_ranges_outside - dispatch).clip(lower_bound=0)
+        return [*covered, dispatch, untraced]
+
+
+TOP_CALLS = 8
+"""CUDA calls (and OS-runtime calls) of the steps' thread named in the budget, by their time over the capture; the
+others are summed as OTHER_CALLS."""
+OTHER_CALLS = "(other calls)"
+CallsBetween = Callable[[int, int], tuple[pl.DataFrame, pl.DataFrame]]
+"""The steps' thread's CUDA calls and OS-runtime calls (start_ns, end_ns, name, by start) that end after LO and start
+before HI (analysis/every_budget.py: a filtered scan of that time)."""
+
+
+class HostCalls:
+    """The steps' thread's calls as the host's budget names them: the TOP_CALLS CUDA calls (NAMES, the rest
+    OTHER_CALLS) and OS-runtime calls (OSRT), each a code, and where they are read (BETWEEN). The names are the
+    capture's, chosen once, so that every batch of steps names its time alike."""
+
+    def __init__(self, names: list[str], osrt: list[str], between: CallsBetween) -> None:
+        self.names = [*names, OTHER_CALLS]
+        self.osrt = [*osrt, OTHER_CALLS] if osrt else []
+        self.between = between
+
+    def labels(self) -> list[tuple[str, str, str]]:
+        """cpu_kind, cpu_name and part of each code: in each CUDA call, before each (the framework's time that led
+        to it), in each OS-runtime call."""
+        return [*(("cuda_api", name, "launch_gap") for name in self.names),
+                *(("dispatch", name, "launch_gap") for name in self.names),
+                *(("osrt", name, "gpu_idle") for name in self.osrt)]
+
+    def _code(self, names: pl.Expr, known: list[str], offset: int) -> pl.Expr:
+        other = len(known) - 1
+        return (names.replace_strict(known[:-1], range(offset, offset + other), default=offset + other)
+                .cast(pl.UInt32))
+
+    def tiling(self, lo: int, hi: int, mask: pl.DataFrame | None) -> pl.DataFrame:
+        """The thread's time from LO to HI cut into pieces, one code each (start_ns, end_ns, _code, by start; the
+        codes index :meth:`labels`): a CUDA call, else an OS-runtime call, else the framework's time before a CUDA
+        call that follows within DISPATCH_GAP_NS of the call before it; none inside MASK (the user ranges, which name
+        their time themselves). Queries (QUERY_CALLS: the name of a kernel, whether a stream captures) are the
+        framework's bookkeeping on its way to the call they precede, and count as time before it. The calls are read
+        from DISPATCH_GAP_NS before LO (the gap before the first) to as long after HI (the call a query leads to)."""
+        cuda, osrt = self.between(lo - DISPATCH_GAP_NS, hi + DISPATCH_GAP_NS)
+        cuda = _unnested(cuda)
+        count = len(self.names)
+        name = pl.col("name")
+        gap = pl.col("start_ns") - pl.col("end_ns").shift(1)
+        chain = (gap >= DISPATCH_GAP_NS).fill_null(True).cum_sum()
+        query = name.str.contains(QUERY_CALLS)
+        # The call each leads to: the next one that is no query, in its chain of calls (else itself).
+        lead = pl.when(~query).then(name).backward_fill().over(chain).fill_null(name)
+        cuda = cuda.with_columns(query.alias("_query"), lead.alias("_lead"))
+        calls = cuda.filter(~pl.col("_query")).select("start_ns", "end_ns",
+                                                      self._code(name, self.names, 0).alias("_code"))
+        before = pl.concat([
+            cuda.select(pl.col("end_ns").shift(1).alias("start_ns"), pl.col("start_ns").alias("end_ns"),
+                        self._code(pl.col("_lead"), self.names, count).alias("_code")).filter(
+                (pl.col("end_ns") > pl.col("start_ns")) & (pl.col("end_ns") - pl.col("start_ns") < DISPATCH_GAP_NS)),
+            cuda.filter(pl.col("_query")).select("start_ns", "end_ns",
+                                                 self._code(pl.col("_lead"), self.names, count).alias("_code"))])
+        layers = [] if mask is None else [_unnested(mask).select("start_ns", "end_ns",
+                                                                 pl.lit(MASKED, pl.UInt32).alias("_code"))]
+        layers.append(calls)
+        if self.osrt:
+            layers.append(_unnested(osrt).select("start_ns", "end_ns",
+                                                 self._code(name, self.osrt, 2 * count).alias("_code")))
+        layers.append(before.sort("start_ns"))
+        painted = _painted(layers, lo, hi)
+        return painted.filter(pl.col("_code") != MASKED)
+
+
+
+MASKED = 2**32 - 1
+"""The code of time a higher layer (a user range) names: left out of the calls' tiling."""
+
+
+def _unnested(intervals: pl.DataFrame) -> pl.DataFrame:
+    """INTERVALS by start, each starting no earlier than every one before it ended (a call inside another, as the
+    driver's inside the runtime's, keeps only what lies after it), none empty: one layer of :func:`_painted`."""
+    ordered = intervals if intervals["start_ns"].is_sorted() else intervals.sort("start_ns", maintain_order=True)
+    reach = pl.col("end_ns").cum_max().shift(1)
+    return ordered.with_columns(pl.max_horizontal("start_ns", reach).alias("start_ns")).filter(
+        pl.col("end_ns") > pl.col("start_ns"))
+
+
+def _painted(layers: list[pl.DataFrame], lo: int, hi: int) -> pl.DataFrame:
+    """LAYERS (start_ns, end_ns, _code; none overlapping within a layer) painted over each other, the first on top,
+    from LO to HI: the pieces between consecutive edges with the code of the first layer that covers each (start_ns,
+    end_ns, _code, by start; uncovered time left out)."""
+    edges = pl.concat([frame.select(pl.col(column).clip(lo, hi).alias("t")) for frame in layers
+                       for column in ("start_ns", "end_ns")]).unique().sort("t")
+    pieces = edges.select(pl.col("t").alias("start_ns"), pl.col("t").shift(-1).alias("end_ns")).drop_nulls()
+    codes = []
+    for index, layer in enumerate(layers):
+        found = pieces.join_asof(layer.select(pl.col("start_ns").alias("_s"), pl.col("end_ns").alias(f"_e{index}"),
+                                              pl.col("_code").alias(f"_k{index}")),
+                                 left_on="start_ns", right_on="_s", strategy="backward")
+        codes.append(pl.when(pl.col("start_ns") < found[f"_e{index}"]).then(found[f"_k{index}"]))
+    return pieces.with_columns(pl.coalesce(codes).alias("_code")).drop_nulls("_code")
+
+
+def _coded_cover(tiling: pl.DataFrame | None, count: int, q0: pl.Series, q1: pl.Series) -> list[pl.Series]:
+    """How much of each span from Q0 to Q1 TILING's pieces of each of COUNT codes cover (each span in order, as
+    :func:`_covered`'s): per code, the length of its pieces before each point is a column, so that two as-of
+    lookups give every code's coverage."""
+    if tiling is None or not tiling.height:
+        return [pl.zeros(q0.len(), pl.Int64, eager=True) for _ in range(count)]
+    length = pl.col("end_ns") - pl.col("start_ns")
+    mine = [pl.when(pl.col("_code") == code).then(length).otherwise(0) for code in range(count)]
+    cumulative = tiling.select("start_ns", "end_ns", "_code",
+                               *((value.cum_sum() - value).alias(f"_b{code}") for code, value in enumerate(mine)))
+    inside = pl.min_horizontal("t", "end_ns") - pl.col("start_ns")
+
+    def before(points: pl.Series) -> pl.DataFrame:
+        found = pl.DataFrame({"t": points}).join_asof(cumulative, left_on="t", right_on="start_ns",
+                                                      strategy="backward")
+        return found.select((pl.col(f"_b{code}") + pl.when(pl.col("_code") == code).then(inside).otherwise(0))
+                            .fill_null(0).alias(f"_b{code}") for code in range(count))
+
+    ends, starts = before(q1), before(q0)
+    return [ends[f"_b{code}"] - starts[f"_b{code}"] for code in range(count)]
+
+
+def outermost_user_ranges(windows: pl.DataFrame, reach: int, ranges: pl.DataFrame) -> tuple[int, pl.DataFrame]:
+    """The latest end of the user ranges so far, and the user ranges among RANGES (start_ns, end_ns, name: the steps'
+    thread's NVTX ranges that are not steps): those that hold no step of WINDOWS (a region, an epoch), the outermost
+    of those nesting. REACH: that end of the user ranges before RANGES (a fold step over windows of start time)."""
+    starts = windows["cpu_start_ns"]
+    holds_step = (pl.lit(starts).search_sorted(pl.col("end_ns"), side="left")
+                  > pl.lit(starts).search_sorted(pl.col("start_ns"), side="left"))
+    user = ranges.sort("start_ns").filter(~holds_step)
+    before = pl.max_horizontal(pl.col("end_ns").cum_max().shift(1).fill_null(-1), pl.lit(reach))
+    latest = user.select(pl.col("end_ns").max()).item()
+    return max(reach, latest if latest is not None else -1), user.filter(pl.col("start_ns") >= before)
+
+
+def dispatch_runs(cuda_api: pl.DataFrame) -> pl.DataFrame:
+    """The CUDA calls of all threads merged across gaps shorter than DISPATCH_GAP_NS: when the host dispatched.
+
+    Runs are calls too: the runs of consecutive windows of calls (by start), merged again, are the runs of all of
+    them (each run ends at the latest end of the calls up to its last), which a streamed capture relies on."""
+    calls = cuda_api.select("start_ns", "end_ns")  # in start order already, as the Trace reads them: no sort
+    calls = (calls if calls["start_ns"].is_sorted() else calls.sort("start_ns")).with_columns(
+        pl.col("end_ns").cum_max())
+    # By start, a run begins where a call starts a gap after all before it ended, and ends where the next begins.
+    begins = (pl.col("start_ns") - pl.col("end_ns").shift(1) > DISPATCH_GAP_NS).fill_null(True)
+    return calls.select(pl.col("start_ns").filter(begins), pl.col("end_ns").filter(begins.shift(-1).fill_null(True)))
+
+
+def _cumulative(intervals: pl.DataFrame) -> pl.DataFrame:
+    """Non-overlapping INTERVALS by start with the summed length before each: what :func:`_covered` looks up."""
+    ordered = intervals.select("start_ns", "end_ns").sort("start_ns")
+    length = pl.col("end_ns") - pl.col("start_ns")
+    return ordered.with_columns((length.cum_sum() - length).alias("_before"))
+
+
+def _covered(cumulatives: list[pl.DataFrame], q0: pl.Series, q1: pl.Series) -> list[pl.Series]:
+    """How much of each span from Q0 to Q1 each of CUMULATIVES' interval sets covers: what lies before the span's
+    end less what lies before its start.
+
+    Q0 and Q1 each in order: the spans are taken from the idle pieces (each span within its piece, the pieces in
+    time order) or are non-overlapping ranges by start, so each end is looked up where it is, with no sort and no
+    scatter back (they took a third of the time). Polars' as-of join checks that order (an error, never a wrong
+    number)."""
+    value = (pl.col("_before") + (pl.min_horizontal("t", "end_ns") - pl.col("start_ns"))).fill_null(0)
+    starts, ends = pl.DataFrame({"t": q0}), pl.DataFrame({"t": q1})
+
+    def before(points: pl.DataFrame, cumulative: pl.DataFrame) -> pl.Series:
+        return points.join_asof(cumulative, left_on="t", right_on="start_ns", strategy="backward").select(
+            value).to_series()
+    return [before(ends, cumulative) - before(starts, cumulative) for cumulative in cumulatives]
+
+
+def _inside(ranges: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:
+    """1 where a range lies inside a step, else 0: per range set, the share of its time that does (0 or 1 each)."""
+    total = int((ranges["end_ns"] - ranges["start_ns"]).sum())
+    if not total or not steps.height:
+        return pl.Series([0], dtype=pl.Int64)
+    within = _covered([steps], ranges["start_ns"], ranges["end_ns"])[0].sum()
+    return pl.Series([1 if within * 2 >= total else 0], dtype=pl.Int64)

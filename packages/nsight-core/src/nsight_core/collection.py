@@ -1,10 +1,10 @@
 """Recording regions from inside a process of a session: the collection slot and :class:`Region`.
 
-nsys records one collection per session at a time. A process launched into a session (through
-`nsys launch`, see :mod:`nsight_core.session`) holds one :class:`Collector`: the slot its regions take
-in turn, the `nsys start`/`nsys stop` around each block, and the handlers that stop a collection left
-open at SIGTERM or exit. A region, its collection and those handlers belong to the process that opened
-them: a forked child (:mod:`nsight_core.lineage`) never stops, exits or signals on its parent's behalf.
+nsys records one collection per session at a time. A process launched into a session (through `nsys launch`, see
+:mod:`nsight_core.session`) holds one :class:`Collector`: the slot its regions take in turn, the `nsys start`/`nsys
+stop` around each block, and the handlers that stop a collection left open at SIGTERM or exit. A region, its collection
+and those handlers belong to the process that opened them: a forked child (:mod:`nsight_core.lineage`) never stops,
+exits or signals on its parent's behalf.
 """
 
 from __future__ import annotations
@@ -37,21 +37,21 @@ from nsight_core.supervise import ENV_PRIMARY_PID, ENV_SIGNAL_FILE
 log = logging.getLogger("nsight")
 
 START_RETRY_SECONDS = 7.0
-"""How long a region waits for another one's block: the time the other region of this process spends
-recording while this one waits (its `nsys start` and `nsys stop` are waited out, uncounted), and how long
-`nsys start` is retried while another process of the session records."""
+"""How long a region waits for another one's block: the time the other region of this process spends recording while
+this one waits (its `nsys start` and `nsys stop` are waited out, uncounted), and how long `nsys start` is retried while
+another process of the session records."""
 START_WAIT_CAP = 2 * START_RETRY_SECONDS + 4 * QUICK_TIMEOUT + STOP_TIMEOUT
-"""The longest a region ever waits for another of its process (1034 s with the default timeouts): the
-sum of the bounds of the other's start (session check, `nsys start` and its retries, a quiet stop), of
-its block and of its stop. Reached only when an nsys command outlives its own timeout."""
-# `nsys start` returns before CUDA/NVTX collection is live in the target: a region that began at once lost
-# its first NVTX ranges, and right after another region everything (bench/GPU.md). The wait is cheap next to a start.
+"""The longest a region ever waits for another of its process (1034 s with the default timeouts): the sum of the bounds
+of the other's start (session check, `nsys start` and its retries, a quiet stop), of its block and of its stop. Reached
+only when an nsys command outlives its own timeout."""
+# `nsys start` returns before CUDA/NVTX collection is live in the target: a region that began at once lost its first
+# NVTX ranges, and right after another region everything (bench/GPU.md). The wait is cheap next to a start.
 _START_RETRY_INTERVAL = 0.5
 # On SIGTERM a pod has a grace period (30 s by default) before SIGKILL: the stop must fit in it.
 ABORT_STOP_TIMEOUT = 20.0
 
-# The collections (slot tokens) of the regions whose blocks enclose the code running in this context:
-# asyncio tasks and asyncio.to_thread inherit it, a threading.Thread starts without it.
+# The collections (slot tokens) of the regions whose blocks enclose the code running in this context: asyncio tasks and
+# asyncio.to_thread inherit it, a threading.Thread starts without it.
 ENCLOSING: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar("nsight_enclosing", default=())
 _tokens = itertools.count(1)
 _Phase = Literal["starting", "recording", "stopping"]
@@ -60,14 +60,14 @@ _Phase = Literal["starting", "recording", "stopping"]
 class Collector:
     """This process's collection slot in its nsys session.
 
-    One collection at a time: nsys allows one per session. A region that wants to start while another
-    of this process holds the collection waits for it (see :meth:`start`) and otherwise runs unprofiled;
-    the lock is never held while nsys runs, so a waiting region cannot stretch another.
+    One collection at a time: nsys allows one per session. A region that wants to start while another of this process
+    holds the collection waits for it (see :meth:`start`) and otherwise runs unprofiled; the lock is never held while
+    nsys runs, so a waiting region cannot stretch another.
     """
 
     def __init__(self, settings: Settings, nsys: Callable[[], Nsys]) -> None:
-        """NSYS finds the nsys to run when a region first needs it: a missing one costs that region's
-        profile (it runs unprofiled), never the look-up of the session."""
+        """NSYS finds the nsys to run when a region first needs it: a missing one costs that region's profile (it runs
+        unprofiled), never the look-up of the session."""
         self.settings = settings
         self.name = settings.name
         self.output_dir = settings.output_dir
@@ -82,33 +82,29 @@ class Collector:
         self._running: Path | None = None  # the report base of the collection nsys is recording
         self._overlapped: list[str] = []
         self._started_at = 0.0
-        # The process this slot's collections belong to: a forked child inherits this object, and the
-        # importer's pid covers a child forked before the slot was first looked up (see start).
+        # The process this slot's collections belong to: a forked child inherits this object, and the importer's pid
+        # covers a child forked before the slot was first looked up (see start).
         self._pid = lineage.forked_from() or os.getpid()
         self._claim: int | None = None  # the descriptor holding the running collection's claim
-        # Every name this process's regions took: a region whose stop wrote nothing keeps its name, so
-        # its warning ("wrote no x.nsys-rep") never names a file the next region wrote.
+        # Every name this process's regions took: a region whose stop wrote nothing keeps its name, so its warning
+        # ("wrote no x.nsys-rep") never names a file the next region wrote.
         self._named: set[Path] = set()
 
     @property
     def nsys(self) -> Nsys:
         return self._nsys()
 
-    @property
-    def collecting(self) -> bool:
-        return self._running is not None
-
     def _exists(self) -> bool:
         listing = self.nsys.sessions()
         return any(self.name in line.split() for line in listing.splitlines()[1:])
 
     def _report_base(self, region: str) -> Path:
-        """A path no earlier region of any process used, nor one of this process whose stop wrote
-        nothing: same-name regions never overwrite, and a lost region's name stays its own.
+        """A path no earlier region of any process used, nor one of this process whose stop wrote nothing: same-name
+        regions never overwrite, and a lost region's name stays its own.
 
-        A name is reserved by a claim (:mod:`nsight_core.claims`) held until the stop is done; a `Session.run`
-        learns of it from the line the region adds to its claims list (``claims``), so the run's
-        reports are the files its own regions created, whatever other runs write into the folder.
+        A name is reserved by a claim (:mod:`nsight_core.claims`) held until the stop is done; a `Session.run` learns of
+        it from the line the region adds to its claims list (``claims``), so the run's reports are the files its own
+        regions created, whatever other runs write into the folder.
         """
         stem = sanitize(region, fallback="region")
         for attempt in itertools.count():
@@ -126,15 +122,14 @@ class Collector:
         raise AssertionError("unreachable")
 
     def start(self, region: str, retry_seconds: float = START_RETRY_SECONDS) -> int:
-        """Start collecting REGION; returns the token of its collection. Raises NsightError when it
-        cannot (nested in the region recording, another region past the wait, nsys refused, the output
-        folder is not writable); nothing is left running then.
+        """Start collecting REGION; returns the token of its collection. Raises NsightError when it cannot (nested in
+        the region recording, another region past the wait, nsys refused, the output folder is not writable); nothing is
+        left running then.
 
-        While another region of this process holds the collection, REGION waits: through the other's
-        `nsys start` and `nsys stop` (each bounded by its own timeout, uncounted) and for up to
-        RETRY_SECONDS of its block, ``START_WAIT_CAP`` at most in all. A region whose block encloses
-        this call (a :class:`Region` in this context, see ``ENCLOSING``) can never end first: then
-        REGION fails at once.
+        While another region of this process holds the collection, REGION waits: through the other's `nsys start` and
+        `nsys stop` (each bounded by its own timeout, uncounted) and for up to RETRY_SECONDS of its block,
+        ``START_WAIT_CAP`` at most in all. A region whose block encloses this call (a :class:`Region` in this context,
+        see ``ENCLOSING``) can never end first: then REGION fails at once.
         """
         if os.getpid() != self._pid:  # checked before the slot: its lock may have been held at the fork
             raise NsysCommandError(
@@ -293,10 +288,10 @@ class Collector:
 
 @contextlib.contextmanager
 def _interrupts_deferred() -> Iterator[None]:
-    """Hold Ctrl-C back while nsys writes the trace: a second Ctrl-C right after the first (which ended
-    the block) killed `nsys stop` half way, so the trace was lost and its raw stream left behind. One
-    that came while the block ended normally is raised once the trace is written; one that came while
-    a KeyboardInterrupt already unwinds is dropped. In the main thread only (Python's signal rule)."""
+    """Hold Ctrl-C back while nsys writes the trace: a second Ctrl-C right after the first (which ended the block)
+    killed `nsys stop` half way, so the trace was lost and its raw stream left behind. One that came while the block
+    ended normally is raised once the trace is written; one that came while a KeyboardInterrupt already unwinds is
+    dropped. In the main thread only (Python's signal rule)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -319,10 +314,10 @@ _previous_sigterm: Any = None
 def _hold_sigterm() -> None:
     """Before a fork, once the SIGTERM handler is ours: SIGTERM waits (blocked in the forking thread).
 
-    A signal that reaches a child between its fork and Python's re-initialisation there is dropped when
-    a Python-level handler is installed (CPython clears the pending flags after a fork). A forked
-    `multiprocessing.Pool` worker that its pool's end terminated at that moment never died and the
-    pool waited forever. Blocked, the signal stays pending in the kernel.
+    A signal that reaches a child between its fork and Python's re-initialisation there is dropped when a Python-level
+    handler is installed (CPython clears the pending flags after a fork). A forked `multiprocessing.Pool` worker that
+    its pool's end terminated at that moment never died and the pool waited forever. Blocked, the signal stays pending
+    in the kernel.
     """
     if _previous_sigterm is not None:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
@@ -334,9 +329,9 @@ def _release_sigterm_in_parent() -> None:
 
 
 def _after_fork_in_child() -> None:
-    """A forked child: a fresh lock (another thread of the parent may have held it at the fork), and
-    SIGTERM handled as it was before nsight (the collection is the parent's; the default action kills
-    at once), then any SIGTERM held back during the fork delivered."""
+    """A forked child: a fresh lock (another thread of the parent may have held it at the fork), and SIGTERM handled as
+    it was before nsight (the collection is the parent's; the default action kills at once), then any SIGTERM held back
+    during the fork delivered."""
     global _current_lock, _previous_sigterm
     _current_lock = threading.Lock()
     if _previous_sigterm is None:
@@ -352,8 +347,8 @@ os.register_at_fork(before=_hold_sigterm, after_in_parent=_release_sigterm_in_pa
 
 
 def current_collector() -> Collector | None:
-    """This process's slot in the session it was launched into (:meth:`Settings.from_env`), or None when
-    it runs without nsys; the first look-up from the main thread installs the SIGTERM and exit handlers."""
+    """This process's slot in the session it was launched into (:meth:`Settings.from_env`), or None when it runs without
+    nsys; the first look-up from the main thread installs the SIGTERM and exit handlers."""
     global _current
     settings = Settings.from_env()
     if settings is None:
@@ -368,12 +363,12 @@ def current_collector() -> Collector | None:
 
 
 def _handle_termination() -> None:
-    """In a process launched into a session: on SIGTERM (a preempted pod) or at exit, stop the running
-    collection, so its trace is flushed within the grace period instead of lost with the process.
+    """In a process launched into a session: on SIGTERM (a preempted pod) or at exit, stop the running collection, so
+    its trace is flushed within the grace period instead of lost with the process.
 
-    Python's default for SIGTERM is to die at once; the handler stops the collection, then hands the
-    signal to whatever handled it before, or re-raises it so the exit status still says SIGTERM.
-    Installable from the main thread only: elsewhere this is left to the next call from there.
+    Python's default for SIGTERM is to die at once; the handler stops the collection, then hands the signal to whatever
+    handled it before, or re-raises it so the exit status still says SIGTERM. Installable from the main thread only:
+    elsewhere this is left to the next call from there.
     """
     global _previous_sigterm
     if _previous_sigterm is not None or threading.current_thread() is not threading.main_thread():

@@ -1,41 +1,21 @@
-"""Is this trace complete? Warnings, with cause and fix, for captures that lost part of what ran.
+"""Is this trace complete? Warnings, with cause and fix, for captures that lost part of what ran: nsys does not fail
+loudly (nsys 2023.4.4 on CUDA 13 wrote a report of 1 kernel where hundreds ran, its CUDA activity ending before the step
+ranges, a `.qdstrm` left beside it). The evidence, each a :data:`CompletenessCode`:
 
-nsys does not fail loudly when it loses data. On the H200 (driver 580, CUDA 13) nsys 2023.4.4 wrote a
-.nsys-rep for a whole-task capture whose importer had stopped at a CUDA 13 runtime call it did not know:
-1 kernel where hundreds ran, CUDA activity ending 370 ms before the 20 step ranges, a `.qdstrm` left
-beside the report, and a report page of plausible nothing. Four kinds of evidence are checked:
+- ``importer_errors``: what `nsys stop` / `nsys profile` printed about its import: nsys' own word.
+- ``raw_stream_left``: the raw `.qdstrm` beside the report, which nsys deletes after a clean import.
+- ``cuda_ends_early``: from the trace alone: CUDA activity ends well before the NVTX ranges, and almost no range holds a
+  CUDA call or GPU work, as a truncated import looks.
+- ``nsys_lost_data``: nsys' diagnostics (DIAGNOSTIC_EVENT, nsys 2025) hold an error or a warning of lost events; every
+  warning and error is kept in ``Completeness.diagnostics``, the everyday ones ("Not all CUDA events might have been
+  collected.", in every region capture) no loss.
+- ``cuda_calls_missing``: a process created a CUDA context under trace=cuda, yet no CUDA call was imported.
+- ``graph_work_missing``: most CUDA graph launches have no GPU record (nsys 2023.4 records them on the CPU only).
+- ``nsys_older_than_cuda``: the nsys predates the driver's CUDA major version: never a warning alone (nsys 2023.4.4
+  imports regions opened after CUDA initialises on CUDA 13 completely), the cause where another found one.
 
-- ``importer_errors``: what `nsys stop` / `nsys profile` printed ("Importer error status", "Analysis
-  failed", "Unknown runtime API function index"). nsys' own word: the trace is incomplete.
-- ``raw_stream_left``: the raw `.qdstrm` is still beside the report. nsys deletes it after a clean
-  import, so a leftover one means the import did not finish cleanly.
-- ``cuda_ends_early``: read from the trace alone (a report passed around without its side files): the
-  process used CUDA, yet its CUDA activity ends well before its NVTX ranges do and almost no range has
-  any CUDA call or GPU work in it. A GPU program's labelled steps launch work; ranges with none after
-  CUDA "stopped" are what a truncated import looks like.
-- ``nsys_lost_data``: nsys' own diagnostics (DIAGNOSTIC_EVENT, written by nsys 2025) hold an error, or a
-  warning that says events were lost, dropped or could not be collected. Every warning and error nsys wrote
-  is kept in ``Completeness.diagnostics`` with its text; the everyday ones are not a loss: "Not all CUDA
-  events might have been collected." is in every region capture (events before `nsys start` are not
-  recorded, by design), "No CUDA events collected. Does the process use CUDA?" names a process that did not.
-- ``cuda_calls_missing``: a process created a CUDA context (TARGET_INFO_CUDA_CONTEXT_INFO: nsys' CUDA
-  injection saw it, so trace=cuda was on), yet not one CUDA API call was imported. Measured with nsys
-  2023.4.4 on the H200: a region around `CUDAGraph.replay()` steps came back with a CUDA context, no CUDA
-  call, no kernel and 1 of 30 NVTX ranges, and `nsys stop` printed nothing alarming.
-- ``graph_work_missing``: the program launched CUDA graphs (`cudaGraphLaunch`), yet at least half of the
-  launches have no GPU record at all: no graph-level row (nsys 2025's CUPTI_ACTIVITY_KIND_GRAPH_TRACE) and no
-  node kernel carrying the launch's correlation id. nsys 2023.4.4 records graph launches this way (the H200
-  fix pair `graph-fixed`: 20 launches, no GPU work), so the GPU side of the steps is simply absent.
-- ``nsys_older_than_cuda``: the nsys predates the CUDA major version the driver reports. Alone this
-  is NOT a warning: nsys 2023.4.4 imports regions opened after CUDA initialises completely on CUDA 13
-  (the recorded fixtures), so warning on every such capture would be noise. It is reported as the
-  cause, with the fix, when one of the other three found a loss.
-
-Pure: :func:`check_completeness` reads the trace's frames and the capture's side facts; only
-:func:`capture_facts` looks at the file system (for the leftover stream). The event frames are read as lazy frames
-(:func:`nsight_core.trace.streamed.events`), through streamed queries of counts, maxima and the few graph launches,
-so a streamed capture's checks hold no whole event table; only a capture whose CUDA activity ends 100 ms before its
-last NVTX range (``cuda_ends_early``'s suspicion) reads its CUDA events and the NVTX ranges before that end whole.
+Only :func:`capture_facts` looks at the file system. The events are lazy frames read by streamed counts and maxima; only
+a capture whose CUDA activity ends early reads its ranges against its CUDA events, in windows.
 """
 
 from __future__ import annotations
@@ -63,8 +43,8 @@ MAX_RANGES_WITH_CUDA = 0.1
 MIN_RANGES = 2
 MIN_GRAPH_LAUNCHES = 2
 MAX_GRAPH_LAUNCHES_WITHOUT_GPU = 0.5
-"""A share of graph launches without any GPU record above this is a loss (one launch still running when a region
-stops is not)."""
+"""A share of graph launches without any GPU record above this is a loss (one launch still running when a region stops
+is not)."""
 GRAPH_LAUNCH_API = r"^cu(da)?GraphLaunch"
 REPORTED_SEVERITIES = ("Warning", "Error")
 """nsys' diagnostics kept in the verdict: its informational lines ("Profiling has started.") are not."""
@@ -72,8 +52,8 @@ _LOSS_WORDS = re.compile(r"\b(?:lost|los(?:e|ing)|dropp\w*|discard\w*|overflow\w
                          r"corrupt\w*|could not be (?:collected|imported|recorded)|failed)\b", re.IGNORECASE)
 """Words in an nsys warning that say events are missing, not merely that some might be."""
 
-# The first nsys release that knows each CUDA major version's API (nsys ships with the toolkit; the
-# 2023.4.4 importer says "Rel/CUDA12.4" in its own errors, 2024.2.3 came with CUDA 12.5, 2025.3 with 13.0).
+# The first nsys release that knows each CUDA major version's API (nsys ships with the toolkit; the 2023.4.4 importer
+# says "Rel/CUDA12.4" in its own errors, 2024.2.3 came with CUDA 12.5, 2025.3 with 13.0).
 FIRST_NSYS_FOR_CUDA: dict[int, tuple[int, int]] = {12: (2022, 4), 13: (2025, 3)}
 
 _IMPORTER_MARKERS = re.compile(
@@ -82,8 +62,8 @@ _IMPORTER_MARKERS = re.compile(
     re.IGNORECASE | re.MULTILINE)
 _UNKNOWN_CALL = re.compile(r"Unknown (runtime|driver) API function index: (\d+)")
 _VERSION = re.compile(r"(\d{4})\.(\d+)(?:\.\d+)*")
-# TARGET_INFO_SYSTEM_ENV (what nsys recorded on the target) names the driver's CUDA version
-# CudaDriverVersion, as 1000 * major + 10 * minor (13000 = 13.0).
+# TARGET_INFO_SYSTEM_ENV (what nsys recorded on the target) names the driver's CUDA version CudaDriverVersion, as 1000 *
+# major + 10 * minor (13000 = 13.0).
 _CUDA_DRIVER_KEY = "CudaDriverVersion"
 _EXPORT_VERSION_KEY = "EXPORT_PRODUCT_VERSION"
 
@@ -310,8 +290,8 @@ def _ranges_with_cuda(ranges: pl.LazyFrame, api: pl.LazyFrame, gpu: pl.LazyFrame
     ROWS positions (None: all at once).
 
     A range [s, e] overlaps a set of events exactly when the largest end among the events that start no later than e
-    reaches s. So the ranges are taken in windows of their end and the events in the same windows of their start,
-    each window carrying the largest end of the events of the windows before it (:func:`_reached`).
+    reaches s. So the ranges are taken in windows of their end and the events in the same windows of their start, each
+    window carrying the largest end of the events of the windows before it (:func:`_reached`).
     """
     positions = pl.concat([api.select("start_ns"), gpu.select("start_ns"), ranges.select(pl.col("end_ns").alias(
         "start_ns"))])
@@ -349,8 +329,8 @@ def _overlaps(ranges: pl.DataFrame, events: pl.DataFrame, carried: pl.Series, by
     """Per range (in RANGES' order): does any of EVENTS (on the same BY, when given), or an earlier event that reaches
     as far as CARRIED (per range, null for none), overlap it?
 
-    The events are sorted by start with a running maximum of their ends; the last event that starts
-    before a range ends then overlaps it exactly when that running maximum reaches the range's start.
+    The events are sorted by start with a running maximum of their ends; the last event that starts before a range ends
+    then overlaps it exactly when that running maximum reaches the range's start.
     """
     reached = pl.col("_carried")
     if events.height:

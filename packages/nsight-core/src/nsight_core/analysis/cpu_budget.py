@@ -1,22 +1,20 @@
 """Where each step's wall time went on the CPU's clock: a partition of the step, so the parts add up to it.
 
-The step is cut at every boundary of GPU work (kernels, copies, memsets) and of what its CPU thread
-was doing (CUDA API calls, OS-runtime calls, NVTX ranges). Each piece then belongs to exactly one
-part, first match wins:
+The step is cut at every boundary of GPU work (kernels, copies, memsets) and of what its CPU thread was doing (CUDA API
+calls, OS-runtime calls, NVTX ranges). Each piece then belongs to exactly one part, first match wins:
 
 1. ``compute``: a kernel other than NCCL ran (kernels on several streams or GPUs count once);
 2. ``exposed_comm``: only NCCL kernels ran (communication no compute hides);
 3. ``exposed_copy``: only copies or memsets ran;
-4. the GPU idled. Idle time while the CPU thread sat in a synchronising call
-   (``cudaStreamSynchronize``, ``.item()``'s copy, a pageable ``cudaMemcpyAsync`` ...) is
-   ``sync_wait``, and so is the refill after it when the GPU gets work again within LAUNCH_GAP_NS
-   (the sync drained the queue; the GPU waits for the relaunch). When the CPU goes on to do other
-   work instead (sleep, load data), that idle time is not the sync's. Other idle stretches shorter
-   than LAUNCH_GAP_NS are ``launch_gap`` (launch overhead, what CUDA graphs remove); longer ones
-   are ``gpu_idle``, with what the CPU thread did meanwhile.
+4. the GPU idled. Idle time while the CPU thread sat in a synchronising call (``cudaStreamSynchronize``, ``.item()``'s
+   copy, a pageable ``cudaMemcpyAsync`` ...) is ``sync_wait``, and so is the refill after it when the GPU gets work
+   again within LAUNCH_GAP_NS (the sync drained the queue; the GPU waits for the relaunch). When the CPU goes on to do
+   other work instead (sleep, load data), that idle time is not the sync's. Other idle stretches shorter than
+   LAUNCH_GAP_NS are ``launch_gap`` (launch overhead, what CUDA graphs remove); longer ones are ``gpu_idle``, with what
+   the CPU thread did meanwhile.
 
-Idle time keeps what the step's CPU thread was in: the CUDA API or OS-runtime call, else the
-innermost NVTX range (by family: `step_{n}`), else nothing traced (Python between calls).
+Idle time keeps what the step's CPU thread was in: the CUDA API or OS-runtime call, else the innermost NVTX range (by
+family: `step_{n}`), else nothing traced (Python between calls).
 """
 
 from __future__ import annotations
@@ -66,38 +64,19 @@ def _decode(codes: pl.Expr, values: pl.Series) -> pl.Expr:
     return codes.replace_strict(pl.int_range(values.len(), eager=True), values, default=None, return_dtype=pl.String)
 
 
-def budget_totals(
-    steps: pl.DataFrame,
-    kernels: pl.DataFrame,
-    copies: pl.DataFrame,
-    cuda_api: pl.DataFrame,
-    osrt: pl.DataFrame,
-    nesting: Nesting,
-    sync: pl.DataFrame,
-    thread: int | None,
-) -> pl.DataFrame:
-    """The steps cut into pieces, one part each, summed per step, part and CPU activity: step, part,
-    cpu_kind, cpu_name, total_ns.
+def budget_totals(steps: pl.DataFrame, kernels: pl.DataFrame, copies: pl.DataFrame, cuda_api: pl.DataFrame,
+                  osrt: pl.DataFrame, nesting: Nesting, sync: pl.DataFrame, thread: int | None) -> pl.DataFrame:
+    """The STEPS (step, start_ns, end_ns; not overlapping) cut into pieces, one part each, summed per step, part and CPU
+    activity (step, part, cpu_kind, cpu_name, total_ns): no row per piece is kept. COPIES: memcpy and memset intervals;
+    SYNC: the blocking calls (:func:`every_budget.sync_calls`); of CUDA_API, OSRT and NESTING's ranges only THREAD's are
+    attributed.
 
-    STEPS: step, start_ns, end_ns (not overlapping). COPIES: memcpy and memset intervals. SYNC:
-    the blocking calls (:func:`every_budget.sync_calls`). CUDA_API, OSRT and NESTING's NVTX ranges: all threads; only
-    THREAD's calls and ranges are attributed. All the budget needs (:func:`per_step`, :func:`summarize_budget`)
-    without a row per piece: a million NVTX ranges cut their steps into two million pieces.
-
-    The batches' sums carry codes instead of strings (:class:`_Coding`): _step, _part, _name (null where the
-    GPU ran), total_ns.
-    Steps are independent (no run of pieces crosses a step's end), so the pieces are made a batch of
-    steps at a time (about BATCH_EDGES cut points each): memory holds BATCH_WORKERS batches, whatever the
-    capture, and the batches run side by side (Polars computes without the GIL; each batch alone keeps
-    about one core busy, so on its own the analysis would leave the others idle).
-    Columnar throughout, one sweep per batch: the edges of all sources as events sorted by time, each time
-    a cut point; a layer's coverage of a point its starts at or before it less its ends at or before it
-    (cumulative counts); what the CPU thread was in, the call or NVTX self piece starting last at or before
-    it (a forward fill of its row) if it has not ended (each call or family name a code). Where the GPU idles, no
-    call waits and the thread has one kind of interval that do not overlap (NVTX ranges alone), the sums follow
-    from the intervals' overlaps with the steps, with no sweep; when the thread does nothing but ranges that
-    nest, a range inside one step adds its self time to it, with no pieces (all steps at once, a row per family
-    and step).
+    Steps are independent, so the pieces are made a batch of steps (about BATCH_EDGES cut points) at a time, by
+    BATCH_WORKERS threads (Polars computes without the GIL), their sums coded (:class:`_Coding`). One sweep per batch:
+    every edge a cut point, a layer's coverage its starts less its ends so far, what the thread was in the call or NVTX
+    self piece started last if it has not ended. Where the GPU idles and no call waits, one kind of non-overlapping
+    interval needs no sweep (its overlaps with the steps), and ranges that nest inside one step add their self time to
+    it with no pieces.
     """
     lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
 
@@ -140,8 +119,8 @@ def budget_totals(
     start, end = pl.col("start_ns"), pl.col("end_ns")
 
     def idle_runs(totals: pl.DataFrame) -> pl.DataFrame:
-        """TOTALS (_step, _name, total_ns) of steps the GPU idles through with no call waiting for it: each step is
-        one idle run, whose part its length decides (its pieces summed), with no fills over the pieces."""
+        """TOTALS (_step, _name, total_ns) of steps the GPU idles through with no call waiting for it: each step is one
+        idle run, whose part its length decides (its pieces summed), with no fills over the pieces."""
         run_ns = pl.col("total_ns").sum().over("_step")
         return totals.select("_step", pl.when(run_ns < LAUNCH_GAP_NS).then(PARTS.index("launch_gap"))
                              .otherwise(PARTS.index("gpu_idle")).cast(pl.UInt8).alias("_part"), "_name", "total_ns")
@@ -149,9 +128,9 @@ def budget_totals(
     def overlaps(first_ns: int, last_ns: int, intervals: pl.DataFrame, offset: int,
                  whole: pl.DataFrame | None = None) -> pl.DataFrame:
         """The time of the steps in [FIRST_NS, LAST_NS] per step and name when the thread's only activity there is
-        INTERVALS (start_ns, end_ns, _code: the name's code less OFFSET) and none overlap: each interval's overlap
-        with each step it meets, the rest untraced. What the cut at every edge sums to, without the cut.
-        WHOLE (_at: a step's position among all, _code, total_ns): time summed already, inside one step each."""
+        INTERVALS (start_ns, end_ns, _code: the name's code less OFFSET) and none overlap: each interval's overlap with
+        each step it meets, the rest untraced. What the cut at every edge sums to, without the cut. WHOLE (_at: a step's
+        position among all, _code, total_ns): time summed already, inside one step each."""
         begin = step_starts.search_sorted(first_ns, side="left")  # the next batch's first step may start at LAST_NS
         batch = ordered_steps.slice(begin, step_starts.search_sorted(last_ns, side="left") - begin).with_columns(
             (pl.lit(step_starts).search_sorted(start, side="right").cast(pl.Int32) - 1).alias("_step"))
@@ -177,8 +156,8 @@ def budget_totals(
             pl.col("total_ns").sum())
 
     def summed(first_ns: int, last_ns: int) -> pl.DataFrame:
-        """The pieces of the steps in [FIRST_NS, LAST_NS] (their cut points all lie in it: steps' edges are cuts)
-        summed per step, part and CPU activity: _step, _part, _name, total_ns."""
+        """The pieces of the steps in [FIRST_NS, LAST_NS] (their cut points all lie in it: steps' edges are cuts) summed
+        per step, part and CPU activity: _step, _part, _name, total_ns."""
         candidates = {column: source.candidates(first_ns, last_ns) for column, source in lookups.items()}
         named = [column for column in ("_api", "_osrt", "_nvtx") if candidates[column].height]
         if gpu_idle and not candidates["_in_sync"].height and len(named) < 2:
@@ -194,8 +173,8 @@ def budget_totals(
                            (source.edges(first_ns, last_ns)[1], _EDGE, False)]
         merged = _events(events).sort("start_ns", maintain_order=True)
         del events  # the sources' slices: the sorted events hold their times now
-        # The state after each time's events: a layer's coverage counts its starts less its ends (from those
-        # before the batch on); a lookup's row is the last interval to start.
+        # The state after each time's events: a layer's coverage counts its starts less its ends (from those before the
+        # batch on); a lookup's row is the last interval to start.
         kind = pl.col("_kind")
 
         def seen(of: int) -> pl.Expr:
@@ -268,8 +247,7 @@ def budget_totals(
 
 
 BATCH_EDGES = 200_000
-"""About this many interval edges (cut points) per batch of steps in the budget: bounds its memory (the sweep
-holds each edge as an event, then each piece with its layers and lookups)."""
+"""Interval edges (cut points) per batch of steps, about: bounds the sweep's memory (an event per edge)."""
 BATCH_WORKERS = 2
 """Batches of the budget computed at once (threads)."""
 
@@ -287,8 +265,8 @@ def _batches(steps: pl.DataFrame, sources: list[_Intervals]) -> list[tuple[int, 
 
 @dataclass(frozen=True)
 class _Intervals:
-    """Intervals by start time (start_ns, end_ns and, for lookups, _code) and their ends that cut, sorted: a
-    layer's all (it counts them), a lookup's those where its next interval does not start (that start cuts)."""
+    """Intervals by start time (start_ns, end_ns and, for lookups, _code) and their ends that cut, sorted: a layer's all
+    (it counts them), a lookup's those where its next interval does not start (that start cuts)."""
 
     frame: pl.DataFrame
     ends: pl.Series
@@ -335,9 +313,8 @@ def _sorted(values: pl.Series) -> pl.Series:
 
 
 def _events(sources: list[tuple[pl.Series, int, bool]]) -> pl.DataFrame:
-    """Each source's TIMES as events of its KIND, one after the other: start_ns, _kind and _row (where ROWS,
-    the position in TIMES, else null). Three columns concatenated, not a frame per source: a frame's set-up
-    costs as much as its rows here."""
+    """Each source's TIMES as events of its KIND, one after the other: start_ns, _kind and _row (where ROWS, the
+    position in TIMES, else null); three columns concatenated, not a frame per source, whose set-up costs more."""
     def constant(value: int | None, length: int) -> pl.Series:
         return pl.Series([value], dtype=pl.UInt32 if value is None else pl.UInt8).new_from_index(0, length)
 
@@ -355,8 +332,8 @@ def _within(ordered: pl.Series, first: int, last: int) -> pl.Series:
 
 
 def _coded(calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
-    """CALLS by start time as start_ns, end_ns, _code (the index of the call's name in the distinct names), and
-    the distinct names (null names have no code: such a call names nothing, as a null name did)."""
+    """CALLS by start time as start_ns, end_ns, _code (the index of the call's name in the distinct names), and the
+    distinct names (null names have no code: such a call names nothing, as a null name did)."""
     ordered = calls if calls["start_ns"].is_sorted() else calls.sort("start_ns", maintain_order=True)
     codes, names = distinct_codes(ordered, "name")
     return ordered.select("start_ns", "end_ns", pl.when(pl.col("name").is_not_null()).then(codes).alias("_code")), names
@@ -364,15 +341,12 @@ def _coded(calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
 
 def _nvtx_pieces(nesting: Nesting, thread: int | None, lo: int, hi: int,
                  steps: pl.DataFrame | None = None) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame | None]:
-    """THREAD's NVTX self pieces in [LO, HI) (start_ns, end_ns, _code) by start time, the range
-    families the codes index (the innermost range's family names the time: `step_{n}` for `step_7`), and
-    None, or with STEPS the self times below.
+    """THREAD's NVTX self pieces in [LO, HI) (start_ns, end_ns, _code) by start time, the range families the codes index
+    (the innermost range's family names the time), and None, or with STEPS the self times below.
 
-    STEPS (start_ns, end_ns, by start, not overlapping), when given and the ranges nest: a range inside one
-    step is not cut into pieces, whose overlaps with the steps would add up to its self time anyway. The
-    pieces are then those of the other ranges, and the third frame holds the self time of these: _at (the
-    step's position in STEPS), _code, total_ns (summed per step and family). A million ranges in a thousand
-    steps are then a row per family and step, not two million pieces in start order.
+    STEPS (start_ns, end_ns, by start, not overlapping), where the ranges nest: a range inside one step is not cut into
+    pieces (their overlaps with the steps add up to its self time); the third frame holds its self time instead, summed
+    per step and family: _at (the step's position in STEPS), _code, total_ns.
     """
     ranges, family = nesting.ranges, nesting.family
     inside = ranges.select(is_thread(thread) & (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)).to_series()
@@ -396,9 +370,8 @@ def _nvtx_pieces(nesting: Nesting, thread: int | None, lo: int, hi: int,
         timed = located.select("_at", "_code", pl.col("self_ns").alias("total_ns"),
                                (pl.col("end_ns") <= pl.col("_end")).fill_null(False).alias("_whole"))
         del located
-        # Summed per step and family at once: the later passes see a row per family and step, not per range. Grouped
-        # by one code of the two (:func:`joint_code`), which only whole ranges have (the others' null group is
-        # dropped): no copy of the whole ranges and no key of two columns (3 M ranges: 45 MB against 145 MB at once).
+        # Summed per step and family by one code of the two (:func:`joint_code`), which only whole ranges have (the
+        # others' null group is dropped): no copy of the whole ranges, no key of two columns.
         codes = nesting.families.len() + 1  # and one for no family (a range without a name)
         key = joint_code((pl.col("_at"), steps.height), (pl.col("_code").fill_null(codes - 1), codes))
         summed = timed.group_by(pl.when("_whole").then(key).alias("_key")).agg(pl.col("total_ns").sum()) \
@@ -413,9 +386,9 @@ def _nvtx_pieces(nesting: Nesting, thread: int | None, lo: int, hi: int,
             ranges, of = ranges.clear(), None
     pieces = self_pieces(ranges, of)
     del ranges
-    # Where ranges nest, no two pieces start together: by start time, whatever their order. Else by (thread,
-    # start) from the pieces' old order, which decides which of two pieces starting together names the time.
-    # A column at a time, each let go once in order, the ids as codes: a sort of the frames would hold them twice.
+    # Where ranges nest, no two pieces start together: by start time, whatever their order. Else by (thread, start) from
+    # the pieces' old order, which decides which of two pieces starting together names the time. A column at a time,
+    # each let go once in order, the ids as codes: a sort of the frames would hold them twice.
     order = pl.concat([frame["start_ns"] for frame in pieces]).arg_sort()
     frames: tuple[pl.DataFrame, ...] = pieces
     starts = pl.concat([frame["start_ns"] for frame in frames]).gather(order)

@@ -1,10 +1,5 @@
-"""The report's charts as Vega-Lite specs (built with Altair, rendered in the browser by vega-embed).
-
-Every chart function takes one capture's data and returns a :class:`ChartSpec`: the spec, or the
-reason there is nothing to draw, so the page can say why a chart is absent instead of leaving a hole.
-Charts carry only the rows they draw (top N, bucketed timeline), which keeps a page for a capture
-with thousands of kernels small.
-"""
+"""The report's charts as Vega-Lite specs (built with Altair, drawn in the browser by vega-embed): each a
+:class:`ChartSpec`, the spec or why there is nothing to draw, carrying only the rows it draws (top N, buckets)."""
 
 from __future__ import annotations
 
@@ -46,21 +41,16 @@ class ChartSpec(BaseModel):
 
 
 def capture_charts(profile: CaptureProfile) -> list[ChartSpec]:
-    """All charts of one capture, in display order: the overview over time first, then the breakdowns.
-
-    Built with Altair's debug mode off: in it every chart object validates itself, data rows included,
-    as it is made (0.1 s for a timeline of 1,000 NVTX ranges); see :func:`_spec` for the schema check.
-    Every channel is given as its object (``alt.X2("end_ms")``), never as a shorthand string: Altair finds
-    a string's channel class by hashing the schema of each of its ~570 classes, 4 ms a string (half of the
-    charts' time, the same spec).
-    """
+    """All charts of one capture, in display order. Altair's debug mode is off (it validates every row as a chart is
+    made; :func:`_spec` says where the schema is checked), and every channel is its object, never a shorthand string,
+    which Altair resolves by hashing the schema of each of its channel classes."""
     with debug_mode(False):
         return _charts(profile)
 
 
 def warm_up() -> None:
-    """Make one small chart: Altair's first chart in a process pays a one-off set-up (10-20 ms), which a
-    caller waiting for nsys' export can pay then."""
+    """Make one small chart: Altair's first chart in a process pays a set-up, which a caller waiting for nsys' export
+    can pay then."""
     with debug_mode(False):
         _total_time_bars(pl.DataFrame({"name": ["a"], "total_ms": [1.0]}), "name", "#76b900",
                          [alt.Tooltip("total_ms:Q", format=",.3f")])
@@ -80,14 +70,9 @@ def _charts(profile: CaptureProfile) -> list[ChartSpec]:
 
 
 def _spec(chart: alt.TopLevelMixin, **datasets: list[dict[str, Any]]) -> dict[str, Any]:
-    """CHART as a Vega-Lite dict, not validated, with DATASETS: the rows of each data its parts name (:func:`_rows`).
-
-    Altair's validation walks every data row through the JSON schema (0.3 s for a timeline of 1,000 NVTX
-    ranges, on every report) although the shapes are this module's own; tests/report/test_chart_specs.py
-    validates each chart against the schema instead. The rows join the dict as they are, after Altair
-    has made it: inline values it would copy and convert value by value (a timeline of 1,500 rows took
-    70 ms that way, 20 ms with them named).
-    """
+    """CHART as a Vega-Lite dict with DATASETS, the rows of each data its parts name (:func:`_rows`), added after Altair
+    made it (inline values it would convert one by one). Not validated: the shapes are this module's own, and
+    tests/report/test_chart_specs.py checks each against the schema."""
     spec = chart.configure_view(stroke=None).to_dict(validate=False)
     if datasets:
         spec["datasets"] = datasets
@@ -106,9 +91,8 @@ def _bar_height(rows: int) -> int:
 def _total_time_bars(frame: pl.DataFrame, label: str, color: str, tooltip: list[alt.Tooltip]) -> dict[str, Any]:
     """Horizontal bars of `total_ms` per LABEL, longest first: the shape of every "top N" chart."""
     chart = alt.Chart(_rows("bars")).mark_bar(color=color).encode(
-        x=alt.X("total_ms:Q", title="Total time (ms)"),
+        x=alt.X("total_ms:Q", title="Total time (ms)"), tooltip=tooltip,
         y=alt.Y(f"{label}:N", sort="-x", title=None, axis=alt.Axis(labelLimit=320)),
-        tooltip=tooltip,
     ).properties(width=WIDTH, height=_bar_height(frame.height))
     return _spec(chart, bars=frame.to_dicts())
 
@@ -119,11 +103,9 @@ def top_kernels_chart(stats: ProfileStats, top: int = TOP_N) -> ChartSpec:
     if not stats.kernels:
         return ChartSpec(title=title, missing="no kernel summary (cuda_gpu_kern_sum) for this capture")
     frame = stats.frame("kernels").sort("total_time_ns", descending=True).head(top)
-    frame = frame.with_columns(
-        pl.Series("kernel", unique_short_names(frame["name"].to_list())),
-        (pl.col("total_time_ns") / NS_PER_MS).alias("total_ms"),
-        (pl.col("avg_ns") / 1e3).alias("avg_us"),
-    ).select("kernel", "name", "total_ms", "instances", "avg_us", "time_pct")
+    frame = frame.select(pl.Series("kernel", unique_short_names(frame["name"].to_list())), "name",
+                         (pl.col("total_time_ns") / NS_PER_MS).alias("total_ms"), "instances",
+                         (pl.col("avg_ns") / 1e3).alias("avg_us"), "time_pct")
     return ChartSpec(title=title, spec=_total_time_bars(frame, "kernel", "#4c78a8", [
         alt.Tooltip("name:N", title="Kernel"),
         alt.Tooltip("total_ms:Q", title="Total (ms)", format=",.3f"),
@@ -138,11 +120,8 @@ def nvtx_totals_chart(stats: ProfileStats, top: int = TOP_N) -> ChartSpec:
     title = f"NVTX ranges by total time (top {top})"
     if not stats.nvtx_ranges:
         return ChartSpec(title=title, missing="no NVTX push/pop ranges (nvtx_pushpop_sum) in this capture")
-    frame = (
-        stats.frame("nvtx_ranges").sort("total_time_ns", descending=True).head(top)
-        .with_columns((pl.col("total_time_ns") / NS_PER_MS).alias("total_ms"))
-        .select("name", "total_ms", "instances")
-    )
+    frame = stats.frame("nvtx_ranges").sort("total_time_ns", descending=True).head(top).select(
+        "name", (pl.col("total_time_ns") / NS_PER_MS).alias("total_ms"), "instances")
     return ChartSpec(title=title, spec=_total_time_bars(frame, "name", "#76b900", [
         alt.Tooltip("name:N", title="Range"),
         alt.Tooltip("total_ms:Q", title="Total (ms)", format=",.3f"),
@@ -156,11 +135,8 @@ def _family_label() -> pl.Expr:
 
 
 def nvtx_families_chart(ranges: list[RangeFamily], top: int = TOP_N) -> ChartSpec:
-    """NVTX range families (`step_{n}` is one bar, not twenty) by self time, as shares of the user's window.
-
-    Self time leaves out what nested ranges did, so a parent's bar is not its children's again and the
-    shares of one thread add up to at most 100 %; the summed (nesting-included) time is in the tooltip.
-    """
+    """NVTX range families (`step_{n}` one bar) by self time, as shares of the user's window: a parent's bar is not its
+    children's again, so one thread's add up to at most 100 %; the summed time is in the tooltip."""
     title = f"NVTX ranges by self time (top {top} families)"
     if not ranges:
         return ChartSpec(title=title, missing="no NVTX ranges in this capture")
@@ -209,22 +185,15 @@ def nvtx_distribution_chart(stats: ProfileStats, top: int = TOP_N) -> ChartSpec:
     frame = stats.frame("nvtx_ranges").filter(pl.col("instances") > 1)
     if not frame.height:
         return ChartSpec(title=title, missing="no NVTX range ran more than once")
-    frame = (
-        frame.sort("total_time_ns", descending=True).head(top)
-        .with_columns(
-            *((pl.col(f"{stat}_ns") / NS_PER_MS).alias(f"{stat}_ms") for stat in ("min", "med", "avg", "max"))
-        )
-        .select("name", "instances", "min_ms", "med_ms", "avg_ms", "max_ms")
-    )
+    frame = frame.sort("total_time_ns", descending=True).head(top).select(
+        "name", "instances", *((pl.col(f"{stat}_ns") / NS_PER_MS).alias(f"{stat}_ms")
+                               for stat in ("min", "med", "avg", "max")))
     return ChartSpec(title=title, spec=_distribution(frame))
 
 
 def _distribution(frame: pl.DataFrame) -> dict[str, Any]:
-    """Per name (rows: name, instances, min_ms, med_ms, avg_ms, max_ms): a min..max rule, median tick, mean dot.
-
-    The name axis and the tooltip are the layer's, which its three marks inherit: given to each mark, Altair
-    copies them with each mark, and again with the layer (half of this chart's time).
-    """
+    """Per name (rows: name, instances, min_ms, med_ms, avg_ms, max_ms): a min..max rule, median tick, mean dot. The
+    axis and tooltip are the layer's, which its marks inherit (Altair copies what each mark is given)."""
     chart = alt.layer(
         alt.Chart().mark_rule(strokeWidth=3, color="#9aa5b1").encode(
             x=alt.X("min_ms:Q", title="Instance duration (ms): min to max, | median, ● mean"), x2=alt.X2("max_ms")),
@@ -234,12 +203,9 @@ def _distribution(frame: pl.DataFrame) -> dict[str, Any]:
     ).encode(
         y=alt.Y("name:N", title=None, sort=alt.EncodingSortField("max_ms", order="descending"),
                 axis=alt.Axis(labelLimit=320)),
-        tooltip=[
-            alt.Tooltip("name:N", title="Range"),
-            alt.Tooltip("instances:Q", title="Instances", format=","),
-            *(alt.Tooltip(f"{stat}_ms:Q", title=f"{label} (ms)", format=",.3f")
-              for stat, label in (("min", "Min"), ("med", "Median"), ("avg", "Mean"), ("max", "Max"))),
-        ],
+        tooltip=[alt.Tooltip("name:N", title="Range"), alt.Tooltip("instances:Q", title="Instances", format=","),
+                 *(alt.Tooltip(f"{stat}_ms:Q", title=f"{label} (ms)", format=",.3f")
+                   for stat, label in (("min", "Min"), ("med", "Median"), ("avg", "Mean"), ("max", "Max")))],
     ).properties(width=WIDTH, height=_bar_height(frame.height))
     return _spec(chart, durations=frame.to_dicts())
 
@@ -253,10 +219,8 @@ def memory_chart(stats: ProfileStats) -> ChartSpec:
         "name", (pl.col("total_mb") * BYTES_PER_NSYS_MB / MIB).alias("value"), "instances")
     times = stats.frame("memory_time").select(
         "name", (pl.col("total_time_ns") / NS_PER_MS).alias("value"), "instances")
-    drawn = [(name, frame, label, axis, color) for name, frame, label, axis, color in (
-        ("sizes", sizes, "Bytes moved", "Total (MiB)", "#4c78a8"),
-        ("times", times, "GPU time", "Total time (ms)", "#f58518"),
-    ) if frame.height]
+    drawn = [chart for chart in (("sizes", sizes, "Bytes moved", "Total (MiB)", "#4c78a8"),
+                                 ("times", times, "GPU time", "Total time (ms)", "#f58518")) if chart[1].height]
     charts = [
         alt.Chart(_rows(name), title=label).mark_bar(color=color).encode(
             x=alt.X("value:Q", title=axis),
@@ -277,15 +241,13 @@ def timeline_chart(trace: TraceSummary | None) -> ChartSpec:
         return ChartSpec(title=title, missing=NEEDS_TRACE)
     if not trace.timeline or not (trace.kernel_count or trace.graph_count or trace.copy_count or trace.nvtx):
         return ChartSpec(title=title, missing="the trace holds no kernels, memory operations or NVTX ranges")
-    buckets = pl.DataFrame([bucket.model_dump() for bucket in trace.timeline]).with_columns(
-        (pl.col("start_ns") / NS_PER_MS).alias("start_ms"),
-        (pl.col("end_ns") / NS_PER_MS).alias("end_ms"),
-    ).select("start_ms", "end_ms", "kernel_fraction", "copy_fraction")
+    buckets = pl.DataFrame([bucket.model_dump() for bucket in trace.timeline]).select(
+        (pl.col("start_ns") / NS_PER_MS).alias("start_ms"), (pl.col("end_ns") / NS_PER_MS).alias("end_ms"),
+        "kernel_fraction", "copy_fraction")
     x_scale = alt.Scale(domain=[0, trace.span_ns / NS_PER_MS])
     lanes = [
         alt.Chart(_rows("buckets")).mark_rect(color=color).encode(
-            x=alt.X("start_ms:Q", title=None, scale=x_scale),
-            x2=alt.X2("end_ms"),
+            x=alt.X("start_ms:Q", title=None, scale=x_scale), x2=alt.X2("end_ms"),
             y=alt.Y(f"{field}:Q", title=label, axis=alt.Axis(format="%", tickCount=2), scale=alt.Scale(domain=[0, 1])),
             tooltip=[alt.Tooltip("start_ms:Q", title="From (ms)", format=",.3f"),
                      alt.Tooltip("end_ms:Q", title="To (ms)", format=",.3f"),
@@ -362,8 +324,8 @@ TABLEAU = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b
 
 
 def budget_charts(drawing: StepDrawing) -> list[ChartSpec]:
-    """The steady state's median step as one bar of its parts, then every step's bar (the same parts and colors).
-    Drawn for captures that traced GPU work (:func:`capture_charts`): a CPU capture's GPU is idle by design."""
+    """The steady state's median step as one bar of its parts, then every step's bar (the same parts and colors). Drawn
+    for captures that traced GPU work (:func:`capture_charts`): a CPU capture's GPU is idle by design."""
     budgets = drawing.budgets
     if not budgets.height:
         return []
@@ -385,8 +347,8 @@ def _long(budgets: pl.DataFrame, parts: Sequence[str], order: dict[str, int]) ->
 
 
 def median_budget_chart(drawing: StepDrawing, parts: Sequence[str], colors: alt.Scale) -> ChartSpec:
-    """The median steady step's time as one horizontal bar of its parts, the large ones labelled in place; an idle
-    part with what the host was mostly doing meanwhile (its idle stretches' causes: 'GPU idle 87% (in range data)')."""
+    """The median steady step as one bar of its parts, the large ones labelled in place, an idle part with what the host
+    mostly did meanwhile ('GPU idle 87% (in range data)')."""
     step = drawing.median_step
     row = drawing.budgets.filter(pl.col("step") == step)
     wall = int(row["wall_ns"].sum())
@@ -434,8 +396,7 @@ def step_budgets_chart(drawing: StepDrawing, parts: Sequence[str], colors: alt.S
     warmup = f"; step {int(budgets['step'][0])} is the warm-up" if drawing.warmup_steps and group == 1 else ""
     rows = _long(budgets, parts, {part: index for index, part in enumerate(parts)})
     chart = alt.Chart(_rows("budgets")).mark_bar().encode(
-        x=alt.X("step:O", title=f"Step{warmup}",
-                axis=alt.Axis(labelOverlap=True)),
+        x=alt.X("step:O", title=f"Step{warmup}", axis=alt.Axis(labelOverlap=True)),
         y=alt.Y("ms:Q", stack="zero", title="Time (ms)"),
         color=alt.Color("part:N", title=None, scale=colors, legend=alt.Legend(orient="bottom", columns=4)),
         order=alt.Order("order:Q"),

@@ -38,8 +38,8 @@ def test_the_64_mib_pageable_device_to_host_copy_is_found_with_its_bandwidth(loa
     achieved = _evidence(finding, "achieved_bandwidth")
     assert achieved == pytest.approx(64 * MIB / copy_ns * 1e9)
     assert 1.4e9 < achieved < 1.8e9
-    assert finding.severity == "critical"
     assert finding.saving is not None
+    assert finding.severity == "warning", "44 % of the capture: worth fixing, but not half of it (critical)"
     assert finding.saving.total_ns == pytest.approx(copy_ns - 64 * MIB / NOMINAL_PINNED_PCIE5_BYTES_PER_S * 1e9)
     assert finding.saving.per_step_ns is None, "the copy ran after the steps, not in them"
 

@@ -166,7 +166,7 @@ def test_the_tensor_core_saving_of_fp32_matmuls_is_the_real_one(version: str, ca
     predicted = next(e.value for e in finding.evidence if e.metric == metric) / 1e6
     real = _v2_step_ms(version, case, "problem") - _v2_step_ms(version, case, "fixed")
     assert abs(predicted - real) <= TOLERANCE * real, (predicted, real)
-    assert finding.severity == "critical"
+    assert finding.severity == "warning", "a precision is the user's trade-off: never critical"
     assert "fp32_matmul" not in {f.kind for f in _v2(version, f"{case}-fixed").findings}
 
 
@@ -202,7 +202,7 @@ def test_no_tensor_core_saving_is_claimed_on_a_gpu_without_them(capability: str,
                    if f.kind == "fp32_matmul")
     metrics = {e.metric for e in finding.evidence}
     assert (finding.saving is not None) == claimed and ("tf32_saving_per_step" in metrics) == claimed
-    assert finding.severity == ("critical" if claimed else "info")
+    assert finding.severity == ("warning" if claimed else "info")
 
 
 @pytest.mark.parametrize("version", list(V2))
@@ -320,6 +320,17 @@ def test_the_host_time_the_gpu_waited_on_is_named_by_its_calls(version: str, cas
     analysis = (_v2 if recordings is V2 else _analysis)(version, f"{case}-{variant}")
     unnamed = [a for a in analysis.budget.idle_activities if a.kind in ("dispatch", "cuda_api") and not a.name]
     assert unnamed == [], [(a.kind, a.fraction) for a in unnamed]
+
+
+@pytest.mark.parametrize(("version", "case", "variant", "recordings"),
+                         [variant for variant in ALL_VARIANTS if variant[2] == "fixed"],
+                         ids=lambda v: v if isinstance(v, str) else "")
+def test_no_fixed_twin_carries_a_critical_finding(version: str, case: str, variant: str,
+                                                  recordings: dict[str, Path]) -> None:
+    """A loop with its problems fixed (not a twin that fixes one of two) gets no alarm: what is left on it
+    (host-bound small steps, an FP32 model, copies not overlapped) is at most a warning, with its saving."""
+    analysis = (_v2 if recordings is V2 else _analysis)(version, f"{case}-{variant}")
+    assert [(f.kind, f.saving) for f in analysis.findings if f.severity == "critical"] == []
 
 
 def test_the_json_carries_the_step_with_and_without_the_profiler() -> None:

@@ -35,7 +35,12 @@ Unit = Literal["ns", "bytes", "bytes_per_s", "count", "fraction"]
 
 WARNING_SHARE = 0.05
 """A saving of at least this share of the step (or capture) is worth a warning."""
-CRITICAL_SHARE = 0.25
+CRITICAL_SHARE = 0.5
+"""A saving of at least this share is critical: the fix would halve the step or more."""
+CEILING: dict[str, Severity] = {"untraced_host": "warning", "launch_bound": "warning", "fp32_matmul": "warning"}
+"""Kinds never critical, whatever their share. Untraced host time names no cause: its evidence is shown, not a fix.
+A CUDA graph (launch_bound) and a lower precision (fp32_matmul) come with conditions the capture cannot check (static
+shapes and no syncs in the step; the model's accuracy), so their savings are upper bounds, not alarms."""
 REPORT_SHARE = 0.01
 """Savings below this share are not reported at all (noise, not a fix)."""
 MANY_KERNELS = 100
@@ -434,9 +439,12 @@ def step_count(context: Context) -> Finding | None:
 
 
 def ordered(findings: list[Finding | None]) -> list[Finding]:
-    """The findings that apply, largest saving first; those about the measurement itself last."""
+    """The findings that apply, each at most its kind's CEILING, most severe and largest saving first; those about the
+    measurement itself last."""
     rank = {"critical": 0, "warning": 1, "info": 2}
-    found = [finding for finding in findings if finding is not None]
+    found = [finding.model_copy(update={"severity": CEILING[finding.kind]})
+             if finding.kind in CEILING and rank[finding.severity] < rank[CEILING[finding.kind]] else finding
+             for finding in findings if finding is not None]
     return sorted(found, key=lambda f: (f.saving is None, rank[f.severity], -(f.saving.total_ns if f.saving else 0)))
 
 

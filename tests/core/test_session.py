@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -93,7 +92,8 @@ def test_nsys_behind_an_exec_wrapper_gets_no_injection(regions_behind_a_wrapper)
     reports = [line for line in done.stdout.splitlines() if line.endswith(".nsys-rep")]
     assert _nvtx_counts(reports[1]) == {"second_step": 5}
     inside = [line for line in calls if line.split()[0] in ("start", "stop")]
-    assert len(inside) == 4, calls
+    # A region alone gets its collection from its first `nsys start`: none waits in the retry loop.
+    assert [line.split()[0] for line in inside] == ["start", "stop", "start", "stop"], calls
     assert all(line.endswith(" preload=libm.so.6 nvtx=") for line in inside), inside
 
 
@@ -271,14 +271,6 @@ def test_async_regions_record(tmp_path: Path, nsys: Nsys) -> None:
 ])
 def test_sanitize(raw: str, clean: str) -> None:
     assert sanitize(raw) == clean
-
-
-def test_start_takes_seconds_not_minutes(tmp_path: Path, nsys: Nsys) -> None:
-    """A guard on the lifecycle, not a benchmark: a tiny region must not hit the retry loop."""
-    script = _script(tmp_path, "import nsight_core\nwith nsight_core.range('r'):\n    pass\n")
-    t0 = time.monotonic()
-    Session(trace=("nvtx",), output_dir=tmp_path / "o").run([sys.executable, str(script)], capture="manual")
-    assert time.monotonic() - t0 < 6.0
 
 
 def test_importing_nsight_core_stays_light() -> None:

@@ -26,9 +26,8 @@ if TYPE_CHECKING:
 
     from nsight_core.stats.models import ProfileStats
 
-# Polars, Altair, pydantic and the analyses load inside the commands that use them: `nsight run` and
-# `nsight launch` sit in front of every profiled task and must start fast, and `nsight stats`/`report`
-# start a capture's export before they load (it runs while they do).
+# Polars, Altair, pydantic and the analyses load inside the commands that use them: `nsight run` and `launch` must
+# start fast, and `nsight stats`/`report` start a capture's export before they load.
 
 log = logging.getLogger("nsight")
 
@@ -197,11 +196,7 @@ def _add_reports_option(parser: argparse.ArgumentParser) -> None:
 
 
 class _PrintVersion(argparse.Action):
-    """`--version`: the installed version, looked up only when asked.
-
-    Why: importing importlib.metadata and finding the distribution take 15-20 ms, which every `nsight run` and
-    `nsight launch` in front of a profiled task would pay to build a help text it does not print.
-    """
+    """`--version`: the installed version, looked up only when asked, not by every `nsight run` building its parser."""
 
     def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, help: str | None = None) -> None:
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
@@ -350,15 +345,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 ALLOCATOR_SETTING = "_RJEM_MALLOC_CONF"
 """How Polars' allocator (its own copy of jemalloc) is configured: read once, as Polars is imported."""
 ANALYSIS_ALLOCATOR = "narenas:1,background_thread:true,dirty_decay_ms:100,muzzy_decay_ms:0"
-"""For `nsight stats`, `report`, `export` and `diff`, unless the user chose one: one arena, and freed pages handed back
-to the system a tenth of a second later by jemalloc's own thread.
-
-Why: by default each thread that allocates gets arenas of its own, and freed pages stay with them for 0.5-1 s
-(Polars' defaults, `dirty_decay_ms:500,muzzy_decay_ms:1000`), reused by that thread only. A report's stages (frames,
-reports, the analysis beside them, the page) each free what they built, yet the process kept most of it: its peak
-was 15-25 % higher, at the same speed. Set in nsight's own process
-only (``main`` without ARGV), for commands that start no user program: their only children are nsys' exports,
-which do not read it. A user's task process (the Flyte plugin builds its report there) is never touched."""
+"""For `nsight stats`, `report`, `export` and `diff`, unless the user chose one: one arena, freed pages handed back
+soon by jemalloc's own thread, where Polars' defaults keep them per thread, each stage's freed memory held for the
+next. Set in nsight's own process only (``main`` without ARGV), whose only children are nsys' exports."""
 
 
 POLARS_ALLOCATOR = re.compile(r"dirty_decay_ms:500,muzzy_decay_ms:1000(,thp:always,metadata_thp:always)?,?")
@@ -386,20 +375,15 @@ def _dispatch(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        # The reader of stdout went away (`nsight stats … | head`): stop without a traceback, with the
-        # status of a program that SIGPIPE ended. Later writes (the final flush) go nowhere.
+        # The reader of stdout went away (`| head`): no traceback, SIGPIPE's status, later writes go nowhere.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
 
 
 def _exit_now(code: int) -> NoReturn:
-    """End the process of `nsight stats`, `report` or `export` without Python's teardown of its modules.
-
-    Why: tearing down Polars, pydantic and Altair takes 0.1-0.2 s after the work is done (a tenth of a
-    report on a 200 k-kernel capture), and these commands need none of it: their files are written and
-    closed, their output is flushed here, and they open no session. Only for the program itself (``main``
-    without ARGV); a caller of ``main(ARGV)`` gets the exit code back.
-    """
+    """End the process of `nsight stats`, `report` or `export` without Python's teardown of Polars, pydantic and
+    Altair, which they do not need: their files are closed and their output is flushed here. Only for the program
+    itself (``main`` without ARGV)."""
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError):  # a reader that went away (`| head`): nothing more to say

@@ -1,10 +1,9 @@
-"""Recording regions from inside a process of a session: the collection slot and :class:`Region`.
+"""Recording regions from inside a process of a session: the collection slot.
 
-nsys records one collection per session at a time. A process launched into a session (through `nsys launch`, see
-:mod:`nsight_core.session`) holds one :class:`Collector`: the slot its regions take in turn, the `nsys start`/`nsys
-stop` around each block, and the handlers that stop a collection left open at SIGTERM or exit. A region, its collection
-and those handlers belong to the process that opened them: a forked child (:mod:`nsight_core.lineage`) never stops,
-exits or signals on its parent's behalf.
+nsys records one collection per session at a time. A process launched into a session (:mod:`nsight_core.session`) holds
+one :class:`Collector`: the slot its regions take in turn, the `nsys start`/`stop` around each block, and the handlers
+that stop a collection left open at SIGTERM or exit, all the opening process's: a forked child
+(:mod:`nsight_core.lineage`) never stops, exits or signals on its parent's behalf.
 """
 
 from __future__ import annotations
@@ -37,15 +36,13 @@ from nsight_core.supervise import ENV_PRIMARY_PID, ENV_SIGNAL_FILE
 log = logging.getLogger("nsight")
 
 START_RETRY_SECONDS = 7.0
-"""How long a region waits for another one's block: the time the other region of this process spends recording while
-this one waits (its `nsys start` and `nsys stop` are waited out, uncounted), and how long `nsys start` is retried while
-another process of the session records."""
+"""How long a region waits for another one's block (its `nsys start` and `nsys stop` waited out, uncounted), and how
+long `nsys start` is retried while another process of the session records."""
 START_WAIT_CAP = 2 * START_RETRY_SECONDS + 4 * QUICK_TIMEOUT + STOP_TIMEOUT
-"""The longest a region ever waits for another of its process (1034 s with the default timeouts): the sum of the bounds
-of the other's start (session check, `nsys start` and its retries, a quiet stop), of its block and of its stop. Reached
-only when an nsys command outlives its own timeout."""
+"""The longest a region ever waits for another of its process: the bounds of the other's start, block and stop summed,
+reached only when an nsys command outlives its own timeout."""
 # `nsys start` returns before CUDA/NVTX collection is live in the target: a region that began at once lost its first
-# NVTX ranges, and right after another region everything (bench/GPU.md). The wait is cheap next to a start.
+# NVTX ranges (bench/GPU.md).
 _START_RETRY_INTERVAL = 0.5
 # On SIGTERM a pod has a grace period (30 s by default) before SIGKILL: the stop must fit in it.
 ABORT_STOP_TIMEOUT = 20.0
@@ -58,16 +55,12 @@ _Phase = Literal["starting", "recording", "stopping"]
 
 
 class Collector:
-    """This process's collection slot in its nsys session.
-
-    One collection at a time: nsys allows one per session. A region that wants to start while another of this process
-    holds the collection waits for it (see :meth:`start`) and otherwise runs unprofiled; the lock is never held while
-    nsys runs, so a waiting region cannot stretch another.
-    """
+    """This process's collection slot in its nsys session, one collection at a time: a region that wants to start while
+    another holds it waits (:meth:`start`), else runs unprofiled; the lock is never held while nsys runs."""
 
     def __init__(self, settings: Settings, nsys: Callable[[], Nsys]) -> None:
-        """NSYS finds the nsys to run when a region first needs it: a missing one costs that region's profile (it runs
-        unprofiled), never the look-up of the session."""
+        """NSYS finds the nsys when a region first needs it: a missing one costs that region's profile, never the
+        look-up of the session."""
         self.settings = settings
         self.name = settings.name
         self.output_dir = settings.output_dir
@@ -82,12 +75,11 @@ class Collector:
         self._running: Path | None = None  # the report base of the collection nsys is recording
         self._overlapped: list[str] = []
         self._started_at = 0.0
-        # The process this slot's collections belong to: a forked child inherits this object, and the importer's pid
-        # covers a child forked before the slot was first looked up (see start).
+        # The process this slot's collections belong to (a forked child inherits this object; see start).
         self._pid = lineage.forked_from() or os.getpid()
         self._claim: int | None = None  # the descriptor holding the running collection's claim
-        # Every name this process's regions took: a region whose stop wrote nothing keeps its name, so its warning
-        # ("wrote no x.nsys-rep") never names a file the next region wrote.
+        # Every name this process's regions took: one whose stop wrote nothing keeps it, so its warning never names a
+        # file the next region wrote.
         self._named: set[Path] = set()
 
     @property
@@ -99,13 +91,9 @@ class Collector:
         return any(self.name in line.split() for line in listing.splitlines()[1:])
 
     def _report_base(self, region: str) -> Path:
-        """A path no earlier region of any process used, nor one of this process whose stop wrote nothing: same-name
-        regions never overwrite, and a lost region's name stays its own.
-
-        A name is reserved by a claim (:mod:`nsight_core.claims`) held until the stop is done; a `Session.run` learns of
-        it from the line the region adds to its claims list (``claims``), so the run's reports are the files its own
-        regions created, whatever other runs write into the folder.
-        """
+        """A path no earlier region of any process used, nor one of this process whose stop wrote nothing, reserved by a
+        claim (:mod:`nsight_core.claims`) until the stop is done and listed in the run's ``claims``, so a
+        `Session.run`'s reports are the files its own regions created."""
         stem = sanitize(region, fallback="region")
         for attempt in itertools.count():
             candidate = self.output_dir / (stem if attempt == 0 else f"{stem}.{attempt}")
@@ -122,14 +110,12 @@ class Collector:
         raise AssertionError("unreachable")
 
     def start(self, region: str, retry_seconds: float = START_RETRY_SECONDS) -> int:
-        """Start collecting REGION; returns the token of its collection. Raises NsightError when it cannot (nested in
-        the region recording, another region past the wait, nsys refused, the output folder is not writable); nothing is
-        left running then.
+        """Start collecting REGION; the token of its collection. Raises NsightError, leaving nothing running, when it
+        cannot (nested in the region recording, another past the wait, nsys refused, an unwritable folder).
 
-        While another region of this process holds the collection, REGION waits: through the other's `nsys start` and
-        `nsys stop` (each bounded by its own timeout, uncounted) and for up to RETRY_SECONDS of its block,
-        ``START_WAIT_CAP`` at most in all. A region whose block encloses this call (a :class:`Region` in this context,
-        see ``ENCLOSING``) can never end first: then REGION fails at once.
+        While another region of this process holds the collection, REGION waits through its start and stop and for up to
+        RETRY_SECONDS of its block, ``START_WAIT_CAP`` in all; one enclosing this call (``ENCLOSING``) can never end
+        first, so REGION then fails at once.
         """
         if os.getpid() != self._pid:  # checked before the slot: its lock may have been held at the fork
             raise NsysCommandError(
@@ -266,10 +252,8 @@ class Collector:
         return capture
 
     def abort(self, why: str, timeout: float = ABORT_STOP_TIMEOUT) -> None:
-        """Stop the running collection, if any, within TIMEOUT and without taking a lock.
-
-        For a signal handler or interpreter exit: the trace nsys writes is kept, nobody publishes it.
-        """
+        """Stop the running collection, if any, within TIMEOUT and without a lock (a signal handler, the exit): the
+        trace nsys writes is kept, nobody publishes it."""
         base = self._running
         if base is None:
             return
@@ -288,10 +272,9 @@ class Collector:
 
 @contextlib.contextmanager
 def _interrupts_deferred() -> Iterator[None]:
-    """Hold Ctrl-C back while nsys writes the trace: a second Ctrl-C right after the first (which ended the block)
-    killed `nsys stop` half way, so the trace was lost and its raw stream left behind. One that came while the block
-    ended normally is raised once the trace is written; one that came while a KeyboardInterrupt already unwinds is
-    dropped. In the main thread only (Python's signal rule)."""
+    """Hold Ctrl-C back while nsys writes the trace (a second one killed `nsys stop` half way, losing it): raised once
+    the trace is written where the block ended normally, dropped where a KeyboardInterrupt unwinds. In the main thread
+    only (Python's signal rule)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -305,20 +288,15 @@ def _interrupts_deferred() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
-
 _current: Collector | None = None
 _current_lock = threading.Lock()
 _previous_sigterm: Any = None
 
 
 def _hold_sigterm() -> None:
-    """Before a fork, once the SIGTERM handler is ours: SIGTERM waits (blocked in the forking thread).
-
-    A signal that reaches a child between its fork and Python's re-initialisation there is dropped when a Python-level
-    handler is installed (CPython clears the pending flags after a fork). A forked `multiprocessing.Pool` worker that
-    its pool's end terminated at that moment never died and the pool waited forever. Blocked, the signal stays pending
-    in the kernel.
-    """
+    """Before a fork, once the SIGTERM handler is ours: SIGTERM blocked in the forking thread, so it stays pending in
+    the kernel; CPython drops a signal that reaches a child before its re-initialisation (a terminated
+    `multiprocessing.Pool` worker then never died)."""
     if _previous_sigterm is not None:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 
@@ -363,13 +341,9 @@ def current_collector() -> Collector | None:
 
 
 def _handle_termination() -> None:
-    """In a process launched into a session: on SIGTERM (a preempted pod) or at exit, stop the running collection, so
-    its trace is flushed within the grace period instead of lost with the process.
-
-    Python's default for SIGTERM is to die at once; the handler stops the collection, then hands the signal to whatever
-    handled it before, or re-raises it so the exit status still says SIGTERM. Installable from the main thread only:
-    elsewhere this is left to the next call from there.
-    """
+    """In a process launched into a session: on SIGTERM (a preempted pod) or at exit, stop the running collection so its
+    trace is flushed within the grace period, then hand the signal to its previous handler, or re-raise it so the exit
+    status says SIGTERM. From the main thread only: elsewhere left to the next call from there."""
     global _previous_sigterm
     if _previous_sigterm is not None or threading.current_thread() is not threading.main_thread():
         return
@@ -394,8 +368,6 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
                 Path(os.environ[ENV_SIGNAL_FILE]).write_text(str(signum))
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
-
-
 
 
 if os.environ.get(ENV_SESSION):  # imported by a launched process: usually first from its main thread

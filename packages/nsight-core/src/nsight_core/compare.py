@@ -1,10 +1,6 @@
-"""`nsight diff`: load two captures (traces, exports or recorded CSVs) and compare them.
-
-The only I/O of the comparison: everything after loading is :mod:`nsight_core.analysis.diff`.
-A trace or export gives events (steps, budget, GPU busy, the GPUs it ran on) and is checked for
-completeness (with what lies beside a .nsys-rep: a leftover raw stream); a directory of recorded CSVs
-gives only the per-name totals, and the comparison says what it could not compare.
-"""
+"""`nsight diff`: load two captures and compare them (:mod:`nsight_core.analysis.diff`). A trace or export gives
+events and is checked for completeness; recorded CSVs give per-name totals only, and the comparison says what it
+could not compare."""
 
 from __future__ import annotations
 

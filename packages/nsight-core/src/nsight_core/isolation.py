@@ -15,17 +15,13 @@ log = logging.getLogger("nsight")
 
 
 def diagnosed(profile: CaptureProfile, analysis: Callable[[], Analyzed]) -> CaptureProfile:
-    """PROFILE with the ANALYSIS; should it fail, a note says so and the rest of the page stays.
-
-    The diagnosis is the newest and most heuristic part of the page: a capture shape it does not expect
-    must cost the "What to fix" section, not the user's statistics (profiling never breaks the job).
-    """
+    """PROFILE with the ANALYSIS; should it fail, a note says so and the rest of the page stays."""
     try:
         found = analysis().analysis
         if profile.completeness is not None:
             found = withhold_savings(found, profile.completeness)
         return profile.model_copy(update={"analysis": found})
-    except Exception as error:  # see the docstring: one part fails, not the page
+    except Exception as error:  # one part fails, not the page
         log.warning("could not diagnose %s (%s: %s); the page shows its statistics without 'What to fix'",
                     profile.source, type(error).__name__, error)
         return profile.model_copy(update={"notes": [*profile.notes, f"What to fix: the analysis failed "
@@ -34,13 +30,12 @@ def diagnosed(profile: CaptureProfile, analysis: Callable[[], Analyzed]) -> Capt
 
 def with_steps_drawn(profile: CaptureProfile, draw: Callable[[Analysis], StepDrawing | None]) -> CaptureProfile:
     """PROFILE with the steps its page draws in full, as DRAW finds them for its analysis (:func:`drawing_for`);
-    should that fail, a note says so and the rest of the page stays (as for the analysis:
-    :func:`diagnosed`)."""
+    should that fail, a note says so and the rest of the page stays."""
     if profile.analysis is None:
         return profile
     try:
         return profile.model_copy(update={"steps_drawn": draw(profile.analysis)})
-    except Exception as error:  # see the docstring
+    except Exception as error:  # one part fails, not the page
         log.warning("could not select %s's steps to draw (%s: %s)", profile.source, type(error).__name__, error)
         return profile.model_copy(update={"notes": [*profile.notes, f"Step view: the selection of its steps failed "
                                                     f"({type(error).__name__}: {error})"]})

@@ -1,13 +1,7 @@
-"""NVTX marks a region emits about itself, so an analysis can tell the profiler's time from the user's.
-
-A region marks ``LIVE_MARK`` once collection is live (after `nsys start` and its settle wait) and
-``STOP_MARK`` just before `nsys stop`, in the NVTX domain ``OWN_DOMAIN``. Between the two lies the
-user's block; before and after lie the profiler's start-up, settle wait and stop, which must not count
-as the user's sleep or stretch "collection ran" (analysis/user_window.py reads them).
-
-The marks use NVIDIA's `nvtx` package when it is installed (the `nvtx` extra) and are skipped
-otherwise: the analysis then bounds the user's window by the first and last CUDA or NVTX event. A
-failing mark never reaches the user's code.
+"""NVTX marks a region emits about itself (in domain ``OWN_DOMAIN``), so an analysis can tell the profiler's time
+from the user's: ``LIVE_MARK`` once collection is live, ``STOP_MARK`` just before `nsys stop`; the user's block lies
+between (analysis/user_window.py). Emitted with the `nvtx` extra, else skipped (the user's window is then the first
+to last CUDA or NVTX event); a failing mark never reaches the user's code.
 """
 
 from __future__ import annotations
@@ -49,9 +43,8 @@ def mark(message: str) -> None:
 
 
 def marked_window(marks: pl.DataFrame | pl.LazyFrame) -> tuple[int | None, int | None]:
-    """Where the user's block began and ended by MARKS (``nvtx_marks``: time_ns, name, domain): the last LIVE_MARK
-    and the first STOP_MARK, each None where the capture has none. Polars is imported here, not with the module:
-    a region emits marks in the user's process, which reads none."""
+    """Where the user's block began and ended by MARKS (``nvtx_marks``: time_ns, name, domain): the last LIVE_MARK and
+    the first STOP_MARK, each None where there is none. Polars is imported here: the user's process emits marks only."""
     import polars as pl
 
     own = marks.lazy().filter(pl.col("domain") == OWN_DOMAIN)

@@ -1,11 +1,7 @@
-"""Finding nsys, and every nsys command line this project runs.
-
-Every nsys command line is built here; nsys' own short commands (start, stop, export, stats) are also
-run here, while the long-running `nsys launch`/`nsys profile` of a command is supervised by
-:mod:`nsight_core.supervise`. Each call has a timeout, and failures become
-:class:`~nsight_core.errors.NsysCommandError` with nsys' own words in the message, because an nsys
-exit code alone proves little (``nsys start`` on a missing session exits 0, ``nsys stats`` exits 0
-for an unknown report).
+"""Finding nsys, and every nsys command line this project runs (the long `nsys launch`/`profile` of a command is
+supervised by :mod:`nsight_core.supervise`). Each call has a timeout; failures become
+:class:`~nsight_core.errors.NsysCommandError` with nsys' own words, since its exit code alone proves little
+(``nsys start`` on a missing session exits 0, ``nsys stats`` exits 0 for an unknown report).
 """
 
 from __future__ import annotations
@@ -42,7 +38,6 @@ DEFAULT_CAPTURE: CaptureMode = "process"
 """One default for `nsight run` and `Session.run`: the whole run, like the Flyte decorator's 'task'."""
 
 
-
 def _seconds(variable: str, default: float) -> float:
     """A timeout from the environment (a positive number of seconds), else DEFAULT."""
     try:
@@ -52,20 +47,17 @@ def _seconds(variable: str, default: float) -> float:
     return value if value > 0 else default
 
 
-# Seconds. Stops and exports write the whole trace and can take minutes on a long GPU capture; each
-# can be lowered (or raised) per run, e.g. to fit a pod's termination grace period.
 _EXPORT_FAILED = re.compile(r"^(?:ERROR|Error):|Database file .* invalid", re.MULTILINE)
 """nsys export may exit 0 after an error it printed; its output then decides."""
 _DISK_FULL = re.compile(r"disk is full|No space left on device|Error writing bytes to file")
-"""What nsys export says when its disk fills. Its SQLite export then exits 0 with an empty or partial file (2023.4.4 on
-a 600 KiB tmpfs: "database or disk is full", a file of 0 bytes), its arrow export 1 ("Error writing bytes to file")."""
+"""What nsys export says when its disk fills: its SQLite export then exits 0 with an empty or partial file."""
+# Seconds, each set per run by its variable (e.g. to fit a pod's grace period): stops and exports can take minutes.
 QUICK_TIMEOUT = _seconds("NSIGHT_QUICK_TIMEOUT", 30.0)
 STOP_TIMEOUT = _seconds("NSIGHT_STOP_TIMEOUT", 900.0)
 EXPORT_TIMEOUT = _seconds("NSIGHT_EXPORT_TIMEOUT", 1800.0)
 SLICED_EXPORT_VERSIONS = ("2023.4.", "2025.3.")
 """nsys versions whose SQLite exports in slices of time were checked equal to the one-file export on every fixture
-(tests/core/test_sliced_export.py with NSIGHT_NSYS set to the version; docs/development.md). Any other version
-exports one file until it is checked the same way."""
+(tests/core/test_sliced_export.py); any other exports one file."""
 
 _BUSY_MARKERS = ("not allowed in this state",)
 
@@ -94,14 +86,9 @@ _INJECTION_LIBRARIES = ("libToolsInjection", "libLinuxKeyboardInterceptor")
 
 
 def uninjected_env() -> dict[str, str]:
-    """This process's environment without nsys' injection, for running nsys' own commands.
-
-    A profiled process (a region calls `nsys start`/`stop` from inside one) hands nsys' LD_PRELOAD
-    on to its children. Where `nsys` is a wrapper script that execs the binary (as installs often
-    are), the injected shell registers with the agent as a profiled process and keeps its pid
-    through the exec: `nsys stop` then waits about 30 s for that "process" to report (measured
-    with 2023.4.4). The user's own preloads stay.
-    """
+    """This process's environment without nsys' injection (the user's own preloads stay), for nsys' own commands: a
+    profiled process hands nsys' LD_PRELOAD on, and where `nsys` is a wrapper script, the injected shell registers
+    as a profiled process that `nsys stop` then waits for."""
     env = {name: value for name, value in os.environ.items() if name not in _INJECTION_VARIABLES}
     preload = [entry for entry in env.pop("LD_PRELOAD", "").split(":")
                if entry and not Path(entry).name.startswith(_INJECTION_LIBRARIES)]
@@ -111,9 +98,8 @@ def uninjected_env() -> dict[str, str]:
 
 
 CUDA_GRAPH_TRACES = ("graph", "node")
-"""nsys --cuda-graph-trace: ``graph`` records each graph launch whole (nsys' default; nsys 2025 exports it as one
-GPU row), ``node`` each of the graph's kernels (more events, the kernels by name). nsys 2023.4 and 2025.3 take it
-on `launch` and `profile`."""
+"""nsys --cuda-graph-trace (on `launch` and `profile`): ``graph`` records each graph launch whole (nsys' default),
+``node`` each of the graph's kernels."""
 
 
 def validate_cuda_graph_trace(value: str | None) -> str | None:
@@ -129,19 +115,17 @@ def _graph_option(cuda_graph_trace: str | None) -> list[str]:
 
 
 ENV_PYTHON_BACKTRACE = "NSIGHT_PYTHON_BACKTRACE"
-"""Set to 1, `nsight run` and `nsight launch` record Python backtraces without --python-backtrace (what the Flyte
-decorator's python_backtrace sets in the task's environment: its exec wrapper's words stay the same)."""
+"""Set to 1, `nsight run` and `nsight launch` record Python backtraces without --python-backtrace (as the Flyte
+decorator's python_backtrace does)."""
 PYTHON_BACKTRACE_THRESHOLD_NS = 10_000
-"""CUDA calls that last this long (10 µs) or longer get their Python call stack: allocations, frees, copies and
-synchronisations that cost the step time do; most kernel launches (5-10 µs) do not, which bounds the cost."""
+"""CUDA calls this long (10 µs) or longer get their Python call stack: allocations, frees, copies and syncs, not most
+kernel launches, which bounds the cost."""
 PYTHON_BACKTRACE_FLAGS: dict[str, tuple[str, ...]] = {
     "": ("--python-backtrace=cuda", f"--cudabacktrace=all:{PYTHON_BACKTRACE_THRESHOLD_NS}"),
 }
-"""The nsys flags that record the Python call stack of CUDA calls, by nsys version prefix ('' for any other). nsys
-takes a CUDA call's Python stack together with its native one: ``--python-backtrace=cuda`` alone records no frames,
-``--cudabacktrace`` must name the calls (and CPU sampling must be on). One value, ``all`` with a threshold: nsys
-2023.4.4 keeps only the last of a comma-separated list of kinds (``memory:0,sync:0`` collects for sync alone, its
-record of the capture's settings says) and refuses the flag twice."""
+"""The nsys flags that record the Python call stack of CUDA calls, by nsys version prefix ('' for any other): nsys
+takes it with the native stack, so ``--cudabacktrace`` must name the calls (one value: nsys 2023.4.4 keeps only the
+last of a list of kinds and refuses the flag twice), and CPU sampling must be on."""
 
 
 def validate_python_backtrace(python_backtrace: bool, sample: str | None) -> bool:
@@ -217,12 +201,8 @@ class Nsys:
     version: str
 
     def _run(self, args: Sequence[str], timeout: float, what: str, again_if_lost: bool = False) -> NsysResult:
-        """Run one nsys command to completion or to TIMEOUT, then kill its whole process group.
-
-        Its own process group, so a timed-out nsys leaves no helper behind; a permission marker
-        counts only when the command failed (nsys prints such words in passing, too). AGAIN_IF_LOST:
-        a command that failed because nsys lost its agent (it did nothing) runs once more.
-        """
+        """Run one nsys command (:meth:`_run_once`); AGAIN_IF_LOST: once more where it failed because nsys lost its
+        agent (it did nothing)."""
         result = self._run_once(args, timeout, what)
         if again_if_lost and result.returncode != 0 and lost_its_agent(result.output):
             time.sleep(0.5)
@@ -230,7 +210,8 @@ class Nsys:
         return result
 
     def _run_once(self, args: Sequence[str], timeout: float, what: str, program: Path | None = None) -> NsysResult:
-        """PROGRAM (nsys itself unless given: one of its helpers) with ARGS, to completion or TIMEOUT."""
+        """PROGRAM (nsys unless given: one of its helpers) with ARGS, to completion or TIMEOUT, in a process group of
+        its own, killed whole on timeout; a permission marker counts only when it failed (nsys prints such words)."""
         argv = [str(program or self.path), *args]
         try:
             process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -273,9 +254,8 @@ class Nsys:
     def profile_argv(self, session: str, output: Path, trace: Sequence[str], sample: str | None,
                      command: Sequence[str], cuda_graph_trace: str | None = None,
                      python_backtrace: bool = False) -> list[str]:
-        """`nsys profile`: record COMMAND from start to exit into OUTPUT.nsys-rep, in nsys session SESSION
-        (named, so that `nsys stop` can end the collection early, keeping the trace so far, while COMMAND
-        runs on: measured with 2023.4.4, nsys then waits for COMMAND as before)."""
+        """`nsys profile`: record COMMAND from start to exit into OUTPUT.nsys-rep, in nsys session SESSION (named, so
+        that `nsys stop` can end the collection early, keeping the trace so far, while COMMAND runs on)."""
         argv = [str(self.path), "profile", f"--session-new={session}", f"--trace={','.join(trace)}",
                 *_graph_option(cuda_graph_trace), *self._backtrace_option(python_backtrace), "-o", str(output),
                 "--force-overwrite=true", "--wait=primary"]
@@ -308,16 +288,12 @@ class Nsys:
         return next(iter(sorted(self.path.resolve().parent.parent.glob("host-*/QdstrmImporter"))), None)
 
     def import_kept_stream(self, base: Path) -> NsysResult | None:
-        """Import the raw stream nsys kept as BASE.qdstrm once more; the import's result where it wrote
-        BASE.nsys-rep, None where there is no such stream or importer, or the import gave no better report.
+        """Import the raw stream nsys kept as BASE.qdstrm once more; the import's result (its words without the
+        progress bar) where it wrote BASE.nsys-rep, None where there is no stream or importer, or no better report.
 
-        nsys keeps the stream in two cases. Its importer failed ("Importer error status: Importation failed":
-        2023.4.4 under load): nsys wrote no report, and the same stream then imports. Or its import
-        "succeeded with non-fatal errors" (also under load): nsys wrote the report and kept the
-        stream beside it, as large as the report. The stream is then imported beside the report, which that
-        import replaces only when it is clean (exit 0); else nsys' report stays, with nsys' words on it. Either
-        way the stream is deleted once an import has run on it, as nsys does after its own: it holds nothing an
-        importer did not already read. The result's stdout is the importer's words without its progress bar.
+        nsys keeps the stream where its importer failed (no report; the same stream then imports), or "succeeded with
+        non-fatal errors" (a report beside it, which a clean import here replaces). Either way the stream is deleted
+        once an import ran on it, as nsys does: it holds nothing an importer did not read.
         """
         stream, report = (base.with_name(base.name + suffix) for suffix in (".qdstrm", ".nsys-rep"))
         if not stream.is_file() or self.importer is None:
@@ -372,9 +348,7 @@ class Nsys:
     @property
     def exports_time_slices(self) -> bool:
         """Whether a capture's SQLite export may be made in slices of time side by side (trace/export.py): this nsys'
-        `nsys export` takes ``--times`` and ``--tables``, documents ranges whose end an event may cross ("non-strict"),
-        and is a version whose slices were checked event by event against its one-file export
-        (``SLICED_EXPORT_VERSIONS``)."""
+        export takes ``--times`` and ``--tables``, documents "non-strict" ranges, and is of SLICED_EXPORT_VERSIONS."""
         return self.version.startswith(SLICED_EXPORT_VERSIONS) and all(
             word in self._export_help for word in ("--times", "--tables", "non-strict"))
 
@@ -401,11 +375,10 @@ _IMPORTED = (0, 3)
 """QdstrmImporter's exit codes when it wrote the report: 3 is nsys' "Importation succeeded with non-fatal errors"
 (2 its "Importation failed")."""
 
-# nsys 2023.4.4 on a loaded machine at times loses its agent: a command that failed so did nothing.
 _LOST_AGENT = re.compile(r"Connection to Agent lost|Local Endpoint is not available|^\s*End of file\.?\s*$"
                          r"|^\s*Connection refused\.?\s*$", re.MULTILINE)
-"""What nsys 2023.4.4 says when it loses its agent under load; a bare "Connection refused" ends a launch before the
-command starts when the agent's socket does not answer."""
+"""What nsys 2023.4.4 says when it loses its agent under load (a command that failed so did nothing); a bare
+"Connection refused" ends a launch before the command starts."""
 
 
 def lost_its_agent(nsys_output: str) -> bool:

@@ -1,14 +1,7 @@
-"""One capture, everything the GPU Profile report shows about it.
-
-A capture is exported ONCE and read as a Trace: the per-name tables are computed from its events, as are span, GPU
-busy time, the trace summary, the diagnosis ("What to fix") and the verdict on whether the trace is complete; `nsys
-stats` runs only for reports beyond the default five. Recorded CSV directories have no events, so their profile has
-stats only and says so.
-
-Every part reads the events in windows (lazy frames): a capture too large for the memory allowed is exported to
-SQLite and scanned from Parquet copies on disk (trace/spill.py), the same code over the same windows, so the page
-is the same whatever the memory.
-"""
+"""One capture, everything the GPU Profile report shows about it. A capture is exported once and read as a Trace: the
+tables, summary, What to fix and completeness come from its events (`nsys stats` runs only for reports beyond the
+default ones), read in windows of lazy frames, scanned from Parquet copies on disk (trace/spill.py) where the capture
+is too large for the memory allowed: the same page whatever the memory. Recorded CSVs have stats only."""
 
 from __future__ import annotations
 
@@ -36,20 +29,11 @@ from nsight_core.trace.streamed import events, is_streamed
 log = logging.getLogger("nsight")
 
 
-def build_profile(
-    path: str | Path,
-    reports: Sequence[str] | None = DEFAULT_REPORTS,
-    title: str | None = None,
-    facts: CaptureFacts | None = None,
-) -> CaptureProfile:
+def build_profile(path: str | Path, reports: Sequence[str] | None = DEFAULT_REPORTS, title: str | None = None,
+                  facts: CaptureFacts | None = None) -> CaptureProfile:
     """Profile of PATH: a .nsys-rep/.qdrep, its .sqlite or arrow export, or recorded CSVs (DIR or DIR/PREFIX).
-
-    REPORTS: the nsys reports to show; None: the default ones of a trace, every one recorded of CSVs.
-
-    FACTS: what is known of how the capture was made (nsys' output, versions); by default only what lies
-    beside PATH (a leftover raw stream). The export, `nsys stats` and each stage log their progress (logger
-    "nsight"), which the CLI shows on stderr.
-    """
+    REPORTS: the nsys reports to show (None: the default ones of a trace, every one recorded of CSVs). FACTS: how the
+    capture was made (nsys' output, versions); by default what lies beside PATH. Each stage logs to "nsight"."""
     path = Path(path)
     if not is_event_source(path):
         return CaptureProfile(title=title or path.name, source=str(path), stats=load_stats(path, reports))
@@ -78,11 +62,8 @@ def build_profile(
 
 
 def capture_paths(path: str | Path) -> list[Path]:
-    """The captures PATH names: itself, or each recorded prefix of a directory holding several.
-
-    A directory of recorded CSVs from several regions (`training_*.csv`, `evaluation_*.csv`) becomes
-    one `DIR/PREFIX` per region, so one command reports them all.
-    """
+    """The captures PATH names: itself, or each recorded prefix (`DIR/training`, `DIR/evaluation`) of a directory of
+    several regions' CSVs."""
     path = Path(path)
     if not path.is_dir():
         return [path]

@@ -20,15 +20,11 @@ log = logging.getLogger("nsight")
 
 
 class Region:
-    """Records its block as one capture. Never raises because of profiling.
-
-    When a collection cannot start, it logs ``could not start collection`` and runs the block
-    unprofiled: at once when it is nested in the region recording (that region's ``with`` / ``async
-    with`` block encloses it in this context: the same thread, or an asyncio task or
-    ``asyncio.to_thread`` call started inside it), after the wait of :meth:`Collector.start` when
-    another region records (a thread started inside a block counts as such). ``on_capture`` runs
-    after the stop, also when the block raised, before the block's exception propagates; its own
-    errors are logged. A cancellation while the collection starts stops it again once the start is done.
+    """Records its block as one capture; never raises because of profiling. Where a collection cannot start, it logs
+    ``could not start collection`` and runs the block unprofiled: at once when nested in the region recording (its
+    block encloses this one in this context: the same thread, an asyncio task or ``asyncio.to_thread`` started in
+    it), after :meth:`Collector.start`'s wait when another region records. ``on_capture`` runs after the stop, also
+    when the block raised; its errors are logged. A cancellation while the collection starts stops it once started.
     """
 
     def __init__(self, session: Collector | None, name: str,
@@ -91,8 +87,7 @@ class Region:
         try:
             await asyncio.shield(starting)
         except asyncio.CancelledError:
-            # The start cannot be interrupted; once it is done, stop what it started, in a thread of
-            # its own (not daemonic: interpreter exit waits for it), whatever else is cancelled.
+            # The start cannot be interrupted: once done, stop it in a thread of its own (exit waits for it).
             starting.add_done_callback(lambda _done: threading.Thread(target=self._undo).start())
             raise
         self._enclose()  # here, not in the thread: its context is a copy of this task's

@@ -1,8 +1,5 @@
-"""The public report API: build a capture's profile, render it (page, tab fragment, terminal text, JSON), export
-its whole timeline.
-
-The CLI (`nsight stats`, `report`, `export`) and the Flyte adapter call these names and nothing deeper, so the
-modules behind them (profile, render, trace, analysis) can change without breaking either:
+"""The public report API: build a capture's profile, render it (page, tab fragment, terminal text, JSON), export its
+whole timeline. The CLI and the Flyte adapter call these names and nothing deeper:
 
 >>> profile = build_profile("training.nsys-rep")
 >>> Path("report.html").write_text(render_page([profile]))

@@ -1,12 +1,7 @@
-"""Profiling sessions: what a session is (its settings, handed to the processes in it through their
-environment), and running a command in one.
-
-:class:`Settings` is the one description of a session: the parent writes it into the command's
-environment with :meth:`Settings.to_env`, the processes nsys starts read it back with
-:meth:`Settings.from_env`. :class:`Session` is the public face: ``Session(...).run(argv)`` runs a
-command under nsys (supervised by :mod:`nsight_core.supervise`), and ``Session.current().range(...)``
-records a region from inside one (the collection itself is :mod:`nsight_core.collection`'s). Nothing
-here trusts an nsys exit code on its own: the reports a run lists are the files its regions created.
+"""Profiling sessions: ``Session(...).run(argv)`` runs a command under nsys (:mod:`nsight_core.supervise`),
+``Session.current().range(...)`` records a region from inside one (:mod:`nsight_core.collection`). The session's
+:class:`Settings` reach its processes through their environment. No nsys exit code is trusted alone: the reports a
+run lists are the files its regions created.
 """
 
 from __future__ import annotations
@@ -50,6 +45,7 @@ from nsight_core.supervise import never_started, run_command, run_plain
 
 log = logging.getLogger("nsight")
 
+
 class RunResult(BaseModel):
     """What `Session.run` left behind."""
 
@@ -63,16 +59,9 @@ class RunResult(BaseModel):
 
 
 class Session:
-    """An nsys profiling session, seen from a script.
-
-    In the parent: ``Session(trace=("nvtx", "osrt")).run(["python", "train.py"], capture="manual")``.
-    In the process it started: ``with Session.current().range("training"): ...`` or the module-level
-    :func:`nsight_core.range`, which does nothing when there is no session.
-
-    One collection at a time: nsys allows one per session. A region that wants to start while another
-    of this process holds the collection waits for it (:class:`nsight_core.collection.Collector`) and
-    otherwise runs unprofiled.
-    """
+    """An nsys profiling session, seen from a script. In the parent:
+    ``Session(trace=("nvtx", "osrt")).run(["python", "train.py"], capture="manual")``; in the process it started:
+    ``with Session.current().range("training"): ...`` or :func:`nsight_core.range` (nothing without a session)."""
 
     def __init__(self, name: str | None = None, *, trace: Sequence[str] | str = DEFAULT_TRACE,
                  sample: str | None = None, output_dir: str | Path | None = None,
@@ -125,13 +114,9 @@ class Session:
 
     def run(self, argv: Sequence[str], capture: CaptureMode = DEFAULT_CAPTURE,
             timeout: float | None = None) -> RunResult:
-        """Run ARGV under nsys; the result holds its exit code and the .nsys-rep files it wrote.
-
-        ``capture="process"`` (the default, as for `nsight run`) records the whole run into one report;
-        ``"manual"`` records only the :func:`nsight_core.range` blocks ARGV opens, one report each.
-        ARGV's stdout and stderr are its own; nsys' messages go to stderr. Raises
-        :class:`CommandNotFoundError` before starting anything when ARGV[0] does not exist.
-        """
+        """Run ARGV under nsys (its stdout and stderr its own, nsys' messages on stderr); its exit code and the
+        .nsys-rep files it wrote: with ``capture="process"`` the whole run's, with ``"manual"`` one for each
+        :func:`nsight_core.range` block. Raises :class:`CommandNotFoundError` first where ARGV[0] does not exist."""
         nsys_argv = self._nsys_argv(capture)
         if not argv:
             raise ValueError("no command to profile: give the program and its arguments.")
@@ -172,8 +157,7 @@ class Session:
                          diagnosis=diagnosis)
 
     def _import_kept_stream(self, base: Path) -> None:
-        """Where nsys' importer failed on BASE's trace, or succeeded with non-fatal errors (its words are above, on
-        stderr), import the raw stream it kept once more (:meth:`Nsys.import_kept_stream`), and say how that went."""
+        """Import the raw stream nsys kept of BASE once more (:meth:`Nsys.import_kept_stream`); say how that went."""
         report = base.with_name(base.name + ".nsys-rep")
         written = report.exists()
         if not (again := self.nsys.import_kept_stream(base)):
@@ -242,8 +226,8 @@ class Session:
 
 
 def _check_runnable(program: str) -> None:
-    """Refuse, before anything starts, a PROGRAM that does not exist (127) or cannot be executed (126),
-    as a shell would: nsys would report either only after its own start, as its own failure."""
+    """Refuse, before anything starts, a PROGRAM that does not exist (127) or cannot be executed (126), as a shell
+    would: nsys would report either after its own start, as its own failure."""
     if shutil.which(program) is not None:
         return
     if os.sep in program and Path(program).is_file():
@@ -251,8 +235,4 @@ def _check_runnable(program: str) -> None:
                                         "it through its interpreter); nothing was run.")
     raise CommandNotFoundError(f"command not found: {program!r} is not an executable file nor on PATH; "
                                "nothing was run.")
-
-
-# Last, because collection.py imports this module's names (Settings, sanitize, ...) in turn: whichever of
-# the two is imported first, the other then finds every name it needs already defined.
 

@@ -45,12 +45,11 @@ def validate_trace(trace: Sequence[str] | str) -> tuple[str, ...]:
     return domains
 
 
-
 @dataclass(frozen=True)
 class Settings:
-    """One session as every process in it sees it: written once into the command's environment by the
-    parent (:meth:`to_env`), read back by each process nsys starts (:meth:`from_env`). Paths are
-    absolute: the program may change directory before it opens a region."""
+    """One session as every process in it sees it: written into the command's environment by the parent
+    (:meth:`to_env`), read back by each process nsys starts (:meth:`from_env`). Paths are absolute: the program may
+    change directory before it opens a region."""
 
     name: str
     trace: tuple[str, ...]

@@ -1,10 +1,8 @@
-"""Running and supervising a command under nsys: its stdio, signals, retries, and what nsys leaves behind.
+"""Running a command under nsys: its stdio, signals, retries, and what nsys leaves behind.
 
-`nsight run` and `nsight launch` stay nsys' parent for the whole run instead of exec'ing into it: they
-hand the command its stdout/stderr while holding nsys' own messages back until the command has
-started, forward SIGTERM/SIGINT (each once), run nsys again where it failed before starting anything,
-end an nsys agent that outlives nsys (or a killed run), and make nsys die with them (a parent-death
-signal). The nsys command lines themselves are :mod:`nsight_core.nsys`'s.
+`nsight run` and `nsight launch` stay nsys' parent: they hand the command its stdout/stderr, hold nsys' own messages
+back until the command started, forward SIGTERM/SIGINT once each, run nsys again where it failed before starting
+anything, end an nsys agent that outlives nsys (or a killed run), and make nsys die with them (a parent-death signal).
 """
 
 from __future__ import annotations
@@ -31,10 +29,8 @@ ENV_SIGNAL_FILE = "NSIGHT_SIGNAL_FILE"
 ENV_PRIMARY_PID = "NSIGHT_PRIMARY_PID"
 """The pid of the command nsys started (the program): only its death by a signal is the program's."""
 
-# Run by nsys in front of CMD: it removes the file $1 (CMD is starting: removing needs no disk space,
-# unlike writing), tells CMD its own pid (ENV_PRIMARY_PID: it execs into CMD), and gives CMD back the
-# stdout/stderr of the caller (single-digit fds $2 and $3); nsys' own messages (progress bars,
-# "Generated: ...") keep the pipe they were started with.
+# Run by nsys in front of CMD: removes $1 (CMD is starting; removing needs no disk space), tells CMD its pid
+# (ENV_PRIMARY_PID) and gives it the caller's stdout/stderr (fds $2, $3); nsys' own messages keep their pipe.
 _REDIRECT = ('rm -f "$1"; export NSIGHT_PRIMARY_PID=$$; '
              'eval "exec 1>&$2 2>&$3 $2>&- $3>&-"; shift 3; exec "$@"')
 _FORWARDED = (signal.SIGINT, signal.SIGTERM)
@@ -52,30 +48,20 @@ class Finished:
     """False when nsys ended without ever starting the command (then returncode is nsys' own)."""
 
 
-
-# nsys 2023.4.4 on a loaded machine at times loses its agent before it starts the command
-# ("Connection to Agent lost", exit 0; "Local Endpoint is not available", exit 1; or "End of file" alone,
-# the agent's connection closing). Nothing ran then, so trying
-# again is safe.
 START_ATTEMPTS = 3
+"""Runs of nsys while it fails before starting the command (nsys 2023.4.4 under load loses its agent: nothing ran)."""
 
 
 def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[str, str] | None = None,
                 timeout: float | None = None, session: str | None = None) -> Finished:
     """Run COMMAND under NSYS_ARGV with COMMAND's stdio untouched and nsys' own output on stderr.
 
-    SIGTERM and SIGINT are forwarded to nsys, each once, which passes them on to COMMAND and still
-    writes the trace. nsys runs in its own process group, also at a terminal: a terminal's Ctrl-C goes to
-    its whole foreground group, and nsys, given SIGINT again while it wrote the trace, dropped it and
-    left its raw stream. COMMAND does not lose the terminal by it: nsys starts it in a session of its
-    own (measured, 2023.4.4), where it reads and writes it as before. SESSION names the nsys
-    session NSYS_ARGV creates (`--session-new`): an agent of it still running once nsys has ended
-    is ended too, and so is, before anything starts, one left by a killed run.
-
-    nsys is run again (START_ATTEMPTS in all) while it fails before COMMAND starts in a way that is
-    not a setting's fault (a lost agent, an exit 0, a hang past QUICK_TIMEOUT): nothing ran, so that
-    is safe. Its messages reach stderr once COMMAND has started; those of a launch that never started
-    it are only in the result's ``nsys_output``, for the one message the caller prints.
+    SIGTERM and SIGINT go to nsys once each (a second SIGINT while it writes the trace drops it), which passes them
+    on to COMMAND; nsys runs in its own process group, so a terminal's Ctrl-C reaches it once (nsys starts COMMAND in
+    a session of its own, which keeps the terminal). SESSION: the nsys session NSYS_ARGV creates, whose agent still
+    running after nsys, or left by a killed run, is ended. nsys runs again (START_ATTEMPTS in all) while it fails
+    before COMMAND starts not by a setting's fault; the messages of a launch that never started COMMAND are only in
+    the result's ``nsys_output``, for the one message the caller prints.
     """
     end_what_killed_runs_left()
     with owned_folder("nsight-run-", note=session or "") as scratch:
@@ -84,8 +70,7 @@ def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[s
         for attempt in range(START_ATTEMPTS):  # again only while nsys fails transiently before COMMAND starts
             pending.touch()
             finished, transient = _run_under_nsys(nsys_argv, command, pending, env, timeout, session)
-            # A retry that finds the run's own (random) session name in use: the failed attempt's agent came up
-            # after it was looked for, and holds it. Ended, like the others, it frees the name.
+            # The run's own session name in use on a retry: the failed attempt's agent came up late and holds it.
             held = attempt > 0 and session is not None and name_held(finished.nsys_output)
             if finished.started or not (transient or held):
                 break
@@ -102,14 +87,9 @@ def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[s
 
 
 def end_what_killed_runs_left() -> None:
-    """End the nsys agents of runs that were killed (SIGKILL: nothing of theirs ran to clean up), and
-    delete their temp folders (:func:`nsight_core.claims.owned_folder`).
-
-    nsys, killed by the parent-death signal just as it starts its session's agent, leaves the agent
-    running (nsys 2023.4.4: it does not end by itself), holding
-    nsys' session lock in $TMPDIR. A run's folder names its session; the next run in the same $TMPDIR
-    ends that session's agents, and deletes the raw stream the killed collection left, if any.
-    """
+    """End the nsys agents of runs that were killed (nothing of theirs ran to clean up) and delete their temp folders
+    (:func:`nsight_core.claims.owned_folder`, which name their session) with the raw streams they left: nsys killed
+    as it starts its agent leaves the agent running, holding nsys' session lock in $TMPDIR."""
     for folder, session in dead_folders("nsight-"):
         if session:
             end_leftover_agents(session, grace=0.5)
@@ -117,13 +97,9 @@ def end_what_killed_runs_left() -> None:
 
 
 def end_leftover_agents(session: str, grace: float = 2.0) -> list[int]:
-    """End the agents of nsys session SESSION that outlive nsys; their pids.
-
-    nsys 2023.4.4 sometimes leaves a session's agent (`nsys --start-agent --session-name=S`, a
-    daemon) running after nsys itself ended: after SIGTERM to nsys, or after "Connection to Agent
-    lost". It holds the profiled command's stdout and stderr (a caller waiting for their end waits
-    forever) and a session lock in $TMPDIR. Each gets GRACE seconds to exit, then SIGTERM, then SIGKILL.
-    """
+    """End the agents of nsys session SESSION that outlive nsys (after SIGTERM, or a lost agent), each given GRACE
+    seconds, then SIGTERM, then SIGKILL; their pids. One holds the command's stdout and stderr (a caller waiting for
+    their end waits forever) and a session lock in $TMPDIR."""
     wanted = [b"--start-agent", f"--session-name={session}".encode()]
     found = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
@@ -155,18 +131,15 @@ def _running(pid: int) -> bool:
 
 def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], pending: Path, env: Mapping[str, str],
                     timeout: float | None, session: str | None) -> tuple[Finished, bool]:
-    """One run of COMMAND under nsys; whether a failure to start it was transient (worth another try).
-
-    SESSION: the nsys session NSYS_ARGV creates, whose agent a launch that hung leaves behind.
-    """
+    """One run of COMMAND under nsys; whether a failure to start it was transient (worth another try). SESSION: the
+    nsys session NSYS_ARGV creates, whose agent a launch that hung leaves behind."""
     stdout, stderr = _fileno(sys.stdout, 1), _fileno(sys.stderr, 2)
     out_fd, err_fd = _low_dup(stdout), _low_dup(stderr)
     ours = [fd for fd in (out_fd, err_fd) if fd is not None]  # closed here once nsys has its copies
     moves: list[tuple[int, int]] = []
     if out_fd is None or err_fd is None:
-        # Descriptors 3-9 are all taken here: nsys' injection holds 3-13 in a process it profiles (`nsight run`
-        # inside `nsight run`), and the inner nsys' progress bars went to the command's stdout. The child puts the
-        # copies on 3 and 4 itself, over this process' own there, which nsys does not get anyway.
+        # Descriptors 3-9 are taken (nsys' injection holds 3-13 in a process it profiles): the child puts the copies
+        # on 3 and 4 itself, over this process' own, which nsys does not get anyway.
         high = [os.dup(stdout), os.dup(stderr)]
         ours += high
         moves = [(high[0], 3), (high[1], 4)]
@@ -231,13 +204,9 @@ _PR_SET_PDEATHSIG = 1
 
 
 def _terminated_with(parent: int, moves: Sequence[tuple[int, int]] = ()) -> Callable[[], None]:
-    """What a child runs before it execs nsys: SIGTERM when PARENT (this process) dies, even by SIGKILL; and each
-    (from, to) of MOVES, a descriptor copied onto another (the child's own, this process keeps its own).
-
-    nsys passes SIGTERM on to the command and writes the trace so far, so nothing records on, orphaned,
-    after `nsight run` or `nsight launch` was killed (`timeout -s KILL`, `subprocess.run(timeout=)`).
-    The kernel keeps the setting across the exec; a parent already gone before it was set is checked.
-    """
+    """What a child runs before it execs nsys: each (from, to) of MOVES, a descriptor copied onto another; then
+    SIGTERM when PARENT dies, even by SIGKILL, which nsys passes on to the command and writes the trace so far, so
+    nothing records on orphaned. The kernel keeps it across the exec; a parent gone before it was set is checked."""
     libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the child must not load a library
 
     def arm() -> None:
@@ -251,11 +220,8 @@ def _terminated_with(parent: int, moves: Sequence[tuple[int, int]] = ()) -> Call
 
 
 def _await_start(process: subprocess.Popen[bytes], pending: Path) -> bool:
-    """Wait until nsys starts the command (PENDING is gone) or ends without; False when it hung instead.
-
-    nsys 2023.4.4 at times hangs under load before it starts anything. After QUICK_TIMEOUT nsys is
-    killed (nothing of the user's ran, so nothing is lost) and the caller may try again.
-    """
+    """Wait until nsys starts the command (PENDING is gone) or ends without; False when it hung (nsys 2023.4.4 under
+    load) and was killed after QUICK_TIMEOUT: nothing of the user's ran, and the caller may try again."""
     deadline = time.monotonic() + QUICK_TIMEOUT
     while pending.exists() and process.poll() is None:
         if time.monotonic() >= deadline:
@@ -293,12 +259,9 @@ def _fileno(stream: Any, default: int) -> int:
 
 
 class _Relay:
-    """nsys' own messages on their way to stderr, held back until nsys has started the command.
-
-    A launch that never starts the command (a rejected setting, a lost agent, tried again) would
-    otherwise print nsys' usage text or a message a retry makes moot: its words go into the one
-    warning the caller prints instead (``tail``).
-    """
+    """nsys' own messages on their way to stderr, held back until nsys started the command: a launch that never does
+    (a rejected setting, a lost agent) would print usage text or words a retry makes moot; its ``tail`` goes into the
+    one warning the caller prints instead."""
 
     def __init__(self, keep: int = 16_384) -> None:
         self.tail = bytearray()

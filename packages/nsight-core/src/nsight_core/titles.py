@@ -19,14 +19,10 @@ GENERATED_NAME = re.compile(r"nsight-[0-9a-f]{8}")
 
 
 def capture_title(path: Path, trace: Trace) -> str:
-    """A capture's section title: its file's name, which is its region's (or a named run's); for the capture of an
-    unnamed run, whose file is named by a random id (nsight-cb27362c), the command it recorded instead.
-
-    The command is in the export when nsys wrote it there (its SQLite exports: META_DATA_CAPTURE); else the title
-    is the program, by the process with the most CPU events (NVTX ranges, CUDA and OS calls), named by its main
-    thread: nsys records a process's name when it starts, which for `nsight run` is the shell that then execs the
-    command, while the thread carries the command's own name (when nsys read it after the exec: otherwise both say
-    `sh`, and the title says only the pid)."""
+    """A capture's section title: its file's name (its region's, or a named run's); for an unnamed run's capture (a
+    random id, nsight-cb27362c) the command it recorded, where the export holds it (META_DATA_CAPTURE), else the
+    program with the most CPU events, named by its main thread: nsys names a process when it starts, which for
+    `nsight run` is the shell that then execs the command."""
     if not GENERATED_NAME.fullmatch(path.stem):
         return path.stem
     command = recorded_command(trace.meta)
@@ -47,8 +43,8 @@ def capture_title(path: Path, trace: Trace) -> str:
 
 
 NOT_PROGRAMS = frozenset({"sh", "bash", "dash", "nsys-launcher"})
-"""Names nsys may record for the command's process before it execs the command: `nsight run`'s own shell, and
-nsys' own launcher before that (seen in a fresh-clone CI run, 2026-12-04): no program's name."""
+"""Names nsys may record for the command's process before it execs the command (`nsight run`'s shell, nsys'
+launcher): no program's name."""
 
 
 MAX_TITLE = 100

@@ -1,20 +1,17 @@
-"""The one formatter of durations, sizes, rates and shares: every page, table, chart label, message and finding
-writes its numbers through here, so one quantity reads the same everywhere.
+"""The one formatter of durations, sizes, rates and shares: every page, table, chart, message and finding writes its
+numbers through here, so one quantity reads the same everywhere.
 
-Why one module: a 64 MiB copy read "67.11 MB" on a tile and "64.00 MiB" in a finding, and a duration "1.50 µs"
-in one place and "1.500 us" in another. The rules, in one place:
-- Sizes in binary units (B, KiB, MiB, GiB, TiB: powers of 1024), the units memory and copies are counted in.
-  nsys' own tables keep their decimal MB *numbers* (``total_mb``: nsys prints bytes / 1e6), but any size shown as
-  words goes through :func:`size`.
+- Sizes in binary units (B, KiB, MiB, GiB, TiB); nsys' tables keep their decimal MB numbers (``total_mb``), but any
+  size shown as words goes through :func:`size`.
 - Durations in the largest unit that keeps the number >= 1 (ns, µs, ms, s), two decimals (whole ns).
-- Microseconds are written ``µs`` (U+00B5). Only a stream that cannot encode it gets ``us``
-  (:func:`for_stream`): no second spelling where it can.
+- Microseconds are ``µs``; only a stream that cannot encode it gets ``us`` (:func:`for_stream`).
 
 No Polars, no pydantic: memory.py and the CLI's messages use it before anything heavy is loaded.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal, TextIO
 
 MICROSECONDS = "µs"
@@ -71,23 +68,15 @@ def fraction(value: float | None) -> str:
 
 def count(value: float | None) -> str:
     """A count with thousands separators (one decimal when it is not whole: a per-step mean)."""
-    if value is None:
-        return "-"
-    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
+    return "-" if value is None else f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
 
 
 def quantity(value: float | None, unit: Unit | str) -> str:
     """VALUE in UNIT (``ns``, ``bytes``, ``bytes_per_s``, ``fraction``, ``count``) as a person reads it: the entry
     point for numbers whose unit comes with them (findings' evidence, diff deltas)."""
-    if unit == "ns":
-        return duration(value)
-    if unit == "bytes":
-        return size(value)
-    if unit == "bytes_per_s":
-        return rate(value)
-    if unit == "fraction":
-        return fraction(value)
-    return count(value)
+    formats: dict[str, Callable[[float | None], str]] = {"ns": duration, "bytes": size, "bytes_per_s": rate,
+                                                         "fraction": fraction}
+    return formats.get(unit, count)(value)
 
 
 def for_stream(text: str, stream: TextIO) -> str:

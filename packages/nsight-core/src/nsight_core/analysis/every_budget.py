@@ -117,7 +117,7 @@ def every_budget(frames: Events, every: EveryStep, window_rows: int | None = WIN
 
 def host_calls(frames: Events, thread: int) -> HostCalls:
     """The steps' THREAD's calls as the budget names them (:class:`host_time.HostCalls`): the TOP_CALLS CUDA and
-    OS-runtime call names by their time over the capture (a streamed sum per name), read a batch of time at a time."""
+    OS-runtime call names by their time over the capture, read a batch of time at a time."""
     def top(calls: pl.LazyFrame) -> list[str]:
         return (calls.filter((pl.col("thread") == thread) & ~pl.col("name").str.contains(QUERY_CALLS))
                 .group_by("name")
@@ -137,8 +137,7 @@ def host_calls(frames: Events, thread: int) -> HostCalls:
 def _edge_counts(starts: pl.LazyFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """How many of the events STARTS holds (a start_ns column) start after each number of STEPS' edges (start_ns,
     end_ns: by start, not overlapping), in one streamed pass: ``_edge`` k, ``len``. After an odd number k of edges an
-    event is inside step (k - 1) // 2 (by row), else between steps. One search of the edges a row: a second one (the
-    ends apart from the starts) held the column in memory, +160 MB for 20 M kernels."""
+    event is inside step (k - 1) // 2, else between steps. One search of all edges: two would hold the column."""
     edges = steps.select(pl.concat_list("start_ns", "end_ns").alias("_edges")).explode("_edges")["_edges"]
     return (starts.select(pl.lit(edges).search_sorted(pl.col("start_ns"), side="right").cast(pl.Int64).alias("_edge"))
             .group_by("_edge").len().collect(engine="streaming"))
@@ -178,11 +177,10 @@ def _cpu_budget(frames: Events, every: EveryStep, thread: int | None, window_row
 
 def _summed(totals: Iterable[tuple[pl.DataFrame, pl.DataFrame]], warmup: int | None,
             thread: int | None, pieces: bool = False) -> tuple[StepBudget, pl.DataFrame, pl.DataFrame]:
-    """The budget of the steps but the WARMUP one (its step, if any), and every step's budget (:func:`budget.per_step`),
-    from each batch's TOTALS (a budget's totals and its steps), each reduced at once to a row a step and the CPU's
-    activities summed: all steps' totals held 0.85 GB for 400,000 steps of a replicated fixture. PIECES: the steps are
-    pieces of one step 0 (:func:`every_step.busy_pieces`), whose budgets add up to its budget. Third: the steady steps'
-    CPU activities, every one summed (:func:`budget.cpu_activities`)."""
+    """The budget of the steps but the WARMUP one, every step's budget (:func:`budget.per_step`) and the steady
+    steps' CPU activities summed (:func:`budget.cpu_activities`), from each batch's TOTALS (a budget's totals and its
+    steps), each reduced at once: all steps' totals are not held. PIECES: the steps are pieces of one step 0
+    (:func:`every_step.busy_pieces`), whose budgets add up to its budget."""
     rows, activities = [], []
     for batch, steps in totals:
         rows.append(per_step(batch, steps))

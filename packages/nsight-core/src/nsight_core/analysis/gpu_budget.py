@@ -1,27 +1,21 @@
 """Where each step's GPU time went, on the GPU's clock: busy parts, and every idle stretch by its cause.
 
-The steps are GPU windows (:mod:`nsight_core.analysis.projection`), cut where GPU work starts and ends into
-pieces. A busy piece is ``compute`` (a kernel or graph other than NCCL ran), else ``exposed_comm`` (only
-NCCL), else ``exposed_copy`` (only copies or memsets). An idle piece ends where some GPU work starts; what
-held that work up is the idle piece's cause, as on a critical path:
+The steps are GPU windows (:mod:`nsight_core.analysis.projection`), cut where GPU work starts and ends into pieces. A
+busy piece is ``compute`` (a kernel or graph other than NCCL ran), else ``exposed_comm`` (only NCCL), else
+``exposed_copy`` (only copies or memsets). An idle piece ends where some GPU work starts; what held that work up is
+its cause, as on a critical path:
 
-- the work was queued (its launch call returned) before the GPU went idle: the GPU waited on another stream,
-  an event or a copy (``stream_wait``), or, for a gap shorter than QUEUED_GAP_NS, on its own scheduling
-  (``launch_gap``);
-- else the host was late to launch it. If the host sat in a synchronising call when the queue drained (the
-  call began before the GPU went idle and returned after), the sync caused the stretch, up to as long as the host
-  had waited in it for queued work (without the sync, its next work would have overlapped that much GPU work):
-  that is ``sync_wait``, kept with the call's name and with what the host did next (a range such as `log`,
-  a call, untraced time); so are the later stretches of the step while the host catches up, up to that wait in
-  all (:func:`_with_blame`). The rest of the stretch, and every stretch no sync caused, goes to what the host
-  did: a user NVTX range (``gpu_idle``, by the range's name: data loading, logging), a CUDA call (``launch_gap``,
-  by the call), the framework's time on its way to one (``launch_gap``, ``dispatch`` by the call it led to), an
-  OS-runtime call (``gpu_idle``), or untraced time (``gpu_idle``: host work no range or call marks). From the
-  launch call to the work's start is the launch's own latency (``launch_gap``).
+- the work was queued before the GPU went idle: the GPU waited on another stream, an event or a copy
+  (``stream_wait``), or, for a gap shorter than QUEUED_GAP_NS, on its own scheduling (``launch_gap``);
+- else the host was late to launch it. A synchronising call the host sat in when the queue drained caused the
+  stretch, up to as long as the host had waited in it for queued work (``sync_wait``, with the call's name), and so
+  the step's later stretches while the host catches up, up to that wait in all (:func:`_with_blame`). The rest goes
+  to what the host did (analysis/host_time.py): a user NVTX range (``gpu_idle``), a CUDA call or the framework's
+  dispatch before one (``launch_gap``), an OS-runtime call or untraced time (``gpu_idle``). From the launch call to
+  the work's start is the launch's latency (``launch_gap``).
 
-The parts add up to each window, so no share exceeds the step. Columnar: one sweep over the GPU work's
-edges, as-of joins for the work that ends each idle piece, its launch and the sync before it, and
-cumulative coverage for the host's ranges (a handful of range names at most, each one pass).
+The parts add up to each window. Columnar: one sweep over the GPU work's edges, as-of joins for the work that ends
+each idle piece, its launch and the sync before it, cumulative coverage for the host's intervals.
 """
 
 from __future__ import annotations
@@ -53,13 +47,10 @@ def step_syncs(blocking: pl.DataFrame, thread: int | None) -> pl.DataFrame:
 
 def budget_in_batches(windows: pl.DataFrame, cuts: list[tuple[int, int]], between: WorkBetween,
                       calls: pl.DataFrame, host: Host, stretches: bool = True) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """:func:`gpu_budget`'s totals and idle stretches, WINDOWS budgeted a batch (CUTS: :func:`batches`) at a time:
-    steps are local in time, so every lookup a piece makes lies within its batch's time, with the next work after it
-    and the last sync before it. BETWEEN: the GPU work of a batch's time; CALLS: :func:`step_syncs`; HOST: what the
-    steps' thread was in. STRETCHES: whether to keep the idle stretches (else none: every step of a large capture
-    has thousands, 258 MB for 160,000 steps of one fixture, and only the steps a page draws need theirs).
-
-    BETWEEN says where the work comes from (analysis/every_budget.py: a filtered scan of each batch's time)."""
+    """The budget's totals and idle stretches of WINDOWS, a batch (CUTS: :func:`batches`) at a time: steps are local
+    in time, so every lookup a piece makes lies within its batch's time. BETWEEN: the GPU work of a batch's time;
+    CALLS: :func:`step_syncs`; HOST: what the steps' thread was in. STRETCHES: whether to keep the idle stretches,
+    thousands a step, which only the steps a page draws need."""
     call_starts = calls["start_ns"]
 
     def budget_of(cut: tuple[int, int]) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -85,17 +76,16 @@ IDLE_COLUMNS = {"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "par
 
 def _batch_budget(windows: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame, host: Host, lo: int,
                   hi: int, stretches: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """WINDOWS (from LO to HI) cut into parts and idle causes: the sums per step, part and CPU activity (step,
-    part, cpu_kind, cpu_name, total_ns), and each idle stretch with its largest cause (IDLE_COLUMNS). WORK: the GPU
-    work that ran between LO and HI; SYNCS: the steps' thread's synchronising calls, from the last that began by
-    LO."""
+    """WINDOWS (from LO to HI) cut into parts and idle causes: the sums per step, part and CPU activity
+    (TOTAL_COLUMNS), and each idle stretch with its largest cause (IDLE_COLUMNS). WORK: the GPU work that ran between
+    LO and HI; SYNCS: the steps' thread's synchronising calls, from the last that began by LO."""
     # Only the columns the timeline needs are copied (the launches' text is not).
     pieces = _pieces(windows, work.select("start_ns", "end_ns", "kind", "comm").filter(
         (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)), lo, hi)
     idle_state = pl.col("state") == STATES.index("idle")
     busy = pieces.filter(~idle_state).group_by("step", "state").agg(pl.col("ns").sum())
     idle = pieces.filter(idle_state).drop("state")
-    del pieces  # each batch's temporaries let go as soon as they are used: they bound the budget's memory
+    del pieces  # let go once used: a batch's temporaries bound the budget's memory
     none = pl.lit(None, pl.String)
     busy_rows = busy.select("step", pl.col("state").replace_strict(range(len(STATES)), STATES,
                                                                    return_dtype=pl.String).alias("part"),
@@ -116,12 +106,9 @@ pieces of work of one layer at once."""
 
 
 def _pieces(windows: pl.DataFrame, work: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
-    """The GPU timeline between LO and HI cut at every edge of WORK and of WINDOWS: step, start_ns, ns, state
-    (an index into STATES: a code, not its text, on each of the hundreds of thousands of pieces).
-
-    The three layers' counts (compute, communication, copies) are one integer, each layer a field of LAYER_BITS:
-    one cumulative sum of the edges' steps counts them all, where three columns cost three sums and the sort
-    moved them all."""
+    """The GPU timeline between LO and HI cut at every edge of WORK and of WINDOWS: step, start_ns, ns, state (an index
+    into STATES). The three layers' counts (compute, communication, copies) are one integer, a field of LAYER_BITS
+    each, so one cumulative sum of the edges counts them all."""
     copy = pl.col("kind").is_in(["copy", "memset"])
     step = (pl.when(copy).then(1 << (2 * LAYER_BITS)).when(pl.col("comm")).then(1 << LAYER_BITS).otherwise(1)
             .cast(pl.Int64))
@@ -145,9 +132,8 @@ def _pieces(windows: pl.DataFrame, work: pl.DataFrame, lo: int, hi: int) -> pl.D
 
 
 def _with_cause(idle: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame) -> pl.DataFrame:
-    """IDLE pieces with the work that ends each (its launch call) and the sync the host sat in when it began (SYNCS:
-    the steps' thread's synchronising calls, by start): step, a, b, launch_ns, launch_end_ns, launch_name, sync_name,
-    sync_end_ns."""
+    """IDLE pieces with the work that ends each (its launch call) and the sync the host sat in when it began (SYNCS,
+    by start): step, a, b, launch_ns, launch_end_ns, launch_name, sync_name, sync_end_ns."""
     # The pieces follow each other in time: by start, and so by end (no sort).
     pieces = idle.select("step", pl.col("start_ns").alias("a"),
                          (pl.col("start_ns") + pl.col("ns")).set_sorted().alias("b"))
@@ -201,13 +187,10 @@ before a copy): the framework's bookkeeping, named by the call they lead to."""
 
 
 class _Causes:
-    """The causes of the idle pieces (:func:`_with_cause`), a column each, one row per piece: step, a, b, the
-    columns that name a cause (launch_name, sync_name, short) and the candidates' nanoseconds (_c0, _c1, ...; 0
-    where a cause does not apply). Each nanosecond of a piece is in exactly one cause.
-
-    A column per cause, not a row per piece and cause: the sums per step are a group-by on the step (and on the
-    name where a cause has one), and a piece's largest cause a horizontal maximum, where rows of text keys cost a
-    sort and a group-by by four columns (on a 200,000-kernel capture, a third of the budget's time)."""
+    """The causes of the idle pieces (:func:`_with_cause`), one row per piece: step, a, b, the columns that name a
+    cause (launch_name, sync_name, short) and each candidate's nanoseconds (_c0, _c1, ...; 0 where it does not apply),
+    each nanosecond in exactly one. A column per cause, not a row: the sums per step are a group-by on the step, a
+    piece's largest cause a horizontal maximum."""
 
     def __init__(self, frame: pl.DataFrame, candidates: list[tuple[Label, Label, Label]],
                  named: dict[int, str]) -> None:

@@ -5,35 +5,33 @@ set whose coverage of any span is two as-of lookups."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import polars as pl
 
 from nsight_core.analysis.gpu_budget import QUERY_CALLS
 
 DISPATCH_GAP_NS = 500_000
-"""Host time between two CUDA calls shorter than this (0.5 ms) is dispatch: the framework's own
-Python and C++ between launches. A longer stretch without a CUDA call is the user's host work (a sleep, a
-decode), untraced unless a range marks it."""
+"""Host time between two CUDA calls shorter than this (0.5 ms) is dispatch: the framework's own Python and C++
+between launches; a longer stretch is the user's host work, untraced unless a range marks it."""
 TOP_RANGES = 8
 """Host ranges named in the budget; the others are summed as OTHER_RANGES."""
 OTHER_RANGES = "(other ranges)"
 
 
+@dataclass(frozen=True)
 class Host:
-    """What the steps' thread was in, as interval sets whose coverage of any span is two as-of lookups.
+    """What the steps' thread was in, as interval sets (:func:`_cumulative`) whose coverage of any span is two as-of
+    lookups: its STEPS, its user RANGES by name, when any thread dispatched (DISPATCH). With CALLS
+    (:class:`HostCalls`), its time outside its ranges is named by its calls, a batch of time at a time (:meth:`at`):
+    each CUDA call, the framework's time before it (``dispatch``), each OS-runtime call, else ``untraced``."""
 
-    With CALLS (:class:`HostCalls`), the host's time outside its ranges is named by the thread's calls, a batch of time
-    at a time (:meth:`at`): each CUDA call (``cuda_api``), the framework's time before it (``dispatch``, named by the
-    call it led to), each OS-runtime call (``osrt``), else ``untraced``. Without, by when any thread dispatched."""
-
-    def __init__(self, steps: pl.DataFrame, ranges: dict[str, pl.DataFrame], dispatch: pl.DataFrame,
-                 calls: HostCalls | None = None, tiling: pl.DataFrame | None = None) -> None:
-        self.steps = _cumulative(steps)
-        self.ranges = {name: _cumulative(frame) for name, frame in ranges.items()}
-        self.dispatch = _cumulative(dispatch)
-        self.calls = calls
-        self.tiling = tiling
-        """The batch's calls and the time before them (:meth:`HostCalls.tiling`), where :meth:`at` made it."""
+    steps: pl.DataFrame
+    ranges: dict[str, pl.DataFrame]
+    dispatch: pl.DataFrame
+    calls: HostCalls | None = None
+    tiling: pl.DataFrame | None = None
+    """The batch's calls and the time before them (:meth:`HostCalls.tiling`), where :meth:`at` made it."""
 
     @classmethod
     def of(cls, windows: pl.DataFrame, user: pl.DataFrame, dispatch: pl.DataFrame,
@@ -45,18 +43,16 @@ class Host:
                .sort(["t", "name"], descending=[True, False]).head(TOP_RANGES)["name"])
         named = user.with_columns(pl.when(pl.col("name").is_in(top.implode())).then(pl.col("name"))
                                   .otherwise(pl.lit(OTHER_RANGES)).alias("name"))
-        return cls(steps, {name: frame.drop("name") for (name,), frame in named.group_by("name")}, dispatch, calls)
+        return cls(_cumulative(steps), {name: _cumulative(frame) for (name,), frame in named.group_by("name")},
+                   _cumulative(dispatch), calls)
 
     def at(self, lo: int, hi: int) -> Host:
         """This host with the calls of the time from LO to HI read (what :meth:`split` of spans in it names)."""
         if self.calls is None:
             return self
-        host = Host.__new__(Host)
-        host.steps, host.ranges, host.dispatch, host.calls = self.steps, self.ranges, self.dispatch, self.calls
         masks = [frame.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)).select("start_ns", "end_ns")
                  for frame in self.ranges.values()]
-        host.tiling = self.calls.tiling(lo, hi, pl.concat(masks) if masks else None)
-        return host
+        return replace(self, tiling=self.calls.tiling(lo, hi, pl.concat(masks) if masks else None))
 
     def activities(self) -> list[tuple[str, str, str]]:
         """What the host can have done in a span, in the order :meth:`split` gives it: cpu_kind, cpu_name and the
@@ -119,10 +115,9 @@ class HostCalls:
     def tiling(self, lo: int, hi: int, mask: pl.DataFrame | None) -> pl.DataFrame:
         """The thread's time from LO to HI cut into pieces, one code each (start_ns, end_ns, _code, by start; the
         codes index :meth:`labels`): a CUDA call, else an OS-runtime call, else the framework's time before a CUDA
-        call that follows within DISPATCH_GAP_NS of the call before it; none inside MASK (the user ranges, which name
-        their time themselves). Queries (QUERY_CALLS: the name of a kernel, whether a stream captures) are the
-        framework's bookkeeping on its way to the call they precede, and count as time before it. The calls are read
-        from DISPATCH_GAP_NS before LO (the gap before the first) to as long after HI (the call a query leads to)."""
+        call within DISPATCH_GAP_NS of the one before; none inside MASK (the user ranges name their own time).
+        Queries (QUERY_CALLS) count as time before the call they lead to. The calls are read from DISPATCH_GAP_NS
+        before LO to as long after HI."""
         cuda, osrt = self.between(lo - DISPATCH_GAP_NS, hi + DISPATCH_GAP_NS)
         cuda = _unnested(cuda)
         count = len(self.names)
@@ -238,13 +233,9 @@ def _cumulative(intervals: pl.DataFrame) -> pl.DataFrame:
 
 
 def _covered(cumulatives: list[pl.DataFrame], q0: pl.Series, q1: pl.Series) -> list[pl.Series]:
-    """How much of each span from Q0 to Q1 each of CUMULATIVES' interval sets covers: what lies before the span's
-    end less what lies before its start.
-
-    Q0 and Q1 each in order: the spans are taken from the idle pieces (each span within its piece, the pieces in
-    time order) or are non-overlapping ranges by start, so each end is looked up where it is, with no sort and no
-    scatter back (they took a third of the time). Polars' as-of join checks that order (an error, never a wrong
-    number)."""
+    """How much of each span from Q0 to Q1 each of CUMULATIVES' interval sets covers: what lies before the span's end
+    less what lies before its start. Q0 and Q1 are each in order (spans within the idle pieces, in time order, or
+    ranges by start), so each is looked up where it is, with no sort; Polars' as-of join checks that order."""
     value = (pl.col("_before") + (pl.min_horizontal("t", "end_ns") - pl.col("start_ns"))).fill_null(0)
     starts, ends = pl.DataFrame({"t": q0}), pl.DataFrame({"t": q1})
 

@@ -1,11 +1,8 @@
 """The steps a page draws in full, with their events: the median and slowest steady step (:func:`step_view`), and
-the steps a finding's evidence points at.
-
-A step's drawn span is its GPU window and its NVTX range together (on the CPU's clock they are one), so the host's
-calls that fed the GPU show beside the work they launched. Its events are every kernel, graph launch, copy and
-memset (one row per GPU stream), CUDA API call and NVTX range (one row per CPU thread) that overlaps the span: a
-few thousand at most for a training step, whatever the capture's size. A span holding more keeps its
-MAX_EVENTS longest (the page says how many it left out). Numbers and names only; the words are the page's.
+the steps a finding's evidence points at. A step's drawn span is its GPU window and its NVTX range together, so the
+host's calls show beside the work they launched; its events are every kernel, graph launch, copy and memset (a row per
+GPU stream), CUDA API call and NVTX range (a row per CPU thread) overlapping the span, the MAX_EVENTS longest where
+more. Numbers and names only; the words are the page's.
 """
 
 from __future__ import annotations

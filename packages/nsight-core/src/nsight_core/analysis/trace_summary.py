@@ -1,12 +1,7 @@
-"""What the capture looked like over time: GPU busy fraction per time bucket and the NVTX ranges
-that explain it, reduced to a size a page can carry whatever the capture's length.
-
-One implementation for every capture: it reads the events as lazy frames (:func:`nsight_core.trace.streamed.events`):
-the Trace's frames where the capture is read whole, scans of Parquet copies where it was streamed. What needs the
-events in order (GPU busy time, NVTX nesting) runs over windows of start time
-(:func:`nsight_core.analysis.windows.start_windows`): one window, the frame, for a capture read whole; windows of
-``WINDOW_ROWS`` events for a streamed one, whose results add up to exactly the same numbers. The rest (counts, sums,
-OS-call totals) are streamed queries.
+"""What the capture looked like over time: GPU busy fraction per time bucket and the NVTX ranges that explain it,
+reduced to a size a page can carry. The events are lazy frames (:func:`nsight_core.trace.streamed.events`); what needs
+them in order (busy time, NVTX nesting) folds over windows of start time (:func:`windows.start_windows`: one for a
+capture read whole), to the same numbers; the rest are streamed queries.
 """
 
 from __future__ import annotations
@@ -106,10 +101,8 @@ class TraceSummary(BaseModel):
 
 
 def summarize_trace(trace: Trace, buckets: int = TIMELINE_BUCKETS, window_rows: int | None = None) -> TraceSummary:
-    """Reduce a capture's events to the user's window, busy time, timeline, NVTX ranges and OS calls.
-
-    WINDOW_ROWS: events per window of start time (:func:`start_windows`); by default ``WINDOW_ROWS`` for a streamed
-    capture, the frames whole for one read whole. The numbers are the same whatever it is (tested)."""
+    """Reduce a capture's events to the user's window, busy time, timeline, NVTX ranges and OS calls. WINDOW_ROWS:
+    events per window (by default ``WINDOW_ROWS`` for a streamed capture, the frames whole for one read whole)."""
     frames = events(trace)
     rows = window_rows if window_rows is not None else WINDOW_ROWS if frames.streamed else None
     compute = compute_of(frames)
@@ -226,11 +219,8 @@ def nvtx_views(windows: Iterable[pl.DataFrame], origin_ns: int, edges: list[int]
 
 
 def _longest(nvtx: pl.DataFrame, limit: int) -> pl.DataFrame:
-    """The LIMIT longest ranges of NVTX; of equally long ones, the first.
-
-    The LIMITth longest duration is found on that column alone; only ranges at least as long are ranked (a
-    third of the time of ranking a million ranges with their names).
-    """
+    """The LIMIT longest ranges of NVTX; of equally long ones, the first. Only ranges at least as long as the LIMITth
+    longest duration (found on that column alone) are ranked."""
     duration = pl.col("end_ns") - pl.col("start_ns")
     shortest = nvtx.select(duration.top_k(limit).min()).item()
     longest = nvtx.filter(duration >= shortest) if shortest is not None else nvtx

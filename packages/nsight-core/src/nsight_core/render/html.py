@@ -22,7 +22,7 @@ import polars as pl
 from markupsafe import Markup
 
 from nsight_core.analysis.capture_profile import CaptureProfile
-from nsight_core.analysis.findings import Where
+from nsight_core.analysis.finding_model import Where
 from nsight_core.analysis.result import Analysis
 from nsight_core.render.charts import ChartSpec, capture_charts, warm_up
 from nsight_core.render.findings import (
@@ -42,7 +42,6 @@ from nsight_core.render.step_view import (
     PART_COLORS,
     step_panels,
     step_view_data,
-    step_view_script,
     where_json,
 )
 from nsight_core.stats.reports import table_of
@@ -54,7 +53,8 @@ MAX_TABLE_ROWS = 200
 
 @functools.cache
 def _asset(name: str) -> str:
-    """render/NAME (report.css, report.js), package data read once per process: the page needs no network."""
+    """render/NAME (report.css, report.js, step_view.js), package data read once per process: the page needs no
+    network."""
     return (resources.files("nsight_core.render") / name).read_text(encoding="utf-8")
 
 
@@ -105,7 +105,7 @@ class GrowingFragment:
         root = _Ids().next("report")
         return _templates().get_template("report.html.j2").render(
             root=root, style=Markup(_asset("report.css")), sections=self._sections, report_notes=list(notes),
-            bundle=Markup(vega_bundle()), step_view=Markup(step_view_script()),
+            bundle=Markup(vega_bundle()), step_view=Markup(_asset("step_view.js")),
             script=Markup(_asset("report.js").replace("ROOT_ID", script_json(root))))
 
 
@@ -121,7 +121,7 @@ def prepare() -> None:
     for name in ("report.html.j2", "section.html.j2", "page.html.j2"):
         _templates().get_template(name)
     vega_bundle()
-    step_view_script()
+    _asset("step_view.js")
     warm_up()
 
 

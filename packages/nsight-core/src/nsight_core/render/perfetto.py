@@ -1,23 +1,15 @@
-"""A capture's whole timeline as Chrome Trace Event JSON, the format ui.perfetto.dev and chrome://tracing open.
-
-What it holds: one process per GPU with a thread per stream (kernels, CUDA-graph launches traced whole, memory
-copies, memsets), and the
-traced processes with their threads (NVTX ranges, nested as they were pushed; CUDA API calls; OS-runtime
-calls; NVTX marks as instants), every process and thread named by a metadata event. Times are µs (the format's
-unit) with ns kept as decimals. Start/end NVTX ranges may overlap on a thread, which "X" slices cannot, so they
-are async begin/end pairs (``b``/``e``); push/pop ranges are ``X`` slices and nest.
-
-Why it streams: a long capture has millions of events, and a Python object per event (a dict, then its JSON)
-would take gigabytes and minutes. Each frame is cut into slices of CHUNK_ROWS; each slice becomes its JSON
-text in Polars (``struct.json_encode``: names escaped there, not by hand) and is written before the next is
-made, so what is held beside the trace's frames is one slice's text (larger slices took more memory, no less
-time).
+"""A capture's whole timeline as Chrome Trace Event JSON, the format ui.perfetto.dev and chrome://tracing open: a
+process per GPU with a thread per stream (kernels, graph launches traced whole, copies, memsets), the traced processes
+with their threads (NVTX ranges, CUDA API and OS-runtime calls, NVTX marks as instants), each named by a metadata
+event. Times are µs with ns as decimals. Push/pop ranges are nesting ``X`` slices; start/end ranges may overlap on a
+thread, so they are async begin/end pairs. Streamed: each slice of CHUNK_ROWS events becomes its JSON text in Polars
+(``struct.json_encode``, which escapes names) and is written before the next is made, no Python object per event.
 """
 
 from __future__ import annotations
 
 import gzip
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -86,41 +78,24 @@ def _nvtx_name() -> pl.Expr:
 
 
 def _events(trace: Trace) -> Iterator[tuple[str, list[Part]]]:
-    """(category, its parts), one category at a time, then the metadata naming their processes and threads."""
-    for category, parts in _ENCODERS:
-        yield category, parts(trace)
+    """(category, its parts), each made as its turn comes, then the metadata naming their processes and threads."""
+    gpu, host, ids = (GPU_PID, STREAM), (_ospid_of(THREAD), _os_tid(THREAD)), ("device", "stream", "correlation_id")
+    kernel = pl.when(pl.col("short_name") != "").then("short_name").otherwise("name")
+    yield "kernel", [(trace.kernels, _slice("kernel", kernel, *gpu, pl.struct(pl.col("name").alias("kernel"), *ids)))]
+    # CUDA-graph launches nsys traced whole (their kernels are not listed one by one).
+    yield "graph", [(trace.graphs, _slice("graph", pl.format("CUDA graph {}", "graph_id"), *gpu,
+                                          pl.struct("graph_id", *ids)))]
+    yield "memcpy", [(trace.memcpy, _slice("memcpy", pl.format("Memcpy {}", "direction"), *gpu,
+                                           pl.struct("bytes", "direction", "src_kind", "dst_kind", *ids)))]
+    yield "memset", [(trace.memset, _slice("memset", pl.lit("Memset"), *gpu, pl.struct("bytes", *ids)))]
+    yield "cuda_api", [(trace.cuda_api, _slice("cuda_api", pl.col("name"), *host, pl.struct("correlation_id")))]
+    yield "nvtx", _nvtx(trace)
+    yield "osrt", [(trace.osrt, _slice("osrt", pl.col("name"), *host))]
+    yield "nvtx_mark", [(trace.nvtx_marks, [_nvtx_name().alias("name"), pl.lit("nvtx_mark").alias("cat"),
+                                            pl.lit("i").alias("ph"), pl.lit("t").alias("s"),
+                                            (pl.col("time_ns") / _US).alias("ts"), host[0].alias("pid"),
+                                            host[1].alias("tid")])]
     yield "__metadata", _metadata(trace)
-
-
-def _kernels(trace: Trace) -> list[Part]:
-    name = pl.when(pl.col("short_name") != "").then("short_name").otherwise("name")
-    args = pl.struct(pl.col("name").alias("kernel"), "device", "stream", "correlation_id")
-    return [(trace.kernels, _slice("kernel", name, GPU_PID, STREAM, args))]
-
-
-def _graphs(trace: Trace) -> list[Part]:
-    """CUDA-graph launches nsys traced whole (their kernels are not listed one by one)."""
-    args = pl.struct("graph_id", "device", "stream", "correlation_id")
-    return [(trace.graphs, _slice("graph", pl.format("CUDA graph {}", "graph_id"), GPU_PID, STREAM, args))]
-
-
-def _memcpy(trace: Trace) -> list[Part]:
-    args = pl.struct("bytes", "direction", "src_kind", "dst_kind", "device", "stream", "correlation_id")
-    return [(trace.memcpy, _slice("memcpy", pl.format("Memcpy {}", "direction"), GPU_PID, STREAM, args))]
-
-
-def _memset(trace: Trace) -> list[Part]:
-    args = pl.struct("bytes", "device", "stream", "correlation_id")
-    return [(trace.memset, _slice("memset", pl.lit("Memset"), GPU_PID, STREAM, args))]
-
-
-def _cuda_api(trace: Trace) -> list[Part]:
-    return [(trace.cuda_api, _slice("cuda_api", pl.col("name"), _ospid_of(THREAD), _os_tid(THREAD),
-                                    pl.struct("correlation_id")))]
-
-
-def _osrt(trace: Trace) -> list[Part]:
-    return [(trace.osrt, _slice("osrt", pl.col("name"), _ospid_of(THREAD), _os_tid(THREAD)))]
 
 
 def _nvtx(trace: Trace) -> list[Part]:
@@ -135,17 +110,6 @@ def _nvtx(trace: Trace) -> list[Part]:
                                  (pl.col(time) / _US).alias("ts"), pid.alias("pid"), tid.alias("tid"),
                                  pl.col("_id").alias("id"), args.alias("args")]))
     return parts
-
-
-def _marks(trace: Trace) -> list[Part]:
-    return [(trace.nvtx_marks, [_nvtx_name().alias("name"), pl.lit("nvtx_mark").alias("cat"), pl.lit("i").alias("ph"),
-                                pl.lit("t").alias("s"), (pl.col("time_ns") / _US).alias("ts"),
-                                _ospid_of(THREAD).alias("pid"), _os_tid(THREAD).alias("tid")])]
-
-
-_ENCODERS: tuple[tuple[str, Callable[[Trace], list[Part]]], ...] = (
-    ("kernel", _kernels), ("graph", _graphs), ("memcpy", _memcpy), ("memset", _memset), ("cuda_api", _cuda_api),
-    ("nvtx", _nvtx), ("osrt", _osrt), ("nvtx_mark", _marks))
 
 
 def _metadata(trace: Trace) -> list[Part]:

@@ -7,13 +7,11 @@ is the axis the panels share. Every word a person reads on the view (row labels,
 
 from __future__ import annotations
 
-import functools
-from importlib import resources
 from typing import Any
 
 import polars as pl
 
-from nsight_core.analysis.findings import Where
+from nsight_core.analysis.finding_model import Where
 from nsight_core.analysis.step_drawing import DrawnStep, StepDrawing
 from nsight_core.render.findings import CPU_LABELS, PART_LABELS
 from nsight_core.render.text import kernel_short_name
@@ -31,12 +29,6 @@ KIND_LABELS = {"kernel": "kernel", "graph": "CUDA graph launch", "memcpy": "copy
 ROLE_TITLES = {"median": "Median step", "slowest": "Slowest step", "evidence": "Step"}
 TOP_IDLE = 6
 """Idle stretches listed under a panel (longest first); the canvas draws them all."""
-
-
-@functools.cache
-def step_view_script() -> str:
-    """render/step_view.js, read once per process (package data, so the page needs no network)."""
-    return (resources.files("nsight_core.render") / "step_view.js").read_text(encoding="utf-8")
 
 
 def step_view_data(drawing: StepDrawing) -> dict[str, Any]:

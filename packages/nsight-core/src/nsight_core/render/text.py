@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nsight_core.units import duration, nsys_megabytes
 
 if TYPE_CHECKING:  # the CLI reads DEFAULT_LIMIT before it loads pydantic
-    from nsight_core.stats.models import MemorySizeRow, ProfileStats, TimeRow
+    from nsight_core.stats.models import ProfileStats
 
 _TITLES = {
     "kernels": "CUDA GPU kernels",
@@ -51,22 +51,6 @@ def _short(name: str) -> str:
     return name if len(name) <= _MAX_NAME else name[: _MAX_NAME - 3] + "..."
 
 
-def _time_rows(rows: Sequence[TimeRow]) -> list[list[str]]:
-    return [[f"{r.time_pct:.1f}", duration(r.total_time_ns), f"{r.instances:,}", duration(r.avg_ns),
-             duration(r.med_ns), duration(r.min_ns), duration(r.max_ns), duration(r.stddev_ns), _short(r.name)]
-            for r in rows]
-
-
-def _size_rows(rows: Sequence[MemorySizeRow]) -> list[list[str]]:
-    return [[nsys_megabytes(r.total_mb), f"{r.instances:,}", nsys_megabytes(r.avg_mb), nsys_megabytes(r.min_mb),
-             nsys_megabytes(r.max_mb), _short(r.name)] for r in rows]
-
-
-def _generic(rows: list[dict[str, Any]]) -> list[str]:
-    header = list(rows[0])
-    return _table(header, [["" if row[h] is None else str(row[h]) for h in header] for row in rows])
-
-
 DEFAULT_LIMIT = 50
 """Rows per table `nsight stats` prints unless told (--limit): a long capture has thousands of kernel names."""
 
@@ -84,13 +68,20 @@ def render_text(stats: ProfileStats, limit: int | None = DEFAULT_LIMIT) -> str:
         lines += ["", f"== {title} ({len(rows):,} rows)"]
         shown = rows[:limit]
         if table == "memory_size":
-            lines += _table(["Total", "Count", "Avg", "Min", "Max", "Operation"], _size_rows(shown))
+            lines += _table(["Total", "Count", "Avg", "Min", "Max", "Operation"], [
+                [nsys_megabytes(r.total_mb), f"{r.instances:,}", nsys_megabytes(r.avg_mb), nsys_megabytes(r.min_mb),
+                 nsys_megabytes(r.max_mb), _short(r.name)] for r in shown])
         else:
-            lines += _table(time_header, _time_rows(shown))
+            lines += _table(time_header, [
+                [f"{r.time_pct:.1f}", duration(r.total_time_ns), f"{r.instances:,}", duration(r.avg_ns),
+                 duration(r.med_ns), duration(r.min_ns), duration(r.max_ns), duration(r.stddev_ns), _short(r.name)]
+                for r in shown])
         lines += _cut(len(rows), len(shown))
     for report, rows in stats.other.items():
         lines += ["", f"== {report} ({len(rows):,} rows)"]
-        lines += _generic(rows[:limit]) + _cut(len(rows), len(rows[:limit])) if rows else ["(no rows)"]
+        header = list(rows[0]) if rows else []
+        lines += _table(header, [["" if row[h] is None else str(row[h]) for h in header] for row in rows[:limit]]) \
+            + _cut(len(rows), len(rows[:limit])) if rows else ["(no rows)"]
     if stats.skipped:
         lines += ["", "== Skipped reports"]
         lines += [f"{report}: {reason}" for report, reason in stats.skipped.items()]

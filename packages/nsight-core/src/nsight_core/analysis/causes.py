@@ -25,17 +25,17 @@ from typing import NamedTuple
 import polars as pl
 
 from nsight_core.analysis.budget import BudgetPart, CpuActivity, StepBudget
-from nsight_core.analysis.findings import (
-    NOMINAL_PINNED_BYTES_PER_S,
+from nsight_core.analysis.finding_model import (
     REPORT_SHARE,
     Context,
     Evidence,
     Finding,
     Where,
-    _saving,
-    _severity,
-    _share,
+    saving_of,
+    severity_of,
+    share_of,
 )
+from nsight_core.analysis.findings import NOMINAL_PINNED_BYTES_PER_S
 from nsight_core.analysis.gpu_budget import QUERY_CALLS
 
 ALLOC_API = r"^cu(da)?(Malloc|Free)(_v\d+)?$|^cuMem(Alloc|Free|Create|Release|Map|Unmap|AddressReserve|AddressFree)"
@@ -147,10 +147,10 @@ def _finding(context: Context, kind: str, total_ns: float, steps: int, evidence:
     """A finding of KIND saving TOTAL_NS over STEPS steps, when it is worth reporting (findings.REPORT_SHARE)."""
     if total_ns <= 0 or not steps:
         return None
-    saving = _saving(context, total_ns / steps if context.step_p50_ns else None, total_ns)
-    if _share(saving) < REPORT_SHARE:
+    saving = saving_of(context, total_ns / steps if context.step_p50_ns else None, total_ns)
+    if share_of(saving) < REPORT_SHARE:
         return None
-    return Finding(kind=kind, severity=_severity(_share(saving)), evidence=evidence,  # type: ignore[arg-type]
+    return Finding(kind=kind, severity=severity_of(share_of(saving)), evidence=evidence,  # type: ignore[arg-type]
                    saving=saving)
 
 

@@ -23,7 +23,8 @@ from nsight_core.analysis.cause_inputs import cause_inputs
 from nsight_core.analysis.codes import matching
 from nsight_core.analysis.every_budget import Budgets
 from nsight_core.analysis.every_step import EveryStep
-from nsight_core.analysis.findings import Context, GpuInputs
+from nsight_core.analysis.finding_model import Context
+from nsight_core.analysis.findings import GpuInputs
 from nsight_core.analysis.overhead import with_overhead
 from nsight_core.analysis.projection import innermost_range
 from nsight_core.analysis.range_table import range_table

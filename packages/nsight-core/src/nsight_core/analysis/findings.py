@@ -15,34 +15,28 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import polars as pl
-from pydantic import BaseModel, Field
 
-from nsight_core.analysis.budget import CpuActivity, StepBudget
+from nsight_core.analysis.budget import CpuActivity
+from nsight_core.analysis.finding_model import (
+    REPORT_SHARE,
+    WARNING_SHARE,
+    Context,
+    Evidence,
+    Finding,
+    FindingKind,
+    Where,
+    ordered,
+    per_step_of,
+    saving_of,
+    severity_of,
+    share_of,
+)
 from nsight_core.analysis.precision import saving_ns as precision_saving
 from nsight_core.analysis.precision import speedups
-from nsight_core.analysis.steps import StepStats
 
 if TYPE_CHECKING:
     from nsight_core.analysis.causes import CauseInputs
 
-FindingKind = Literal[
-    "host_work", "untraced_host", "allocator_churn", "per_tensor_launches", "small_copies",
-    "bulk_device_to_host", "stream_wait", "sync_wait", "launch_bound", "pageable_copy",
-    "exposed_copy", "exposed_comm", "device_bound", "fp32_matmul", "warmup", "too_few_steps", "no_steps",
-]
-Severity = Literal["info", "warning", "critical"]
-Unit = Literal["ns", "bytes", "bytes_per_s", "count", "fraction"]
-
-WARNING_SHARE = 0.05
-"""A saving of at least this share of the step (or capture) is worth a warning."""
-CRITICAL_SHARE = 0.5
-"""A saving of at least this share is critical: the fix would halve the step or more."""
-CEILING: dict[str, Severity] = {"untraced_host": "warning", "launch_bound": "warning", "fp32_matmul": "warning"}
-"""Kinds never critical, whatever their share. Untraced host time names no cause: its evidence is shown, not a fix.
-A CUDA graph (launch_bound) and a lower precision (fp32_matmul) come with conditions the capture cannot check (static
-shapes and no syncs in the step; the model's accuracy), so their savings are upper bounds, not alarms."""
-REPORT_SHARE = 0.01
-"""Savings below this share are not reported at all (noise, not a fix)."""
 MANY_KERNELS = 100
 """Kernels per step from which kernels shorter than their launches are reported whatever the gaps cost."""
 MIN_STEPS = 5
@@ -62,82 +56,6 @@ NOMINAL_PINNED_PCIE5_BYTES_PER_S = 50e9
 PCIE5_COMPUTE_CAPABILITY = 9.0
 
 
-class Where(BaseModel):
-    """What a piece of evidence refers to."""
-
-    kind: Literal["step", "range", "kernel", "copy", "api", "osrt", "capture"]
-    name: str = Field(description="Range family, kernel or call name, copy direction; '' for the capture")
-    step: int | None = Field(default=None, description="Step index, where it is one step")
-    start_ns: int | None = Field(default=None, description="Start on the capture's clock, where it is one event")
-
-
-class Evidence(BaseModel):
-    """One measured number behind a finding."""
-
-    metric: str = Field(description="What was measured, snake_case (e.g. achieved_bandwidth)")
-    value: float
-    unit: Unit
-    where: Where | None = None
-
-
-class Saving(BaseModel):
-    """What the fix would save: per step and as a share of the step, or over the capture."""
-
-    per_step_ns: float | None = Field(description="None when the time is not spent in steps")
-    step_fraction: float | None = Field(description="per_step_ns / the median step (0..1)")
-    total_ns: float = Field(description="Over the whole capture")
-    capture_fraction: float = Field(description="total_ns / the user's window (0..1)")
-
-
-class Finding(BaseModel):
-    """One thing to fix: its kind (the cause), severity, evidence and the estimated saving. Numbers and codes only:
-    :mod:`nsight_core.render.findings` gives each kind its title and suggestion."""
-
-    kind: FindingKind
-    severity: Severity
-    subject: str = Field(default="", description="What the kind is about, where one kind has several: the copy "
-                         "direction of a pageable_copy; 'scalar_reads' for a sync_wait of .item()-style reads, "
-                         "'mask_indexing' for one of a selection's size; 'unexplained' for a launch_bound whose gaps "
-                         "the host spends in calls other than launches")
-    evidence: list[Evidence]
-    saving: Saving | None = Field(description="None for findings that are about the measurement itself")
-
-
-class Context(BaseModel):
-    """What the findings are computed from (built by :func:`nsight_core.analysis.analyze.analyze`)."""
-
-    steps: StepStats
-    budget: StepBudget | None = Field(description="Over the steady steps; None when there are no steps")
-    window_ns: int = Field(description="Span of the user's window")
-    step_p50_ns: float | None
-
-
-def _severity(share: float) -> Severity:
-    return "critical" if share >= CRITICAL_SHARE else "warning" if share >= WARNING_SHARE else "info"
-
-
-def _saving(context: Context, per_step_ns: float | None, total_ns: float) -> Saving:
-    """A saving of PER_STEP_NS a step (TOTAL_NS over the capture), never more than the step without the profiler."""
-    p50 = context.step_p50_ns
-    if per_step_ns is not None and p50:
-        per_step_ns = min(per_step_ns, p50)
-    return Saving(
-        per_step_ns=per_step_ns,
-        step_fraction=per_step_ns / p50 if per_step_ns is not None and p50 else None,
-        total_ns=total_ns,
-        capture_fraction=total_ns / context.window_ns if context.window_ns else 0.0,
-    )
-
-
-def _per_step(context: Context, value: float) -> float | None:
-    """VALUE as a per-step saving, or None when the budget covers the whole capture (no steps)."""
-    return value if context.step_p50_ns else None
-
-
-def _share(saving: Saving) -> float:
-    return saving.step_fraction if saving.step_fraction is not None else saving.capture_fraction
-
-
 _ACTIVITY_PREFIX = {"untraced": "untraced_cpu", "dispatch": "dispatch"}
 """CPU activities named by their metric alone (no call or range to point at)."""
 
@@ -154,8 +72,8 @@ def _budget_finding(
     if context.budget is None:
         return None
     measured = context.budget.part(part)
-    saving = _saving(context, _per_step(context, measured.per_step_mean_ns), measured.total_ns)
-    if _share(saving) < REPORT_SHARE and not seen:
+    saving = saving_of(context, per_step_of(context, measured.per_step_mean_ns), measured.total_ns)
+    if share_of(saving) < REPORT_SHARE and not seen:
         return None
     evidence = [
         Evidence(metric=f"{part}_per_step_mean", value=measured.per_step_mean_ns, unit="ns"),
@@ -169,7 +87,7 @@ def _budget_finding(
           for activity in context.budget.idle_activities if activity.part == part),
         *extra,
     ]
-    return Finding(kind=kind, severity=_severity(_share(saving)), subject=subject, evidence=evidence, saving=saving)
+    return Finding(kind=kind, severity=severity_of(share_of(saving)), subject=subject, evidence=evidence, saving=saving)
 
 
 def _activities(context: Context, part: str, kinds: tuple[str, ...]) -> list[CpuActivity]:
@@ -186,12 +104,12 @@ def _activity_finding(context: Context, activities: list[CpuActivity], kind: Fin
     if context.budget is None or not activities:
         return None
     total = sum(a.total_ns for a in activities)
-    saving = _saving(context, _per_step(context, total / max(context.budget.steps, 1)), total)
-    if _share(saving) < REPORT_SHARE:
+    saving = saving_of(context, per_step_of(context, total / max(context.budget.steps, 1)), total)
+    if share_of(saving) < REPORT_SHARE:
         return None
     evidence = [Evidence(metric=metric, value=a.per_step_mean_ns, unit="ns",
                          where=Where(kind="range", name=a.name) if a.kind == "nvtx" else None) for a in activities]
-    return Finding(kind=kind, severity=_severity(_share(saving)), evidence=evidence, saving=saving)
+    return Finding(kind=kind, severity=severity_of(share_of(saving)), evidence=evidence, saving=saving)
 
 
 def idle_findings(context: Context, syncs: pl.DataFrame, small_reads: int) -> list[Finding | None]:
@@ -235,9 +153,9 @@ def launch_bound(context: Context, kernels_per_step: float, kernel_p50_ns: float
     if context.budget is None:
         return None
     measured = context.budget.part("launch_gap")
-    saving = _saving(context, _per_step(context, measured.per_step_mean_ns), measured.total_ns)
+    saving = saving_of(context, per_step_of(context, measured.per_step_mean_ns), measured.total_ns)
     short = bool(kernel_p50_ns) and kernel_p50_ns < launch_p50_ns
-    if _share(saving) < REPORT_SHARE and not (short and kernels_per_step >= MANY_KERNELS):
+    if share_of(saving) < REPORT_SHARE and not (short and kernels_per_step >= MANY_KERNELS):
         return None
     if context.steps.clock == "cpu" and not short:
         return None
@@ -249,7 +167,7 @@ def launch_bound(context: Context, kernels_per_step: float, kernel_p50_ns: float
         Evidence(metric="launch_gap_fraction_of_step_time", value=measured.fraction, unit="fraction"),
     ]
     return Finding(
-        kind="launch_bound", severity=_severity(_share(saving)), evidence=evidence, saving=saving)
+        kind="launch_bound", severity=severity_of(share_of(saving)), evidence=evidence, saving=saving)
 
 
 def compute_capability(gpus: pl.DataFrame | None) -> float | None:
@@ -298,12 +216,12 @@ def pageable_copies(context: Context, memcpy: pl.DataFrame | pl.LazyFrame, steps
         ).row(0, named=True)
         largest = copies.sort("bytes", descending=True).row(0, named=True)
         per_step = summed["in_steps"] / steps.height if summed["in_steps"] and context.budget is not None else None
-        saving = _saving(context, per_step, summed["saving"])
-        if _share(saving) < REPORT_SHARE:
+        saving = saving_of(context, per_step, summed["saving"])
+        if share_of(saving) < REPORT_SHARE:
             continue
         where = Where(kind="copy", name=str(direction), step=largest["step"], start_ns=largest["start_ns"])
         findings.append(Finding(
-            kind="pageable_copy", severity=_severity(_share(saving)),
+            kind="pageable_copy", severity=severity_of(share_of(saving)),
             subject=str(direction),
             evidence=[
                 Evidence(metric="copies", value=copies.height, unit="count", where=where),
@@ -330,10 +248,10 @@ def exposed_copy(context: Context, pageable: list[Finding]) -> Finding | None:
     total = max(finding.saving.total_ns - claimed, 0.0)
     per_step = total / context.budget.steps if finding.saving.per_step_ns is not None and context.budget.steps \
         else None
-    saving = _saving(context, per_step, total)
-    if _share(saving) < REPORT_SHARE:
+    saving = saving_of(context, per_step, total)
+    if share_of(saving) < REPORT_SHARE:
         return None
-    return finding.model_copy(update={"saving": saving, "severity": _severity(_share(saving))})
+    return finding.model_copy(update={"saving": saving, "severity": severity_of(share_of(saving))})
 
 
 def exposed_comm(context: Context) -> Finding | None:
@@ -396,9 +314,9 @@ def fp32_matmul(context: Context, totals: pl.DataFrame, capability: float | None
     faster = speedups(capability)
     tf32, bf16 = (precision_saving(per_step, speedup) for speedup in faster)
     top = _top_kernels(fp32, TOP_KERNELS)
-    saving = _saving(context, tf32, tf32 * steps) if tf32 is not None else None
+    saving = saving_of(context, tf32, tf32 * steps) if tf32 is not None else None
     return Finding(
-        kind="fp32_matmul", severity=_severity(_share(saving)) if saving else "info",
+        kind="fp32_matmul", severity=severity_of(share_of(saving)) if saving else "info",
         evidence=[Evidence(metric="fp32_matmul_time_per_step", value=per_step, unit="ns"),
                   Evidence(metric="fp32_matmul_fraction_of_step_time", value=share, unit="fraction"),
                   *(Evidence(metric=f"{kind}_saving_per_step", value=value, unit="ns")
@@ -419,7 +337,7 @@ def warmup(context: Context) -> Finding | None:
         evidence=[Evidence(metric="first_step", value=stats.family.first_ns, unit="ns", where=first),
                   Evidence(metric="step_p50", value=stats.family.p50_ns, unit="ns"),
                   Evidence(metric="first_step_excess", value=stats.warmup_excess_ns, unit="ns", where=first)],
-        saving=_saving(context, None, stats.warmup_excess_ns))
+        saving=saving_of(context, None, stats.warmup_excess_ns))
 
 
 def step_count(context: Context) -> Finding | None:
@@ -436,16 +354,6 @@ def step_count(context: Context) -> Finding | None:
         evidence=[Evidence(metric="steps", value=stats.family.count, unit="count",
                            where=Where(kind="range", name=stats.family.pattern))],
         saving=None)
-
-
-def ordered(findings: list[Finding | None]) -> list[Finding]:
-    """The findings that apply, each at most its kind's CEILING, most severe and largest saving first; those about the
-    measurement itself last."""
-    rank = {"critical": 0, "warning": 1, "info": 2}
-    found = [finding.model_copy(update={"severity": CEILING[finding.kind]})
-             if finding.kind in CEILING and rank[finding.severity] < rank[CEILING[finding.kind]] else finding
-             for finding in findings if finding is not None]
-    return sorted(found, key=lambda f: (f.saving is None, rank[f.severity], -(f.saving.total_ns if f.saving else 0)))
 
 
 class GpuInputs(NamedTuple):

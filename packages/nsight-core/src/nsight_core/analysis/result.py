@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from nsight_core.analysis.budget import StepBudget
 from nsight_core.analysis.completeness import Completeness
-from nsight_core.analysis.findings import Finding
+from nsight_core.analysis.finding_model import Finding
 from nsight_core.analysis.overhead import ProfilerOverhead
 from nsight_core.analysis.ranges import RangeFamily
 from nsight_core.analysis.steps import StepStats

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from nsight_core.analysis.budget import StepBudget
 from nsight_core.analysis.completeness import Completeness
-from nsight_core.analysis.findings import MIN_STEPS, Evidence, Finding, Saving, Where
+from nsight_core.analysis.finding_model import Evidence, Finding, Saving, Where
+from nsight_core.analysis.findings import MIN_STEPS
 from nsight_core.analysis.result import Analysis, Coverage
 from nsight_core.analysis.steps import StepStats
 from nsight_core.render.text import kernel_short_name, printable

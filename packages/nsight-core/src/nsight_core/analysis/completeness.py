@@ -120,10 +120,9 @@ def capture_facts(report: Path, nsys_output: str = "", nsys_version: str | None 
 
 
 def check_completeness(trace: Trace, facts: CaptureFacts | None = None, window_rows: int | None = None) -> Completeness:
-    """Every sign that TRACE is incomplete, given what is known about its capture (FACTS).
-
-    WINDOW_ROWS: events per window where a check reads events in windows (by default ``WINDOW_ROWS`` for a streamed
-    capture, all at once for one read whole); any number gives the same verdict."""
+    """Every sign that TRACE is incomplete, given what is known about its capture (FACTS). WINDOW_ROWS: events per
+    window where a check reads events in windows (by default ``WINDOW_ROWS`` if streamed); any gives the same
+    verdict."""
     facts = facts or CaptureFacts()
     nsys_version = facts.nsys_version or trace.meta.get(_EXPORT_VERSION_KEY)
     cuda_version = facts.cuda_runtime_version or _driver_cuda(trace.meta)
@@ -287,12 +286,9 @@ def _cuda_ends_early(frames: Events, window_end_ns: int, window_rows: int | None
 
 def _ranges_with_cuda(ranges: pl.LazyFrame, api: pl.LazyFrame, gpu: pl.LazyFrame, rows: int | None) -> int:
     """How many of RANGES overlap a CUDA call on their thread (API) or any GPU work (GPU), exactly, in windows of about
-    ROWS positions (None: all at once).
-
-    A range [s, e] overlaps a set of events exactly when the largest end among the events that start no later than e
-    reaches s. So the ranges are taken in windows of their end and the events in the same windows of their start, each
-    window carrying the largest end of the events of the windows before it (:func:`_reached`).
-    """
+    ROWS positions (None: one). A range [s, e] overlaps events exactly when the largest end of those starting by e
+    reaches s: the ranges come in windows of their end, the events in the same windows of their start, a fold carrying
+    the largest end so far (:func:`_reached`)."""
     positions = pl.concat([api.select("start_ns"), gpu.select("start_ns"), ranges.select(pl.col("end_ns").alias(
         "start_ns"))])
     cuts = start_cuts(positions, rows)
@@ -327,11 +323,8 @@ def _reached(reach: _Reach, window: list[pl.DataFrame]) -> _Reach:
 
 def _overlaps(ranges: pl.DataFrame, events: pl.DataFrame, carried: pl.Series, by: str | None = None) -> pl.Series:
     """Per range (in RANGES' order): does any of EVENTS (on the same BY, when given), or an earlier event that reaches
-    as far as CARRIED (per range, null for none), overlap it?
-
-    The events are sorted by start with a running maximum of their ends; the last event that starts before a range ends
-    then overlaps it exactly when that running maximum reaches the range's start.
-    """
+    as far as CARRIED (per range, null for none), overlap it? Exactly when the running maximum of the events' ends (by
+    start) at the last event starting before the range ends reaches the range's start."""
     reached = pl.col("_carried")
     if events.height:
         keys = [by] if by else []

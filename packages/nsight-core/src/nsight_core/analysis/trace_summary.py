@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.fold import scan
+from nsight_core.analysis.fold import fold, scan
 from nsight_core.analysis.intervals import bucket_edges, busy_over
 from nsight_core.analysis.user_window import capture_window, users_calls
 from nsight_core.analysis.windows import start_windows
@@ -206,16 +206,23 @@ def _with_depth(carried: pl.DataFrame | None, window: pl.DataFrame) -> tuple[pl.
 def nvtx_views(windows: Iterable[pl.DataFrame], origin_ns: int, edges: list[int],
                limit: int = MAX_TIMELINE_RANGES) -> tuple[list[NvtxInstance], list[NvtxBucket]]:
     """The timeline's NVTX ranges from ranges with depth in WINDOWS: the LIMIT longest (:func:`nvtx_instances`) and,
-    where EDGES are given, each thread's outermost ranges per slice (:func:`nvtx_buckets`). Per window, the longest
-    and the time per (thread, slice, name); then the longest of those, and the times added up."""
-    longest, pieces = [], []
-    for window in windows:
-        longest.append(_longest(window, limit))
-        if len(edges) >= 2:
-            pieces.append(_bucket_times(window, edges))
-        del window  # not alive while the next window is read
-    instances = nvtx_instances(pl.concat(longest), origin_ns, limit) if longest else []
-    return instances, _buckets(pl.concat(pieces), edges) if pieces else []
+    where EDGES are given, each thread's outermost ranges per slice (:func:`_buckets`). A fold: the longest so far and
+    the time per (thread, slice, name) so far, each window's added."""
+    Views = tuple[pl.DataFrame, pl.DataFrame | None]
+
+    def added(views: Views | None, window: pl.DataFrame) -> Views:
+        longest = _longest(window, limit)
+        times = _bucket_times(window, edges) if len(edges) >= 2 else None
+        if views is not None:
+            longest = _longest(pl.concat([views[0], longest]), limit)
+            if times is not None and views[1] is not None:
+                times = pl.concat([views[1], times]).group_by(*_SLICE, "name").agg(pl.col("ns").sum())
+        return longest, times
+
+    views = fold(windows, None, added)
+    if views is None:
+        return [], []
+    return nvtx_instances(views[0], origin_ns, limit), _buckets(views[1], edges) if views[1] is not None else []
 
 
 def _longest(nvtx: pl.DataFrame, limit: int) -> pl.DataFrame:

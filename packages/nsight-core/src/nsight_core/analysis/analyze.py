@@ -39,7 +39,11 @@ family chosen is the same on any machine; every step of it is then found over th
 def choose_steps(frames: Events) -> StepStats:
     """The step family of the capture FRAMES holds (:func:`steps.find_steps`), chosen by its first CHOOSE_ROWS NVTX
     ranges and kernels: steps repeat, so the first of them show which family they are."""
-    nvtx = with_depth(_first(frames.nvtx.select("start_ns", "end_ns", "name", "domain", "thread")))
+    # The depth where the frame has it (a capture read whole): the first ranges by start hold every range enclosing one
+    # of them, so their depth among themselves is that one.
+    depth = ["depth"] if "depth" in frames.nvtx.collect_schema().names() else []
+    first = _first(frames.nvtx.select("start_ns", "end_ns", "name", "domain", "thread", *depth))
+    nvtx = first if depth else with_depth(first)
     return find_steps(nvtx, _first(frames.kernels.select("start_ns", "end_ns", "name")))[0]
 
 

@@ -36,12 +36,20 @@ def range_table(frames: Events, span_ns: int, window_rows: int | None = WINDOW_R
     duration = (pl.col("end_ns") - pl.col("start_ns")).alias("_duration")
     # The family of each distinct name and domain, made once (a few names), each range's looked up by a join in every
     # pass: the pattern's regex on every range took each pass twice as long (10 M ranges: 1.2 s against 0.6 s).
-    families = (frames.nvtx.select("name", "domain").unique().collect(engine="streaming")
-                .with_columns(pattern_of(pl.col("name")).alias("pattern"))
+    families = (frames.nvtx_names.with_columns(pattern_of(pl.col("name")).alias("pattern"))
                 .with_columns(pl.concat_str("pattern", "domain", separator="\x00").rank("dense").cast(pl.Int64)
                               .alias(KEY)))
-    ranges = frames.nvtx.select("start_ns", "end_ns", "thread", "name", "domain").join(
+    # The ranges' nesting depth where the frame has it (a capture read whole): the depth of each window's ranges among
+    # the carried ones is that same number, counted again.
+    depth = ["depth"] if "depth" in frames.nvtx.collect_schema().names() else []
+    ranges = frames.nvtx.select("start_ns", "end_ns", "thread", "name", "domain", *depth).join(
         families.lazy().select("name", "domain", KEY), on=["name", "domain"]).drop("name", "domain")
+    calls = frames.cuda_api.select("correlation_id", "start_ns", "end_ns", "name", "thread")
+    work = gpu_work_of(frames)
+    # Windows of about WINDOW_ROWS ranges, calls and GPU work together: a window's calls bring their work with them.
+    cuts = start_cuts(pl.concat([frame.select("start_ns") for frame in (frames.nvtx, calls, work)]), window_rows)
+    if not cuts:  # one window: its ranges read once, for the statistics and the nesting both
+        ranges = ranges.collect().lazy()
     groups = (ranges.group_by(KEY).agg(*exact.sums(duration), duration.min().alias("_min"),
                                        duration.max().alias("_max"))
               .collect(engine="streaming")
@@ -51,7 +59,7 @@ def range_table(frames: Events, span_ns: int, window_rows: int | None = WINDOW_R
     groups = groups.with_columns(pl.Series("mean_ns", [exact.mean(n, total) for n, total in
                                                        groups.select("_n", "_sum").rows()], dtype=pl.Float64))
     medians = exact.medians(ranges.select(KEY, duration), KEY, "_duration", groups)
-    children, spans = _nested(frames, ranges.select("start_ns", "end_ns", "thread", KEY), window_rows)
+    children, spans = _nested(ranges.select("start_ns", "end_ns", "thread", KEY, *depth), calls, work, cuts)
     rows = (groups.join(medians, on=KEY, how="left").join(children, on=KEY, how="left").join(spans, on=KEY, how="left")
             .with_columns(pl.col("_children", "gpu_ops", "_spans").fill_null(0))
             .select("pattern", "domain", pl.col("_n").alias("count"), pl.col("_sum").alias("summed_ns"),
@@ -63,32 +71,34 @@ def range_table(frames: Events, span_ns: int, window_rows: int | None = WINDOW_R
     return [RangeFamily(**row) for row in rows.to_dicts()]
 
 
-def _nested(frames: Events, ranges: pl.LazyFrame, window_rows: int | None) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Per family (KEY): the summed time of its ranges' direct children (``_children``), and its ranges' GPU work
-    (gpu_ops, gpu_span_ns summed over the ranges that launched any, ``_spans`` of them), window by window."""
-    calls = frames.cuda_api.select("correlation_id", "start_ns", "end_ns", "name", "thread")
-    work = gpu_work_of(frames)
-    carried = pl.DataFrame(schema=CARRIED)
+def _nested(ranges: pl.LazyFrame, calls: pl.LazyFrame, work: pl.LazyFrame,
+            cuts: list[int]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Per family (KEY): the summed time of its RANGES' direct children (``_children``), and its ranges' GPU work
+    (gpu_ops, gpu_span_ns summed over the ranges that launched any, ``_spans`` of them; CALLS launched WORK), window by
+    window of start time (CUTS: :func:`windows.start_cuts`). RANGES' ``depth`` where they have it, else counted."""
+    counted = "depth" not in ranges.collect_schema().names()
+    kept = {**CARRIED} if counted else {**CARRIED, "depth": pl.Int64}
+    carried = pl.DataFrame(schema=kept)
     children, spans = [], []
-    # Windows of about WINDOW_ROWS ranges, calls and GPU work together: a window's calls bring their work with them.
-    cuts = start_cuts(pl.concat([frame.select("start_ns") for frame in (ranges, calls, work)]), window_rows)
     for upper, started, launched_in in zip([*cuts, None], window_filters(cuts, pl.col("start_ns")),
                                            window_filters(cuts, pl.col("launch_ns")), strict=True):
         window = ranges.filter(started).collect(engine="streaming")
         present = pl.concat([
             carried.with_columns(pl.lit(True).alias("_carried")),
             window.with_columns(pl.lit(0, pl.Int64).alias("gpu_ops"), pl.lit(None, pl.Int64).alias("gpu_start_ns"),
-                                pl.lit(None, pl.Int64).alias("gpu_end_ns"), pl.lit(False).alias("_carried"))
-            .cast(CARRIED)])  # type: ignore[arg-type]
-        nested = with_parents(with_depth(present.sort("start_ns", maintain_order=True)))
+                                pl.lit(None, pl.Int64).alias("gpu_end_ns"))
+            .select(list(kept)).cast(kept).with_columns(pl.lit(False).alias("_carried"))])  # type: ignore[arg-type]
+        ordered = present if present["start_ns"].is_sorted() else present.sort("start_ns", maintain_order=True)
+        nested = with_parents(with_depth(ordered) if counted else ordered)
         parents = nested.filter(~pl.col("_carried") & pl.col("parent").is_not_null())
         children.append(parents.group_by(nested[KEY].gather(parents["parent"]).alias(KEY))
                         .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("_children")))
         nested = _with_launches(nested, _launches(calls, work, started, launched_in))
         # A range that ended by the next window's start launches nothing more: its span is final. The others carry on.
         still_open = pl.col("end_ns") > upper if upper is not None else pl.lit(False)
-        spans.append(_gpu_sums(nested.filter(~still_open)))
-        carried = nested.filter(still_open).select(list(CARRIED))
+        # Only the ranges that launched any: the others add nothing to a sum (a CPU-only window has none).
+        spans.append(_gpu_sums(nested.filter(~still_open & (pl.col("gpu_ops") > 0))))
+        carried = nested.filter(still_open).select(list(kept))
     child_time = pl.concat(children).group_by(KEY).agg(pl.col("_children").sum())
     return child_time, pl.concat(spans).group_by(KEY).agg(pl.col("gpu_ops", "gpu_span_ns", "_spans").sum())
 

@@ -30,3 +30,4 @@ def scan(windows: Iterable[Window], state: State, step: Callable[[State, Window]
         state, out = step(state, window)
         del window
         yield out
+        del out

@@ -185,7 +185,7 @@ def nvtx_windows(nvtx: pl.LazyFrame, rows: int | None) -> Iterator[pl.DataFrame]
     columns = ["start_ns", "end_ns", "name", "thread"]  # what the views read: a window holds no other
     if "depth" in nvtx.collect_schema():
         return start_windows(nvtx.select(*columns, "depth"), rows)
-    return scan((window for window in start_windows(nvtx.select(columns), rows) if window.height), None, _with_depth)
+    return scan(start_windows(nvtx.select(columns), rows), None, _with_depth)
 
 
 def _with_depth(carried: pl.DataFrame | None, window: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -110,8 +110,6 @@ def validate_cuda_graph_trace(value: str | None) -> str | None:
     return value
 
 
-def _graph_option(cuda_graph_trace: str | None) -> list[str]:
-    return [] if cuda_graph_trace is None else [f"--cuda-graph-trace={validate_cuda_graph_trace(cuda_graph_trace)}"]
 
 
 ENV_PYTHON_BACKTRACE = "NSIGHT_PYTHON_BACKTRACE"
@@ -120,12 +118,10 @@ decorator's python_backtrace does)."""
 PYTHON_BACKTRACE_THRESHOLD_NS = 10_000
 """CUDA calls this long (10 µs) or longer get their Python call stack: allocations, frees, copies and syncs, not most
 kernel launches, which bounds the cost."""
-PYTHON_BACKTRACE_FLAGS: dict[str, tuple[str, ...]] = {
-    "": ("--python-backtrace=cuda", f"--cudabacktrace=all:{PYTHON_BACKTRACE_THRESHOLD_NS}"),
-}
-"""The nsys flags that record the Python call stack of CUDA calls, by nsys version prefix ('' for any other): nsys
-takes it with the native stack, so ``--cudabacktrace`` must name the calls (one value: nsys 2023.4.4 keeps only the
-last of a list of kinds and refuses the flag twice), and CPU sampling must be on."""
+PYTHON_BACKTRACE_FLAGS = ("--python-backtrace=cuda", f"--cudabacktrace=all:{PYTHON_BACKTRACE_THRESHOLD_NS}")
+"""The nsys flags (`launch` and `profile` options) that record the Python call stack of CUDA calls: nsys takes it with
+the native stack, so ``--cudabacktrace`` must name the calls (one value: nsys 2023.4.4 keeps only the last of a list
+of kinds and refuses the flag twice), and CPU sampling must be on."""
 
 
 def validate_python_backtrace(python_backtrace: bool, sample: str | None) -> bool:
@@ -137,10 +133,11 @@ def validate_python_backtrace(python_backtrace: bool, sample: str | None) -> boo
     return bool(python_backtrace)
 
 
-def python_backtrace_flags(version: str) -> list[str]:
-    """The flags of :data:`PYTHON_BACKTRACE_FLAGS` for nsys VERSION (`launch` and `profile` options)."""
-    prefix = max((key for key in PYTHON_BACKTRACE_FLAGS if version.startswith(key)), key=len)
-    return list(PYTHON_BACKTRACE_FLAGS[prefix])
+def _recording_options(cuda_graph_trace: str | None, python_backtrace: bool) -> list[str]:
+    """The `nsys launch` and `nsys profile` options (`nsys start` has none) of graph tracing and backtraces."""
+    graphs = [] if cuda_graph_trace is None else [f"--cuda-graph-trace={validate_cuda_graph_trace(cuda_graph_trace)}"]
+    return [*graphs, *(PYTHON_BACKTRACE_FLAGS if python_backtrace else ())]
+
 
 def _version_of(path: str) -> str | None:
     try:
@@ -242,14 +239,9 @@ class Nsys:
     # -- command lines for processes we do not run ourselves ------------------------------------
     def launch_argv(self, session: str, trace: Sequence[str], command: Sequence[str],
                     cuda_graph_trace: str | None = None, python_backtrace: bool = False) -> list[str]:
-        """`nsys launch`: start COMMAND in a session that records nothing until `nsys start` (graph tracing and
-        Python backtraces are launch options: `nsys start` has none)."""
+        """`nsys launch`: start COMMAND in a session that records nothing until `nsys start`."""
         return [str(self.path), "launch", f"--session-new={session}", f"--trace={','.join(trace)}",
-                *_graph_option(cuda_graph_trace), *self._backtrace_option(python_backtrace), "--wait=primary",
-                *command]
-
-    def _backtrace_option(self, python_backtrace: bool) -> list[str]:
-        return python_backtrace_flags(self.version) if python_backtrace else []
+                *_recording_options(cuda_graph_trace, python_backtrace), "--wait=primary", *command]
 
     def profile_argv(self, session: str, output: Path, trace: Sequence[str], sample: str | None,
                      command: Sequence[str], cuda_graph_trace: str | None = None,
@@ -257,8 +249,8 @@ class Nsys:
         """`nsys profile`: record COMMAND from start to exit into OUTPUT.nsys-rep, in nsys session SESSION (named, so
         that `nsys stop` can end the collection early, keeping the trace so far, while COMMAND runs on)."""
         argv = [str(self.path), "profile", f"--session-new={session}", f"--trace={','.join(trace)}",
-                *_graph_option(cuda_graph_trace), *self._backtrace_option(python_backtrace), "-o", str(output),
-                "--force-overwrite=true", "--wait=primary"]
+                *_recording_options(cuda_graph_trace, python_backtrace), "-o", str(output), "--force-overwrite=true",
+                "--wait=primary"]
         if sample is not None:
             argv.append(f"--sample={sample}")
         return [*argv, *command]

@@ -86,10 +86,6 @@ class Collector:
     def nsys(self) -> Nsys:
         return self._nsys()
 
-    def _exists(self) -> bool:
-        listing = self.nsys.sessions()
-        return any(self.name in line.split() for line in listing.splitlines()[1:])
-
     def _report_base(self, region: str) -> Path:
         """A path no earlier region of any process used, nor one of this process whose stop wrote nothing, reserved by a
         claim (:mod:`nsight_core.claims`) until the stop is done and listed in the run's ``claims``, so a
@@ -169,7 +165,7 @@ class Collector:
 
     def _begin(self, region: str, deadline: float) -> None:
         """`nsys start` for REGION, retried while another process of the session records."""
-        if not self._exists():
+        if not any(self.name in line.split() for line in self.nsys.sessions().splitlines()[1:]):
             raise NsysCommandError(
                 f"nsys session {self.name!r} does not exist: this process was not started by "
                 "`nsys launch` for it (nsys start would exit 0 and record nothing)."
@@ -187,7 +183,8 @@ class Collector:
                 try:
                     result = self.nsys.start(self.name, base, self.sample)
                 except NsysCommandError:
-                    self._stop_quietly()  # a start that timed out may have started after all
+                    with contextlib.suppress(NsightError):  # a start that timed out may have started after all
+                        self.nsys.stop(self.name, timeout=QUICK_TIMEOUT)
                     raise
                 if result.returncode == 0:
                     break
@@ -210,10 +207,6 @@ class Collector:
     def _release_claim(self, base: Path) -> None:
         fd, self._claim = self._claim, None
         release_claim(base, fd)
-
-    def _stop_quietly(self) -> None:
-        with contextlib.suppress(NsightError):
-            self.nsys.stop(self.name, timeout=QUICK_TIMEOUT)
 
     def _release_slot(self) -> None:
         with self._slot:

@@ -102,18 +102,46 @@ def chromium() -> Any:
 REAL_NSYS_MARKERS = ("nsys", "flyte", "reliability")
 
 
-# Started first: the tests that take longest (tens of seconds each, mostly waiting on real processes). Started last,
-# one of them ran on alone while the other workers had nothing left.
+# The modules whose tests take longest (seconds to tens of seconds each, mostly waiting on real processes), longest
+# first. Their tests share nothing a worker would make again (what they share is made once per run: shared_runs.py).
 LONG_FIRST = ("tests/flyte/test_clustered_launcher.py", "tests/packaging/", "tests/reliability/test_faults.py",
-              "tests/analysis/test_budget_batches.py", "tests/flyte/test_perfetto_attach.py")
+              "tests/reliability/test_cli_faults.py", "tests/reliability/test_process_faults.py",
+              "tests/flyte/test_profiled_tasks.py", "tests/analysis/test_budget_batches.py",
+              "tests/flyte/test_perfetto_attach.py")
 
 
+def _long(item: pytest.Item) -> int | None:
+    """ITEM's place in LONG_FIRST; None for the others."""
+    return next((rank for rank, path in enumerate(LONG_FIRST) if item.nodeid.startswith(path)), None)
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected: the order is that of the tests that run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if any(item.get_closest_marker(name) for name in REAL_NSYS_MARKERS) or "nsys" in getattr(
                 item, "fixturenames", ()):
             item.add_marker(pytest.mark.flaky(reruns=1, reruns_delay=1))
-    items.sort(key=lambda item: not item.nodeid.startswith(LONG_FIRST))  # stable: the order stays otherwise
+    items[:] = _long_first(items, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+
+
+def _long_first(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
+    """ITEMS ordered so that each of WORKERS xdist workers starts with its share of the LONG_FIRST tests.
+
+    `--dist worksteal` gives each worker one contiguous slice of the collection, and the others later steal only the
+    end of a worker's slice: long tests all at the front of the collection ran one after another on the first
+    worker. Dealt round the slices' fronts instead, every worker starts on long tests, and what is stolen at the end
+    is short. The other tests keep their order, so a module's tests stay together (module fixtures made once)."""
+    long = sorted((item for item in items if _long(item) is not None), key=_long)  # stable: a module's order stays
+    rest = [item for item in items if _long(item) is None]
+    ordered: list[pytest.Item] = []
+    left = len(items)
+    for worker in range(workers):  # slices as xdist's worksteal cuts them: what is left, split evenly
+        size = left // (workers - worker)
+        mine = long[worker::workers]
+        ordered += mine + rest[:max(size - len(mine), 0)]
+        del rest[:max(size - len(mine), 0)]
+        left -= size
+    return ordered + rest
 
 
 _FIRST_TRIES: list[str] = []

@@ -72,13 +72,19 @@ def medians(frame: pl.LazyFrame, key: str, value: str, groups: pl.DataFrame) -> 
     values = frame.select(key, pl.col(value).alias("_value"))
     while targets.height:
         bucket = (pl.col("_value") - pl.col("_lo")) // pl.col("_width")
-        counts = (values.join(targets.lazy().select(key, "_which", "_lo", "_width"), on=key)
+        # Each distinct bucketing counted once: the two middle values of a group share theirs in the first pass, and
+        # in every pass where they lie in one bucket (always, of an odd count), so that pass reads each value once.
+        probes = targets.select(key, "_lo", "_width").unique()
+        counts = (values.join(probes.lazy(), on=key)
                   .filter((pl.col("_value") >= pl.col("_lo")) & (bucket < _BUCKETS))
-                  .group_by(key, "_which", bucket.alias("_bucket")).agg(pl.len().cast(pl.Int64).alias("_count"))
+                  .group_by(key, "_lo", "_width", bucket.alias("_bucket"))
+                  .agg(pl.len().cast(pl.Int64).alias("_count"))
                   .collect(engine="streaming"))
         before = pl.col("_cum") - pl.col("_count")
-        picked = (counts.sort(key, "_which", "_bucket")
+        picked = (counts.join(targets.select(key, "_which", "_lo", "_width"), on=[key, "_lo", "_width"])
+                  .sort(key, "_which", "_bucket")
                   .with_columns(pl.col("_count").cum_sum().over(key, "_which").alias("_cum"))
+                  .drop("_lo", "_width")
                   .join(targets, on=[key, "_which"])
                   .filter((pl.col("_cum") > pl.col("_rank")) & (before <= pl.col("_rank")))
                   .select(key, "_which", (pl.col("_rank") - before).alias("_rank"),

@@ -12,11 +12,13 @@ answer does not depend on how much memory the machine has.
 2. Every step of that family over the whole capture (:func:`every_step.every_step`), on the GPU's clock where the
    steps launched GPU work; a capture without steps is one step, its user window, cut into pieces.
 3. Every step's budget (:func:`every_budget.every_budget`), then the NVTX range table and the findings' inputs
-   (:func:`finding_inputs.analysis_of`).
+   (:func:`finding_inputs.analysis_of`). The range table reads only the events: it is started first, in a thread
+   beside steps 1 to 3 (:func:`range_table.start_range_table`).
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import polars as pl
@@ -24,6 +26,7 @@ import polars as pl
 from nsight_core.analysis.every_budget import Budgets, every_budget
 from nsight_core.analysis.every_step import EveryStep, capture_as_step, every_step
 from nsight_core.analysis.finding_inputs import analysis_of
+from nsight_core.analysis.range_table import start_range_table
 from nsight_core.analysis.result import Analysis, StepView, steps_view
 from nsight_core.analysis.steps import StepStats, find_steps
 from nsight_core.analysis.user_window import capture_window
@@ -84,17 +87,19 @@ def analyze_steps(trace: EventTables, window_rows: int | None = WINDOW_ROWS) -> 
     WINDOW_ROWS: events per window (None: one window); the answer is the same whatever it is."""
     frames = events(trace)
     window = capture_window(trace, frames)
-    chosen = choose_steps(frames)
-    every = every_step(frames, chosen, window_rows) if chosen.family is not None else None
-    if every is None:
-        if chosen.family is not None:  # its first ranges were steps, all of them are not (they overlap later on)
-            chosen = StepStats(source="none", family=None, candidates=chosen.candidates,
-                               reason="the step ranges chosen from the capture's start overlap each other later on")
-        every = capture_as_step(frames, chosen, window.start_ns, window.end_ns, window_rows)
-    budgets = every_budget(frames, every, window_rows)
-    meta = getattr(trace, "meta", None) or {}
-    analysis = analysis_of(frames, getattr(trace, "gpus", None), window, every, budgets,
-                           meta.get("EXPORT_PRODUCT_VERSION"), window_rows)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsight-range-table") as pool:
+        start_range_table(pool, frames, window.span_ns, window_rows)  # what the findings' inputs take at the end
+        chosen = choose_steps(frames)
+        every = every_step(frames, chosen, window_rows) if chosen.family is not None else None
+        if every is None:
+            if chosen.family is not None:  # its first ranges were steps, all of them are not (they overlap later on)
+                chosen = StepStats(source="none", family=None, candidates=chosen.candidates,
+                                   reason="the step ranges chosen from the capture's start overlap each other later on")
+            every = capture_as_step(frames, chosen, window.start_ns, window.end_ns, window_rows)
+        budgets = every_budget(frames, every, window_rows)
+        meta = getattr(trace, "meta", None) or {}
+        analysis = analysis_of(frames, getattr(trace, "gpus", None), window, every, budgets,
+                               meta.get("EXPORT_PRODUCT_VERSION"), window_rows)
     return Analyzed(analysis, every, budgets)
 
 

@@ -28,13 +28,13 @@ caches, `nsight_core`, and `flyteplugins.nsight` over `import flyte, flyte.io`);
 kernels from recorded CSVs.
 
 Targets, each verdict saying met or NOT met and by how much: `nsight report` on the large captures at most
-0.2x the reference's time and at most 1.0x one bare SQLite export's; the analysis at least 5 M events/s;
+0.2x the reference's time and at most 1.2x one bare SQLite export's; the analysis at least 5 M events/s;
 `nsight report`'s peak RSS at most 2x the bytes of the columns read; `import flyteplugins.nsight` at most 50 ms
 over `import flyte, flyte.io`; the finalize no worse than linear from 10 k to 1 M events. Then NVTX captures of
-10 k to 10 M ranges in a task allowed 2 GiB, each command once on a fresh copy, the peak of its whole process
-tree (nsys' export included: resident sets summed, sampled every 50 ms from /proc), seconds per million events,
-and the ratio against one bare SQLite export (target at most 1.0x for traces over 100 MB, the peak under
-2 GiB).
+10 k to 10 M ranges with no settings, each command once on a fresh copy, the peak of its whole process tree (nsys'
+export included: resident sets summed, sampled every 50 ms from /proc), seconds per million events, and the ratio
+against one bare SQLite export (targets for traces over 100 MB: at most 1.2x; the peak under 2 GiB and at most 3x
+the 1 M-range capture's).
 
 The results replace docs/performance.md as a whole (or --output); `--quick` (100,000 ranges, one repetition)
 writes only where --output is given.
@@ -75,7 +75,7 @@ LARGE_EVENTS = 100_000
 """The targets concern large captures: below this many events nsight's fixed costs (imports) dominate."""
 FINALIZE_SIZES = (10_000, 100_000, 1_000_000)
 """NVTX ranges of the captures the finalize's scaling is measured on (up to --ranges)."""
-REFERENCE_TARGET, EXPORT_TARGET = 0.2, 1.0
+REFERENCE_TARGET, EXPORT_TARGET = 0.2, 1.2
 """`nsight report`'s wall time at most these times the reference's and a bare SQLite export's."""
 EVENTS_PER_S_TARGET = 5e6
 ANALYSIS_RUNS = 9
@@ -92,7 +92,10 @@ SCALE_MEMORY = "2G"
 """NSIGHT_SUMMARY_MEMORY in that table: a task allowed 2 GiB, the bound on the whole pipeline's peak."""
 SCALE_BOUND_MB = 2048
 SCALE_LARGE_BYTES = 100_000_000
-"""Traces over this many bytes have the target of at most 1.0x a bare SQLite export's time."""
+"""Traces over this many bytes have the target of at most EXPORT_TARGET times a bare SQLite export's time."""
+SCALE_PEAK_GROWTH = 3.0
+"""The largest capture's peak (process tree) at most this many times the 1 M-range capture's: the memory a summary
+takes does not grow with the capture."""
 HEADER = "Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name\n"
 # Runs `nsight` like `python -m nsight_core.cli` and writes the Python process's own peak RSS (KiB) to argv[1],
 # at exit or just before the os._exit with which `nsight stats`/`report` skip Python's teardown.
@@ -276,18 +279,19 @@ def tree_run(argv: Sequence[str | Path], cwd: Path, env: dict[str, str] | None =
 
 def scaling_section(traces: list[tuple[int, Path]], nsys: Nsys, scratch: Path) -> list[str]:
     """The whole pipeline's peak (process tree) and time against the capture's size, per million events, and against
-    one bare SQLite export of the same capture; a task allowed 2 GiB (SCALE_MEMORY)."""
-    env = {**os.environ, "NSIGHT_SUMMARY_MEMORY": SCALE_MEMORY}
+    one bare SQLite export of the same capture; with no settings (``NSIGHT_SUMMARY_MEMORY`` unset: the default
+    budget)."""
+    env = {name: value for name, value in os.environ.items() if name != "NSIGHT_SUMMARY_MEMORY"}
     lines = ["## Memory and time against capture size", "",
-             f"CPU captures of N NVTX ranges recorded by this run; each command once on a fresh copy, with "
-             f"`NSIGHT_SUMMARY_MEMORY={SCALE_MEMORY}`. \"Peak\": the largest sum of the resident sets of the "
+             "CPU captures of N NVTX ranges recorded by this run; each command once on a fresh copy, with no "
+             "settings (`NSIGHT_SUMMARY_MEMORY` unset). \"Peak\": the largest sum of the resident sets of the "
              "command's process tree (nsys' export and nsight together), sampled every 50 ms. \"Read as\": the "
              "export nsight chose (`nsight stats --json`'s `export`). \"Per M\": `nsight report`'s seconds per "
              "million events; \"vs export\": its time over the bare SQLite export's.", "",
              "| NVTX ranges | trace | read as | bare `nsys export --type sqlite` | `nsight stats --json` "
              "| `nsight report` | per M | vs export |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    worst, ratios, per_million = 0.0, [], []
+    worst, ratios, per_million, peaks = 0.0, [], [], {}
     for ranges, trace in traces:
         copy = fresh_copy(trace, scratch)
         export = tree_run([nsys.path, "export", "--type", "sqlite", copy], copy.parent)
@@ -305,6 +309,7 @@ def scaling_section(traces: list[tuple[int, Path]], nsys: Nsys, scratch: Path) -
         report = tree_run([PY, "-m", "nsight_core.cli", "report", copy, "-o", copy.parent / "page.html"],
                           copy.parent, env)
         worst = max(worst, stats.tree_mb, report.tree_mb, export.tree_mb)
+        peaks[ranges] = max(stats.tree_mb, report.tree_mb)
         per_million.append((ranges, report.seconds / ranges * 1e6))
         if trace.stat().st_size > SCALE_LARGE_BYTES:
             ratios.append((ranges, report.seconds / export.seconds))
@@ -319,9 +324,14 @@ def scaling_section(traces: list[tuple[int, Path]], nsys: Nsys, scratch: Path) -
                 f"`nsight report` per million events: {large[1]:.1f} s at {large[0]:,} ranges; from "
                 f"{per_million[-2][0]:,} to {large[0]:,} ranges "
                 f"{large[1] / per_million[-2][1]:.2f}x per event (1.0: linear)." if len(per_million) > 1 else ""]
+    if 1_000_000 in peaks and large[0] > 1_000_000:
+        growth = peaks[large[0]] / peaks[1_000_000]
+        verdicts.append(f"Peak at {large[0]:,} ranges {growth:.2f}x the peak at 1,000,000 (target at most "
+                        f"{SCALE_PEAK_GROWTH:.0f}x: {_met(growth <= SCALE_PEAK_GROWTH, f'{growth:.2f}x')}).")
     verdicts += [f"`nsight report` {ratio:.2f}x a bare SQLite export's time at {ranges:,} ranges (a trace over "
-                 f"{SCALE_LARGE_BYTES / 1e6:.0f} MB: target at most 1.0x, "
-                 f"{_met(ratio <= 1.0, f'{ratio:.2f}x the target')})." for ranges, ratio in ratios]
+                 f"{SCALE_LARGE_BYTES / 1e6:.0f} MB: target at most {EXPORT_TARGET}x, "
+                 f"{_met(ratio <= EXPORT_TARGET, f'{ratio / EXPORT_TARGET:.2f}x the target')})."
+                 for ranges, ratio in ratios]
     return [*lines, "", *[f"- {line}" for line in verdicts if line], ""]
 
 

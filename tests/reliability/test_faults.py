@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from capture_helpers import nsys_whose_importer_fails_once
-from fault_tasks import EXPORT_GAUNTLET, GAUNTLET, HOSTILE_NAMES, HOSTILE_REGIONS, expected
+from fault_tasks import EPOCHS, EXPORT_GAUNTLET, GAUNTLET, HOSTILE_NAMES, HOSTILE_REGIONS, expected
 from flyte_harness import BIN, ActionResult, nvtx_counts, parse_report, report_tabs, run_action_with, without_nsys_env
 from shared_runs import once_per_run
 
@@ -459,7 +459,7 @@ def test_post_processing_fault_never_shows_a_false_profile(request, fault):
 
 @pytest.fixture
 def hostile_regions(a0: Path, tmp_path_factory: pytest.TempPathFactory) -> ActionResult:
-    """`hostile_regions` (regions of hostile names, then three `epoch` regions in a loop), run once per test run:
+    """`hostile_regions` (regions of hostile names, then EPOCHS `epoch` regions in a loop), run once per test run:
     read by the case of the loop and by the case of the names (below)."""
     return once_per_run(tmp_path_factory, "hostile-regions",
                         lambda folder: run_action_with(a0, folder, HERE, MODULE, "hostile_regions", {"steps": STEPS}))
@@ -471,10 +471,10 @@ EPOCH = "Nsight region: epoch"
 def test_exports_of_regions_in_a_loop_do_not_pile_up(hostile_regions):
     result = hostile_regions
     assert_unprofiled_value(result, "hostile_regions")
-    assert sections(result.report)[len(HOSTILE_REGIONS):] == [EPOCH] * 3
+    assert sections(result.report)[len(HOSTILE_REGIONS):] == [EPOCH] * EPOCHS
     traces = kept_traces(result)
-    assert [t for t in traces if t.startswith("epoch")] == ["epoch.1.nsys-rep", "epoch.2.nsys-rep", "epoch.nsys-rep"]
-    assert len(traces) == len(HOSTILE_REGIONS) + 3
+    assert [t for t in traces if t.startswith("epoch")] == ["epoch.1.nsys-rep", "epoch.nsys-rep"]
+    assert len(traces) == len(HOSTILE_REGIONS) + EPOCHS
     assert_nothing_left(result)  # no .sqlite, no .stats/, no scratch folder
 
 

@@ -56,7 +56,6 @@ def range_table(frames: Events, span_ns: int, window_rows: int | None = WINDOW_R
 
 
 def _range_table(frames: Events, span_ns: int, window_rows: int | None) -> list[RangeFamily]:
-    duration = (pl.col("end_ns") - pl.col("start_ns")).alias("_duration")
     # The family of each distinct name and domain, made once (a few names), each range's looked up by a join in every
     # pass: the pattern's regex on every range took each pass twice as long (10 M ranges: 1.2 s against 0.6 s).
     families = (frames.nvtx_names.with_columns(pattern_of(pl.col("name")).alias("pattern"))
@@ -71,18 +70,16 @@ def _range_table(frames: Events, span_ns: int, window_rows: int | None) -> list[
     work = gpu_work_of(frames)
     # Windows of about WINDOW_ROWS ranges, calls and GPU work together: a window's calls bring their work with them.
     cuts = start_cuts(pl.concat([frame.select("start_ns") for frame in (frames.nvtx, calls, work)]), window_rows)
-    if not cuts:  # one window: its ranges read once, for the statistics and the nesting both
+    if not cuts:  # one window: its ranges read once, for the nesting and the medians both
         ranges = ranges.collect().lazy()
-    groups = (ranges.group_by(KEY).agg(*exact.sums(duration), duration.min().alias("_min"),
-                                       duration.max().alias("_max"))
-              .collect(engine="streaming")
-              .join(families.select(KEY, "pattern", "domain").unique(KEY), on=KEY))
+    groups, children, spans = _nested(ranges.select("start_ns", "end_ns", "thread", KEY, *depth), calls, work, cuts)
     if not groups.height:
         return []
+    groups = groups.join(families.select(KEY, "pattern", "domain").unique(KEY), on=KEY)
     groups = groups.with_columns(pl.Series("mean_ns", [exact.mean(n, total) for n, total in
                                                        groups.select("_n", "_sum").rows()], dtype=pl.Float64))
-    medians = exact.medians(ranges.select(KEY, duration), KEY, "_duration", groups)
-    children, spans = _nested(ranges.select("start_ns", "end_ns", "thread", KEY, *depth), calls, work, cuts)
+    medians = exact.medians(ranges.select(KEY, "start_ns", "end_ns"), KEY, pl.col("end_ns") - pl.col("start_ns"),
+                            groups)
     rows = (groups.join(medians, on=KEY, how="left").join(children, on=KEY, how="left").join(spans, on=KEY, how="left")
             .with_columns(pl.col("_children", "gpu_ops", "_spans").fill_null(0))
             .select("pattern", "domain", pl.col("_n").alias("count"), pl.col("_sum").alias("summed_ns"),
@@ -95,17 +92,22 @@ def _range_table(frames: Events, span_ns: int, window_rows: int | None) -> list[
 
 
 def _nested(ranges: pl.LazyFrame, calls: pl.LazyFrame, work: pl.LazyFrame,
-            cuts: list[int]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Per family (KEY): the summed time of its RANGES' direct children (``_children``), and its ranges' GPU work
-    (gpu_ops, gpu_span_ns summed over the ranges that launched any, ``_spans`` of them; CALLS launched WORK), window by
-    window of start time (CUTS: :func:`windows.start_cuts`). RANGES' ``depth`` where they have it, else counted."""
+            cuts: list[int]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Per family (KEY), window by window of start time (CUTS: :func:`windows.start_cuts`): its RANGES' count, sums,
+    minimum and maximum of their durations (:func:`exact.sums`, ``_min``, ``_max``: each window's added up, no pass of
+    their own), the summed time of its ranges' direct children (``_children``), and its ranges' GPU work (gpu_ops,
+    gpu_span_ns summed over the ranges that launched any, ``_spans`` of them; CALLS launched WORK). RANGES' ``depth``
+    where they have it, else counted."""
     counted = "depth" not in ranges.collect_schema().names()
     kept = {**CARRIED} if counted else {**CARRIED, "depth": pl.Int64}
     carried = pl.DataFrame(schema=kept)
-    children, spans = [], []
+    duration = pl.col("end_ns") - pl.col("start_ns")
+    sums, children, spans = [], [], []
     for upper, started, launched_in in zip([*cuts, None], window_filters(cuts, pl.col("start_ns")),
                                            window_filters(cuts, pl.col("launch_ns")), strict=True):
         window = ranges.filter(started).collect(engine="streaming")
+        sums.append(window.group_by(KEY).agg(*exact.sums(duration), duration.min().alias("_min"),
+                                             duration.max().alias("_max")))
         present = pl.concat([
             carried.with_columns(pl.lit(True).alias("_carried")),
             window.with_columns(pl.lit(0, pl.Int64).alias("gpu_ops"), pl.lit(None, pl.Int64).alias("gpu_start_ns"),
@@ -122,8 +124,10 @@ def _nested(ranges: pl.LazyFrame, calls: pl.LazyFrame, work: pl.LazyFrame,
         # Only the ranges that launched any: the others add nothing to a sum (a CPU-only window has none).
         spans.append(_gpu_sums(nested.filter(~still_open & (pl.col("gpu_ops") > 0))))
         carried = nested.filter(still_open).select(list(kept))
+    groups = pl.concat(sums).group_by(KEY).agg(pl.col("_n", "_sum", "_sum2").sum(), pl.col("_min").min(),
+                                               pl.col("_max").max())
     child_time = pl.concat(children).group_by(KEY).agg(pl.col("_children").sum())
-    return child_time, pl.concat(spans).group_by(KEY).agg(pl.col("gpu_ops", "gpu_span_ns", "_spans").sum())
+    return groups, child_time, pl.concat(spans).group_by(KEY).agg(pl.col("gpu_ops", "gpu_span_ns", "_spans").sum())
 
 
 def _gpu_sums(ranges: pl.DataFrame) -> pl.DataFrame:

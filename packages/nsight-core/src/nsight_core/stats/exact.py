@@ -56,43 +56,76 @@ def finish(summary: pl.DataFrame, mean_name: str, stddev_name: str) -> pl.DataFr
     ).drop("_sum2")
 
 
-def medians(frame: pl.LazyFrame, key: str, value: str, groups: pl.DataFrame) -> pl.DataFrame:
-    """KEY, ``_median``: the exact median of VALUE (an integer column of FRAME) per KEY, by selection in streamed
-    passes over FRAME. GROUPS: KEY, ``_n``, ``_min``, ``_max`` of VALUE per KEY (the report's first pass). Values
-    that fit one window (WINDOW_ROWS) are held at once: Polars' median of them, the same number, in one pass."""
+PASS_FILTERS = 64
+"""A pass after the first reads only the values in the buckets it narrows to, where they are at most this many (one
+condition each; more: every value)."""
+MANTISSA_BITS = 10
+"""The first pass's buckets: a value's distance from its group's minimum to the nearest 2**-10 of its power of two
+(exact below 2**11), at most 2**11 + 53 * 2**10 buckets a group."""
+
+
+def medians(frame: pl.LazyFrame, key: str, value: str | pl.Expr, groups: pl.DataFrame) -> pl.DataFrame:
+    """KEY, ``_median``: the exact median of VALUE (an integer column of FRAME, or an expression of its columns) per
+    KEY, by selection in streamed passes over FRAME. GROUPS: KEY, ``_n``, ``_min``, ``_max`` of VALUE per KEY (the
+    report's first pass). Values that fit one window (WINDOW_ROWS) are held at once: Polars' median of them, the same
+    number, in one pass.
+
+    The first pass's buckets grow with the distance from the group's minimum, as a float's precision does: durations
+    cluster near their minimum with a few far outliers, so the middle value is usually found in that one pass, where
+    buckets even over the whole range (a 2 us median among 100 ms outliers) hold most values in one bucket of 2 us.
+    Each later pass counts 2**16 even buckets inside the one found, and keeps only the rows whose VALUE lies there
+    before anything else of them is read: where VALUE is an expression of the scan's own columns (a duration:
+    end_ns - start_ns), that condition reaches the Parquet scan, and the rest of a row (its key: a name looked up) is
+    made for those rows alone."""
+    value = pl.col(value) if isinstance(value, str) else value
     if int(groups["_n"].sum() or 0) <= WINDOW_ROWS:
-        return (frame.group_by(key).agg(pl.col(value).median().alias("_median")).collect(engine="streaming")
+        return (frame.group_by(key).agg(value.median().alias("_median")).collect(engine="streaming")
                 .join(groups.select(key), on=key, how="semi"))
-    ranks = pl.concat([groups.select(key, pl.lit(which).alias("_which"), rank.alias("_rank"), "_min", "_max")
+    ranks = pl.concat([groups.select(key, pl.lit(which).alias("_which"), rank.alias("_rank"), "_min")
                        for which, rank in ((0, (pl.col("_n") - 1) // 2), (1, pl.col("_n") // 2))])
-    width = [1 << max(0, (high - low).bit_length() - BUCKET_BITS) for low, high in ranks.select("_min", "_max").rows()]
-    targets = ranks.select(key, "_which", "_rank", pl.col("_min").alias("_lo"),
-                           pl.Series("_width", width, dtype=pl.Int64))
-    found = []
-    values = frame.select(key, pl.col(value).alias("_value"))
+    offset = pl.col("_value") - pl.col("_min")
+    exponent = (64 - offset.bitwise_leading_zeros().cast(pl.Int64) - (MANTISSA_BITS + 1)).clip(lower_bound=0)
+    width = pl.lit(2.0).pow(exponent).cast(pl.Int64)
+    counts = (frame.select(key, value.alias("_value")).join(groups.lazy().select(key, "_min"), on=key)
+              .group_by(key, ((offset // width) * width + pl.col("_min")).alias("_lo"), width.alias("_width"))
+              .agg(pl.len().cast(pl.Int64).alias("_count"))
+              .collect(engine="streaming"))
+    picked = _picked(counts.join(ranks.select(key, "_which"), on=key), ranks, key)
+    found = [picked.filter("_done").select(key, "_which", "_lo")]
+    targets = picked.filter(~pl.col("_done")).select(key, "_which", "_rank", "_lo", "_width")
     while targets.height:
-        bucket = (pl.col("_value") - pl.col("_lo")) // pl.col("_width")
-        # Each distinct bucketing counted once: the two middle values of a group share theirs in the first pass, and
-        # in every pass where they lie in one bucket (always, of an odd count), so that pass reads each value once.
+        # Each bucket counted once: the two middle values of a group share theirs where they lie in one (always, of
+        # an odd count), and then that pass reads each value once.
         probes = targets.select(key, "_lo", "_width").unique()
-        counts = (values.join(probes.lazy(), on=key)
-                  .filter((pl.col("_value") >= pl.col("_lo")) & (bucket < _BUCKETS))
-                  .group_by(key, "_lo", "_width", bucket.alias("_bucket"))
+        spans = probes.select("_lo", (pl.col("_lo") + pl.col("_width")).alias("_hi")).unique().rows()
+        inside = pl.any_horizontal([(value >= low) & (value < high) for low, high in spans])
+        step = (pl.col("_width") // _BUCKETS).clip(lower_bound=1)
+        counts = ((frame.filter(inside) if len(spans) <= PASS_FILTERS else frame).select(key, value.alias("_value"))
+                  .join(probes.lazy(), on=key)
+                  .filter((pl.col("_value") >= pl.col("_lo")) & (pl.col("_value") < pl.col("_lo") + pl.col("_width")))
+                  .group_by(key, pl.col("_lo").alias("_from"), "_width",
+                            (pl.col("_lo") + (pl.col("_value") - pl.col("_lo")) // step * step).alias("_bucket"))
                   .agg(pl.len().cast(pl.Int64).alias("_count"))
                   .collect(engine="streaming"))
-        before = pl.col("_cum") - pl.col("_count")
-        picked = (counts.join(targets.select(key, "_which", "_lo", "_width"), on=[key, "_lo", "_width"])
-                  .sort(key, "_which", "_bucket")
-                  .with_columns(pl.col("_count").cum_sum().over(key, "_which").alias("_cum"))
-                  .drop("_lo", "_width")
-                  .join(targets, on=[key, "_which"])
-                  .filter((pl.col("_cum") > pl.col("_rank")) & (before <= pl.col("_rank")))
-                  .select(key, "_which", (pl.col("_rank") - before).alias("_rank"),
-                          (pl.col("_lo") + pl.col("_bucket") * pl.col("_width")).alias("_lo"),
-                          (pl.col("_width") // _BUCKETS).clip(lower_bound=1).alias("_next"),
-                          (pl.col("_width") == 1).alias("_done")))
+        within = counts.join(targets.select(key, "_which", pl.col("_lo").alias("_from"), "_width"),
+                             on=[key, "_from", "_width"])
+        picked = _picked(within.select(key, "_which", pl.col("_bucket").alias("_lo"),
+                                       (pl.col("_width") // _BUCKETS).clip(lower_bound=1).alias("_width"), "_count"),
+                         targets, key)
         found.append(picked.filter("_done").select(key, "_which", "_lo"))
-        targets = picked.filter(~pl.col("_done")).select(key, "_which", "_rank", "_lo", pl.col("_next").alias("_width"))
-    middle = pl.concat(found) if found else pl.DataFrame(schema={key: groups.schema[key], "_which": pl.Int32,
-                                                                 "_lo": pl.Int64})
+        targets = picked.filter(~pl.col("_done")).select(key, "_which", "_rank", "_lo", "_width")
+    middle = pl.concat(found)
     return middle.group_by(key).agg(pl.col("_lo").cast(pl.Float64).mean().alias("_median"))
+
+
+def _picked(counts: pl.DataFrame, targets: pl.DataFrame, key: str) -> pl.DataFrame:
+    """Per target (KEY, ``_which``, ``_rank``: the rank of the value sought among those its buckets hold), the bucket
+    of COUNTS (KEY, ``_which``, ``_lo``, ``_width``, ``_count``: every non-empty bucket of the target's, disjoint) that
+    holds that rank: its ``_lo`` and ``_width``, the rank within it, ``_done`` where it is one value wide."""
+    before = pl.col("_cum") - pl.col("_count")
+    return (counts.sort(key, "_which", "_lo")
+            .with_columns(pl.col("_count").cum_sum().over(key, "_which").alias("_cum"))
+            .join(targets.select(key, "_which", "_rank"), on=[key, "_which"])
+            .filter((pl.col("_cum") > pl.col("_rank")) & (before <= pl.col("_rank")))
+            .select(key, "_which", (pl.col("_rank") - before).alias("_rank"), "_lo", "_width",
+                    (pl.col("_width") == 1).alias("_done")))

@@ -69,21 +69,24 @@ def rounding(trace: Trace) -> Rounding:
     return _exact_round if year and int(year.group(1)) >= EXACT_ROUNDING_SINCE else _sqlite_round
 
 
-def _summary(frame: pl.LazyFrame, key: str, value: str, streamed: bool, prefix: str) -> pl.DataFrame:
+def _summary(frame: pl.LazyFrame, key: str, value: str, streamed: bool, prefix: str,
+             selected: tuple[pl.LazyFrame, pl.Expr] | None = None) -> pl.DataFrame:
     """Per KEY of FRAME: total, instances, avg, med, min, max, stddev of VALUE (an integer column), named
     PREFIX_total ... (``total_time_ns`` where PREFIX is 'time', else ``total_<prefix>``), plus ``name`` where KEY is
     not the name. Where STREAMED: one pass of the streaming engine, the medians by selection
     (:mod:`nsight_core.stats.exact`). Else the frame is in memory already, and the in-memory engine with Polars'
     median uses less memory and time, the median in an aggregation of its own over KEY and VALUE alone: beside it,
     the sums would leave the in-memory engine's fast path and square the whole column as Int128 at once. Exact either
-    way.
+    way. SELECTED: the frame and expression the selection's passes read VALUE from, where FRAME's column is made of
+    others (a duration: of the scan's own start and end, so that a pass's condition on it reaches the scan).
     """
     named = [] if key == "name" else [pl.col("name").first()]
     values = pl.col(value)
     aggregated = frame.group_by(key).agg(
         *named, *exact.sums(values), values.min().alias("_min"), values.max().alias("_max"),
     ).collect(engine="streaming" if streamed else "auto")
-    medians = (exact.medians(frame, key, value, aggregated) if streamed
+    source, of = selected or (frame, pl.col(value))
+    medians = (exact.medians(source, key, of, aggregated) if streamed
                else frame.select(key, value).group_by(key).agg(values.median().alias("_median")).collect())
     aggregated = aggregated.join(medians, on=key, how="left")
     unit = "ns" if prefix == "time" else prefix
@@ -104,9 +107,10 @@ def _time_summary(frame: pl.LazyFrame, name: pl.Expr, round_: Rounding, streamed
     SQLite returns the groups its ORDER BY leaves tied.
     """
     # Only the columns the report needs, the duration once (each statistic of an expression computes it anew).
-    frame = frame.select(*([] if key == "name" else [key]), name.alias("name"),
-                         (pl.col("end_ns") - pl.col("start_ns")).alias("_duration"))
-    summary = _summary(frame, key, "_duration", streamed, "time")
+    timed = frame.select(*([] if key == "name" else [key]), name.alias("name"), "start_ns", "end_ns")
+    duration = pl.col("end_ns") - pl.col("start_ns")
+    summary = _summary(timed.select(pl.exclude("start_ns", "end_ns"), duration.alias("_duration")), key, "_duration",
+                       streamed, "time", (timed.select(key, "start_ns", "end_ns"), duration))
     order = ["total_time_ns", *(["instances"] if by_instances else []), key]
     share = (pl.col("total_time_ns") * 100.0 / pl.col("total_time_ns").sum()).fill_nan(0.0)
     return summary.with_columns(round_(share).alias("time_pct"), *(round_(pl.col(column)).alias(column)

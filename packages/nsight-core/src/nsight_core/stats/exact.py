@@ -3,10 +3,10 @@ medians by selection, never by sketches.
 
 Why: a report's median per name needs every value of that name, and one name may hold every event of a capture
 (a million `step` ranges); Polars' median keeps them all (30 M values: 1 GB). Selection finds the two middle
-values instead, each in a few streamed passes that count values per bucket (65,536 buckets over the group's
-range of values, then over the one bucket holding the middle value, and so on down to a bucket one nanosecond
-or byte wide): memory grows with the number of groups, never with the events, and the result is the exact
-median, the mean of the two middle values as Polars gives it.
+values instead, each in a few streamed passes that count values per bucket (buckets as fine as a float's
+precision over the group's range of values, then 65,536 even ones over the bucket holding the middle value, and so
+on down to a bucket one nanosecond or byte wide): memory grows with the number of groups, never with the events, and
+the result is the exact median, the mean of the two middle values as Polars gives it.
 
 Mean and sample standard deviation come from the integer sums of the values and of their squares (Int128),
 so they are the same whatever the order or batching of the rows: the streaming engine adds partial sums of
@@ -23,7 +23,8 @@ import polars as pl
 from nsight_core.trace.streamed import WINDOW_ROWS
 
 BUCKET_BITS = 16
-"""Each pass splits a value range into 2**16 buckets: values up to 2**48 (3 days in ns) take at most three passes."""
+"""Each pass after the first splits its bucket into 2**16: values up to 2**43 (2.4 hours in ns) take at most three
+passes, up to 2**27 (134 ms) two."""
 _BUCKETS = 1 << BUCKET_BITS
 
 

@@ -138,8 +138,8 @@ class SpilledTables:
         def copy(part: int, rowids: tuple[int, int] | None) -> None:
             for written, batch in enumerate(self._sqlite.batches(table, wanted, rowids=rowids)):
                 # Named in the table's order. Uncompressed: every pass of a summary reads the copy again, and
-                # decompressing it took longer than the read (10 M NVTX ranges: 0.23 s of CPU a pass with zstd, 0.06
-                # without); it takes at most the table's bytes as Arrow, which the check above found free.
+                # decompressing it takes longer than reading it; it takes at most the table's bytes as Arrow, which the
+                # check above found free.
                 batch.write_parquet(target / f"{part:04d}-{written:06d}.parquet", compression="uncompressed")
 
         readers = min(SPILL_READERS, pl.thread_pool_size())

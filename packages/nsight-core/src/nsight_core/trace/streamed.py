@@ -157,8 +157,8 @@ def _scan_as_read(trace: Trace, table: str, needed: Wanted, read: Wanted) -> pl.
 def _named(frame: pl.LazyFrame, id_column: str, names: pl.DataFrame, alias: str) -> pl.LazyFrame:
     """FRAME with ALIAS: ID_COLUMN's value in NAMES (id and one text column; null where it has none), looked up a
     batch at a time. Not a join: Polars keeps a join in every query of the frame, those that never read the name too
-    (a pass over 10 M NVTX ranges: 0.43 s of CPU with it, 0.12 without), where an unread column is left out. Not
-    ``replace_strict`` over the frame: in the streaming engine that held every row (10 M NVTX ranges: 650 MB)."""
+    (most of a pass's time where the pass reads only times), where an unread column is left out. Not
+    ``replace_strict`` over the frame: in the streaming engine that holds every row at once."""
     text = next(column for column in names.columns if column != "id")
     ids, values = names["id"], names[text]
     return frame.with_columns(pl.col(id_column).map_batches(

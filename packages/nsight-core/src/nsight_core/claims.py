@@ -1,11 +1,10 @@
-"""Report names reserved across processes, temp folders that say whether their owner lives, and the raw
-streams of traces that never became reports.
+"""Report names reserved across processes, temp folders that say whether their owner lives, and the raw streams of
+traces that never became reports.
 
-A region reserves ``<name>.nsys-rep`` with a claim, ``<name>.claim``, an exclusive ``flock`` held for as
-long as its collection records and stops. The kernel frees a lock when its holder dies, however it dies,
-so a killed process never leaves a name taken, and a reused pid can never fake an owner. A run's outputs
-are the names its own regions claimed, never whatever else is in the folder. A run's temp folders are
-claimed the same way (:func:`owned_folder`), so that the next run can clear those of a killed one.
+A region reserves ``<name>.nsys-rep`` with a claim, ``<name>.claim``, an exclusive ``flock`` held while its collection
+records and stops. The kernel frees a lock when its holder dies, however it dies, so a killed process never leaves a
+name taken, and a reused pid can never fake an owner. A run's outputs are the names its own regions claimed. A run's
+temp folders are claimed the same way (:func:`owned_folder`), so that the next run can clear those of a killed one.
 """
 
 from __future__ import annotations
@@ -27,10 +26,8 @@ CLAIM = ".claim"
 
 
 def take_claim(base: Path) -> int | None:
-    """Reserve BASE for this process: an exclusive `flock` on BASE.claim; its descriptor, or None when
-    another process holds it. The kernel frees the lock when its holder dies, however it dies, so a
-    claim left by a killed process is free to take (no name shifts to `x.1`). Raises OSError when the
-    folder cannot be written."""
+    """Reserve BASE for this process: an exclusive `flock` on BASE.claim; its descriptor, or None when another
+    process holds it (a killed one's is free: no name shifts to `x.1`). OSError where the folder is not writable."""
     claim = base.with_name(base.name + CLAIM)
     while True:
         fd = os.open(claim, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -65,14 +62,9 @@ OWNER = "owner"
 
 @contextlib.contextmanager
 def owned_folder(prefix: str, note: str = "") -> Iterator[Path]:
-    """A new temp folder (``$TMPDIR/PREFIX…``) that says whether its owner, this process, still lives;
-    deleted at the end of the block.
-
-    A process killed by SIGKILL cleans nothing up: its temp folders stay, and so may what they name (the
-    nsys session whose agent outlived it, see :mod:`nsight_core.supervise`). OWNER holds NOTE and an
-    exclusive ``flock`` for as long as the block runs, and gets its name only once locked, so an OWNER
-    that can be locked is a dead process's (:func:`dead_folders`).
-    """
+    """A new temp folder (``$TMPDIR/PREFIX…``), deleted at the end of the block, that says whether its owner lives: a
+    process killed by SIGKILL leaves it, and what it names (an nsys agent that outlived it). OWNER holds NOTE and a
+    ``flock`` while the block runs, named only once locked: one that can be locked is a dead process's."""
     folder = Path(tempfile.mkdtemp(prefix=prefix))
     fd = os.open(folder / f".{OWNER}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
@@ -106,10 +98,8 @@ def dead_folders(prefix: str) -> Iterator[tuple[Path, str]]:
 
 
 def remove_raw_streams(base: Path, nsys_output: str) -> None:
-    """After a stop that wrote no report: delete the raw .qdstrm nsys left for it, beside the report or
-    the one nsys' output names (`$TMPDIR/nsys-report-XXXX.qdstrm`); with the disk full it can never
-    become a report, and in a pod it only fills ephemeral storage. Only those: another session's
-    stream in the same $TMPDIR is live."""
+    """After a stop that wrote no report: delete the raw .qdstrm beside BASE and those nsys' output names (with the
+    disk full they never become reports, and in a pod fill ephemeral storage); another session's stream is live."""
     for stream in (base.with_name(base.name + ".qdstrm"), *named_raw_streams(nsys_output)):
         with contextlib.suppress(OSError):
             stream.unlink()
@@ -121,15 +111,9 @@ command's environment (about 3 KB into the stream in the tests; a pod's environm
 
 
 def remove_raw_streams_of(folder: Path) -> None:
-    """Delete the raw streams that a killed run's collection left in nsys' temp folder; FOLDER is the run's
-    :func:`owned_folder`, whose owner died.
-
-    After a SIGKILL to `nsight run --capture manual`, nsys' session sometimes dies mid-collection and its
-    stream, ``$TMPDIR/nsys-report-XXXX.qdstrm``, stays: incomplete (QdstrmImporter refuses it), never a
-    report. nsys' name for it does not say whose it is, but the stream's header records the command's
-    environment, which names the run's folder (the signal file under it): only those go, and another
-    session's live stream in the same $TMPDIR stays.
-    """
+    """Delete the raw streams a killed run's collection left in nsys' temp folder (incomplete: never a report); FOLDER
+    is the run's dead :func:`owned_folder`. A stream's header records the command's environment, which names FOLDER
+    (the signal file under it): only those go, and another session's live stream stays."""
     needle = f"={folder}{os.sep}".encode()
     for stream in nsys_temp_dir().glob("nsys-report-*.qdstrm"):
         with contextlib.suppress(OSError), stream.open("rb") as head:

@@ -27,16 +27,9 @@ __all__ = ["exec_launch", "exec_wrapper"]
 def exec_launch(argv: Sequence[str], *, name: str, trace: Sequence[str] | str = DEFAULT_TRACE,
                 sample: str | None = None, output_dir: str | Path | None = None,
                 cuda_graph_trace: str | None = None, python_backtrace: bool = False) -> NoReturn:
-    """Run ARGV under `nsys launch` and exit as it did, or replace this process with ARGV alone.
-
-    This is what a container runtime re-execs into (Flyte's exec wrapper): a missing nsys or a bad
-    setting must cost the profile, never the job, so every failure here falls back to exec'ing ARGV
-    unprofiled after one warning line. When profiling, this process stays as nsys' parent instead of
-    exec'ing into it: nsys exits 0 when it is signalled itself, so a preempted pod (SIGTERM to its
-    first process) would report success. Staying lets SIGTERM/SIGINT be forwarded to nsys (which
-    passes them on and writes the trace) and the exit status say 128+N. The session name gets a
-    random suffix: a retried attempt never reuses the previous attempt's session, folder or paths.
-    """
+    """Run ARGV under `nsys launch` and exit as it did, or replace this process with ARGV alone. It stays nsys'
+    parent: nsys exits 0 when signalled itself, so a preempted pod would report success; its parent forwards
+    SIGTERM/SIGINT and exits 128+N. A random suffix keeps a retried attempt off the last one's session and paths."""
     if not argv:
         raise ValueError("no command to launch: give the program and its arguments after --.")
     try:
@@ -62,12 +55,10 @@ def _exec_unprofiled(argv: Sequence[str], why: str) -> NoReturn:
     os.execvp(argv[0], list(argv))
 
 
-# The exec wrapper for container runtimes (Flyte's _F_EXEC_WRAPPER): a POSIX sh script, because the
-# runtime execvp's the wrapper's first word and a missing `nsight` would kill the job before it
-# starts. It looks for `nsight` on PATH, then beside the entrypoint (an unactivated venv), then asks
-# the entrypoint's own interpreter (its #! line) for `-m nsight_core.cli` (a --target install), and
-# otherwise runs the job unprofiled after one warning line. Positional: $1 session, $2 trace,
-# $3 sample, $4 CUDA graph trace ('' for nsys' default), then the command. No $NAME in the script: runtimes
+# The exec wrapper for container runtimes (Flyte's _F_EXEC_WRAPPER), POSIX sh: the runtime execvp's its first word, and
+# a missing `nsight` would kill the job. `nsight` on PATH, else beside the entrypoint (an unactivated venv), else the
+# entrypoint's #! interpreter's `-m nsight_core.cli` (a --target install), else unprofiled after one warning.
+# $1 session, $2 trace, $3 sample, $4 CUDA graph trace ('' for nsys' default), then the command; no $NAME: runtimes
 # expand those.
 _WRAPPER = """__nsight_s=$1 __nsight_t=$2 __nsight_m=$3 __nsight_g=$4; shift 4
 for __nsight_c in "$(command -v nsight)" "${1%/*}/nsight"; do

@@ -110,8 +110,6 @@ def validate_cuda_graph_trace(value: str | None) -> str | None:
     return value
 
 
-
-
 ENV_PYTHON_BACKTRACE = "NSIGHT_PYTHON_BACKTRACE"
 """Set to 1, `nsight run` and `nsight launch` record Python backtraces without --python-backtrace (as the Flyte
 decorator's python_backtrace does)."""
@@ -156,9 +154,8 @@ def _find(env_value: str | None, path_value: str | None, prefix: str) -> Nsys:
         if not candidate:
             tried.append(f"{label}: not set" if label.startswith("$") else f"{label}: not found")
             continue
-        version = _version_of(candidate)
-        if version:
-            return Nsys(path=Path(candidate), version=version)
+        if found := nsys_at(candidate):
+            return found
         tried.append(f"{label}: {candidate} does not run (`{candidate} --version` failed)")
     raise NsysNotFoundError(
         "No usable nsys (NVIDIA Nsight Systems CLI) was found. Looked at, in order: "
@@ -177,6 +174,12 @@ def nsys_at(path: str) -> Nsys | None:
 def find_nsys() -> Nsys:
     """The nsys to use: $NSIGHT_NSYS, then `nsys` on PATH, then the installer's location."""
     return _find(os.environ.get(ENV_NSYS), os.environ.get("PATH"), str(installer_prefix()))
+
+
+def kill_group(process: subprocess.Popen[str] | subprocess.Popen[bytes]) -> None:
+    """SIGKILL the process group PROCESS leads (started in a session of its own), whatever of it still runs."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
 
 
 @dataclass(frozen=True)
@@ -218,19 +221,15 @@ class Nsys:
             raise NsysCommandError(f"{what}: could not run {self.path}: {exc}") from exc
         try:
             stdout, stderr = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired as exc:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
+        except BaseException as exc:  # also KeyboardInterrupt, a signal handler's exit: never orphan nsys
+            kill_group(process)
+            if not isinstance(exc, subprocess.TimeoutExpired):
+                process.wait()
+                raise
             process.communicate()
             raise NsysCommandError(
                 f"{what}: `{' '.join(argv)}` did not finish within {timeout:.0f} s and was stopped. "
-                "A very large trace can take this long; record a shorter region (capture='manual')."
-            ) from exc
-        except BaseException:  # KeyboardInterrupt, a signal handler's exit: never orphan nsys
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            raise
+                "A very large trace can take this long; record a shorter region (capture='manual').") from exc
         result = NsysResult(process.returncode, stdout, stderr)
         if result.returncode != 0 and is_permission_failure(result.output):
             raise NsysPermissionError(f"{what} failed: {result.output[-2000:]}\n{PERMISSION_REMEDIES}")

@@ -96,21 +96,6 @@ def export_perfetto(capture: str | Path, output: str | Path | None = None) -> Pe
         raise NsightError(f"cannot write {target}: {exc.strerror or exc}; choose another file with -o/output.") from exc
 
 
-__all__ = [
-    "DEFAULT_LIMIT",
-    "CaptureFacts",
-    "CaptureProfile",
-    "GrowingFragment",
-    "PerfettoExport",
-    "build_profile",
-    "capture_facts",
-    "capture_paths",
-    "export_perfetto",
-    "perfetto_path",
-    "prepare",
-    "render_fragment",
-    "render_page",
-    "stats_json",
-    "stats_text",
-    "write_page",
-]
+__all__ = ["DEFAULT_LIMIT", "CaptureFacts", "CaptureProfile", "GrowingFragment", "PerfettoExport", "build_profile",
+           "capture_facts", "capture_paths", "export_perfetto", "perfetto_path", "prepare", "render_fragment",
+           "render_page", "stats_json", "stats_text", "write_page"]

@@ -22,7 +22,7 @@ from typing import Any
 
 from nsight_core.claims import dead_folders, owned_folder, remove_raw_streams_of
 from nsight_core.errors import PERMISSION_REMEDIES, NsysCommandError, is_permission_failure, one_line
-from nsight_core.nsys import QUICK_TIMEOUT, lost_its_agent, name_held
+from nsight_core.nsys import QUICK_TIMEOUT, kill_group, lost_its_agent, name_held
 
 ENV_SIGNAL_FILE = "NSIGHT_SIGNAL_FILE"
 """Where a profiled process that dies of a signal writes its number (nsys itself may then exit 0)."""
@@ -225,8 +225,7 @@ def _await_start(process: subprocess.Popen[bytes], pending: Path) -> bool:
     deadline = time.monotonic() + QUICK_TIMEOUT
     while pending.exists() and process.poll() is None:
         if time.monotonic() >= deadline:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
+            kill_group(process)
             process.wait()
             return not pending.exists()
         time.sleep(0.02)

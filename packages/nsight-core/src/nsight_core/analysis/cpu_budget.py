@@ -26,7 +26,7 @@ import polars as pl
 
 from nsight_core.analysis.budget import PARTS, is_thread
 from nsight_core.analysis.codes import distinct_codes, joint_code, joint_parts
-from nsight_core.analysis.ranges import Nesting, in_parent_order, nest, self_pieces, self_time, with_parents
+from nsight_core.analysis.ranges import Nesting, by_start, in_parent_order, nest, self_pieces, self_time, with_parents
 
 LAUNCH_GAP_NS = 100_000
 """GPU idle stretches shorter than this (100 µs) are launch overhead between queued work."""
@@ -273,12 +273,12 @@ class _Intervals:
 
     @classmethod
     def layer(cls, frame: pl.DataFrame) -> _Intervals:
-        ordered = _by_start(frame)
+        ordered = by_start(frame)
         return cls(ordered, _sorted(ordered["end_ns"]))
 
     @classmethod
     def lookup(cls, frame: pl.DataFrame) -> _Intervals:
-        ordered = _by_start(frame)
+        ordered = by_start(frame)
         # One thread's calls and self pieces mostly follow each other without a gap: most ends are a next start.
         ends = ordered.select(pl.col("end_ns").filter(pl.col("end_ns").ne_missing(pl.col("start_ns").shift(-1))))
         return cls(ordered, _sorted(ends.to_series()))
@@ -302,10 +302,6 @@ class _Intervals:
         starts = self.frame["start_ns"]
         begin = max(starts.search_sorted(first_ns, side="right") - 1, 0)
         return self.frame.slice(begin, starts.search_sorted(last_ns, side="right") - begin)
-
-
-def _by_start(frame: pl.DataFrame) -> pl.DataFrame:
-    return frame if frame["start_ns"].is_sorted() else frame.sort("start_ns", maintain_order=True)
 
 
 def _sorted(values: pl.Series) -> pl.Series:
@@ -334,7 +330,7 @@ def _within(ordered: pl.Series, first: int, last: int) -> pl.Series:
 def _coded(calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     """CALLS by start time as start_ns, end_ns, _code (the index of the call's name in the distinct names), and the
     distinct names (null names have no code: such a call names nothing, as a null name did)."""
-    ordered = calls if calls["start_ns"].is_sorted() else calls.sort("start_ns", maintain_order=True)
+    ordered = by_start(calls)
     codes, names = distinct_codes(ordered, "name")
     return ordered.select("start_ns", "end_ns", pl.when(pl.col("name").is_not_null()).then(codes).alias("_code")), names
 

@@ -25,7 +25,7 @@ from nsight_core.analysis.codes import family_pattern
 from nsight_core.analysis.completeness import Completeness
 from nsight_core.analysis.intervals import busy_over
 from nsight_core.analysis.result import Analysis
-from nsight_core.analysis.steps import StepStats
+from nsight_core.analysis.steps import StepFamily, StepStats
 from nsight_core.analysis.windows import start_windows
 from nsight_core.stats.models import ProfileStats
 from nsight_core.trace.frames import EventTables
@@ -92,6 +92,11 @@ class Side:
     def step_stats(self) -> StepStats | None:
         """The side's steps; None where it has no events to find them in."""
         return self.analysis.steps if self.analysis is not None else None
+
+    @property
+    def family(self) -> StepFamily | None:
+        """The side's step family; None without steps or events."""
+        return self.step_stats.family if self.step_stats is not None else None
 
 
 class Delta(BaseModel):
@@ -217,28 +222,26 @@ def _delta(group: Group, name: str, unit: Unit, a: float | None, b: float | None
 
 def _step_patterns(a: Side, b: Side) -> tuple[str | None, str | None] | None:
     """Each side's step family pattern (None: no steps); None when a side has no events to find steps in."""
-    if (sa := a.step_stats) is None or (sb := b.step_stats) is None:
+    if a.step_stats is None or b.step_stats is None:
         return None
-    fa, fb = sa.family, sb.family
-    return (fa.pattern if fa else None), (fb.pattern if fb else None)
+    pa, pb = (side.family.pattern if side.family else None for side in (a, b))
+    return pa, pb
 
 
 def _estimated_p50(side: Side) -> float | None:
     """SIDE's p50 step without the profiler where it was estimated (the GPU's clock), else its p50 step: the gate
     compares steps as the user's job runs them."""
-    stats = side.step_stats
-    if stats is None or stats.family is None:
+    if side.step_stats is None or side.family is None:
         return None
-    return stats.estimated_p50_ns if stats.estimated_p50_ns is not None else stats.family.p50_ns
+    estimated = side.step_stats.estimated_p50_ns
+    return estimated if estimated is not None else side.family.p50_ns
 
 
 def _gate(a: Side, b: Side) -> Gate:
-    steps_a = a.step_stats.family if a.step_stats else None
-    steps_b = b.step_stats.family if b.step_stats else None
     patterns = _step_patterns(a, b)
     metric: GateMetric | None
     values: tuple[float | None, float | None]
-    if steps_a and steps_b and steps_a.pattern == steps_b.pattern:
+    if a.family and b.family and a.family.pattern == b.family.pattern:
         metric, values = "step_p50", (_estimated_p50(a), _estimated_p50(b))
     elif patterns is not None and any(patterns):
         # Steps on one side only, or of two families: no other number stands in for a step time.
@@ -292,14 +295,11 @@ def _verdict(gate: Gate, reasons: list[Reason]) -> Verdict:
 def _analysis_deltas(a: Side, b: Side) -> list[Delta]:
     """The step statistics of both sides, and where both were analysed whole, the budget per step and the window."""
     deltas: list[Delta] = []
-    fa, fb = (a.step_stats.family if a.step_stats else None), (b.step_stats.family if b.step_stats else None)
-    for stat in ("count", "p50_ns", "p95_ns", "max_ns"):
-        unit: Unit = "count" if stat == "count" else "ns"
-        va = float(getattr(fa, stat)) if fa else None
-        vb = float(getattr(fb, stat)) if fb else None
-        if va is not None or vb is not None:
-            deltas.append(_delta("steps", f"step_{stat}".removesuffix("_ns"), unit, va, vb))
+    fa, fb = a.family, b.family
     if fa or fb:
+        deltas += [_delta("steps", f"step_{stat}".removesuffix("_ns"), "count" if stat == "count" else "ns",
+                          float(getattr(fa, stat)) if fa else None, float(getattr(fb, stat)) if fb else None)
+                   for stat in ("count", "p50_ns", "p95_ns", "max_ns")]
         deltas.append(_delta("steps", "step_p50_without_profiler", "ns", _estimated_p50(a), _estimated_p50(b)))
     if a.analysis and b.analysis:
         for part_a, part_b in zip(a.analysis.budget.parts, b.analysis.budget.parts, strict=True):

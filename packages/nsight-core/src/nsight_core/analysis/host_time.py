@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 import polars as pl
 
 from nsight_core.analysis.gpu_budget import QUERY_CALLS
+from nsight_core.analysis.ranges import by_start
 
 DISPATCH_GAP_NS = 500_000
 """Host time between two CUDA calls shorter than this (0.5 ms) is dispatch: the framework's own Python and C++
@@ -155,9 +156,8 @@ MASKED = 2**32 - 1
 def _unnested(intervals: pl.DataFrame) -> pl.DataFrame:
     """INTERVALS by start, each starting no earlier than every one before it ended (a call inside another, as the
     driver's inside the runtime's, keeps only what lies after it), none empty: one layer of :func:`_painted`."""
-    ordered = intervals if intervals["start_ns"].is_sorted() else intervals.sort("start_ns", maintain_order=True)
     reach = pl.col("end_ns").cum_max().shift(1)
-    return ordered.with_columns(pl.max_horizontal("start_ns", reach).alias("start_ns")).filter(
+    return by_start(intervals).with_columns(pl.max_horizontal("start_ns", reach).alias("start_ns")).filter(
         pl.col("end_ns") > pl.col("start_ns"))
 
 
@@ -217,9 +217,8 @@ def dispatch_runs(cuda_api: pl.DataFrame) -> pl.DataFrame:
 
     Runs are calls too: the runs of consecutive windows of calls (by start), merged again, are the runs of all of
     them (each run ends at the latest end of the calls up to its last), which a streamed capture relies on."""
-    calls = cuda_api.select("start_ns", "end_ns")  # in start order already, as the Trace reads them: no sort
-    calls = (calls if calls["start_ns"].is_sorted() else calls.sort("start_ns")).with_columns(
-        pl.col("end_ns").cum_max())
+    # In start order already, as the Trace reads them: no sort.
+    calls = by_start(cuda_api.select("start_ns", "end_ns")).with_columns(pl.col("end_ns").cum_max())
     # By start, a run begins where a call starts a gap after all before it ended, and ends where the next begins.
     begins = (pl.col("start_ns") - pl.col("end_ns").shift(1) > DISPATCH_GAP_NS).fill_null(True)
     return calls.select(pl.col("start_ns").filter(begins), pl.col("end_ns").filter(begins.shift(-1).fill_null(True)))

@@ -16,10 +16,8 @@ NUMBER_PLACEHOLDER = "{n}"
 
 
 def family_pattern(name: pl.Expr) -> pl.Expr:
-    """The family of a range name: each run of digits becomes {n} (`epoch3/step_7` -> `epoch{n}/step_{n}`).
-
-    The pattern is made once per distinct name (a million ranges have a handful of names) and looked up.
-    """
+    """The family of a range name: each run of digits becomes {n} (`epoch3/step_7` -> `epoch{n}/step_{n}`), made once
+    per distinct name (a million ranges have a handful of names) and looked up."""
     distinct = name.unique(maintain_order=True)
     return name.replace_strict(distinct, pattern_of(distinct))
 
@@ -30,12 +28,8 @@ def pattern_of(name: pl.Expr) -> pl.Expr:
 
 
 def distinct_codes(frame: pl.DataFrame, column: str) -> tuple[pl.Series, pl.Series]:
-    """FRAME's COLUMN as UInt32 codes (null a value like any other) and the distinct values they index, sorted.
-
-    Grouping by a code costs a fraction of doing so by a string, or by several columns; a binary search
-    in the few distinct values finds the codes with no hash table per value. Read through expressions:
-    a column that is one constant (a default domain) stays one.
-    """
+    """FRAME's COLUMN as UInt32 codes (null a value like any other) and the distinct values they index, sorted: a
+    binary search in the few distinct values finds the codes with no hash table per value."""
     distinct = frame.select(pl.col(column).unique().sort()).to_series()
     if distinct.len() == 1:  # one value throughout (one thread, the default domain): no search per row
         return pl.zeros(frame.height, pl.UInt32, eager=True).alias(column), distinct
@@ -43,14 +37,9 @@ def distinct_codes(frame: pl.DataFrame, column: str) -> tuple[pl.Series, pl.Seri
 
 
 def joint_code(*parts: tuple[pl.Expr, int]) -> pl.Expr:
-    """One code per row for several PARTS (code, how many codes: each code an integer below that): equal for
-    equal tuples, the codes as the digits of one mixed-radix number (UInt32 where it fits, else UInt64).
-
-    Why: Polars groups by one integer column in a fraction of the time and memory it takes for several
-    columns (3 M NVTX ranges by family, domain and thread: 20 ms and 1 MB against 140 ms and 170 MB), as
-    it then needs no row encoding of the keys. A part with one value (one thread, the default domain)
-    adds nothing. :func:`joint_parts` takes the parts back.
-    """
+    """One code per row for several PARTS (code, how many codes: each code an integer below that): equal for equal
+    tuples, the codes as the digits of one mixed-radix number (UInt32 where it fits, else UInt64), which Polars groups
+    by with no row encoding of the keys. A part with one value adds nothing. :func:`joint_parts` takes them back."""
     varying = [(code, size) for code, size in parts if size > 1]
     if not varying:
         return pl.repeat(0, pl.len(), dtype=pl.UInt32).alias("_key")

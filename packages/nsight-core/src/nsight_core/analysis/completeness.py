@@ -1,18 +1,8 @@
 """Is this trace complete? Warnings, with cause and fix, for captures that lost part of what ran: nsys does not fail
-loudly (nsys 2023.4.4 on CUDA 13 wrote a report of 1 kernel where hundreds ran, its CUDA activity ending before the step
-ranges, a `.qdstrm` left beside it). The evidence, each a :data:`CompletenessCode`:
-
-- ``importer_errors``: what `nsys stop` / `nsys profile` printed about its import: nsys' own word.
-- ``raw_stream_left``: the raw `.qdstrm` beside the report, which nsys deletes after a clean import.
-- ``cuda_ends_early``: from the trace alone: CUDA activity ends well before the NVTX ranges, and almost no range holds a
-  CUDA call or GPU work, as a truncated import looks.
-- ``nsys_lost_data``: nsys' diagnostics (DIAGNOSTIC_EVENT, nsys 2025) hold an error or a warning of lost events; every
-  warning and error is kept in ``Completeness.diagnostics``, the everyday ones ("Not all CUDA events might have been
-  collected.", in every region capture) no loss.
-- ``cuda_calls_missing``: a process created a CUDA context under trace=cuda, yet no CUDA call was imported.
-- ``graph_work_missing``: most CUDA graph launches have no GPU record (nsys 2023.4 records them on the CPU only).
-- ``nsys_older_than_cuda``: the nsys predates the driver's CUDA major version: never a warning alone (nsys 2023.4.4
-  imports regions opened after CUDA initialises on CUDA 13 completely), the cause where another found one.
+loudly (nsys 2023.4.4 on CUDA 13 wrote a report of 1 kernel where hundreds ran). Each warning is a
+:data:`CompletenessCode` (its function says what it looks at); ``nsys_older_than_cuda`` is never a warning alone (nsys
+2023.4.4 imports regions opened after CUDA initialises completely), the cause where another found one; nsys' everyday
+diagnostics ("Not all CUDA events might have been collected.") are kept, and are no loss.
 
 Only :func:`capture_facts` looks at the file system. The events are lazy frames read by streamed counts and maxima; only
 a capture whose CUDA activity ends early reads its ranges against its CUDA events, in windows.
@@ -155,6 +145,7 @@ def nsys_diagnostics(trace: Trace) -> list[NsysDiagnostic]:
 
 
 def _nsys_lost_data(diagnostics: Sequence[NsysDiagnostic]) -> CompletenessWarning | None:
+    """nsys' diagnostics (DIAGNOSTIC_EVENT, nsys 2025) hold an error or a warning of lost events."""
     lost = [d for d in diagnostics if d.lost_data]
     if not lost:
         return None
@@ -181,8 +172,7 @@ def _cuda_calls_missing(trace: Trace, frames: Events) -> CompletenessWarning | N
     return CompletenessWarning(
         code="cuda_calls_missing",
         message=f"process {pids} created a CUDA context while CUDA was traced, yet the trace holds no CUDA API call "
-                f"({kernels} kernels, {ranges} NVTX ranges): its CUDA activity was not "
-                "imported",
+                f"({kernels} kernels, {ranges} NVTX ranges): its CUDA activity was not imported",
         cause="nsys lost the CUDA events of the capture (seen with nsys 2023.4.4 on CUDA 13, around CUDA graph "
               "replays)",
         fix=_GENERIC_FIX,
@@ -221,6 +211,7 @@ _GENERIC_FIX = ("use an nsys at least as new as the profiled process's CUDA runt
 
 
 def _importer_errors(output: str) -> CompletenessWarning | None:
+    """What `nsys stop` / `nsys profile` printed about its import: nsys' own word."""
     lines = [line.strip().strip("*").strip() for line in _IMPORTER_MARKERS.findall(output)]
     if not lines:
         return None
@@ -239,6 +230,7 @@ def _importer_errors(output: str) -> CompletenessWarning | None:
 
 
 def _raw_stream_left(files: Sequence[Path]) -> CompletenessWarning | None:
+    """The raw `.qdstrm` beside the report, which nsys deletes after a clean import."""
     if not files:
         return None
     return CompletenessWarning(

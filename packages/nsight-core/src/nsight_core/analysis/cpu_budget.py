@@ -39,8 +39,8 @@ _EDGE = _LOOKUP + 4
 
 @dataclass(frozen=True)
 class _Coding:
-    """What the codes of :func:`budget_totals`' batches stand for: _step indexes STEPS, _part PARTS, _name NAMES, whose
-    first API names are CUDA API calls, the next OSRT OS-runtime calls, then NVTX families, then '' (untraced)."""
+    """What :func:`budget_totals`' codes stand for: _step indexes STEPS, _part PARTS, _name NAMES (API CUDA calls, OSRT
+    OS-runtime calls, NVTX families, then '' for untraced)."""
 
     steps: pl.Series
     names: pl.Series
@@ -67,16 +67,13 @@ def _decode(codes: pl.Expr, values: pl.Series) -> pl.Expr:
 def budget_totals(steps: pl.DataFrame, kernels: pl.DataFrame, copies: pl.DataFrame, cuda_api: pl.DataFrame,
                   osrt: pl.DataFrame, nesting: Nesting, sync: pl.DataFrame, thread: int | None) -> pl.DataFrame:
     """The STEPS (step, start_ns, end_ns; not overlapping) cut into pieces, one part each, summed per step, part and CPU
-    activity (step, part, cpu_kind, cpu_name, total_ns): no row per piece is kept. COPIES: memcpy and memset intervals;
-    SYNC: the blocking calls (:func:`every_budget.sync_calls`); of CUDA_API, OSRT and NESTING's ranges only THREAD's are
-    attributed.
+    activity (step, part, cpu_kind, cpu_name, total_ns). COPIES: memcpy and memset intervals; SYNC: the blocking calls
+    (:func:`every_budget.sync_calls`); of CUDA_API, OSRT and NESTING's ranges only THREAD's are attributed.
 
-    Steps are independent, so the pieces are made a batch of steps (about BATCH_EDGES cut points) at a time, by
-    BATCH_WORKERS threads (Polars computes without the GIL), their sums coded (:class:`_Coding`). One sweep per batch:
-    every edge a cut point, a layer's coverage its starts less its ends so far, what the thread was in the call or NVTX
-    self piece started last if it has not ended. Where the GPU idles and no call waits, one kind of non-overlapping
-    interval needs no sweep (its overlaps with the steps), and ranges that nest inside one step add their self time to
-    it with no pieces.
+    A batch of steps (about BATCH_EDGES cut points) at a time, by BATCH_WORKERS threads, their sums coded
+    (:class:`_Coding`), one sweep each: a layer's coverage its starts less its ends so far, what the thread was in the
+    call or NVTX self piece started last if it has not ended. Where the GPU idles and no call waits, one kind of
+    non-overlapping interval needs no sweep, and ranges nesting inside one step add their self time with no pieces.
     """
     lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
 
@@ -128,9 +125,8 @@ def budget_totals(steps: pl.DataFrame, kernels: pl.DataFrame, copies: pl.DataFra
     def overlaps(first_ns: int, last_ns: int, intervals: pl.DataFrame, offset: int,
                  whole: pl.DataFrame | None = None) -> pl.DataFrame:
         """The time of the steps in [FIRST_NS, LAST_NS] per step and name when the thread's only activity there is
-        INTERVALS (start_ns, end_ns, _code: the name's code less OFFSET) and none overlap: each interval's overlap with
-        each step it meets, the rest untraced. What the cut at every edge sums to, without the cut. WHOLE (_at: a step's
-        position among all, _code, total_ns): time summed already, inside one step each."""
+        INTERVALS (start_ns, end_ns, _code less OFFSET), none overlapping: each one's overlap with each step it meets,
+        the rest untraced (what the cut sums to, without it). WHOLE (_at, _code, total_ns): time summed already."""
         begin = step_starts.search_sorted(first_ns, side="left")  # the next batch's first step may start at LAST_NS
         batch = ordered_steps.slice(begin, step_starts.search_sorted(last_ns, side="left") - begin).with_columns(
             (pl.lit(step_starts).search_sorted(start, side="right").cast(pl.Int32) - 1).alias("_step"))
@@ -265,8 +261,8 @@ def _batches(steps: pl.DataFrame, sources: list[_Intervals]) -> list[tuple[int, 
 
 @dataclass(frozen=True)
 class _Intervals:
-    """Intervals by start time (start_ns, end_ns and, for lookups, _code) and their ends that cut, sorted: a layer's all
-    (it counts them), a lookup's those where its next interval does not start (that start cuts)."""
+    """Intervals by start (start_ns, end_ns and, for lookups, _code) and their ends that cut, sorted: a layer's all, a
+    lookup's those where its next interval does not start (that start cuts)."""
 
     frame: pl.DataFrame
     ends: pl.Series
@@ -309,8 +305,8 @@ def _sorted(values: pl.Series) -> pl.Series:
 
 
 def _events(sources: list[tuple[pl.Series, int, bool]]) -> pl.DataFrame:
-    """Each source's TIMES as events of its KIND, one after the other: start_ns, _kind and _row (where ROWS, the
-    position in TIMES, else null); three columns concatenated, not a frame per source, whose set-up costs more."""
+    """Each source's TIMES as events of its KIND: start_ns, _kind and _row (where ROWS, the position in TIMES, else
+    null); three columns concatenated, not a frame per source, whose set-up costs more."""
     def constant(value: int | None, length: int) -> pl.Series:
         return pl.Series([value], dtype=pl.UInt32 if value is None else pl.UInt8).new_from_index(0, length)
 
@@ -337,13 +333,9 @@ def _coded(calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
 
 def _nvtx_pieces(nesting: Nesting, thread: int | None, lo: int, hi: int,
                  steps: pl.DataFrame | None = None) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame | None]:
-    """THREAD's NVTX self pieces in [LO, HI) (start_ns, end_ns, _code) by start time, the range families the codes index
-    (the innermost range's family names the time), and None, or with STEPS the self times below.
-
-    STEPS (start_ns, end_ns, by start, not overlapping), where the ranges nest: a range inside one step is not cut into
-    pieces (their overlaps with the steps add up to its self time); the third frame holds its self time instead, summed
-    per step and family: _at (the step's position in STEPS), _code, total_ns.
-    """
+    """THREAD's NVTX self pieces in [LO, HI) (start_ns, end_ns, _code) by start, the range families the codes index,
+    and None; with STEPS (by start, not overlapping), where the ranges nest, a range inside one step is no pieces but
+    its self time, summed per step and family in the third frame: _at (the step's position), _code, total_ns."""
     ranges, family = nesting.ranges, nesting.family
     inside = ranges.select(is_thread(thread) & (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)).to_series()
     if not inside.all():

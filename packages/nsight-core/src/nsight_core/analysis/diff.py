@@ -1,15 +1,12 @@
 """Two captures side by side: did B get slower than A, and where; or why the two cannot be judged.
 
-Everything is matched by name (kernels by name, NVTX ranges by family, budget parts by part), with
-absolute and relative deltas. One number decides the verdict, the gate: the step p50 when both
-captures have steps of the same family (`step_{n}` in both), else, when neither has steps, GPU busy
-time (the union of kernel intervals), else, for recorded CSVs that have only totals, summed kernel time.
-Inputs are either a trace's frames or recorded statistics; a CSV side simply lacks what needs events.
+Everything is matched by name (kernels by name, NVTX ranges by family, budget parts by part), with absolute and
+relative deltas. One number decides the verdict, the gate: the step p50 when both have steps of the same family, else,
+when neither has steps, GPU busy time, else (recorded CSVs, totals only) summed kernel time.
 
-A number is only a verdict when the captures measure the same thing: steps of different families
-(`step_{n}` against `iter_{n}`), work on different GPUs, or a trace that misses part of what ran make
-the comparison meaningless, and a CI gate must not pass a 3x slowdown because of it. Those cases are
-:class:`Reason` codes (no words here: render words them), and the verdict is then ``not_comparable``.
+A number is only a verdict when the captures measure the same thing: steps of different families, work on different
+GPUs, or a trace that misses part of what ran make the comparison meaningless, and a CI gate must not pass a 3x slowdown
+because of it. Those cases are :class:`Reason` codes (render words them), and the verdict is then ``not_comparable``.
 """
 
 from __future__ import annotations
@@ -72,13 +69,9 @@ class GpuEvents(Protocol):
 
 @dataclass(frozen=True)
 class Side:
-    """One capture as diff needs it: per-name totals, and the analysis where there are events.
-
-    ``kernels``: name, instances, total_ns. ``ranges``: the same per NVTX range family (summed time,
-    nesting included). ``analysis`` and ``gpu_busy_ns`` are None for recorded statistics. ``gpus``: the
-    names of the GPUs its work ran on, one per device, sorted; empty when unknown or none ran.
-    ``completeness``: None where it was not checked (recorded statistics).
-    """
+    """One capture as diff needs it. ``kernels``: name, instances, total_ns; ``ranges``: the same per NVTX range family
+    (nesting included). ``analysis``, ``gpu_busy_ns`` and ``completeness``: None for recorded statistics. ``gpus``:
+    the names of the GPUs its work ran on, one per device, sorted; empty when unknown or none ran."""
 
     source: str
     kernels: pl.DataFrame
@@ -191,12 +184,8 @@ def _totals(frame: pl.LazyFrame) -> pl.DataFrame:
 
 
 def gpus_used(frames: GpuEvents, gpus: pl.DataFrame) -> tuple[str, ...]:
-    """The names of the GPUS (the target's: device, name) that ran FRAMES' kernels, copies or memsets, one per
-    device, sorted.
-
-    Empty when no GPU work was traced, or when a device that worked is not among the target's GPUs
-    (an export without TARGET_INFO_GPU): unknown, so never a reason to refuse a comparison.
-    """
+    """The names of the GPUS (the target's: device, name) that ran FRAMES' kernels, copies or memsets, one per device,
+    sorted; empty where unknown (no GPU work, or an export without TARGET_INFO_GPU): never a reason to refuse."""
     devices = pl.concat([frame.lazy().select("device") for frame in (frames.kernels, frames.memcpy, frames.memset)])
     worked = devices.unique().collect(engine="streaming")
     names = worked.join(gpus.select("device", "name"), on="device", how="left")["name"]

@@ -48,9 +48,8 @@ def step_syncs(blocking: pl.DataFrame, thread: int | None) -> pl.DataFrame:
 def budget_in_batches(windows: pl.DataFrame, cuts: list[tuple[int, int]], between: WorkBetween,
                       calls: pl.DataFrame, host: Host, stretches: bool = True) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The budget's totals and idle stretches of WINDOWS, a batch (CUTS: :func:`batches`) at a time: steps are local
-    in time, so every lookup a piece makes lies within its batch's time. BETWEEN: the GPU work of a batch's time;
-    CALLS: :func:`step_syncs`; HOST: what the steps' thread was in. STRETCHES: whether to keep the idle stretches,
-    thousands a step, which only the steps a page draws need."""
+    in time. BETWEEN: the GPU work of a batch's time; CALLS: :func:`step_syncs`; HOST: what the steps' thread was in.
+    STRETCHES: whether to keep the idle stretches, thousands a step, which only the steps a page draws need."""
     call_starts = calls["start_ns"]
 
     def budget_of(cut: tuple[int, int]) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -76,9 +75,8 @@ IDLE_COLUMNS = {"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "par
 
 def _batch_budget(windows: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame, host: Host, lo: int,
                   hi: int, stretches: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """WINDOWS (from LO to HI) cut into parts and idle causes: the sums per step, part and CPU activity
-    (TOTAL_COLUMNS), and each idle stretch with its largest cause (IDLE_COLUMNS). WORK: the GPU work that ran between
-    LO and HI; SYNCS: the steps' thread's synchronising calls, from the last that began by LO."""
+    """WINDOWS (from LO to HI) cut into parts and idle causes: the sums per step, part and CPU activity (TOTAL_COLUMNS),
+    and each idle stretch with its largest cause (IDLE_COLUMNS). WORK: the GPU work; SYNCS: the thread's syncs."""
     # Only the columns the timeline needs are copied (the launches' text is not).
     pieces = _pieces(windows, work.select("start_ns", "end_ns", "kind", "comm").filter(
         (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)), lo, hi)
@@ -98,17 +96,14 @@ def _batch_budget(windows: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame
 
 STATES = ("compute", "exposed_comm", "exposed_copy", "idle")
 """What the GPU did in a piece of its timeline (:func:`_pieces`' state indexes it): the first that holds."""
-
-
 LAYER_BITS = 21
 """Each GPU layer's count of running work in its own 21 bits of one integer (:func:`_pieces`): up to two million
 pieces of work of one layer at once."""
 
 
 def _pieces(windows: pl.DataFrame, work: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
-    """The GPU timeline between LO and HI cut at every edge of WORK and of WINDOWS: step, start_ns, ns, state (an index
-    into STATES). The three layers' counts (compute, communication, copies) are one integer, a field of LAYER_BITS
-    each, so one cumulative sum of the edges counts them all."""
+    """The GPU timeline between LO and HI cut at every edge of WORK and of WINDOWS: step, start_ns, ns, state (into
+    STATES). The three layers' counts are one integer, LAYER_BITS each: one cumulative sum of the edges counts all."""
     copy = pl.col("kind").is_in(["copy", "memset"])
     step = (pl.when(copy).then(1 << (2 * LAYER_BITS)).when(pl.col("comm")).then(1 << LAYER_BITS).otherwise(1)
             .cast(pl.Int64))
@@ -187,10 +182,9 @@ before a copy): the framework's bookkeeping, named by the call they lead to."""
 
 
 class _Causes:
-    """The causes of the idle pieces (:func:`_with_cause`), one row per piece: step, a, b, the columns that name a
-    cause (launch_name, sync_name, short) and each candidate's nanoseconds (_c0, _c1, ...; 0 where it does not apply),
-    each nanosecond in exactly one. A column per cause, not a row: the sums per step are a group-by on the step, a
-    piece's largest cause a horizontal maximum."""
+    """The causes of the idle pieces (:func:`_with_cause`), a row each: step, a, b, the columns that name a cause
+    (launch_name, sync_name, short) and each candidate's nanoseconds (_c0, _c1, ...), each nanosecond in exactly one.
+    A column per cause: the sums per step are a group-by, a piece's largest cause a horizontal maximum."""
 
     def __init__(self, frame: pl.DataFrame, candidates: list[tuple[Label, Label, Label]],
                  named: dict[int, str]) -> None:

@@ -22,10 +22,9 @@ OTHER_RANGES = "(other ranges)"
 
 @dataclass(frozen=True)
 class Host:
-    """What the steps' thread was in, as interval sets (:func:`_cumulative`) whose coverage of any span is two as-of
-    lookups: its STEPS, its user RANGES by name, when any thread dispatched (DISPATCH). With CALLS
-    (:class:`HostCalls`), its time outside its ranges is named by its calls, a batch of time at a time (:meth:`at`):
-    each CUDA call, the framework's time before it (``dispatch``), each OS-runtime call, else ``untraced``."""
+    """What the steps' thread was in, as interval sets (:func:`_cumulative`): its STEPS, its user RANGES by name, when
+    any thread dispatched (DISPATCH). With CALLS (:class:`HostCalls`), its time outside its ranges is named by its
+    calls, a batch of time at a time (:meth:`at`): each CUDA call, the time before it (``dispatch``), each OS call."""
 
     steps: pl.DataFrame
     ranges: dict[str, pl.DataFrame]
@@ -37,8 +36,8 @@ class Host:
     @classmethod
     def of(cls, windows: pl.DataFrame, user: pl.DataFrame, dispatch: pl.DataFrame,
            calls: HostCalls | None = None) -> Host:
-        """The steps of WINDOWS (their ranges), the USER ranges (:func:`outermost_user_ranges`) named by TOP_RANGES
-        names, and when the host DISPATCHED (:func:`dispatch_runs`) or, with CALLS, what the thread's calls were."""
+        """The steps of WINDOWS, the USER ranges (:func:`outermost_user_ranges`) by TOP_RANGES names, and when the host
+        DISPATCHED (:func:`dispatch_runs`) or, with CALLS, what its calls were."""
         steps = windows.select(pl.col("cpu_start_ns").alias("start_ns"), pl.col("cpu_end_ns").alias("end_ns"))
         top = (user.group_by("name").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("t"))
                .sort(["t", "name"], descending=[True, False]).head(TOP_RANGES)["name"])
@@ -56,9 +55,8 @@ class Host:
         return replace(self, tiling=self.calls.tiling(lo, hi, pl.concat(masks) if masks else None))
 
     def activities(self) -> list[tuple[str, str, str]]:
-        """What the host can have done in a span, in the order :meth:`split` gives it: cpu_kind, cpu_name and the
-        part of a span no sync caused (user ranges, OS calls and untraced time idle the GPU; CUDA calls and the
-        framework's time between them are launch gaps)."""
+        """What the host can have done in a span, in :meth:`split`'s order: cpu_kind, cpu_name and the part where no
+        sync caused it (user ranges, OS calls and untraced time idle the GPU; CUDA calls and dispatch: launch gaps)."""
         named = self.calls.labels() if self.calls is not None else [("dispatch", "", "launch_gap")]
         return [*(("nvtx", name, "gpu_idle") for name in self.ranges), *named, ("untraced", "", "gpu_idle")]
 
@@ -92,9 +90,8 @@ before HI (analysis/every_budget.py: a filtered scan of that time)."""
 
 
 class HostCalls:
-    """The steps' thread's calls as the host's budget names them: the TOP_CALLS CUDA calls (NAMES, the rest
-    OTHER_CALLS) and OS-runtime calls (OSRT), each a code, and where they are read (BETWEEN). The names are the
-    capture's, chosen once, so that every batch of steps names its time alike."""
+    """The steps' thread's calls as the budget names them, each a code: the TOP_CALLS CUDA calls (NAMES, the rest
+    OTHER_CALLS) and OS-runtime calls (OSRT), read by BETWEEN; chosen once, so every batch names its time alike."""
 
     def __init__(self, names: list[str], osrt: list[str], between: CallsBetween) -> None:
         self.names = [*names, OTHER_CALLS]
@@ -114,11 +111,9 @@ class HostCalls:
                 .cast(pl.UInt32))
 
     def tiling(self, lo: int, hi: int, mask: pl.DataFrame | None) -> pl.DataFrame:
-        """The thread's time from LO to HI cut into pieces, one code each (start_ns, end_ns, _code, by start; the
-        codes index :meth:`labels`): a CUDA call, else an OS-runtime call, else the framework's time before a CUDA
-        call within DISPATCH_GAP_NS of the one before; none inside MASK (the user ranges name their own time).
-        Queries (QUERY_CALLS) count as time before the call they lead to. The calls are read from DISPATCH_GAP_NS
-        before LO to as long after HI."""
+        """The thread's time from LO to HI cut into pieces, one code of :meth:`labels` each (start_ns, end_ns, _code, by
+        start): a CUDA call, else an OS-runtime call, else the time before a CUDA call within DISPATCH_GAP_NS of the one
+        before; none inside MASK (the user ranges). Queries (QUERY_CALLS) count as time before the call they lead to."""
         cuda, osrt = self.between(lo - DISPATCH_GAP_NS, hi + DISPATCH_GAP_NS)
         cuda = _unnested(cuda)
         count = len(self.names)
@@ -144,9 +139,7 @@ class HostCalls:
             layers.append(_unnested(osrt).select("start_ns", "end_ns",
                                                  self._code(name, self.osrt, 2 * count).alias("_code")))
         layers.append(before.sort("start_ns"))
-        painted = _painted(layers, lo, hi)
-        return painted.filter(pl.col("_code") != MASKED)
-
+        return _painted(layers, lo, hi).filter(pl.col("_code") != MASKED)
 
 
 MASKED = 2**32 - 1
@@ -178,9 +171,8 @@ def _painted(layers: list[pl.DataFrame], lo: int, hi: int) -> pl.DataFrame:
 
 
 def _coded_cover(tiling: pl.DataFrame | None, count: int, q0: pl.Series, q1: pl.Series) -> list[pl.Series]:
-    """How much of each span from Q0 to Q1 TILING's pieces of each of COUNT codes cover (each span in order, as
-    :func:`_covered`'s): per code, the length of its pieces before each point is a column, so that two as-of
-    lookups give every code's coverage."""
+    """How much of each span from Q0 to Q1 TILING's pieces of each of COUNT codes cover (the spans in order): per code,
+    the length of its pieces before each point is a column, so that two as-of lookups give every code's coverage."""
     if tiling is None or not tiling.height:
         return [pl.zeros(q0.len(), pl.Int64, eager=True) for _ in range(count)]
     length = pl.col("end_ns") - pl.col("start_ns")
@@ -200,9 +192,8 @@ def _coded_cover(tiling: pl.DataFrame | None, count: int, q0: pl.Series, q1: pl.
 
 
 def outermost_user_ranges(windows: pl.DataFrame, reach: int, ranges: pl.DataFrame) -> tuple[int, pl.DataFrame]:
-    """The latest end of the user ranges so far, and the user ranges among RANGES (start_ns, end_ns, name: the steps'
-    thread's NVTX ranges that are not steps): those that hold no step of WINDOWS (a region, an epoch), the outermost
-    of those nesting. REACH: that end of the user ranges before RANGES (a fold step over windows of start time)."""
+    """The latest end of the user ranges so far (REACH before RANGES: a fold step over windows of start time), and the
+    user ranges among RANGES (the steps' thread's other NVTX ranges): those holding no step of WINDOWS, outermost."""
     starts = windows["cpu_start_ns"]
     holds_step = (pl.lit(starts).search_sorted(pl.col("end_ns"), side="left")
                   > pl.lit(starts).search_sorted(pl.col("start_ns"), side="left"))
@@ -213,10 +204,8 @@ def outermost_user_ranges(windows: pl.DataFrame, reach: int, ranges: pl.DataFram
 
 
 def dispatch_runs(cuda_api: pl.DataFrame) -> pl.DataFrame:
-    """The CUDA calls of all threads merged across gaps shorter than DISPATCH_GAP_NS: when the host dispatched.
-
-    Runs are calls too: the runs of consecutive windows of calls (by start), merged again, are the runs of all of
-    them (each run ends at the latest end of the calls up to its last), which a streamed capture relies on."""
+    """The CUDA calls of all threads merged across gaps shorter than DISPATCH_GAP_NS: when the host dispatched. Runs
+    are calls too: the runs of windows of calls, merged again, are the runs of all (a streamed capture's)."""
     # In start order already, as the Trace reads them: no sort.
     calls = by_start(cuda_api.select("start_ns", "end_ns")).with_columns(pl.col("end_ns").cum_max())
     # By start, a run begins where a call starts a gap after all before it ended, and ends where the next begins.
@@ -233,8 +222,7 @@ def _cumulative(intervals: pl.DataFrame) -> pl.DataFrame:
 
 def _covered(cumulatives: list[pl.DataFrame], q0: pl.Series, q1: pl.Series) -> list[pl.Series]:
     """How much of each span from Q0 to Q1 each of CUMULATIVES' interval sets covers: what lies before the span's end
-    less what lies before its start. Q0 and Q1 are each in order (spans within the idle pieces, in time order, or
-    ranges by start), so each is looked up where it is, with no sort; Polars' as-of join checks that order."""
+    less what lies before its start. Q0 and Q1 are each in order, so each is looked up with no sort."""
     value = (pl.col("_before") + (pl.min_horizontal("t", "end_ns") - pl.col("start_ns"))).fill_null(0)
     starts, ends = pl.DataFrame({"t": q0}), pl.DataFrame({"t": q1})
 

@@ -11,14 +11,9 @@ from nsight_core.units import duration, nsys_megabytes
 if TYPE_CHECKING:  # the CLI reads DEFAULT_LIMIT before it loads pydantic
     from nsight_core.stats.models import ProfileStats
 
-_TITLES = {
-    "kernels": "CUDA GPU kernels",
-    "graphs": "CUDA graphs (whole launches on the GPU)",
-    "api_calls": "CUDA API calls",
-    "memory_time": "GPU memory operations (time)",
-    "memory_size": "GPU memory operations (size)",
-    "nvtx_ranges": "NVTX ranges",
-}
+_TITLES = {"kernels": "CUDA GPU kernels", "graphs": "CUDA graphs (whole launches on the GPU)",
+           "api_calls": "CUDA API calls", "memory_time": "GPU memory operations (time)",
+           "memory_size": "GPU memory operations (size)", "nvtx_ranges": "NVTX ranges"}
 _MAX_NAME = 80
 
 

@@ -1,5 +1,4 @@
-"""A capture's section title: its file's name, or for an unnamed run's whole-process capture the command it
-recorded."""
+"""A capture's section title: its file's name, or for an unnamed run's whole-process capture the command it recorded."""
 
 from __future__ import annotations
 
@@ -12,6 +11,7 @@ from pathlib import Path
 import polars as pl
 
 from nsight_core.trace.model import Trace
+from nsight_core.trace.schema import pid_of
 from nsight_core.trace.streamed import events
 
 GENERATED_NAME = re.compile(r"nsight-[0-9a-f]{8}")
@@ -20,9 +20,9 @@ GENERATED_NAME = re.compile(r"nsight-[0-9a-f]{8}")
 
 def capture_title(path: Path, trace: Trace) -> str:
     """A capture's section title: its file's name (its region's, or a named run's); for an unnamed run's capture (a
-    random id, nsight-cb27362c) the command it recorded, where the export holds it (META_DATA_CAPTURE), else the
-    program with the most CPU events, named by its main thread: nsys names a process when it starts, which for
-    `nsight run` is the shell that then execs the command."""
+    random id, nsight-cb27362c) the command it recorded, where the export holds it (META_DATA_CAPTURE), else the program
+    with the most CPU events, named by its main thread: nsys names a process when it starts, which for `nsight run` is
+    the shell that then execs the command."""
     if not GENERATED_NAME.fullmatch(path.stem):
         return path.stem
     command = recorded_command(trace.meta)
@@ -31,7 +31,7 @@ def capture_title(path: Path, trace: Trace) -> str:
         return text if len(text) <= MAX_TITLE else text[:MAX_TITLE - 1] + "…"
     frames = events(trace)  # streamed queries: a large capture's frames are never read whole for its title
     threads = pl.concat([frame.select("thread") for frame in (frames.nvtx, frames.cuda_api, frames.osrt)])
-    by_pid = (threads.group_by(((pl.col("thread") // (1 << 24)) % (1 << 24)).alias("pid")).agg(pl.len())
+    by_pid = (threads.group_by(pid_of(pl.col("thread")).alias("pid")).agg(pl.len())
               .sort(["len", "pid"], descending=[True, False]).head(1).collect(engine="streaming"))
     if not by_pid.height:
         return f"whole-process capture {path.stem}"
@@ -43,8 +43,8 @@ def capture_title(path: Path, trace: Trace) -> str:
 
 
 NOT_PROGRAMS = frozenset({"sh", "bash", "dash", "nsys-launcher"})
-"""Names nsys may record for the command's process before it execs the command (`nsight run`'s shell, nsys'
-launcher): no program's name."""
+"""Names nsys may record for the command's process before it execs the command (`nsight run`'s shell, nsys' launcher):
+no program's name."""
 
 
 MAX_TITLE = 100

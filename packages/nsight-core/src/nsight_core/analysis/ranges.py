@@ -1,9 +1,9 @@
 """NVTX ranges by family with self time: what a range did itself, not what its children did.
 
-`nsys stats` totals nest: a `train` range holding `forward` and `backward` counts their time again,
-so shares of summed range time mean little (a range that took 90 % of the capture can show 43 %).
-Here each range's self time is its duration minus its direct children's, self times of one thread
-never overlap, and shares are of the capture span. Summed (inclusive) time is kept, named as such.
+`nsys stats` totals nest: a `train` range holding `forward` and `backward` counts their time again, so shares of summed
+range time mean little (a range that took 90 % of the capture can show 43 %). Here each range's self time is its
+duration minus its direct children's, self times of one thread never overlap, and shares are of the capture span. Summed
+(inclusive) time is kept, named as such.
 """
 
 from __future__ import annotations
@@ -37,9 +37,8 @@ class RangeFamily(BaseModel):
 def with_parents(nvtx: pl.DataFrame) -> pl.DataFrame:
     """NVTX ranges with an id and the id of the range they are nested in on their thread (null: outermost).
 
-    The parent of a range at depth d is the latest range at depth d-1 on the same thread that started
-    no later than it did (ranges of one thread nest, so that one encloses it). ``id`` is the row's
-    position: the ranges by start time.
+    The parent of a range at depth d is the latest range at depth d-1 on the same thread that started no later than it
+    did (ranges of one thread nest, so that one encloses it). ``id`` is the row's position: the ranges by start time.
     """
     ranges = by_start(nvtx).select(pl.int_range(pl.len(), dtype=pl.Int64).alias("id"), pl.all())
     # One asof join on (thread, depth) as a single integer: a join by two columns costs five times the memory, and
@@ -70,9 +69,8 @@ def _thread_level(ranges: pl.DataFrame) -> pl.Expr:
 
 @dataclass(frozen=True)
 class Nesting:
-    """NVTX ranges with their parents (:func:`with_parents`) and self times (:func:`self_time`), and each one's
-    family as a code into FAMILIES (:func:`family_codes`): made once for the families and the budget, which
-    both read them."""
+    """NVTX ranges with their parents (:func:`with_parents`) and self times (:func:`self_time`), and each one's family
+    as a code into FAMILIES (:func:`family_codes`): made once for the families and the budget, which both read them."""
 
     ranges: pl.DataFrame
     family: pl.Series
@@ -99,11 +97,11 @@ def self_time(ranges: pl.DataFrame) -> pl.DataFrame:
 def self_pieces(ranges: pl.DataFrame, of: pl.Series | None = None) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """The pieces of each of RANGES (:func:`with_parents`' frame) not covered by a child, as three frames.
 
-    Columns start_ns, end_ns and ``id``: the range the piece belongs to, its innermost one (whose
-    thread it is on). Per thread disjoint. The frames: the gap before each child (in the children's
-    order, by start), the rest of each parent after its last child (by parent), and the ranges without
-    children (by start); where ranges nest, each frame is by start time. Ids, not names: a name is
-    looked up for the pieces that need it. OF (a mask of RANGES): only those ranges' pieces.
+    Columns start_ns, end_ns and ``id``: the range the piece belongs to, its innermost one (whose thread it is on). Per
+    thread disjoint. The frames: the gap before each child (in the children's order, by start), the rest of each parent
+    after its last child (by parent), and the ranges without children (by start); where ranges nest, each frame is by
+    start time. Ids, not names: a name is looked up for the pieces that need it. OF (a mask of RANGES): only those
+    ranges' pieces.
     """
     children = ranges.select("parent", "start_ns", "end_ns").filter(pl.col("parent").is_not_null())
     parent = children["parent"]
@@ -124,20 +122,20 @@ def self_pieces(ranges: pl.DataFrame, of: pl.Series | None = None) -> tuple[pl.D
 
 
 def nest(ranges: pl.DataFrame) -> bool:
-    """Whether RANGES (:func:`with_parents`' frame, one thread) nest: each lies inside its parent, after the
-    previous range of its parent (or the previous outermost one). Then their self pieces do not overlap, and a
-    range's pieces add up to its duration less its children's (:func:`self_time`)."""
+    """Whether RANGES (:func:`with_parents`' frame, one thread) nest: each lies inside its parent, after the previous
+    range of its parent (or the previous outermost one). Then their self pieces do not overlap, and a range's pieces add
+    up to its duration less its children's (:func:`self_time`)."""
     after_sibling = pl.col("start_ns") >= pl.col("end_ns").shift(1).over("parent")
     inside_parent = pl.col("end_ns") <= pl.col("end_ns").gather(pl.col("parent"))
     return bool(ranges.select((after_sibling.fill_null(True) & inside_parent.fill_null(True)).all()).item())
 
 
 def in_parent_order(pieces: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]) -> pl.DataFrame:
-    """:func:`self_pieces` as one frame: the gaps before children by parent (then start), the rests after the
-    last children by parent, the leaves.
+    """:func:`self_pieces` as one frame: the gaps before children by parent (then start), the rests after the last
+    children by parent, the leaves.
 
-    The order the pieces had before a sort by start time: it decides which of two pieces starting
-    together (from ranges that cross rather than nest) comes first.
+    The order the pieces had before a sort by start time: it decides which of two pieces starting together (from ranges
+    that cross rather than nest) comes first.
     """
     before_child, after_last, leaves = pieces
     return pl.concat([before_child.sort("id", maintain_order=True), after_last.sort("id"), leaves])

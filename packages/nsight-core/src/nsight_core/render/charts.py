@@ -19,6 +19,7 @@ from nsight_core.analysis.step_drawing import StepDrawing
 from nsight_core.analysis.summary import NEEDS_TRACE
 from nsight_core.analysis.trace_summary import TraceSummary
 from nsight_core.render.findings import PART_LABELS
+from nsight_core.render.perfetto import in_domain
 from nsight_core.render.step_view import PART_COLORS, cpu_words
 from nsight_core.stats.models import ProfileStats
 from nsight_core.units import BYTES_PER_NSYS_MB, MIB, MICROSECONDS, duration
@@ -129,11 +130,6 @@ def nvtx_totals_chart(stats: ProfileStats, top: int = TOP_N) -> ChartSpec:
     ]))
 
 
-def _family_label() -> pl.Expr:
-    """`domain:pattern`, or the pattern alone in the default domain (how nsys names ranges)."""
-    return pl.when(pl.col("domain") != "").then(pl.format("{}:{}", "domain", "pattern")).otherwise("pattern")
-
-
 def nvtx_families_chart(ranges: list[RangeFamily], top: int = TOP_N) -> ChartSpec:
     """NVTX range families (`step_{n}` one bar) by self time, as shares of the user's window: a parent's bar is not its
     children's again, so one thread's add up to at most 100 %; the summed time is in the tooltip."""
@@ -141,7 +137,7 @@ def nvtx_families_chart(ranges: list[RangeFamily], top: int = TOP_N) -> ChartSpe
     if not ranges:
         return ChartSpec(title=title, missing="no NVTX ranges in this capture")
     frame = pl.DataFrame([r.model_dump() for r in ranges[:top]]).with_columns(
-        _family_label().alias("range"),
+        in_domain("pattern").alias("range"),
         (pl.col("self_ns") / NS_PER_MS).alias("self_ms"), (pl.col("summed_ns") / NS_PER_MS).alias("summed_ms"))
     chart = alt.Chart(_rows("families")).mark_bar(color="#76b900").encode(
         x=alt.X("self_fraction:Q", title="Self time, share of the capture", axis=alt.Axis(format="%")),
@@ -161,7 +157,7 @@ def nvtx_family_distribution_chart(ranges: list[RangeFamily], top: int = TOP_N) 
     if not repeated:
         return ChartSpec(title=title, missing="no NVTX range (or numbered family) ran more than once")
     frame = pl.DataFrame([r.model_dump() for r in repeated]).select(
-        _family_label().alias("name"),
+        in_domain("pattern").alias("name"),
         pl.col("count").alias("instances"),
         *((pl.col(f"{stat}_ns") / NS_PER_MS).alias(f"{alias}_ms")
           for stat, alias in (("min", "min"), ("p50", "med"), ("mean", "avg"), ("max", "max"))))

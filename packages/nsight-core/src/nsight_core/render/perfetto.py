@@ -1,8 +1,8 @@
 """A capture's whole timeline as Chrome Trace Event JSON, the format ui.perfetto.dev and chrome://tracing open: a
 process per GPU with a thread per stream (kernels, graph launches traced whole, copies, memsets), the traced processes
-with their threads (NVTX ranges, CUDA API and OS-runtime calls, NVTX marks as instants), each named by a metadata
-event. Times are µs with ns as decimals. Push/pop ranges are nesting ``X`` slices; start/end ranges may overlap on a
-thread, so they are async begin/end pairs. Streamed: each slice of CHUNK_ROWS events becomes its JSON text in Polars
+with their threads (NVTX ranges, CUDA API and OS-runtime calls, NVTX marks as instants), each named by a metadata event.
+Times are µs with ns as decimals. Push/pop ranges are nesting ``X`` slices; start/end ranges may overlap on a thread, so
+they are async begin/end pairs. Streamed: each slice of CHUNK_ROWS events becomes its JSON text in Polars
 (``struct.json_encode``, which escapes names) and is written before the next is made, no Python object per event.
 """
 
@@ -15,6 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from nsight_core.trace.model import Trace
+from nsight_core.trace.schema import pid_of
 
 CHUNK_ROWS = 10_000
 GPU_PID_BASE = 1 << 24
@@ -59,11 +60,6 @@ def _slice(category: str, name: pl.Expr, pid: pl.Expr, tid: pl.Expr, args: pl.Ex
     return fields if args is None else [*fields, args.alias("args")]
 
 
-def _ospid_of(thread: pl.Expr) -> pl.Expr:
-    """The OS pid inside nsys' global thread id (bits 24..47)."""
-    return (thread // (1 << 24)) % (1 << 24)
-
-
 def _os_tid(thread: pl.Expr) -> pl.Expr:
     return thread % (1 << 24)
 
@@ -72,14 +68,14 @@ THREAD = pl.col("thread")
 GPU_PID, STREAM = pl.col("device") + GPU_PID_BASE, pl.col("stream")
 
 
-def _nvtx_name() -> pl.Expr:
-    """``domain:name``, or the name alone in the default domain (as nsys-ui shows them)."""
-    return pl.when(pl.col("domain") != "").then(pl.format("{}:{}", "domain", "name")).otherwise("name")
+def in_domain(name: str = "name") -> pl.Expr:
+    """``domain:NAME``, or NAME alone in the default domain (as nsys-ui shows them)."""
+    return pl.when(pl.col("domain") != "").then(pl.format("{}:{}", "domain", name)).otherwise(name)
 
 
 def _events(trace: Trace) -> Iterator[tuple[str, list[Part]]]:
     """(category, its parts), each made as its turn comes, then the metadata naming their processes and threads."""
-    gpu, host, ids = (GPU_PID, STREAM), (_ospid_of(THREAD), _os_tid(THREAD)), ("device", "stream", "correlation_id")
+    gpu, host, ids = (GPU_PID, STREAM), (pid_of(THREAD), _os_tid(THREAD)), ("device", "stream", "correlation_id")
     kernel = pl.when(pl.col("short_name") != "").then("short_name").otherwise("name")
     yield "kernel", [(trace.kernels, _slice("kernel", kernel, *gpu, pl.struct(pl.col("name").alias("kernel"), *ids)))]
     # CUDA-graph launches nsys traced whole (their kernels are not listed one by one).
@@ -91,7 +87,7 @@ def _events(trace: Trace) -> Iterator[tuple[str, list[Part]]]:
     yield "cuda_api", [(trace.cuda_api, _slice("cuda_api", pl.col("name"), *host, pl.struct("correlation_id")))]
     yield "nvtx", _nvtx(trace)
     yield "osrt", [(trace.osrt, _slice("osrt", pl.col("name"), *host))]
-    yield "nvtx_mark", [(trace.nvtx_marks, [_nvtx_name().alias("name"), pl.lit("nvtx_mark").alias("cat"),
+    yield "nvtx_mark", [(trace.nvtx_marks, [in_domain().alias("name"), pl.lit("nvtx_mark").alias("cat"),
                                             pl.lit("i").alias("ph"), pl.lit("t").alias("s"),
                                             (pl.col("time_ns") / _US).alias("ts"), host[0].alias("pid"),
                                             host[1].alias("tid")])]
@@ -100,7 +96,7 @@ def _events(trace: Trace) -> Iterator[tuple[str, list[Part]]]:
 
 def _nvtx(trace: Trace) -> list[Part]:
     """Push/pop ranges as "X" slices (they nest); start/end ranges as async begin/end pairs (they may overlap)."""
-    pid, tid, name = _ospid_of(THREAD), _os_tid(THREAD), _nvtx_name()
+    pid, tid, name = pid_of(THREAD), _os_tid(THREAD), in_domain()
     args = pl.struct("domain", "depth", "closed")
     push_pop = pl.col("kind") == "push_pop"
     parts: list[Part] = [(trace.nvtx.filter(push_pop), _slice("nvtx", name, pid, tid, args))]
@@ -113,8 +109,8 @@ def _nvtx(trace: Trace) -> list[Part]:
 
 
 def _metadata(trace: Trace) -> list[Part]:
-    """process_name and thread_name events for every process and thread that has an event: GPUs by device and
-    model, streams by number; processes and threads by the names nsys recorded, else by their ids."""
+    """process_name and thread_name events for every process and thread that has an event: GPUs by device and model,
+    streams by number; processes and threads by the names nsys recorded, else by their ids."""
     streams = pl.concat([frame.select("device", "stream")
                          for frame in (trace.kernels, trace.graphs, trace.memcpy, trace.memset)])
     streams = streams.unique().sort("device", "stream")
@@ -122,7 +118,7 @@ def _metadata(trace: Trace) -> list[Part]:
     threads = pl.concat([frame.select("thread") for frame in (trace.cuda_api, trace.nvtx, trace.osrt,
                                                                trace.nvtx_marks)]).unique().sort("thread")
     threads = threads.join(trace.threads.select("thread", "name").unique("thread"), on="thread", how="left") \
-        .with_columns(_ospid_of(THREAD).alias("pid"), _os_tid(THREAD).alias("tid"))
+        .with_columns(pid_of(THREAD).alias("pid"), _os_tid(THREAD).alias("tid"))
     processes = threads.select("pid").unique().sort("pid").join(trace.processes.unique("pid"), on="pid", how="left")
 
     def named(kind: str, pid: pl.Expr, tid: pl.Expr, name: pl.Expr) -> list[pl.Expr]:

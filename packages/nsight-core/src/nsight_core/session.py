@@ -33,14 +33,7 @@ from nsight_core.nsys import (
     validate_python_backtrace,
 )
 from nsight_core.region import Region
-from nsight_core.settings import (
-    LATEST,
-    RUNS_DIR,
-    Settings,
-    diagnose,
-    sanitize,
-    validate_trace,
-)
+from nsight_core.settings import LATEST, RUNS_DIR, Settings, diagnose, sanitize, validate_trace
 from nsight_core.supervise import never_started, run_command, run_plain
 
 log = logging.getLogger("nsight")

@@ -18,7 +18,7 @@ from typing import Literal, NamedTuple
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.fold import fold
+from nsight_core.analysis.fold import fold, row_counts
 from nsight_core.analysis.windows import start_cuts, window_filters
 from nsight_core.trace.model import Trace
 from nsight_core.trace.streamed import WINDOW_ROWS, Events, events
@@ -127,12 +127,6 @@ def check_completeness(trace: Trace, facts: CaptureFacts | None = None, window_r
                         warnings=warnings, diagnostics=diagnostics)
 
 
-def _count(*frames: pl.LazyFrame) -> list[int]:
-    """How many rows each of FRAMES holds (one streamed query each, run together)."""
-    return [frame.item() for frame in pl.collect_all([frame.select(pl.len()) for frame in frames],
-                                                     engine="streaming")]
-
-
 def nsys_diagnostics(trace: Trace) -> list[NsysDiagnostic]:
     """The warnings and errors of nsys' own diagnostics in TRACE, each marked where it means lost data."""
     frame = trace.diagnostics
@@ -164,7 +158,7 @@ def _cuda_calls_missing(trace: Trace, frames: Events) -> CompletenessWarning | N
     contexts = trace.cuda_contexts
     if not contexts.height:
         return None
-    calls, kernels, ranges, unended = _count(frames.cuda_api, frames.kernels, frames.nvtx,
+    calls, kernels, ranges, unended = row_counts(frames.cuda_api, frames.kernels, frames.nvtx,
                                              frames.nvtx.filter(~pl.col("closed")))
     if calls:
         return None
@@ -193,7 +187,7 @@ def _graph_work_missing(frames: Events) -> CompletenessWarning | None:
     missing = int((~launches.is_in(recorded.implode())).sum())
     if missing <= MAX_GRAPH_LAUNCHES_WITHOUT_GPU * launches.len():
         return None
-    graphs, kernels = _count(frames.graphs, frames.kernels)
+    graphs, kernels = row_counts(frames.graphs, frames.kernels)
     return CompletenessWarning(
         code="graph_work_missing",
         message=f"{missing} of {launches.len()} CUDA graph launches have no GPU work in the trace: the GPU side of "
@@ -247,7 +241,7 @@ def _cuda_ends_early(frames: Events, window_end_ns: int, window_rows: int | None
     ranges = frames.nvtx.select("start_ns", "end_ns", "thread").drop_nulls()
     api = frames.cuda_api.select("start_ns", "end_ns", "thread")
     gpu = pl.concat([f.select("start_ns", "end_ns") for f in (frames.kernels, frames.memcpy, frames.memset)])
-    calls, count, kernels = _count(api, ranges, frames.kernels)
+    calls, count, kernels = row_counts(api, ranges, frames.kernels)
     if not calls or count < MIN_RANGES:
         return None
     ends = pl.collect_all([frame.select(pl.col("end_ns").max()) for frame in (api, gpu, ranges)], engine="streaming")
@@ -261,7 +255,7 @@ def _cuda_ends_early(frames: Events, window_end_ns: int, window_rows: int | None
     with_cuda = _ranges_with_cuda(early, api, gpu, rows)
     if with_cuda > MAX_RANGES_WITH_CUDA * count:
         return None
-    [after] = _count(ranges.filter(pl.col("start_ns") >= cuda_end))
+    [after] = row_counts(ranges.filter(pl.col("start_ns") >= cuda_end))
     nvtx_end = int(nvtx_end)
     return CompletenessWarning(
         code="cuda_ends_early",

@@ -15,25 +15,12 @@ from functools import partial
 
 import polars as pl
 
-from nsight_core.analysis.budget import (
-    PAGEABLE,
-    StepBudget,
-    blocks,
-    bound_by,
-    budget_of,
-    cpu_activities,
-    per_step,
-)
+from nsight_core.analysis.budget import PAGEABLE, StepBudget, blocks, bound_by, budget_of, cpu_activities, per_step
 from nsight_core.analysis.codes import matching, pattern_of
 from nsight_core.analysis.cpu_budget import budget_totals
 from nsight_core.analysis.every_step import EveryStep, gpu_work_of, launched_by_id
 from nsight_core.analysis.fold import scan
-from nsight_core.analysis.gpu_budget import (
-    IDLE_COLUMNS,
-    QUERY_CALLS,
-    budget_in_batches,
-    step_syncs,
-)
+from nsight_core.analysis.gpu_budget import IDLE_COLUMNS, QUERY_CALLS, budget_in_batches, step_syncs
 from nsight_core.analysis.host_time import TOP_CALLS, Host, HostCalls, dispatch_runs, outermost_user_ranges
 from nsight_core.analysis.ranges import Nesting
 from nsight_core.analysis.steps import Bound

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
+import polars as pl
+
 State = TypeVar("State")
 Window = TypeVar("Window")
 Out = TypeVar("Out")
@@ -18,6 +20,11 @@ def fold(windows: Iterable[Window], state: State, step: Callable[[State, Window]
         state = step(state, window)
         del window
     return state
+
+
+def row_counts(*frames: pl.LazyFrame) -> list[int]:
+    """How many rows each of FRAMES holds (one streamed query each, run together)."""
+    return [frame.item() for frame in pl.collect_all([frame.select(pl.len()) for frame in frames], engine="streaming")]
 
 
 def scan(windows: Iterable[Window], state: State, step: Callable[[State, Window], tuple[State, Out]]) -> Iterator[Out]:

@@ -1,9 +1,5 @@
-"""The summary tiles at the top of a capture's report.
-
-Each tile is one number a user asks first ("how long, how busy, how many kernels, how much copied").
-A tile never shows a made-up zero: when its data is missing it carries the reason instead (report
-skipped by nsys, not requested, or only recorded CSVs without the event trace).
-"""
+"""The summary tiles at the top of a capture's report: each one number a user asks first ("how long, how busy, how many
+kernels, how much copied"), never a made-up zero: missing data carries the reason instead."""
 
 from __future__ import annotations
 
@@ -21,13 +17,10 @@ from nsight_core.units import size as format_size
 NEEDS_TRACE = "needs the event trace: recorded CSVs have totals only; pass the .nsys-rep or .sqlite export"
 _EXPORT_PATH = re.compile(r"\S+\.sqlite\b")
 
-# (tile label, the operation name nsys writes in cuda_gpu_mem_*_sum)
 COPY_KINDS: tuple[tuple[str, str], ...] = (
-    ("Host-to-Device copies", "[CUDA memcpy Host-to-Device]"),
-    ("Device-to-Host copies", "[CUDA memcpy Device-to-Host]"),
-    ("Device-to-Device copies", "[CUDA memcpy Device-to-Device]"),
-    ("Memsets", "[CUDA memset]"),
-)
+    *((f"{kind} copies", f"[CUDA memcpy {kind}]") for kind in ("Host-to-Device", "Device-to-Host", "Device-to-Device")),
+    ("Memsets", "[CUDA memset]"))
+"""(tile label, the operation name nsys writes in cuda_gpu_mem_*_sum)"""
 
 
 class Tile(BaseModel):
@@ -41,11 +34,8 @@ class Tile(BaseModel):
 
 
 def _report_missing(stats: ProfileStats, report: str) -> str:
-    """Why REPORT has no rows: nsys' own reason, or that it was not requested.
-
-    nsys names the export file in its reason ("/long/path/x.sqlite does not contain ..."); a tile
-    says "the capture" instead, the detail table's skipped list keeps the full text.
-    """
+    """Why REPORT has no rows: nsys' own reason, its export file named "the capture" (the detail table's skipped list
+    keeps the full text), or that it was not requested."""
     for name, reason in stats.skipped.items():
         if canonical(name.split(":", 1)[0]) == report:
             return f"{report}: {_EXPORT_PATH.sub('the capture', reason)}"
@@ -55,23 +45,14 @@ def _report_missing(stats: ProfileStats, report: str) -> str:
 
 
 def summary_tiles(stats: ProfileStats, trace: TraceSummary | None) -> list[Tile]:
-    """All tiles of one capture, in display order.
-
-    A capture without any GPU activity (CPU-only: trace=cuda off, or no GPU work ran) shows what it did
-    collect (span, NVTX, OS-runtime calls, CPU samples) instead of a wall of "no data" GPU tiles.
-    """
+    """All tiles of one capture, in display order; one without GPU activity shows what it did collect (span, NVTX,
+    OS-runtime calls, CPU samples) instead of a wall of "no data" GPU tiles."""
     if trace is not None and not trace.gpu_traced:
         gpu = Tile(label="GPU activity", missing="no GPU activity in this capture: no kernel, copy or CUDA call "
                    "was traced (trace=cuda off, or no GPU work ran)")
         return [_trace_tiles(trace)[0], gpu, _nvtx_tile(stats, trace), *_cpu_tiles(trace)]
-    return [
-        *_trace_tiles(trace),
-        *_kernel_tiles(stats, trace),
-        *_memory_tiles(stats),
-        _nvtx_tile(stats, trace),
-        _api_tile(stats),
-        *(_cpu_tiles(trace) if trace is not None and (trace.osrt_calls or trace.samples) else []),
-    ]
+    return [*_trace_tiles(trace), *_kernel_tiles(stats, trace), *_memory_tiles(stats), _nvtx_tile(stats, trace),
+            _api_tile(stats), *(_cpu_tiles(trace) if trace is not None and (trace.osrt_calls or trace.samples) else [])]
 
 
 def _cpu_tiles(trace: TraceSummary) -> list[Tile]:
@@ -90,11 +71,9 @@ def _cpu_tiles(trace: TraceSummary) -> list[Tile]:
 
 
 def _trace_tiles(trace: TraceSummary | None) -> list[Tile]:
-    if trace is None:
-        return [Tile(label=label, missing=NEEDS_TRACE) for label in ("Capture span", "GPU kernel time", "GPU busy")]
-    if trace.first_event_ns is None:
-        empty = "the export holds no traced events"
-        return [Tile(label=label, missing=empty) for label in ("Capture span", "GPU kernel time", "GPU busy")]
+    if trace is None or trace.first_event_ns is None:
+        missing = NEEDS_TRACE if trace is None else "the export holds no traced events"
+        return [Tile(label=label, missing=missing) for label in ("Capture span", "GPU kernel time", "GPU busy")]
     recorded = f"; collection ran {duration(trace.recorded_ns)}" if trace.recorded_ns else ""
     own = f", {duration(trace.profiler_ns)} of it the profiler's start-up and stop" if trace.profiler_ns else ""
     span = Tile(label="Capture span", value=duration(trace.span_ns), number=trace.span_ns,

@@ -1,8 +1,6 @@
 """What the capture looked like over time: GPU busy fraction per time bucket and the NVTX ranges that explain it,
-reduced to a size a page can carry. The events are lazy frames (:func:`nsight_core.trace.streamed.events`); what needs
-them in order (busy time, NVTX nesting) folds over windows of start time (:func:`windows.start_windows`: one for a
-capture read whole), to the same numbers; the rest are streamed queries.
-"""
+reduced to a size a page can carry. What needs the events in order (busy time, NVTX nesting) folds over windows of start
+time (:func:`windows.start_windows`: one for a capture read whole); the rest are streamed queries."""
 
 from __future__ import annotations
 
@@ -11,7 +9,7 @@ from collections.abc import Iterable, Iterator
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.analysis.fold import fold, scan
+from nsight_core.analysis.fold import fold, row_counts, scan
 from nsight_core.analysis.intervals import bucket_edges, busy_over
 from nsight_core.analysis.user_window import capture_window, users_calls
 from nsight_core.analysis.windows import start_windows
@@ -108,8 +106,7 @@ def summarize_trace(trace: Trace, buckets: int = TIMELINE_BUCKETS, window_rows: 
     compute = compute_of(frames)
     counted = (frames.kernels, frames.graphs, frames.memcpy, frames.memset, frames.cuda_api, frames.nvtx,
                frames.nvtx_marks, frames.osrt, frames.samples)
-    counts = [frame.item() for frame in pl.collect_all([frame.select(pl.len()) for frame in counted],
-                                                       engine="streaming")]
+    counts = row_counts(*counted)
     kernels, graphs, memcpy, memset, cuda_api, nvtx = counts[:6]
     traced = any(counts)
     window = capture_window(trace, frames)
@@ -125,30 +122,18 @@ def summarize_trace(trace: Trace, buckets: int = TIMELINE_BUCKETS, window_rows: 
     threads = frames.nvtx.select(pl.col("thread").unique()).collect(engine="streaming").to_series()
     in_window = (pl.col("time_ns") >= window.start_ns) & (pl.col("time_ns") < window.end_ns)
     return TraceSummary(
-        first_event_ns=first,
-        span_ns=span,
-        recorded_ns=(trace.window.end_ns - trace.window.start_ns) or None,
-        profiler_ns=window.profiler_ns if traced else 0,
-        gpu_traced=bool(kernels or graphs or memcpy or memset or cuda_api),
-        devices=devices if kernels or graphs else 0,
-        kernel_count=kernels,
-        graph_count=graphs,
-        kernel_sum_ns=int(kernel_sum or 0),
-        kernel_busy_ns=busy.busy_ns,
-        copy_count=memcpy + memset,
+        first_event_ns=first, span_ns=span, recorded_ns=(trace.window.end_ns - trace.window.start_ns) or None,
+        profiler_ns=window.profiler_ns if traced else 0, devices=devices if kernels or graphs else 0,
+        gpu_traced=bool(kernels or graphs or memcpy or memset or cuda_api), kernel_count=kernels, graph_count=graphs,
+        kernel_sum_ns=int(kernel_sum or 0), kernel_busy_ns=busy.busy_ns, copy_count=memcpy + memset,
         timeline=[TimelineBucket(start_ns=low - edges[0], end_ns=high - edges[0], kernel_fraction=kernel,
                                  copy_fraction=copy)
-                  for low, high, kernel, copy in zip(edges, edges[1:], busy.fractions, copies.fractions,
-                                                     strict=False)],
-        nvtx=instances,
-        nvtx_total=nvtx,
-        nvtx_buckets=nvtx_buckets,
+                  for low, high, kernel, copy in zip(edges, edges[1:], busy.fractions, copies.fractions, strict=False)],
+        nvtx=instances, nvtx_total=nvtx, nvtx_buckets=nvtx_buckets,
         thread_names=dict(trace.threads.filter(pl.col("thread").is_in(threads.implode()))
                           .select("thread", "name").iter_rows()),
-        osrt=osrt,
-        osrt_calls=osrt_calls,
-        samples=frames.samples.filter(in_window).select(pl.len()).collect(engine="streaming").item(),
-    )
+        osrt=osrt, osrt_calls=osrt_calls,
+        samples=frames.samples.filter(in_window).select(pl.len()).collect(engine="streaming").item())
 
 
 def call_totals(windows: Iterable[pl.DataFrame], top: int = TOP_CALLS) -> tuple[list[CallTotal], int]:

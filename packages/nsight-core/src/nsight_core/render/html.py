@@ -36,14 +36,7 @@ from nsight_core.render.findings import (
     saving_text,
     steps_text,
 )
-from nsight_core.render.step_view import (
-    KIND_COLORS,
-    KIND_LABELS,
-    PART_COLORS,
-    step_panels,
-    step_view_data,
-    where_json,
-)
+from nsight_core.render.step_view import KIND_COLORS, KIND_LABELS, PART_COLORS, step_panels, step_view_data, where_json
 from nsight_core.stats.reports import table_of
 from nsight_core.units import duration, nsys_megabytes
 

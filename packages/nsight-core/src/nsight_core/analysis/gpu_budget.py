@@ -164,7 +164,9 @@ def _with_blame(pieces: pl.DataFrame, syncs: pl.DataFrame, windows: pl.DataFrame
     drained = pl.col("_s_end") >= pl.col("a")  # the host sat in it as the GPU went idle: its cause, whatever the step
     key = pl.when((pl.col("_s_start") >= pl.col("_cpu_start")) | drained).then(pl.col("_s_start"))
     late = pl.col("launch_end_ns").is_not_null() & (pl.col("launch_end_ns") > pl.col("a"))
-    late_ns = pl.when(late).then(pl.col("late_end") - pl.col("a")).otherwise(0)
+    # A late piece's whole length, the launch's latency too: queued behind the work the sync waited for, the work
+    # would have started with no gap at all.
+    late_ns = pl.when(late).then(pl.col("b") - pl.col("a")).otherwise(0)
     # The GPU ran out of queued work at the first late piece (a gap between queued kernels is no drain).
     drained_at = pl.col("a").filter(late).min().over(key)
     waited = (pl.min_horizontal("_s_end", drained_at) - pl.col("_s_start")).clip(lower_bound=0)
@@ -213,13 +215,13 @@ class _Causes:
             "step", "a", "b", "launch_name", "sync_name", (gap < QUEUED_GAP_NS).alias("short"),
             pl.when(untraced).then(gap).otherwise(zero).alias("_c0"),
             pl.when(queued).then(gap).otherwise(zero).alias("_c1"),
-            pl.when(late).then(pl.col("b") - pl.col("late_end")).otherwise(zero).alias("_c2"),
+            pl.when(late).then(pl.col("b") - pl.max_horizontal("late_end", blamed_end)).otherwise(zero).alias("_c2"),
             pl.when(synced).then(call_end - pl.col("a")).otherwise(zero).alias("_c3"),
             # The host's spans: from the call's end to the end of the sync's blame (_q0 to _q1), and from there, or
             # the stretch's start, to the launch (_q1 to _q2); empty where they do not apply.
             pl.when(synced).then(call_end).otherwise(pl.col("a")).alias("_q0"),
             pl.when(synced).then(blamed_end).otherwise(pl.col("a")).alias("_q1"),
-            pl.when(late).then(pl.col("late_end")).otherwise(pl.col("a")).alias("_q2"))
+            pl.when(late).then(pl.max_horizontal("late_end", blamed_end)).otherwise(pl.col("a")).alias("_q2"))
         # The spans after a sync's blame only where one was to blame (few stretches), the rest 0.
         blamed = frame.select(pl.col("_q1") > pl.col("_q0")).to_series().arg_true()
         after_sync = [pl.zeros(frame.height, pl.Int64, eager=True).scatter(blamed, values) for values in

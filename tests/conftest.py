@@ -128,18 +128,27 @@ def _long_first(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
     """ITEMS ordered so that each of WORKERS xdist workers starts with its share of the LONG_FIRST tests.
 
     `--dist worksteal` gives each worker one contiguous slice of the collection, and the others later steal only the
-    end of a worker's slice: long tests all at the front of the collection ran one after another on the first
-    worker. Dealt round the slices' fronts instead, every worker starts on long tests, and what is stolen at the end
-    is short. The other tests keep their order, so a module's tests stay together (module fixtures made once)."""
-    long = sorted((item for item in items if _long(item) is not None), key=_long)  # stable: a module's order stays
+    end of a slice: long tests all at the front of the collection ran one after another on the first worker. Each
+    long module is cut into WORKERS runs of neighbouring tests instead, one at the front of each slice, so every
+    worker starts on long tests, neighbours that read one shared run (shared_runs.py) mostly read it on one worker
+    (another would wait for it), and what is stolen at the end is short. The other tests keep their order, so a
+    module's tests stay together (module fixtures made once)."""
+    fronts: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    turn = 0  # whose front gets a module's first run: modules of fewer tests than workers take turns
+    for rank in range(len(LONG_FIRST)):
+        module = [item for item in items if _long(item) == rank]
+        cuts = [-(-len(module) * run // workers) for run in range(workers + 1)]  # the first runs take the odd tests
+        for run in range(workers):
+            fronts[(turn + run) % workers] += module[cuts[run]:cuts[run + 1]]
+        turn = (turn + len(module)) % workers
     rest = [item for item in items if _long(item) is None]
     ordered: list[pytest.Item] = []
     left = len(items)
-    for worker in range(workers):  # slices as xdist's worksteal cuts them: what is left, split evenly
+    for worker, front in enumerate(fronts):  # slices as xdist's worksteal cuts them: what is left, split evenly
         size = left // (workers - worker)
-        mine = long[worker::workers]
-        ordered += mine + rest[:max(size - len(mine), 0)]
-        del rest[:max(size - len(mine), 0)]
+        take = max(size - len(front), 0)
+        ordered += front + rest[:take]
+        del rest[:take]
         left -= size
     return ordered + rest
 

@@ -107,12 +107,9 @@ class Collector:
 
     def start(self, region: str, retry_seconds: float = START_RETRY_SECONDS) -> int:
         """Start collecting REGION; the token of its collection. Raises NsightError, leaving nothing running, when it
-        cannot (nested in the region recording, another past the wait, nsys refused, an unwritable folder).
-
-        While another region of this process holds the collection, REGION waits through its start and stop and for up to
-        RETRY_SECONDS of its block, ``START_WAIT_CAP`` in all; one enclosing this call (``ENCLOSING``) can never end
-        first, so REGION then fails at once.
-        """
+        cannot. While another region of this process holds the collection, REGION waits through its start and stop and
+        up to RETRY_SECONDS of its block, ``START_WAIT_CAP`` in all; one enclosing this call (``ENCLOSING``) never ends
+        first, so REGION then fails at once."""
         if os.getpid() != self._pid:  # checked before the slot: its lock may have been held at the fork
             raise NsysCommandError(
                 f"region {region!r} was opened in a forked child (pid {os.getpid()}) of the profiled process "

@@ -279,13 +279,9 @@ class Nsys:
         return next(iter(sorted(self.path.resolve().parent.parent.glob("host-*/QdstrmImporter"))), None)
 
     def import_kept_stream(self, base: Path) -> NsysResult | None:
-        """Import the raw stream nsys kept as BASE.qdstrm once more; the import's result (its words without the
-        progress bar) where it wrote BASE.nsys-rep, None where there is no stream or importer, or no better report.
-
-        nsys keeps the stream where its importer failed (no report; the same stream then imports), or "succeeded with
-        non-fatal errors" (a report beside it, which a clean import here replaces). Either way the stream is deleted
-        once an import ran on it, as nsys does: it holds nothing an importer did not read.
-        """
+        """Import the raw stream nsys kept as BASE.qdstrm once more (nsys keeps it where its importer failed, or
+        "succeeded with non-fatal errors": a clean import here replaces that report); the import's result (its words
+        without the progress bar) where it wrote BASE.nsys-rep, else None. The stream is deleted once imported."""
         stream, report = (base.with_name(base.name + suffix) for suffix in (".qdstrm", ".nsys-rep"))
         if not stream.is_file() or self.importer is None:
             return None

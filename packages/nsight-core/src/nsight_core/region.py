@@ -20,12 +20,10 @@ log = logging.getLogger("nsight")
 
 
 class Region:
-    """Records its block as one capture; never raises because of profiling. Where a collection cannot start, it logs
-    ``could not start collection`` and runs the block unprofiled: at once when nested in the region recording (its
-    block encloses this one in this context: the same thread, an asyncio task or ``asyncio.to_thread`` started in
-    it), after :meth:`Collector.start`'s wait when another region records. ``on_capture`` runs after the stop, also
-    when the block raised; its errors are logged. A cancellation while the collection starts stops it once started.
-    """
+    """Records its block as one capture; never raises because of profiling. Where a collection cannot start (nested in
+    the region recording, or another records past :meth:`Collector.start`'s wait) it logs ``could not start
+    collection`` and runs the block unprofiled. ``on_capture`` runs after the stop, also when the block raised; its
+    errors are logged. A cancellation while the collection starts stops it once started."""
 
     def __init__(self, session: Collector | None, name: str,
                  on_capture: Callable[[Capture], None] | None = None) -> None:

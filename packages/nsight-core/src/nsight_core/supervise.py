@@ -54,15 +54,10 @@ START_ATTEMPTS = 3
 
 def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[str, str] | None = None,
                 timeout: float | None = None, session: str | None = None) -> Finished:
-    """Run COMMAND under NSYS_ARGV with COMMAND's stdio untouched and nsys' own output on stderr.
-
-    SIGTERM and SIGINT go to nsys once each (a second SIGINT while it writes the trace drops it), which passes them
-    on to COMMAND; nsys runs in its own process group, so a terminal's Ctrl-C reaches it once (nsys starts COMMAND in
-    a session of its own, which keeps the terminal). SESSION: the nsys session NSYS_ARGV creates, whose agent still
-    running after nsys, or left by a killed run, is ended. nsys runs again (START_ATTEMPTS in all) while it fails
-    before COMMAND starts not by a setting's fault; the messages of a launch that never started COMMAND are only in
-    the result's ``nsys_output``, for the one message the caller prints.
-    """
+    """Run COMMAND under NSYS_ARGV with COMMAND's stdio untouched and nsys' own output on stderr. SIGTERM and SIGINT go
+    to nsys once each (a second SIGINT while it writes the trace drops it); nsys runs in its own process group, so a
+    terminal's Ctrl-C reaches it once. SESSION: the nsys session NSYS_ARGV creates, whose leftover agent is ended. A
+    launch that never started COMMAND (after START_ATTEMPTS) says why only in the result's ``nsys_output``."""
     end_what_killed_runs_left()
     with owned_folder("nsight-run-", note=session or "") as scratch:
         pending, died = scratch / "pending", scratch / "signal"

@@ -15,7 +15,7 @@ from nsight_core.analysis.user_window import capture_window, users_calls
 from nsight_core.analysis.windows import start_windows
 from nsight_core.trace.depth import with_depth
 from nsight_core.trace.model import Trace
-from nsight_core.trace.streamed import WINDOW_ROWS, Events, events
+from nsight_core.trace.streamed import WINDOW_ROWS, events
 
 TIMELINE_BUCKETS = 120
 MAX_TIMELINE_RANGES = 1000
@@ -103,7 +103,9 @@ def summarize_trace(trace: Trace, buckets: int = TIMELINE_BUCKETS, window_rows: 
     events per window (by default ``WINDOW_ROWS`` for a streamed capture, the frames whole for one read whole)."""
     frames = events(trace)
     rows = window_rows if window_rows is not None else WINDOW_ROWS if frames.streamed else None
-    compute = compute_of(frames)
+    # Kernels and the CUDA-graph launches traced whole: each piece of work once (``graphs`` leaves out launches whose
+    # nodes are kernels).
+    compute = _on_gpus(frames.kernels, frames.graphs)
     counted = (frames.kernels, frames.graphs, frames.memcpy, frames.memset, frames.cuda_api, frames.nvtx,
                frames.nvtx_marks, frames.osrt, frames.samples)
     counts = row_counts(*counted)
@@ -115,7 +117,7 @@ def summarize_trace(trace: Trace, buckets: int = TIMELINE_BUCKETS, window_rows: 
     devices, kernel_sum = compute.select(pl.col("device").n_unique(), (pl.col("end_ns") - pl.col("start_ns")).sum()) \
         .collect(engine="streaming").row(0)
     busy = busy_over(start_windows(compute, rows), edges)
-    copies = busy_over(start_windows(copies_of(frames), rows), edges) if edges else busy
+    copies = busy_over(start_windows(_on_gpus(frames.memcpy, frames.memset), rows), edges) if edges else busy
     osrt, osrt_calls = call_totals(users_calls(part, window) for part in start_windows(frames.osrt, rows))
     instances, nvtx_buckets = nvtx_views(nvtx_windows(frames.nvtx, rows), first or 0,
                                          edges if nvtx > MAX_TIMELINE_RANGES else [])
@@ -150,17 +152,9 @@ def call_totals(windows: Iterable[pl.DataFrame], top: int = TOP_CALLS) -> tuple[
     return [CallTotal(**row) for row in totals.head(top).to_dicts()], int(totals["calls"].sum())
 
 
-def compute_of(frames: Events) -> pl.LazyFrame:
-    """The GPU's compute (device, start_ns, end_ns): kernels and the CUDA-graph launches traced whole, each piece of
-    work once (``graphs`` leaves out launches whose nodes are kernels)."""
-    columns = ["device", "start_ns", "end_ns"]
-    return pl.concat([frames.kernels.select(columns), frames.graphs.select(columns)])
-
-
-def copies_of(frames: Events) -> pl.LazyFrame:
-    """The GPU's memory copies and memsets (device, start_ns, end_ns)."""
-    columns = ["device", "start_ns", "end_ns"]
-    return pl.concat([frames.memcpy.select(columns), frames.memset.select(columns)])
+def _on_gpus(*frames: pl.LazyFrame) -> pl.LazyFrame:
+    """FRAMES' GPU work as one frame: device, start_ns, end_ns."""
+    return pl.concat([frame.select("device", "start_ns", "end_ns") for frame in frames])
 
 
 def nvtx_windows(nvtx: pl.LazyFrame, rows: int | None) -> Iterator[pl.DataFrame]:

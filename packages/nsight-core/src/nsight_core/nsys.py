@@ -137,6 +137,11 @@ def _recording_options(cuda_graph_trace: str | None, python_backtrace: bool) -> 
     return [*graphs, *(PYTHON_BACKTRACE_FLAGS if python_backtrace else ())]
 
 
+def _sampling(sample: str | None) -> list[str]:
+    """nsys' --sample option of SAMPLE (`nsys start` and `profile`); none for nsys' default."""
+    return [] if sample is None else [f"--sample={sample}"]
+
+
 def _version_of(path: str) -> str | None:
     try:
         result = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=QUICK_TIMEOUT,
@@ -247,22 +252,17 @@ class Nsys:
                      python_backtrace: bool = False) -> list[str]:
         """`nsys profile`: record COMMAND from start to exit into OUTPUT.nsys-rep, in nsys session SESSION (named, so
         that `nsys stop` can end the collection early, keeping the trace so far, while COMMAND runs on)."""
-        argv = [str(self.path), "profile", f"--session-new={session}", f"--trace={','.join(trace)}",
+        return [str(self.path), "profile", f"--session-new={session}", f"--trace={','.join(trace)}",
                 *_recording_options(cuda_graph_trace, python_backtrace), "-o", str(output), "--force-overwrite=true",
-                "--wait=primary"]
-        if sample is not None:
-            argv.append(f"--sample={sample}")
-        return [*argv, *command]
+                "--wait=primary", *_sampling(sample), *command]
 
     # -- session control, from inside a launched process ---------------------------------------
     def sessions(self) -> str:
         return self._run(["sessions", "list"], QUICK_TIMEOUT, "nsys sessions list", again_if_lost=True).stdout
 
     def start(self, session: str, output: Path, sample: str | None) -> NsysResult:
-        args = ["start", f"--session={session}", "-o", str(output), "--force-overwrite=false"]
-        if sample is not None:
-            args.append(f"--sample={sample}")
-        return self._run(args, QUICK_TIMEOUT, "nsys start", again_if_lost=True)
+        return self._run(["start", f"--session={session}", "-o", str(output), "--force-overwrite=false",
+                          *_sampling(sample)], QUICK_TIMEOUT, "nsys start", again_if_lost=True)
 
     def stop(self, session: str, timeout: float = STOP_TIMEOUT) -> NsysResult:
         return self._run(["stop", f"--session={session}"], timeout, "nsys stop")

@@ -71,31 +71,27 @@ def _charts(profile: CaptureProfile) -> list[ChartSpec]:
 
 
 def _spec(chart: alt.TopLevelMixin, **datasets: list[dict[str, Any]]) -> dict[str, Any]:
-    """CHART as a Vega-Lite dict with DATASETS, the rows of each data its parts name (:func:`_rows`), added after Altair
-    made it (inline values it would convert one by one). Not validated: the shapes are this module's own, and
-    tests/report/test_chart_specs.py checks each against the schema."""
+    """CHART as a Vega-Lite dict with DATASETS, the rows of each data its parts name (``alt.Data(name=...)``), added
+    after Altair made it (inline values it would convert one by one). Not validated: the shapes are this module's own,
+    and tests/report/test_chart_specs.py checks each against the schema."""
     spec = chart.configure_view(stroke=None).to_dict(validate=False)
     if datasets:
         spec["datasets"] = datasets
     return spec
 
 
-def _rows(name: str) -> alt.Data:
-    """Data named NAME, whose rows :func:`_spec` adds to the chart's dict (top-level Vega-Lite ``datasets``)."""
-    return alt.Data(name=name)
-
-
 def _bar_height(rows: int) -> int:
     return max(60, 22 * rows)
 
 
-def _total_time_bars(frame: pl.DataFrame, label: str, color: str, tooltip: list[alt.Tooltip]) -> dict[str, Any]:
-    """Horizontal bars of `total_ms` per LABEL, longest first: the shape of every "top N" chart."""
-    chart = alt.Chart(_rows("bars")).mark_bar(color=color).encode(
-        x=alt.X("total_ms:Q", title="Total time (ms)"), tooltip=tooltip,
+def _total_time_bars(frame: pl.DataFrame, label: str, color: str, tooltip: list[alt.Tooltip],
+                     x: alt.X | None = None, data: str = "bars") -> dict[str, Any]:
+    """Horizontal bars of X (`total_ms`) per LABEL, longest first: the shape of every "top N" chart."""
+    chart = alt.Chart(alt.Data(name=data)).mark_bar(color=color).encode(
+        x=x or alt.X("total_ms:Q", title="Total time (ms)"), tooltip=tooltip,
         y=alt.Y(f"{label}:N", sort="-x", title=None, axis=alt.Axis(labelLimit=320)),
     ).properties(width=WIDTH, height=_bar_height(frame.height))
-    return _spec(chart, bars=frame.to_dicts())
+    return _spec(chart, **{data: frame.to_dicts()})
 
 
 def top_kernels_chart(stats: ProfileStats, top: int = TOP_N) -> ChartSpec:
@@ -139,15 +135,12 @@ def nvtx_families_chart(ranges: list[RangeFamily], top: int = TOP_N) -> ChartSpe
     frame = pl.DataFrame([r.model_dump() for r in ranges[:top]]).with_columns(
         in_domain("pattern").alias("range"),
         (pl.col("self_ns") / NS_PER_MS).alias("self_ms"), (pl.col("summed_ns") / NS_PER_MS).alias("summed_ms"))
-    chart = alt.Chart(_rows("families")).mark_bar(color="#76b900").encode(
-        x=alt.X("self_fraction:Q", title="Self time, share of the capture", axis=alt.Axis(format="%")),
-        y=alt.Y("range:N", sort="-x", title=None, axis=alt.Axis(labelLimit=320)),
-        tooltip=[alt.Tooltip("range:N", title="Range family"), alt.Tooltip("count:Q", title="Instances", format=","),
-                 alt.Tooltip("self_ms:Q", title="Self time (ms)", format=",.3f"),
-                 alt.Tooltip("self_fraction:Q", title="Share of the capture", format=".1%"),
-                 alt.Tooltip("summed_ms:Q", title="Summed time, nested ranges included (ms)", format=",.3f")],
-    ).properties(width=WIDTH, height=_bar_height(frame.height))
-    return ChartSpec(title=title, spec=_spec(chart, families=frame.to_dicts()))
+    return ChartSpec(title=title, spec=_total_time_bars(frame, "range", "#76b900", [
+        alt.Tooltip("range:N", title="Range family"), alt.Tooltip("count:Q", title="Instances", format=","),
+        alt.Tooltip("self_ms:Q", title="Self time (ms)", format=",.3f"),
+        alt.Tooltip("self_fraction:Q", title="Share of the capture", format=".1%"),
+        alt.Tooltip("summed_ms:Q", title="Summed time, nested ranges included (ms)", format=",.3f")],
+        alt.X("self_fraction:Q", title="Self time, share of the capture", axis=alt.Axis(format="%")), "families"))
 
 
 def nvtx_family_distribution_chart(ranges: list[RangeFamily], top: int = TOP_N) -> ChartSpec:
@@ -195,7 +188,7 @@ def _distribution(frame: pl.DataFrame) -> dict[str, Any]:
             x=alt.X("min_ms:Q", title="Instance duration (ms): min to max, | median, ● mean"), x2=alt.X2("max_ms")),
         alt.Chart().mark_tick(color="#1f2933", thickness=2, size=16).encode(x=alt.X("med_ms:Q")),
         alt.Chart().mark_point(color="#76b900", filled=True, size=60).encode(x=alt.X("avg_ms:Q")),
-        data=_rows("durations"),
+        data=alt.Data(name="durations"),
     ).encode(
         y=alt.Y("name:N", title=None, sort=alt.EncodingSortField("max_ms", order="descending"),
                 axis=alt.Axis(labelLimit=320)),
@@ -218,7 +211,7 @@ def memory_chart(stats: ProfileStats) -> ChartSpec:
     drawn = [chart for chart in (("sizes", sizes, "Bytes moved", "Total (MiB)", "#4c78a8"),
                                  ("times", times, "GPU time", "Total time (ms)", "#f58518")) if chart[1].height]
     charts = [
-        alt.Chart(_rows(name), title=label).mark_bar(color=color).encode(
+        alt.Chart(alt.Data(name=name), title=label).mark_bar(color=color).encode(
             x=alt.X("value:Q", title=axis),
             y=alt.Y("name:N", sort="-x", title=None, axis=alt.Axis(labelLimit=260)),
             tooltip=[alt.Tooltip("name:N", title="Operation"), alt.Tooltip("value:Q", title=axis, format=",.3f"),
@@ -242,7 +235,7 @@ def timeline_chart(trace: TraceSummary | None) -> ChartSpec:
         "kernel_fraction", "copy_fraction")
     x_scale = alt.Scale(domain=[0, trace.span_ns / NS_PER_MS])
     lanes = [
-        alt.Chart(_rows("buckets")).mark_rect(color=color).encode(
+        alt.Chart(alt.Data(name="buckets")).mark_rect(color=color).encode(
             x=alt.X("start_ms:Q", title=None, scale=x_scale), x2=alt.X2("end_ms"),
             y=alt.Y(f"{field}:Q", title=label, axis=alt.Axis(format="%", tickCount=2), scale=alt.Scale(domain=[0, 1])),
             tooltip=[alt.Tooltip("start_ms:Q", title="From (ms)", format=",.3f"),
@@ -299,7 +292,7 @@ def _nvtx_lane(trace: TraceSummary, x_scale: alt.Scale, axis_title: str) -> tupl
     tooltip += ([alt.Tooltip("fraction:Q", title="Share of the slice in ranges", format=".0%")] if aggregated else
                 [alt.Tooltip("duration_ms:Q", title="Duration (ms)", format=",.3f")])
     title = "NVTX, per thread" + (f": outermost ranges per slice ({trace.nvtx_total:,} ranges)" if aggregated else "")
-    chart = alt.Chart(_rows("ranges")).mark_rect(stroke="white", strokeWidth=0.5 if not aggregated else 0).encode(
+    chart = alt.Chart(alt.Data(name="ranges")).mark_rect(stroke="white", strokeWidth=0 if aggregated else 0.5).encode(
         x=alt.X("start_ms:Q", title=axis_title, scale=x_scale),
         x2=alt.X2("end_ms"),
         y=alt.Y("row:N", title=None, sort=order, axis=alt.Axis(labelLimit=200)),
@@ -363,7 +356,7 @@ def median_budget_chart(drawing: StepDrawing, parts: Sequence[str], colors: alt.
                                 pl.when(pl.col("cause").is_not_null() & (pl.col("share") >= 2 * LABELLED_SHARE))
                                 .then(pl.format(" ({})", "cause")).otherwise(pl.lit(""))))
                 .otherwise(pl.lit("")).alias("label")))
-    base = alt.Chart(_rows("median")).encode(y=alt.Y("step:O", title=None, axis=None))
+    base = alt.Chart(alt.Data(name="median")).encode(y=alt.Y("step:O", title=None, axis=None))
     bar = base.mark_bar(height=34).encode(
         x=alt.X("ms:Q", stack="zero", title="Time in the median step (ms)",
                 scale=alt.Scale(domain=[0, wall / NS_PER_MS])),
@@ -391,7 +384,7 @@ def step_budgets_chart(drawing: StepDrawing, parts: Sequence[str], colors: alt.S
         title += f" (each bar the mean of {group} consecutive steps)"
     warmup = f"; step {int(budgets['step'][0])} is the warm-up" if drawing.warmup_steps and group == 1 else ""
     rows = _long(budgets, parts, {part: index for index, part in enumerate(parts)})
-    chart = alt.Chart(_rows("budgets")).mark_bar().encode(
+    chart = alt.Chart(alt.Data(name="budgets")).mark_bar().encode(
         x=alt.X("step:O", title=f"Step{warmup}", axis=alt.Axis(labelOverlap=True)),
         y=alt.Y("ms:Q", stack="zero", title="Time (ms)"),
         color=alt.Color("part:N", title=None, scale=colors, legend=alt.Legend(orient="bottom", columns=4)),

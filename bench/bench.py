@@ -89,7 +89,8 @@ SCALE_SIZES = (10_000, 100_000, 1_000_000, 3_000_000, 10_000_000)
 """NVTX ranges of the captures of "Memory and time against capture size"; the 30 M-range capture is the slow
 test's (tests/core/test_large_capture.py): recording it alone takes minutes."""
 SCALE_MEMORY = "2G"
-"""NSIGHT_SUMMARY_MEMORY of the long GPU captures' table: a task allowed 2 GiB, the bound on the whole pipeline's peak."""
+"""NSIGHT_SUMMARY_MEMORY of the long GPU captures' table: a task allowed 2 GiB, the bound on the whole pipeline's
+peak."""
 SCALE_BOUND_MB = 2048
 SCALE_LARGE_BYTES = 100_000_000
 """Traces over this many bytes have the target of at most EXPORT_TARGET times a bare SQLite export's time."""

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from nsight_core.analysis.analyze import Analyzed
 from nsight_core.analysis.result import Analysis, StepView
-from nsight_core.analysis.steps import StepSource, StepStats
+from nsight_core.analysis.steps import StepSource
 from nsight_core.trace.depth import with_depth
 from nsight_core.trace.frames import EventTables
 from nsight_core.trace.streamed import Events
@@ -65,23 +65,6 @@ class StepDrawing(BaseModel):
     warmup_steps: int = Field(description="Leading steps left out of the steady state (0 or 1)")
     median_step: int | None
     slowest_step: int | None
-
-
-def _drawing(trace: EventTables | Events, view: StepView, evidence: tuple[tuple[int, ...], tuple[int, ...]],
-             budgets: pl.DataFrame, stats: StepStats) -> StepDrawing | None:
-    """The steps of TRACE that VIEW draws (its median and slowest, and those EVIDENCE names: :func:`step_roles`), with
-    every step's BUDGETS; None when the capture has no steps. STATS: the analysis' steps (their source, and whether it
-    left the first out of the steady state as a warm-up)."""
-    if view.median_step is None or view.slowest_step is None or stats.source == "none":
-        return None
-    drawn = [_drawn(trace, view, step, roles) for step, roles in step_roles(view, evidence).items()]
-    threads = {thread for step in drawn for thread in step.events["thread"].drop_nulls().unique().to_list()}
-    names = getattr(trace, "threads", None)
-    thread_names = dict(names.filter(pl.col("thread").is_in(list(threads))).select("thread", "name").iter_rows()) \
-        if names is not None else {}
-    return StepDrawing(clock=view.clock, source=stats.source, steps=drawn, thread_names=thread_names,
-                       budgets=budgets, warmup_steps=int(stats.warmup), median_step=view.median_step,
-                       slowest_step=view.slowest_step)
 
 
 def step_roles(view: StepView, evidence: tuple[tuple[int, ...], tuple[int, ...]]) -> dict[int, list[Role]]:
@@ -149,18 +132,22 @@ def step_events(trace: EventTables | Events, start_ns: int, end_ns: int) -> pl.D
     return pl.concat([part.cast(EVENT_SCHEMA) for part in parts]).sort("start_ns")
 
 
-def drawing_for(frames: EventTables | Events, analysis: Analysis, parts: Analyzed) -> StepDrawing | None:
-    """:func:`_drawing` of the capture FRAMES holds with what its ANALYSIS says (PARTS: its every step and budget):
-    the warm-up, and the steps and events its findings' evidence points at (so a click on the evidence finds them
-    drawn), each drawn step's idle stretches budgeted again alone."""
-    view = parts.view
-    evidence = evidence_of(analysis)
-    view = view.model_copy(update={"idle": parts.budgets.stretches(list(step_roles(view, evidence)))})
-    return _drawing(frames, view, evidence, parts.budgets.steps, analysis.steps)
-
-
-def evidence_of(analysis: Analysis) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The steps ANALYSIS' findings' evidence names, and the start times of the events it names."""
+def drawing_for(trace: EventTables | Events, analysis: Analysis, parts: Analyzed) -> StepDrawing | None:
+    """The steps of the capture TRACE holds that its ANALYSIS draws (PARTS: its every step and budget): the median and
+    slowest steady step, and the steps and events its findings' evidence points at (so a click on the evidence finds
+    them drawn), each drawn step's idle stretches budgeted again alone; None when the capture has no steps."""
+    view, stats = parts.view, analysis.steps
     places = [e.where for finding in analysis.findings for e in finding.evidence if e.where is not None]
-    return (tuple(where.step for where in places if where.step is not None),
-            tuple(where.start_ns for where in places if where.start_ns is not None))
+    evidence = (tuple(where.step for where in places if where.step is not None),
+                tuple(where.start_ns for where in places if where.start_ns is not None))
+    view = view.model_copy(update={"idle": parts.budgets.stretches(list(step_roles(view, evidence)))})
+    if view.median_step is None or view.slowest_step is None or stats.source == "none":
+        return None
+    drawn = [_drawn(trace, view, step, roles) for step, roles in step_roles(view, evidence).items()]
+    threads = {thread for step in drawn for thread in step.events["thread"].drop_nulls().unique().to_list()}
+    names = getattr(trace, "threads", None)
+    thread_names = dict(names.filter(pl.col("thread").is_in(list(threads))).select("thread", "name").iter_rows()) \
+        if names is not None else {}
+    return StepDrawing(clock=view.clock, source=stats.source, steps=drawn, thread_names=thread_names,
+                       budgets=parts.budgets.steps, warmup_steps=int(stats.warmup), median_step=view.median_step,
+                       slowest_step=view.slowest_step)

@@ -70,15 +70,6 @@ def installer_prefix() -> Path:
     return Path(data_home) / "nsight" / "nsys"
 
 
-def _candidates() -> list[tuple[str, str | None]]:
-    found = shutil.which("nsys")
-    return [
-        (f"${ENV_NSYS}", os.environ.get(ENV_NSYS)),
-        ("nsys on PATH", found),
-        ("the project's installer location", str(installer_prefix() / "bin" / "nsys")),
-    ]
-
-
 # What nsys sets in the processes it profiles to inject its collectors into them (measured, 2023.4.4).
 _INJECTION_VARIABLES = ("NVTX_INJECTION64_PATH", "NVTX_INJECTION32_PATH", "QUADD_INJECTION_PROXY",
                         "QUADD_INJECTION_CONFIG")
@@ -155,19 +146,17 @@ def _version_of(path: str) -> str | None:
 @functools.cache
 def _find(env_value: str | None, path_value: str | None, prefix: str) -> Nsys:
     tried: list[str] = []
-    for label, candidate in _candidates():
+    for label, candidate in ((f"${ENV_NSYS}", os.environ.get(ENV_NSYS)), ("nsys on PATH", shutil.which("nsys")),
+                             ("the project's installer location", str(installer_prefix() / "bin" / "nsys"))):
         if not candidate:
             tried.append(f"{label}: not set" if label.startswith("$") else f"{label}: not found")
             continue
         if found := nsys_at(candidate):
             return found
         tried.append(f"{label}: {candidate} does not run (`{candidate} --version` failed)")
-    raise NsysNotFoundError(
-        "No usable nsys (NVIDIA Nsight Systems CLI) was found. Looked at, in order: "
-        + "; ".join(tried)
-        + ". Install it with scripts/install-nsys.sh (or NVIDIA's installer), put it on PATH, "
-        f"or set {ENV_NSYS} to the nsys binary."
-    )
+    raise NsysNotFoundError(f"No usable nsys (NVIDIA Nsight Systems CLI) was found. Looked at, in order: "
+                            f"{'; '.join(tried)}. Install it with scripts/install-nsys.sh (or NVIDIA's installer), put "
+                            f"it on PATH, or set {ENV_NSYS} to the nsys binary.")
 
 
 def nsys_at(path: str) -> Nsys | None:

@@ -46,7 +46,17 @@ def capture_charts(profile: CaptureProfile) -> list[ChartSpec]:
     made; :func:`_spec` says where the schema is checked), and every channel is its object, never a shorthand string,
     which Altair resolves by hashing the schema of each of its channel classes."""
     with debug_mode(False):
-        return _charts(profile)
+        stats = profile.stats
+        if profile.analysis is not None:
+            nvtx = [nvtx_families_chart(profile.analysis.ranges),
+                    nvtx_family_distribution_chart(profile.analysis.ranges)]
+        else:
+            nvtx = [nvtx_totals_chart(stats), nvtx_distribution_chart(stats)]
+        osrt = [osrt_chart(profile.trace)] if profile.trace is not None and profile.trace.osrt else []
+        budget = budget_charts(profile.steps_drawn) if profile.steps_drawn is not None else []
+        if profile.trace is not None and not profile.trace.gpu_traced:
+            return [timeline_chart(profile.trace), *nvtx, *osrt]
+        return [*budget, timeline_chart(profile.trace), top_kernels_chart(stats), *nvtx, memory_chart(stats), *osrt]
 
 
 def warm_up() -> None:
@@ -55,19 +65,6 @@ def warm_up() -> None:
     with debug_mode(False):
         _total_time_bars(pl.DataFrame({"name": ["a"], "total_ms": [1.0]}), "name", "#76b900",
                          [alt.Tooltip("total_ms:Q", format=",.3f")])
-
-
-def _charts(profile: CaptureProfile) -> list[ChartSpec]:
-    stats = profile.stats
-    if profile.analysis is not None:
-        nvtx = [nvtx_families_chart(profile.analysis.ranges), nvtx_family_distribution_chart(profile.analysis.ranges)]
-    else:
-        nvtx = [nvtx_totals_chart(stats), nvtx_distribution_chart(stats)]
-    osrt = [osrt_chart(profile.trace)] if profile.trace is not None and profile.trace.osrt else []
-    budget = budget_charts(profile.steps_drawn) if profile.steps_drawn is not None else []
-    if profile.trace is not None and not profile.trace.gpu_traced:
-        return [timeline_chart(profile.trace), *nvtx, *osrt]
-    return [*budget, timeline_chart(profile.trace), top_kernels_chart(stats), *nvtx, memory_chart(stats), *osrt]
 
 
 def _spec(chart: alt.TopLevelMixin, **datasets: list[dict[str, Any]]) -> dict[str, Any]:

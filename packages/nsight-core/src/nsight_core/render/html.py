@@ -22,9 +22,8 @@ import polars as pl
 from markupsafe import Markup
 
 from nsight_core.analysis.capture_profile import CaptureProfile
-from nsight_core.analysis.finding_model import Where
 from nsight_core.analysis.result import Analysis
-from nsight_core.render.charts import ChartSpec, capture_charts, warm_up
+from nsight_core.render.charts import capture_charts, warm_up
 from nsight_core.render.findings import (
     PART_LABELS,
     budget_lines,
@@ -147,7 +146,9 @@ def _section(profile: CaptureProfile, ids: _Ids) -> dict[str, Any]:
         "diagnosis": _diagnosis(profile.analysis) if profile.analysis is not None else None,
         "steps": _steps(profile, ids),
         "tiles": profile.tiles,
-        "charts": [_chart(chart, ids) for chart in capture_charts(profile)],
+        "charts": [{"title": chart.title, "missing": chart.missing, "id": ids.next("chart"),
+                    "spec": Markup(script_json(chart.spec)) if chart.spec is not None else None}
+                   for chart in capture_charts(profile)],
         "notes": profile.notes,
         "tables": [_table(report, frame) for report, frame in _report_frames(profile)],
         "skipped": list(profile.stats.skipped.items()),
@@ -160,19 +161,12 @@ def _diagnosis(analysis: Analysis) -> dict[str, Any]:
     return {
         "findings": [{"severity": f.severity, "title": finding_title(f), "suggestion": finding_suggestion(f),
                       "saving": saving_text(f.saving) if f.saving else None,
-                      "evidence": [{"text": evidence_text(e), "where": _where(e.where)} for e in f.evidence]}
+                      "evidence": [{"text": evidence_text(e), "where": where_json(e.where)} for e in f.evidence]}
                      for f in analysis.findings],
         "steps": "; ".join(line for line in (steps_text(analysis.steps), overhead_text(analysis),
                                              coverage_text(analysis.coverage)) if line),
         "budget_title": budget[0], "budget": [line.strip() for line in budget[1:]],
     }
-
-
-def _where(where: Where | None) -> str | None:
-    """A piece of evidence's place as the step view's script reads it (a data attribute's JSON, which the template
-    escapes), if it has one."""
-    found = where_json(where)
-    return json.dumps(found, ensure_ascii=False) if found is not None else None
 
 
 def _steps(profile: CaptureProfile, ids: _Ids) -> dict[str, Any] | None:
@@ -187,11 +181,6 @@ def _steps(profile: CaptureProfile, ids: _Ids) -> dict[str, Any] | None:
                        if kind in {k for step in drawing.steps for k in step.events["kind"].unique().to_list()}]
             + [(f"idle: {PART_LABELS[part]}" if part != "gpu_idle" else PART_LABELS[part], PART_COLORS[part])
                for part in PART_COLORS if part in parts]}
-
-
-def _chart(chart: ChartSpec, ids: _Ids) -> dict[str, Any]:
-    return {"title": chart.title, "missing": chart.missing, "id": ids.next("chart"),
-            "spec": Markup(script_json(chart.spec)) if chart.spec is not None else None}
 
 
 def _report_frames(profile: CaptureProfile) -> Iterator[tuple[str, pl.DataFrame]]:

@@ -7,6 +7,7 @@ is the axis the panels share. Every word a person reads on the view (row labels,
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import polars as pl
@@ -72,12 +73,13 @@ def step_panels(drawing: StepDrawing) -> list[dict[str, Any]]:
     return panels
 
 
-def where_json(where: Where | None) -> dict[str, Any] | None:
-    """A finding's evidence place as the view's script finds it (None: nothing to show). A call counted per step
-    ('cudaStreamSynchronize in step_{n}') is looked for by its name."""
+def where_json(where: Where | None) -> str | None:
+    """A finding's evidence place as the view's script finds it, the JSON of a data attribute (the template escapes
+    it); None: nothing to show. A call counted per step ('cudaStreamSynchronize in step_{n}') is found by its name."""
     if where is None or where.kind == "capture":
         return None
-    return {"kind": where.kind, "name": where.name.split(" in ")[0], "step": where.step, "start": where.start_ns}
+    return json.dumps({"kind": where.kind, "name": where.name.split(" in ")[0], "step": where.step,
+                       "start": where.start_ns}, ensure_ascii=False)
 
 
 def _title(step: DrawnStep, drawing: StepDrawing) -> str:

@@ -161,7 +161,9 @@ def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], pending: P
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signum)
 
-    previous = _install(forward, _FORWARDED)
+    # Handlers can be installed in the main thread only.
+    main = threading.current_thread() is threading.main_thread()
+    previous = {signum: signal.signal(signum, forward) for signum in _FORWARDED} if main else {}
     began = time.monotonic()
     try:
         hung = not _await_start(process, pending)
@@ -225,13 +227,6 @@ def _await_start(process: subprocess.Popen[bytes], pending: Path) -> bool:
             return not pending.exists()
         time.sleep(0.02)
     return True
-
-
-def _install(handler: Callable[[int, object], None], signals: Sequence[int]) -> dict[int, Any]:
-    """Install HANDLER for SIGNALS (possible in the main thread only); the handlers it replaced."""
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    return {signum: signal.signal(signum, handler) for signum in signals}
 
 
 def _low_dup(fd: int) -> int | None:

@@ -11,7 +11,7 @@ a capture whose CUDA activity ends early reads its ranges against its CUDA event
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -115,7 +115,9 @@ def check_completeness(trace: Trace, facts: CaptureFacts | None = None, window_r
     verdict."""
     facts = facts or CaptureFacts()
     nsys_version = facts.nsys_version or trace.meta.get(_EXPORT_VERSION_KEY)
-    cuda_version = facts.cuda_runtime_version or _driver_cuda(trace.meta)
+    raw = trace.meta.get(_CUDA_DRIVER_KEY, "")
+    driver = f"{int(raw) // 1000}.{int(raw) % 1000 // 10}" if raw.isdigit() and int(raw) > 0 else None
+    cuda_version = facts.cuda_runtime_version or driver
     diagnostics = nsys_diagnostics(trace)
     frames = events(trace)
     losses = [w for w in (_importer_errors(facts.nsys_output), _raw_stream_left(facts.leftover_files),
@@ -347,10 +349,3 @@ def _nsys_older_than_cuda(nsys_version: str | None, cuda_version: str | None) ->
             "later), e.g. the one in the NGC image; with this nsys, record regions opened after CUDA has "
             "initialised (capture='manual' after a warm-up step), which it imports completely",
         evidence={"nsys_version": nsys_version, "cuda_version": cuda_version})
-
-
-def _driver_cuda(meta: Mapping[str, str]) -> str | None:
-    raw = meta.get(_CUDA_DRIVER_KEY, "")
-    if not raw.isdigit() or int(raw) <= 0:
-        return None
-    return f"{int(raw) // 1000}.{int(raw) % 1000 // 10}"

@@ -12,7 +12,7 @@ because of it. Those cases are :class:`Reason` codes (render words them), and th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal
 
 import polars as pl
 from pydantic import BaseModel, Field
@@ -25,10 +25,8 @@ from nsight_core.analysis.result import Analysis
 from nsight_core.analysis.steps import StepFamily, StepStats
 from nsight_core.analysis.windows import start_windows
 from nsight_core.stats.models import ProfileStats
-from nsight_core.trace.frames import EventTables
-from nsight_core.trace.streamed import WINDOW_ROWS, events
-
-Frame = pl.DataFrame | pl.LazyFrame
+from nsight_core.trace.model import Trace
+from nsight_core.trace.streamed import WINDOW_ROWS, Events, events
 
 NOISE_FRACTION = 0.01
 """Gate changes within ±1 % are 'unchanged': run-to-run jitter, not a regression."""
@@ -40,31 +38,6 @@ GateMetric = Literal["step_p50", "gpu_busy", "kernel_time_sum"]
 ReasonCode = Literal["step-families-differ", "clocks-differ", "gpu-differs", "incomplete-a", "incomplete-b",
                      "nothing-to-compare"]
 GateOutcome = Literal["passed", "slower", "not_comparable"]
-SideName = Literal["a", "b"]
-
-
-class TraceWithGpus(EventTables, Protocol):
-    """The frames analysis reads, plus the target's GPUs (``Trace.gpus``: device, name, ...)."""
-
-    @property
-    def gpus(self) -> pl.DataFrame: ...
-
-
-class GpuEvents(Protocol):
-    """What a side's totals read: a capture's GPU work and NVTX ranges, read whole (a Trace's frames) or streamed
-    (:class:`nsight_core.trace.streamed.Events`, lazy scans of Parquet on disk)."""
-
-    @property
-    def kernels(self) -> Frame: ...
-
-    @property
-    def memcpy(self) -> Frame: ...
-
-    @property
-    def memset(self) -> Frame: ...
-
-    @property
-    def nvtx(self) -> Frame: ...
 
 
 @dataclass(frozen=True)
@@ -162,7 +135,7 @@ class TraceDiff(BaseModel):
         return "slower" if self.slower_than(percent) else "passed"
 
 
-def side_from_trace(source: str, trace: TraceWithGpus, completeness: Completeness | None = None) -> Side:
+def side_from_trace(source: str, trace: Trace, completeness: Completeness | None = None) -> Side:
     """A side with events: per-name totals, GPU busy time (in windows of kernels, :func:`busy_over`), the GPUs it ran
     on, the analysis and COMPLETENESS."""
     frames = events(trace)
@@ -183,10 +156,10 @@ def _totals(frame: pl.LazyFrame) -> pl.DataFrame:
             .collect(engine="streaming"))
 
 
-def gpus_used(frames: GpuEvents, gpus: pl.DataFrame) -> tuple[str, ...]:
+def gpus_used(frames: Events, gpus: pl.DataFrame) -> tuple[str, ...]:
     """The names of the GPUS (the target's: device, name) that ran FRAMES' kernels, copies or memsets, one per device,
     sorted; empty where unknown (no GPU work, or an export without TARGET_INFO_GPU): never a reason to refuse."""
-    devices = pl.concat([frame.lazy().select("device") for frame in (frames.kernels, frames.memcpy, frames.memset)])
+    devices = pl.concat([frame.select("device") for frame in (frames.kernels, frames.memcpy, frames.memset)])
     worked = devices.unique().collect(engine="streaming")
     names = worked.join(gpus.select("device", "name"), on="device", how="left")["name"]
     return () if names.null_count() else tuple(sorted(names.to_list()))

@@ -99,10 +99,8 @@ def is_thread(thread: int | None) -> pl.Expr:
 
 
 def per_step(totals: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """One row per step: step, wall_ns and one <part>_ns column per part (they add up to wall_ns).
-
-    TOTALS: :func:`cpu_budget.budget_totals`.
-    """
+    """One row per step of TOTALS (:func:`cpu_budget.budget_totals`): step, wall_ns and one <part>_ns column per part
+    (they add up to wall_ns)."""
     total = pl.col("total_ns")
     parts = totals.group_by("step").agg(*(total.filter(pl.col("part") == part).sum().alias(f"{part}_ns")
                                           for part in PARTS))
@@ -123,19 +121,15 @@ def budget_of(rows: pl.DataFrame, activities: pl.DataFrame, thread: int | None) 
     count = max(rows.height, 1)
     shares = rows.select(*(pl.struct(total=pl.col(f"{part}_ns").sum(), p50=pl.col(f"{part}_ns").median())
                            .alias(part) for part in PARTS)).row(0, named=True) if rows.height else {}
-    parts = [
-        BudgetPart(part=part, total_ns=int(shares[part]["total"] or 0) if shares else 0,
-                   per_step_p50_ns=float(shares[part]["p50"] or 0.0) if shares else 0.0,
-                   per_step_mean_ns=(shares[part]["total"] or 0) / count if shares else 0.0,
-                   fraction=(shares[part]["total"] or 0) / wall if wall else 0.0)
-        for part in PARTS
-    ]
+    totals = {part: int(shares[part]["total"] or 0) if shares else 0 for part in PARTS}
+    p50s = {part: float(shares[part]["p50"] or 0.0) if shares else 0.0 for part in PARTS}
+    parts = [BudgetPart(part=part, total_ns=totals[part], per_step_p50_ns=p50s[part],
+                        per_step_mean_ns=totals[part] / count, fraction=totals[part] / wall if wall else 0.0)
+             for part in PARTS]
     top = (activities.group_by("part", "cpu_kind", "cpu_name").agg(pl.col("total_ns").sum())
            .sort(["total_ns", "part", "cpu_kind", "cpu_name"], descending=[True, False, False, False])
            .head(TOP_ACTIVITIES))
-    idle = [
-        CpuActivity(part=row["part"], kind=row["cpu_kind"], name=row["cpu_name"], total_ns=row["total_ns"],
-                    per_step_mean_ns=row["total_ns"] / count, fraction=row["total_ns"] / wall if wall else 0.0)
-        for row in top.to_dicts()
-    ]
+    idle = [CpuActivity(part=row["part"], kind=row["cpu_kind"], name=row["cpu_name"], total_ns=row["total_ns"],
+                        per_step_mean_ns=row["total_ns"] / count, fraction=row["total_ns"] / wall if wall else 0.0)
+            for row in top.to_dicts()]
     return StepBudget(steps=rows.height, wall_ns=wall, parts=parts, idle_activities=idle, thread=thread)

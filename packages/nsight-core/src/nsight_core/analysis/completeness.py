@@ -147,8 +147,7 @@ def _nsys_lost_data(diagnostics: Sequence[NsysDiagnostic]) -> CompletenessWarnin
         return None
     said = list(dict.fromkeys(f"{d.severity}: {d.text}" for d in lost))
     return CompletenessWarning(
-        code="nsys_lost_data",
-        message=f"nsys reported that the capture lost data: {lost[0].text}",
+        code="nsys_lost_data", message=f"nsys reported that the capture lost data: {lost[0].text}",
         cause="nsys' own diagnostics (written into the report) name events it could not collect or import",
         fix="record again; for lost buffers, shorter regions (capture='manual' around fewer steps) or fewer trace "
             "domains; " + _GENERIC_FIX,
@@ -341,8 +340,7 @@ def _nsys_older_than_cuda(nsys_version: str | None, cuda_version: str | None) ->
     if first is None or (int(nsys.group(1)), int(nsys.group(2))) >= first:
         return None
     return CompletenessWarning(
-        code="nsys_older_than_cuda",
-        message=f"nsys {nsys_version} cannot fully import CUDA {cuda_major} traces",
+        code="nsys_older_than_cuda", message=f"nsys {nsys_version} cannot fully import CUDA {cuda_major} traces",
         cause=f"nsys {nsys_version} predates CUDA {cuda_major} (the first nsys for it is {first[0]}.{first[1]}): "
               f"calls it does not know stop its importer",
         fix=f"use an nsys at least as new as the CUDA runtime (CUDA {cuda_version}: nsys {first[0]}.{first[1]} or "

@@ -43,10 +43,8 @@ def reason_text(reason: Reason) -> str:
                     "of one is not the other's")
         case "gpu-differs":
             return f"they ran on different GPUs (A: {_gpus(reason.a)}, B: {_gpus(reason.b)})"
-        case "incomplete-a":
-            return _missing("A", reason.a)
-        case "incomplete-b":
-            return _missing("B", reason.b)
+        case "incomplete-a" | "incomplete-b":
+            return _missing("A", reason.a) if reason.code == "incomplete-a" else _missing("B", reason.b)
         case "nothing-to-compare":
             return _NOTHING
 

@@ -50,7 +50,10 @@ def step_panels(drawing: StepDrawing) -> list[dict[str, Any]]:
     the GPU's idle time by cause, most first, each with its longest stretch (a click zooms to it), and what was left
     out."""
     panels = []
+    clock = "its GPU window" if drawing.clock == "gpu" else \
+        "its kernel period" if drawing.source == "kernel-period" else "its NVTX range"
     for index, step in enumerate(drawing.steps):
+        roles = " and ".join(ROLE_TITLES[role].lower() if i else ROLE_TITLES[role] for i, role in enumerate(step.roles))
         idle = step.idle.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("d"), _idle_label())
         causes = (idle.sort("d", descending=True)
                   .group_by("label", maintain_order=True)
@@ -58,7 +61,8 @@ def step_panels(drawing: StepDrawing) -> list[dict[str, Any]]:
                        pl.col("start_ns").first().alias("at"))
                   .sort("total", descending=True).head(TOP_IDLE))
         panels.append({
-            "title": _title(step, drawing), "hidden": step.roles == ["evidence"],
+            "title": f"{roles}: step {step.step}, {duration(step.wall_ns)} ({clock})",
+            "hidden": step.roles == ["evidence"],
             "idle": [{"text": f"{row['label']}: {duration(row['total'])}"
                               + (f" in {row['n']:,} stretches, the longest {duration(row['longest'])}"
                                  if row["n"] > 1 else "")
@@ -80,13 +84,6 @@ def where_json(where: Where | None) -> str | None:
         return None
     return json.dumps({"kind": where.kind, "name": where.name.split(" in ")[0], "step": where.step,
                        "start": where.start_ns}, ensure_ascii=False)
-
-
-def _title(step: DrawnStep, drawing: StepDrawing) -> str:
-    roles = " and ".join(ROLE_TITLES[role].lower() if i else ROLE_TITLES[role] for i, role in enumerate(step.roles))
-    clock = "its GPU window" if drawing.clock == "gpu" else \
-        "its kernel period" if drawing.source == "kernel-period" else "its NVTX range"
-    return f"{roles}: step {step.step}, {duration(step.wall_ns)} ({clock})"
 
 
 def _idle_label() -> pl.Expr:

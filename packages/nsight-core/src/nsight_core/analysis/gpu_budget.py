@@ -153,8 +153,8 @@ def _with_blame(pieces: pl.DataFrame, syncs: pl.DataFrame, windows: pl.DataFrame
     launch's latency) a sync of its step is to blame for. A sync holds the host for as long as it waits for queued
     work (W: from its start to when the GPU went idle, or its end); the host is then W late for all that follows, so
     the idle time of the step after it, up to W in all, is the sync's: the stretch it drained, and the launch gaps
-    after it while the host catches up (a tail of small launches after `h[h > 0]`). Without the sync, that much of the host's
-    later work would have overlapped the GPU's. SYNCS: the steps' thread's synchronising calls, by start; the
+    after it while the host catches up (a tail of small launches after `h[h > 0]`). Without the sync, that much of
+    the host's later work would have overlapped the GPU's. SYNCS: the steps' thread's synchronising calls, by start; the
     stretch a sync drained is its own whatever the step, the later ones of the step it began in (after WINDOWS'
     cpu_start_ns)."""
     syncs = syncs.select(pl.col("start_ns").alias("_s_start"), pl.col("end_ns").alias("_s_end")).sort("_s_start")

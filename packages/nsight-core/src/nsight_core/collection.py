@@ -41,8 +41,6 @@ long `nsys start` is retried while another process of the session records."""
 START_WAIT_CAP = 2 * START_RETRY_SECONDS + 4 * QUICK_TIMEOUT + STOP_TIMEOUT
 """The longest a region ever waits for another of its process: the bounds of the other's start, block and stop summed,
 reached only when an nsys command outlives its own timeout."""
-# `nsys start` returns before CUDA/NVTX collection is live in the target: a region that began at once lost its first
-# NVTX ranges (bench/GPU.md).
 _START_RETRY_INTERVAL = 0.5
 # On SIGTERM a pod has a grace period (30 s by default) before SIGKILL: the stop must fit in it.
 ABORT_STOP_TIMEOUT = 20.0

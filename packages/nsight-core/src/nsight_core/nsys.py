@@ -229,7 +229,6 @@ class Nsys:
             raise NsysPermissionError(f"{what} failed: {result.output[-2000:]}\n{PERMISSION_REMEDIES}")
         return result
 
-    # -- command lines for processes we do not run ourselves ------------------------------------
     def launch_argv(self, session: str, trace: Sequence[str], command: Sequence[str],
                     cuda_graph_trace: str | None = None, python_backtrace: bool = False) -> list[str]:
         """`nsys launch`: start COMMAND in a session that records nothing until `nsys start`."""
@@ -245,7 +244,6 @@ class Nsys:
                 *_recording_options(cuda_graph_trace, python_backtrace), "-o", str(output), "--force-overwrite=true",
                 "--wait=primary", *_sampling(sample), *command]
 
-    # -- session control, from inside a launched process ---------------------------------------
     def sessions(self) -> str:
         return self._run(["sessions", "list"], QUICK_TIMEOUT, "nsys sessions list", again_if_lost=True).stdout
 
@@ -294,7 +292,6 @@ class Nsys:
                         f"{' (importation succeeded with non-fatal errors)' if result.returncode == 3 else ''}.")
         return NsysResult(result.returncode, "\n".join(said), result.stderr)
 
-    # -- post-processing -----------------------------------------------------------------------
     def export(self, report: Path, output: Path, kind: str, times: str | None = None,
                tables: str | None = None) -> None:
         """`nsys export --type KIND` of REPORT to OUTPUT (a file, or a directory for arrowdir); only the events of the

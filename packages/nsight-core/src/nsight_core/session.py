@@ -86,7 +86,6 @@ class Session:
         return Settings(name=self.name, trace=self.trace, output_dir=self.output_dir, sample=self.sample,
                         nsys=self.nsys.path)
 
-    # -- the parent side ---------------------------------------------------------------------
     def child_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """The environment a process started under `nsys launch` needs to find this session."""
         return self.settings.to_env(base)
@@ -189,7 +188,6 @@ class Session:
                 link.unlink(missing_ok=True)
                 log.debug("could not point %s at %s: %s", self._runs / LATEST, self.output_dir, exc)
 
-    # -- the side of a process in the session ----------------------------------------------------
     @classmethod
     def current(cls) -> Session | None:
         """The session this process was launched into, or None when it runs without nsys."""

@@ -21,7 +21,7 @@ from nsight_core.analysis.cpu_budget import budget_totals
 from nsight_core.analysis.every_step import EveryStep, gpu_work_of, launched_by_id
 from nsight_core.analysis.fold import scan
 from nsight_core.analysis.gpu_budget import IDLE_COLUMNS, QUERY_CALLS, budget_in_batches, step_syncs
-from nsight_core.analysis.host_time import TOP_CALLS, Host, HostCalls, dispatch_runs, outermost_user_ranges
+from nsight_core.analysis.host_time import TOP_CALLS, Host, HostCalls, outermost_user_ranges
 from nsight_core.analysis.ranges import Nesting
 from nsight_core.analysis.steps import Bound
 from nsight_core.analysis.windows import batches, start_cuts, start_windows, step_batches
@@ -84,10 +84,7 @@ def every_budget(frames: Events, every: EveryStep, window_rows: int | None = WIN
     work = gpu_work_of(frames)
     counts = _edge_counts(work.select("start_ns"), windows)
     host = Host.of(windows, _user_ranges(frames, windows, family.pattern, thread, window_rows),
-                   dispatch_runs(pl.concat([dispatch_runs(calls) for calls in
-                                            start_windows(frames.cuda_api.select("start_ns", "end_ns"), window_rows)])),
                    host_calls(frames, thread))
-
     gpu = GpuSteps(windows, frames, work, host)
     # Per window, how much work starts before it, for the batches: after k edges, (k + 1) // 2 windows have begun.
     within = counts.group_by(((pl.col("_edge") + 1) // 2).alias("_window")).agg(pl.col("len").sum())

@@ -22,9 +22,9 @@ OTHER_RANGES = "(other ranges)"
 
 @dataclass(frozen=True)
 class Host:
-    """What the steps' thread was in, as interval sets (:func:`_cumulative`): its STEPS, its user RANGES by name, when
-    any thread dispatched (DISPATCH). With CALLS (:class:`HostCalls`), its time outside its ranges is named by its
-    calls, a batch of time at a time (:meth:`at`): each CUDA call, the time before it (``dispatch``), each OS call."""
+    """What the steps' thread was in, as interval sets (:func:`_cumulative`): its STEPS, its user RANGES by name, and
+    its time outside them named either by when any thread dispatched (DISPATCH) or by its CALLS (:class:`HostCalls`),
+    a batch of time at a time (:meth:`at`): each CUDA call, the time before it (``dispatch``), each OS call."""
 
     steps: pl.DataFrame
     ranges: dict[str, pl.DataFrame]
@@ -34,17 +34,17 @@ class Host:
     """The batch's calls and the time before them (:meth:`HostCalls.tiling`), where :meth:`at` made it."""
 
     @classmethod
-    def of(cls, windows: pl.DataFrame, user: pl.DataFrame, dispatch: pl.DataFrame,
-           calls: HostCalls | None = None) -> Host:
-        """The steps of WINDOWS, the USER ranges (:func:`outermost_user_ranges`) by TOP_RANGES names, and when the host
-        DISPATCHED (:func:`dispatch_runs`) or, with CALLS, what its calls were."""
+    def of(cls, windows: pl.DataFrame, user: pl.DataFrame, named_by: pl.DataFrame | HostCalls) -> Host:
+        """The steps of WINDOWS, the USER ranges (:func:`outermost_user_ranges`) by TOP_RANGES names, and NAMED_BY:
+        when the host dispatched (:func:`dispatch_runs`), or its calls."""
         steps = windows.select(pl.col("cpu_start_ns").alias("start_ns"), pl.col("cpu_end_ns").alias("end_ns"))
         top = (user.group_by("name").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("t"))
                .sort(["t", "name"], descending=[True, False]).head(TOP_RANGES)["name"])
         named = user.with_columns(pl.when(pl.col("name").is_in(top.implode())).then(pl.col("name"))
                                   .otherwise(pl.lit(OTHER_RANGES)).alias("name"))
+        dispatch = steps.clear() if isinstance(named_by, HostCalls) else named_by
         return cls(_cumulative(steps), {name: _cumulative(frame) for (name,), frame in named.group_by("name")},
-                   _cumulative(dispatch), calls)
+                   _cumulative(dispatch), named_by if isinstance(named_by, HostCalls) else None)
 
     def at(self, lo: int, hi: int) -> Host:
         """This host with the calls of the time from LO to HI read (what :meth:`split` of spans in it names)."""
@@ -62,22 +62,17 @@ class Host:
 
     def split(self, q0: pl.Series, q1: pl.Series) -> list[pl.Series]:
         """How much of each span from Q0 to Q1 the host spent in each of :meth:`activities`."""
-        in_steps, dispatching, *covered = _covered([self.steps, self.dispatch, *self.ranges.values()], q0, q1)
-        in_ranges_inside = pl.zeros(q0.len(), pl.Int64, eager=True)
-        in_ranges_outside = pl.zeros(q0.len(), pl.Int64, eager=True)
-        for ranges, in_range in zip(self.ranges.values(), covered, strict=True):
-            inside = _inside(ranges, self.steps)
-            in_ranges_inside += in_range * inside
-            in_ranges_outside += in_range * (1 - inside)
+        zero = pl.zeros(q0.len(), pl.Int64, eager=True)
         if self.calls is not None:
+            covered = _covered(list(self.ranges.values()), q0, q1)
             named = _coded_cover(self.tiling, len(self.calls.labels()), q0, q1)
-            untraced = (q1 - q0 - in_ranges_inside - in_ranges_outside - sum(named, pl.zeros(q0.len(), pl.Int64,
-                                                                                             eager=True)))
-            return [*covered, *named, untraced.clip(lower_bound=0)]
+            return [*covered, *named, (q1 - q0 - sum(covered, zero) - sum(named, zero)).clip(lower_bound=0)]
+        in_steps, dispatching, *covered = _covered([self.steps, self.dispatch, *self.ranges.values()], q0, q1)
+        in_ranges_inside = sum((in_range * _inside(ranges, self.steps)
+                                for ranges, in_range in zip(self.ranges.values(), covered, strict=True)), zero)
         dispatch = pl.select(pl.min_horizontal(pl.lit(dispatching), pl.lit((in_steps - in_ranges_inside)
                                                                            .clip(lower_bound=0)))).to_series()
-        untraced = (q1 - q0 - in_ranges_inside - in_ranges_outside - dispatch).clip(lower_bound=0)
-        return [*covered, dispatch, untraced]
+        return [*covered, dispatch, (q1 - q0 - sum(covered, zero) - dispatch).clip(lower_bound=0)]
 
 
 TOP_CALLS = 8

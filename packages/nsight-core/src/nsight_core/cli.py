@@ -174,8 +174,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def _add_profiling_options(parser: argparse.ArgumentParser) -> None:
     """What to record and the command to record: shared by `run` and `launch`."""
     parser.add_argument("--trace", type=_csv_list, default=",".join(DEFAULT_TRACE),
-                        help="nsys trace domains, comma-separated (default: %(default)s; CPU-only machines: "
-                        "nvtx,osrt)")
+                        help="nsys trace domains, comma-separated (default: %(default)s; CPU-only machines: nvtx,osrt)")
     parser.add_argument("--sample", default=None,
                         help="CPU sampling passed to nsys --sample, e.g. none or cpu (default: nsys' own)")
     parser.add_argument("--cuda-graph-trace", choices=CUDA_GRAPH_TRACES, default=None,

@@ -57,10 +57,14 @@ def _truth(version: str) -> dict[str, dict[str, dict[str, object]]]:
 
 
 @functools.cache
+def _recorded(folder: Path, region: str) -> nsight_core.Analysis:
+    """The analysis of REGION in FOLDER: its SQLite export where there is one (nsys 2025.3's), else its report."""
+    export = folder / f"{region}.sqlite"
+    return nsight_core.analyze(nsight_core.load_trace(export if export.exists() else folder / f"{region}.nsys-rep"))
+
+
 def _analysis(version: str, region: str) -> nsight_core.Analysis:
-    folder = RECORDINGS[version]
-    source = folder / (f"{region}.sqlite" if version == "2025.3" else f"{region}.nsys-rep")
-    return nsight_core.analyze(nsight_core.load_trace(source))
+    return _recorded(RECORDINGS[version], region)
 
 
 def _step_ms(version: str, case: str, variant: str) -> float:
@@ -143,18 +147,22 @@ V2 = {"2023.4.4": FIXTURES / "h200-fix-pairs-v2", "2025.3": FIXTURES / "h200-fix
 """The second set of fix pairs (tests/fixtures/README.md): the same harness, more causes."""
 
 
-@functools.cache
+CAUSES = {"2023.4.4": FIXTURES / "h200-causes", "2025.3": FIXTURES / "h200-causes-2025"}
+"""The third set: allocator churn, a masked index and a Python `if` on a tensor, the last two before a tail of
+small launches."""
+
+
 def _v2(version: str, region: str) -> nsight_core.Analysis:
-    folder = V2[version]
-    return nsight_core.analyze(nsight_core.load_trace(folder / f"{region}{SUFFIX[version]}"))
+    return _recorded(V2[version], region)
 
 
-SUFFIX = {"2023.4.4": ".nsys-rep", "2025.3": ".sqlite"}
+def _recorded_step_ms(folder: Path, case: str, variant: str) -> float:
+    cases = json.loads((folder / "truth.json").read_text())["cases"]
+    return float(cases[case]["variants"][variant]["step_ms"])
 
 
 def _v2_step_ms(version: str, case: str, variant: str) -> float:
-    cases = json.loads((V2[version] / "truth.json").read_text())["cases"]
-    return float(cases[case]["variants"][variant]["step_ms"])
+    return _recorded_step_ms(V2[version], case, variant)
 
 
 @pytest.mark.parametrize("version", list(V2))
@@ -218,24 +226,27 @@ def test_a_prefetch_on_a_side_stream_does_not_pull_the_step_window_early(version
 
 
 UNEXPLAINED = {("2023.4.4", "small_step", "problem"), ("2023.4.4", "mask_sync", "problem"),
-               ("2023.4.4", "per_param", "fixed"), ("2023.4.4", "graph", "problem")}
-"""Small host-bound steps of the 2023.4.4 recording whose profiled step differs from the unprofiled one by 0.2-0.8 ms,
-far more (or the other way) than their 40-150 CUDA calls a step explain at the cost per call the other pairs show;
-the same code recorded with 2025.3 lands. A known gap of the per-call model, kept visible (strict xfail)."""
-V2_VARIANTS = [pytest.param(version, case, variant, marks=pytest.mark.xfail(strict=True, reason="UNEXPLAINED"))
-               if (version, case, variant) in UNEXPLAINED else (version, case, variant) for version in V2
-               for case, found in json.loads((V2[version] / "truth.json").read_text())["cases"].items()
-               for variant in found["variants"] if not _lost_data(version, case, variant)]
+               ("2023.4.4", "per_param", "fixed"), ("2023.4.4", "graph", "problem"),
+               ("2025.3", "alloc_churn", "fixed")}
+"""Host-bound steps whose profiled step differs from the unprofiled one far more (or the other way) than their CUDA
+calls explain at the cost per call the other pairs show: small steps of the 2023.4.4 recording (0.2-0.8 ms, where the
+same code recorded with 2025.3 lands), and the 2025.3 recording's MLP without empty_cache (2.2 ms slower profiled;
+with 2023.4.4 it lands). A known gap of the per-call model, kept visible (strict xfail)."""
+ESTIMATED = [pytest.param(recordings[version], case, variant, id=f"{case}-{variant}-{version}",
+                         marks=[pytest.mark.xfail(strict=True, reason="UNEXPLAINED")]
+                         if (version, case, variant) in UNEXPLAINED else [])
+             for recordings in (V2, CAUSES) for version in recordings
+             for case, found in json.loads((recordings[version] / "truth.json").read_text())["cases"].items()
+             for variant in found["variants"] if not _lost_data(version, case, variant)]
 
 
-@pytest.mark.parametrize(("version", "case", "variant"), V2_VARIANTS, ids=lambda v: str(v))
-def test_the_estimated_step_is_the_unprofiled_step_and_no_saving_exceeds_it(version: str, case: str,
+@pytest.mark.parametrize(("folder", "case", "variant"), ESTIMATED)
+def test_the_estimated_step_is_the_unprofiled_step_and_no_saving_exceeds_it(folder: Path, case: str,
                                                                              variant: str) -> None:
     """The step less what nsys' tracing added (a part of the budget of its own) is the step timed without the
     profiler, within 30 % (or within the spread of its unprofiled runs); no finding saves more than that step."""
-    analysis = _v2(version, f"{case}-{variant}")
-    cases = json.loads((V2[version] / "truth.json").read_text())["cases"]
-    truth = cases[case]["variants"][variant]
+    analysis = _recorded(folder, f"{case}-{variant}")
+    truth = json.loads((folder / "truth.json").read_text())["cases"][case]["variants"][variant]
     assert analysis.steps.estimated_p50_ns is not None and analysis.overhead is not None
     estimated, real = analysis.steps.estimated_p50_ns / 1e6, float(truth["step_ms"])
     runs = [float(run) for run in truth["runs_ms"]]
@@ -248,28 +259,45 @@ def test_the_estimated_step_is_the_unprofiled_step_and_no_saving_exceeds_it(vers
 
 
 CAUSE_PAIRS = [
-    Pair("per_param", "fixed", ("per_tensor_launches",)),  # SGD foreach=False over 240 parameters | foreach=True
-    Pair("small_copies", "fixed", ("small_copies",)),  # 256 pageable samples copied one by one | one stacked copy
-    Pair("checkpoint", "fixed", ("bulk_device_to_host",)),  # 48 MiB state_dict + torch.save every step | every 100
+    (V2, Pair("per_param", "fixed", ("per_tensor_launches",))),  # SGD foreach=False over 240 parameters | True
+    (V2, Pair("small_copies", "fixed", ("small_copies",))),  # 256 pageable samples copied one by one | one stacked
+    (V2, Pair("checkpoint", "fixed", ("bulk_device_to_host",))),  # 48 MiB state_dict + torch.save every step | 100
+    (CAUSES, Pair("alloc_churn", "fixed", ("allocator_churn",))),  # empty_cache() every step | never
+    (CAUSES, Pair("mask_tail", "fixed", ("sync_wait",))),  # h[h > 0], then small launches | torch.where
+    (CAUSES, Pair("item_if", "fixed", ("sync_wait",))),  # `if h.mean() > 0:`, then small launches | torch.where
 ]
-"""Known causes (analysis/causes.py) whose fix the v2 recordings measured well above the host's noise."""
+"""Known causes (analysis/causes.py, and the hidden syncs named by their pattern) whose fix the recordings measured
+well above the host's noise, with the recordings that hold them."""
+CAUSE_CASES = [pytest.param(recordings[version], pair, id=f"{pair.case}-{version}")
+               for recordings, pair in CAUSE_PAIRS for version in recordings]
+NOISY_TRUTH = {("alloc_churn", "2025.3"), ("mask_tail", "2025.3"), ("item_if", "2023.4.4"), ("item_if", "2025.3")}
+"""Savings off by more than 30 % where the unprofiled truth moves more than the profiled pair: mask_tail's real saving
+was 1.19 ms in one recording and 2.71 ms in the other (the prediction: 1.27 and 1.89 ms); item_if's profiled pair
+differs by 1.7 ms and more, its unprofiled one by 0.9-1.0 ms (predicted: 1.96 and 1.93 ms); alloc_churn's fixed twin
+ran 2.2 ms slower profiled than unprofiled (real 5.3 ms, predicted 3.2 ms). Kept visible (strict xfail)."""
 
 
-@pytest.mark.parametrize("version", list(V2))
-@pytest.mark.parametrize("pair", CAUSE_PAIRS, ids=lambda p: p.case)
-def test_a_known_cause_is_the_top_finding_and_its_saving_is_the_real_one(version: str, pair: Pair) -> None:
-    problem = _v2(version, f"{pair.case}-problem")
+@pytest.mark.parametrize(("folder", "pair"), CAUSE_CASES)
+def test_a_known_cause_is_the_top_finding(folder: Path, pair: Pair) -> None:
+    problem = _recorded(folder, f"{pair.case}-problem")
     assert problem.findings[0].kind in pair.causes, [f.kind for f in problem.findings]
+
+
+@pytest.mark.parametrize(("folder", "pair"), [
+    pytest.param(recordings[version], pair, id=f"{pair.case}-{version}",
+                 marks=[pytest.mark.xfail(strict=True, reason="NOISY_TRUTH")] if (pair.case, version) in NOISY_TRUTH
+                 else []) for recordings, pair in CAUSE_PAIRS for version in recordings])
+def test_a_known_cause_saves_what_its_fix_saved(folder: Path, pair: Pair) -> None:
+    problem = _recorded(folder, f"{pair.case}-problem")
     predicted = _saving_ms(problem, pair.causes)
-    step = _v2_step_ms(version, pair.case, "problem")
-    real = step - _v2_step_ms(version, pair.case, pair.fixed)
+    step = _recorded_step_ms(folder, pair.case, "problem")
+    real = step - _recorded_step_ms(folder, pair.case, pair.fixed)
     assert abs(predicted - real) <= max(TOLERANCE * abs(real), NEAR_ZERO_OF_STEP * step), (predicted, real)
 
 
-@pytest.mark.parametrize("version", list(V2))
-@pytest.mark.parametrize("pair", CAUSE_PAIRS, ids=lambda p: p.case)
-def test_the_fixed_twin_of_a_known_cause_has_no_warning_for_it(version: str, pair: Pair) -> None:
-    fixed = _v2(version, f"{pair.case}-{pair.fixed}")
+@pytest.mark.parametrize(("folder", "pair"), CAUSE_CASES)
+def test_the_fixed_twin_of_a_known_cause_has_no_warning_for_it(folder: Path, pair: Pair) -> None:
+    fixed = _recorded(folder, f"{pair.case}-{pair.fixed}")
     assert [f.kind for f in fixed.findings if f.kind in pair.causes] == []
 
 
@@ -306,7 +334,8 @@ def test_a_scalar_read_keeps_its_pattern(version: str) -> None:
     assert finding.subject == "scalar_reads"
 
 
-ALL_VARIANTS = [(version, case, variant, recordings) for recordings in (RECORDINGS, V2) for version in recordings
+ALL_VARIANTS = [(version, case, variant, recordings) for recordings in (RECORDINGS, V2, CAUSES)
+                for version in recordings
                 for case, found in json.loads((recordings[version] / "truth.json").read_text())["cases"].items()
                 for variant in found["variants"]]
 
@@ -317,7 +346,7 @@ def test_the_host_time_the_gpu_waited_on_is_named_by_its_calls(version: str, cas
                                                                recordings: dict[str, Path]) -> None:
     """No undivided "dispatching" time: the host's time is named by the CUDA call it was in or led to (a call, a
     range, an OS call, or untraced), and no CPU activity of the budget is dispatch without a call's name."""
-    analysis = (_v2 if recordings is V2 else _analysis)(version, f"{case}-{variant}")
+    analysis = _recorded(recordings[version], f"{case}-{variant}")
     unnamed = [a for a in analysis.budget.idle_activities if a.kind in ("dispatch", "cuda_api") and not a.name]
     assert unnamed == [], [(a.kind, a.fraction) for a in unnamed]
 
@@ -329,7 +358,7 @@ def test_no_fixed_twin_carries_a_critical_finding(version: str, case: str, varia
                                                   recordings: dict[str, Path]) -> None:
     """A loop with its problems fixed (not a twin that fixes one of two) gets no alarm: what is left on it
     (host-bound small steps, an FP32 model, copies not overlapped) is at most a warning, with its saving."""
-    analysis = (_v2 if recordings is V2 else _analysis)(version, f"{case}-{variant}")
+    analysis = _recorded(recordings[version], f"{case}-{variant}")
     assert [(f.kind, f.saving) for f in analysis.findings if f.severity == "critical"] == []
 
 
@@ -345,3 +374,21 @@ def test_the_json_carries_the_step_with_and_without_the_profiler() -> None:
     assert steps["estimated_p50_ns"] == pytest.approx(steps["family"]["p50_ns"] - overhead["per_step_ns"])
     part = next(part for part in payload["budget"]["parts"] if part["part"] == "profiler_overhead")
     assert part["per_step_mean_ns"] == pytest.approx(overhead["per_step_ns"], abs=1) and part["total_ns"] > 0
+
+
+def test_allocator_churn_names_the_python_line_that_freed_the_memory() -> None:
+    """alloc_churn's problem recorded with `nsight run --python-backtrace` and exported by nsys 2025.3 with
+    `--include-blobs=true`: the finding names the user's line its cudaFree calls came from first, the
+    `torch.cuda.empty_cache()` of bench/gpu/fix_pairs.py's `problem` (line 509 when it was recorded), then the
+    forward pass whose activations were allocated again."""
+    analysis = _recorded(CAUSES["2025.3"] / "python-backtrace-2025-blobs", "alloc_churn-problem")
+    finding = next(f for f in analysis.findings if f.kind == "allocator_churn")
+    lines = [(e.where.name, e.value) for e in finding.evidence if e.where is not None and e.where.kind == "line"]
+    assert lines[0][0].endswith("bench/gpu/fix_pairs.py:509 in problem"), lines
+    assert lines[1][0].endswith("bench/gpu/fix_pairs.py:126 in train") and lines[0][1] > lines[1][1] > 0
+
+
+def test_a_capture_without_python_backtraces_names_no_line() -> None:
+    finding = next(f for f in _recorded(CAUSES["2025.3"], "alloc_churn-problem").findings
+                   if f.kind == "allocator_churn")
+    assert [e for e in finding.evidence if e.where is not None and e.where.kind == "line"] == []

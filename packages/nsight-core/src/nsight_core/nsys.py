@@ -297,7 +297,9 @@ class Nsys:
         """`nsys export --type KIND` of REPORT to OUTPUT (a file, or a directory for arrowdir); only the events of the
         time range TIMES (``--times``, nsys' syntax) and the tables matching TABLES (``--tables``) where given."""
         only = [*(["--times", times] if times else []), *(["--tables", tables] if tables else [])]
-        result = self._run(["export", "--type", kind, "--force-overwrite=true", "--quiet=true", *only,
+        # NVTX binary payloads (the Python backtraces of CUDA calls) are NULL in an SQLite export without it.
+        blobs = ["--include-blobs=true"] if kind == "sqlite" and "--include-blobs" in self._export_help else []
+        result = self._run(["export", "--type", kind, "--force-overwrite=true", "--quiet=true", *only, *blobs,
                             "-o", str(output), str(report)], EXPORT_TIMEOUT, "nsys export")
         if _DISK_FULL.search(result.output):
             raise ExportDiskFullError(report, output.parent.resolve())

@@ -7,7 +7,8 @@ so that the answer is the same whatever the windows' size:
   would leave of them;
 - the small device-to-host reads by what ran before them on their stream: a selection (boolean-mask indexing,
   nonzero, unique) or anything else (a scalar read: `.item()`, a Python `if` on a tensor);
-- the GPU's idle time right after each bulk device-to-host copy, until its next work in the step.
+- the GPU's idle time right after each bulk device-to-host copy, until its next work in the step;
+- the steps' thread's calls in the steps by the user's Python line they came from (a capture with Python backtraces).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ CALL_COLUMNS = {"name": pl.String, "calls": pl.Int64, "total_ns": pl.Int64}
 COPY_COLUMNS = {"direction": pl.String, "small": pl.Boolean, "copies": pl.Int64, "bytes": pl.Int64, "ns": pl.Int64}
 LOOP_COLUMNS = {"name": pl.String, "launches": pl.Int64, "kept": pl.Int64}
 READ_COLUMNS = {"select": pl.Boolean, "reads": pl.Int64}
+LINE_COLUMNS = {"name": pl.String, "place": pl.String, "function": pl.String, "calls": pl.Int64}
 
 
 def cause_inputs(frames: Events, steps: pl.DataFrame, thread: int | None, activities: pl.DataFrame | None,
@@ -39,11 +41,13 @@ def cause_inputs(frames: Events, steps: pl.DataFrame, thread: int | None, activi
     """The inputs of :mod:`causes` over STEPS (the steady steps: step, start_ns, end_ns on the GPU's clock,
     cpu_start_ns, cpu_end_ns, by start) of the capture FRAMES holds, on the steps' THREAD; ACTIVITIES: the budget's
     CPU activities of their idle time (every_budget.Budgets.activities); PER_CALL_NS: what tracing added to a call."""
-    found: dict[str, list[pl.DataFrame]] = {"calls": [], "copies": [], "loops": [], "reads": []}
+    found: dict[str, list[pl.DataFrame]] = {"calls": [], "copies": [], "loops": [], "reads": [], "lines": []}
     after_bulk = 0
     if steps.height and thread is not None:
         calls = frames.cuda_api.filter(pl.col("thread") == thread).select("start_ns", "end_ns", "name",
                                                                           "correlation_id")
+        lines = frames.python_lines.filter(pl.col("thread") == thread).select(
+            "start_ns", pl.format("{}:{}", "file", "line").alias("place"), "function")
         for first, end in step_batches(steps["cpu_start_ns"], start_cuts(calls, window_rows)):
             batch = steps.slice(first, end - first)
             lo, hi = batch.select(pl.min_horizontal(pl.col("start_ns").min(), pl.col("cpu_start_ns").min()),
@@ -53,6 +57,9 @@ def cause_inputs(frames: Events, steps: pl.DataFrame, thread: int | None, activi
                                   pl.col("cpu_end_ns").alias("end_ns"))
             batch_calls = calls.filter(meets).collect(engine="streaming")
             found["calls"].append(_calls_in(batch_calls, ranges))
+            if lines.height:
+                found["lines"].append(_located(batch_calls.join(lines, on="start_ns"), ranges)
+                                      .group_by("name", "place", "function").agg(pl.len().alias("calls")))
             copies, kernels = pl.collect_all(
                 [frames.memcpy.filter(meets).select("start_ns", "end_ns", "stream", "bytes", "direction",
                                                     "correlation_id"),
@@ -63,12 +70,13 @@ def cause_inputs(frames: Events, steps: pl.DataFrame, thread: int | None, activi
             found["reads"].append(_reads_in(copies, kernels, windows))
             after_bulk += _idle_after_bulk(copies, kernels, batch_calls, windows)
     empty: dict[str, dict[str, type[pl.DataType]]] = {"calls": CALL_COLUMNS, "copies": COPY_COLUMNS,
-                                                       "loops": LOOP_COLUMNS, "reads": READ_COLUMNS}
+                                                       "loops": LOOP_COLUMNS, "reads": READ_COLUMNS,
+                                                       "lines": LINE_COLUMNS}
     summed = {key: _summed(frames_, empty[key]) for key, frames_ in found.items()}
     return CauseInputs(steps=steps.height, activities=activities if activities is not None else pl.DataFrame(
         schema={"part": pl.String, "cpu_kind": pl.String, "cpu_name": pl.String, "total_ns": pl.Int64}),
         calls=summed["calls"], copies=summed["copies"], loops=summed["loops"], reads=summed["reads"],
-        after_bulk_ns=float(after_bulk), per_call_ns=per_call_ns)
+        after_bulk_ns=float(after_bulk), per_call_ns=per_call_ns, lines=summed["lines"])
 
 
 def _summed(parts: list[pl.DataFrame], schema: dict[str, type[pl.DataType]]) -> pl.DataFrame:

@@ -95,6 +95,9 @@ class CauseInputs(NamedTuple):
     """The GPU's idle time right after each bulk device-to-host copy, until its next work (in its step)."""
     per_call_ns: float
     """What the profiler's tracing added to each CUDA call (analysis/overhead.py; 0 where not estimated)."""
+    lines: pl.DataFrame
+    """The steps' thread's CUDA calls in the steps by the user's Python line they came from (a capture with Python
+    backtraces; else empty): name, place (file:line), function, calls."""
 
 
 Claim = tuple[str, str | None, str | None]
@@ -113,6 +116,8 @@ class Causes(NamedTuple):
     select_reads: float
     """Small reads per step right after a selecting kernel (the sync finding's pattern)."""
     scalar_reads: float
+    lines: list[Evidence]
+    """The user's Python lines the steps' synchronising calls came from (:func:`lines_of`)."""
 
 
 def _activity(inputs: CauseInputs, names: str, kinds: tuple[str, ...] = ("cuda_api", "dispatch"),
@@ -154,6 +159,20 @@ def _finding(context: Context, kind: str, total_ns: float, steps: int, evidence:
                    saving=saving)
 
 
+TOP_LINES = 3
+"""Python lines a finding names, most calls first."""
+
+
+def lines_of(inputs: CauseInputs, names: str) -> list[Evidence]:
+    """The user's Python lines the steps' calls of NAMES (a pattern) came from, most calls first: the place a fix goes
+    (where the capture has Python backtraces: ``nsight run --python-backtrace``)."""
+    rows = (inputs.lines.filter(pl.col("name").str.contains(names)).group_by("place", "function")
+            .agg(pl.col("calls").sum()).sort(["calls", "place"], descending=[True, False]).head(TOP_LINES))
+    return [Evidence(metric="calls_from_line_per_step", value=calls / max(inputs.steps, 1), unit="count",
+                     where=Where(kind="line", name=f"{place} in {function}"))
+            for place, function, calls in rows.iter_rows()]
+
+
 def allocator_churn(context: Context, inputs: CauseInputs, claims: dict[Claim, float]) -> Finding | None:
     """cudaMalloc/cudaFree in steady steps: their idle time, less what tracing added to them."""
     steps = inputs.steps
@@ -171,7 +190,7 @@ def allocator_churn(context: Context, inputs: CauseInputs, claims: dict[Claim, f
                  for name, _, ns in calls.sort(["total_ns", "name"], descending=[True, False]).iter_rows()]
     evidence.append(Evidence(metric="gpu_idle_in_allocator_per_step", value=float(held["total_ns"].sum()) / steps,
                              unit="ns"))
-    return _finding(context, "allocator_churn", total, steps, evidence)
+    return _finding(context, "allocator_churn", total, steps, [*evidence, *lines_of(inputs, ALLOC_API)])
 
 
 def per_tensor_launches(context: Context, inputs: CauseInputs, claims: dict[Claim, float]) -> Finding | None:
@@ -272,7 +291,7 @@ def known_causes(context: Context, inputs: CauseInputs) -> Causes:
             .filter(pl.col("per_step_ns") > 0).sort(["per_step_ns", "part", "cpu_kind", "cpu_name"],
                                                     descending=[True, False, False, False]))
     return Causes([finding for finding in found if finding is not None], claims, less(context.budget, claims), left,
-                  float(reads.get(True, 0)) / steps, float(reads.get(False, 0)) / steps)
+                  float(reads.get(True, 0)) / steps, float(reads.get(False, 0)) / steps, lines_of(inputs, SYNC_API))
 
 
 MASK_RANGE = r"(?i)DeviceSelect|nonzero|masked"
@@ -287,7 +306,8 @@ _METRICS = {"cuda_api": ("time_in_call_per_step", "api"), "dispatch": ("framewor
 def named(findings: list[Finding | None], causes: Causes, syncs: pl.DataFrame) -> list[Finding | None]:
     """FINDINGS with what the known causes tell about the others: the sync finding's pattern (``mask_indexing`` where
     its reads follow a selection, or where it sits in a selection's range; ``scalar_reads`` for other small reads),
-    and, for the launch gaps and the untraced time no known cause explains, the host activities that fill them."""
+    with the user's Python lines it came from; and, for the launch gaps and the untraced time no known cause explains,
+    the host activities that fill them."""
     def top(parts: tuple[str, ...]) -> list[Evidence]:
         rows = causes.left.filter(pl.col("part").is_in(parts)).head(TOP_EVIDENCE)
         return [Evidence(metric=_METRICS[kind][0], value=ns, unit="ns",
@@ -298,6 +318,7 @@ def named(findings: list[Finding | None], causes: Causes, syncs: pl.DataFrame) -
     out: list[Finding | None] = []
     for finding in findings:
         if finding is not None and finding.kind == "sync_wait":
+            finding = finding.model_copy(update={"evidence": [*finding.evidence, *causes.lines]})
             if masked or (causes.select_reads and causes.select_reads >= causes.scalar_reads):
                 finding = finding.model_copy(update={"subject": "mask_indexing", "evidence": [
                     *finding.evidence, Evidence(metric="reads_after_a_selection_per_step", value=causes.select_reads,

@@ -33,8 +33,9 @@ REPORT_SHARE = 0.01
 class Where(BaseModel):
     """What a piece of evidence refers to."""
 
-    kind: Literal["step", "range", "kernel", "copy", "api", "osrt", "capture"]
-    name: str = Field(description="Range family, kernel or call name, copy direction; '' for the capture")
+    kind: Literal["step", "range", "kernel", "copy", "api", "osrt", "line", "capture"]
+    name: str = Field(description="Range family, kernel or call name, copy direction, 'file:line in function' of the "
+                      "user's Python code; '' for the capture")
     step: int | None = Field(default=None, description="Step index, where it is one step")
     start_ns: int | None = Field(default=None, description="Start on the capture's clock, where it is one event")
 

@@ -18,6 +18,7 @@ import weakref
 
 import polars as pl
 
+from nsight_core.trace.backtraces import LINE_COLUMNS, python_lines
 from nsight_core.trace.frames import EventTables
 from nsight_core.trace.model import Trace
 from nsight_core.trace.schema import (
@@ -83,6 +84,12 @@ class Events:
     def memset(self) -> pl.LazyFrame:
         """start_ns, end_ns, device, stream, bytes, correlation_id"""
         return _memset(self._trace) if self._trace else self._frames.memset.lazy()
+
+    @functools.cached_property
+    def python_lines(self) -> pl.DataFrame:
+        """start_ns, thread, file, line, function: the user's Python line of each CUDA call nsys took a Python
+        backtrace of (:mod:`nsight_core.trace.backtraces`); empty for frames built by hand"""
+        return python_lines(self._trace) if self._trace else pl.DataFrame(schema=LINE_COLUMNS)
 
     @functools.cached_property
     def cuda_api(self) -> pl.LazyFrame:

@@ -1,0 +1,58 @@
+"""The Python line behind each CUDA call, from the Python backtraces nsys took of the calls.
+
+With ``--python-backtrace=cuda`` (and ``--cudabacktrace``), nsys writes each sampled CUDA call's Python stack as an NVTX
+mark of schema 'Python Backtrace on CUDA' whose binary payload lists the frames; the mark starts when the call does,
+on its thread. nsys 2025.3 keeps the payload in its SQLite export's NVTX_EVENTS.binaryData with
+``--include-blobs=true`` (NULL without it); nsys 2023.4.4's SQLite export has no such column, so its captures give no
+lines here. The payload (NVTX_PAYLOAD_SCHEMA_ENTRIES): a header of 32 bytes whose u64 at 24 is where the schema's
+data starts; there a u64 thread-state id, u32 state, u32 frame count, then per frame a u64 function and a u64 file
+(StringIds ids) and an i32 line, 24 bytes each, innermost first.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from nsight_core.trace.model import Trace
+from nsight_core.trace.tables import SqliteTables
+
+LIBRARY_FILE = r"/(site|dist)-packages/|/lib/python3\.\d+/|^<"
+"""Frames of installed libraries and the standard library: the user's line is the innermost frame outside them."""
+LINE_COLUMNS = {"start_ns": pl.Int64, "thread": pl.Int64, "file": pl.String, "line": pl.Int64, "function": pl.String}
+_HEADER = 24
+_FRAMES = 16
+_FRAME = 24
+
+
+def python_lines(trace: Trace) -> pl.DataFrame:
+    """Each CUDA call with a Python backtrace: its start and thread (those of the call), and the innermost frame of
+    the user's code (file, line, function) in its stack; empty where the export holds no backtraces."""
+    tables = trace.tables
+    if "binaryData" not in tables.columns("NVTX_EVENTS"):
+        return pl.DataFrame(schema=LINE_COLUMNS)
+    wanted = {"start": pl.Int64, "globalTid": pl.Int64, "binaryData": pl.Binary}
+    raw = tables.read("NVTX_EVENTS", wanted, where="binaryData IS NOT NULL") if isinstance(tables, SqliteTables) \
+        else tables.read("NVTX_EVENTS", wanted)
+    if raw is None or raw.filter(pl.col("binaryData").is_not_null()).is_empty():
+        return pl.DataFrame(schema=LINE_COLUMNS)
+    data = pl.col("binaryData")
+
+    def number(offset: pl.Expr, size: int, dtype: type[pl.DataType]) -> pl.Expr:
+        return data.bin.slice(offset, size).bin.reinterpret(dtype=dtype)
+
+    start = number(pl.lit(_HEADER), 8, pl.UInt64).cast(pl.Int64)
+    marks = raw.filter(data.is_not_null()).with_columns(start.alias("_at")).with_columns(
+        number(pl.col("_at") + 12, 4, pl.UInt32).alias("_count"))
+    frame = pl.col("_at") + _FRAMES + pl.col("_depth") * _FRAME
+    frames = (marks.with_columns(pl.int_ranges(0, "_count").alias("_depth")).explode("_depth")
+              .drop_nulls("_depth")
+              .select(pl.col("start").alias("start_ns"), pl.col("globalTid").alias("thread"), "_depth",
+                      number(frame, 8, pl.UInt64).cast(pl.Int64).alias("_function"),
+                      number(frame + 8, 8, pl.UInt64).cast(pl.Int64).alias("_file"),
+                      number(frame + 16, 4, pl.Int32).cast(pl.Int64).alias("line")))
+    strings = trace.strings.select(pl.col("id").cast(pl.Int64), pl.col("value"))
+    named = (frames.join(strings.rename({"id": "_file", "value": "file"}), on="_file", how="left")
+             .join(strings.rename({"id": "_function", "value": "function"}), on="_function", how="left"))
+    return (named.filter(pl.col("file").is_not_null() & ~pl.col("file").str.contains(LIBRARY_FILE))
+            .sort("start_ns", "thread", "_depth").unique(["start_ns", "thread"], keep="first", maintain_order=True)
+            .select(*LINE_COLUMNS).cast(LINE_COLUMNS))  # type: ignore[arg-type]

@@ -37,11 +37,13 @@ record() {  # VERSION DEST: the pairs, then the problems with Python backtraces,
       > "$bt/run.txt" 2> "$bt/stderr.txt"
     echo "nsight run --python-backtrace exited $?"; cat "$bt/run.txt"; grep -E "fix_pairs|Error|error" "$bt/stderr.txt" | tail -5
   fi
+  return 0  # the exports after it run whatever the greps found
 }
 
-export_all() {  # the SQLite export of every report under DEST (nsys 2025.3's: the machine that reads them has 2023.4.4)
+export_all() {  # the SQLite export of every report under DEST (nsys 2025.3's: the machine that reads them has 2023.4.4),
+  # with the NVTX payloads that hold the Python backtraces of CUDA calls
   find "$1" -name '*.nsys-rep' | xargs -r -P 8 -I{} sh -c \
-    '"$NSIGHT_NSYS" export --type sqlite --force-overwrite=true -o "${1%.nsys-rep}.sqlite" "$1" >/dev/null 2>&1 || echo "export failed: $1"' _ {}
+    '"$NSIGHT_NSYS" export --type sqlite --include-blobs=true --force-overwrite=true -o "${1%.nsys-rep}.sqlite" "$1" >/dev/null 2>&1 || echo "export failed: $1"' _ {}
 }
 
 VERSIONS=${VERSIONS:-2023 2025}; PREFIX=${PREFIX:-h200}

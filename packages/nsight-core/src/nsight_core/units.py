@@ -61,22 +61,15 @@ def rate(bytes_per_s: float | None) -> str:
     return "-" if bytes_per_s is None else f"{size(bytes_per_s)}/s"
 
 
-def fraction(value: float | None) -> str:
-    """A share as a percentage with one decimal: ``61.0%``."""
-    return "-" if value is None else f"{value:.1%}"
-
-
-def count(value: float | None) -> str:
-    """A count with thousands separators (one decimal when it is not whole: a per-step mean)."""
-    return "-" if value is None else f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
-
-
 def quantity(value: float | None, unit: Unit | str) -> str:
-    """VALUE in UNIT (``ns``, ``bytes``, ``bytes_per_s``, ``fraction``, ``count``) as a person reads it: the entry
-    point for numbers whose unit comes with them (findings' evidence, diff deltas)."""
-    formats: dict[str, Callable[[float | None], str]] = {"ns": duration, "bytes": size, "bytes_per_s": rate,
-                                                         "fraction": fraction}
-    return formats.get(unit, count)(value)
+    """VALUE in UNIT (``ns``, ``bytes``, ``bytes_per_s``, ``fraction``: ``61.0%``, ``count``: thousands separated,
+    one decimal where not whole: a per-step mean) as a person reads it: the entry point for numbers whose unit comes
+    with them (findings' evidence, diff deltas)."""
+    if value is None:
+        return "-"
+    formats: dict[str, Callable[[float], str]] = {"ns": duration, "bytes": size, "bytes_per_s": rate,
+                                                  "fraction": lambda share: f"{share:.1%}"}
+    return formats.get(unit, lambda n: f"{n:,.0f}" if float(n).is_integer() else f"{n:,.1f}")(value)
 
 
 def for_stream(text: str, stream: TextIO) -> str:

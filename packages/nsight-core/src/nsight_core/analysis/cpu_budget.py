@@ -83,17 +83,14 @@ def budget_totals(steps: pl.DataFrame, kernels: pl.DataFrame, copies: pl.DataFra
         mask = frame.select(keep).to_series()
         return frame if mask.all() else frame.filter(mask)  # a filter copies even what it keeps
 
-    def inside(frame: pl.DataFrame) -> pl.DataFrame:
-        return kept(frame, overlapping)
-
     def on_thread(frame: pl.DataFrame) -> pl.DataFrame:
         return kept(frame.select("start_ns", "end_ns", "name", "thread"), is_thread(thread) & overlapping)
 
     nccl = kernels.select("start_ns", "end_ns", pl.col("name").str.contains("(?i)nccl").alias("_nccl"))
     layers = {
-        "compute": _Intervals.layer(inside(nccl.filter(~pl.col("_nccl"))).drop("_nccl")),
-        "comm": _Intervals.layer(inside(nccl.filter(pl.col("_nccl"))).drop("_nccl")),
-        "copy": _Intervals.layer(inside(copies.select("start_ns", "end_ns"))),
+        "compute": _Intervals.layer(kept(nccl.filter(~pl.col("_nccl")), overlapping).drop("_nccl")),
+        "comm": _Intervals.layer(kept(nccl.filter(pl.col("_nccl")), overlapping).drop("_nccl")),
+        "copy": _Intervals.layer(kept(copies.select("start_ns", "end_ns"), overlapping)),
         "in_step": _Intervals.layer(steps.select("start_ns", "end_ns")),
     }
     del nccl

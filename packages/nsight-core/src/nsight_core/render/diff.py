@@ -49,24 +49,23 @@ def reason_text(reason: Reason) -> str:
             return _NOTHING
 
 
-def _gate_numbers(result: TraceDiff) -> str | None:
+def _gate_numbers(result: TraceDiff, change: bool = True) -> str | None:
     gate = result.gate
     if gate.metric is None:
         return None
-    change = f" ({gate.change:+.1%})" if gate.change is not None else ""
-    return f"{_GATE_LABELS[gate.metric]} {duration(gate.a_ns)} -> {duration(gate.b_ns)}{change}"
+    shown = f" ({gate.change:+.1%})" if change and gate.change is not None else ""
+    return f"{_GATE_LABELS[gate.metric]} {duration(gate.a_ns)} -> {duration(gate.b_ns)}{shown}"
 
 
 def verdict_line(result: TraceDiff) -> str:
     """One line: is B slower or faster than A, by how much, on which number; or why it cannot say."""
     gate = result.gate
-    numbers = _gate_numbers(result)
     if result.reasons:
+        numbers = _gate_numbers(result)
         reference = f" [for reference only: {numbers}]" if numbers else ""
         return "not comparable: " + "; ".join(reason_text(r) for r in result.reasons) + reference
-    assert gate.metric is not None and gate.change is not None  # comparable: the analysis gave a gate number
-    label = _GATE_LABELS[gate.metric]
-    plain = f"{label} {duration(gate.a_ns)} -> {duration(gate.b_ns)}"
+    assert gate.change is not None  # comparable: the analysis gave a gate number
+    plain = _gate_numbers(result, change=False)
     if result.verdict == "unchanged":
         return f"unchanged: {plain} ({gate.change:+.1%}, within noise)"
     return f"B is {abs(gate.change):.1%} {result.verdict} than A: {plain}"

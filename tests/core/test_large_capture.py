@@ -35,7 +35,7 @@ from nsight_core.analysis.analyze import analyze_steps
 from nsight_core.analysis.completeness import check_completeness
 from nsight_core.analysis.trace_summary import summarize_trace
 from nsight_core.nsys import Nsys
-from nsight_core.trace.export import MAX_SLICES, ExportChoice, export, usable_cores
+from nsight_core.trace.export import MAX_SLICES, SLICES_PER_CORE, ExportChoice, export, usable_cores
 from nsight_core.trace.model import Trace
 from nsight_core.trace.spill import SpilledTables
 from nsight_core.trace.tables import SqliteTables
@@ -68,8 +68,9 @@ def test_30m_ranges_get_stats_and_page_under_2_gib(tmp_path: Path) -> None:
     report = tree_run([sys.executable, "-m", "nsight_core.cli", "report", capture, "-o", page], tmp_path, env)
     stats = tree_run([sys.executable, "-m", "nsight_core.cli", "stats", capture, "--json"], tmp_path, env)
     payload = json.loads(stats.stdout)
-    # Its SQLite export made in slices of time side by side, one per core (2 GiB holds 8 nsys exports).
-    slices = min(usable_cores(), MAX_SLICES)
+    # Its SQLite export made in slices of time side by side, two per core (2 GiB holds 8 nsys exports).
+    cores = usable_cores()
+    slices = min(cores * SLICES_PER_CORE, MAX_SLICES) if cores > 1 else 1
     assert payload["export"]["streamed"] and payload["export"]["slices"] == slices
     assert payload["export"]["kind"] == ("sqlitedir" if slices > 1 else "sqlite")
     counted = {row["name"]: row["instances"] for row in payload["nvtx_ranges"]}

@@ -206,12 +206,14 @@ def _check_disk(report: Path, folder: Path) -> None:
 
 def _export_sliced(nsys: Nsys, report: Path, folder: Path, slices: int) -> None:
     """REPORT's SQLite export as SLICES files in FOLDER (part-000.sqlite, ...), each the events that start in one
-    slice of the capture's time, exported side by side.
+    slice of the capture's time, exported side by side, as many at once as this process has cores.
 
     Why: nsys' SQLite export is the one whose memory does not grow with the capture, and it is slow (one core writes
     every row), most of a large capture's summary. Each slice is one ``nsys export --times``: it decodes the whole
-    report (about a twentieth of a whole export's time) and writes only its events, so SLICES of them on as many
-    cores take about 1/SLICES of the time, 32 MB each.
+    report (about a twentieth of a whole export's time) and writes only its events, so slices on N cores take about
+    1/N of the time, 32 MB each, where they hold as many events each. Slices of equal time seldom do (the window ends
+    with nsys' own shutdown, and a program's pace changes), so there are more slices than cores (``SLICES_PER_CORE``):
+    a core that exported a light slice takes the next one.
 
     Exact: nsys keeps an event in a range when it starts there (the ranges' ends are loose: ``S/E:``), and the
     ranges meet without a gap or overlap (integer nanoseconds), so every event is in exactly one slice and tables
@@ -232,7 +234,7 @@ def _export_sliced(nsys: Nsys, report: Path, folder: Path, slices: int) -> None:
     edges: list[int | None] = [None, *cuts, None]
     windows: list[str | None] = [f"{'' if low is None else low}/{'' if high is None else high - 1}:"
                                  for low, high in itertools.pairwise(edges)] if cuts else [None]
-    with ThreadPoolExecutor(len(windows), thread_name_prefix="nsight-export-slice") as pool:
+    with ThreadPoolExecutor(min(len(windows), usable_cores()), thread_name_prefix="nsight-export-slice") as pool:
         for done in [pool.submit(nsys.export, report, folder / f"part-{part:03d}.sqlite", "sqlite", window)
                      for part, window in enumerate(windows)]:
             done.result()
@@ -257,9 +259,13 @@ SLICE_ABOVE_BYTES = 8 << 20
 what the slices save."""
 MAX_SLICES = 8
 """At most this many slices (nsys processes of 32 MB each): each decodes the whole report again."""
+SLICES_PER_CORE = 2
+"""Slices of time per core this process may use, where it may use more than one (:func:`_export_sliced`: the cores
+that finish light slices take the others)."""
 ENV_EXPORT_SLICES = "NSIGHT_EXPORT_SLICES"
-"""How many slices a streamed capture's SQLite export is made in, where set (1: one file), instead of the cores this
-process may use (its CPU affinity and its cgroup's CPU quota), at most ``MAX_SLICES``."""
+"""How many slices a streamed capture's SQLite export is made in, where set (1: one file), instead of
+``SLICES_PER_CORE`` per core this process may use (its CPU affinity and its cgroup's CPU quota), at most
+``MAX_SLICES``."""
 
 
 class ExportChoice(NamedTuple):
@@ -304,17 +310,20 @@ def _streamed(report: Path, reason: str, size: int, nsys: Nsys | None) -> Export
 
 def export_slices(trace_bytes: int, nsys: Nsys | None = None) -> int:
     """How many slices of time a streamed capture of TRACE_BYTES is exported in: ``NSIGHT_EXPORT_SLICES`` where set,
-    else one per core this process may use, at most ``MAX_SLICES``, from ``SLICE_ABOVE_BYTES`` on; fewer where their
-    nsys processes would not fit the memory allowed; one where this nsys' slices are not known exact
+    else ``SLICES_PER_CORE`` per core this process may use where it may use more than one, at most ``MAX_SLICES``,
+    from ``SLICE_ABOVE_BYTES`` on; fewer where their nsys processes would not fit the memory allowed; one where this
+    nsys' slices are not known exact
     (:attr:`nsight_core.nsys.Nsys.exports_time_slices`)."""
     wanted = os.environ.get(ENV_EXPORT_SLICES, "").strip()
     if wanted:
         if not wanted.isdigit() or int(wanted) < 1:
             raise StatsError(f"{ENV_EXPORT_SLICES}={wanted!r} is not a number of slices: set it to 1 (one SQLite "
-                             f"file) or more, or unset it to use one slice per core (at most {MAX_SLICES}).")
+                             f"file) or more, or unset it to use {SLICES_PER_CORE} slices per core (at most "
+                             f"{MAX_SLICES}).")
         slices = int(wanted)
     else:
-        slices = min(usable_cores(), MAX_SLICES) if trace_bytes >= SLICE_ABOVE_BYTES else 1
+        cores = usable_cores()
+        slices = min(cores * SLICES_PER_CORE, MAX_SLICES) if cores > 1 and trace_bytes >= SLICE_ABOVE_BYTES else 1
     while slices > 1 and not export_fits(trace_bytes, "sqlite", slices):
         slices -= 1
     if slices > 1 and not (nsys or find_nsys()).exports_time_slices:

@@ -1,4 +1,5 @@
-"""The Python line behind each CUDA call, from the Python backtraces nsys took of the calls.
+"""The Python line behind each CUDA call, from the Python backtraces nsys took of the calls (read only where the
+capture's META_DATA_CAPTURE says it collected them).
 
 With ``--python-backtrace=cuda`` (and ``--cudabacktrace``), nsys writes each sampled CUDA call's Python stack as an NVTX
 mark of schema 'Python Backtrace on CUDA' whose binary payload lists the frames; the mark starts when the call does,
@@ -28,20 +29,22 @@ def python_lines(trace: Trace) -> pl.DataFrame:
     """Each CUDA call with a Python backtrace: its start and thread (those of the call), and the innermost frame of
     the user's code (file, line, function) in its stack; empty where the export holds no backtraces."""
     tables = trace.tables
-    if "binaryData" not in tables.columns("NVTX_EVENTS"):
+    asked = any(name.endswith(":COLLECT_PYTHON_BACKTRACES") and value == "true" for name, value in trace.meta.items())
+    if not asked or "binaryData" not in tables.columns("NVTX_EVENTS"):  # no scan of the ranges of other captures
         return pl.DataFrame(schema=LINE_COLUMNS)
     wanted = {"start": pl.Int64, "globalTid": pl.Int64, "binaryData": pl.Binary}
     raw = tables.read("NVTX_EVENTS", wanted, where="binaryData IS NOT NULL") if isinstance(tables, SqliteTables) \
         else tables.read("NVTX_EVENTS", wanted)
-    if raw is None or raw.filter(pl.col("binaryData").is_not_null()).is_empty():
-        return pl.DataFrame(schema=LINE_COLUMNS)
     data = pl.col("binaryData")
+    marks = raw.filter(data.is_not_null()) if raw is not None else None
+    if marks is None or marks.is_empty():
+        return pl.DataFrame(schema=LINE_COLUMNS)
 
     def number(offset: pl.Expr, size: int, dtype: type[pl.DataType]) -> pl.Expr:
         return data.bin.slice(offset, size).bin.reinterpret(dtype=dtype)
 
     start = number(pl.lit(_HEADER), 8, pl.UInt64).cast(pl.Int64)
-    marks = raw.filter(data.is_not_null()).with_columns(start.alias("_at")).with_columns(
+    marks = marks.with_columns(start.alias("_at")).with_columns(
         number(pl.col("_at") + 12, 4, pl.UInt32).alias("_count"))
     frame = pl.col("_at") + _FRAMES + pl.col("_depth") * _FRAME
     frames = (marks.with_columns(pl.int_ranges(0, "_count").alias("_depth")).explode("_depth")

@@ -388,6 +388,45 @@ def test_allocator_churn_names_the_python_line_that_freed_the_memory() -> None:
     assert lines[1][0].endswith("bench/gpu/fix_pairs.py:126 in train") and lines[0][1] > lines[1][1] > 0
 
 
+@pytest.mark.parametrize(("case", "line"), [("mask_tail", "bench/gpu/fix_pairs.py:519 in masked"),
+                                             ("item_if", "bench/gpu/fix_pairs.py:531 in branch")])
+def test_a_hidden_sync_names_the_python_line_that_waited(case: str, line: str) -> None:
+    """mask_tail's and item_if's problems recorded with Python backtraces (as alloc_churn's above): the sync finding
+    names the boolean-mask index `h[h > 0]` and the `if m > 0` on a tensor, once per step."""
+    finding = next(f for f in _recorded(CAUSES["2025.3"] / "python-backtrace-2025-blobs", f"{case}-problem").findings
+                   if f.kind == "sync_wait")
+    lines = [(e.where.name, e.value) for e in finding.evidence if e.where is not None and e.where.kind == "line"]
+    assert lines[0][0].endswith(line) and lines[0][1] == 1.0, lines
+
+
+SAMPLED = Path(__file__).parent.parent / "fixtures" / "h100-python-sampling-2025"
+
+
+def _sampled_lines(finding: object) -> dict[str, float]:
+    return {e.where.name: e.value for e in finding.evidence  # type: ignore[attr-defined]
+            if e.metric == "sampled_host_time_at_line_per_step" and e.where is not None}
+
+
+def test_a_checkpoint_every_step_names_the_line_that_saves_it() -> None:
+    """checkpoint's problem recorded with `nsight run --python-backtrace` (which samples the Python stack too): the
+    bulk-copy finding names the `torch.save` line of bench/gpu/fix_pairs.py's `save` (442 when it was recorded) as
+    where the host spent most of the step, outside every CUDA call."""
+    analysis = _recorded(SAMPLED, "checkpoint-problem")
+    finding = analysis.findings[0]
+    assert finding.kind == "bulk_device_to_host"
+    (top, ns), *_ = _sampled_lines(finding).items()
+    assert top.endswith("bench/gpu/fix_pairs.py:442 in save") and ns > 0.5 * analysis.steps.family.p50_ns
+
+
+def test_untraced_time_is_named_by_the_lines_sampled_outside_calls_and_ranges() -> None:
+    """host_load's problem: the batch is made in a `data` range (`tokens()`, a sleep of 8 ms), the rest of the host's
+    time is the training step's Python. The untraced-time finding names lines of `train`, never the sampled sleep
+    inside the range, which the range's own finding names."""
+    analysis = _recorded(SAMPLED, "host_load-problem")
+    lines = _sampled_lines(next(f for f in analysis.findings if f.kind == "untraced_host"))
+    assert lines and all(name.endswith(" in train") for name in lines), lines
+
+
 def test_a_capture_without_python_backtraces_names_no_line() -> None:
     finding = next(f for f in _recorded(CAUSES["2025.3"], "alloc_churn-problem").findings
                    if f.kind == "allocator_churn")

@@ -26,10 +26,11 @@ with nsight_core.range("work"):
 
 
 def backtrace_options(report: Path) -> dict[str, str]:
-    """How nsys was told to take CUDA calls' backtraces when it recorded REPORT (its own record)."""
+    """How nsys was told to take CUDA calls' backtraces and Python samples when it recorded REPORT (its own record)."""
     with sqlite3.connect(export(report, "sqlite")) as connection:
         rows = connection.execute("SELECT name, value FROM META_DATA_CAPTURE WHERE name LIKE "
-                                  "'%CUDA_BACKTRACE_OPTIONS:%'").fetchall()
+                                  "'%CUDA_BACKTRACE_OPTIONS:%' OR name LIKE "
+                                  "'PYTHON_BACKTRACE_SAMPLING_OPTIONS:%'").fetchall()
     connection.close()
     return {str(name).rsplit(":", 1)[-1]: str(value) for name, value in rows}
 
@@ -45,6 +46,7 @@ def test_nsight_run_asks_nsys_for_the_python_stack_of_cuda_calls(capture: str, n
     [report] = sorted((tmp_path / "out").glob("*.nsys-rep"))
     options = backtrace_options(report)
     assert options["COLLECT_PYTHON_BACKTRACES"] == "true"
+    assert options["COLLECT_SAMPLES"] == "true"  # the host's Python stack, sampled
     for kind in ("KERNEL", "MEMORY", "SYNCHRONOIZATION", "OTHER"):  # nsys' spelling
         assert options[f"COLLECT_{kind}_BACKTRACES"] == "true"
         assert int(options[f"{kind}_BACKTRACES_THRESHOLD_NS"]) == PYTHON_BACKTRACE_THRESHOLD_NS
@@ -70,7 +72,9 @@ def test_without_the_option_nsys_takes_no_python_stacks(nsys: Nsys, tmp_path: Pa
     script.write_text(REGION, encoding="utf-8")
     result = Session(trace=("cuda", "nvtx"), output_dir=tmp_path / "out").run([sys.executable, str(script)])
     [report] = result.reports
-    assert backtrace_options(report).get("COLLECT_PYTHON_BACKTRACES", "false") == "false"
+    options = backtrace_options(report)
+    assert options.get("COLLECT_PYTHON_BACKTRACES", "false") == "false"
+    assert options.get("COLLECT_SAMPLES", "false") == "false"
 
 
 def test_python_backtrace_without_cpu_sampling_is_refused_before_anything_runs(tmp_path: Path) -> None:

@@ -183,8 +183,9 @@ def _add_profiling_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--python-backtrace", action="store_true",
                         default=os.environ.get(ENV_PYTHON_BACKTRACE) == "1",
                         help="record the Python call stack of each CUDA call of 10 us or longer (allocations, frees, "
-                        "copies, synchronisations) so that findings name the file:line that caused them (costs host "
-                        f"time per such call; needs CPU sampling, nsys' default; also {ENV_PYTHON_BACKTRACE}=1)")
+                        "copies, synchronisations) and sample it 1,000 times a second, so that findings name the "
+                        "file:line that caused them (costs host time; needs CPU sampling, nsys' default; also "
+                        f"{ENV_PYTHON_BACKTRACE}=1)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
 

@@ -107,10 +107,12 @@ decorator's python_backtrace does)."""
 PYTHON_BACKTRACE_THRESHOLD_NS = 10_000
 """CUDA calls this long (10 µs) or longer get their Python call stack: allocations, frees, copies and syncs, not most
 kernel launches, which bounds the cost."""
-PYTHON_BACKTRACE_FLAGS = ("--python-backtrace=cuda", f"--cudabacktrace=all:{PYTHON_BACKTRACE_THRESHOLD_NS}")
-"""The nsys flags (`launch` and `profile` options) that record the Python call stack of CUDA calls: nsys takes it with
-the native stack, so ``--cudabacktrace`` must name the calls (one value: nsys 2023.4.4 keeps only the last of a list
-of kinds and refuses the flag twice), and CPU sampling must be on."""
+PYTHON_BACKTRACE_FLAGS = ("--python-backtrace=cuda", f"--cudabacktrace=all:{PYTHON_BACKTRACE_THRESHOLD_NS}",
+                          "--python-sampling=true")
+"""The nsys flags (`launch` and `profile` options) that record the Python call stack of CUDA calls, and samples of the
+host's Python stack (1 kHz: what the host did between CUDA calls, where nothing else is traced). nsys takes a call's
+Python stack with its native one, so ``--cudabacktrace`` must name the calls (one value: nsys 2023.4.4 keeps only the
+last of a list of kinds and refuses the flag twice), and CPU sampling must be on."""
 
 
 def validate_python_backtrace(python_backtrace: bool, sample: str | None) -> bool:

@@ -8,7 +8,9 @@ so that the answer is the same whatever the windows' size:
 - the small device-to-host reads by what ran before them on their stream: a selection (boolean-mask indexing,
   nonzero, unique) or anything else (a scalar read: `.item()`, a Python `if` on a tensor);
 - the GPU's idle time right after each bulk device-to-host copy, until its next work in the step;
-- the steps' thread's calls in the steps by the user's Python line they came from (a capture with Python backtraces).
+- the steps' thread's calls in the steps by the user's Python line they came from, and the samples of its Python
+  stack outside every CUDA call and every range inside a step by line: untraced host time (a capture with Python
+  backtraces).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ COPY_COLUMNS = {"direction": pl.String, "small": pl.Boolean, "copies": pl.Int64,
 LOOP_COLUMNS = {"name": pl.String, "launches": pl.Int64, "kept": pl.Int64}
 READ_COLUMNS = {"select": pl.Boolean, "reads": pl.Int64}
 LINE_COLUMNS = {"name": pl.String, "place": pl.String, "function": pl.String, "calls": pl.Int64}
+SAMPLE_COLUMNS = {"place": pl.String, "function": pl.String, "host_ns": pl.Float64}
 
 
 def cause_inputs(frames: Events, steps: pl.DataFrame, thread: int | None, activities: pl.DataFrame | None,
@@ -41,13 +44,16 @@ def cause_inputs(frames: Events, steps: pl.DataFrame, thread: int | None, activi
     """The inputs of :mod:`causes` over STEPS (the steady steps: step, start_ns, end_ns on the GPU's clock,
     cpu_start_ns, cpu_end_ns, by start) of the capture FRAMES holds, on the steps' THREAD; ACTIVITIES: the budget's
     CPU activities of their idle time (every_budget.Budgets.activities); PER_CALL_NS: what tracing added to a call."""
-    found: dict[str, list[pl.DataFrame]] = {"calls": [], "copies": [], "loops": [], "reads": [], "lines": []}
+    found: dict[str, list[pl.DataFrame]] = {"calls": [], "copies": [], "loops": [], "reads": [], "lines": [],
+                                            "samples": []}
     after_bulk = 0
     if steps.height and thread is not None:
         calls = frames.cuda_api.filter(pl.col("thread") == thread).select("start_ns", "end_ns", "name",
                                                                           "correlation_id")
-        lines = frames.python_lines.filter(pl.col("thread") == thread).select(
-            "start_ns", pl.format("{}:{}", "file", "line").alias("place"), "function")
+        stacks = frames.python_lines.filter(pl.col("thread") == thread).select(
+            "start_ns", pl.format("{}:{}", "file", "line").alias("place"), "function", "sample_ns")
+        lines, samples = stacks.filter(pl.col("sample_ns") == 0), stacks.filter(pl.col("sample_ns") > 0)
+        inner = frames.nvtx.filter(pl.col("thread") == thread).select("start_ns", "end_ns")
         for first, end in step_batches(steps["cpu_start_ns"], start_cuts(calls, window_rows)):
             batch = steps.slice(first, end - first)
             lo, hi = batch.select(pl.min_horizontal(pl.col("start_ns").min(), pl.col("cpu_start_ns").min()),
@@ -58,8 +64,10 @@ def cause_inputs(frames: Events, steps: pl.DataFrame, thread: int | None, activi
             batch_calls = calls.filter(meets).collect(engine="streaming")
             found["calls"].append(_calls_in(batch_calls, ranges))
             if lines.height:
-                found["lines"].append(_located(batch_calls.join(lines, on="start_ns"), ranges)
+                found["lines"].append(_located(batch_calls.join(lines.drop("sample_ns"), on="start_ns"), ranges)
                                       .group_by("name", "place", "function").agg(pl.len().alias("calls")))
+            if samples.height:
+                found["samples"].append(_untraced_samples(samples, batch_calls, inner.filter(meets), ranges))
             copies, kernels = pl.collect_all(
                 [frames.memcpy.filter(meets).select("start_ns", "end_ns", "stream", "bytes", "direction",
                                                     "correlation_id"),
@@ -71,12 +79,12 @@ def cause_inputs(frames: Events, steps: pl.DataFrame, thread: int | None, activi
             after_bulk += _idle_after_bulk(copies, kernels, batch_calls, windows)
     empty: dict[str, dict[str, type[pl.DataType]]] = {"calls": CALL_COLUMNS, "copies": COPY_COLUMNS,
                                                        "loops": LOOP_COLUMNS, "reads": READ_COLUMNS,
-                                                       "lines": LINE_COLUMNS}
+                                                       "lines": LINE_COLUMNS, "samples": SAMPLE_COLUMNS}
     summed = {key: _summed(frames_, empty[key]) for key, frames_ in found.items()}
     return CauseInputs(steps=steps.height, activities=activities if activities is not None else pl.DataFrame(
         schema={"part": pl.String, "cpu_kind": pl.String, "cpu_name": pl.String, "total_ns": pl.Int64}),
         calls=summed["calls"], copies=summed["copies"], loops=summed["loops"], reads=summed["reads"],
-        after_bulk_ns=float(after_bulk), per_call_ns=per_call_ns, lines=summed["lines"])
+        after_bulk_ns=float(after_bulk), per_call_ns=per_call_ns, lines=summed["lines"], samples=summed["samples"])
 
 
 def _summed(parts: list[pl.DataFrame], schema: dict[str, type[pl.DataType]]) -> pl.DataFrame:
@@ -95,6 +103,20 @@ def _located(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         steps.select("step", pl.col("start_ns").alias("_step_start"), pl.col("end_ns").alias("_step_end")),
         left_on="start_ns", right_on="_step_start", strategy="backward")
     return located.filter(pl.col("start_ns") < pl.col("_step_end")).drop("_step_start", "_step_end")
+
+
+def _untraced_samples(samples: pl.DataFrame, calls: pl.DataFrame, nvtx: pl.LazyFrame, steps: pl.DataFrame
+                      ) -> pl.DataFrame:
+    """The host time of the Python SAMPLES in the STEPS' ranges (step, start_ns, end_ns) outside every CUDA call
+    (CALLS) and every NVTX range inside a step (NVTX: those that are not a step's own), by line (SAMPLE_COLUMNS)."""
+    own = steps.select("start_ns", "end_ns")
+    spans = pl.concat([calls.select("start_ns", "end_ns"),
+                       nvtx.join(own.lazy(), on=["start_ns", "end_ns"], how="anti").collect(engine="streaming")])
+    # A sample is inside a span where the furthest end of the spans that started before it lies after it.
+    reach = spans.sort("start_ns").select("start_ns", pl.col("end_ns").cum_max().alias("_reach"))
+    inside = _located(samples, steps).sort("start_ns").join_asof(reach, on="start_ns", strategy="backward")
+    return (inside.filter(pl.col("_reach").is_null() | (pl.col("_reach") <= pl.col("start_ns")))
+            .group_by("place", "function").agg(pl.col("sample_ns").sum().alias("host_ns")))
 
 
 def _calls_in(calls: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:

@@ -98,6 +98,9 @@ class CauseInputs(NamedTuple):
     lines: pl.DataFrame
     """The steps' thread's CUDA calls in the steps by the user's Python line they came from (a capture with Python
     backtraces; else empty): name, place (file:line), function, calls."""
+    samples: pl.DataFrame
+    """The host time of the samples of the steps' thread's Python stack outside CUDA calls and inner ranges (a capture
+    with Python sampling; else empty) by the user's line: place (file:line), function, host_ns."""
 
 
 Claim = tuple[str, str | None, str | None]
@@ -118,6 +121,8 @@ class Causes(NamedTuple):
     scalar_reads: float
     lines: list[Evidence]
     """The user's Python lines the steps' synchronising calls came from (:func:`lines_of`)."""
+    sampled: list[Evidence]
+    """The user's Python lines of the steps' untraced host time (:func:`sampled_lines`)."""
 
 
 def _activity(inputs: CauseInputs, names: str, kinds: tuple[str, ...] = ("cuda_api", "dispatch"),
@@ -171,6 +176,15 @@ def lines_of(inputs: CauseInputs, names: str) -> list[Evidence]:
     return [Evidence(metric="calls_from_line_per_step", value=calls / max(inputs.steps, 1), unit="count",
                      where=Where(kind="line", name=f"{place} in {function}"))
             for place, function, calls in rows.iter_rows()]
+
+
+def sampled_lines(inputs: CauseInputs) -> list[Evidence]:
+    """The user's Python lines the host was on, sampled, while outside every CUDA call and range of a step: what its
+    untraced time did (where the capture sampled the Python stack: ``nsight run --python-backtrace``)."""
+    rows = inputs.samples.sort(["host_ns", "place"], descending=[True, False]).head(TOP_LINES)
+    return [Evidence(metric="sampled_host_time_at_line_per_step", value=ns / max(inputs.steps, 1), unit="ns",
+                     where=Where(kind="line", name=f"{place} in {function}"))
+            for place, function, ns in rows.iter_rows()]
 
 
 def allocator_churn(context: Context, inputs: CauseInputs, claims: dict[Claim, float]) -> Finding | None:
@@ -267,7 +281,7 @@ def bulk_device_to_host(context: Context, inputs: CauseInputs, claims: dict[Clai
                 Evidence(metric="device_to_host_copies_per_step", value=count / steps, unit="count"),
                 Evidence(metric="copy_time_per_step", value=ns / steps, unit="ns"),
                 Evidence(metric="gpu_idle_after_the_copies_per_step", value=after / steps, unit="ns")]
-    return _finding(context, "bulk_device_to_host", total, steps, evidence)
+    return _finding(context, "bulk_device_to_host", total, steps, [*evidence, *sampled_lines(inputs)])
 
 
 def _part(context: Context, part: str) -> float:
@@ -291,7 +305,8 @@ def known_causes(context: Context, inputs: CauseInputs) -> Causes:
             .filter(pl.col("per_step_ns") > 0).sort(["per_step_ns", "part", "cpu_kind", "cpu_name"],
                                                     descending=[True, False, False, False]))
     return Causes([finding for finding in found if finding is not None], claims, less(context.budget, claims), left,
-                  float(reads.get(True, 0)) / steps, float(reads.get(False, 0)) / steps, lines_of(inputs, SYNC_API))
+                  float(reads.get(True, 0)) / steps, float(reads.get(False, 0)) / steps, lines_of(inputs, SYNC_API),
+                  sampled_lines(inputs))
 
 
 MASK_RANGE = r"(?i)DeviceSelect|nonzero|masked"
@@ -307,7 +322,7 @@ def named(findings: list[Finding | None], causes: Causes, syncs: pl.DataFrame) -
     """FINDINGS with what the known causes tell about the others: the sync finding's pattern (``mask_indexing`` where
     its reads follow a selection, or where it sits in a selection's range; ``scalar_reads`` for other small reads),
     with the user's Python lines it came from; and, for the launch gaps and the untraced time no known cause explains,
-    the host activities that fill them."""
+    the host activities that fill them (and the untraced time's sampled Python lines)."""
     def top(parts: tuple[str, ...]) -> list[Evidence]:
         rows = causes.left.filter(pl.col("part").is_in(parts)).head(TOP_EVIDENCE)
         return [Evidence(metric=_METRICS[kind][0], value=ns, unit="ns",
@@ -331,7 +346,8 @@ def named(findings: list[Finding | None], causes: Causes, syncs: pl.DataFrame) -
                                                  "subject": "unexplained" if other else finding.subject})
         elif finding is not None and finding.kind == "untraced_host":
             finding = finding.model_copy(update={"evidence": [
-                *finding.evidence, *(e for e in top(("gpu_idle",)) if e.metric != "untraced_host_per_step")]})
+                *finding.evidence, *(e for e in top(("gpu_idle",)) if e.metric != "untraced_host_per_step"),
+                *causes.sampled]})
         out.append(finding)
     return out
 

@@ -185,8 +185,8 @@ def nsys_profile(task: T | None = None, /, *, trace: Sequence[str] | str = DEFAU
             (nsys 2025 records it on the GPU as one piece of work), ``"node"`` each kernel of the graph, by name
             (more events). None keeps nsys' default (graph where the CUDA driver is 11.7 or newer).
         python_backtrace: record the Python call stack of each CUDA call of 10 µs or longer (allocations, frees,
-            copies, synchronisations), so that findings can name the line of code that caused them. Off by default:
-            each such call then costs extra host time. Needs nsys' CPU sampling (not ``sample="none"``).
+            copies, synchronisations) and sample it 1,000 times a second, so that findings can name the line of code
+            that caused them. Off by default: it costs host time. Needs nsys' CPU sampling (not ``sample="none"``).
 
     Arguments are checked even when ``enabled`` is False: a typo should fail on the first import,
     not on the first profiled run.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -142,14 +143,21 @@ def lose_first(count: Path, losses: int, how: str) -> str:
     return f'echo x >> {count}; if [ $(wc -l < {count}) -le {losses} ]; then {how}; fi'
 
 
-# A fake nsys session's agent, as 2023.4.4 left one after losing it (seen in the suite on 2026-12-04): it holds the
-# session's name ($S, from --session-new), and an nsys started with that name again fails. MARKER, in its command
-# line, lets a test end its own agents, never nsys' real ones.
+# A fake nsys session's agent, as 2023.4.4 left one after losing it: it holds the session's name ($S, from
+# --session-new), and an nsys started with that name again fails. MARKER, in its command line, lets a test find its
+# own agents, never nsys' real ones.
 SESSION = 'S=$(printf "%s\\n" "$@" | sed -n "s/^--session-new=//p")'
 HELD = ('if pgrep -f -- "--session-name=$S" >/dev/null; then '
         'echo "Session name \'$S\' is already in use." >&2; exit 1; fi')
 AGENT = (sys.executable + ' -c "import time; time.sleep(600)" {marker} --start-agent --session-name=$S '
          '</dev/null >/dev/null 2>&1 & ')
+
+
+def agents_left(marker: Path) -> list[str]:
+    """The fake agents of MARKER still running (nsight ends every one when its run ends); the test's own cleanup
+    ends those after asking."""
+    found = subprocess.run(["pgrep", "-af", "--", str(marker)], capture_output=True, text=True).stdout.splitlines()
+    return [line for line in found if "pgrep" not in line]
 
 
 @pytest.mark.parametrize(("losses", "how"), [
@@ -160,18 +168,19 @@ AGENT = (sys.executable + ' -c "import time; time.sleep(600)" {marker} --start-a
 def test_nsys_that_loses_its_agent_before_the_command_starts(tmp_path, losses, how):
     """nsys 2023.4.4 on a loaded machine: "Connection to Agent lost" (exit 0), "Local Endpoint is not
     available" (exit 1), a bare "End of file" or "Connection refused", and the command never ran; its agent may
-    live on, holding the
-    session's name. nsight ends that agent and runs nsys again (nothing ran, so it is safe); if every attempt
-    fails, it says so and exits 1."""
+    live on, holding the session's name. nsight runs nsys again (nothing ran, so it is safe) in a session of
+    another name, and ends every attempt's agent; if every attempt fails, it says so and exits 1."""
     count, ran, marker = tmp_path / "count", tmp_path / "ran", tmp_path / "agent"
     lose = f"{SESSION}; {HELD}; {lose_first(count, losses, AGENT.format(marker=marker) + how)}"
     job = script(tmp_path, f"open({str(ran)!r}, 'a').write('ran\\n')\n" + textwrap.dedent(REGION))
     try:
         done = nsight("run", "--trace", "nvtx", "-o", str(tmp_path / "o"), "--", sys.executable, str(job),
                       env=fake_nsys(tmp_path, "profile", lose))
+        left = agents_left(marker)
     finally:
         subprocess.run(["pkill", "-f", "--", str(marker)], check=False)
     assert "already in use" not in done.stderr
+    assert left == []
     if losses == 1:
         assert done.returncode == 0, done.stderr
         assert ran.read_text() == "ran\n", done.stderr  # once, not twice
@@ -183,23 +192,38 @@ def test_nsys_that_loses_its_agent_before_the_command_starts(tmp_path, losses, h
         assert "opened no nsight_core.range() block" not in done.stderr
 
 
-def test_an_agent_that_holds_the_session_name_after_the_retry_began_is_ended_and_tried_again(tmp_path):
-    """nsys lost its agent, which came up only after nsight had looked for it (seen in a fresh clone's CI on
-    2026-12-05: the retry found "Session name '…' is already in use." and the command never ran). The name is the
-    run's own (a random one), so its holder is that agent: nsight ends it and tries again."""
+@pytest.mark.parametrize("capture", ["process", "manual"])
+def test_a_name_a_lost_agent_still_holds_neither_blocks_the_retry_nor_outlives_the_run(tmp_path, capture):
+    """nsys lost its agent, which came up only after nsight had looked for it, or died holding nsys' lock on the
+    session's name: the retry found "Session name '…' is already in use." and the command never ran. Here the lost
+    launch leaves both: a late agent, and the name held for good. The retry runs in a session of its own name,
+    which a region's processes are told (their `nsys start` finds it), and the late agent is ended with the run."""
     count, ran, marker = tmp_path / "count", tmp_path / "ran", tmp_path / "agent"
     late_agent = f"S=$S setsid sh -c 'sleep 0.3; {AGENT.format(marker=marker)}' </dev/null >/dev/null 2>&1 & "
-    lose = f"{SESSION}; {HELD}; {lose_first(count, 1, late_agent + END_OF_FILE)}"
+    locks = tmp_path / "locks"
+    lock = f'mkdir -p {locks}; touch "{locks}/$S"; '
+    held = f'if [ -e "{locks}/$S" ]; then echo "Session name \'$S\' is already in use." >&2; exit 1; fi'
+    lose = f"{SESSION}; {held}; {lose_first(count, 1, late_agent + lock + END_OF_FILE)}"
     job = script(tmp_path, f"open({str(ran)!r}, 'a').write('ran\\n')\n" + textwrap.dedent(REGION))
+    subcommand = {"process": "profile", "manual": "launch"}[capture]
     try:
-        done = nsight("run", "--trace", "nvtx", "-o", str(tmp_path / "o"), "--", sys.executable, str(job),
-                      env=fake_nsys(tmp_path, "profile", f"sleep 0.6; {lose}"))
+        done = nsight("run", "--capture", capture, "--trace", "nvtx", "-o", str(tmp_path / "o"), "--",
+                      sys.executable, str(job), env=fake_nsys(tmp_path, subcommand, f"sleep 0.6; {lose}"))
+        left = agents_left(marker)
     finally:
         subprocess.run(["pkill", "-f", "--", str(marker)], check=False)
     assert done.returncode == 0, done.stderr
     assert ran.read_text() == "ran\n", done.stderr  # once
-    assert [Path(line).suffix for line in done.stdout.splitlines()[1:]] == [".nsys-rep"], (done.stdout, done.stderr)
-    assert "already in use" not in done.stderr
+    assert count.read_text() == "x\nx\n", done.stderr  # the lost launch, then the retry under another name
+    traces = [Path(line).name for line in done.stdout.splitlines()[1:]]
+    assert len(traces) == 1, done.stderr
+    trace = traces[0]
+    if capture == "manual":  # the region recorded: its processes were told the retry's session
+        assert trace == "r.nsys-rep", done.stderr
+    else:  # named as the run, whichever attempt recorded it
+        assert re.fullmatch(r"nsight-[0-9a-f]{8}\.nsys-rep", trace), trace
+    assert "already in use" not in done.stderr and "WARNING" not in done.stderr
+    assert left == []
 
 
 def test_region_start_that_loses_its_agent_is_tried_again(tmp_path):

@@ -37,13 +37,13 @@ def exec_launch(argv: Sequence[str], *, name: str, trace: Sequence[str] | str = 
         session = Session(unique, trace=trace, sample=sample, output_dir=output_dir or default_output_dir(unique),
                           cuda_graph_trace=cuda_graph_trace, python_backtrace=python_backtrace)
         session._prepare_output_dir()
-        nsys_argv, env = session._nsys_argv("manual"), session.child_env()
+        session._nsys_argv("manual")  # finds nsys: without one the command runs unprofiled
     except (NsightError, ValueError, OSError) as exc:
         _exec_unprofiled(argv, one_line(exc))
     if why := tempspace.shortfall():
         _exec_unprofiled(argv, why)
     with tempspace.watch(session._stop):
-        finished = run_command(nsys_argv, argv, env=env, session=session.name)
+        finished = run_command(session.name, session._launch("manual"), argv)
     if not finished.started:
         _exec_unprofiled(argv, never_started(finished.nsys_output))
     sys.exit(finished.returncode)

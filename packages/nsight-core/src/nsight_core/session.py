@@ -34,7 +34,7 @@ from nsight_core.nsys import (
 )
 from nsight_core.region import Region
 from nsight_core.settings import LATEST, RUNS_DIR, Settings, diagnose, sanitize, validate_trace
-from nsight_core.supervise import never_started, run_command, run_plain
+from nsight_core.supervise import Launch, never_started, run_command, run_plain
 
 log = logging.getLogger("nsight")
 
@@ -74,6 +74,7 @@ class Session:
             self.output_dir = self._runs / f"{time.strftime('%Y%m%d-%H%M%S')}-{self.name if name else short}"
         self._nsys = nsys
         self._collector: Collector | None = None
+        self._recording = self.name  # the nsys session of the run's attempt that runs now (supervise.attempt_names)
 
     @property
     def nsys(self) -> Nsys:
@@ -96,20 +97,35 @@ class Session:
             raise ValueError("no command to profile: give the program and its arguments.")
         return [*self._nsys_argv(capture), *argv]
 
-    def _nsys_argv(self, capture: CaptureMode) -> list[str]:
+    def _nsys_argv(self, capture: CaptureMode, name: str | None = None) -> list[str]:
+        """nsys' command line in nsys session NAME (the session's own unless given); the trace of a whole process is
+        named by the session whatever NAME is."""
+        name = name or self.name
         if capture == "manual":
-            return self.nsys.launch_argv(self.name, self.trace, [], self.cuda_graph_trace, self.python_backtrace)
+            return self.nsys.launch_argv(name, self.trace, [], self.cuda_graph_trace, self.python_backtrace)
         if capture == "process":
-            return self.nsys.profile_argv(self.name, self.output_dir / self.name, self.trace, self.sample, [],
+            return self.nsys.profile_argv(name, self.output_dir / self.name, self.trace, self.sample, [],
                                           self.cuda_graph_trace, self.python_backtrace)
         raise ValueError(f"capture={capture!r} is not a capture mode: use 'process' or 'manual'.")
+
+    def _launch(self, capture: CaptureMode, claims: Path | None = None) -> Launch:
+        """What each attempt of :func:`run_command` runs in the nsys session it names: nsys' command line, and for
+        regions an environment that names that session and CLAIMS (the processes' `nsys start` and `stop` use it).
+        The attempt's session is the one a full temp folder's stop (:meth:`_stop`) ends."""
+
+        def attempt(name: str) -> tuple[list[str], dict[str, str] | None]:
+            self._recording = name
+            env = replace(self.settings, name=name, claims=claims).to_env() if capture == "manual" else None
+            return self._nsys_argv(capture, name), env
+
+        return attempt
 
     def run(self, argv: Sequence[str], capture: CaptureMode = DEFAULT_CAPTURE,
             timeout: float | None = None) -> RunResult:
         """Run ARGV under nsys (its stdout and stderr its own, nsys' messages on stderr); its exit code and the
         .nsys-rep files it wrote: with ``capture="process"`` the whole run's, with ``"manual"`` one for each
         :func:`nsight_core.range` block. Raises :class:`CommandNotFoundError` first where ARGV[0] does not exist."""
-        nsys_argv = self._nsys_argv(capture)
+        self._nsys_argv(capture)  # a bad capture mode, or no nsys, raises before anything runs
         if not argv:
             raise ValueError("no command to profile: give the program and its arguments.")
         _check_runnable(argv[0])
@@ -119,9 +135,8 @@ class Session:
                              diagnosis=f"{argv[0]} ran unprofiled: {why}")
         with owned_folder("nsight-claims-") as scratch:
             claims = scratch / "claims"
-            env = replace(self.settings, claims=claims).to_env() if capture == "manual" else None
             with tempspace.watch(self._stop, once=capture == "process"):
-                finished = run_command(nsys_argv, argv, env=env, timeout=timeout, session=self.name)
+                finished = run_command(self.name, self._launch(capture, claims), argv, timeout=timeout)
             bases = ([Path(line) for line in claims.read_text().splitlines()] if claims.exists()
                      else []) if capture == "manual" else [self.output_dir / self.name]
         for base in bases:  # every process of the session has ended: claims left are its killed ones'
@@ -164,8 +179,9 @@ class Session:
                         one_line(again.output))
 
     def _stop(self) -> None:
-        """Stop the collection a region of this session records now (its trace is written and kept)."""
-        self.nsys.stop(self.name)
+        """Stop the collection a region of this session records now (its trace is written and kept), in the nsys
+        session of the attempt that runs."""
+        self.nsys.stop(self._recording)
 
     def _prepare_output_dir(self) -> None:
         """Create the output folder (and point `latest` at a time-named one) or say why it cannot be."""

@@ -22,7 +22,7 @@ from typing import Any
 
 from nsight_core.claims import dead_folders, owned_folder, remove_raw_streams_of
 from nsight_core.errors import PERMISSION_REMEDIES, NsysCommandError, is_permission_failure, one_line
-from nsight_core.nsys import QUICK_TIMEOUT, kill_group, lost_its_agent, name_held
+from nsight_core.nsys import QUICK_TIMEOUT, kill_group, lost_its_agent
 
 ENV_SIGNAL_FILE = "NSIGHT_SIGNAL_FILE"
 """Where a profiled process that dies of a signal writes its number (nsys itself may then exit 0)."""
@@ -51,29 +51,40 @@ class Finished:
 START_ATTEMPTS = 3
 """Runs of nsys while it fails before starting the command (nsys 2023.4.4 under load loses its agent: nothing ran)."""
 
+Launch = Callable[[str], tuple[Sequence[str], Mapping[str, str] | None]]
+"""What one attempt runs, given its nsys session name: nsys' command line, which creates that session, and the
+command's environment (None: this process's), which names it wherever the command's processes read it back."""
 
-def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[str, str] | None = None,
-                timeout: float | None = None, session: str | None = None) -> Finished:
-    """Run COMMAND under NSYS_ARGV with COMMAND's stdio untouched and nsys' own output on stderr. SIGTERM and SIGINT go
-    to nsys once each (a second SIGINT while it writes the trace drops it); nsys runs in its own process group, so a
-    terminal's Ctrl-C reaches it once. SESSION: the nsys session NSYS_ARGV creates, whose leftover agent is ended. A
-    launch that never started COMMAND (after START_ATTEMPTS) says why only in the result's ``nsys_output``."""
+
+def attempt_names(session: str) -> list[str]:
+    """The nsys session name of each attempt of a run in SESSION: a retry's is its own, since the agent of a failed
+    attempt may come up late, or die, still holding the name it was given (nsys then refuses it as in use)."""
+    return [session, *(f"{session}.retry{attempt}" for attempt in range(1, START_ATTEMPTS))]
+
+
+def run_command(session: str, launch: Launch, command: Sequence[str], timeout: float | None = None) -> Finished:
+    """Run COMMAND under nsys as LAUNCH says, with COMMAND's stdio untouched and nsys' own output on stderr. SIGTERM and
+    SIGINT go to nsys once each (a second SIGINT while it writes the trace drops it); nsys runs in its own process
+    group, so a terminal's Ctrl-C reaches it once. SESSION: the nsys session of the run (:func:`attempt_names`), whose
+    leftover agents are ended. A launch that never started COMMAND (after START_ATTEMPTS) says why only in the
+    result's ``nsys_output``."""
     end_what_killed_runs_left()
-    with owned_folder("nsight-run-", note=session or "") as scratch:
+    names = attempt_names(session)
+    used: list[str] = []
+    with owned_folder("nsight-run-", note="\n".join(names)) as scratch:
         pending, died = scratch / "pending", scratch / "signal"
-        env = {**(os.environ if env is None else env), ENV_SIGNAL_FILE: str(died)}
-        for attempt in range(START_ATTEMPTS):  # again only while nsys fails transiently before COMMAND starts
+        for name in names:  # again only while nsys fails transiently before COMMAND starts
+            nsys_argv, env = launch(name)
+            used.append(name)
             pending.touch()
-            finished, transient = _run_under_nsys(nsys_argv, command, pending, env, timeout, session)
-            # The run's own session name in use on a retry: the failed attempt's agent came up late and holds it.
-            held = attempt > 0 and session is not None and name_held(finished.nsys_output)
-            if finished.started or not (transient or held):
+            finished, transient = _run_under_nsys(nsys_argv, command, pending, {
+                **(os.environ if env is None else env), ENV_SIGNAL_FILE: str(died)}, timeout, name)
+            if finished.started or not transient:
                 break
-            if session:  # an agent of the failed attempt holds the session's name: the next would find it in use
-                end_leftover_agents(session, grace=0.5)
+            end_leftover_agents(name, grace=0.5)  # an agent of the failed attempt holds the command's stdio
         died_of = died.read_text().strip() if died.exists() else ""
-    if session:
-        end_leftover_agents(session)
+    for name in used:
+        end_leftover_agents(name)
     if not finished.started:
         return finished
     if finished.returncode == 0 and died_of.isdigit():  # nsys, signalled itself, exits 0 regardless
@@ -83,10 +94,10 @@ def run_command(nsys_argv: Sequence[str], command: Sequence[str], env: Mapping[s
 
 def end_what_killed_runs_left() -> None:
     """End the nsys agents of runs that were killed (nothing of theirs ran to clean up) and delete their temp folders
-    (:func:`nsight_core.claims.owned_folder`, which name their session) with the raw streams they left: nsys killed
-    as it starts its agent leaves the agent running, holding nsys' session lock in $TMPDIR."""
-    for folder, session in dead_folders("nsight-"):
-        if session:
+    (:func:`nsight_core.claims.owned_folder`, which name the session of each of their attempts) with the raw streams
+    they left: nsys killed as it starts its agent leaves the agent running, holding nsys' session lock in $TMPDIR."""
+    for folder, sessions in dead_folders("nsight-"):
+        for session in sessions.split():
             end_leftover_agents(session, grace=0.5)
         remove_raw_streams_of(folder)
 
@@ -125,7 +136,7 @@ def _running(pid: int) -> bool:
 
 
 def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], pending: Path, env: Mapping[str, str],
-                    timeout: float | None, session: str | None) -> tuple[Finished, bool]:
+                    timeout: float | None, session: str) -> tuple[Finished, bool]:
     """One run of COMMAND under nsys; whether a failure to start it was transient (worth another try). SESSION: the
     nsys session NSYS_ARGV creates, whose agent a launch that hung leaves behind."""
     stdout, stderr = _fileno(sys.stdout, 1), _fileno(sys.stderr, 2)
@@ -167,7 +178,7 @@ def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], pending: P
     began = time.monotonic()
     try:
         hung = not _await_start(process, pending)
-        if hung and session:  # its agent would hold the session's name and nsys' output pipe
+        if hung:  # its agent would hold the session's name and nsys' output pipe
             end_leftover_agents(session, grace=0.5)
         if not pending.exists():
             relay.pass_on()

@@ -631,6 +631,18 @@ def test_signal_flushes_the_trace_and_exits_as_unprofiled(run_action, request, t
     assert_nothing_left(result)
 
 
+def test_a_preempted_tasks_failed_import_is_imported_again(run_action, tmp_path):
+    """SIGTERM stops the collection and nsys' importer fails, as 2023.4.4's does under load, keeping the raw stream
+    beside the trace it did not write. Nothing imports it once the task has died (`nsight launch` ends with it): the
+    task's own stop imports it once more, as a region's stop does. The trace is kept, no stream is left."""
+    env, imports = nsys_whose_importer_fails_once(tmp_path)
+    result = signalled(run_action, tmp_path, signal.SIGTERM, "child", env)
+    assert exit_status(result.returncode) == 143, result.stderr
+    assert len(imports.read_text().splitlines()) == 2, result.stderr  # nsys' import, then nsight's
+    assert kept_traces(result) == ["training.nsys-rep"], result.stderr
+    assert_nothing_left(result)
+
+
 # -- hostile names ----------------------------------------------------------------------------------
 
 def test_hostile_region_names(hostile_regions):

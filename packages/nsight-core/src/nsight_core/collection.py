@@ -241,14 +241,18 @@ class Collector:
 
     def abort(self, why: str, timeout: float = ABORT_STOP_TIMEOUT) -> None:
         """Stop the running collection, if any, within TIMEOUT and without a lock (a signal handler, the exit): the
-        trace nsys writes is kept, nobody publishes it."""
+        trace nsys writes is kept, nobody publishes it. A stream nsys' importer failed on is imported once more in
+        what is left of TIMEOUT, as :meth:`stop` does: nothing after this process imports it (`nsight launch` ends
+        with the command)."""
         base = self._running
         if base is None:
             return
         self._running = None
+        deadline = time.monotonic() + timeout
         try:
             self.nsys.stop(self.name, timeout=timeout)
             kept = base.with_name(base.name + ".nsys-rep")
+            self.nsys.import_kept_stream(base, timeout=max(deadline - time.monotonic(), 1.0))
             outcome = f"its trace is {kept}" if kept.exists() else "nsys wrote no trace"
         except NsightError as exc:
             outcome = f"nsys stop failed: {one_line(exc)}"

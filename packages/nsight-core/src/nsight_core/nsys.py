@@ -267,17 +267,18 @@ class Nsys:
         installation the nsys binary belongs to); None where there is none (a stand-in nsys)."""
         return next(iter(sorted(self.path.resolve().parent.parent.glob("host-*/QdstrmImporter"))), None)
 
-    def import_kept_stream(self, base: Path) -> NsysResult | None:
+    def import_kept_stream(self, base: Path, timeout: float = STOP_TIMEOUT) -> NsysResult | None:
         """Import the raw stream nsys kept as BASE.qdstrm once more (nsys keeps it where its importer failed, or
-        "succeeded with non-fatal errors": a clean import here replaces that report); the import's result (its words
-        without the progress bar) where it wrote BASE.nsys-rep, else None. The stream is deleted once imported."""
+        "succeeded with non-fatal errors": a clean import here replaces that report), within TIMEOUT; the import's
+        result (its words without the progress bar) where it wrote BASE.nsys-rep, else None. The stream is deleted
+        once imported."""
         stream, report = (base.with_name(base.name + suffix) for suffix in (".qdstrm", ".nsys-rep"))
         if not stream.is_file() or self.importer is None:
             return None
         beside = report.exists()
         target = base.with_name(base.name + ".import.nsys-rep") if beside else report
         args = ["--input-file", str(stream), "--output-file", str(target), "--force-overwrite"]
-        result = self._run_once(args, STOP_TIMEOUT, "QdstrmImporter", program=self.importer)
+        result = self._run_once(args, timeout, "QdstrmImporter", program=self.importer)
         if beside:
             stream.unlink(missing_ok=True)
             if result.returncode != 0 or not target.exists():
@@ -362,11 +363,3 @@ def lost_its_agent(nsys_output: str) -> bool:
     """Whether nsys says it lost its agent (a transient failure of 2023.4.4 under load, not a setting)."""
     return bool(_LOST_AGENT.search(nsys_output))
 
-
-_NAME_HELD = re.compile(r"Session name '[^'\n]*' is already in use")
-"""What nsys says when a process still holds the session's name: after a lost agent, the agent that came up late."""
-
-
-def name_held(nsys_output: str) -> bool:
-    """Whether nsys refused the session's name as in use (by the run's own agent, where the name is the run's)."""
-    return bool(_NAME_HELD.search(nsys_output))

@@ -8,6 +8,10 @@ beside them; the tests marked ``exhaustive`` fan every fixture out through nsys 
 
 from __future__ import annotations
 
+import hashlib
+import shutil
+import tarfile
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -23,6 +27,22 @@ REPRESENTATIVE = frozenset({  # folder/stem: the .nsys-rep, or the export read i
     "h200-2025-graph-node/graph_node",  # nsys 2025.3: graphs traced as nodes
     "h200-fix-pairs-2025/host_load-problem",  # nsys 2025.3: GPU NVTX steps and a host range
 })
+
+
+def unpacked(archive: str) -> Path:
+    """The folder FIXTURES/ARCHIVE.tar.xz holds, unpacked once per machine into the temp folder: a recording kept
+    packed (SQLite exports shrink about 8x), since the tree travels whole to the GPU machine, which takes 64 MiB."""
+    source = FIXTURES / f"{archive}.tar.xz"
+    target = Path(tempfile.gettempdir()) / f"nsight-fixture-{hashlib.sha256(source.read_bytes()).hexdigest()[:16]}"
+    if not (target / archive).is_dir():
+        scratch = Path(tempfile.mkdtemp(prefix="nsight-fixture-"))
+        with tarfile.open(source) as tar:
+            tar.extractall(scratch, filter="data")
+        try:
+            scratch.rename(target)  # whole or not at all: test workers unpack it at once
+        except OSError:
+            shutil.rmtree(scratch, ignore_errors=True)  # another worker's came first
+    return target / archive
 
 
 def name(path: Path) -> str:

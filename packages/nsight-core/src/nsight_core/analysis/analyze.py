@@ -30,7 +30,7 @@ from nsight_core.analysis.range_table import start_range_table
 from nsight_core.analysis.result import Analysis, StepView, steps_view
 from nsight_core.analysis.steps import StepStats, find_steps
 from nsight_core.analysis.user_window import capture_window
-from nsight_core.trace.depth import with_depth
+from nsight_core.trace.depth import depth_read, with_depth
 from nsight_core.trace.frames import EventTables
 from nsight_core.trace.streamed import WINDOW_ROWS, Events, events
 
@@ -42,11 +42,9 @@ family chosen is the same on any machine; every step of it is then found over th
 def choose_steps(frames: Events) -> StepStats:
     """The step family of the capture FRAMES holds (:func:`steps.find_steps`), chosen by its first CHOOSE_ROWS NVTX
     ranges and kernels: steps repeat, so the first of them show which family they are."""
-    # The depth where the frame has it (a capture read whole): the first ranges by start hold every range enclosing one
-    # of them, so their depth among themselves is that one.
-    depth = ["depth"] if "depth" in frames.nvtx.collect_schema().names() else []
-    first = _first(frames.nvtx.select("start_ns", "end_ns", "name", "domain", "thread", *depth))
-    nvtx = first if depth else with_depth(first)
+    # The first ranges by start hold every range enclosing one of them: their depth among themselves is the capture's.
+    nvtx = with_depth(_first(frames.nvtx.select("start_ns", "end_ns", "name", "domain", "thread",
+                                                *depth_read(frames.nvtx))))
     return find_steps(nvtx, _first(frames.kernels.select("start_ns", "end_ns", "name")))[0]
 
 

@@ -25,7 +25,7 @@ from nsight_core.analysis.host_time import TOP_CALLS, Host, HostCalls, outermost
 from nsight_core.analysis.ranges import Nesting
 from nsight_core.analysis.steps import Bound
 from nsight_core.analysis.windows import batches, start_cuts, start_windows, step_batches
-from nsight_core.trace.depth import with_depth
+from nsight_core.trace.depth import depth_read, with_depth
 from nsight_core.trace.streamed import WINDOW_ROWS, Events
 
 
@@ -135,7 +135,7 @@ def _cpu_budget(frames: Events, every: EveryStep, thread: int | None, window_row
     starts = pl.concat([frame.select("start_ns") for frame in sources])
     cuts = start_cuts(starts, window_rows)
     calls = step_syncs(sync_calls(frames), thread)
-    span = ("start_ns", "end_ns")
+    span, depth = ("start_ns", "end_ns"), depth_read(frames.nvtx)
 
     def totals(first: int, end: int) -> tuple[pl.DataFrame, pl.DataFrame]:
         batch = steps.slice(first, end - first)
@@ -150,7 +150,7 @@ def _cpu_budget(frames: Events, every: EveryStep, thread: int | None, window_row
         return budget_totals(batch, read(frames.kernels, meets, *span, "name"), copies,
                              read(frames.cuda_api, mine, *span, "name", "thread"),
                              read(frames.osrt, mine, *span, "name", "thread"),
-                             Nesting.of(with_depth(read(frames.nvtx, mine, *span, "name", "thread"))),
+                             Nesting.of(with_depth(read(frames.nvtx, mine, *span, "name", "thread", *depth))),
                              calls.filter(meets), thread), batch
 
     warmup = int(steps["step"][0]) if every.stats.warmup else None

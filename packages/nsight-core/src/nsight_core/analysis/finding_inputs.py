@@ -31,7 +31,7 @@ from nsight_core.analysis.range_table import range_table
 from nsight_core.analysis.result import Analysis, Coverage
 from nsight_core.analysis.user_window import UserWindow
 from nsight_core.analysis.windows import start_cuts, step_batches, window_filters
-from nsight_core.trace.depth import with_depth
+from nsight_core.trace.depth import depth_read, with_depth
 from nsight_core.trace.streamed import WINDOW_ROWS, Events
 
 
@@ -109,7 +109,8 @@ def _syncs(frames: Events, steps: pl.DataFrame, calls: pl.DataFrame, thread: int
     small = frames.memcpy.filter((pl.col("direction") == "Device-to-Host")
                                  & (pl.col("bytes") <= find.SMALL_COPY_BYTES)).select(
         "start_ns", "end_ns", "direction", "bytes").collect(engine="streaming")
-    ranges = frames.nvtx.filter(pl.col("thread") == thread).select("start_ns", "end_ns", "name", "thread")
+    ranges = frames.nvtx.filter(pl.col("thread") == thread).select("start_ns", "end_ns", "name", "thread",
+                                                                   *depth_read(frames.nvtx))
     found, small_reads = [], 0
     for first, end in step_batches(steps["start_ns"], start_cuts(ranges, window_rows)):
         batch = steps.slice(first, end - first)

@@ -28,7 +28,7 @@ from nsight_core.analysis.projection import range_gpu_spans
 from nsight_core.analysis.ranges import RangeFamily, with_parents
 from nsight_core.analysis.windows import start_cuts, window_filters
 from nsight_core.stats import exact
-from nsight_core.trace.depth import with_depth
+from nsight_core.trace.depth import depth_read, with_depth
 from nsight_core.trace.streamed import WINDOW_ROWS, Events
 
 KEY = "_key"
@@ -63,7 +63,7 @@ def _range_table(frames: Events, span_ns: int, window_rows: int | None) -> list[
                               .alias(KEY)))
     # The ranges' nesting depth where the frame has it (a capture read whole): the depth of each window's ranges among
     # the carried ones is that same number, counted again.
-    depth = ["depth"] if "depth" in frames.nvtx.collect_schema().names() else []
+    depth = depth_read(frames.nvtx)
     ranges = frames.nvtx.select("start_ns", "end_ns", "thread", "name", "domain", *depth).join(
         families.lazy().select("name", "domain", KEY), on=["name", "domain"]).drop("name", "domain")
     calls = frames.cuda_api.select("correlation_id", "start_ns", "end_ns", "name", "thread")
@@ -98,8 +98,7 @@ def _nested(ranges: pl.LazyFrame, calls: pl.LazyFrame, work: pl.LazyFrame,
     their own), the summed time of its ranges' direct children (``_children``), and its ranges' GPU work (gpu_ops,
     gpu_span_ns summed over the ranges that launched any, ``_spans`` of them; CALLS launched WORK). RANGES' ``depth``
     where they have it, else counted."""
-    counted = "depth" not in ranges.collect_schema().names()
-    kept = {**CARRIED} if counted else {**CARRIED, "depth": pl.Int64}
+    kept = {**CARRIED, **({"depth": pl.Int64} if "depth" in ranges.collect_schema().names() else {})}
     carried = pl.DataFrame(schema=kept)
     duration = pl.col("end_ns") - pl.col("start_ns")
     sums, children, spans = [], [], []
@@ -114,7 +113,7 @@ def _nested(ranges: pl.LazyFrame, calls: pl.LazyFrame, work: pl.LazyFrame,
                                 pl.lit(None, pl.Int64).alias("gpu_end_ns"))
             .select(list(kept)).cast(kept).with_columns(pl.lit(False).alias("_carried"))])  # type: ignore[arg-type]
         ordered = present if present["start_ns"].is_sorted() else present.sort("start_ns", maintain_order=True)
-        nested = with_parents(with_depth(ordered) if counted else ordered)
+        nested = with_parents(with_depth(ordered))
         parents = nested.filter(~pl.col("_carried") & pl.col("parent").is_not_null())
         children.append(parents.group_by(nested[KEY].gather(parents["parent"]).alias(KEY))
                         .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("_children")))

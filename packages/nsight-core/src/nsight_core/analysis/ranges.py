@@ -41,14 +41,34 @@ def with_parents(nvtx: pl.DataFrame) -> pl.DataFrame:
     did (ranges of one thread nest, so that one encloses it). ``id`` is the row's position: the ranges by start time.
     """
     ranges = by_start(nvtx).select(pl.int_range(pl.len(), dtype=pl.Int64).alias("id"), pl.all())
-    # One asof join on (thread, depth) as a single integer: a join by two columns costs five times the memory, and
-    # by 32-bit integers (ids and levels) 40 % less than by 64-bit ones (3 M ranges: 73 MB against 119 MB).
+    # (thread, depth) as a single integer: a join by two columns costs five times the memory, and by 32-bit integers
+    # (ids and levels) 40 % less than by 64-bit ones (3 M ranges: 73 MB against 119 MB).
     level = _thread_level(ranges)
     keys = ranges.select(pl.col("id").cast(pl.UInt32), level.alias("_level"), "start_ns")
+    levels = keys["_level"].unique()
+    if levels.len() <= FILLED_LEVELS:
+        return ranges.with_columns(keys.select(_filled_parents(levels)).to_series().cast(pl.Int64))
     parents = keys.select(pl.col("id").alias("parent"), pl.col("_level") + 1, pl.col("start_ns").alias("_parent_start"))
     found = keys.join_asof(parents, left_on="start_ns", right_on="_parent_start", by="_level", strategy="backward",
                            check_sortedness=False)
     return ranges.with_columns(found["parent"].cast(pl.Int64))
+
+
+FILLED_LEVELS = 32
+"""Levels (thread and depth pairs) up to which :func:`with_parents` fills each level's latest range forward, a pass
+per level, rather than joining by level: at a few levels the passes take a tenth of the join's time."""
+
+
+def _filled_parents(levels: pl.Series) -> pl.Expr:
+    """Each row's parent (id, _level and start_ns of :func:`with_parents`' keys): the latest row one level up that
+    started no later, as its as-of join finds it. Per level, its latest row so far, read at the last row starting
+    with this one (a parent may start at the same time and come later)."""
+    ids, level, start = pl.col("id"), pl.col("_level"), pl.col("start_ns")
+    last_with_start = pl.when((start != start.shift(-1)).fill_null(True)).then(ids).backward_fill()
+    present = set(levels.to_list())
+    return pl.coalesce(pl.repeat(None, pl.len(), dtype=pl.UInt32), *(
+        pl.when(level == value + 1).then(pl.when(level == value).then(ids).forward_fill().gather(last_with_start))
+        for value in sorted(present) if value + 1 in present)).alias("parent")
 
 
 def by_start(frame: pl.DataFrame) -> pl.DataFrame:

@@ -106,9 +106,7 @@ def step_events(trace: EventTables | Events, start_ns: int, end_ns: int) -> pl.D
     def overlapping(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
         return frame.lazy().filter((pl.col("start_ns") < end_ns) & (pl.col("end_ns") > start_ns)).collect()
 
-    nvtx = overlapping(trace.nvtx)
-    if "depth" not in nvtx.columns:
-        nvtx = with_depth(nvtx)
+    nvtx = with_depth(overlapping(trace.nvtx))
 
     gpu: list[pl.Expr | str] = [pl.lit("gpu").alias("lane"), "device", "stream", pl.lit(None, pl.Int64).alias("thread")]
     cpu: list[pl.Expr | str] = [pl.lit("cpu").alias("lane"), pl.lit(None, pl.Int64).alias("device"),

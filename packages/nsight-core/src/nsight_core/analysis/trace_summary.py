@@ -13,7 +13,7 @@ from nsight_core.analysis.fold import fold, row_counts, scan
 from nsight_core.analysis.intervals import bucket_edges, busy_over
 from nsight_core.analysis.user_window import capture_window, users_calls
 from nsight_core.analysis.windows import start_windows
-from nsight_core.trace.depth import with_depth
+from nsight_core.trace.depth import depth_read, with_depth
 from nsight_core.trace.model import Trace
 from nsight_core.trace.streamed import WINDOW_ROWS, events
 
@@ -162,7 +162,7 @@ def nvtx_windows(nvtx: pl.LazyFrame, rows: int | None) -> Iterator[pl.DataFrame]
     the frame has none (scanned from disk), each window's is computed with the ranges of earlier windows still open
     at its first start (:func:`_with_depth`)."""
     columns = ["start_ns", "end_ns", "name", "thread"]  # what the views read: a window holds no other
-    if "depth" in nvtx.collect_schema():
+    if depth_read(nvtx):
         return start_windows(nvtx.select(*columns, "depth"), rows)
     return scan(start_windows(nvtx.select(columns), rows), None, _with_depth)
 

@@ -16,7 +16,12 @@ def with_depth(ranges: pl.DataFrame) -> pl.DataFrame:
     end, which counts just after (so a range starting where another ends is not inside it, and one
     starting where a zero-length range sits is). Columnar: a join_asof per thread on the sorted ends,
     never a frame of every start and end with sort keys.
+
+    RANGES that have a depth keep it (a capture read whole: the loader counted it over every range of the thread):
+    ranges chosen by time hold every range that encloses one of them, so counting again gives the same number.
     """
+    if "depth" in ranges.columns:
+        return ranges
     start, end = pl.col("start_ns"), pl.col("end_ns")
     keys = ranges.select("start_ns", "end_ns", "thread")
     # Already in order, with no two ranges alike (where any sort keeps the order): no need to sort.
@@ -37,3 +42,9 @@ def with_depth(ranges: pl.DataFrame) -> pl.DataFrame:
                         check_sortedness=False)
              .select((pl.col("_before") - pl.col("_ended").fill_null(0)).alias("depth")).collect())
     return ranges.with_columns(depth.to_series())
+
+
+def depth_read(nvtx: pl.LazyFrame) -> list[str]:
+    """``["depth"]`` where the NVTX frame has its ranges' depth (a capture read whole), else none: the columns to read
+    with the ranges for :func:`with_depth` to keep it."""
+    return ["depth"] if "depth" in nvtx.collect_schema().names() else []

@@ -144,8 +144,16 @@ def self_pieces(ranges: pl.DataFrame, of: pl.Series | None = None) -> tuple[pl.D
 def nest(ranges: pl.DataFrame) -> bool:
     """Whether RANGES (:func:`with_parents`' frame, one thread) nest: each lies inside its parent, after the previous
     range of its parent (or the previous outermost one). Then their self pieces do not overlap, and a range's pieces add
-    up to its duration less its children's (:func:`self_time`)."""
-    after_sibling = pl.col("start_ns") >= pl.col("end_ns").shift(1).over("parent")
+    up to its duration less its children's (:func:`self_time`).
+
+    At a few depths, each range is checked against the range before it at its depth instead of its previous sibling:
+    a pass per depth, not a window over every parent. Where every range lies inside its parent, the one before it at
+    its depth is its previous sibling, or a range inside an earlier range, which ended before its parent began."""
+    depth, end = pl.col("depth"), pl.col("end_ns")
+    depths = ranges["depth"].unique()
+    before = (pl.coalesce(*(pl.when(depth == value).then(pl.when(depth == value).then(end).forward_fill().shift(1))
+                            for value in depths)) if depths.len() <= FILLED_LEVELS else end.shift(1).over("parent"))
+    after_sibling = pl.col("start_ns") >= before
     inside_parent = pl.col("end_ns") <= pl.col("end_ns").gather(pl.col("parent"))
     return bool(ranges.select((after_sibling.fill_null(True) & inside_parent.fill_null(True)).all()).item())
 

@@ -74,10 +74,6 @@ class Window:
     start_ns: int
     end_ns: int
 
-    @property
-    def duration_ns(self) -> int:
-        return self.end_ns - self.start_ns
-
 
 class Trace:
     """The events of one capture (:func:`nsight_core.load_trace`): ``source``, the export the frames are read from,

@@ -20,6 +20,10 @@ log = logging.getLogger("nsight")
 OWN_DOMAIN = "nsight"
 LIVE_MARK = "collection live"
 STOP_MARK = "collection stopping"
+CALIBRATION_MARK = "nsight: tracing cost per CUDA call:"
+"""Followed by the cost in ns (nsight_core.calibration); emitted through torch's NVTX, in the default domain."""
+CALIBRATION_RANGE = "nsight: calibration"
+"""The NVTX range of the calibration's traced launches."""
 
 
 @functools.cache
@@ -52,6 +56,16 @@ def marked_window(marks: pl.DataFrame | pl.LazyFrame) -> tuple[int | None, int |
                        pl.col("time_ns").filter(pl.col("name") == STOP_MARK).min().alias("stop")).collect()
     live, stop = found.row(0)
     return (None if live is None else int(live)), (None if stop is None else int(stop))
+
+
+def calibrated_ns(marks: pl.DataFrame | pl.LazyFrame) -> float | None:
+    """What tracing cost each CUDA call as the capture's region measured it (the last CALIBRATION_MARK of MARKS);
+    None where it did not."""
+    import polars as pl
+
+    found = (marks.lazy().filter(pl.col("name").str.starts_with(CALIBRATION_MARK)).sort("time_ns").last()
+             .select(pl.col("name").str.extract(r"(\d+(?:\.\d+)?) ns$").cast(pl.Float64)).collect())
+    return float(found.item()) if found.height and found.item() is not None else None
 
 
 START_SETTLE_SECONDS = 0.25

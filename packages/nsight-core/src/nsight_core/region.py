@@ -12,6 +12,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
+from nsight_core import calibration
 from nsight_core.capture import Capture
 from nsight_core.collection import ENCLOSING, Collector, current_collector
 from nsight_core.errors import NsightError, one_line
@@ -44,12 +45,15 @@ class Region:
         if self.session is None:
             return
         self._pid = os.getpid()
+        untraced_ns = calibration.before_start(self.session.settings.trace)
         try:
             self._token = self.session.start(self.name)
             self._started = True
         except NsightError as exc:
             log.warning("could not start collection for region %r; running it unprofiled: %s", self.name,
                         one_line(exc))
+            return
+        calibration.after_start(untraced_ns)
 
     def _enclose(self) -> None:
         """Mark the code of the block, in the caller's context, as recorded by this region."""

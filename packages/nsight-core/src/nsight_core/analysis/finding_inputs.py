@@ -31,6 +31,7 @@ from nsight_core.analysis.range_table import range_table
 from nsight_core.analysis.result import Analysis, Coverage
 from nsight_core.analysis.user_window import UserWindow
 from nsight_core.analysis.windows import start_cuts, step_batches, window_filters
+from nsight_core.marks import calibrated_ns
 from nsight_core.trace.depth import depth_read, with_depth
 from nsight_core.trace.streamed import WINDOW_ROWS, Events
 
@@ -47,7 +48,8 @@ def analysis_of(frames: Events, gpus: pl.DataFrame | None, window: UserWindow, e
                                   pl.col("cpu_end_ns").alias("end_ns"))
     budget, overhead = budgets.budget, None
     if stats.clock == "gpu" and stats.family is not None and thread is not None and steady.height:
-        budget, overhead = with_overhead(budget, _calls(frames, steady_ranges, thread) / steady.height, nsys_version)
+        budget, overhead = with_overhead(budget, _calls(frames, steady_ranges, thread) / steady.height, nsys_version,
+                                         calibrated_ns(frames.nvtx_marks))
         stats = stats.model_copy(update={"estimated_p50_ns": max(stats.family.p50_ns - overhead.per_step_ns, 0.0)})
     p50 = stats.estimated_p50_ns if stats.estimated_p50_ns is not None else stats.family.p50_ns if stats.family \
         else None

@@ -6,7 +6,8 @@ version and the host; PER_CALL_NS holds what was measured on fix pairs (each pro
 and without the profiler, tests/fixtures/README.md): the profiled step less the unprofiled one, over the CUDA calls a
 step makes, across the host-bound pairs of each version. A step's overhead is its calls times that cost, and it can
 only have lengthened the step where the GPU waited on the host: it is taken out of the launch gaps and idle time,
-never out of the GPU's own work.
+never out of the GPU's own work. Where the capture's region measured the cost in its own process (a burst of launches
+timed before and after its start, nsight_core.calibration), that cost is used instead of the table's.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ on the host catching up after a sync (its calls were traced too)."""
 class ProfilerOverhead(BaseModel):
     """What nsys' tracing added to each step (numbers only: render words them)."""
 
-    per_call_ns: float = Field(description="What tracing adds to one CUDA call (PER_CALL_NS of the nsys version)")
+    per_call_ns: float = Field(description="What tracing adds to one CUDA call: as measured in the capture's process, "
+                               "else PER_CALL_NS of the nsys version")
+    calibrated: bool = Field(default=False, description="True where per_call_ns was measured in the capture's process")
     nsys_version: str | None = Field(description="The nsys that wrote the export; None where it does not say")
     calls_per_step: float = Field(description="CUDA API calls on the steps' thread per steady step")
     per_step_ns: float = Field(description="Taken out of each step: calls x cost, at most the time the GPU waited on "
@@ -39,11 +42,12 @@ def per_call_ns(nsys_version: str | None) -> float:
     return PER_CALL_NS.get(year, PER_CALL_NS[max(PER_CALL_NS)])
 
 
-def with_overhead(budget: StepBudget, calls_per_step: float, nsys_version: str | None
-                  ) -> tuple[StepBudget, ProfilerOverhead]:
+def with_overhead(budget: StepBudget, calls_per_step: float, nsys_version: str | None,
+                  calibrated_ns: float | None = None) -> tuple[StepBudget, ProfilerOverhead]:
     """BUDGET with the profiler's overhead as a part of its own (``profiler_overhead``), taken from FROM_PARTS, and the
-    overhead: CALLS_PER_STEP CUDA calls at :func:`per_call_ns` each, at most what those parts hold."""
-    cost = per_call_ns(nsys_version)
+    overhead: CALLS_PER_STEP CUDA calls at CALIBRATED_NS each (what the capture's region measured in its process,
+    nsight_core.calibration), else at :func:`per_call_ns`, at most what those parts hold."""
+    cost = calibrated_ns if calibrated_ns is not None else per_call_ns(nsys_version)
     steps = max(budget.steps, 1)
     wanted = calls_per_step * cost * budget.steps
     moved: dict[str, float] = {}
@@ -64,6 +68,7 @@ def with_overhead(budget: StepBudget, calls_per_step: float, nsys_version: str |
     drift = budget.wall_ns - sum(part.total_ns for part in parts)  # rounding: the parts still add up to the wall
     parts = [part.model_copy(update={"total_ns": part.total_ns + drift}) if part.part == "profiler_overhead" else part
              for part in parts]
-    overhead = ProfilerOverhead(per_call_ns=cost, nsys_version=nsys_version, calls_per_step=calls_per_step,
+    overhead = ProfilerOverhead(per_call_ns=cost, calibrated=calibrated_ns is not None, nsys_version=nsys_version,
+                                calls_per_step=calls_per_step,
                                 per_step_ns=taken / steps)
     return budget.model_copy(update={"parts": parts}), overhead

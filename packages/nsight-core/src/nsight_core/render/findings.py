@@ -188,8 +188,10 @@ def overhead_text(analysis: Analysis) -> str | None:
     steps, overhead = analysis.steps, analysis.overhead
     if overhead is None or steps.family is None or steps.estimated_p50_ns is None:
         return None
+    measured = f" at {_ns(overhead.per_call_ns)} each, measured as the region started" if overhead.calibrated else ""
     return (f"p50 {_ns(steps.family.p50_ns)} profiled; about {_ns(steps.estimated_p50_ns)} without the profiler "
-            f"(tracing added about {_ns(overhead.per_step_ns)}: {overhead.calls_per_step:,.0f} CUDA calls a step)")
+            f"(tracing added about {_ns(overhead.per_step_ns)}: {overhead.calls_per_step:,.0f} CUDA calls a step"
+            f"{measured})")
 
 
 def coverage_text(coverage: Coverage) -> str:

@@ -1,0 +1,83 @@
+"""What nsys' CUDA tracing costs each CUDA call in this process, measured as a region starts.
+
+A region times a burst of empty kernel launches just before `nsys start` and again once collection is live; the
+difference per launch is what tracing adds to a call on this host, GPU, driver and nsys, which a table measured
+elsewhere only guesses (analysis/overhead.py). It is written into the capture as an NVTX mark
+(``CALIBRATION_MARK``), which the analysis reads. Only where the program has already initialised CUDA through torch
+(nsight never initialises CUDA itself) and CUDA is traced; any failure skips it: the table's cost is used instead.
+The traced burst (BURSTS x LAUNCHES launches of torch's ``spin_kernel``, in the NVTX range ``CALIBRATION_RANGE``) runs
+before the user's block: a region emits ``LIVE_MARK`` again after it.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from types import ModuleType
+
+from nsight_core.marks import CALIBRATION_MARK, CALIBRATION_RANGE, LIVE_MARK, mark
+
+log = logging.getLogger("nsight")
+
+LAUNCHES = 500
+"""Empty kernels a burst launches: about a millisecond, short beside a region's 0.25 s wait."""
+CHUNK = 50
+"""Launches between two synchronisations: far fewer than a launch queue holds."""
+BURSTS = 3
+"""Bursts on each side of the start; the fastest of each side's is kept (the host's noise only ever adds time)."""
+
+
+def _torch_with_cuda() -> ModuleType | None:
+    """The program's torch, where it has initialised CUDA (importing torch or starting CUDA is the program's call)."""
+    torch = sys.modules.get("torch")
+    try:
+        return torch if torch is not None and torch.cuda.is_initialized() else None
+    except Exception:  # a torch without CUDA, or a half-imported one
+        return None
+
+
+def _per_launch_ns(torch: ModuleType) -> float:
+    """The fastest of BURSTS bursts of LAUNCHES empty kernels: the host's time per launch. A burst launches CHUNK at a
+    time from an idle GPU: a full launch queue would block the host, timing the GPU instead."""
+    times = []
+    for _ in range(BURSTS):
+        spent = 0
+        for _ in range(LAUNCHES // CHUNK):
+            torch.cuda.synchronize()
+            start = time.perf_counter_ns()
+            for _ in range(CHUNK):
+                torch.cuda._sleep(0)
+            spent += time.perf_counter_ns() - start
+        times.append(spent / (LAUNCHES // CHUNK * CHUNK))
+    torch.cuda.synchronize()
+    return min(times)
+
+
+def before_start(trace: tuple[str, ...]) -> float | None:
+    """Untraced host time per launch (ns), to be compared after the start; None where it cannot be measured."""
+    torch = _torch_with_cuda() if "cuda" in trace else None
+    if torch is None:
+        return None
+    try:
+        _per_launch_ns(torch)  # the first launches load the kernel: not timed
+        return _per_launch_ns(torch)
+    except Exception as exc:  # calibration must never break the user's job
+        log.debug("could not time CUDA launches before the collection: %s", exc)
+        return None
+
+
+def after_start(untraced_ns: float | None) -> None:
+    """Time the burst again now that collection is live, and mark what tracing added per call; then mark the user's
+    window as starting after the burst."""
+    torch = _torch_with_cuda() if untraced_ns is not None else None
+    if torch is None or untraced_ns is None:
+        return
+    try:
+        torch.cuda.nvtx.range_push(CALIBRATION_RANGE)
+        traced_ns = _per_launch_ns(torch)
+        torch.cuda.nvtx.range_pop()
+        torch.cuda.nvtx.mark(f"{CALIBRATION_MARK} {max(traced_ns - untraced_ns, 0.0):.0f} ns")
+    except Exception as exc:
+        log.debug("could not time CUDA launches in the collection: %s", exc)
+    mark(LIVE_MARK)

@@ -33,6 +33,8 @@ def distinct_codes(frame: pl.DataFrame, column: str) -> tuple[pl.Series, pl.Seri
     distinct = frame.select(pl.col(column).unique().sort()).to_series()
     if distinct.len() == 1:  # one value throughout (one thread, the default domain): no search per row
         return pl.zeros(frame.height, pl.UInt32, eager=True).alias(column), distinct
+    if distinct.dtype == pl.String and not distinct.null_count():  # text: a hash lookup, not string comparisons
+        return frame.select(pl.col(column).cast(pl.Enum(distinct)).to_physical().cast(pl.UInt32)).to_series(), distinct
     return frame.select(pl.lit(distinct).search_sorted(pl.col(column), side="left")).to_series(), distinct
 
 

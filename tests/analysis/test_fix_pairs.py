@@ -81,7 +81,7 @@ def _saving_ms(analysis: nsight_core.Analysis, causes: tuple[str, ...]) -> float
 
 def _lost_data(version: str, case: str, variant: str) -> bool:
     """nsys 2023.4.4 records no GPU work for CUDA-graph replays (their cudaGraphLaunch calls only): lost data."""
-    return version == "2023.4.4" and (case, variant) == ("graph", "fixed")
+    return version.startswith("2023.4.4") and (case, variant) == ("graph", "fixed")
 
 
 VARIANTS = [(version, case, variant) for version in RECORDINGS for case, variants in _truth(version).items()
@@ -158,6 +158,9 @@ small launches."""
 H100 = {"2025.3-h100": unpacked("h100-fix-pairs-2025")}
 """The fourth: cases of the first three recorded on an H100 with nsys 2025.3 (a GPU and host of another kind), each
 region with the tracing cost it measured as it started."""
+CALIBRATED = {"2023.4.4-calibrated": unpacked("h200-calibrated"), "2025.3-calibrated": unpacked("h200-calibrated-2025")}
+"""The fifth: the cases UNEXPLAINED names (and per_param, alloc_churn) recorded again on the H200 with both nsys
+versions, each region with the tracing cost it measured as it started."""
 
 
 def _v2(version: str, region: str) -> nsight_core.Analysis:
@@ -243,7 +246,7 @@ with 2023.4.4 it lands). A known gap of the per-call model, kept visible (strict
 ESTIMATED = [pytest.param(recordings[version], case, variant, id=f"{case}-{variant}-{version}",
                          marks=[pytest.mark.xfail(strict=True, reason="UNEXPLAINED")]
                          if (version, case, variant) in UNEXPLAINED else [])
-             for recordings in (V2, CAUSES, H100) for version in recordings
+             for recordings in (V2, CAUSES, H100, CALIBRATED) for version in recordings
              for case, found in json.loads((recordings[version] / "truth.json").read_text())["cases"].items()
              for variant in found["variants"] if not _lost_data(version, case, variant)]
 
@@ -292,21 +295,33 @@ CAUSE_PAIRS = [
     (H100, Pair("per_param", "fixed", ("per_tensor_launches",))),
     (H100, Pair("alloc_churn", "fixed", ("allocator_churn",))),
     (H100, Pair("graph", "fixed", ("launch_bound",))),  # 0.97 ms of small launches | one CUDA graph: 0.14 ms
+    (CALIBRATED, Pair("per_param", "fixed", ("per_tensor_launches",))),
+    (CALIBRATED, Pair("alloc_churn", "fixed", ("allocator_churn",))),
 ]
 """Known causes (analysis/causes.py, and the hidden syncs named by their pattern) whose fix the recordings measured
 well above the host's noise, with the recordings that hold them."""
 CAUSE_CASES = [pytest.param(recordings[version], pair, id=f"{pair.case}-{version}")
                for recordings, pair in CAUSE_PAIRS for version in recordings]
 NOISY_TRUTH = {("alloc_churn", "2025.3"), ("mask_tail", "2025.3"), ("item_if", "2023.4.4"), ("item_if", "2025.3"),
-               ("alloc_churn", "2025.3-h100")}
+               ("alloc_churn", "2025.3-h100"), ("alloc_churn", "2023.4.4-calibrated")}
 """Savings off by more than 30 % where the unprofiled truth moves more than the profiled pair: mask_tail's real saving
 was 1.19 ms in one recording and 2.71 ms in the other (the prediction: 1.27 and 1.89 ms); item_if's profiled pair
 differs by 1.7 ms and more, its unprofiled one by 0.9-1.0 ms (predicted: 1.96 and 1.93 ms); alloc_churn's fixed twin
 ran 2.2 ms slower profiled than unprofiled (real 5.3 ms, predicted 3.2 ms; on the H100 real 6.5 ms, predicted 3.9 ms
-where the profiled pair differs by 4.0 ms). Kept visible (strict xfail)."""
+where the profiled pair differs by 4.0 ms; recorded again with 2023.4.4, real 7.7 ms, predicted 3.0 ms). Kept visible
+(strict xfail)."""
+RANKED_SECOND = {("alloc_churn", "2023.4.4-calibrated"), ("alloc_churn", "2025.3-calibrated")}
+"""empty_cache() every step ranked second, behind the launch gaps left when its own calls are taken out (3.03 against
+3.29 ms, 2.70 against 2.79 ms): cudaFree synchronises the device, so the launches after it meet an idle GPU, and the
+gaps hold dispatch the churn exposed (3.1 ms of it a step against the fixed twin's 1.6-2.3 ms). Counting that to the
+churn is not done yet. Kept visible (strict xfail)."""
 
 
-@pytest.mark.parametrize(("folder", "pair"), CAUSE_CASES)
+@pytest.mark.parametrize(("folder", "pair"), [
+    pytest.param(recordings[version], pair, id=f"{pair.case}-{version}",
+                 marks=[pytest.mark.xfail(strict=True, reason="RANKED_SECOND")]
+                 if (pair.case, version) in RANKED_SECOND else []) for recordings, pair in CAUSE_PAIRS
+    for version in recordings])
 def test_a_known_cause_is_the_top_finding(folder: Path, pair: Pair) -> None:
     problem = _recorded(folder, f"{pair.case}-problem")
     assert problem.findings[0].kind in pair.causes, [f.kind for f in problem.findings]
@@ -363,7 +378,7 @@ def test_a_scalar_read_keeps_its_pattern(version: str) -> None:
     assert finding.subject == "scalar_reads"
 
 
-ALL_VARIANTS = [(version, case, variant, recordings) for recordings in (RECORDINGS, V2, CAUSES, H100)
+ALL_VARIANTS = [(version, case, variant, recordings) for recordings in (RECORDINGS, V2, CAUSES, H100, CALIBRATED)
                 for version in recordings
                 for case, found in json.loads((recordings[version] / "truth.json").read_text())["cases"].items()
                 for variant in found["variants"]]

@@ -150,7 +150,7 @@ V2 = {"2023.4.4": FIXTURES / "h200-fix-pairs-v2", "2025.3": FIXTURES / "h200-fix
 """The second set of fix pairs (tests/fixtures/README.md): the same harness, more causes."""
 
 
-CAUSES = {"2023.4.4": FIXTURES / "h200-causes", "2025.3": FIXTURES / "h200-causes-2025"}
+CAUSES = {"2023.4.4": FIXTURES / "h200-causes", "2025.3": unpacked("h200-causes-2025")}
 """The third set: allocator churn, a masked index and a Python `if` on a tensor, the last two before a tail of
 small launches."""
 
@@ -443,7 +443,7 @@ def test_a_hidden_sync_names_the_python_line_that_waited(case: str, line: str) -
     assert lines[0][0].endswith(line) and lines[0][1] == 1.0, lines
 
 
-SAMPLED = Path(__file__).parent.parent / "fixtures" / "h100-python-sampling-2025"
+SAMPLED = unpacked("h100-python-sampling-2025")
 
 
 def _sampled_lines(finding: object) -> dict[str, float]:

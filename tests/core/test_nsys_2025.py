@@ -28,7 +28,7 @@ from nsight_core.stats.reports import DEFAULT_REPORTS
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 EXPORTS = sorted(FIXTURES.glob("h200-*2025*/*.sqlite"))
 WITH_STATS = [export for export in EXPORTS if export.with_name(f"{export.stem}_cuda_api_sum.csv").exists()]
-"""The exports nsys 2025.3's own `nsys stats` CSVs were recorded beside (not the cause pairs')."""
+"""The exports nsys 2025.3's own `nsys stats` CSVs were recorded beside (all of them: the packed sets have none)."""
 TABLES = {"cuda_gpu_kern_sum": "kernels", "cuda_gpu_mem_time_sum": "memory_time",
           "cuda_gpu_mem_size_sum": "memory_size", "cuda_api_sum": "api_calls", "nvtx_pushpop_sum": "nvtx_ranges"}
 GRAPH_FIXED = FIXTURES / "h200-fix-pairs-2025" / "graph-fixed.sqlite"
@@ -53,7 +53,7 @@ def copy_of(export: Path, folder: Path) -> Path:
 
 def test_every_2025_fixture_is_here() -> None:
     names = {p.relative_to(FIXTURES).as_posix() for p in EXPORTS}
-    assert len(names) == 51 and len(WITH_STATS) == 45
+    assert len(names) == 45 and len(WITH_STATS) == 45
     assert {"h200-fix-pairs-2025/graph-fixed.sqlite", "h200-2025-graph-node/graph_node.sqlite",
             "h200-2025-process/nsight-0013a405.sqlite"} <= names
     for export in EXPORTS:

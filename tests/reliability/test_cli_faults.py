@@ -238,6 +238,22 @@ def test_region_start_that_loses_its_agent_is_tried_again(tmp_path):
     assert "WARNING" not in done.stderr
 
 
+@pytest.mark.parametrize("how", [LOCAL_ENDPOINT, REFUSED], ids=["local endpoint", "refused"])
+def test_region_stop_that_loses_its_agent_is_tried_again(tmp_path, how):
+    """`nsys stop` failing as it loses its agent stopped nothing: the collection records on, and a region that gave
+    up on it lost its trace (and the next region found the session busy). Once more, and the region's trace is
+    written as if nothing happened."""
+    count = tmp_path / "count"
+    done = nsight("run", "--capture", "manual", "--trace", "nvtx", "-o", str(tmp_path / "o"), "--", sys.executable,
+                  str(script(tmp_path, REGION)), env=fake_nsys(tmp_path, "stop", lose_first(count, 1, how)))
+    assert done.returncode == 0, done.stderr
+    assert count.read_text() == "x\nx\n"
+    [trace] = [Path(line) for line in done.stdout.splitlines()[1:]]
+    assert trace.name == "r.nsys-rep", done.stderr
+    assert "x" in load_trace(trace).nvtx.get_column("name").to_list()
+    assert "WARNING" not in done.stderr
+
+
 IMPORT_FAULTS = {"failed": (2, "failed; the raw stream it kept, imported once more, is"),
                  "non-fatal": (3, "had non-fatal errors; the raw stream it kept imported cleanly into")}
 

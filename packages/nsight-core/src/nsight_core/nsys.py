@@ -197,12 +197,13 @@ class Nsys:
     version: str
 
     def _run(self, args: Sequence[str], timeout: float, what: str, again_if_lost: bool = False) -> NsysResult:
-        """Run one nsys command (:meth:`_run_once`); AGAIN_IF_LOST: once more where it failed because nsys lost its
-        agent (it did nothing)."""
+        """Run one nsys command (:meth:`_run_once`) within TIMEOUT; AGAIN_IF_LOST: once more, in what is left of
+        TIMEOUT, where it failed because nsys lost its agent (it did nothing)."""
+        deadline = time.monotonic() + timeout
         result = self._run_once(args, timeout, what)
         if again_if_lost and result.returncode != 0 and lost_its_agent(result.output):
             time.sleep(0.5)
-            result = self._run_once(args, timeout, what)
+            result = self._run_once(args, max(deadline - time.monotonic(), 1.0), what)
         return result
 
     def _run_once(self, args: Sequence[str], timeout: float, what: str, program: Path | None = None) -> NsysResult:
@@ -254,7 +255,9 @@ class Nsys:
                           *_sampling(sample)], QUICK_TIMEOUT, "nsys start", again_if_lost=True)
 
     def stop(self, session: str, timeout: float = STOP_TIMEOUT) -> NsysResult:
-        return self._run(["stop", f"--session={session}"], timeout, "nsys stop")
+        """`nsys stop`, once more where it lost its agent: the collection would record on, its trace never written
+        (a stop that did stop is refused as not allowed then, and the trace it wrote decides)."""
+        return self._run(["stop", f"--session={session}"], timeout, "nsys stop", again_if_lost=True)
 
     @staticmethod
     def is_busy(result: NsysResult) -> bool:

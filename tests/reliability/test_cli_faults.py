@@ -160,11 +160,13 @@ def agents_left(marker: Path) -> list[str]:
     return [line for line in found if "pgrep" not in line]
 
 
-@pytest.mark.parametrize(("losses", "how"), [
-    *((losses, how) for losses in (1, START_ATTEMPTS) for how in (AGENT_LOST, LOCAL_ENDPOINT, END_OF_FILE)),
-    (START_ATTEMPTS, REFUSED)],  # every attempt fails: retried all the same, with no real nsys run of its own
-    ids=[*(f"{losses}-{how}" for losses in (1, START_ATTEMPTS) for how in ("exit 0", "local endpoint", "eof")),
-         f"{START_ATTEMPTS}-refused"])
+@pytest.mark.parametrize(("losses", "how"), [  # each message once alone and once every time; make test-all: all
+    *(pytest.param(losses, how, id=f"{losses}-{said}", marks=() if (losses == 1) == (how is AGENT_LOST) else
+                   pytest.mark.exhaustive)
+      for losses in (1, START_ATTEMPTS)
+      for how, said in ((AGENT_LOST, "exit 0"), (LOCAL_ENDPOINT, "local endpoint"), (END_OF_FILE, "eof"))),
+    pytest.param(START_ATTEMPTS, REFUSED, id=f"{START_ATTEMPTS}-refused")])  # every attempt fails: retried all the
+    # same, with no real nsys run of its own
 def test_nsys_that_loses_its_agent_before_the_command_starts(tmp_path, losses, how):
     """nsys 2023.4.4 on a loaded machine: "Connection to Agent lost" (exit 0), "Local Endpoint is not
     available" (exit 1), a bare "End of file" or "Connection refused", and the command never ran; its agent may
@@ -258,8 +260,10 @@ IMPORT_FAULTS = {"failed": (2, "failed; the raw stream it kept, imported once mo
                  "non-fatal": (3, "had non-fatal errors; the raw stream it kept imported cleanly into")}
 
 
-@pytest.mark.parametrize("fault", IMPORT_FAULTS)
-@pytest.mark.parametrize("capture", ["process", "manual"])
+@pytest.mark.parametrize(("capture", "fault"), [  # each fault and each capture once; make test-all: all four
+    ("process", "failed"), ("manual", "non-fatal"),
+    *(pytest.param(capture, fault, marks=pytest.mark.exhaustive) for capture, fault in
+      (("process", "non-fatal"), ("manual", "failed")))], ids=lambda v: str(v))
 def test_a_failed_import_is_imported_again(tmp_path, capture, fault):
     """nsys 2023.4.4's importer failed under load ("Importation failed") and nsys wrote no trace, keeping the
     complete raw stream beside it; the same stream then imports. Or its import "succeeded with non-fatal

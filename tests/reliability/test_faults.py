@@ -612,8 +612,10 @@ def unprofiled_sigterm(a0: Path, tmp_path_factory: pytest.TempPathFactory) -> Ac
     return once_per_run(tmp_path_factory, "unprofiled-sigterm", make)
 
 
-@pytest.mark.parametrize("target", ["child", "nsys", "group"])
-@pytest.mark.parametrize("name", SIGNALS)
+@pytest.mark.parametrize(("name", "target"), [  # SIGTERM (a preempted pod) at each target, SIGINT at the program
+    *(("SIGTERM", target) for target in ("child", "nsys", "group")), ("SIGINT", "child"),
+    *(pytest.param("SIGINT", target, marks=pytest.mark.exhaustive) for target in ("nsys", "group"))],
+    ids=lambda v: str(v))
 def test_signal_flushes_the_trace_and_exits_as_unprofiled(run_action, request, tmp_path, name, target):
     """A preempted pod: the signal stops the collection, the trace is written, the exit is the unprofiled one."""
     signum = SIGNALS[name]

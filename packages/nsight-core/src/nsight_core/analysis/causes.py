@@ -4,7 +4,7 @@ tracing added to those calls. Numbers and codes only: render/findings.py words t
 
 - ``allocator_churn``: cudaMalloc/cudaFree (or the driver's cuMem*) in steady steps: `torch.cuda.empty_cache()` every
   step, a cache that cannot keep what the step needs. Saving: the idle time the host spent in those calls and on its
-  way to them.
+  way to them, and the launches' dispatch the calls exposed (the time a call ran beside queued work).
 - ``per_tensor_launches``: loops of the same small kernels, once per parameter or list element (cause_inputs.loops_in).
   Saving: the launches a multi-tensor kernel removes, times the idle time the host spent per launch.
 - ``small_copies``: many small host-to-device copies a step. Saving: the idle time in and before those copies and
@@ -188,14 +188,27 @@ def sampled_lines(inputs: CauseInputs) -> list[Evidence]:
 
 
 def allocator_churn(context: Context, inputs: CauseInputs, claims: dict[Claim, float]) -> Finding | None:
-    """cudaMalloc/cudaFree in steady steps: their idle time, less what tracing added to them."""
+    """cudaMalloc/cudaFree in steady steps: their idle time, and the launches' dispatch they exposed, less what tracing
+    added to them.
+
+    A call that began while the GPU still ran queued work idled it only for its rest, yet made the host late by the
+    whole call: the launches after it met an idle GPU, where without the call they would have been queued behind that
+    work. That time, up to the launch dispatch the GPU waited on, is the churn's too (taken from the launch gaps)."""
     steps = inputs.steps
     calls = inputs.calls.filter(pl.col("name").str.contains(ALLOC_API))
     count = float(calls["calls"].sum())
     if not steps or count / steps < ALLOC_MIN_PER_STEP:
         return None
     held = _activity(inputs, ALLOC_API)
+    in_calls = float(_activity(inputs, ALLOC_API, kinds=("cuda_api",))["total_ns"].sum())
+    overlapped = max(float(calls["total_ns"].sum()) - in_calls, 0.0)
+    exposed = _activity(inputs, LAUNCH_API, kinds=("dispatch",), parts=("launch_gap",))
+    available = float(exposed["total_ns"].sum()) - sum(
+        claims.get((part, kind, name), 0.0) for part, kind, name in exposed.select("part", "cpu_kind", "cpu_name")
+        .iter_rows())
     total = _claim(claims, held) - count * _calls_per_call(inputs) * inputs.per_call_ns
+    if overlapped > 0 and available > 0:
+        total += _claim(claims, exposed, min(overlapped, available) / float(exposed["total_ns"].sum()))
     evidence = [Evidence(metric="allocator_calls_per_step", value=n / steps, unit="count", where=Where(kind="api",
                                                                                                        name=name))
                 for name, n, _ in calls.sort(["calls", "name"], descending=[True, False]).iter_rows()]

@@ -5,13 +5,14 @@
 # Needs: /opt/nsys/bin/nsys (2023.4.4: the slim bundle, .gpu/nsys-slim.tar.xz, unpacked into /opt) and
 # .gpu/nsys2025/env.sh (the image's 2025.3; ../shared/tools/gpu-nsys-2025.sh); pydantic from .gpu/mini.
 # nsight-core runs from this checkout's source (PYTHONPATH), so the options under test are this tree's.
-# CASES (default alloc_churn,mask_tail,item_if) and BT_CASES (the problems recorded with backtraces) pick cases;
+# CASES (default alloc_churn,mask_tail,item_if) and BT_CASES (the problems recorded with backtraces; empty: none)
+# pick cases;
 # VERSIONS (default "2023 2025") the nsys versions; PREFIX (default h200) names the folders by the GPU.
 # Each version's stages stop once BUDGET_S seconds (default 420) have passed, so that the packing always happens.
 set -uo pipefail
 OUT=$(mkdir -p "$1" && cd "$1" && pwd)
 ROOT=$(cd "$(dirname "$0")/../.." && pwd); BENCH=$ROOT/bench/gpu
-CASES=${CASES:-alloc_churn,mask_tail,item_if}; BT_CASES=${BT_CASES:-alloc_churn,mask_tail,item_if}
+CASES=${CASES:-alloc_churn,mask_tail,item_if}; BT_CASES=${BT_CASES-alloc_churn,mask_tail,item_if}
 BUDGET_S=${BUDGET_S:-420}; DEADLINE=$((SECONDS + BUDGET_S / 2)); NSYS2023=${NSYS2023:-/opt/nsys/bin/nsys}
 left() { echo $((DEADLINE - SECONDS)); }
 limit() { local n=$(( $(left) < $1 ? $(left) : $1 )); echo $(( n < 5 ? 5 : n )); }  # seconds, at most $1
@@ -29,7 +30,7 @@ record() {  # VERSION DEST: the pairs, then the problems with Python backtraces,
   timeout "$(limit 200)" nsight run --capture manual --trace cuda,nvtx -o "$dest" -- \
     python3 "$BENCH/fix_pairs.py" "$dest/truth.json" --cases "$CASES" > "$dest/run.txt" 2> "$dest/stderr.txt"
   echo "nsight run exited $?"; cat "$dest/run.txt"; grep -E "fix_pairs|Error|error" "$dest/stderr.txt" | tail -5
-  if [ "$(left)" -gt 60 ]; then
+  if [ -n "$BT_CASES" ] && [ "$(left)" -gt 60 ]; then
     echo "== $version: problems with Python backtraces ($(left) s left)"
     local bt=$dest/python-backtrace; mkdir -p "$bt"
     timeout "$(limit 150)" nsight run --capture manual --trace cuda,nvtx --python-backtrace \

@@ -62,6 +62,13 @@ Cases (variants: the problem first, then its fixes):
               the tail's launches overlap the GEMMs.
 - item_if:    the same GEMMs, then a Python `if` on a tensor (`if h.mean() > 0:`: a one-byte read back and a
               stream synchronise), then the tail | the branch as `torch.where` on the GPU.
+- item_if_deep, mask_tail_deep: the same with DEEP_GEMMS GEMMs (~7 ms of GPU), so that the fixed twin is bound by
+              the GPU, not by the host's launches (whose time moves from run to run).
+- list_tensor_deep: list_tensor after DEEP_GEMMS GEMMs, with the TAIL_LONG tail: the pageable copy waits for them.
+- alloc_churn_deep: alloc_churn at batch 32768 (64 MiB activations): the GPU's work outlasts the host's.
+- item_if_spin, mask_tail_spin, list_tensor_spin: the same causes after a SPIN_MS spin kernel instead of GEMMs. The
+              GEMMs of the *_deep fixed twins ran 6-9 % longer than their problems' (a GPU that never idles runs its
+              GEMMs at lower clocks); a spin kernel's time does not move so.
 
 Options: `--cases` picks cases, `--variants` variants (e.g. `problem`), `--time-only` records nothing, and
 `--region cuda-profiler` makes each region a cudaProfilerStart/Stop pair (torch.cuda.profiler) instead of
@@ -103,6 +110,10 @@ TAIL_OPS = 30
 """mask_sync/list_tensor: the tiny ops after the value the host waits for (two kernels each)."""
 TAIL_LONG = 100
 """mask_tail/item_if: the tiny ops after the value the host waits for (two kernels each, ~2 ms of launches)."""
+SPIN_MS = 7.0
+"""The *_spin cases: the spin kernel's time before the value the host waits for."""
+DEEP_GEMMS = 9
+"""The *_deep cases: GEMMs before the value the host waits for (~7 ms of GPU, above the host's ~2-3 ms a step)."""
 
 Step = Callable[[int], None]
 
@@ -475,6 +486,27 @@ def gemm_then(select: Callable[[torch.Tensor], torch.Tensor], gemms: int = 1, op
     return step
 
 
+def spin_then(select: Callable[[torch.Tensor], torch.Tensor], ops: int = TAIL_LONG) -> Step:
+    """A SPIN_MS spin kernel (torch.cuda._sleep: GPU time at little power, so the GPU's clocks do not move with its
+    duty cycle as under GEMMs), then SELECT of a 4096x8192 bf16 tensor made after it, then the tail of OPS tiny
+    ops."""
+    x = torch.randn(4096, 8192, device=DEVICE, dtype=torch.bfloat16)
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(1_000_000)
+    stop.record()
+    torch.cuda.synchronize()
+    cycles = int(1_000_000 * SPIN_MS / start.elapsed_time(stop))  # cycles per SPIN_MS on this GPU's clock
+    total = torch.zeros((), device=DEVICE)
+
+    def step(i: int) -> None:
+        nonlocal total
+        torch.cuda._sleep(cycles)
+        total = total + tail(select(x * 1.0), ops)
+
+    return step
+
+
 def mask_sync() -> dict[str, Step]:
     def masked(h: torch.Tensor) -> torch.Tensor:
         return h[h > 0].float().mean()  # the result's size is data: the host reads it before going on
@@ -486,7 +518,7 @@ def mask_sync() -> dict[str, Step]:
     return {"problem": gemm_then(masked), "fixed": gemm_then(fixed_shape)}
 
 
-def list_tensor() -> dict[str, Step]:
+def list_tensor(gemms: int = 1, ops: int = TAIL_OPS, spin: bool = False) -> dict[str, Step]:
     values = [float(j % 7) for j in range(4096)]  # built in Python (weights, lengths, labels...)
 
     def pageable(h: torch.Tensor) -> torch.Tensor:
@@ -497,12 +529,14 @@ def list_tensor() -> dict[str, Step]:
         weights = torch.tensor(values, pin_memory=True).to(DEVICE, non_blocking=True)
         return (h[: len(values), 0].float() * weights).mean()
 
-    return {"problem": gemm_then(pageable), "fixed": gemm_then(pinned)}
+    if spin:
+        return {"problem": spin_then(pageable, ops), "fixed": spin_then(pinned, ops)}
+    return {"problem": gemm_then(pageable, gemms, ops), "fixed": gemm_then(pinned, gemms, ops)}
 
 
-def alloc_churn() -> dict[str, Step]:
+def alloc_churn(batch: int = 8192) -> dict[str, Step]:
     train = trainer(mlp(1024, 24, torch.bfloat16))
-    x = torch.randn(8192, 1024, device=DEVICE, dtype=torch.bfloat16)  # 16 MiB activations: a segment each
+    x = torch.randn(batch, 1024, device=DEVICE, dtype=torch.bfloat16)  # 16 MiB activations and more: a segment each
 
     def problem(i: int) -> None:
         train(x)
@@ -514,7 +548,7 @@ def alloc_churn() -> dict[str, Step]:
     return {"problem": problem, "fixed": fixed}
 
 
-def mask_tail() -> dict[str, Step]:
+def mask_tail(gemms: int = 3, spin: bool = False) -> dict[str, Step]:
     def masked(h: torch.Tensor) -> torch.Tensor:
         return h[h > 0].float().mean()
 
@@ -522,10 +556,12 @@ def mask_tail() -> dict[str, Step]:
         positive = h > 0
         return torch.where(positive, h, 0).float().sum() / positive.sum()
 
-    return {"problem": gemm_then(masked, 3, TAIL_LONG), "fixed": gemm_then(fixed_shape, 3, TAIL_LONG)}
+    if spin:
+        return {"problem": spin_then(masked), "fixed": spin_then(fixed_shape)}
+    return {"problem": gemm_then(masked, gemms, TAIL_LONG), "fixed": gemm_then(fixed_shape, gemms, TAIL_LONG)}
 
 
-def item_if() -> dict[str, Step]:
+def item_if(gemms: int = 3, spin: bool = False) -> dict[str, Step]:
     def branch(h: torch.Tensor) -> torch.Tensor:
         m = h.float().mean()
         if m > 0:  # a Python `if` on a tensor: reads one byte back and waits for the GPU
@@ -536,7 +572,9 @@ def item_if() -> dict[str, Step]:
         m = h.float().mean()
         return torch.where(m > 0, m * 2.0, m * 0.5)
 
-    return {"problem": gemm_then(branch, 3, TAIL_LONG), "fixed": gemm_then(on_gpu, 3, TAIL_LONG)}
+    if spin:
+        return {"problem": spin_then(branch), "fixed": spin_then(on_gpu)}
+    return {"problem": gemm_then(branch, gemms, TAIL_LONG), "fixed": gemm_then(on_gpu, gemms, TAIL_LONG)}
 
 
 CASES: dict[str, Callable[[], dict[str, Step]]] = {
@@ -546,6 +584,12 @@ CASES: dict[str, Callable[[], dict[str, Step]]] = {
     "small_step": small_step, "per_param": per_param, "prefetch": prefetch, "bf16": bf16,
     "small_copies": small_copies, "checkpoint": checkpoint, "mask_sync": mask_sync, "list_tensor": list_tensor,
     "alloc_churn": alloc_churn, "mask_tail": mask_tail, "item_if": item_if,
+    # The same causes in steps the GPU bounds once fixed: their truth moves less with the host.
+    "item_if_deep": lambda: item_if(DEEP_GEMMS), "mask_tail_deep": lambda: mask_tail(DEEP_GEMMS),
+    "list_tensor_deep": lambda: list_tensor(DEEP_GEMMS, TAIL_LONG), "alloc_churn_deep": lambda: alloc_churn(32768),
+    # ...and after a spin kernel instead of GEMMs: GPU time whose speed does not depend on how often the GPU idles.
+    "item_if_spin": lambda: item_if(spin=True), "mask_tail_spin": lambda: mask_tail(spin=True),
+    "list_tensor_spin": lambda: list_tensor(ops=TAIL_LONG, spin=True),
 }
 
 

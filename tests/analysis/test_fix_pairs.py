@@ -20,7 +20,7 @@ from fixture_sets import unpacked
 
 import nsight_core
 from nsight_core.analysis.overhead import per_call_ns
-from nsight_core.render.findings import overhead_text
+from nsight_core.render.findings import finding_suggestion, finding_title, overhead_text
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 RECORDINGS = {"2023.4.4": FIXTURES / "h200-fix-pairs", "2025.3": FIXTURES / "h200-fix-pairs-2025"}
@@ -161,6 +161,9 @@ region with the tracing cost it measured as it started."""
 CALIBRATED = {"2023.4.4-calibrated": unpacked("h200-calibrated"), "2025.3-calibrated": unpacked("h200-calibrated-2025")}
 """The fifth: the cases UNEXPLAINED names (and per_param, alloc_churn) recorded again on the H200 with both nsys
 versions, each region with the tracing cost it measured as it started."""
+DEEP = {"2023.4.4-deep": unpacked("h200-deep-causes"), "2025.3-deep": unpacked("h200-deep-causes-2025")}
+"""The sixth: the third set's causes and list_tensor in steps the GPU bounds once they are fixed (nine GEMMs before the
+value the host waits for; the allocator's loop at batch 32768), recorded as the fifth."""
 
 
 def _v2(version: str, region: str) -> nsight_core.Analysis:
@@ -246,7 +249,7 @@ with 2023.4.4 it lands). A known gap of the per-call model, kept visible (strict
 ESTIMATED = [pytest.param(recordings[version], case, variant, id=f"{case}-{variant}-{version}",
                          marks=[pytest.mark.xfail(strict=True, reason="UNEXPLAINED")]
                          if (version, case, variant) in UNEXPLAINED else [])
-             for recordings in (V2, CAUSES, H100, CALIBRATED) for version in recordings
+             for recordings in (V2, CAUSES, H100, CALIBRATED, DEEP) for version in recordings
              for case, found in json.loads((recordings[version] / "truth.json").read_text())["cases"].items()
              for variant in found["variants"] if not _lost_data(version, case, variant)]
 
@@ -297,19 +300,31 @@ CAUSE_PAIRS = [
     (H100, Pair("graph", "fixed", ("launch_bound",))),  # 0.97 ms of small launches | one CUDA graph: 0.14 ms
     (CALIBRATED, Pair("per_param", "fixed", ("per_tensor_launches",))),
     (CALIBRATED, Pair("alloc_churn", "fixed", ("allocator_churn",))),
+    (DEEP, Pair("item_if_deep", "fixed", ("sync_wait",))),
+    (DEEP, Pair("mask_tail_deep", "fixed", ("sync_wait",))),
+    (DEEP, Pair("list_tensor_deep", "fixed", ("sync_wait",))),  # torch.tensor(list, device=) | pinned, non_blocking
+    (DEEP, Pair("alloc_churn_deep", "fixed", ("allocator_churn",))),
 ]
 """Known causes (analysis/causes.py, and the hidden syncs named by their pattern) whose fix the recordings measured
 well above the host's noise, with the recordings that hold them."""
 CAUSE_CASES = [pytest.param(recordings[version], pair, id=f"{pair.case}-{version}")
                for recordings, pair in CAUSE_PAIRS for version in recordings]
 NOISY_TRUTH = {("alloc_churn", "2023.4.4"), ("alloc_churn", "2025.3"), ("mask_tail", "2025.3"), ("item_if", "2023.4.4"),
-               ("item_if", "2025.3"), ("alloc_churn", "2023.4.4-calibrated")}
+               ("item_if", "2025.3"), ("alloc_churn", "2023.4.4-calibrated"), ("alloc_churn_deep", "2023.4.4-deep")}
 """Savings off by more than 30 % where the unprofiled truth moves more than the profiled pair: mask_tail's real saving
 was 1.19 ms in one recording and 2.71 ms in the other (the prediction: 1.27 and 1.89 ms); item_if's profiled pair
 differs by 1.7 ms and more, its unprofiled one by 0.9-1.0 ms (predicted: 1.96 and 1.93 ms). alloc_churn's real saving
 is 0.58 to 1.57 times the difference of its profiled pair (estimated steps) across five recordings of the same loop:
 1.94 ms against 3.36 (predicted 2.58), 5.32 against 3.39 (predicted 3.59), 7.73 against 6.01 (predicted 3.22); the
-two others land (2.36 against 2.92 predicted, 4.68 against 3.55). Kept visible (strict xfail)."""
+two others land (2.36 against 2.92 predicted, 4.68 against 3.55); at batch 32768 it lands with 2025.3, and with
+2023.4.4 its profiled problem ran 21 % slower than its unprofiled runs (12.95-14.77 ms). Kept visible (strict xfail)."""
+GPU_CLOCKS = {(case, version) for case in ("item_if_deep", "mask_tail_deep", "list_tensor_deep")
+              for version in ("2023.4.4-deep", "2025.3-deep")}
+"""Savings 34-90 % above the real ones where the fix keeps the GPU busy through GEMMs: the fixed twins' GEMMs ran 6-9 %
+longer than their problems' (620 against 667-673 µs in item_if_deep, with both nsys versions), as a GPU that never
+idles runs at lower clocks, so part of the idle time removed comes back as slower work. The prediction is the idle
+time (1.90 ms against a profiled pair 1.06 ms apart); the capture holds no clocks to foresee the rest. Kept visible
+(strict xfail)."""
 
 
 @pytest.mark.parametrize(("folder", "pair"), CAUSE_CASES)
@@ -321,6 +336,7 @@ def test_a_known_cause_is_the_top_finding(folder: Path, pair: Pair) -> None:
 @pytest.mark.parametrize(("folder", "pair"), [
     pytest.param(recordings[version], pair, id=f"{pair.case}-{version}",
                  marks=[pytest.mark.xfail(strict=True, reason="NOISY_TRUTH")] if (pair.case, version) in NOISY_TRUTH
+                 else [pytest.mark.xfail(strict=True, reason="GPU_CLOCKS")] if (pair.case, version) in GPU_CLOCKS
                  else []) for recordings, pair in CAUSE_PAIRS for version in recordings])
 def test_a_known_cause_saves_what_its_fix_saved(folder: Path, pair: Pair) -> None:
     problem = _recorded(folder, f"{pair.case}-problem")
@@ -348,6 +364,23 @@ def test_a_read_after_a_selection_is_named_mask_indexing(version: str) -> None:
     assert "sync_wait" not in {f.kind for f in _v2(version, "mask_sync-fixed").findings}
 
 
+@pytest.mark.parametrize("version", list(DEEP))
+@pytest.mark.parametrize(("case", "subject"), [("item_if_deep", "scalar_reads"), ("mask_tail_deep", "mask_indexing"),
+                                               ("list_tensor_deep", "pageable_transfer")])
+def test_a_hidden_sync_is_named_by_its_pattern(version: str, case: str, subject: str) -> None:
+    """The sync after nine GEMMs, by what made it: a Python `if` on a tensor (a one-byte read), boolean-mask indexing
+    (a read after nonzero's selection), a tensor made from a Python list on the GPU (a pageable copy); the calls that
+    waited are its evidence, and the fixed twin has no sync finding."""
+    top = _recorded(DEEP[version], f"{case}-problem").findings[0]
+    assert (top.kind, top.subject) == ("sync_wait", subject)
+    waited = {e.where.name.split(" in ")[0] for e in top.evidence if e.metric == "sync_calls_per_step" and e.where}
+    assert waited == ({"cudaMemcpyAsync", "cudaStreamSynchronize"} if subject == "pageable_transfer"
+                      else {"cudaStreamSynchronize"})
+    assert "sync_wait" not in {f.kind for f in _recorded(DEEP[version], f"{case}-fixed").findings}
+    if subject == "pageable_transfer":  # its own advice: pinned memory, not the generic sync's
+        assert "pin_memory=True" in finding_suggestion(top) and "pageable" in finding_title(top)
+
+
 @pytest.mark.parametrize("version", list(V2))
 def test_allocator_churn_is_named_with_its_calls(version: str) -> None:
     """`torch.cuda.empty_cache()` every step of a small MLP: one cudaMalloc and one cudaFree a step, each ~0.1 ms.
@@ -369,7 +402,7 @@ def test_a_scalar_read_keeps_its_pattern(version: str) -> None:
     assert finding.subject == "scalar_reads"
 
 
-ALL_VARIANTS = [(version, case, variant, recordings) for recordings in (RECORDINGS, V2, CAUSES, H100, CALIBRATED)
+ALL_VARIANTS = [(version, case, variant, recordings) for recordings in (RECORDINGS, V2, CAUSES, H100, CALIBRATED, DEEP)
                 for version in recordings
                 for case, found in json.loads((recordings[version] / "truth.json").read_text())["cases"].items()
                 for variant in found["variants"]]

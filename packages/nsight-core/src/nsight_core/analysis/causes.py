@@ -35,7 +35,7 @@ from nsight_core.analysis.finding_model import (
     severity_of,
     share_of,
 )
-from nsight_core.analysis.findings import NOMINAL_PINNED_BYTES_PER_S
+from nsight_core.analysis.findings import COPY_CALL, NOMINAL_PINNED_BYTES_PER_S
 from nsight_core.analysis.gpu_budget import QUERY_CALLS
 
 ALLOC_API = r"^cu(da)?(Malloc|Free)(_v\d+)?$|^cuMem(Alloc|Free|Create|Release|Map|Unmap|AddressReserve|AddressFree)"
@@ -44,7 +44,7 @@ memory)."""
 ALLOC_MIN_PER_STEP = 1.0
 """Allocator calls per steady step from which they are churn: a warm caching allocator makes none."""
 LAUNCH_API = r"^cu(da)?LaunchKernel|^cuLaunch|^cu(da)?GraphLaunch"
-COPY_API = r"^cu(da)?Memcpy"
+COPY_API = COPY_CALL
 SYNC_API = r"^cu(da)?(Stream|Event|Device|Ctx)Synchronize"
 BIG_KERNEL = r"(?i)gemm|conv|cutlass|xmma|nvjet|matmul|attention|flash|cudnn|fprop|dgrad|wgrad"
 """Kernels that do a step's main work: a loop of small kernels is a run between them."""

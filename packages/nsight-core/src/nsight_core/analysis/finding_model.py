@@ -66,8 +66,9 @@ class Finding(BaseModel):
     severity: Severity
     subject: str = Field(default="", description="What the kind is about, where one kind has several: the copy "
                          "direction of a pageable_copy; 'scalar_reads' for a sync_wait of .item()-style reads, "
-                         "'mask_indexing' for one of a selection's size; 'unexplained' for a launch_bound whose gaps "
-                         "the host spends in calls other than launches")
+                         "'mask_indexing' for one of a selection's size, 'pageable_transfer' for one of a copy of "
+                         "pageable memory; 'unexplained' for a launch_bound whose gaps the host spends in calls other "
+                         "than launches")
     evidence: list[Evidence]
     saving: Saving | None = Field(description="None for findings that are about the measurement itself")
 

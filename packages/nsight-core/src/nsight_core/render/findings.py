@@ -71,6 +71,8 @@ TITLES: dict[str, str] = {
     "launch_bound/unexplained": "The GPU waits on the host, which spends these gaps in the calls below",
     "sync_wait/mask_indexing": "Boolean-mask indexing (or nonzero, unique) makes the host wait for the GPU every "
                                "step",
+    "sync_wait/pageable_transfer": "A copy between pageable host memory and the GPU makes the host wait for the "
+                                   "GPU every step",
     "stream_wait": "Queued GPU work waits on another stream, an event or a copy",
     "launch_bound": "The GPU waits on the host's dispatch: launches and framework time between kernels",
     "pageable_copy": "{subject} copies use pageable host memory",
@@ -139,6 +141,10 @@ SUBJECT_SUGGESTIONS: dict[str, str] = {
     "sync_wait/mask_indexing": "Keep the shape fixed so the host need not read it: torch.where(mask, x, 0) with "
                                "sums over the mask instead of x[mask], masked reductions instead of nonzero(); or "
                                "move the selection after the step's other launches.",
+    "sync_wait/pageable_transfer": "Copy from pinned memory without waiting: torch.tensor(values, "
+                                   "pin_memory=True).to('cuda', non_blocking=True) instead of torch.tensor(values, "
+                                   "device='cuda') or .to('cuda') of a pageable tensor; or build the tensor on the "
+                                   "GPU, or once before the loop.",
     "sync_wait/scalar_reads": "Keep the value on the GPU: no .item(), float(t) or Python `if` on a tensor in the "
                               "step (torch.where for a branch); accumulate losses and metrics as tensors and read "
                               "them back every N steps.",

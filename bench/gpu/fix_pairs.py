@@ -81,6 +81,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import functools
 import json
 import queue
 import shutil
@@ -486,17 +487,25 @@ def gemm_then(select: Callable[[torch.Tensor], torch.Tensor], gemms: int = 1, op
     return step
 
 
+@functools.cache
+def spin_cycles() -> int:
+    """The spin kernel's cycles for SPIN_MS, measured once (after a first spin that loads the kernel), so that a
+    problem and its fixed twin spin alike."""
+    torch.cuda._sleep(1_000_000)
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(10_000_000)
+    stop.record()
+    torch.cuda.synchronize()
+    return int(10_000_000 * SPIN_MS / start.elapsed_time(stop))
+
+
 def spin_then(select: Callable[[torch.Tensor], torch.Tensor], ops: int = TAIL_LONG) -> Step:
     """A SPIN_MS spin kernel (torch.cuda._sleep: GPU time at little power, so the GPU's clocks do not move with its
     duty cycle as under GEMMs), then SELECT of a 4096x8192 bf16 tensor made after it, then the tail of OPS tiny
     ops."""
     x = torch.randn(4096, 8192, device=DEVICE, dtype=torch.bfloat16)
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.cuda._sleep(1_000_000)
-    stop.record()
-    torch.cuda.synchronize()
-    cycles = int(1_000_000 * SPIN_MS / start.elapsed_time(stop))  # cycles per SPIN_MS on this GPU's clock
+    cycles = spin_cycles()
     total = torch.zeros((), device=DEVICE)
 
     def step(i: int) -> None:

@@ -164,6 +164,8 @@ versions, each region with the tracing cost it measured as it started."""
 DEEP = {"2023.4.4-deep": unpacked("h200-deep-causes"), "2025.3-deep": unpacked("h200-deep-causes-2025")}
 """The sixth: the third set's causes and list_tensor in steps the GPU bounds once they are fixed (nine GEMMs before the
 value the host waits for; the allocator's loop at batch 32768), recorded as the fifth."""
+H100_DEEP = {"2023.4.4-h100-deep": unpacked("h100-deep-causes"), "2025.3-h100-deep": unpacked("h100-deep-causes-2025")}
+"""The seventh: the allocator's loop at batch 32768 on an H100, both nsys versions."""
 
 
 def _v2(version: str, region: str) -> nsight_core.Analysis:
@@ -249,7 +251,7 @@ with 2023.4.4 it lands). A known gap of the per-call model, kept visible (strict
 ESTIMATED = [pytest.param(recordings[version], case, variant, id=f"{case}-{variant}-{version}",
                          marks=[pytest.mark.xfail(strict=True, reason="UNEXPLAINED")]
                          if (version, case, variant) in UNEXPLAINED else [])
-             for recordings in (V2, CAUSES, H100, CALIBRATED, DEEP) for version in recordings
+             for recordings in (V2, CAUSES, H100, CALIBRATED, DEEP, H100_DEEP) for version in recordings
              for case, found in json.loads((recordings[version] / "truth.json").read_text())["cases"].items()
              for variant in found["variants"] if not _lost_data(version, case, variant)]
 
@@ -304,6 +306,7 @@ CAUSE_PAIRS = [
     (DEEP, Pair("mask_tail_deep", "fixed", ("sync_wait",))),
     (DEEP, Pair("list_tensor_deep", "fixed", ("sync_wait",))),  # torch.tensor(list, device=) | pinned, non_blocking
     (DEEP, Pair("alloc_churn_deep", "fixed", ("allocator_churn",))),
+    (H100_DEEP, Pair("alloc_churn_deep", "fixed", ("allocator_churn",))),
 ]
 """Known causes (analysis/causes.py, and the hidden syncs named by their pattern) whose fix the recordings measured
 well above the host's noise, with the recordings that hold them."""
@@ -402,7 +405,8 @@ def test_a_scalar_read_keeps_its_pattern(version: str) -> None:
     assert finding.subject == "scalar_reads"
 
 
-ALL_VARIANTS = [(version, case, variant, recordings) for recordings in (RECORDINGS, V2, CAUSES, H100, CALIBRATED, DEEP)
+ALL_VARIANTS = [(version, case, variant, recordings)
+                for recordings in (RECORDINGS, V2, CAUSES, H100, CALIBRATED, DEEP, H100_DEEP)
                 for version in recordings
                 for case, found in json.loads((recordings[version] / "truth.json").read_text())["cases"].items()
                 for variant in found["variants"]]

@@ -66,9 +66,9 @@ Cases (variants: the problem first, then its fixes):
               the GPU, not by the host's launches (whose time moves from run to run).
 - list_tensor_deep: list_tensor after DEEP_GEMMS GEMMs, with the TAIL_LONG tail: the pageable copy waits for them.
 - alloc_churn_deep: alloc_churn at batch 32768 (64 MiB activations): the GPU's work outlasts the host's.
-- item_if_spin, mask_tail_spin, list_tensor_spin: the same causes after a SPIN_MS spin kernel instead of GEMMs. The
-              GEMMs of the *_deep fixed twins ran 6-9 % longer than their problems' (a GPU that never idles runs its
-              GEMMs at lower clocks); a spin kernel's time does not move so.
+- item_if_spin, mask_tail_spin, list_tensor_spin: the same causes after a SPIN_MS spin kernel (the same cycles in
+              both twins) instead of GEMMs: GPU work of another kind than the *_deep cases', whose fixed twins' GEMMs
+              ran 6-9 % longer than their problems' (a GPU that never idles runs at lower clocks).
 
 Options: `--cases` picks cases, `--variants` variants (e.g. `problem`), `--time-only` records nothing, and
 `--region cuda-profiler` makes each region a cudaProfilerStart/Stop pair (torch.cuda.profiler) instead of
@@ -501,9 +501,8 @@ def spin_cycles() -> int:
 
 
 def spin_then(select: Callable[[torch.Tensor], torch.Tensor], ops: int = TAIL_LONG) -> Step:
-    """A SPIN_MS spin kernel (torch.cuda._sleep: GPU time at little power, so the GPU's clocks do not move with its
-    duty cycle as under GEMMs), then SELECT of a 4096x8192 bf16 tensor made after it, then the tail of OPS tiny
-    ops."""
+    """A SPIN_MS spin kernel (torch.cuda._sleep: a fixed number of cycles), then SELECT of a 4096x8192 bf16 tensor
+    made after it, then the tail of OPS tiny ops."""
     x = torch.randn(4096, 8192, device=DEVICE, dtype=torch.bfloat16)
     cycles = spin_cycles()
     total = torch.zeros((), device=DEVICE)
@@ -596,7 +595,7 @@ CASES: dict[str, Callable[[], dict[str, Step]]] = {
     # The same causes in steps the GPU bounds once fixed: their truth moves less with the host.
     "item_if_deep": lambda: item_if(DEEP_GEMMS), "mask_tail_deep": lambda: mask_tail(DEEP_GEMMS),
     "list_tensor_deep": lambda: list_tensor(DEEP_GEMMS, TAIL_LONG), "alloc_churn_deep": lambda: alloc_churn(32768),
-    # ...and after a spin kernel instead of GEMMs: GPU time whose speed does not depend on how often the GPU idles.
+    # ...and after a spin kernel instead of GEMMs.
     "item_if_spin": lambda: item_if(spin=True), "mask_tail_spin": lambda: mask_tail(spin=True),
     "list_tensor_spin": lambda: list_tensor(ops=TAIL_LONG, spin=True),
 }

@@ -35,7 +35,7 @@ from nsight_core.analysis.finding_model import (
     severity_of,
     share_of,
 )
-from nsight_core.analysis.findings import COPY_CALL, NOMINAL_PINNED_BYTES_PER_S
+from nsight_core.analysis.findings import NOMINAL_PINNED_BYTES_PER_S
 from nsight_core.analysis.gpu_budget import QUERY_CALLS
 
 ALLOC_API = r"^cu(da)?(Malloc|Free)(_v\d+)?$|^cuMem(Alloc|Free|Create|Release|Map|Unmap|AddressReserve|AddressFree)"
@@ -44,7 +44,7 @@ memory)."""
 ALLOC_MIN_PER_STEP = 1.0
 """Allocator calls per steady step from which they are churn: a warm caching allocator makes none."""
 LAUNCH_API = r"^cu(da)?LaunchKernel|^cuLaunch|^cu(da)?GraphLaunch"
-COPY_API = COPY_CALL
+COPY_API = r"^cu(da)?Memcpy"
 SYNC_API = r"^cu(da)?(Stream|Event|Device|Ctx)Synchronize"
 BIG_KERNEL = r"(?i)gemm|conv|cutlass|xmma|nvjet|matmul|attention|flash|cudnn|fprop|dgrad|wgrad"
 """Kernels that do a step's main work: a loop of small kernels is a run between them."""
@@ -203,12 +203,12 @@ def allocator_churn(context: Context, inputs: CauseInputs, claims: dict[Claim, f
     in_calls = float(_activity(inputs, ALLOC_API, kinds=("cuda_api",))["total_ns"].sum())
     overlapped = max(float(calls["total_ns"].sum()) - in_calls, 0.0)
     exposed = _activity(inputs, LAUNCH_API, kinds=("dispatch",), parts=("launch_gap",))
-    available = float(exposed["total_ns"].sum()) - sum(
-        claims.get((part, kind, name), 0.0) for part, kind, name in exposed.select("part", "cpu_kind", "cpu_name")
-        .iter_rows())
+    dispatch_ns = float(exposed["total_ns"].sum())
+    available = dispatch_ns - sum(claims.get(key, 0.0)
+                                  for key in exposed.select("part", "cpu_kind", "cpu_name").iter_rows())
     total = _claim(claims, held) - count * _calls_per_call(inputs) * inputs.per_call_ns
     if overlapped > 0 and available > 0:
-        total += _claim(claims, exposed, min(overlapped, available) / float(exposed["total_ns"].sum()))
+        total += _claim(claims, exposed, min(overlapped, available) / dispatch_ns)
     evidence = [Evidence(metric="allocator_calls_per_step", value=n / steps, unit="count", where=Where(kind="api",
                                                                                                        name=name))
                 for name, n, _ in calls.sort(["calls", "name"], descending=[True, False]).iter_rows()]

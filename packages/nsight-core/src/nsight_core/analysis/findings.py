@@ -45,8 +45,9 @@ PAGEABLE_MIN_BYTES = 1 << 20
 SMALL_COPY_BYTES = 4096
 """A device-to-host copy this small in a step is a scalar read back (`.item()`, `float(loss)`)."""
 TOP_KERNELS = 5
-COPY_CALL = r"^cu(da)?Memcpy"
-"""A copy call among the blocking calls: a pageable copy (a sync_wait of subject ``pageable_transfer``)."""
+PAGEABLE_COPY_CALL = r"^cu(da)?Memcpy\w*Async"
+"""An asynchronous copy among the blocking calls: there only because it moved pageable memory (a sync_wait of
+subject ``pageable_transfer``); a synchronous cudaMemcpy blocks whatever its memory."""
 FP32_GEMM = r"(?i)(sgemm|gemm.*(_ffma_|f32f32_f32f32_f32))"
 """cuBLAS kernels that multiply FP32 matrices on the FP32 pipes (`sm80_xmma_gemm_f32f32_f32f32_f32_..._ffma_...`)."""
 TENSOR_CORE_GEMM = r"(?i)(tf32|tensorop|hmma|bf16|f16)"
@@ -145,9 +146,9 @@ def sync_wait(context: Context, syncs: pl.DataFrame, small_reads: int) -> Findin
     if small_reads:
         extra.append(Evidence(metric="small_device_to_host_copies_per_step", value=small_reads / steps, unit="count",
                               where=Where(kind="copy", name="Device-to-Host")))
-    # A copy among the syncs moved pageable host memory (only such copies block): torch.tensor(list, device=...),
-    # .to() or .cpu() of unpinned memory. Small reads back say more (the value, not the memory, is the cause).
-    copies = calls.filter(pl.col("name").str.contains(COPY_CALL)).height
+    # torch.tensor(list, device=...), .to() or .cpu() of unpinned memory. Small reads back say more (the value, not
+    # the memory, is the cause).
+    copies = calls.filter(pl.col("name").str.contains(PAGEABLE_COPY_CALL)).height
     subject = "scalar_reads" if small_reads else "pageable_transfer" if copies else ""
     return _budget_finding(context, "sync_wait", "sync_wait", extra, seen=int(calls["len"].sum()) >= steps,
                            subject=subject)

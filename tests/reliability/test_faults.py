@@ -319,11 +319,9 @@ def test_retried_attempt_never_replays_the_previous_trace(retried_region):
     assert one["output"] != two["output"]
 
 
-# A damaged report and no raw stream beside it: the stream nsys keeps after an import with errors (under load) would
-# be imported again, and the report whole.
 REPORT_FAULTS = {
-    "truncated": 'head -c 4096 "$REP" > "$REP.cut" && mv "$REP.cut" "$REP"; rm -f "${REP%.nsys-rep}.qdstrm"',
-    "corrupt": 'printf "not a trace" > "$REP"; rm -f "${REP%.nsys-rep}.qdstrm"',
+    "truncated": 'head -c 4096 "$REP" > "$REP.cut" && mv "$REP.cut" "$REP"',
+    "corrupt": 'printf "not a trace" > "$REP"',
 }
 
 POST_FAULTS = {  # subcommand, script, the region of `gauntlet` or `export_gauntlet`

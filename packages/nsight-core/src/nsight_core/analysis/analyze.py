@@ -23,10 +23,12 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from nsight_core.analysis.codes import family_codes
 from nsight_core.analysis.every_budget import Budgets, every_budget
 from nsight_core.analysis.every_step import EveryStep, capture_as_step, every_step
 from nsight_core.analysis.finding_inputs import analysis_of
 from nsight_core.analysis.range_table import start_range_table
+from nsight_core.analysis.ranges import CodedRanges
 from nsight_core.analysis.result import Analysis, StepView, steps_view
 from nsight_core.analysis.steps import StepStats, find_steps
 from nsight_core.analysis.user_window import capture_window
@@ -39,13 +41,19 @@ CHOOSE_ROWS = 1_000_000
 family chosen is the same on any machine; every step of it is then found over the whole capture."""
 
 
-def choose_steps(frames: Events) -> StepStats:
+def choose_steps(frames: Events) -> tuple[StepStats, CodedRanges | None]:
     """The step family of the capture FRAMES holds (:func:`steps.find_steps`), chosen by its first CHOOSE_ROWS NVTX
-    ranges and kernels: steps repeat, so the first of them show which family they are."""
+    ranges and kernels: steps repeat, so the first of them show which family they are. Where those ranges are every
+    range of the capture, with the depth its loader counted (a capture read whole), they come back with their
+    families: the CPU budget's ranges are among them, and no name is coded twice (:class:`ranges.CodedRanges`)."""
     # The first ranges by start hold every range enclosing one of them: their depth among themselves is the capture's.
-    nvtx = with_depth(_first(frames.nvtx.select("start_ns", "end_ns", "name", "domain", "thread",
-                                                *depth_read(frames.nvtx))))
-    return find_steps(nvtx, _first(frames.kernels.select("start_ns", "end_ns", "name")))[0]
+    depth = depth_read(frames.nvtx)
+    nvtx = with_depth(_first(frames.nvtx.select("start_ns", "end_ns", "name", "domain", "thread", *depth)))
+    codes = family_codes(nvtx, "name")
+    stats = find_steps(nvtx, _first(frames.kernels.select("start_ns", "end_ns", "name")), codes)[0]
+    whole = bool(depth) and (nvtx.height < CHOOSE_ROWS
+                             or frames.nvtx.select(pl.len()).collect().item() == nvtx.height)
+    return stats, CodedRanges(nvtx, *codes) if whole else None
 
 
 def _first(frame: pl.LazyFrame) -> pl.DataFrame:
@@ -87,14 +95,14 @@ def analyze_steps(trace: EventTables, window_rows: int | None = WINDOW_ROWS) -> 
     window = capture_window(trace, frames)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsight-range-table") as pool:
         start_range_table(pool, frames, window.span_ns, window_rows)  # what the findings' inputs take at the end
-        chosen = choose_steps(frames)
+        chosen, coded = choose_steps(frames)
         every = every_step(frames, chosen, window_rows) if chosen.family is not None else None
         if every is None:
             if chosen.family is not None:  # its first ranges were steps, all of them are not (they overlap later on)
                 chosen = StepStats(source="none", family=None, candidates=chosen.candidates,
                                    reason="the step ranges chosen from the capture's start overlap each other later on")
             every = capture_as_step(frames, chosen, window.start_ns, window.end_ns, window_rows)
-        budgets = every_budget(frames, every, window_rows)
+        budgets = every_budget(frames, every, window_rows, coded)
         meta = getattr(trace, "meta", None) or {}
         analysis = analysis_of(frames, getattr(trace, "gpus", None), window, every, budgets,
                                meta.get("EXPORT_PRODUCT_VERSION"), window_rows)

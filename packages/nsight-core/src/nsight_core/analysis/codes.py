@@ -34,8 +34,14 @@ def distinct_codes(frame: pl.DataFrame, column: str) -> tuple[pl.Series, pl.Seri
     if distinct.len() == 1:  # one value throughout (one thread, the default domain): no search per row
         return pl.zeros(frame.height, pl.UInt32, eager=True).alias(column), distinct
     if distinct.dtype == pl.String and not distinct.null_count():  # text: a hash lookup, not string comparisons
-        return frame.select(pl.col(column).cast(pl.Enum(distinct)).to_physical().cast(pl.UInt32)).to_series(), distinct
+        return frame.select(text_code(pl.col(column), distinct)).to_series(), distinct
     return frame.select(pl.lit(distinct).search_sorted(pl.col(column), side="left")).to_series(), distinct
+
+
+def text_code(text: pl.Expr, distinct: pl.Series) -> pl.Expr:
+    """TEXT's position (UInt32) in DISTINCT, its distinct values (no null among them), by a hash lookup: an expression,
+    so that a lazy frame's passes each code their rows as they read them."""
+    return text.cast(pl.Enum(distinct)).to_physical().cast(pl.UInt32)
 
 
 def joint_code(*parts: tuple[pl.Expr, int]) -> pl.Expr:

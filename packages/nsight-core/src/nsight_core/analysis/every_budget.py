@@ -22,7 +22,7 @@ from nsight_core.analysis.every_step import EveryStep, gpu_work_of, launched_by_
 from nsight_core.analysis.fold import scan
 from nsight_core.analysis.gpu_budget import IDLE_COLUMNS, QUERY_CALLS, budget_in_batches, step_syncs
 from nsight_core.analysis.host_time import TOP_CALLS, Host, HostCalls, outermost_user_ranges
-from nsight_core.analysis.ranges import Nesting
+from nsight_core.analysis.ranges import CodedRanges, Nesting
 from nsight_core.analysis.steps import Bound
 from nsight_core.analysis.windows import batches, start_cuts, start_windows, step_batches
 from nsight_core.trace.depth import depth_read, with_depth
@@ -74,12 +74,14 @@ class GpuSteps:
         return launched_by_id(ran, self.frames.cuda_api)
 
 
-def every_budget(frames: Events, every: EveryStep, window_rows: int | None = WINDOW_ROWS) -> Budgets:
+def every_budget(frames: Events, every: EveryStep, window_rows: int | None = WINDOW_ROWS,
+                 coded: CodedRanges | None = None) -> Budgets:
     """The budget of EVERY step of the capture FRAMES holds, on the steps' clock. WINDOW_ROWS: events per window of
-    the passes (None: one window)."""
+    the passes (None: one window). CODED: every NVTX range of the capture with its family, where the caller has them
+    (:func:`analyze.choose_steps`): the CPU budget reads its ranges from them."""
     family, thread = every.stats.family, every.thread
     if every.windows is None or family is None or thread is None:
-        return _cpu_budget(frames, every, thread, window_rows)
+        return _cpu_budget(frames, every, thread, window_rows, coded)
     windows = every.windows  # an NVTX family's, whose thread is its ranges'
     work = gpu_work_of(frames)
     counts = _edge_counts(work.select("start_ns"), windows)
@@ -127,9 +129,11 @@ def _edge_counts(starts: pl.LazyFrame, steps: pl.DataFrame) -> pl.DataFrame:
             .group_by("_edge").len().collect(engine="streaming"))
 
 
-def _cpu_budget(frames: Events, every: EveryStep, thread: int | None, window_rows: int | None) -> Budgets:
+def _cpu_budget(frames: Events, every: EveryStep, thread: int | None, window_rows: int | None,
+                coded: CodedRanges | None) -> Budgets:
     """:func:`cpu_budget.budget_totals` of EVERY step (their ranges or kernel periods, on THREAD) in batches of steps
-    whose time holds about WINDOW_ROWS events: each batch's events are those overlapping its time."""
+    whose time holds about WINDOW_ROWS events: each batch's events are those overlapping its time, its NVTX ranges
+    taken from CODED where given."""
     steps = every.ranges if every.pieces is None else every.pieces
     sources = (frames.kernels, frames.memcpy, frames.memset, frames.cuda_api, frames.osrt, frames.nvtx)
     starts = pl.concat([frame.select("start_ns") for frame in sources])
@@ -147,11 +151,13 @@ def _cpu_budget(frames: Events, every: EveryStep, thread: int | None, window_row
             return frame.filter(keep).select(*columns).collect(engine="streaming")
 
         copies = pl.concat([read(frame, meets, *span) for frame in (frames.memcpy, frames.memset)])
+        ranges = (*span, "name", "thread", *depth)
+        nesting = (coded.nesting(mine, *ranges) if coded is not None else
+                   Nesting.of(with_depth(read(frames.nvtx, mine, *ranges))))
         return budget_totals(batch, read(frames.kernels, meets, *span, "name"), copies,
                              read(frames.cuda_api, mine, *span, "name", "thread"),
-                             read(frames.osrt, mine, *span, "name", "thread"),
-                             Nesting.of(with_depth(read(frames.nvtx, mine, *span, "name", "thread", *depth))),
-                             calls.filter(meets), thread), batch
+                             read(frames.osrt, mine, *span, "name", "thread"), nesting, calls.filter(meets),
+                             thread), batch
 
     warmup = int(steps["step"][0]) if every.stats.warmup else None
     budget, rows, activities = _summed((totals(*cut) for cut in step_batches(steps["start_ns"], cuts)), warmup, thread,

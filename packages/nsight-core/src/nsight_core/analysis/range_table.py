@@ -1,4 +1,4 @@
-"""The NVTX range table (:func:`ranges.range_families`) of a capture, in windows of start time.
+"""The NVTX range table (:class:`ranges.RangeFamily` rows) of a capture, in windows of start time.
 
 Per family (name pattern and domain): count, summed time, minimum and maximum are streamed group-bys; the median is
 selected exactly in streamed passes (stats/exact.py, as the reports' medians); the mean is exact from the integer
@@ -22,7 +22,7 @@ from concurrent.futures import Executor, Future
 
 import polars as pl
 
-from nsight_core.analysis.codes import pattern_of
+from nsight_core.analysis.codes import family_codes, joint_code, pattern_of, text_code
 from nsight_core.analysis.every_step import gpu_work_of, launched_by_id
 from nsight_core.analysis.projection import range_gpu_spans
 from nsight_core.analysis.ranges import RangeFamily, with_parents
@@ -48,24 +48,19 @@ def start_range_table(pool: Executor, frames: Events, span_ns: int, window_rows:
 
 
 def range_table(frames: Events, span_ns: int, window_rows: int | None = WINDOW_ROWS) -> list[RangeFamily]:
-    """:func:`ranges.range_families` of every NVTX range of the capture FRAMES holds (SPAN_NS: its user window), with
-    their GPU work, streamed in windows of about WINDOW_ROWS ranges (None: one window); the one
+    """The range families (:class:`ranges.RangeFamily`) of every NVTX range of the capture FRAMES holds (SPAN_NS: its
+    user window), with their GPU work, streamed in windows of about WINDOW_ROWS ranges (None: one window); the one
     :func:`start_range_table` started, where it did."""
     started = _STARTED.get(frames, {}).pop((span_ns, window_rows), None)
     return started.result() if started is not None else _range_table(frames, span_ns, window_rows)
 
 
 def _range_table(frames: Events, span_ns: int, window_rows: int | None) -> list[RangeFamily]:
-    # The family of each distinct name and domain, made once (a few names), each range's looked up by a join in every
-    # pass: the pattern's regex on every range took each pass twice as long (10 M ranges: 1.2 s against 0.6 s).
-    families = (frames.nvtx_names.with_columns(pattern_of(pl.col("name")).alias("pattern"))
-                .with_columns(pl.concat_str("pattern", "domain", separator="\x00").rank("dense").cast(pl.Int64)
-                              .alias(KEY)))
+    key, families = _family_key(frames.nvtx_names)
     # The ranges' nesting depth where the frame has it (a capture read whole): the depth of each window's ranges among
     # the carried ones is that same number, counted again.
     depth = depth_read(frames.nvtx)
-    ranges = frames.nvtx.select("start_ns", "end_ns", "thread", "name", "domain", *depth).join(
-        families.lazy().select("name", "domain", KEY), on=["name", "domain"]).drop("name", "domain")
+    ranges = frames.nvtx.select("start_ns", "end_ns", "thread", key, *depth)
     calls = frames.cuda_api.select("correlation_id", "start_ns", "end_ns", "name", "thread")
     work = gpu_work_of(frames)
     # Windows of about WINDOW_ROWS ranges, calls and GPU work together: a window's calls bring their work with them.
@@ -75,7 +70,7 @@ def _range_table(frames: Events, span_ns: int, window_rows: int | None) -> list[
     groups, children, spans = _nested(ranges.select("start_ns", "end_ns", "thread", KEY, *depth), calls, work, cuts)
     if not groups.height:
         return []
-    groups = groups.join(families.select(KEY, "pattern", "domain").unique(KEY), on=KEY)
+    groups = groups.join(families, on=KEY)
     groups = groups.with_columns(pl.Series("mean_ns", [exact.mean(n, total) for n, total in
                                                        groups.select("_n", "_sum").rows()], dtype=pl.Float64))
     medians = exact.medians(ranges.select(KEY, "start_ns", "end_ns"), KEY, pl.col("end_ns") - pl.col("start_ns"),
@@ -91,10 +86,24 @@ def _range_table(frames: Events, span_ns: int, window_rows: int | None) -> list[
     return [RangeFamily(**row) for row in rows.to_dicts()]
 
 
+def _family_key(names: pl.DataFrame) -> tuple[pl.Expr, pl.DataFrame]:
+    """KEY of each range, one integer per family (name pattern and domain: :func:`codes.joint_code` of their codes), as
+    an expression of its name and domain, and the families (KEY, pattern, domain). NAMES: the capture's distinct
+    (name, domain) pairs, whose patterns are made once (a few names): per range, its name's pattern and its domain are
+    hash lookups among those few, where the pattern's regex on every range, or a join of every range on two strings,
+    took most of each pass."""
+    distinct = names.select(pl.col("name").unique().sort())
+    pattern, patterns = family_codes(distinct, "name")
+    domains = names.select(pl.col("domain").unique().sort()).to_series()
+    key = joint_code((pl.lit(pattern).gather(text_code(pl.col("name"), distinct.to_series())), patterns.len()),
+                     (text_code(pl.col("domain"), domains), domains.len())).cast(pl.Int64).alias(KEY)
+    return key, names.select(key, pattern_of(pl.col("name")).alias("pattern"), "domain").unique(KEY)
+
+
 def _nested(ranges: pl.LazyFrame, calls: pl.LazyFrame, work: pl.LazyFrame,
             cuts: list[int]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Per family (KEY), window by window of start time (CUTS: :func:`windows.start_cuts`): its RANGES' count, sums,
-    minimum and maximum of their durations (:func:`exact.sums`, ``_min``, ``_max``: each window's added up, no pass of
+    minimum and maximum of their durations (:func:`exact.counts`, ``_min``, ``_max``: each window's added up, no pass of
     their own), the summed time of its ranges' direct children (``_children``), and its ranges' GPU work (gpu_ops,
     gpu_span_ns summed over the ranges that launched any, ``_spans`` of them; CALLS launched WORK). RANGES' ``depth``
     where they have it, else counted."""
@@ -105,8 +114,10 @@ def _nested(ranges: pl.LazyFrame, calls: pl.LazyFrame, work: pl.LazyFrame,
     for upper, started, launched_in in zip([*cuts, None], window_filters(cuts, pl.col("start_ns")),
                                            window_filters(cuts, pl.col("launch_ns")), strict=True):
         window = ranges.filter(started).collect(engine="streaming")
-        sums.append(window.group_by(KEY).agg(*exact.sums(duration), duration.min().alias("_min"),
-                                             duration.max().alias("_max")))
+        # Lazy group-bys (these and the children's): Polars' default engine groups a window's million rows in less
+        # time than an eager group-by's, and reads only the columns each needs.
+        sums.append(window.lazy().group_by(KEY).agg(*exact.counts(duration), duration.min().alias("_min"),
+                                                    duration.max().alias("_max")).collect())
         present = pl.concat([
             carried.with_columns(pl.lit(True).alias("_carried")),
             window.with_columns(pl.lit(0, pl.Int64).alias("gpu_ops"), pl.lit(None, pl.Int64).alias("gpu_start_ns"),
@@ -114,16 +125,18 @@ def _nested(ranges: pl.LazyFrame, calls: pl.LazyFrame, work: pl.LazyFrame,
             .select(list(kept)).cast(kept).with_columns(pl.lit(False).alias("_carried"))])  # type: ignore[arg-type]
         ordered = present if present["start_ns"].is_sorted() else present.sort("start_ns", maintain_order=True)
         nested = with_parents(with_depth(ordered))
-        parents = nested.filter(~pl.col("_carried") & pl.col("parent").is_not_null())
-        children.append(parents.group_by(nested[KEY].gather(parents["parent"]).alias(KEY))
-                        .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("_children")))
+        # Each child's time to its parent's family (no parent: no family, a null KEY).
+        children.append(nested.lazy().select(pl.col(KEY).gather(pl.col("parent")), duration.alias("_children"),
+                                             "_carried")
+                        .filter(~pl.col("_carried") & pl.col(KEY).is_not_null())
+                        .group_by(KEY).agg(pl.col("_children").sum()).collect())
         nested = _with_launches(nested, _launches(calls, work, started, launched_in))
         # A range that ended by the next window's start launches nothing more: its span is final. The others carry on.
         still_open = pl.col("end_ns") > upper if upper is not None else pl.lit(False)
         # Only the ranges that launched any: the others add nothing to a sum (a CPU-only window has none).
         spans.append(_gpu_sums(nested.filter(~still_open & (pl.col("gpu_ops") > 0))))
         carried = nested.filter(still_open).select(list(kept))
-    groups = pl.concat(sums).group_by(KEY).agg(pl.col("_n", "_sum", "_sum2").sum(), pl.col("_min").min(),
+    groups = pl.concat(sums).group_by(KEY).agg(pl.col("_n", "_sum").sum(), pl.col("_min").min(),
                                                pl.col("_max").max())
     child_time = pl.concat(children).group_by(KEY).agg(pl.col("_children").sum())
     return groups, child_time, pl.concat(spans).group_by(KEY).agg(pl.col("gpu_ops", "gpu_span_ns", "_spans").sum())

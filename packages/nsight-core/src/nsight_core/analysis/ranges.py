@@ -88,6 +88,22 @@ def _thread_level(ranges: pl.DataFrame) -> pl.Expr:
 
 
 @dataclass(frozen=True)
+class CodedRanges:
+    """NVTX RANGES by start with each one's family as a code into FAMILIES (:func:`family_codes`): coded once for the
+    steps' family and, where they are every range of the capture, the CPU budget's :class:`Nesting` (a hash lookup
+    of every range's name, made once)."""
+
+    ranges: pl.DataFrame
+    family: pl.Series
+    families: pl.Series
+
+    def nesting(self, keep: pl.Expr, *columns: str) -> Nesting:
+        """The :class:`Nesting` of the ranges KEEP selects (their COLUMNS), with their codes."""
+        kept = self.ranges.select(keep.fill_null(False)).to_series()
+        return Nesting.of(self.ranges.filter(kept).select(*columns), (self.family.filter(kept), self.families))
+
+
+@dataclass(frozen=True)
 class Nesting:
     """NVTX ranges with their parents (:func:`with_parents`) and self times (:func:`self_time`), and each one's family
     as a code into FAMILIES (:func:`family_codes`): made once for the families and the budget, which both read them."""
@@ -108,7 +124,8 @@ class Nesting:
 def self_time(ranges: pl.DataFrame) -> pl.DataFrame:
     """RANGES (:func:`with_parents`' frame) with self_ns: the duration less the direct children's durations."""
     duration = pl.col("end_ns") - pl.col("start_ns")
-    children = ranges.group_by("parent").agg(duration.sum()).drop_nulls("parent")
+    # A lazy query: Polars' default engine groups a million rows by parent in less time than an eager group-by's.
+    children = ranges.lazy().group_by("parent").agg(duration.sum()).drop_nulls("parent").collect()
     # A range's id is its row: the children's sums go to their parents' rows, no join of every range needed.
     summed = pl.zeros(ranges.height, pl.Int64, eager=True).scatter(children["parent"], children["end_ns"])
     return ranges.with_columns((duration - summed).alias("self_ns"))

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import nsight_core
+from nsight_core.analysis.steps import FamilySteps
 
 ROOT = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 PAIRS = [("host_load", "fixed", ("host_work",)), ("dataloader", "fixed", ("host_work",)),
@@ -34,7 +35,7 @@ def main() -> None:
                        if f.kind in causes and f.saving is not None and f.saving.per_step_ns is not None]
             predicted = f"{sum(savings):.2f} ms" if savings else "none claimed"
             off = f"{(sum(savings) - real) / real:+.0%}" if savings and real > 0.5 else "(near zero)" if savings else ""
-            p50 = problem.steps.family.p50_ns / 1e6 if problem.steps.family else float("nan")
+            p50 = problem.steps.family.p50_ns / 1e6 if isinstance(problem.steps, FamilySteps) else float("nan")
             print(f"| {version} | {case}: problem → {fixed} | {', '.join(causes)} | {p50:.2f} ms | {step:.2f} ms | "
                   f"{predicted} | {real:.2f} ms | {off} |")
     sys.stdout.flush()

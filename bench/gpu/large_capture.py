@@ -116,7 +116,7 @@ def main() -> None:
         "seconds": stats.seconds, "tree_mb": stats.tree_mb, "largest_mb": stats.largest_mb,
         "kernels": sum(row["instances"] for row in payload["kernels"]) if isinstance(payload["kernels"], list) else 0,
         "export": payload.get("export"), "notes": payload.get("notes"), "steps": family.get("count"),
-        "step_p50_ns": family.get("p50_ns"), "clock": (payload.get("steps") or {}).get("clock"),
+        "step_p50_ns": family.get("p50_ns"), "mode": (payload.get("steps") or {}).get("mode"),
         "bound": (payload.get("steps") or {}).get("bound"),
         "findings": [(finding["kind"], finding["severity"]) for finding in payload.get("findings", [])],
         "complete": (payload.get("completeness") or {}).get("complete"),

@@ -14,7 +14,7 @@ from capture_helpers import CPU_STEPS
 import nsight_core
 from nsight_core.analysis.budget import PARTS, SYNC_API
 from nsight_core.analysis.intervals import busy_ns
-from nsight_core.analysis.steps import find_steps
+from nsight_core.analysis.steps import FamilySteps, find_steps
 from nsight_core.trace.model import Window
 from nsight_core.trace.schema import (
     API_COLUMNS,
@@ -47,9 +47,8 @@ def test_the_summary_adds_up_and_matches_the_steps(load: Callable[[str], Any], c
     budget = analysis.budget
     assert sum(part.total_ns for part in budget.parts) == budget.wall_ns
     assert sum(part.fraction for part in budget.parts) == pytest.approx(1.0)
-    family = analysis.steps.family
-    assert family is not None
-    assert budget.steps == family.count - (1 if analysis.steps.warmup else 0)
+    assert isinstance(analysis.steps, FamilySteps)
+    assert budget.steps == analysis.steps.family.count - (1 if analysis.steps.warmup else 0)
 
 
 def test_compute_is_the_union_of_kernels_not_their_sum(load: Callable[[str], Any]) -> None:

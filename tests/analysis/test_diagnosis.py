@@ -12,6 +12,7 @@ from analysis_helpers import FIXTURES
 
 import nsight_core
 from nsight_core.analysis.findings import NOMINAL_PINNED_PCIE5_BYTES_PER_S
+from nsight_core.analysis.steps import FamilySteps
 from nsight_core.render.findings import finding_title
 
 DIAGNOSIS = "h200-diagnosis/diagnosis.nsys-rep"
@@ -41,7 +42,7 @@ def _evidence(finding: Any, metric: str) -> float:
 def test_the_warm_up_step_is_found(analysis: nsight_core.Analysis) -> None:
     recorded = pl.read_csv(FIXTURES / "h200-diagnosis" / "diagnosis_nvtx_pushpop_sum.csv")
     first = recorded.filter(pl.col("Range") == "step_0")["Total Time (ns)"][0]
-    assert analysis.steps.family is not None and analysis.steps.family.count == STEPS
+    assert isinstance(analysis.steps, FamilySteps) and analysis.steps.family.count == STEPS
     finding = _one(analysis, "warmup")
     # The loop syncs every step, so the GPU's first step (read on its clock) is the range's, give or take a launch.
     assert _evidence(finding, "first_step") == analysis.steps.family.first_ns == pytest.approx(first, rel=0.01)
@@ -85,7 +86,7 @@ def test_the_tiny_kernels_are_launch_bound(analysis: nsight_core.Analysis) -> No
 
 def test_savings_never_exceed_the_step(analysis: nsight_core.Analysis) -> None:
     per_step = [f.saving.per_step_ns for f in analysis.findings if f.saving and f.saving.per_step_ns is not None]
-    assert analysis.steps.family is not None and sum(per_step) <= analysis.budget.wall_ns / analysis.budget.steps
+    assert isinstance(analysis.steps, FamilySteps) and sum(per_step) <= analysis.budget.wall_ns / analysis.budget.steps
 
 
 @pytest.mark.parametrize("capture", ["h200-two-streams/two_streams.nsys-rep", "h200-torch-mlp/evaluation.nsys-rep"])

@@ -20,6 +20,7 @@ from fixture_sets import unpacked
 
 import nsight_core
 from nsight_core.analysis.overhead import per_call_ns
+from nsight_core.analysis.steps import NvtxGpuSteps
 from nsight_core.render.findings import finding_suggestion, finding_title, overhead_text
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -92,8 +93,7 @@ VARIANTS = [(version, case, variant) for version in RECORDINGS for case, variant
 def test_the_step_without_the_profiler_is_the_unprofiled_step(version: str, case: str, variant: str) -> None:
     truth = _truth(version)[case][variant]
     analysis = _analysis(version, str(truth["region"]))
-    assert analysis.steps.clock == "gpu" and analysis.steps.family is not None
-    assert analysis.steps.estimated_p50_ns is not None and analysis.overhead is not None
+    assert isinstance(analysis.steps, NvtxGpuSteps) and analysis.overhead is not None
     p50_ms = analysis.steps.estimated_p50_ns / 1e6
     runs = [float(run) for run in truth["runs_ms"]]  # type: ignore[attr-defined]
     real = float(truth["step_ms"])  # type: ignore[arg-type]
@@ -142,7 +142,7 @@ def test_no_share_exceeds_the_step(version: str, case: str, variant: str) -> Non
 def test_single_precision_matmuls_are_named_with_the_tensor_core_saving(version: str) -> None:
     problem = _analysis(version, "tf32-problem")
     assert problem.findings[0].kind == "fp32_matmul" and problem.findings[0].saving is not None
-    assert problem.steps.bound == "device"
+    assert isinstance(problem.steps, NvtxGpuSteps) and problem.steps.bound == "device"
     assert "fp32_matmul" not in {f.kind for f in _analysis(version, "tf32-fixed").findings}
 
 
@@ -197,8 +197,7 @@ def test_the_tensor_core_saving_of_fp32_matmuls_is_the_real_one(version: str, ca
 @pytest.mark.parametrize("version", list(RECORDINGS))
 def test_a_device_bound_loop_without_syncs_is_said_to_be_one(version: str) -> None:
     analysis = _analysis(version, "gpu_bound-fixed")
-    assert analysis.steps.bound == "device"
-    assert analysis.steps.cpu_p50_ns is not None and analysis.steps.family is not None
+    assert isinstance(analysis.steps, NvtxGpuSteps) and analysis.steps.bound == "device"
     assert analysis.steps.cpu_p50_ns < 0.3 * analysis.steps.family.p50_ns, "the host ran ahead of the GPU"
     assert [f.kind for f in analysis.findings if f.severity != "info"] == []
     assert any(f.kind == "device_bound" for f in analysis.findings)
@@ -235,7 +234,7 @@ def test_a_prefetch_on_a_side_stream_does_not_pull_the_step_window_early(folder:
     """Step i+1's input copied on a second stream while step i computes (fixed), against copied on the compute stream
     (problem): the windows follow the compute, so the step is the unprofiled one either way."""
     analysis = _recorded(folder, f"prefetch-{variant}")
-    assert analysis.steps.clock == "gpu" and analysis.steps.family is not None
+    assert isinstance(analysis.steps, NvtxGpuSteps)
     real = _recorded_step_ms(folder, "prefetch", variant)
     assert abs(analysis.steps.family.p50_ns / 1e6 - real) <= TOLERANCE * real
     assert analysis.steps.family.max_ns < 2 * analysis.steps.family.p50_ns, "no window swallows the ones after it"
@@ -263,7 +262,7 @@ def test_the_estimated_step_is_the_unprofiled_step_and_no_saving_exceeds_it(fold
     profiler, within 30 % (or within the spread of its unprofiled runs); no finding saves more than that step."""
     analysis = _recorded(folder, f"{case}-{variant}")
     truth = json.loads((folder / "truth.json").read_text())["cases"][case]["variants"][variant]
-    assert analysis.steps.estimated_p50_ns is not None and analysis.overhead is not None
+    assert isinstance(analysis.steps, NvtxGpuSteps) and analysis.overhead is not None
     estimated, real = analysis.steps.estimated_p50_ns / 1e6, float(truth["step_ms"])
     runs = [float(run) for run in truth["runs_ms"]]
     assert abs(estimated - real) <= TOLERANCE * real or min(runs) <= estimated <= max(runs), (estimated, runs)
@@ -280,11 +279,12 @@ def test_a_region_measures_what_tracing_costs_in_its_own_process() -> None:
     which brings the estimate within 30 %; the table's cost for nsys 2025.3 would leave it about 50 % off."""
     [folder] = H100.values()
     analysis = _recorded(folder, "per_param-problem")
-    overhead, family = analysis.overhead, analysis.steps.family
-    assert overhead is not None and family is not None and analysis.steps.estimated_p50_ns is not None
+    overhead, steps = analysis.overhead, analysis.steps
+    assert overhead is not None and isinstance(steps, NvtxGpuSteps)
+    family = steps.family
     assert overhead.calibrated and overhead.per_call_ns == 3422
     real = _recorded_step_ms(folder, "per_param", "problem")
-    assert abs(analysis.steps.estimated_p50_ns / 1e6 - real) <= TOLERANCE * real
+    assert abs(steps.estimated_p50_ns / 1e6 - real) <= TOLERANCE * real
     by_table = (family.p50_ns - overhead.calls_per_step * per_call_ns(overhead.nsys_version)) / 1e6
     assert abs(by_table - real) > TOLERANCE * real
     assert "CUDA calls a step at 3.42 µs each, measured as the region started" in (overhead_text(analysis) or "")
@@ -442,6 +442,7 @@ def test_the_json_carries_the_step_with_and_without_the_profiler() -> None:
 
     payload = stats_json(build_profile(V2["2025.3"] / "per_param-problem.sqlite"))
     overhead, steps = payload["overhead"], payload["steps"]
+    assert steps["mode"] == "nvtx-gpu" and "source" not in steps and "clock" not in steps
     assert overhead["nsys_version"].startswith("2025.3") and overhead["calls_per_step"] == 2400
     assert steps["estimated_p50_ns"] == pytest.approx(steps["family"]["p50_ns"] - overhead["per_step_ns"])
     part = next(part for part in payload["budget"]["parts"] if part["part"] == "profiler_overhead")
@@ -487,6 +488,7 @@ def test_a_checkpoint_every_step_names_the_line_that_saves_it() -> None:
     finding = analysis.findings[0]
     assert finding.kind == "bulk_device_to_host"
     (top, ns), *_ = _sampled_lines(finding).items()
+    assert isinstance(analysis.steps, NvtxGpuSteps)
     assert top.endswith("bench/gpu/fix_pairs.py:442 in save") and ns > 0.5 * analysis.steps.family.p50_ns
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import polars as pl
@@ -13,7 +14,14 @@ from capture_helpers import capture_cpu
 
 import nsight_core
 from nsight_core.analysis.codes import family_codes
-from nsight_core.analysis.steps import find_steps, nvtx_families
+from nsight_core.analysis.steps import (
+    CaptureAsStep,
+    FamilySteps,
+    KernelPeriodSteps,
+    NvtxGpuSteps,
+    find_steps,
+    nvtx_families,
+)
 from nsight_core.render.findings import steps_text
 
 TRAINING = "h200-torch-mlp/training.nsys-rep"
@@ -30,14 +38,14 @@ def recorded_steps() -> pl.DataFrame:
 
 def test_twenty_numbered_ranges_are_one_step_family(load: Callable[[str], Any]) -> None:
     analysis = nsight_core.analyze(load(TRAINING))
-    family = analysis.steps.family
+    steps = analysis.steps
     recorded = recorded_steps()
-    assert analysis.steps.source == "nvtx"
-    assert family is not None and family.pattern == "step_{n}"
-    assert family.count == recorded.height == 20
     # The ranges' own durations are the CPU's period; the family's are the GPU's (the loop does not sync).
-    assert analysis.steps.clock == "gpu"
-    assert analysis.steps.cpu_p50_ns == pytest.approx(float(recorded["Total Time (ns)"].median()))
+    assert isinstance(steps, NvtxGpuSteps) and steps.mode == "nvtx-gpu" and steps.clock == "gpu"
+    family = steps.family
+    assert family.pattern == "step_{n}"
+    assert family.count == recorded.height == 20
+    assert steps.cpu_p50_ns == pytest.approx(float(recorded["Total Time (ns)"].median()))
     # The GPU windows tile the steps' GPU work: from step_0's first kernel to the end of step_19's last.
     trace = load(TRAINING)
 
@@ -48,15 +56,15 @@ def test_twenty_numbered_ranges_are_one_step_family(load: Callable[[str], Any]) 
 
     assert family.total_ns == launched_in("step_19")["end_ns"].max() - launched_in("step_0")["start_ns"].min()
     # The ranges end long before their kernels: 20 steps of ~1.3 ms on the CPU, ~2 ms on the GPU.
-    assert family.p50_ns > 1.4 * analysis.steps.cpu_p50_ns
+    assert family.p50_ns > 1.4 * steps.cpu_p50_ns
     assert family.min_ns <= family.p50_ns <= family.p95_ns <= family.max_ns
 
 
 def test_the_first_step_is_a_warm_up_outlier(load: Callable[[str], Any]) -> None:
     analysis = nsight_core.analyze(load(TRAINING))
-    assert analysis.steps.warmup
+    assert analysis.steps.warmup and isinstance(analysis.steps, FamilySteps)
     family = analysis.steps.family
-    assert family is not None and family.first_ns > 1.5 * family.p50_ns
+    assert family.first_ns > 1.5 * family.p50_ns
     warmup = [finding for finding in analysis.findings if finding.kind == "warmup"]
     assert len(warmup) == 1 and warmup[0].saving is not None
     assert warmup[0].saving.total_ns == pytest.approx(analysis.steps.warmup_excess_ns)
@@ -65,13 +73,13 @@ def test_the_first_step_is_a_warm_up_outlier(load: Callable[[str], Any]) -> None
 def test_without_nvtx_the_kernel_period_gives_the_steps(load: Callable[[str], Any]) -> None:
     trace = load(TRAINING)
     stats, steps = find_steps(trace.nvtx.clear(), trace.kernels)
-    assert stats.source == "kernel-period"
-    assert stats.family is not None and stats.family.count == 20 == steps.height
-    assert stats.kernels_per_period is not None and stats.kernels_per_period * 20 <= trace.kernels.height
+    assert isinstance(stats, KernelPeriodSteps) and stats.mode == "kernel-period"
+    assert stats.family.count == 20 == steps.height
+    assert stats.kernels_per_period * 20 <= trace.kernels.height
     assert steps["start_ns"].is_sorted() and (steps["end_ns"] > steps["start_ns"]).all()
     # Each step starts with the anchor kernel, which the steps' line names without its template and parameters.
     first = trace.kernels.filter(pl.col("start_ns") == steps["start_ns"][0])["name"].to_list()
-    assert stats.anchor_kernel is not None and stats.anchor_kernel in first and "<" in stats.anchor_kernel
+    assert stats.anchor_kernel in first and "<" in stats.anchor_kernel
     short = stats.anchor_kernel.split("<")[0].rsplit("::", 1)[-1]
     assert f"(kernel-period, each from kernel {short}): p50" in steps_text(stats)
 
@@ -79,8 +87,31 @@ def test_without_nvtx_the_kernel_period_gives_the_steps(load: Callable[[str], An
 def test_without_nvtx_and_one_kernel_name_it_says_it_cannot_tell(load: Callable[[str], Any]) -> None:
     trace = load(TWO_STREAMS)
     stats, steps = find_steps(trace.nvtx.clear(), trace.kernels)
-    assert stats.source == "none" and stats.family is None and steps.height == 0
-    assert stats.reason and "same name" in stats.reason
+    assert isinstance(stats, CaptureAsStep) and stats.mode == "capture-as-one-step" and steps.height == 0
+    assert "same name" in stats.reason
+
+
+MODE_FIELDS = {"nvtx-gpu": {"family", "cpu_p50_ns", "cpu_p95_ns", "bound", "estimated_p50_ns"},
+               "kernel-period": {"family", "kernels_per_period", "anchor_kernel"},
+               "capture-as-one-step": {"reason"}}
+
+
+@pytest.mark.parametrize(("capture", "dropped", "mode"), [
+    (TRAINING, (), NvtxGpuSteps), (TRAINING, ("nvtx",), KernelPeriodSteps),
+    (TWO_STREAMS, ("nvtx",), CaptureAsStep)], ids=["nvtx-gpu", "kernel-period", "capture-as-one-step"])
+def test_each_mode_of_finding_steps_carries_its_own_fields(capture: str, dropped: tuple[str, ...], mode: type,
+                                                            load: Callable[[str], Any]) -> None:
+    """The whole analysis states how its steps were found as one model per mode; its JSON holds that mode's fields
+    and no other's, and reads back as the same model."""
+    trace = load(capture)
+    frames = {name: getattr(trace, name).clear() if name in dropped else getattr(trace, name)
+              for name in ("kernels", "memcpy", "memset", "cuda_api", "nvtx", "nvtx_marks", "osrt", "window")}
+    analysis = nsight_core.analyze(SimpleNamespace(**frames))
+    assert isinstance(analysis.steps, mode)
+    payload = analysis.model_dump(mode="json")["steps"]
+    common = {"mode", "warmup", "warmup_excess_ns", "trend", "trend_ns_per_step", "candidates"}
+    assert set(payload) == common | MODE_FIELDS[payload["mode"]]
+    assert nsight_core.Analysis.model_validate(analysis.model_dump()).steps == analysis.steps
 
 
 @pytest.mark.nsys
@@ -95,8 +126,9 @@ def test_nested_numbered_ranges_on_the_cpu(tmp_path: Path) -> None:
                     time.sleep(0.002)
     """)
     analysis = nsight_core.analyze(nsight_core.load_trace(report))
+    assert isinstance(analysis.steps, FamilySteps)
     family = analysis.steps.family
-    assert family is not None and family.pattern == "epoch{n}/step_{n}" and family.count == 8
+    assert family.pattern == "epoch{n}/step_{n}" and family.count == 8
     ranges = {r.pattern: r for r in analysis.ranges}
     assert ranges["forward"].count == 8
     step, forward = ranges["epoch{n}/step_{n}"], ranges["forward"]

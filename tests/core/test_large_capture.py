@@ -33,6 +33,7 @@ import pytest
 import nsight_core
 from nsight_core.analysis.analyze import analyze_steps
 from nsight_core.analysis.completeness import check_completeness
+from nsight_core.analysis.steps import FamilySteps
 from nsight_core.analysis.trace_summary import summarize_trace
 from nsight_core.nsys import Nsys
 from nsight_core.trace.export import MAX_SLICES, SLICES_PER_CORE, ExportChoice, export, usable_cores
@@ -113,7 +114,8 @@ def test_1m_ranges_streamed_summary_equals_the_whole_frames(nsys: Nsys, tmp_path
     whole_trace = nsight_core.load_trace(sqlite)
     whole, verdict = summarize_trace(whole_trace), check_completeness(whole_trace)
     assert whole.nvtx_total == 1_000_000 and whole.nvtx_buckets and len(whole.nvtx) == 1000
-    streamed = Trace(SpilledTables(SqliteTables(sqlite), ExportChoice("sqlite", True, "large", 0)))
+    streamed = Trace(SpilledTables(SqliteTables(sqlite), ExportChoice(kind="sqlite", streamed=True, reason="large",
+                                                                        trace_bytes=0)))
     for rows in (None, 300_000, 77_777):
         assert summarize_trace(streamed, window_rows=rows) == whole, rows
     assert check_completeness(streamed) == verdict
@@ -121,7 +123,7 @@ def test_1m_ranges_streamed_summary_equals_the_whole_frames(nsys: Nsys, tmp_path
 
 HOST_LOAD = REPO / "tests" / "fixtures" / "h200-fix-pairs-2025" / "host_load-problem.sqlite"
 """20 steps of an MLP whose host loads each batch in a range: the GPU idles while it does (host-bound)."""
-STREAMED = ExportChoice("sqlite", True, "large", 0)
+STREAMED = ExportChoice(kind="sqlite", streamed=True, reason="large", trace_bytes=0)
 
 
 def replicate(copies: int, target: Path) -> Path:
@@ -136,7 +138,8 @@ def test_a_long_gpu_capture_gets_what_to_fix_over_every_step_under_2_gib(tmp_pat
                      {**os.environ, "NSIGHT_SUMMARY_MEMORY": "2G"})
     payload = json.loads(stats.stdout)
     assert payload["export"]["streamed"] and payload["steps"]["family"]["count"] == 160_000
-    assert payload["budget"]["steps"] == 160_000 and payload["steps"]["bound"] == "host"
+    assert payload["budget"]["steps"] == 160_000 and payload["steps"]["mode"] == "nvtx-gpu"
+    assert payload["steps"]["bound"] == "host"
     assert {finding["kind"] for finding in payload["findings"]} >= {"host_work"}
     assert payload["coverage"] == {"scope": "every_step", "steps": 160_000} and not payload["notes"]
     assert stats.tree_mb < BOUND_MB, stats.tree_mb
@@ -149,12 +152,12 @@ SHUFFLED_NAMES = """UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = CASE a
 kernel recurs at a constant distance."""
 
 
-@pytest.mark.parametrize(("change", "source", "coverage"), [
+@pytest.mark.parametrize(("change", "mode", "coverage"), [
     ("", "kernel-period", {"scope": "every_step", "steps": 160_000}),
-    (SHUFFLED_NAMES, "none", {"scope": "capture_as_one_step", "steps": 1})],
+    (SHUFFLED_NAMES, "capture-as-one-step", {"scope": "capture_as_one_step", "steps": 1})],
     ids=["kernel-periods", "no-steps"])
 def test_a_long_gpu_loop_without_nvtx_gets_what_to_fix_over_all_of_it_under_2_gib(
-        change: str, source: str, coverage: dict[str, object], tmp_path: Path) -> None:
+        change: str, mode: str, coverage: dict[str, object], tmp_path: Path) -> None:
     capture = replicate(8000, tmp_path / "long.sqlite")
     with closing(sqlite3.connect(capture)) as db, db:
         db.execute("DELETE FROM NVTX_EVENTS")  # a loop nothing marks: its steps are its kernel sequence's periods
@@ -163,8 +166,8 @@ def test_a_long_gpu_loop_without_nvtx_gets_what_to_fix_over_all_of_it_under_2_gi
     stats = tree_run([sys.executable, "-m", "nsight_core.cli", "stats", capture, "--json"], tmp_path,
                      {**os.environ, "NSIGHT_SUMMARY_MEMORY": "2G"})
     payload = json.loads(stats.stdout)
-    assert payload["export"]["streamed"] and payload["steps"]["source"] == source
-    assert payload["budget"]["steps"] == (160_000 if source == "kernel-period" else 1)
+    assert payload["export"]["streamed"] and payload["steps"]["mode"] == mode
+    assert payload["budget"]["steps"] == (160_000 if mode == "kernel-period" else 1)
     assert {finding["kind"] for finding in payload["findings"]} >= {"untraced_host"}
     assert payload["coverage"] == coverage and not payload["notes"]
     assert stats.tree_mb < BOUND_MB, stats.tree_mb
@@ -174,6 +177,6 @@ def test_a_long_gpu_capture_scanned_from_disk_is_analysed_as_in_memory(tmp_path:
     capture = replicate(2000, tmp_path / "long.sqlite")
     in_memory = analyze_steps(nsight_core.load_trace(capture))
     scanned = analyze_steps(Trace(SpilledTables(SqliteTables(capture), STREAMED)))
-    assert in_memory.analysis.steps.family is not None and in_memory.analysis.steps.family.count == 40_000
+    assert isinstance(in_memory.analysis.steps, FamilySteps) and in_memory.analysis.steps.family.count == 40_000
     assert scanned.analysis == in_memory.analysis
     assert scanned.budgets.steps.equals(in_memory.budgets.steps)

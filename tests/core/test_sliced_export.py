@@ -25,6 +25,7 @@ from fixture_sets import fanned
 
 import nsight_core
 from nsight_core import memory
+from nsight_core.analysis.steps import FamilySteps
 from nsight_core.errors import NsysCommandError, StatsError
 from nsight_core.nsys import SLICED_EXPORT_VERSIONS, Nsys
 from nsight_core.profile import build_profile
@@ -120,7 +121,8 @@ def check_slices(capture: Path, nsys: Nsys) -> None:
             assert present(sliced.read(table, wanted)).equals(expected), table
 
     # Copied to disk in slices of the slices, in order: the parts one after the other.
-    spilled = SpilledTables(SlicedSqliteTables(folder), ExportChoice("sqlitedir", True, "large", 0, slices=3))
+    spilled = SpilledTables(SlicedSqliteTables(folder), ExportChoice(kind="sqlitedir", streamed=True, reason="large",
+                                                                   trace_bytes=0, slices=3))
     for table, wanted in declared(whole_file).items():
         copy = spilled.scan(table, wanted)
         assert copy is not None and copy.collect().equals(present(sliced.read(table, wanted))), table
@@ -155,10 +157,12 @@ def test_a_streamed_capture_exported_in_slices_gets_the_profile_of_one_file(
         monkeypatch.setenv("NSIGHT_EXPORT_SLICES", str(slices))
         size = capture.stat().st_size
         kind = "sqlitedir" if slices > 1 else "sqlite"
-        assert export_choice(capture, nsys) == ExportChoice(kind, True, "large", size, 0, slices)
+        assert export_choice(capture, nsys) == ExportChoice(kind=kind, streamed=True, reason="large", trace_bytes=size,
+                                                            stream_above_bytes=0, slices=slices)
         profiles[slices] = build_profile(capture)
         read = profiles[slices].stats.export
-        assert read is not None and read.model_dump() == ExportChoice(kind, True, "large", size, 0, slices)._asdict()
+        assert read is not None and read.model_dump() == ExportChoice(
+            kind=kind, streamed=True, reason="large", trace_bytes=size, stream_above_bytes=0, slices=slices)._asdict()
     one, sliced = profiles[1], profiles[3]
     folder = tmp_path / "3" / "host_load-problem.sqlitedir"
     assert len(list(folder.glob(SLICE_PATTERN))) == 3 and not (tmp_path / "3" / "host_load-problem.sqlite").exists()
@@ -166,7 +170,7 @@ def test_a_streamed_capture_exported_in_slices_gets_the_profile_of_one_file(
                if (kernels := SqliteTables(part).read("CUPTI_ACTIVITY_KIND_KERNEL", {"start": pl.Int64})) is not None
                and kernels.height]
     assert len(holding) > 1
-    assert one.analysis is not None and one.analysis.findings and one.analysis.steps.family is not None
+    assert one.analysis is not None and one.analysis.findings and isinstance(one.analysis.steps, FamilySteps)
     assert sliced.analysis == one.analysis and one.steps_drawn is not None and sliced.steps_drawn is not None
     assert sliced.steps_drawn.budgets.equals(one.steps_drawn.budgets)
     assert (sliced.steps_drawn.median_step, sliced.steps_drawn.slowest_step) == (one.steps_drawn.median_step,

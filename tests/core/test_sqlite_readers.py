@@ -119,7 +119,8 @@ def test_a_table_copied_to_disk_in_slices_read_side_by_side_is_the_table(export:
     monkeypatch.setattr(tables_module, "SQLITE_BATCH_ROWS", FEW)
     monkeypatch.setattr(spill_module.pl, "thread_pool_size", lambda: 4)
     whole = SqliteTables(export)
-    spilled = SpilledTables(SqliteTables(export), ExportChoice("sqlite", True, "large", 0))
+    spilled = SpilledTables(SqliteTables(export),
+                            ExportChoice(kind="sqlite", streamed=True, reason="large", trace_bytes=0))
     sliced = 0
     for table, wanted in declared(export).items():
         copy = spilled.scan(table, wanted)

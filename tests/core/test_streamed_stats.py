@@ -42,7 +42,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 REPORTS_2023 = sorted(p for p in FIXTURES.rglob("*.nsys-rep") if "2025" not in p.parent.name)
 SQLITE_2025 = sorted(FIXTURES.rglob("*.sqlite"))
 TABLES = ("kernels", "api_calls", "memory_time", "memory_size", "nvtx_ranges")
-STREAMED = ExportChoice("sqlite", True, "large", 0)
+STREAMED = ExportChoice(kind="sqlite", streamed=True, reason="large", trace_bytes=0)
 FRAMES = ("kernels", "graphs", "memcpy", "memset", "sync", "cuda_api", "osrt", "nvtx", "nvtx_marks", "threads")
 
 
@@ -170,14 +170,17 @@ def test_a_large_capture_or_little_memory_streams(nsys: Nsys, tmp_path: Path, mo
     shutil.copyfile(FIXTURES / "h200-torch-mlp" / "training.nsys-rep", capture)
     recorded = stats_from_csv_dir(FIXTURES / "h200-torch-mlp" / "training", list(DEFAULT_REPORTS))
     size = capture.stat().st_size
-    assert export_choice(capture, nsys) == ExportChoice("arrowdir", False, "small", size)
+    assert export_choice(capture, nsys) == ExportChoice(kind="arrowdir", streamed=False, reason="small",
+                                                         trace_bytes=size)
     export_read = nsight_core.load_stats(capture).export
     assert export_read is not None
-    assert export_read.model_dump() == ExportChoice("arrowdir", False, "small", size)._asdict()
+    assert export_read.model_dump() == ExportChoice(kind="arrowdir", streamed=False, reason="small",
+                                                    trace_bytes=size)._asdict()
 
     with monkeypatch.context() as patched:
         patched.setattr(export_module, "STREAM_ABOVE_BYTES", size - 1)
-        assert export_choice(capture, nsys) == ExportChoice("sqlite", True, "large", size, size - 1)
+        assert export_choice(capture, nsys) == ExportChoice(kind="sqlite", streamed=True, reason="large",
+                                                            trace_bytes=size, stream_above_bytes=size - 1)
         trace = nsight_core.load_trace(capture)
         assert is_streamed(trace) and trace.source == capture.with_suffix(".sqlite")
         del trace
@@ -186,7 +189,8 @@ def test_a_large_capture_or_little_memory_streams(nsys: Nsys, tmp_path: Path, mo
     # summary (hundreds of MiB for any capture) allowed 1 MiB here, on this small one.
     monkeypatch.setattr(memory, "STREAMED_SUMMARY_BYTES", 1 << 20)
     monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "34M")
-    assert export_choice(capture, nsys) == ExportChoice("sqlite", True, "memory", size)
+    assert export_choice(capture, nsys) == ExportChoice(kind="sqlite", streamed=True, reason="memory",
+                                                         trace_bytes=size)
     profile = build_profile(capture)
     assert profile.stats.export is not None and profile.stats.export.reason == "memory"
     assert rows(profile.stats)["nvtx_ranges"] == [row.model_dump() for row in recorded.nvtx_ranges]
@@ -205,7 +209,8 @@ def test_a_large_capture_or_little_memory_streams(nsys: Nsys, tmp_path: Path, mo
     # The arrow export fits, the frames read whole might not (EVENT_BYTES_PER_TRACE_BYTE), a streamed summary would:
     # streamed from the start.
     monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "40M")
-    assert export_choice(capture, nsys) == ExportChoice("sqlite", True, "memory", size)
+    assert export_choice(capture, nsys) == ExportChoice(kind="sqlite", streamed=True, reason="memory",
+                                                         trace_bytes=size)
     monkeypatch.undo()
     monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "40M")  # a streamed summary would not fit either: read whole, refused
     assert not export_choice(capture, nsys).streamed

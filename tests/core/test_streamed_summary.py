@@ -34,7 +34,7 @@ from nsight_core.trace.tables import SqliteTables
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CAPTURES = sorted(p for p in FIXTURES.rglob("*.nsys-rep") if "2025" not in p.parent.name) + \
     sorted(FIXTURES.rglob("*.sqlite"))
-STREAMED = ExportChoice("sqlite", True, "large", 0)
+STREAMED = ExportChoice(kind="sqlite", streamed=True, reason="large", trace_bytes=0)
 RECORDED_AGAIN = FIXTURES / "h200-fix-pairs-2025"  # the nsys 2023 fix pairs (h200-fix-pairs), recorded with nsys 2025
 FEW = 4  # events per window of the streamed trace...
 WINDOWS = 40  # ...or its largest table in this many windows, where that makes them larger

@@ -93,7 +93,7 @@ def test_stats_json_says_what_to_fix_with_steps_and_savings(tmp_path: Path, nsys
     done = nsight("stats", str(trace), "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert result["steps"]["source"] == "nvtx" and result["steps"]["family"]["pattern"] == "step_{n}"
+    assert result["steps"]["mode"] == "nvtx-gpu" and result["steps"]["family"]["pattern"] == "step_{n}"
     assert result["steps"]["family"]["count"] == 12 and result["steps"]["warmup"] is True
     kinds = [finding["kind"] for finding in result["findings"]]
     assert {"pageable_copy", "untraced_host", "warmup"} <= set(kinds)

@@ -30,7 +30,7 @@ from nsight_core.analysis.finding_inputs import analysis_of
 from nsight_core.analysis.range_table import start_range_table
 from nsight_core.analysis.ranges import CodedRanges
 from nsight_core.analysis.result import Analysis, StepView, steps_view
-from nsight_core.analysis.steps import StepStats, find_steps
+from nsight_core.analysis.steps import CaptureAsStep, ChosenSteps, find_steps
 from nsight_core.analysis.user_window import capture_window
 from nsight_core.trace.depth import depth_read, with_depth
 from nsight_core.trace.frames import EventTables
@@ -41,7 +41,7 @@ CHOOSE_ROWS = 1_000_000
 family chosen is the same on any machine; every step of it is then found over the whole capture."""
 
 
-def choose_steps(frames: Events) -> tuple[StepStats, CodedRanges | None]:
+def choose_steps(frames: Events) -> tuple[ChosenSteps, CodedRanges | None]:
     """The step family of the capture FRAMES holds (:func:`steps.find_steps`), chosen by its first CHOOSE_ROWS NVTX
     ranges and kernels: steps repeat, so the first of them show which family they are. Where those ranges are every
     range of the capture, with the depth its loader counted (a capture read whole), they come back with their
@@ -53,7 +53,8 @@ def choose_steps(frames: Events) -> tuple[StepStats, CodedRanges | None]:
     stats = find_steps(nvtx, _first(frames.kernels.select("start_ns", "end_ns", "name")), codes)[0]
     whole = bool(depth) and (nvtx.height < CHOOSE_ROWS
                              or frames.nvtx.select(pl.len()).collect().item() == nvtx.height)
-    return stats, CodedRanges(nvtx, *codes) if whole else None
+    family, families = codes
+    return stats, CodedRanges(ranges=nvtx, family=family, families=families) if whole else None
 
 
 def _first(frame: pl.LazyFrame) -> pl.DataFrame:
@@ -64,7 +65,7 @@ def _first(frame: pl.LazyFrame) -> pl.DataFrame:
     return ordered.head(CHOOSE_ROWS).collect(engine="streaming")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Analyzed:
     """An analysis with what a page draws of its steps, from one computation (:func:`analyze_steps`)."""
 
@@ -96,17 +97,19 @@ def analyze_steps(trace: EventTables, window_rows: int | None = WINDOW_ROWS) -> 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsight-range-table") as pool:
         start_range_table(pool, frames, window.span_ns, window_rows)  # what the findings' inputs take at the end
         chosen, coded = choose_steps(frames)
-        every = every_step(frames, chosen, window_rows) if chosen.family is not None else None
+        every = every_step(frames, chosen, window_rows)
         if every is None:
-            if chosen.family is not None:  # its first ranges were steps, all of them are not (they overlap later on)
-                chosen = StepStats(source="none", family=None, candidates=chosen.candidates,
-                                   reason="the step ranges chosen from the capture's start overlap each other later on")
+            # Steps in its first ranges (or kernels), not in all of them: its ranges overlap later on.
+            if not isinstance(chosen, CaptureAsStep):
+                chosen = CaptureAsStep(candidates=chosen.candidates,
+                                       reason="the step ranges chosen from the capture's start overlap each other "
+                                              "later on")
             every = capture_as_step(frames, chosen, window.start_ns, window.end_ns, window_rows)
         budgets = every_budget(frames, every, window_rows, coded)
         meta = getattr(trace, "meta", None) or {}
         analysis = analysis_of(frames, getattr(trace, "gpus", None), window, every, budgets,
                                meta.get("EXPORT_PRODUCT_VERSION"), window_rows)
-    return Analyzed(analysis, every, budgets)
+    return Analyzed(analysis=analysis, every=every, budgets=budgets)
 
 
 def step_view(trace: EventTables) -> StepView:

@@ -20,6 +20,7 @@ the launch gaps a loop of launches explains are not also a CUDA graph's.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import polars as pl
@@ -107,7 +108,8 @@ Claim = tuple[str, str | None, str | None]
 """A part of the budget a cause takes: (part, cpu_kind, cpu_name); kind and name None for a busy part's time."""
 
 
-class Causes(NamedTuple):
+@dataclass(frozen=True, kw_only=True)
+class Causes:
     """The known causes found (:func:`known_causes`) and what they claimed of the budget."""
 
     findings: list[Finding]
@@ -317,9 +319,10 @@ def known_causes(context: Context, inputs: CauseInputs) -> Causes:
                     ((pl.col("total_ns") - pl.col("_taken").fill_null(0)) / steps).alias("per_step_ns"))
             .filter(pl.col("per_step_ns") > 0).sort(["per_step_ns", "part", "cpu_kind", "cpu_name"],
                                                     descending=[True, False, False, False]))
-    return Causes([finding for finding in found if finding is not None], claims, less(context.budget, claims), left,
-                  float(reads.get(True, 0)) / steps, float(reads.get(False, 0)) / steps, lines_of(inputs, SYNC_API),
-                  sampled_lines(inputs))
+    return Causes(findings=[finding for finding in found if finding is not None], claims=claims,
+                  budget=less(context.budget, claims), left=left, select_reads=float(reads.get(True, 0)) / steps,
+                  scalar_reads=float(reads.get(False, 0)) / steps, lines=lines_of(inputs, SYNC_API),
+                  sampled=sampled_lines(inputs))
 
 
 MASK_RANGE = r"(?i)DeviceSelect|nonzero|masked"

@@ -37,7 +37,7 @@ _EDGE = _LOOKUP + 4
 """The event kind of a lookup's end: a cut point, nothing else."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Coding:
     """What :func:`budget_totals`' codes stand for: _step indexes STEPS, _part PARTS, _name NAMES (API CUDA calls, OSRT
     OS-runtime calls, NVTX families, then '' for untraced)."""
@@ -104,8 +104,8 @@ def budget_totals(steps: pl.DataFrame, kernels: pl.DataFrame, copies: pl.DataFra
     lookups = {"_in_sync": _Intervals.lookup(blocking), "_api": _Intervals.lookup(api),
                "_osrt": _Intervals.lookup(calls), "_nvtx": _Intervals.lookup(pieces)}
     names = pl.concat([api_names, osrt_names, families, pl.Series([""])])
-    coding = _Coding(steps.select("step", "start_ns").sort("start_ns")["step"], names, api_names.len(),
-                     osrt_names.len())
+    coding = _Coding(steps=steps.select("step", "start_ns").sort("start_ns")["step"], names=names,
+                     api=api_names.len(), osrt=osrt_names.len())
     offsets = {"_in_sync": 0, "_api": 0, "_osrt": coding.api, "_nvtx": coding.api + coding.osrt}
     step_starts = ordered_steps["start_ns"]
     untraced = pl.lit(names.len() - 1, pl.UInt32)

@@ -22,7 +22,7 @@ from nsight_core.analysis.codes import family_pattern
 from nsight_core.analysis.completeness import Completeness
 from nsight_core.analysis.intervals import busy_over
 from nsight_core.analysis.result import Analysis
-from nsight_core.analysis.steps import StepFamily, StepStats
+from nsight_core.analysis.steps import FamilySteps, NvtxGpuSteps, StepFamily, StepStats
 from nsight_core.analysis.windows import start_windows
 from nsight_core.stats.models import ProfileStats
 from nsight_core.trace.model import Trace
@@ -62,7 +62,7 @@ class Side:
     @property
     def family(self) -> StepFamily | None:
         """The side's step family; None without steps or events."""
-        return self.step_stats.family if self.step_stats is not None else None
+        return self.step_stats.family if isinstance(self.step_stats, FamilySteps) else None
 
 
 class Delta(BaseModel):
@@ -193,10 +193,13 @@ def _step_patterns(a: Side, b: Side) -> tuple[str | None, str | None] | None:
 def _estimated_p50(side: Side) -> float | None:
     """SIDE's p50 step without the profiler where it was estimated (the GPU's clock), else its p50 step: the gate
     compares steps as the user's job runs them."""
-    if side.step_stats is None or side.family is None:
-        return None
-    estimated = side.step_stats.estimated_p50_ns
-    return estimated if estimated is not None else side.family.p50_ns
+    match side.step_stats:
+        case NvtxGpuSteps():
+            return side.step_stats.estimated_p50_ns
+        case FamilySteps():
+            return side.step_stats.family.p50_ns
+        case _:
+            return None
 
 
 def _gate(a: Side, b: Side) -> Gate:
@@ -237,7 +240,7 @@ def _reasons(a: Side, b: Side, gate: Gate) -> list[Reason]:
         reasons.append(Reason(code="incomplete-a", a=missing))
     if missing := _incomplete(b):
         reasons.append(Reason(code="incomplete-b", b=missing))
-    clocks = [steps.clock for steps in (a.step_stats, b.step_stats) if steps is not None and steps.family]
+    clocks = [steps.clock for steps in (a.step_stats, b.step_stats) if isinstance(steps, FamilySteps)]
     if len(clocks) == 2 and clocks[0] != clocks[1] and not any(r.code.startswith("incomplete") for r in reasons):
         # An incomplete side explains its lost clock already: the reason is its cause, not this.
         reasons.append(Reason(code="clocks-differ", a=[clocks[0]], b=[clocks[1]]))

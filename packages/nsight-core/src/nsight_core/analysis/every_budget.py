@@ -15,7 +15,7 @@ from functools import partial
 
 import polars as pl
 
-from nsight_core.analysis.budget import PAGEABLE, StepBudget, blocks, bound_by, budget_of, cpu_activities, per_step
+from nsight_core.analysis.budget import PAGEABLE, StepBudget, blocks, budget_of, cpu_activities, per_step
 from nsight_core.analysis.codes import matching, pattern_of
 from nsight_core.analysis.cpu_budget import budget_totals
 from nsight_core.analysis.every_step import EveryStep, gpu_work_of, launched_by_id
@@ -23,13 +23,13 @@ from nsight_core.analysis.fold import scan
 from nsight_core.analysis.gpu_budget import IDLE_COLUMNS, QUERY_CALLS, budget_in_batches, step_syncs
 from nsight_core.analysis.host_time import TOP_CALLS, Host, HostCalls, outermost_user_ranges
 from nsight_core.analysis.ranges import CodedRanges, Nesting
-from nsight_core.analysis.steps import Bound
+from nsight_core.analysis.steps import GpuWindowSteps
 from nsight_core.analysis.windows import batches, start_cuts, start_windows, step_batches
 from nsight_core.trace.depth import depth_read, with_depth
 from nsight_core.trace.streamed import WINDOW_ROWS, Events
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Budgets:
     """The budget of every step of a capture (:func:`every_budget`)."""
 
@@ -37,8 +37,6 @@ class Budgets:
     """Over the steady steps (the warm-up left out), as :func:`analyze.analyze_steps` states it."""
     steps: pl.DataFrame
     """Every step's budget (:func:`budget.per_step`), warm-up included: what the page's chart of steps draws."""
-    bound: Bound
-    """What bounds the steady steps: on the GPU's clock :func:`budget.bound_by`, on the CPU's the steps' own."""
     syncs: pl.DataFrame = field(repr=False)
     """The steps' thread's synchronising calls, by start (:func:`gpu_budget.step_syncs`): the findings read them too."""
     gpu: GpuSteps | None = field(default=None, repr=False)
@@ -58,7 +56,7 @@ class Budgets:
                                  self.gpu.host)[1]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuSteps:
     """Steps on the GPU's clock as their budget reads them: their WINDOWS, the capture's FRAMES, its GPU WORK
     (:func:`every_step.gpu_work_of`) and what the steps' thread was in (HOST)."""
@@ -79,26 +77,26 @@ def every_budget(frames: Events, every: EveryStep, window_rows: int | None = WIN
     """The budget of EVERY step of the capture FRAMES holds, on the steps' clock. WINDOW_ROWS: events per window of
     the passes (None: one window). CODED: every NVTX range of the capture with its family, where the caller has them
     (:func:`analyze.choose_steps`): the CPU budget reads its ranges from them."""
-    family, thread = every.stats.family, every.thread
-    if every.windows is None or family is None or thread is None:
+    stats, windows, thread = every.stats, every.windows, every.thread
+    if not isinstance(stats, GpuWindowSteps) or windows is None or thread is None:
         return _cpu_budget(frames, every, thread, window_rows, coded)
-    windows = every.windows  # an NVTX family's, whose thread is its ranges'
+    # An NVTX family's steps on the GPU's clock, on its ranges' thread.
     work = gpu_work_of(frames)
     counts = _edge_counts(work.select("start_ns"), windows)
-    host = Host.of(windows, _user_ranges(frames, windows, family.pattern, thread, window_rows),
+    host = Host.of(windows, _user_ranges(frames, windows, stats.family.pattern, thread, window_rows),
                    host_calls(frames, thread))
-    gpu = GpuSteps(windows, frames, work, host)
+    gpu = GpuSteps(windows=windows, frames=frames, work=work, host=host)
     # Per window, how much work starts before it, for the batches: after k edges, (k + 1) // 2 windows have begun.
     within = counts.group_by(((pl.col("_edge") + 1) // 2).alias("_window")).agg(pl.col("len").sum())
     firsts = (pl.DataFrame({"_window": pl.int_range(windows.height, eager=True).cast(within["_window"].dtype)})
               .join(within, on="_window", how="left").sort("_window")
               .select(pl.col("len").fill_null(0).cum_sum().cast(pl.Int64)).to_series())
     calls = step_syncs(sync_calls(frames), thread)
-    warmup = int(windows["step"][0]) if every.stats.warmup else None
+    warmup = int(windows["step"][0]) if stats.warmup else None
     budget, steps, activities = _summed(
         ((budget_in_batches(windows, [cut], gpu.between, calls, host, stretches=False)[0], windows.slice(*cut))
          for cut in batches(firsts, window_rows)), warmup, thread)
-    return Budgets(budget, steps, bound_by(budget), calls, gpu, activities)
+    return Budgets(budget=budget, steps=steps, syncs=calls, gpu=gpu, activities=activities)
 
 
 def host_calls(frames: Events, thread: int) -> HostCalls:
@@ -111,13 +109,8 @@ def host_calls(frames: Events, thread: int) -> HostCalls:
                 .sort(["_t", "name"], descending=[True, False]).head(TOP_CALLS).collect(engine="streaming")["name"]
                 .to_list())
 
-    def between(lo: int, hi: int) -> tuple[pl.DataFrame, pl.DataFrame]:
-        meets = (pl.col("thread") == thread) & (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)
-        read = [calls.filter(meets).select("start_ns", "end_ns", "name") for calls in (frames.cuda_api, frames.osrt)]
-        cuda, osrt = pl.collect_all(read, engine="streaming")
-        return cuda.sort("start_ns", maintain_order=True), osrt.sort("start_ns", maintain_order=True)
-
-    return HostCalls(top(frames.cuda_api), top(frames.osrt), between)
+    return HostCalls.of(top(frames.cuda_api), top(frames.osrt), cuda_api=frames.cuda_api, osrt_calls=frames.osrt,
+                        thread=thread)
 
 
 def _edge_counts(starts: pl.LazyFrame, steps: pl.DataFrame) -> pl.DataFrame:
@@ -162,7 +155,7 @@ def _cpu_budget(frames: Events, every: EveryStep, thread: int | None, window_row
     warmup = int(steps["step"][0]) if every.stats.warmup else None
     budget, rows, activities = _summed((totals(*cut) for cut in step_batches(steps["start_ns"], cuts)), warmup, thread,
                            every.pieces is not None)
-    return Budgets(budget, rows, every.stats.bound, calls, activities=activities)
+    return Budgets(budget=budget, steps=rows, syncs=calls, activities=activities)
 
 
 def _summed(totals: Iterable[tuple[pl.DataFrame, pl.DataFrame]], warmup: int | None,

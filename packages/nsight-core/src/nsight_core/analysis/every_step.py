@@ -14,7 +14,7 @@ anchors tell which ones a whole period follows (:func:`steps.period_steps`).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -30,7 +30,11 @@ from nsight_core.analysis.projection import (
 )
 from nsight_core.analysis.steps import (
     STEP_COLUMNS,
-    StepStats,
+    CaptureAsStep,
+    ChosenSteps,
+    FoundSteps,
+    KernelPeriodSteps,
+    NvtxCpuSteps,
     family_stats,
     kernel_period_stats,
     on_gpu_clock,
@@ -42,12 +46,14 @@ from nsight_core.trace.streamed import WINDOW_ROWS, Events
 SPAN_COLUMNS = {"step": pl.Int64, "_compute_ns": pl.Int64, "gpu_start_ns": pl.Int64, "gpu_end_ns": pl.Int64}
 
 
-class EveryStep(NamedTuple):
+@dataclass(frozen=True, kw_only=True)
+class EveryStep:
     """Every step of a capture (:func:`every_step`)."""
 
-    stats: StepStats
+    stats: FoundSteps
     windows: pl.DataFrame | None
-    """On the GPU's clock, the steps' GPU windows (:func:`projection.project_spans`); else None."""
+    """On the GPU's clock (STATS a :class:`steps.GpuWindowSteps`), the steps' GPU windows
+    (:func:`projection.project_spans`); else None."""
     ranges: pl.DataFrame
     """The family's ranges, every step's (step, start_ns, end_ns, name, thread, by start): the steps on the CPU's
     clock; of kernel-period steps, their periods."""
@@ -67,15 +73,14 @@ class EveryStep(NamedTuple):
                                   pl.col("end_ns").alias("cpu_end_ns"))
 
 
-def capture_as_step(frames: Events, chosen: StepStats, start_ns: int, end_ns: int,
+def capture_as_step(frames: Events, chosen: CaptureAsStep, start_ns: int, end_ns: int,
                     window_rows: int | None = WINDOW_ROWS) -> EveryStep:
-    """A capture without steps (CHOSEN found none) as one step: its user window (START_NS to END_NS), cut into
+    """A capture without steps (CHOSEN says why) as one step: its user window (START_NS to END_NS), cut into
     :func:`busy_pieces` of about WINDOW_ROWS events."""
     window = pl.DataFrame({"step": [0], "start_ns": [start_ns], "end_ns": [end_ns], "name": [""], "thread": [None]},
                           schema=STEP_COLUMNS)
-    return EveryStep(chosen, None, window,
-                     step_thread(None, frames.cuda_api, frames.osrt),
-                     busy_pieces(frames, start_ns, end_ns, window_rows))
+    return EveryStep(stats=chosen, windows=None, ranges=window, thread=step_thread(None, frames.cuda_api, frames.osrt),
+                     pieces=busy_pieces(frames, start_ns, end_ns, window_rows))
 
 
 def busy_pieces(frames: Events, start_ns: int, end_ns: int, window_rows: int | None) -> pl.DataFrame:
@@ -103,23 +108,34 @@ def busy_pieces(frames: Events, start_ns: int, end_ns: int, window_rows: int | N
                         schema={"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64})
 
 
-def every_step(frames: Events, chosen: StepStats, window_rows: int | None = WINDOW_ROWS) -> EveryStep | None:
+def every_step(frames: Events, chosen: ChosenSteps, window_rows: int | None = WINDOW_ROWS) -> EveryStep | None:
     """Every step of the capture FRAMES holds, of the family CHOSEN: NVTX steps on the GPU's clock where at least
     MIN_PROJECTED steps launched GPU work, else the ranges' own; kernel-period steps as periods of the kernel sequence.
-    None where CHOSEN has no family, fewer than two of its steps are found, or its ranges overlap somewhere (no
+    None where CHOSEN found no steps, fewer than two of its steps are found, or its ranges overlap somewhere (no
     steps then). WINDOW_ROWS: CUDA calls and GPU work per window (None: one window)."""
-    family = chosen.family
-    if family is None:
-        return None
-    if chosen.source == "kernel-period" and chosen.kernels_per_period and chosen.anchor_kernel is not None:
-        periods = period_steps(frames.kernels, chosen.kernels_per_period, chosen.anchor_kernel)
-        if periods.height < 2:
+    match chosen:
+        case KernelPeriodSteps():
+            return _kernel_periods(frames, chosen)
+        case NvtxCpuSteps():
+            return _nvtx_steps(frames, chosen, window_rows)
+        case CaptureAsStep():
             return None
-        stats = kernel_period_stats(periods, chosen.kernels_per_period, chosen.anchor_kernel)
-        return EveryStep(stats.model_copy(update={"candidates": chosen.candidates}), None, periods,
-                         step_thread(None, frames.cuda_api, frames.osrt))
-    if chosen.source != "nvtx":
+
+
+def _kernel_periods(frames: Events, chosen: KernelPeriodSteps) -> EveryStep | None:
+    """Every period of CHOSEN's kernel sequence in the capture FRAMES holds; None where fewer than two."""
+    periods = period_steps(frames.kernels, chosen.kernels_per_period, chosen.anchor_kernel)
+    if periods.height < 2:
         return None
+    stats = kernel_period_stats(periods, chosen.kernels_per_period, chosen.anchor_kernel)
+    return EveryStep(stats=stats.model_copy(update={"candidates": chosen.candidates}), windows=None, ranges=periods,
+                     thread=step_thread(None, frames.cuda_api, frames.osrt))
+
+
+def _nvtx_steps(frames: Events, chosen: NvtxCpuSteps, window_rows: int | None) -> EveryStep | None:
+    """Every range of CHOSEN's family in the capture FRAMES holds, on the GPU's clock where enough launched GPU work;
+    None where they are fewer than two or overlap."""
+    family = chosen.family
     thread = family.thread
     # The family's names found among the distinct ones: its pattern's regex on every range took most of the pass.
     names = frames.nvtx_names.filter(pattern_of(pl.col("name")) == family.pattern)["name"]
@@ -133,8 +149,9 @@ def every_step(frames: Events, chosen: StepStats, window_rows: int | None = WIND
         return None
     stats = found.model_copy(update={"candidates": chosen.candidates})
     windows = project_spans(steps, gpu_spans(frames, steps, window_rows))
-    return EveryStep(on_gpu_clock(stats, windows), windows, steps, thread) if windows.height >= MIN_PROJECTED else \
-        EveryStep(stats, None, steps, thread)
+    if windows.height < MIN_PROJECTED:
+        return EveryStep(stats=stats, windows=None, ranges=steps, thread=thread)
+    return EveryStep(stats=on_gpu_clock(stats, windows), windows=windows, ranges=steps, thread=thread)
 
 
 def gpu_spans(frames: Events, steps: pl.DataFrame, window_rows: int | None) -> pl.DataFrame:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import polars as pl
 
 from nsight_core.analysis import findings as find
-from nsight_core.analysis.budget import is_thread
+from nsight_core.analysis.budget import bound_by, is_thread
 from nsight_core.analysis.cause_inputs import cause_inputs
 from nsight_core.analysis.codes import matching
 from nsight_core.analysis.every_budget import Budgets
@@ -29,6 +29,7 @@ from nsight_core.analysis.overhead import with_overhead
 from nsight_core.analysis.projection import innermost_range
 from nsight_core.analysis.range_table import range_table
 from nsight_core.analysis.result import Analysis, Coverage
+from nsight_core.analysis.steps import CaptureAsStep, FamilySteps, GpuWindowSteps, StepStats
 from nsight_core.analysis.user_window import UserWindow
 from nsight_core.analysis.windows import start_cuts, step_batches, window_filters
 from nsight_core.marks import calibrated_ns
@@ -41,29 +42,38 @@ def analysis_of(frames: Events, gpus: pl.DataFrame | None, window: UserWindow, e
     """The analysis of EVERY step of the capture FRAMES holds (its user WINDOW, the GPUS it ran on, every step's
     BUDGETS, the NSYS_VERSION that wrote it): the steps, their budget with the profiler's overhead taken out, the
     NVTX range table and the findings, whose savings are read against the step without the profiler."""
-    stats, thread = every.stats.model_copy(update={"bound": budgets.bound}), every.thread
+    found, thread = every.stats, every.thread
     steps = every.drawn
-    steady = steps.slice(1) if stats.warmup else steps
+    steady = steps.slice(1) if found.warmup else steps
     steady_ranges = steady.select("step", pl.col("cpu_start_ns").alias("start_ns"),
                                   pl.col("cpu_end_ns").alias("end_ns"))
     budget, overhead = budgets.budget, None
-    if stats.clock == "gpu" and stats.family is not None and thread is not None and steady.height:
-        budget, overhead = with_overhead(budget, _calls(frames, steady_ranges, thread) / steady.height, nsys_version,
-                                         calibrated_ns(frames.nvtx_marks))
-        stats = stats.model_copy(update={"estimated_p50_ns": max(stats.family.p50_ns - overhead.per_step_ns, 0.0)})
-    p50 = stats.estimated_p50_ns if stats.estimated_p50_ns is not None else stats.family.p50_ns if stats.family \
-        else None
+    stats: StepStats
+    match found:
+        case GpuWindowSteps():
+            # An NVTX family's steps, on its thread; at least MIN_PROJECTED of them (analysis/every_step.py).
+            assert thread is not None and steady.height
+            budget, overhead = with_overhead(budget, _calls(frames, steady_ranges, thread) / steady.height,
+                                             nsys_version, calibrated_ns(frames.nvtx_marks))
+            stats = found.bounded(bound_by(budgets.budget), max(found.family.p50_ns - overhead.per_step_ns, 0.0))
+            p50: float | None = stats.estimated_p50_ns
+        case FamilySteps():
+            stats, p50 = found, found.family.p50_ns
+        case CaptureAsStep():
+            stats, p50 = found, None
     context = Context(steps=stats, budget=budget, window_ns=window.span_ns, step_p50_ns=p50)
     gpu, capability = None, find.compute_capability(gpus)
     if any(frame.head(1).collect().height for frame in (frames.kernels, frames.memcpy, frames.memset, frames.graphs)):
         # A capture without steps: its one step's calls, a piece at a time.
-        syncs = _syncs(frames, steady_ranges if every.pieces is None else every.pieces, budgets.syncs, thread,
-                       window_rows)
+        sync_calls, small_reads = _syncs(frames, steady_ranges if every.pieces is None else every.pieces,
+                                         budgets.syncs, thread, window_rows)
         causes = cause_inputs(frames, steady if every.pieces is None else steady.clear(), thread, budgets.activities,
                               overhead.per_call_ns if overhead else 0.0, window_rows)
-        gpu = GpuInputs(*syncs, _launch_shape(frames, steady_ranges, window_rows), frames.memcpy,
-                        steady if every.pieces is None else steady.clear(), find.nominal_pinned(capability),
-                        find.kernel_totals(frames.kernels, steady), capability, causes)
+        gpu = GpuInputs(syncs=sync_calls, small_reads=small_reads,
+                        shape=_launch_shape(frames, steady_ranges, window_rows), copies=frames.memcpy,
+                        copy_steps=steady if every.pieces is None else steady.clear(),
+                        pinned=find.nominal_pinned(capability), kernels=find.kernel_totals(frames.kernels, steady),
+                        capability=capability, causes=causes)
     coverage = Coverage(scope="every_step" if every.pieces is None else "capture_as_one_step",
                         steps=steps.height if every.pieces is None else 1)
     return Analysis(window=window, steps=stats, budget=budget, overhead=overhead,

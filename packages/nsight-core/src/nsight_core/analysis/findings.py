@@ -12,7 +12,8 @@ renderer words and formats them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 import polars as pl
 
@@ -33,6 +34,7 @@ from nsight_core.analysis.finding_model import (
 )
 from nsight_core.analysis.precision import saving_ns as precision_saving
 from nsight_core.analysis.precision import speedups
+from nsight_core.analysis.steps import FamilySteps, NvtxGpuSteps
 
 if TYPE_CHECKING:
     from nsight_core.analysis.causes import CauseInputs
@@ -95,7 +97,7 @@ def _budget_finding(
 
 def _activities(context: Context, part: str, kinds: tuple[str, ...]) -> list[CpuActivity]:
     """The budget's CPU activities of PART and KINDS; the steps' own range is none (a CPU-clock budget names it)."""
-    steps = context.steps.family.pattern if context.steps.family else None
+    steps = context.steps.family.pattern if isinstance(context.steps, FamilySteps) else None
     return [a for a in context.budget.idle_activities
             if a.part == part and a.kind in kinds and not (a.kind == "nvtx" and a.name == steps)] \
         if context.budget else []
@@ -292,7 +294,7 @@ def _top_kernels(totals: pl.DataFrame, count: int) -> pl.DataFrame:
 def device_bound(context: Context, totals: pl.DataFrame) -> Finding | None:
     """A loop the GPU bounds with little to win around its kernels: an info line naming the top kernels (TOTALS:
     :func:`kernel_totals` of the steady steps)."""
-    if context.steps.bound != "device" or context.budget is None:
+    if not isinstance(context.steps, NvtxGpuSteps) or context.steps.bound != "device" or context.budget is None:
         return None
     busy = sum(context.budget.part(p).fraction for p in ("compute", "exposed_comm", "exposed_copy"))
     steps_count = max(context.budget.steps, 1)
@@ -336,7 +338,7 @@ def fp32_matmul(context: Context, totals: pl.DataFrame, capability: float | None
 def warmup(context: Context) -> Finding | None:
     """A first step much longer than the rest: a one-off start-up cost (saved once, not per step)."""
     stats = context.steps
-    if not stats.warmup or stats.family is None:
+    if not stats.warmup or not isinstance(stats, FamilySteps):
         return None
     first = Where(kind="step", name=stats.family.pattern, step=0)
     return Finding(
@@ -350,7 +352,7 @@ def warmup(context: Context) -> Finding | None:
 def step_count(context: Context) -> Finding | None:
     """Too few steps to judge percentiles and trends, or no steps found at all."""
     stats = context.steps
-    if stats.family is None:
+    if not isinstance(stats, FamilySteps):
         return Finding(
             kind="no_steps", severity="info",
             evidence=[], saving=None)
@@ -363,7 +365,8 @@ def step_count(context: Context) -> Finding | None:
         saving=None)
 
 
-class GpuInputs(NamedTuple):
+@dataclass(frozen=True, kw_only=True)
+class GpuInputs:
     """What the GPU findings read beyond their :class:`Context`, made in windows of events
     (analysis/finding_inputs.py)."""
 

@@ -4,7 +4,6 @@ set whose coverage of any span is two as-of lookups."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import polars as pl
@@ -20,7 +19,7 @@ TOP_RANGES = 8
 OTHER_RANGES = "(other ranges)"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Host:
     """What the steps' thread was in, as interval sets (:func:`_cumulative`): its STEPS, its user RANGES by name, and
     its time outside them named either by when any thread dispatched (DISPATCH) or by its CALLS (:class:`HostCalls`),
@@ -43,8 +42,9 @@ class Host:
         named = user.with_columns(pl.when(pl.col("name").is_in(top.implode())).then(pl.col("name"))
                                   .otherwise(pl.lit(OTHER_RANGES)).alias("name"))
         dispatch = steps.clear() if isinstance(named_by, HostCalls) else named_by
-        return cls(_cumulative(steps), {name: _cumulative(frame) for (name,), frame in named.group_by("name")},
-                   _cumulative(dispatch), named_by if isinstance(named_by, HostCalls) else None)
+        return cls(steps=_cumulative(steps),
+                   ranges={name: _cumulative(frame) for (name,), frame in named.group_by("name")},
+                   dispatch=_cumulative(dispatch), calls=named_by if isinstance(named_by, HostCalls) else None)
 
     def at(self, lo: int, hi: int) -> Host:
         """This host with the calls of the time from LO to HI read (what :meth:`split` of spans in it names)."""
@@ -79,19 +79,34 @@ TOP_CALLS = 8
 """CUDA calls (and OS-runtime calls) of the steps' thread named in the budget, by their time over the capture; the
 others are summed as OTHER_CALLS."""
 OTHER_CALLS = "(other calls)"
-CallsBetween = Callable[[int, int], tuple[pl.DataFrame, pl.DataFrame]]
-"""The steps' thread's CUDA calls and OS-runtime calls (start_ns, end_ns, name, by start) that end after LO and start
-before HI (analysis/every_budget.py: a filtered scan of that time)."""
 
 
+@dataclass(frozen=True, kw_only=True)
 class HostCalls:
-    """The steps' thread's calls as the budget names them, each a code: the TOP_CALLS CUDA calls (NAMES, the rest
-    OTHER_CALLS) and OS-runtime calls (OSRT), read by BETWEEN; chosen once, so every batch names its time alike."""
+    """The steps' THREAD's calls as the budget names them, each a code: the TOP_CALLS CUDA calls (NAMES, the rest
+    OTHER_CALLS) and OS-runtime calls (OSRT), read from the capture's CUDA_API and OSRT_CALLS a batch of time at a
+    time (:meth:`between`); chosen once, so every batch names its time alike."""
 
-    def __init__(self, names: list[str], osrt: list[str], between: CallsBetween) -> None:
-        self.names = [*names, OTHER_CALLS]
-        self.osrt = [*osrt, OTHER_CALLS] if osrt else []
-        self.between = between
+    names: list[str]
+    osrt: list[str]
+    cuda_api: pl.LazyFrame
+    osrt_calls: pl.LazyFrame
+    thread: int
+
+    @classmethod
+    def of(cls, names: list[str], osrt: list[str], *, cuda_api: pl.LazyFrame, osrt_calls: pl.LazyFrame,
+           thread: int) -> HostCalls:
+        """THREAD's calls named by the TOP_CALLS CUDA call NAMES and OS-runtime call names OSRT (by their time)."""
+        return cls(names=[*names, OTHER_CALLS], osrt=[*osrt, OTHER_CALLS] if osrt else [], cuda_api=cuda_api,
+                   osrt_calls=osrt_calls, thread=thread)
+
+    def between(self, lo: int, hi: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The thread's CUDA calls and OS-runtime calls (start_ns, end_ns, name, by start) that end after LO and start
+        before HI: a filtered scan of that time."""
+        meets = (pl.col("thread") == self.thread) & (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)
+        read = [calls.filter(meets).select("start_ns", "end_ns", "name") for calls in (self.cuda_api, self.osrt_calls)]
+        cuda, osrt = pl.collect_all(read, engine="streaming")
+        return cuda.sort("start_ns", maintain_order=True), osrt.sort("start_ns", maintain_order=True)
 
     def labels(self) -> list[tuple[str, str, str]]:
         """cpu_kind, cpu_name and part of each code: in each CUDA call, before each (the framework's time that led

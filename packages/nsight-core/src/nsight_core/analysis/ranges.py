@@ -87,7 +87,7 @@ def _thread_level(ranges: pl.DataFrame) -> pl.Expr:
     return pl.lit(codes).cast(dtype) * span + pl.col("depth").cast(dtype)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CodedRanges:
     """NVTX RANGES by start with each one's family as a code into FAMILIES (:func:`family_codes`): coded once for the
     steps' family and, where they are every range of the capture, the CPU budget's :class:`Nesting` (a hash lookup
@@ -103,7 +103,7 @@ class CodedRanges:
         return Nesting.of(self.ranges.filter(kept).select(*columns), (self.family.filter(kept), self.families))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Nesting:
     """NVTX ranges with their parents (:func:`with_parents`) and self times (:func:`self_time`), and each one's family
     as a code into FAMILIES (:func:`family_codes`): made once for the families and the budget, which both read them."""
@@ -118,7 +118,8 @@ class Nesting:
         ranges = self_time(with_parents(nvtx))
         if families is None or not nvtx["start_ns"].is_sorted():  # with_parents sorted: the codes lost their rows
             families = family_codes(ranges, "name")
-        return cls(ranges, *families)
+        family, codes = families
+        return cls(ranges=ranges, family=family, families=codes)
 
 
 def self_time(ranges: pl.DataFrame) -> pl.DataFrame:

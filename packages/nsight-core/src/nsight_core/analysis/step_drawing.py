@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from nsight_core.analysis.analyze import Analyzed
 from nsight_core.analysis.result import Analysis, StepView
-from nsight_core.analysis.steps import StepSource
+from nsight_core.analysis.steps import CaptureAsStep, KernelPeriodSteps, NvtxCpuSteps, NvtxGpuSteps
 from nsight_core.trace.depth import with_depth
 from nsight_core.trace.frames import EventTables
 from nsight_core.trace.streamed import Events
@@ -57,8 +57,8 @@ class StepDrawing(BaseModel):
 
     model_config = {"arbitrary_types_allowed": True}
 
-    clock: Literal["gpu", "cpu"]
-    source: StepSource = Field(description="What the steps are: NVTX ranges or the kernel sequence's period")
+    stats: NvtxGpuSteps | NvtxCpuSteps | KernelPeriodSteps = Field(
+        description="The steps drawn (their clock and what they are: NVTX ranges or the kernel sequence's periods)")
     steps: list[DrawnStep] = Field(description="Median first, then the slowest, then evidence steps by index")
     thread_names: dict[int, str] = Field(description="nsys thread id -> the thread's name, for the drawn threads")
     budgets: pl.DataFrame = Field(description="step_budgets: step, wall_ns, <part>_ns (they add up to wall_ns)")
@@ -139,13 +139,13 @@ def drawing_for(trace: EventTables | Events, analysis: Analysis, parts: Analyzed
     evidence = (tuple(where.step for where in places if where.step is not None),
                 tuple(where.start_ns for where in places if where.start_ns is not None))
     view = view.model_copy(update={"idle": parts.budgets.stretches(list(step_roles(view, evidence)))})
-    if view.median_step is None or view.slowest_step is None or stats.source == "none":
+    if view.median_step is None or view.slowest_step is None or isinstance(stats, CaptureAsStep):
         return None
     drawn = [_drawn(trace, view, step, roles) for step, roles in step_roles(view, evidence).items()]
     threads = {thread for step in drawn for thread in step.events["thread"].drop_nulls().unique().to_list()}
     names = getattr(trace, "threads", None)
     thread_names = dict(names.filter(pl.col("thread").is_in(list(threads))).select("thread", "name").iter_rows()) \
         if names is not None else {}
-    return StepDrawing(clock=view.clock, source=stats.source, steps=drawn, thread_names=thread_names,
+    return StepDrawing(stats=stats, steps=drawn, thread_names=thread_names,
                        budgets=parts.budgets.steps, warmup_steps=int(stats.warmup), median_step=view.median_step,
                        slowest_step=view.slowest_step)

@@ -4,15 +4,16 @@ A training loop marks its steps with NVTX (`step_0` … `step_19`, `iter 12`, `e
 name pushed every iteration). Numbered names are one family, not twenty one-off ranges: replacing
 every digit run with ``{n}`` gives the family's pattern. Without NVTX the loop still shows in the
 GPU work: the kernel sequence repeats with a period, and the first kernel of each period starts a
-step. When neither is there, the result says why instead of guessing.
+step. When neither is there, the result says why instead of guessing. Each way of finding steps is a model of its
+own (:data:`StepStats`), holding what that way knows of them.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import polars as pl
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from nsight_core.analysis.codes import distinct_codes, family_codes, joint_code, joint_parts
 
@@ -26,10 +27,12 @@ PERIOD_MATCH = 0.9
 """Share of kernels that must equal the kernel one period later for the period to count."""
 STEP_COLUMNS = {"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "name": pl.String, "thread": pl.Int64}
 
-StepSource = Literal["nvtx", "kernel-period", "none"]
 Trend = Literal["flat", "rising", "falling", "unknown"]
 Clock = Literal["gpu", "cpu"]
 Bound = Literal["host", "device", "unknown"]
+Mode = Literal["nvtx-gpu", "nvtx-cpu", "kernel-period", "capture-as-one-step"]
+"""How a capture's steps were found: NVTX ranges on the GPU's clock or on the CPU's, periods of the kernel sequence,
+or none (the capture is one step)."""
 
 
 class StepFamily(BaseModel):
@@ -49,28 +52,92 @@ class StepFamily(BaseModel):
     sequential: bool = Field(description="No two instances overlap: a loop's iterations, not concurrent work")
 
 
-class StepStats(BaseModel):
-    """The step family of a capture: where the steps came from and how long they took."""
+class StepShape(BaseModel):
+    """What every mode of finding steps states of them: warm-up and trend (measured without the first step when it
+    is warm-up), and every repeated family seen. A mode is a subclass, so code that differs by mode matches on it."""
 
-    source: StepSource = Field(description="nvtx ranges, the kernel sequence's period, or none found")
-    family: StepFamily | None = Field(description="The chosen family; None when source is 'none'")
-    reason: str | None = Field(default=None, description="Why no steps were found (source 'none')")
+    mode: Mode = Field(description="How the steps were found (each subclass fixes it)")
     warmup: bool = Field(default=False, description="The first step exceeds WARMUP_RATIO x the median of the rest")
     warmup_excess_ns: float = Field(default=0.0, description="First step minus the median of the rest, if warm-up")
     trend: Trend = "unknown"
     trend_ns_per_step: float = Field(default=0.0, description="Least-squares slope of step duration over step index")
-    kernels_per_period: int | None = Field(default=None, description="Kernel-period steps: kernels in one period")
-    anchor_kernel: str | None = Field(default=None, description="Kernel-period steps: the kernel each step starts "
-                                      "with (a capture too large to read whole finds every step by it)")
     candidates: list[StepFamily] = Field(default_factory=list, description="Every repeated family, chosen one first")
-    clock: Clock = Field(default="cpu", description="gpu: the family's durations are its steps' GPU periods (first "
-                         "GPU work to the next step's); cpu: its ranges' durations")
-    cpu_p50_ns: float | None = Field(default=None, description="On the GPU's clock: the ranges' own p50 (CPU period)")
-    cpu_p95_ns: float | None = Field(default=None, description="On the GPU's clock: the ranges' own p95")
-    estimated_p50_ns: float | None = Field(default=None, description="On the GPU's clock: the p50 step without the "
-                                           "profiler (the family's p50 less Analysis.overhead); the findings' step")
-    bound: Bound = Field(default="unknown", description="device: the GPU was busy through its steps (the host ran "
-                         "ahead); host: the GPU waited on the host; unknown: not read on the GPU's clock")
+    clock: ClassVar[Clock] = "cpu"
+    """What the steps' durations are read on: their GPU windows, or their ranges (or kernel periods) themselves."""
+
+    @model_serializer(mode="wrap")
+    def _candidates_last(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The fields with the candidates, often many families, last: a reader of the JSON looks for the mode's own
+        fields (the family first) before them."""
+        data: dict[str, Any] = handler(self)
+        if "candidates" in data:
+            data["candidates"] = data.pop("candidates")
+        return data
+
+
+class FamilySteps(StepShape):
+    """Steps that are the instances of one family: NVTX ranges or periods of the kernel sequence."""
+
+    family: StepFamily = Field(description="The chosen family, its durations the steps' on their clock")
+
+
+class NvtxCpuSteps(FamilySteps):
+    """An NVTX family's ranges as steps, timed by the ranges themselves: fewer than
+    :data:`projection.MIN_PROJECTED` of them launched GPU work (a CPU-only loop), or the family as
+    :func:`find_steps` chose it from the capture's start."""
+
+    mode: Literal["nvtx-cpu"] = "nvtx-cpu"
+
+
+class GpuWindowSteps(FamilySteps):
+    """An NVTX family's steps timed by their GPU windows (from a step's first GPU work to the next step's), with the
+    ranges' own p50 and p95: the steps as analysis/every_step.py reads them, before their budget says what bounds
+    them (:class:`NvtxGpuSteps`)."""
+
+    mode: Literal["nvtx-gpu"] = "nvtx-gpu"
+    cpu_p50_ns: float = Field(description="The ranges' own p50: the CPU's period of a step")
+    cpu_p95_ns: float = Field(description="The ranges' own p95")
+    clock: ClassVar[Clock] = "gpu"
+
+    def bounded(self, bound: Bound, estimated_p50_ns: float) -> NvtxGpuSteps:
+        """These steps with BOUND, what bounds them (their budget's :func:`budget.bound_by`), and ESTIMATED_P50_NS,
+        their p50 step without the profiler."""
+        return NvtxGpuSteps(**dict(self), bound=bound, estimated_p50_ns=estimated_p50_ns)
+
+
+class NvtxGpuSteps(GpuWindowSteps):
+    """An NVTX family's steps on the GPU's clock (:class:`GpuWindowSteps`), with what bounds them and their p50 step
+    without the profiler."""
+
+    bound: Bound = Field(description="device: the GPU was busy through its steps (the host ran ahead); host: the GPU "
+                         "waited on the host; unknown: the steady steps' windows have no length")
+    estimated_p50_ns: float = Field(description="The p50 step without the profiler (the family's p50 less "
+                                    "Analysis.overhead): the findings' step")
+
+
+class KernelPeriodSteps(FamilySteps):
+    """Steps without NVTX: periods of the repeating kernel sequence, each starting with its anchor kernel."""
+
+    mode: Literal["kernel-period"] = "kernel-period"
+    kernels_per_period: int = Field(description="Kernels in one period")
+    anchor_kernel: str = Field(description="The kernel each step starts with (a capture too large to read whole "
+                               "finds every step by it)")
+
+
+class CaptureAsStep(StepShape):
+    """No steps found: the capture's user window is one step, and REASON says why."""
+
+    mode: Literal["capture-as-one-step"] = "capture-as-one-step"
+    reason: str = Field(description="Why no steps were found")
+
+
+StepStats = Annotated[NvtxGpuSteps | NvtxCpuSteps | KernelPeriodSteps | CaptureAsStep, Field(discriminator="mode")]
+"""The steps of a capture (Analysis.steps), one model per mode of finding them."""
+ChosenSteps = NvtxCpuSteps | KernelPeriodSteps | CaptureAsStep
+"""What :func:`find_steps` chooses from a capture's start."""
+FoundSteps = GpuWindowSteps | NvtxCpuSteps | KernelPeriodSteps | CaptureAsStep
+"""Every step of a capture as analysis/every_step.py finds them, before their budget."""
+Shaped = TypeVar("Shaped", bound=StepShape)
 
 
 def nvtx_families(nvtx: pl.DataFrame, family: tuple[pl.Series, pl.Series]) -> pl.DataFrame:
@@ -115,7 +182,7 @@ def nvtx_families(nvtx: pl.DataFrame, family: tuple[pl.Series, pl.Series]) -> pl
 
 
 def find_steps(nvtx: pl.DataFrame, kernels: pl.DataFrame,
-               codes: tuple[pl.Series, pl.Series] | None = None) -> tuple[StepStats, pl.DataFrame]:
+               codes: tuple[pl.Series, pl.Series] | None = None) -> tuple[ChosenSteps, pl.DataFrame]:
     """The capture's steps: statistics and one row per step (step, start_ns, end_ns, name, thread).
 
     CODES: :func:`family_codes` of NVTX's names, where the caller has them already.
@@ -127,35 +194,31 @@ def find_steps(nvtx: pl.DataFrame, kernels: pl.DataFrame,
     if sequential:
         family = sequential[0]
         steps = _family_instances(nvtx, codes, family)
-        return _with_shape(StepStats(source="nvtx", family=family, candidates=candidates), steps), steps
+        return _with_shape(NvtxCpuSteps(family=family, candidates=candidates), steps), steps
     steps, period, anchor, reason = kernel_period_steps(kernels)
     if steps.height < 2 or period is None or anchor is None:
         why = reason if not candidates else f"{reason}; the repeated NVTX ranges overlap each other"
-        return StepStats(source="none", family=None, reason=why, candidates=candidates), steps
+        return CaptureAsStep(reason=why, candidates=candidates), steps
     return kernel_period_stats(steps, period, anchor).model_copy(update={"candidates": candidates}), steps
 
 
-def kernel_period_stats(steps: pl.DataFrame, period: int, anchor: str) -> StepStats:
+def kernel_period_stats(steps: pl.DataFrame, period: int, anchor: str) -> KernelPeriodSteps:
     """STEPS (step, start_ns, end_ns, by start) of the kernel sequence's PERIOD, each starting with the ANCHOR
     kernel, stated as :func:`find_steps` states them (no candidates)."""
     family = _family_of(steps, pattern=f"kernel period of {period}", thread=None)
-    return _with_shape(StepStats(source="kernel-period", family=family, kernels_per_period=period,
-                                 anchor_kernel=anchor), steps)
+    return _with_shape(KernelPeriodSteps(family=family, kernels_per_period=period, anchor_kernel=anchor), steps)
 
 
-def on_gpu_clock(stats: StepStats, windows: pl.DataFrame) -> StepStats:
-    """STATS with the family's durations, warm-up and trend read from the steps' GPU WINDOWS (step, start_ns,
+def on_gpu_clock(stats: NvtxCpuSteps, windows: pl.DataFrame) -> GpuWindowSteps:
+    """STATS' steps with the family's durations, warm-up and trend read from their GPU WINDOWS (step, start_ns,
     end_ns), the ranges' own p50 and p95 kept as the CPU's period."""
-    assert stats.family is not None
     family = _family_of(windows, stats.family.pattern, stats.family.thread).model_copy(
         update={"domain": stats.family.domain, "depth": stats.family.depth})
-    gpu = stats.model_copy(update={"family": family, "clock": "gpu", "cpu_p50_ns": stats.family.p50_ns,
-                                   "cpu_p95_ns": stats.family.p95_ns, "warmup": False, "warmup_excess_ns": 0.0,
-                                   "trend": "unknown", "trend_ns_per_step": 0.0})
-    return _with_shape(gpu, windows)
+    return _with_shape(GpuWindowSteps(family=family, cpu_p50_ns=stats.family.p50_ns, cpu_p95_ns=stats.family.p95_ns,
+                                      candidates=stats.candidates), windows)
 
 
-def family_stats(steps: pl.DataFrame, family: StepFamily) -> StepStats | None:
+def family_stats(steps: pl.DataFrame, family: StepFamily) -> NvtxCpuSteps | None:
     """STEPS, every range of FAMILY in a capture (step, start_ns, end_ns, by start), stated as :func:`find_steps`
     states a family it chose (no other candidates); None where they are fewer than two or overlap, so that
     :func:`find_steps` would not take them as steps. FAMILY's depth is kept: the least of the ranges it saw."""
@@ -164,7 +227,7 @@ def family_stats(steps: pl.DataFrame, family: StepFamily) -> StepStats | None:
         return None
     whole = _family_of(steps, family.pattern, family.thread).model_copy(
         update={"domain": family.domain, "depth": family.depth})
-    return _with_shape(StepStats(source="nvtx", family=whole), steps)
+    return _with_shape(NvtxCpuSteps(family=whole), steps)
 
 
 def _family_instances(nvtx: pl.DataFrame, codes: tuple[pl.Series, pl.Series], family: StepFamily) -> pl.DataFrame:
@@ -192,7 +255,7 @@ def _family_of(steps: pl.DataFrame, pattern: str, thread: int | None) -> StepFam
     return StepFamily(pattern=pattern, domain="", thread=thread, depth=0, count=steps.height, sequential=True, **shape)
 
 
-def _with_shape(stats: StepStats, steps: pl.DataFrame) -> StepStats:
+def _with_shape(stats: Shaped, steps: pl.DataFrame) -> Shaped:
     """Add the warm-up outlier and the trend, both measured without the first step when it is warm-up."""
     if steps.height < 3:
         return stats

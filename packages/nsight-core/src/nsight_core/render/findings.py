@@ -11,7 +11,7 @@ from nsight_core.analysis.completeness import Completeness
 from nsight_core.analysis.finding_model import Evidence, Finding, Saving, Where
 from nsight_core.analysis.findings import MIN_STEPS
 from nsight_core.analysis.result import Analysis, Coverage
-from nsight_core.analysis.steps import StepStats
+from nsight_core.analysis.steps import CaptureAsStep, KernelPeriodSteps, NvtxGpuSteps, StepStats
 from nsight_core.render.text import kernel_short_name, printable
 from nsight_core.units import duration as _ns
 from nsight_core.units import quantity
@@ -175,16 +175,18 @@ def finding_lines(finding: Finding) -> list[str]:
 
 def steps_text(steps: StepStats) -> str:
     """One line about the steps: family, count, p50/p95/max, warm-up and trend; or why there are none."""
-    family = steps.family
-    if family is None:
+    if isinstance(steps, CaptureAsStep):
         return f"steps: none found ({steps.reason})"
+    found, clock = "nvtx", ""
+    match steps:
+        case NvtxGpuSteps():
+            clock = (f"; on the GPU's clock, {steps.bound}-bound (the ranges themselves: p50 {_ns(steps.cpu_p50_ns)}"
+                     + (", the host runs ahead of the GPU)" if steps.bound == "device" else ")"))
+        case KernelPeriodSteps():
+            found = f"kernel-period, each from kernel {printable(kernel_short_name(steps.anchor_kernel))}"
+    family = steps.family
     warmup = f", first step {_ns(family.first_ns)} (warm-up)" if steps.warmup else ""
-    clock = ""
-    if steps.clock == "gpu" and steps.cpu_p50_ns is not None:
-        clock = (f"; on the GPU's clock, {steps.bound}-bound (the ranges themselves: p50 {_ns(steps.cpu_p50_ns)}"
-                 + (", the host runs ahead of the GPU)" if steps.bound == "device" else ")"))
-    anchor = f", each from kernel {printable(kernel_short_name(steps.anchor_kernel))}" if steps.anchor_kernel else ""
-    return (f"steps: {family.count} x {family.pattern} ({steps.source}{anchor}): p50 {_ns(family.p50_ns)}, "
+    return (f"steps: {family.count} x {family.pattern} ({found}): p50 {_ns(family.p50_ns)}, "
             f"p95 {_ns(family.p95_ns)}, max {_ns(family.max_ns)}{warmup}, trend {steps.trend}{clock}")
 
 
@@ -192,7 +194,7 @@ def overhead_text(analysis: Analysis) -> str | None:
     """The step without the profiler, in one line ("p50 2.02 ms profiled; about 1.00 ms without the profiler
     (tracing added about 1.02 ms: 76 CUDA calls a step)"); None where it was not estimated."""
     steps, overhead = analysis.steps, analysis.overhead
-    if overhead is None or steps.family is None or steps.estimated_p50_ns is None:
+    if overhead is None or not isinstance(steps, NvtxGpuSteps):
         return None
     measured = f" at {_ns(overhead.per_call_ns)} each, measured as the region started" if overhead.calibrated else ""
     return (f"p50 {_ns(steps.family.p50_ns)} profiled; about {_ns(steps.estimated_p50_ns)} without the profiler "

@@ -14,6 +14,7 @@ import polars as pl
 
 from nsight_core.analysis.finding_model import Where
 from nsight_core.analysis.step_drawing import DrawnStep, StepDrawing
+from nsight_core.analysis.steps import KernelPeriodSteps, NvtxCpuSteps, NvtxGpuSteps
 from nsight_core.render.findings import CPU_LABELS, PART_LABELS
 from nsight_core.render.text import kernel_short_name
 from nsight_core.units import duration, size
@@ -38,7 +39,7 @@ def step_view_data(drawing: StepDrawing) -> dict[str, Any]:
     labels: dict[str, int] = {}
     steps = [_step(step, drawing, names, labels) for step in drawing.steps]
     kinds = list(KIND_LABELS)
-    return {"clock": drawing.clock, "steps": steps, "names": list(names),
+    return {"clock": drawing.stats.clock, "steps": steps, "names": list(names),
             "short": [kernel_short_name(name) for name in names], "labels": list(labels),
             "kinds": kinds, "kind_labels": [KIND_LABELS[kind] for kind in kinds],
             "kind_colors": [KIND_COLORS[kind] for kind in kinds],
@@ -50,8 +51,13 @@ def step_panels(drawing: StepDrawing) -> list[dict[str, Any]]:
     the GPU's idle time by cause, most first, each with its longest stretch (a click zooms to it), and what was left
     out."""
     panels = []
-    clock = "its GPU window" if drawing.clock == "gpu" else \
-        "its kernel period" if drawing.source == "kernel-period" else "its NVTX range"
+    match drawing.stats:
+        case NvtxGpuSteps():
+            clock = "its GPU window"
+        case KernelPeriodSteps():
+            clock = "its kernel period"
+        case NvtxCpuSteps():
+            clock = "its NVTX range"
     for index, step in enumerate(drawing.steps):
         roles = " and ".join(ROLE_TITLES[role].lower() if i else ROLE_TITLES[role] for i, role in enumerate(step.roles))
         idle = step.idle.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("d"), _idle_label())

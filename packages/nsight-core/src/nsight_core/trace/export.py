@@ -294,8 +294,10 @@ def export_choice(report: Path, nsys: Nsys | None = None) -> ExportChoice:
                                              and streamed_summary_fits()):
         return _streamed(report, "memory", size, nsys)
     if is_current(export_path(report, "arrowdir"), report) or "arrowdir" in (nsys or find_nsys()).export_types:
-        return ExportChoice("arrowdir", False, "small", size, stream_above)
-    return ExportChoice("sqlite", False, "no_arrowdir", size, stream_above)
+        return ExportChoice(kind="arrowdir", streamed=False, reason="small", trace_bytes=size,
+                            stream_above_bytes=stream_above)
+    return ExportChoice(kind="sqlite", streamed=False, reason="no_arrowdir", trace_bytes=size,
+                        stream_above_bytes=stream_above)
 
 
 def _streamed(report: Path, reason: str, size: int, nsys: Nsys | None) -> ExportChoice:
@@ -303,9 +305,11 @@ def _streamed(report: Path, reason: str, size: int, nsys: Nsys | None) -> Export
     gives more than one."""
     sliced = export_path(report, "sqlitedir")
     if is_current(sliced, report):
-        return ExportChoice("sqlitedir", True, reason, size, STREAM_ABOVE_BYTES, len(list(sliced.glob(SLICE_PATTERN))))
+        return ExportChoice(kind="sqlitedir", streamed=True, reason=reason, trace_bytes=size,
+                            stream_above_bytes=STREAM_ABOVE_BYTES, slices=len(list(sliced.glob(SLICE_PATTERN))))
     slices = 1 if is_current(export_path(report, "sqlite"), report) else export_slices(size, nsys)
-    return ExportChoice("sqlitedir" if slices > 1 else "sqlite", True, reason, size, STREAM_ABOVE_BYTES, slices)
+    return ExportChoice(kind="sqlitedir" if slices > 1 else "sqlite", streamed=True, reason=reason, trace_bytes=size,
+                        stream_above_bytes=STREAM_ABOVE_BYTES, slices=slices)
 
 
 def export_slices(trace_bytes: int, nsys: Nsys | None = None) -> int:

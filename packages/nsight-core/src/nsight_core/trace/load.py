@@ -49,8 +49,8 @@ def load_trace(path: str | Path, nsys: Nsys | None = None) -> Trace:
         if summary_fits(tables.arrow_bytes(EVENT_TABLES)):
             return Trace(tables)
         parts = sorted(path.glob(SLICE_PATTERN)) if path.is_dir() else [path]
-        choice = ExportChoice("sqlitedir" if path.is_dir() else "sqlite", True, "memory",
-                              sum(part.stat().st_size for part in parts), slices=len(parts))
+        choice = ExportChoice(kind="sqlitedir" if path.is_dir() else "sqlite", streamed=True, reason="memory",
+                              trace_bytes=sum(part.stat().st_size for part in parts), slices=len(parts))
         return Trace(SpilledTables(tables, choice))
     raise StatsError(f"{path} is not a trace: pass a .nsys-rep, its .sqlite export or an arrow-directory export.")
 

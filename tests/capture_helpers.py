@@ -63,6 +63,23 @@ def sleepy_steps(steps: int, sleep_s: float, busy_s: float, name: str = "step") 
     """
 
 
+def stand_in_nsys(folder: Path, script: str, real: Path | None = None) -> Path:
+    """A stand-in nsys, FOLDER/stand-in/bin/nsys, that runs SCRIPT (sh, $REAL the real nsys or REAL, "$@" its
+    arguments), laid out as an installation: beside its folder are REAL's ``host-*`` folders. nsight finds nsys'
+    importer there, as it does beside any nsys, and imports once more a raw stream nsys' own import failed on
+    (2023.4.4 under load); a stand-in without it keeps that stream, which then fails the case that checks nothing is
+    left."""
+    real = real or find_nsys().path
+    root = folder / "stand-in"
+    (root / "bin").mkdir(parents=True)
+    for host in real.resolve().parent.parent.glob("host-*"):
+        (root / host.name).symlink_to(host)
+    fake = root / "bin" / "nsys"
+    fake.write_text(f"#!/bin/sh\nREAL={real}\n{script}")
+    fake.chmod(0o755)
+    return fake
+
+
 def nsys_whose_importer_fails_once(folder: Path, status: int = 2, times: int = 1) -> tuple[dict[str, str], Path]:
     """The real nsys, installed anew under FOLDER (links to the real files), whose QdstrmImporter fails its
     first import as 2023.4.4's did under load: with STATUS 2 it writes nothing ("Importer error status:

@@ -19,7 +19,7 @@ from nsight_core.errors import NsightError, one_line
 from nsight_core.nsys import DEFAULT_TRACE, validate_cuda_graph_trace
 from nsight_core.session import Session
 from nsight_core.settings import default_output_dir, sanitize, validate_trace
-from nsight_core.supervise import never_started, run_command
+from nsight_core.supervise import never_started
 
 __all__ = ["exec_launch", "exec_wrapper"]
 
@@ -42,8 +42,7 @@ def exec_launch(argv: Sequence[str], *, name: str, trace: Sequence[str] | str = 
         _exec_unprofiled(argv, one_line(exc))
     if why := tempspace.shortfall():
         _exec_unprofiled(argv, why)
-    with tempspace.watch(session._stop):
-        finished = run_command(session.name, session._launch("manual"), argv)
+    finished, _ = session._record(argv, "manual")
     if not finished.started:
         _exec_unprofiled(argv, never_started(finished.nsys_output))
     sys.exit(finished.returncode)

@@ -34,7 +34,7 @@ from nsight_core.nsys import (
 )
 from nsight_core.region import Region
 from nsight_core.settings import LATEST, RUNS_DIR, Settings, diagnose, sanitize, validate_trace
-from nsight_core.supervise import Launch, never_started, run_command, run_plain
+from nsight_core.supervise import Finished, Launch, never_started, run_command, run_plain
 
 log = logging.getLogger("nsight")
 
@@ -133,15 +133,7 @@ class Session:
         if why := tempspace.shortfall():  # profiling must never be what kills the program
             return RunResult(returncode=run_plain(argv), output_dir=self.output_dir, reports=[],
                              diagnosis=f"{argv[0]} ran unprofiled: {why}")
-        with owned_folder("nsight-claims-") as scratch:
-            claims = scratch / "claims"
-            with tempspace.watch(self._stop, once=capture == "process"):
-                finished = run_command(self.name, self._launch(capture, claims), argv, timeout=timeout)
-            bases = ([Path(line) for line in claims.read_text().splitlines()] if claims.exists()
-                     else []) if capture == "manual" else [self.output_dir / self.name]
-        for base in bases:  # every process of the session has ended: claims left are its killed ones'
-            clear_claim(base)
-            self._import_kept_stream(base)
+        finished, bases = self._record(argv, capture, timeout)
         reports = sorted((report for base in bases if (report := base.with_name(base.name + ".nsys-rep")).exists()),
                          key=lambda p: p.stat().st_mtime)
         diagnosis, returncode = None, finished.returncode
@@ -162,6 +154,23 @@ class Session:
             self._point_latest()
         return RunResult(returncode=returncode, output_dir=self.output_dir, reports=reports,
                          diagnosis=diagnosis)
+
+    def _record(self, argv: Sequence[str], capture: CaptureMode,
+                timeout: float | None = None) -> tuple[Finished, list[Path]]:
+        """Run ARGV under nsys (:func:`run_command`; a collection is stopped where nsys' temp folder fills); how it
+        ended, and the base of every trace it recorded. Once every process of the session has ended, a raw stream nsys
+        kept of one of them is imported once more: nsys' own import (at a region's stop, or at the session's end for
+        a collection still recording) fails at times under load, and nothing else is left to import it."""
+        with owned_folder("nsight-claims-") as scratch:
+            claims = scratch / "claims"
+            with tempspace.watch(self._stop, once=capture == "process"):
+                finished = run_command(self.name, self._launch(capture, claims), argv, timeout=timeout)
+            bases = ([Path(line) for line in claims.read_text().splitlines()] if claims.exists()
+                     else []) if capture == "manual" else [self.output_dir / self.name]
+        for base in bases:  # claims left are those of the session's killed processes
+            clear_claim(base)
+            self._import_kept_stream(base)
+        return finished, bases
 
     def _import_kept_stream(self, base: Path) -> None:
         """Import the raw stream nsys kept of BASE once more (:meth:`Nsys.import_kept_stream`); say how that went."""

@@ -166,6 +166,9 @@ DEEP = {"2023.4.4-deep": unpacked("h200-deep-causes"), "2025.3-deep": unpacked("
 value the host waits for; the allocator's loop at batch 32768), recorded as the fifth."""
 H100_DEEP = {"2023.4.4-h100-deep": unpacked("h100-deep-causes"), "2025.3-h100-deep": unpacked("h100-deep-causes-2025")}
 """The seventh: the allocator's loop at batch 32768 on an H100, both nsys versions."""
+SPIN = {"2023.4.4-h100-spin": unpacked("h100-spin-causes"), "2025.3-h100-spin": unpacked("h100-spin-causes-2025")}
+"""The eighth: the hidden syncs and the pageable copy after a spin kernel of fixed cycles instead of GEMMs, on an H100,
+both nsys versions: GPU work whose time does not move with the clocks a fix changes."""
 
 
 def _v2(version: str, region: str) -> nsight_core.Analysis:
@@ -250,7 +253,7 @@ with 2023.4.4 it lands). A known gap of the per-call model, kept visible (strict
 ESTIMATED = [pytest.param(recordings[version], case, variant, id=f"{case}-{variant}-{version}",
                          marks=[pytest.mark.xfail(strict=True, reason="UNEXPLAINED")]
                          if (version, case, variant) in UNEXPLAINED else [])
-             for recordings in (V2, CAUSES, H100, CALIBRATED, DEEP, H100_DEEP) for version in recordings
+             for recordings in (V2, CAUSES, H100, CALIBRATED, DEEP, H100_DEEP, SPIN) for version in recordings
              for case, found in json.loads((recordings[version] / "truth.json").read_text())["cases"].items()
              for variant in found["variants"] if not _lost_data(version, case, variant)]
 
@@ -307,6 +310,9 @@ CAUSE_PAIRS = [
     (DEEP, Pair("list_tensor_deep", "fixed", ("sync_wait",))),  # torch.tensor(list, device=) | pinned, non_blocking
     (DEEP, Pair("alloc_churn_deep", "fixed", ("allocator_churn",))),
     (H100_DEEP, Pair("alloc_churn_deep", "fixed", ("allocator_churn",))),
+    (SPIN, Pair("item_if_spin", "fixed", ("sync_wait",))),
+    (SPIN, Pair("mask_tail_spin", "fixed", ("sync_wait",))),
+    (SPIN, Pair("list_tensor_spin", "fixed", ("sync_wait",))),
 ]
 """Known causes (analysis/causes.py, and the hidden syncs named by their pattern) whose fix the recordings measured
 well above the host's noise, with the recordings that hold them."""
@@ -367,19 +373,20 @@ def test_a_read_after_a_selection_is_named_mask_indexing(version: str) -> None:
     assert "sync_wait" not in {f.kind for f in _v2(version, "mask_sync-fixed").findings}
 
 
-@pytest.mark.parametrize("version", list(DEEP))
-@pytest.mark.parametrize(("case", "subject"), [("item_if_deep", "scalar_reads"), ("mask_tail_deep", "mask_indexing"),
-                                               ("list_tensor_deep", "pageable_transfer")])
-def test_a_hidden_sync_is_named_by_its_pattern(version: str, case: str, subject: str) -> None:
-    """The sync after nine GEMMs, by what made it: a Python `if` on a tensor (a one-byte read), boolean-mask indexing
-    (a read after nonzero's selection), a tensor made from a Python list on the GPU (a pageable copy); the calls that
-    waited are its evidence, and the fixed twin has no sync finding."""
-    top = _recorded(DEEP[version], f"{case}-problem").findings[0]
+@pytest.mark.parametrize("folder", [*DEEP.values(), *SPIN.values()], ids=[*DEEP, *SPIN])
+@pytest.mark.parametrize(("cause", "subject"), [("item_if", "scalar_reads"), ("mask_tail", "mask_indexing"),
+                                                ("list_tensor", "pageable_transfer")])
+def test_a_hidden_sync_is_named_by_its_pattern(folder: Path, cause: str, subject: str) -> None:
+    """The sync after nine GEMMs or a spin kernel, by what made it: a Python `if` on a tensor (a one-byte read),
+    boolean-mask indexing (a read after nonzero's selection), a tensor made from a Python list on the GPU (a pageable
+    copy); the calls that waited are its evidence, and the fixed twin has no sync finding."""
+    case = f"{cause}_{'deep' if folder in DEEP.values() else 'spin'}"
+    top = _recorded(folder, f"{case}-problem").findings[0]
     assert (top.kind, top.subject) == ("sync_wait", subject)
     waited = {e.where.name.split(" in ")[0] for e in top.evidence if e.metric == "sync_calls_per_step" and e.where}
     assert waited == ({"cudaMemcpyAsync", "cudaStreamSynchronize"} if subject == "pageable_transfer"
                       else {"cudaStreamSynchronize"})
-    assert "sync_wait" not in {f.kind for f in _recorded(DEEP[version], f"{case}-fixed").findings}
+    assert "sync_wait" not in {f.kind for f in _recorded(folder, f"{case}-fixed").findings}
     if subject == "pageable_transfer":  # its own advice: pinned memory, not the generic sync's
         assert "pin_memory=True" in finding_suggestion(top) and "pageable" in finding_title(top)
 

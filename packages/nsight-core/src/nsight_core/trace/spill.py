@@ -81,12 +81,12 @@ class SpilledTables:
         _remove_abandoned(self.folder.parent)
         self._remove = weakref.finalize(self, shutil.rmtree, self.folder, ignore_errors=True)
         self._copies: dict[str, list[tuple[Path, Schema]]] = {}
-        """Per table, each Parquet copy made and its columns: what :meth:`copied` finds."""
+        """Per table, each Parquet copy made and its columns: a scan of some of them reads it again."""
         self._lock = threading.Lock()
 
     @property
     def sqlite(self) -> SqliteExport:
-        """The SQLite export these tables read (a part of it read whole: :mod:`nsight_core.trace.head`)."""
+        """The SQLite export these tables read (the Python backtraces' marks are read from it with a condition)."""
         return self._sqlite
 
     def columns(self, table: str) -> frozenset[str]:
@@ -102,28 +102,21 @@ class SpilledTables:
 
     def scan(self, table: str, wanted: Wanted) -> pl.LazyFrame | None:
         """TABLE's WANTED columns (typed as :meth:`read` gives them) as a lazy scan of Parquet files: of a copy
-        already made that holds them (:meth:`copied`), else of one copied from the SQLite export now; None when the
-        export has no such table."""
+        already made that holds them, else of one copied from the SQLite export now; None when the export has no such
+        table."""
         if not self.columns(table):
             return None
-        with self._lock:  # two threads asking for one table copy it once
-            if (found := self.copied(table, wanted)) is None:
-                copies = self._copies.setdefault(table, [])
-                copies.append((self._spill(table, wanted, self.folder / f"{table}-{len(copies)}"), _made(wanted)))
-                found = self.copied(table, wanted)
-        return found
-
-    def copied(self, table: str, wanted: Wanted) -> pl.LazyFrame | None:
-        """TABLE's WANTED columns from a Parquet copy already made that holds them all, typed alike; None where
-        none does. Why: a large capture's first part (:mod:`nsight_core.trace.head`) is read after the statistics
-        copied its tables, and a scan of a copy skips what its filter excludes, where each read of the SQLite export
-        scans the whole table (3 M NVTX ranges: 1.6 s a read, two reads for the NVTX frame)."""
         made = dict(_made(wanted))
-        for folder, columns in self._copies.get(table, []):
-            if all(columns.get(name) == dtype for name, dtype in made.items()):
-                # In the table's order: the files are named by batch.
-                return pl.scan_parquet(sorted(folder.glob("*.parquet")), schema=columns).select(list(made))
-        return None
+        with self._lock:  # two threads asking for one table copy it once
+            copies = self._copies.setdefault(table, [])
+            found = next(((folder, columns) for folder, columns in copies
+                          if all(columns.get(name) == dtype for name, dtype in made.items())), None)
+            if found is None:
+                found = (self._spill(table, wanted, self.folder / f"{table}-{len(copies)}"), made)
+                copies.append(found)
+        folder, columns = found
+        # In the table's order: the files are named by batch.
+        return pl.scan_parquet(sorted(folder.glob("*.parquet")), schema=columns).select(list(made))
 
     def _spill(self, table: str, wanted: Wanted, target: Path) -> Path:
         needed, free = self._sqlite.arrow_bytes([table]), shutil.disk_usage(self.folder).free

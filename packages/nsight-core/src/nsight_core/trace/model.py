@@ -29,14 +29,11 @@ from nsight_core.trace.schema import (
     I64,
     ID,
     KERNEL_COLUMNS,
-    KERNEL_READ,
     MARK_COLUMNS,
     MAX_DOMAIN_CONDITIONS,
     MEMCPY_COLUMNS,
-    MEMCPY_READ,
     MEMORY_KINDS,
     MEMSET_COLUMNS,
-    MEMSET_READ,
     NVTX_COLUMNS,
     NVTX_DOMAIN_CREATE,
     NVTX_MARK_TYPES,
@@ -49,6 +46,8 @@ from nsight_core.trace.schema import (
     SYNC_COLUMNS,
     SYNC_KINDS,
     THREAD_COLUMNS,
+    Lookup,
+    event_read,
     osrt_calls,
     pid_of,
 )
@@ -141,49 +140,78 @@ class Trace:
         return frame if frame is not None else _empty({"id": I64, "value": STR})
 
     def _string(self, id_column: str, table: pl.DataFrame | None = None) -> pl.Expr:
-        """ID_COLUMN's string (null where the id is unknown): one lookup column, no join that copies the frame."""
+        """ID_COLUMN's string (null where the id is unknown) in TABLE (id, value; else the string table): one lookup
+        column, no join that copies the frame."""
         table = self.strings if table is None else table
         return pl.col(id_column).replace_strict(table["id"], table["value"], default=None, return_dtype=STR)
 
     def _enum(self, table: str, fallback: Mapping[int, str]) -> pl.DataFrame:
+        """TABLE's enum labels as (id, value), else FALLBACK's (old SQLite exports have no ENUM tables)."""
         frame = self._read(table, {"id": I64, "label": STR}, required=("id", "label"))
         if frame is None:
-            return pl.DataFrame({"id": list(fallback), "label": list(fallback.values())},
-                                schema={"id": I64, "label": STR})
-        return frame
+            return pl.DataFrame({"id": list(fallback), "value": list(fallback.values())},
+                                schema={"id": I64, "value": STR})
+        return frame.rename({"label": "value"})
 
-    def _label(self, column: str, table: str, fallback: Mapping[int, str]) -> pl.Expr:
-        """COLUMN's enum label from TABLE (else FALLBACK), "Unknown" where it has none."""
-        labels = self._enum(table, fallback)
-        return (pl.col(column).replace_strict(labels["id"], labels["label"], default=None, return_dtype=STR)
-                .fill_null("Unknown"))
+    def _label(self, column: str, table: str, fallback: Mapping[int, str], lookup: Lookup | None = None) -> pl.Expr:
+        """COLUMN's enum label from TABLE (else FALLBACK) found by LOOKUP (else :meth:`_string`), "Unknown" where it
+        has none."""
+        return (lookup or self._string)(column, self._enum(table, fallback)).fill_null("Unknown")
+
+    def event_columns(self, frame: str, lookup: Lookup) -> list[pl.Expr]:
+        """The columns of event FRAME (a key of EVENT_READS) made of its export table's, each id's text found by
+        LOOKUP in its table of (id, value): one definition for the frames read whole here and for those a large
+        capture streams from disk (:mod:`nsight_core.trace.streamed`)."""
+        times = [pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns")]
+        on_gpu = [*times, pl.col("deviceId").alias("device"), pl.col("streamId").alias("stream")]
+        thread, name_id = pl.col("globalTid").alias("thread"), pl.col("nameId").alias("name_id")
+        correlation = pl.col("correlationId").alias("correlation_id")
+        match frame:
+            case "kernels":
+                return [*on_gpu, lookup("demangledName", self.strings).fill_null("").alias("name"),
+                        lookup("shortName", self.strings).fill_null("").alias("short_name"), correlation]
+            case "graphs":
+                return [*on_gpu, pl.col("graphId").alias("graph_id"), correlation]
+            case "memcpy":
+                return [*on_gpu, pl.col("bytes"),
+                        self._label("copyKind", "ENUM_CUDA_MEMCPY_OPER", COPY_DIRECTIONS, lookup).alias("direction"),
+                        self._label("srcKind", "ENUM_CUDA_MEM_KIND", MEMORY_KINDS, lookup).alias("src_kind"),
+                        self._label("dstKind", "ENUM_CUDA_MEM_KIND", MEMORY_KINDS, lookup).alias("dst_kind"),
+                        correlation]
+            case "memset":
+                return [*on_gpu, pl.col("bytes"), correlation]
+            case "sync":
+                return [*on_gpu, self._label("syncType", "ENUM_CUPTI_SYNC_TYPE", SYNC_KINDS, lookup).alias("kind"),
+                        correlation]
+            case "cuda_api":
+                return [*times, lookup("nameId", self.api_names).fill_null("").alias("name"), thread, correlation,
+                        name_id]
+            case "osrt":
+                return [*times, lookup("nameId", self.strings).fill_null("").alias("name"), thread, name_id]
+        raise KeyError(frame)
+
+    def _events(self, frame: str, empty: Schema, *more: pl.Expr) -> pl.DataFrame:
+        """Event FRAME (:meth:`event_columns`, then MORE) read whole, by start time; EMPTY's columns, empty, where the
+        export has no table of it."""
+        table, wanted = event_read(frame, self._tables.columns)
+        raw = self._read(table, wanted)
+        if raw is None:
+            return _empty(empty)
+        if frame == "osrt":
+            raw = osrt_calls(raw)
+        return _by_start(raw).select(*self.event_columns(frame, self._string), *more)
 
     # -- GPU activity ----------------------------------------------------------------------------------
 
     @functools.cached_property
     def kernels(self) -> pl.DataFrame:
         """CUDA kernels, by start time."""
-        raw = self._read("CUPTI_ACTIVITY_KIND_KERNEL", KERNEL_READ)
-        if raw is None:
-            return _empty(KERNEL_COLUMNS)
-        return _by_start(raw).select(
-            pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
-            pl.col("streamId").alias("stream"), self._string("demangledName").fill_null("").alias("name"),
-            self._string("shortName").fill_null("").alias("short_name"),
-            pl.col("correlationId").alias("correlation_id"), pid_of(pl.col("globalPid")).alias("pid"),
-        )
+        return self._events("kernels", KERNEL_COLUMNS, pid_of(pl.col("globalPid")).alias("pid"))
 
     @functools.cached_property
     def graphs(self) -> pl.DataFrame:
         """CUDA-graph launches on the GPU, by start; those whose nodes are in ``kernels`` left out (see the module)."""
-        raw = self._read("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", {
-            "start": I64, "end": I64, "deviceId": I64, "streamId": I64, "graphId": I64, "correlationId": I64})
-        if raw is None:
-            return _empty(GRAPH_COLUMNS)
-        graphs = _by_start(raw).select(
-            pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
-            pl.col("streamId").alias("stream"), pl.col("graphId").alias("graph_id"),
-            pl.col("correlationId").alias("correlation_id"))
+        graphs = self._events("graphs", GRAPH_COLUMNS)
         if not self.kernels.height:
             return graphs
         return graphs.filter(~pl.col("correlation_id").is_in(self.kernels["correlation_id"].implode()))
@@ -191,58 +219,24 @@ class Trace:
     @functools.cached_property
     def memcpy(self) -> pl.DataFrame:
         """Memory copies with direction and the memory kind of each side (pageable copies show here)."""
-        raw = self._read("CUPTI_ACTIVITY_KIND_MEMCPY", MEMCPY_READ)
-        if raw is None:
-            return _empty(MEMCPY_COLUMNS)
-        return _by_start(raw).select(
-            pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
-            pl.col("streamId").alias("stream"), "bytes",
-            self._label("copyKind", "ENUM_CUDA_MEMCPY_OPER", COPY_DIRECTIONS).alias("direction"),
-            self._label("srcKind", "ENUM_CUDA_MEM_KIND", MEMORY_KINDS).alias("src_kind"),
-            self._label("dstKind", "ENUM_CUDA_MEM_KIND", MEMORY_KINDS).alias("dst_kind"),
-            pl.col("correlationId").alias("correlation_id"),
-        )
+        return self._events("memcpy", MEMCPY_COLUMNS)
 
     @functools.cached_property
     def memset(self) -> pl.DataFrame:
         """Memsets."""
-        raw = self._read("CUPTI_ACTIVITY_KIND_MEMSET", MEMSET_READ)
-        if raw is None:
-            return _empty(MEMSET_COLUMNS)
-        return _by_start(raw).select(
-            pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
-            pl.col("streamId").alias("stream"), "bytes", pl.col("correlationId").alias("correlation_id"),
-        )
+        return self._events("memset", MEMSET_COLUMNS)
 
     @functools.cached_property
     def sync(self) -> pl.DataFrame:
         """CUDA synchronisation events (stream, event, context syncs) as the GPU side saw them."""
-        raw = self._read("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", {
-            "start": I64, "end": I64, "deviceId": I64, "streamId": I64, "syncType": I64, "correlationId": I64})
-        if raw is None:
-            return _empty(SYNC_COLUMNS)
-        return _by_start(raw).select(
-            pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
-            pl.col("streamId").alias("stream"),
-            self._label("syncType", "ENUM_CUPTI_SYNC_TYPE", SYNC_KINDS).alias("kind"),
-            pl.col("correlationId").alias("correlation_id"),
-        )
+        return self._events("sync", SYNC_COLUMNS)
 
     # -- CPU side --------------------------------------------------------------------------------------
 
     @functools.cached_property
     def cuda_api(self) -> pl.DataFrame:
         """CUDA runtime and driver API calls; names without nsys' ``_v3020``-style version suffix."""
-        raw = self._read("CUPTI_ACTIVITY_KIND_RUNTIME", {
-            "start": I64, "end": I64, "nameId": I64, "globalTid": I64, "correlationId": I64})
-        if raw is None:
-            return _empty(API_COLUMNS)
-        return _by_start(raw).select(
-            pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"),
-            self._string("nameId", self.api_names).fill_null("").alias("name"),
-            pl.col("globalTid").alias("thread"), pl.col("correlationId").alias("correlation_id"),
-            pl.col("nameId").alias("name_id"),
-        )
+        return self._events("cuda_api", API_COLUMNS)
 
     @functools.cached_property
     def api_names(self) -> pl.DataFrame:
@@ -256,17 +250,8 @@ class Trace:
     @functools.cached_property
     def osrt(self) -> pl.DataFrame:
         """OS-runtime calls (trace=osrt): sleeps, locks, reads, polls; not nsys' own row saying the tracing started
-        (:data:`OSRT_CALLS`)."""
-        classed = "eventClass" in self._tables.columns("OSRT_API")  # in every export seen; no note where it is not
-        raw = self._read("OSRT_API", {"start": I64, "end": I64, "nameId": ID, "globalTid": I64,
-                                      **({"eventClass": I64} if classed else {})})
-        if raw is None:
-            return _empty(OSRT_COLUMNS)
-        return _by_start(osrt_calls(raw)).select(
-            pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"),
-            self._string("nameId").fill_null("").alias("name"), pl.col("globalTid").alias("thread"),
-            pl.col("nameId").alias("name_id"),
-        )
+        (:func:`osrt_calls`)."""
+        return self._events("osrt", OSRT_COLUMNS)
 
     @functools.cached_property
     def samples(self) -> pl.DataFrame:

@@ -23,25 +23,8 @@ from typing import Any
 import polars as pl
 
 from nsight_core.errors import StatsError
-from nsight_core.stats.models import (
-    ApiCallRow,
-    KernelRow,
-    MemorySizeRow,
-    MemoryTimeRow,
-    NvtxRangeRow,
-    ProfileStats,
-    TimeRow,
-)
-from nsight_core.stats.reports import header_field, table_of
-
-_ROW_MODELS: dict[str, type[TimeRow] | type[MemorySizeRow]] = {
-    "kernels": KernelRow,
-    "api_calls": ApiCallRow,
-    "memory_time": MemoryTimeRow,
-    "memory_size": MemorySizeRow,
-    "nvtx_ranges": NvtxRangeRow,
-}
-_TEXT_HEADERS = {"name", "range", "operation"}
+from nsight_core.stats.models import TABLE_MODELS, ProfileStats
+from nsight_core.stats.reports import NAME_HEADERS, header_field, table_of
 
 
 def _split_row(line: str, columns: int, name_last: bool) -> list[str]:
@@ -52,8 +35,7 @@ def _split_row(line: str, columns: int, name_last: bool) -> list[str]:
             if len(name) >= 2 and name[0] == name[-1] == '"' and "," in name:
                 fields[-1] = name[1:-1]
             return fields
-    fields = next(csv.reader([line]))
-    return fields
+    return next(csv.reader([line]))
 
 
 def read_frame(report: str, text: str) -> pl.DataFrame:
@@ -65,7 +47,7 @@ def read_frame(report: str, text: str) -> pl.DataFrame:
     if not numbered:
         return pl.DataFrame()
     header = next(csv.reader([numbered[0][1]]))
-    name_last = "".join(header[-1].split()).lower() in _TEXT_HEADERS
+    name_last = "".join(header[-1].split()).lower() in NAME_HEADERS
     records: list[tuple[int, str]] = []
     for number, line in numbered[1:]:
         short = len(line.split(",", len(header) - 1)) < len(header)
@@ -133,7 +115,7 @@ def parse_report(report: str, text: str) -> tuple[str | None, list[Any]]:
     frame = typed_frame(report, raw)
     if table == "nvtx_ranges":
         frame = _default_domain_bare(frame)
-    model = _ROW_MODELS[table]
+    model = TABLE_MODELS[table]
     missing = {f for f, info in model.model_fields.items() if info.is_required()} - set(frame.columns)
     if missing:
         raise StatsError(

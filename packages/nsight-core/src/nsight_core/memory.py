@@ -47,9 +47,11 @@ _UNLIMITED = 1 << 60
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 
 
-def summary_bytes(stored_bytes: int) -> int:
+def summary_bytes(stored_bytes: int | None) -> int:
     """The memory a summary of events taking STORED_BYTES in their export may peak at (an upper estimate), with as
-    many threads as Polars runs here."""
+    many threads as Polars runs here; None: one streamed from disk, whatever their size."""
+    if stored_bytes is None:
+        return STREAMED_SUMMARY_BYTES
     import polars as pl  # here: the export's check, and `import nsight_core`, need no Polars
 
     return SUMMARY_BASE_BYTES + SUMMARY_BYTES_PER_THREAD * pl.thread_pool_size() \
@@ -59,13 +61,7 @@ def summary_bytes(stored_bytes: int) -> int:
 def check_streamed_summary_memory(what: str) -> None:
     """Raise :class:`NotEnoughMemoryError` when even a streamed summary of WHAT (``STREAMED_SUMMARY_BYTES``) needs more
     than this process may take."""
-    _check(STREAMED_SUMMARY_BYTES, f"summarising {what}", "streamed from disk, its size aside")
-
-
-def streamed_summary_fits() -> bool:
-    """Whether a summary scanned from disk fits what this process may take (True where no limit is known)."""
-    allowed, _ = allowed_memory()
-    return allowed is None or allowed >= STREAMED_SUMMARY_BYTES
+    _check(summary_bytes(None), f"summarising {what}", "streamed from disk, its size aside")
 
 
 def export_bytes(trace_bytes: int, kind: str = "arrowdir", processes: int = 1) -> int:
@@ -87,19 +83,13 @@ def check_export_memory(trace_bytes: int, kind: str, what: str, processes: int =
            f"nsys' {kind} export of a {_size(trace_bytes)} trace{f' in {processes} slices' if processes > 1 else ''}")
 
 
-def export_fits(trace_bytes: int, kind: str, processes: int = 1) -> bool:
-    """Whether nsys' KIND export of a .nsys-rep of TRACE_BYTES in PROCESSES fits what this process may take (True where
-    nothing is known of the limit): a large capture is streamed where its arrow export would not fit, and exported in
-    as many slices as fit (trace/export.py)."""
+def fits(needed: int) -> bool:
+    """Whether NEEDED bytes (:func:`export_bytes`, :func:`summary_bytes`) fit what this process may take (True where
+    nothing is known of the limit): how a capture is exported and read is chosen by it (trace/export.py: streamed
+    where its arrow export or its frames would not fit, exported in as many slices as fit; trace/load.py: an SQLite
+    export passed as it is streamed where its summary would not)."""
     allowed, _ = allowed_memory()
-    return allowed is None or export_bytes(trace_bytes, kind, processes) <= allowed
-
-
-def summary_fits(stored_bytes: int) -> bool:
-    """Whether a summary of events taking STORED_BYTES in their export fits what this process may take (True where
-    nothing is known of the limit): an SQLite export passed as it is streamed where it would not (trace/load.py)."""
-    allowed, _ = allowed_memory()
-    return allowed is None or summary_bytes(stored_bytes) <= allowed
+    return allowed is None or needed <= allowed
 
 
 def allowed_memory() -> tuple[int | None, str]:
@@ -124,9 +114,9 @@ def check_comparison_memory(stored_bytes: int | None, what: str) -> None:
     STORED_BYTES (what its events take in their export), read whole, as a summary read whole does; None, streamed from
     disk (a large capture's totals and step times), as a streamed summary does. Else it would get the process
     killed."""
-    needed, why = (summary_bytes(stored_bytes), f"its events take {_size(stored_bytes)} in the export") \
-        if stored_bytes is not None else (STREAMED_SUMMARY_BYTES, "streamed from disk, its size aside")
-    _check(needed, f"comparing {what}", why, "compare",
+    why = "streamed from disk, its size aside" if stored_bytes is None else \
+        f"its events take {_size(stored_bytes)} in the export"
+    _check(summary_bytes(stored_bytes), f"comparing {what}", why, "compare",
            "compare captures of shorter regions, or compare it where there is more memory")
 
 

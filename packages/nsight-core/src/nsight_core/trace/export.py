@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from nsight_core.errors import ExportDiskFullError, NsysCommandError, StatsError
-from nsight_core.memory import check_export_memory, export_fits, streamed_summary_fits, summary_fits
+from nsight_core.memory import check_export_memory, export_bytes, fits, summary_bytes
 from nsight_core.nsys import Nsys, find_nsys
 from nsight_core.trace.writer import check_writer, explain_failure
 from nsight_core.units import size as _size
@@ -290,8 +290,8 @@ def export_choice(report: Path, nsys: Nsys | None = None) -> ExportChoice:
     size, stream_above = report.stat().st_size, STREAM_ABOVE_BYTES
     if size > stream_above:
         return _streamed(report, "large", size, nsys)
-    if not export_fits(size, "arrowdir") or (not summary_fits(EVENT_BYTES_PER_TRACE_BYTE * size)
-                                             and streamed_summary_fits()):
+    if not fits(export_bytes(size, "arrowdir")) or (not fits(summary_bytes(EVENT_BYTES_PER_TRACE_BYTE * size))
+                                                    and fits(summary_bytes(None))):
         return _streamed(report, "memory", size, nsys)
     if is_current(export_path(report, "arrowdir"), report) or "arrowdir" in (nsys or find_nsys()).export_types:
         return ExportChoice("arrowdir", False, "small", size, stream_above)
@@ -324,7 +324,7 @@ def export_slices(trace_bytes: int, nsys: Nsys | None = None) -> int:
     else:
         cores = usable_cores()
         slices = min(cores * SLICES_PER_CORE, MAX_SLICES) if cores > 1 and trace_bytes >= SLICE_ABOVE_BYTES else 1
-    while slices > 1 and not export_fits(trace_bytes, "sqlite", slices):
+    while slices > 1 and not fits(export_bytes(trace_bytes, "sqlite", slices)):
         slices -= 1
     if slices > 1 and not (nsys or find_nsys()).exports_time_slices:
         return 1

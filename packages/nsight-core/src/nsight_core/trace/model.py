@@ -17,41 +17,28 @@ import polars as pl
 
 from nsight_core.trace.depth import with_depth
 from nsight_core.trace.schema import (
-    API_COLUMNS,
-    CONTEXT_COLUMNS,
     COPY_DIRECTIONS,
-    DIAGNOSTIC_COLUMNS,
     DIAGNOSTIC_SEVERITIES,
     DIAGNOSTIC_SOURCES,
     EVENT_TABLES,
-    GPU_COLUMNS,
-    GRAPH_COLUMNS,
     I64,
     ID,
-    KERNEL_COLUMNS,
     MARK_COLUMNS,
     MAX_DOMAIN_CONDITIONS,
-    MEMCPY_COLUMNS,
     MEMORY_KINDS,
-    MEMSET_COLUMNS,
     NVTX_COLUMNS,
     NVTX_DOMAIN_CREATE,
     NVTX_MARK_TYPES,
     NVTX_PUSH_POP_TYPES,
     NVTX_START_END_TYPES,
-    OSRT_COLUMNS,
-    PROCESS_COLUMNS,
-    SAMPLE_COLUMNS,
     STR,
-    SYNC_COLUMNS,
     SYNC_KINDS,
-    THREAD_COLUMNS,
     Lookup,
     event_read,
     osrt_calls,
     pid_of,
 )
-from nsight_core.trace.tables import ExportTables, Schema, SchemaMismatch, Wanted
+from nsight_core.trace.tables import ExportTables, Schema, SchemaMismatch, Wanted, _made
 
 
 def _empty(schema: Schema) -> pl.DataFrame:
@@ -133,11 +120,18 @@ class Trace:
 
     # -- strings and enums, resolved once --------------------------------------------------------------
 
+    def _frame(self, table: str, wanted: Wanted, *columns: pl.Expr | str,
+               required: Collection[str] = ("start", "end")) -> pl.DataFrame:
+        """TABLE's WANTED columns (:meth:`_read`) made into COLUMNS, by start time where it has one; where the export
+        has none of them, no rows, with the columns the same query makes of an empty table."""
+        raw = self._read(table, wanted, required)
+        raw = pl.DataFrame(schema=_made(wanted)) if raw is None else _by_start(raw) if "start" in wanted else raw
+        return raw.select(*columns)
+
     @functools.cached_property
     def strings(self) -> pl.DataFrame:
         """nsys' string table: id -> value."""
-        frame = self._read("StringIds", {"id": I64, "value": STR}, required=("id", "value"))
-        return frame if frame is not None else _empty({"id": I64, "value": STR})
+        return self._frame("StringIds", {"id": I64, "value": STR}, "id", "value", required=("id", "value"))
 
     def _string(self, id_column: str, table: pl.DataFrame | None = None) -> pl.Expr:
         """ID_COLUMN's string (null where the id is unknown) in TABLE (id, value; else the string table): one lookup
@@ -190,28 +184,26 @@ class Trace:
                 return [*times, lookup("nameId", self.strings).fill_null("").alias("name"), thread, name_id]
         raise KeyError(frame)
 
-    def _events(self, frame: str, empty: Schema, *more: pl.Expr) -> pl.DataFrame:
-        """Event FRAME (:meth:`event_columns`, then MORE) read whole, by start time; EMPTY's columns, empty, where the
-        export has no table of it."""
+    def _events(self, frame: str, *more: pl.Expr) -> pl.DataFrame:
+        """Event FRAME (:meth:`event_columns`, then MORE) read whole, by start time (see :meth:`_frame`)."""
         table, wanted = event_read(frame, self._tables.columns)
-        raw = self._read(table, wanted)
-        if raw is None:
-            return _empty(empty)
-        if frame == "osrt":
-            raw = osrt_calls(raw)
-        return _by_start(raw).select(*self.event_columns(frame, self._string), *more)
+        if frame != "osrt":
+            return self._frame(table, wanted, *self.event_columns(frame, self._string), *more)
+        raw = self._read(table, wanted)  # only its rows that are calls (osrt_calls), before they are sorted
+        raw = pl.DataFrame(schema=_made(wanted)) if raw is None else _by_start(osrt_calls(raw))
+        return raw.select(*self.event_columns(frame, self._string), *more)
 
     # -- GPU activity ----------------------------------------------------------------------------------
 
     @functools.cached_property
     def kernels(self) -> pl.DataFrame:
         """CUDA kernels, by start time."""
-        return self._events("kernels", KERNEL_COLUMNS, pid_of(pl.col("globalPid")).alias("pid"))
+        return self._events("kernels", pid_of(pl.col("globalPid")).alias("pid"))
 
     @functools.cached_property
     def graphs(self) -> pl.DataFrame:
         """CUDA-graph launches on the GPU, by start; those whose nodes are in ``kernels`` left out (see the module)."""
-        graphs = self._events("graphs", GRAPH_COLUMNS)
+        graphs = self._events("graphs")
         if not self.kernels.height:
             return graphs
         return graphs.filter(~pl.col("correlation_id").is_in(self.kernels["correlation_id"].implode()))
@@ -219,24 +211,24 @@ class Trace:
     @functools.cached_property
     def memcpy(self) -> pl.DataFrame:
         """Memory copies with direction and the memory kind of each side (pageable copies show here)."""
-        return self._events("memcpy", MEMCPY_COLUMNS)
+        return self._events("memcpy")
 
     @functools.cached_property
     def memset(self) -> pl.DataFrame:
         """Memsets."""
-        return self._events("memset", MEMSET_COLUMNS)
+        return self._events("memset")
 
     @functools.cached_property
     def sync(self) -> pl.DataFrame:
         """CUDA synchronisation events (stream, event, context syncs) as the GPU side saw them."""
-        return self._events("sync", SYNC_COLUMNS)
+        return self._events("sync")
 
     # -- CPU side --------------------------------------------------------------------------------------
 
     @functools.cached_property
     def cuda_api(self) -> pl.DataFrame:
         """CUDA runtime and driver API calls; names without nsys' ``_v3020``-style version suffix."""
-        return self._events("cuda_api", API_COLUMNS)
+        return self._events("cuda_api")
 
     @functools.cached_property
     def api_names(self) -> pl.DataFrame:
@@ -251,15 +243,13 @@ class Trace:
     def osrt(self) -> pl.DataFrame:
         """OS-runtime calls (trace=osrt): sleeps, locks, reads, polls; not nsys' own row saying the tracing started
         (:func:`osrt_calls`)."""
-        return self._events("osrt", OSRT_COLUMNS)
+        return self._events("osrt")
 
     @functools.cached_property
     def samples(self) -> pl.DataFrame:
         """CPU samples (sample=process-tree/system-wide), where the capture has them."""
-        raw = self._read("COMPOSITE_EVENTS", {"start": I64, "globalTid": I64, "cpu": I64}, required=("start",))
-        if raw is None:
-            return _empty(SAMPLE_COLUMNS)
-        return _by_start(raw).select(pl.col("start").alias("time_ns"), pl.col("globalTid").alias("thread"), "cpu")
+        return self._frame("COMPOSITE_EVENTS", {"start": I64, "globalTid": I64, "cpu": I64}, pl.col("start")
+                           .alias("time_ns"), pl.col("globalTid").alias("thread"), "cpu", required=("start",))
 
     @functools.cached_property
     def _nvtx_events(self) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -367,55 +357,43 @@ class Trace:
     @functools.cached_property
     def diagnostics(self) -> pl.DataFrame:
         """What nsys itself said about the capture (nsys 2025's DIAGNOSTIC_EVENT), in the export's order."""
-        raw = self._read("DIAGNOSTIC_EVENT", {"timestamp": I64, "severity": I64, "source": I64, "text": STR,
-                                              "globalPid": I64}, required=("severity", "text"))
-        if raw is None:
-            return _empty(DIAGNOSTIC_COLUMNS)
-        return raw.select(
+        return self._frame(
+            "DIAGNOSTIC_EVENT", {"timestamp": I64, "severity": I64, "source": I64, "text": STR, "globalPid": I64},
             pl.col("timestamp").alias("time_ns"),
             self._label("severity", "ENUM_DIAGNOSTIC_SEVERITY_LEVEL", DIAGNOSTIC_SEVERITIES).alias("severity"),
             self._label("source", "ENUM_DIAGNOSTIC_SOURCE_TYPE", DIAGNOSTIC_SOURCES).alias("source"),
-            pl.col("text").fill_null(""), pid_of(pl.col("globalPid")).alias("pid"))
+            pl.col("text").fill_null(""), pid_of(pl.col("globalPid")).alias("pid"), required=("severity", "text"))
 
     @functools.cached_property
     def cuda_contexts(self) -> pl.DataFrame:
         """The CUDA contexts of the traced processes: present once a process initialised CUDA under trace=cuda."""
-        raw = self._read("TARGET_INFO_CUDA_CONTEXT_INFO", {"deviceId": I64, "contextId": I64, "processId": I64},
-                         required=("contextId",))
-        if raw is None:
-            return _empty(CONTEXT_COLUMNS)
-        return raw.select(pl.col("deviceId").alias("device"), pl.col("contextId").alias("context_id"),
-                          pl.col("processId").alias("pid"))
+        return self._frame("TARGET_INFO_CUDA_CONTEXT_INFO", {"deviceId": I64, "contextId": I64, "processId": I64},
+                           pl.col("deviceId").alias("device"), pl.col("contextId").alias("context_id"),
+                           pl.col("processId").alias("pid"), required=("contextId",))
 
     @functools.cached_property
     def gpus(self) -> pl.DataFrame:
         """The GPUs of the target: device id, name, memory, bandwidth, SMs, compute capability."""
-        raw = self._read("TARGET_INFO_GPU", {
-            "id": I64, "name": STR, "totalMemory": I64, "memoryBandwidth": I64, "smCount": I64,
-            "computeMajor": I64, "computeMinor": I64, "busLocation": STR}, required=("id",))
-        if raw is None:
-            return _empty(GPU_COLUMNS)
-        return raw.select(
+        return self._frame(
+            "TARGET_INFO_GPU", {"id": I64, "name": STR, "totalMemory": I64, "memoryBandwidth": I64, "smCount": I64,
+                                "computeMajor": I64, "computeMinor": I64, "busLocation": STR},
             pl.col("id").alias("device"), "name", pl.col("totalMemory").alias("memory_bytes"),
             pl.col("memoryBandwidth").alias("bandwidth_bytes_per_s"), pl.col("smCount").alias("sm_count"),
             pl.format("{}.{}", "computeMajor", "computeMinor").alias("compute_capability"),
-            pl.col("busLocation").alias("bus"))
+            pl.col("busLocation").alias("bus"), required=("id",))
 
     @functools.cached_property
     def processes(self) -> pl.DataFrame:
         """Processes seen in the capture: pid and name."""
-        raw = self._read("PROCESSES", {"pid": I64, "name": STR}, required=("pid",))
-        return raw.unique(maintain_order=True) if raw is not None else _empty(PROCESS_COLUMNS)
+        return self._frame("PROCESSES", {"pid": I64, "name": STR}, "pid", "name", required=("pid",)).unique(
+            maintain_order=True)
 
     @functools.cached_property
     def threads(self) -> pl.DataFrame:
         """Named threads: the nsys thread id (``thread`` in the other frames), OS tid and pid, name."""
-        raw = self._read("ThreadNames", {"nameId": I64, "globalTid": I64}, required=("globalTid",))
-        if raw is None:
-            return _empty(THREAD_COLUMNS)
-        return raw.select(
-            pl.col("globalTid").alias("thread"), (pl.col("globalTid") % (1 << 24)).alias("tid"),
-            pid_of(pl.col("globalTid")).alias("pid"), self._string("nameId").fill_null("").alias("name"))
+        return self._frame("ThreadNames", {"nameId": I64, "globalTid": I64}, pl.col("globalTid").alias("thread"),
+                           (pl.col("globalTid") % (1 << 24)).alias("tid"), pid_of(pl.col("globalTid")).alias("pid"),
+                           self._string("nameId").fill_null("").alias("name"), required=("globalTid",))
 
     @functools.cached_property
     def meta(self) -> Mapping[str, str]:

@@ -66,6 +66,7 @@ I64, STR = pl.Int64, pl.String
 ID = None
 """An id read only to be looked up or compared: kept in the export's own type (see ``tables.Wanted``)."""
 
+# The event frames' columns, for frames built by hand (the Trace's empty ones are what its queries make of no rows).
 _ON_GPU: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream": I64}
 KERNEL_COLUMNS: Schema = {**_ON_GPU, "name": STR, "short_name": STR, "correlation_id": I64, "pid": I64}
 GRAPH_COLUMNS: Schema = {**_ON_GPU, "graph_id": I64, "correlation_id": I64}
@@ -74,18 +75,11 @@ MEMCPY_COLUMNS: Schema = {**_ON_GPU, "bytes": I64, "direction": STR, "src_kind":
 MEMSET_COLUMNS: Schema = {**_ON_GPU, "bytes": I64, "correlation_id": I64}
 API_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "name": STR, "thread": I64, "correlation_id": I64,
                        "name_id": I64}
-SYNC_COLUMNS: Schema = {**_ON_GPU, "kind": STR, "correlation_id": I64}
 NVTX_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "name": STR, "domain": STR, "thread": I64,
                         "depth": I64, "kind": STR, "closed": pl.Boolean}
 MARK_COLUMNS: Schema = {"time_ns": I64, "name": STR, "domain": STR, "thread": I64}
 OSRT_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "name": STR, "thread": I64, "name_id": I64}
 SAMPLE_COLUMNS: Schema = {"time_ns": I64, "thread": I64, "cpu": I64}
-GPU_COLUMNS: Schema = {"device": I64, "name": STR, "memory_bytes": I64, "bandwidth_bytes_per_s": I64,
-                       "sm_count": I64, "compute_capability": STR, "bus": STR}
-PROCESS_COLUMNS: Schema = {"pid": I64, "name": STR}
-DIAGNOSTIC_COLUMNS: Schema = {"time_ns": I64, "severity": STR, "source": STR, "text": STR, "pid": I64}
-CONTEXT_COLUMNS: Schema = {"device": I64, "context_id": I64, "pid": I64}
-THREAD_COLUMNS: Schema = {"thread": I64, "tid": I64, "pid": I64, "name": STR}
 
 _TIMES: Wanted = {"start": I64, "end": I64}
 _GPU_READ: Wanted = {**_TIMES, "deviceId": I64, "streamId": I64}

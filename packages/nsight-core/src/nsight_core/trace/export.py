@@ -30,6 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from nsight_core.claims import abandoned
 from nsight_core.errors import ExportDiskFullError, NsysCommandError, StatsError
 from nsight_core.memory import check_export_memory, export_bytes, fits, summary_bytes
 from nsight_core.nsys import Nsys, find_nsys
@@ -129,20 +130,12 @@ def _temporary(target: Path) -> Path:
 
 
 def _remove_abandoned(target: Path) -> None:
-    """Remove temporary exports of TARGET whose process is gone (killed mid-export): they are never
-    renamed into place and would otherwise keep a copy of the trace's data on disk for good."""
-    pattern = re.compile(rf"\.{re.escape(target.stem)}\.(\d+)-[0-9a-f]{{8}}\.tmp{re.escape(target.suffix)}")
-    for leftover in target.parent.glob(f".{target.stem}.*.tmp{target.suffix}"):
-        match = pattern.fullmatch(leftover.name)
-        if match is None or int(match.group(1)) == os.getpid():
-            continue
-        try:
-            os.kill(int(match.group(1)), 0)
-        except ProcessLookupError:
-            log.debug("removing %s, left by an interrupted export", leftover)
-            discard(leftover)
-        except OSError:  # the process exists (another user's): its export may still be running
-            continue
+    """Remove temporary exports of TARGET whose process is gone (killed mid-export): they are never renamed into place
+    and would otherwise keep a copy of the trace's data on disk for good."""
+    for leftover in abandoned(target.parent, rf"\.{re.escape(target.stem)}\.(\d+)-[0-9a-f]{{8}}\.tmp"
+                                             rf"{re.escape(target.suffix)}"):
+        log.debug("removing %s, left by an interrupted export", leftover)
+        discard(leftover)
 
 
 def export(report: Path, kind: str, nsys: Nsys | None = None, slices: int = 1) -> Path:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import polars as pl
 
+from nsight_core.claims import abandoned
 from nsight_core.errors import StatsError
 from nsight_core.trace.export import ExportChoice
 from nsight_core.trace.sliced import SqliteExport
@@ -47,21 +48,6 @@ SPILL_PREFIX = "nsight-spill-"
 """The temporary folder's name starts with this and the process id (``.`` before it: hidden beside the capture)."""
 
 
-def _remove_abandoned(folder: Path) -> None:
-    """Remove the copies in FOLDER of processes that are gone (killed before they could remove their own): a
-    large capture's would otherwise stay on disk for good."""
-    for leftover in folder.glob(f"*{SPILL_PREFIX}*"):
-        pid = leftover.name.removeprefix(".").removeprefix(SPILL_PREFIX).partition("-")[0]
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            shutil.rmtree(leftover, ignore_errors=True)
-        except OSError:  # the process exists (another user's): its copies may be in use
-            continue
-
-
 class SpilledTables:
     """An SQLite export read as :class:`SqliteTables` does, whose tables can also be scanned lazily from Parquet.
 
@@ -78,7 +64,8 @@ class SpilledTables:
             self.folder = Path(tempfile.mkdtemp(prefix="." + prefix, dir=base))
         except OSError:  # a read-only folder: the temp folder
             self.folder = Path(tempfile.mkdtemp(prefix=prefix))
-        _remove_abandoned(self.folder.parent)
+        for leftover in abandoned(self.folder.parent, rf"\.?{SPILL_PREFIX}(\d+)(-.*)?"):  # a killed process's copies
+            shutil.rmtree(leftover, ignore_errors=True)
         self._remove = weakref.finalize(self, shutil.rmtree, self.folder, ignore_errors=True)
         self._copies: dict[str, list[tuple[Path, Schema]]] = {}
         """Per table, each Parquet copy made and its columns: a scan of some of them reads it again."""

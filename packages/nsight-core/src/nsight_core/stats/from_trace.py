@@ -36,6 +36,7 @@ from nsight_core.stats.models import (
 from nsight_core.stats.reports import canonical
 from nsight_core.trace import streamed
 from nsight_core.trace.model import Trace
+from nsight_core.trace.schema import in_domain
 from nsight_core.trace.streamed import is_streamed
 
 BYTES_PER_MB = 1_000_000
@@ -172,9 +173,8 @@ def _megabytes(size: float) -> float:
 
 def nvtx_summary(trace: Trace) -> list[NvtxRangeRow] | str:
     """nvtx_pushpop_sum: push/pop ranges by `domain:name` (the name alone in the default domain)."""
-    name = pl.when(pl.col("domain") != "").then(pl.format("{}:{}", "domain", "name")).otherwise(pl.col("name"))
     push_pop = streamed.events(trace).nvtx.filter(pl.col("kind") == "push_pop")
-    summary = _time_summary(trace, push_pop, name)
+    summary = _time_summary(trace, push_pop, in_domain())
     return _rows(NvtxRangeRow, summary) if summary.height else \
         "does not contain NV Tools Extension (NVTX) push/pop ranges."
 

@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from nsight_core.claims import abandoned
 from nsight_core.errors import ExportDiskFullError, NsysCommandError, StatsError
@@ -101,15 +101,11 @@ def _version_of(report: Path) -> dict[str, int]:
     return {"bytes": status.st_size, "mtime_ns": status.st_mtime_ns}
 
 
-def _record(report: dict[str, int], export: Path) -> dict[str, Any]:
-    return {"report": report, "files": _sizes(export)}
-
-
 def is_current(export: Path, report: Path) -> bool:
     """EXPORT is complete (its record matches its files) and was made from REPORT as it is now."""
     try:
         recorded = json.loads(_record_of(export).read_text(encoding="utf-8"))
-        return bool(recorded == _record(_version_of(report), export))
+        return bool(recorded == {"report": _version_of(report), "files": _sizes(export)})
     except (OSError, ValueError):
         return False
 
@@ -164,7 +160,7 @@ def export(report: Path, kind: str, nsys: Nsys | None = None, slices: int = 1) -
             raise ExportDiskFullError(report, target.parent) from error
         except NsysCommandError as error:
             raise explain_failure(report, nsys.version, nsys.path) or error from error
-        record = _record(version, temporary)
+        record = {"report": version, "files": _sizes(temporary)}
         for attempt in (1, 2):  # a concurrent export of the same report may have renamed into place first
             discard(target)
             try:

@@ -122,6 +122,11 @@ def osrt_calls(raw: FrameT) -> FrameT:
         if "eventClass" in raw.collect_schema() else raw
 
 
+def in_domain(name: str = "name") -> pl.Expr:
+    """``domain:NAME``, or NAME alone in the default domain (as nsys-ui and nvtx_pushpop_sum show them)."""
+    return pl.when(pl.col("domain") != "").then(pl.format("{}:{}", "domain", name)).otherwise(name)
+
+
 def pid_of(global_id: pl.Expr) -> pl.Expr:
     """The OS process id inside nsys' global thread/process ids (bits 24..47)."""
     return (global_id // (1 << 24)) % (1 << 24)

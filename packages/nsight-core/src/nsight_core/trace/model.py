@@ -27,7 +27,7 @@ from nsight_core.trace.schema import (
     MAX_DOMAIN_CONDITIONS,
     MEMORY_KINDS,
     NVTX_COLUMNS,
-    NVTX_DOMAIN_CREATE,
+    NVTX_LAST,
     NVTX_MARK_TYPES,
     NVTX_PUSH_POP_TYPES,
     NVTX_START_END_TYPES,
@@ -35,6 +35,7 @@ from nsight_core.trace.schema import (
     SYNC_KINDS,
     Lookup,
     event_read,
+    nvtx_domains,
     osrt_calls,
     pid_of,
 )
@@ -268,12 +269,7 @@ class Trace:
             return _empty(NVTX_COLUMNS), _empty(MARK_COLUMNS)
         raw = raw.with_columns(text)
         del text
-        # `nsys stats` ends a range that never ended at the table's last timestamp, of any event type.
-        last = raw.select(pl.max_horizontal(pl.col("start").max(), pl.col("end").max())).item()
-        # A domain is created once per process (eventType 75, its name as text); ranges name it by id.
-        domains = (raw.filter(pl.col("eventType") == NVTX_DOMAIN_CREATE)
-                   .group_by("domainId", pid_of(pl.col("globalTid")).alias("_pid"))
-                   .agg(pl.col("text").sort_by("start").first().alias("domain")))
+        last, domains = raw.select(NVTX_LAST).item(), nvtx_domains(raw)
         event_type = pl.col("eventType")
         marks = self._nvtx_named(raw.filter(event_type.is_in(NVTX_MARK_TYPES)), domains, "globalTid").select(
             pl.col("start").alias("time_ns"), "name", "domain", pl.col("globalTid").alias("thread")).sort("time_ns")

@@ -122,6 +122,18 @@ def osrt_calls(raw: FrameT) -> FrameT:
         if "eventClass" in raw.collect_schema() else raw
 
 
+NVTX_LAST = pl.max_horizontal(pl.col("start").max(), pl.col("end").max())
+"""NVTX_EVENTS' last timestamp, of any event type: where `nsys stats` ends a range that never ended."""
+
+
+def nvtx_domains(raw: FrameT) -> FrameT:
+    """The NVTX domains RAW (NVTX_EVENTS, as read) creates: domainId, _pid, domain. A domain is created once per process
+    (eventType 75, its name as text); ranges name it by id."""
+    return (raw.filter(pl.col("eventType") == NVTX_DOMAIN_CREATE)
+            .group_by("domainId", pid_of(pl.col("globalTid")).alias("_pid"))
+            .agg(pl.col("text").sort_by("start").first().alias("domain")))
+
+
 def in_domain(name: str = "name") -> pl.Expr:
     """``domain:NAME``, or NAME alone in the default domain (as nsys-ui and nvtx_pushpop_sum show them)."""
     return pl.when(pl.col("domain") != "").then(pl.format("{}:{}", "domain", name)).otherwise(name)

@@ -24,12 +24,13 @@ from nsight_core.trace.model import Trace
 from nsight_core.trace.schema import (
     GRAPH_COLUMNS,
     I64,
-    NVTX_DOMAIN_CREATE,
+    NVTX_LAST,
     NVTX_MARK_TYPES,
     NVTX_PUSH_POP_TYPES,
     NVTX_START_END_TYPES,
     STR,
     event_read,
+    nvtx_domains,
     osrt_calls,
     pid_of,
 )
@@ -201,13 +202,9 @@ def _nvtx(trace: Trace) -> tuple[pl.LazyFrame, pl.LazyFrame]:
     event_type = pl.col("eventType")
     is_range = event_type.is_in(NVTX_PUSH_POP_TYPES + NVTX_START_END_TYPES)
     if trace.tables not in _NVTX_PASSES:
-        latest = pl.max_horizontal(pl.col("start").max(), pl.col("end").max()).alias("_last")
         never_ended = pl.col("end").filter(is_range).null_count().alias("_open")
-        _NVTX_PASSES[trace.tables] = (
-            *raw.select(latest, never_ended).collect(engine="streaming").row(0),
-            raw.filter(pl.col("eventType") == NVTX_DOMAIN_CREATE)
-            .group_by("domainId", pid_of(pl.col("globalTid")).alias("_pid"))
-            .agg(pl.col("text").sort_by("start").first().alias("domain")).collect(engine="streaming"))
+        _NVTX_PASSES[trace.tables] = (*raw.select(NVTX_LAST.alias("_last"), never_ended).collect(engine="streaming")
+                                      .row(0), nvtx_domains(raw).collect(engine="streaming"))
     last, unended, domains = _NVTX_PASSES[trace.tables]
     # Without domains created (the default domain throughout), no lookup of them in any pass.
     in_domains = (raw.with_columns(pid_of(pl.col("globalTid")).alias("_pid"))

@@ -190,13 +190,10 @@ class SqliteTables:
         present = self.columns(table)
         listed = ", ".join(f'"{c}"' if c in present else f'NULL AS "{c}"' for c in schema)
         if self._arrow is not None and not where:
-            if rowids is None:
-                yield from self._arrow_batches(table, schema, present, listed, rows, self._arrow.connection)
-                return
-            own = _arrow_connection(self.source)
+            own = _arrow_connection(self.source) if rowids is not None else None  # a slice's, read beside the others
             try:
-                yield from self._arrow_batches(table, schema, present, listed, rows,
-                                               own.connection if own else None, rowids)
+                connection = self._arrow.connection if rowids is None else own.connection if own else None
+                yield from self._arrow_batches(table, schema, present, listed, rows, connection, rowids)
             finally:
                 if own is not None:
                     own.close()

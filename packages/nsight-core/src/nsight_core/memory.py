@@ -146,14 +146,10 @@ def headroom_bytes(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/fs/cgr
     """How much more memory this process may take: the least of the host's available memory and, for each
     memory limit on its cgroup or the cgroups above it, the limit less what they hold (reclaimable file cache
     left out, as Kubernetes counts its "working set"). None when none of it can be read."""
-    found = [value for value in (_available(proc / "meminfo"), *_cgroup_headrooms(proc / "self" / "cgroup", cgroups))
-             if value is not None]
+    available = _fields(proc / "meminfo").get("MemAvailable")  # kB
+    found = [value for value in (None if available is None else available * 1024,
+                                 *_cgroup_headrooms(proc / "self" / "cgroup", cgroups)) if value is not None]
     return max(0, min(found)) if found else None
-
-
-def _available(meminfo: Path) -> int | None:
-    fields = _fields(meminfo)
-    return fields["MemAvailable"] * 1024 if "MemAvailable" in fields else None
 
 
 def _cgroup_headrooms(membership: Path, cgroups: Path) -> list[int | None]:

@@ -120,11 +120,6 @@ def discard(export: Path) -> None:
     record.unlink(missing_ok=True)
 
 
-def _temporary(target: Path) -> Path:
-    # nsys adds the type's suffix to an output name without it: the temporary name keeps it.
-    return target.with_name(f".{target.stem}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp{target.suffix}")
-
-
 def _remove_abandoned(target: Path) -> None:
     """Remove temporary exports of TARGET whose process is gone (killed mid-export): they are never renamed into place
     and would otherwise keep a copy of the trace's data on disk for good."""
@@ -146,7 +141,8 @@ def export(report: Path, kind: str, nsys: Nsys | None = None, slices: int = 1) -
     nsys = nsys or find_nsys()
     check_writer(report, nsys.version, nsys.path)  # a report newer than this nsys: one line, not its protobuf error
     _remove_abandoned(target)
-    temporary = _temporary(target)
+    # Named as _remove_abandoned finds it; it keeps the type's suffix, which nsys adds to an output name without it.
+    temporary = target.with_name(f".{target.stem}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp{target.suffix}")
     log.info("exporting %s (%s, once per capture)", report,
              f"SQLite in {slices} slices of time side by side" if sliced else kind)
     try:

@@ -55,7 +55,7 @@ def read_frame(report: str, text: str) -> pl.DataFrame:
             records[-1] = (records[-1][0], records[-1][1] + "\n" + line)
         else:
             records.append((number, line))
-    columns: list[list[str]] = [[] for _ in header]
+    rows = []
     for number, line in records:
         fields = _split_row(line, len(header), name_last)
         if len(fields) != len(header):
@@ -63,21 +63,14 @@ def read_frame(report: str, text: str) -> pl.DataFrame:
                 f"report {report}: line {number} has {len(fields)} fields where the header has "
                 f"{len(header)}: {line[:200]!r}. The file is not an nsys stats CSV or was cut short."
             )
-        for column, value in zip(columns, fields, strict=True):
-            column.append(value)
-    unique = _unique_headers(header)
-    series = (pl.Series(name, values, dtype=pl.String) for name, values in zip(unique, columns, strict=True))
-    return pl.DataFrame(list(series))
+        rows.append(fields)
+    return pl.DataFrame(rows, schema={name: pl.String for name in _unique_headers(header)}, orient="row")
 
 
 def _unique_headers(header: list[str]) -> list[str]:
-    seen: dict[str, int] = {}
-    unique = []
-    for name in header:
-        count = seen.get(name, 0)
-        seen[name] = count + 1
-        unique.append(name if count == 0 else f"{name} ({count + 1})")
-    return unique
+    """HEADER's names, a repeated one numbered from its second time on: 'Name', 'Name (2)'."""
+    return [f"{name} ({before + 1})" if (before := header[:index].count(name)) else name
+            for index, name in enumerate(header)]
 
 
 def typed_frame(report: str, raw: pl.DataFrame) -> pl.DataFrame:

@@ -190,7 +190,6 @@ def _add_profiling_options(parser: argparse.ArgumentParser) -> None:
 
 
 _CAPTURE = ".nsys-rep, .sqlite (or .sqlitedir: one in slices), arrow directory, or a directory of recorded CSVs"
-"""What `stats` and `report` read."""
 
 
 def _add_reports_option(parser: argparse.ArgumentParser) -> None:

@@ -34,8 +34,7 @@ SUMMARY_BASE_BYTES = 64 << 20
 """What a summary takes whatever its size, beside the per-thread part below (its frames', reports' and page's
 fixed costs). The imports are not in it: a process that checks has made them."""
 SUMMARY_BYTES_PER_THREAD = 8 << 20
-"""Per thread of Polars' pool: each keeps its own allocator arena and works on its own part of the data. On the
-H200 machine, from 2 to 16 threads the same summary took 74 MB (200 k kernels) to 233 MB (2 M kernels) more."""
+"""Per thread of Polars' pool: each keeps its own allocator arena and works on its own part of the data."""
 SUMMARY_BYTES_PER_STORED_BYTE = 7
 """The summary's peak per byte of the event tables in the export, with a margin (measured up to 5.2x: the
 performance page `make bench` writes)."""
@@ -112,8 +111,7 @@ def allowed_memory() -> tuple[int | None, str]:
 def check_comparison_memory(stored_bytes: int | None, what: str) -> None:
     """Raise :class:`NotEnoughMemoryError` when `nsight diff` of WHAT needs more than this process may take: with
     STORED_BYTES (what its events take in their export), read whole, as a summary read whole does; None, streamed from
-    disk (a large capture's totals and step times), as a streamed summary does. Else it would get the process
-    killed."""
+    disk (a large capture's totals and step times), as a streamed summary does. Else it would get the process killed."""
     why = "streamed from disk, its size aside" if stored_bytes is None else \
         f"its events take {_size(stored_bytes)} in the export"
     _check(summary_bytes(stored_bytes), f"comparing {what}", why, "compare",

@@ -1,16 +1,15 @@
 """The five default `nsys stats` reports, computed from a Trace's events with Polars.
 
-Each report is the query nsys runs (its reports/*.py, 2023.4) restated as one group-by: the same
-grouping key (the name; for CUDA API calls nsys' string id of the function), the same statistics
-(sample standard deviation, median of the middle two), the same rounding to one decimal (sizes as nsys
-prints bytes / 1e6 with printf's %.3f), the same order (ties in the grouping key's order, as nsys' SQLite
-returns them). The rounding is the one of the nsys that wrote the export: 2023.4.4 rounds like SQLite's
-round() (the value times ten, halves away from zero: 170622.05 gives 170622.1), 2025.3 the double's exact
-value (170622.05 is 170622.0499... and gives 170622.0; an exact half, 1597.25, goes away from zero).
-Equality with `nsys stats` on the same capture is tested for both (tests/core/test_stats_from_events.py,
-tests/core/test_nsys_2025.py), so a page built from events shows nsys' own numbers. A report whose events
-the capture lacks is skipped with nsys' reason; one whose table the export holds in a schema nsight-core
-cannot read, with the Trace's note.
+Each report is the query nsys runs (its reports/*.py, 2023.4) restated as one group-by: the same grouping key (the name;
+for CUDA API calls nsys' string id of the function), the same statistics (sample standard deviation, median of the
+middle two), the same rounding to one decimal (sizes as nsys prints bytes / 1e6 with printf's %.3f), the same order
+(ties in the grouping key's order, as nsys' SQLite returns them). The rounding is the one of the nsys that wrote the
+export: 2023.4.4 rounds like SQLite's round() (the value times ten, halves away from zero: 170622.05 gives 170622.1),
+2025.3 the double's exact value (170622.05 is 170622.0499... and gives 170622.0; an exact half, 1597.25, goes away from
+zero). Equality with `nsys stats` on the same capture is tested for both (tests/core/test_stats_from_events.py,
+tests/core/test_nsys_2025.py), so a page built from events shows nsys' own numbers. A report whose events the capture
+lacks is skipped with nsys' reason; one whose table the export holds in a schema nsight-core cannot read, with the
+Trace's note.
 """
 
 from __future__ import annotations
@@ -187,9 +186,8 @@ OSRT_SUM_COLUMNS = ("Time (%)", "Total Time (ns)", "Num Calls", "Avg (ns)", "Med
 def osrt_summary(trace: Trace) -> list[dict[str, Any]] | str:
     """osrt_sum: OS-runtime calls by function, those of the user's block where a region marked it (nsight_core.marks),
     clipped to it as the OS-runtime tile counts them. `nsys stats` counts the whole collection, nsight's own calls
-    included: the 0.25 s settle wait after `nsys start`, and the start's own subprocess (its sigaction, pipe2,
-    waitpid...): 21 sleeps and 322 ms beside the tile's 20 and 72 ms in `make demo`. Without marks (a whole-process
-    capture) every call, as nsys counts them."""
+    included: the settle wait after `nsys start`, and the start's own subprocess (its sigaction, pipe2, waitpid...).
+    Without marks (a whole-process capture) every call, as nsys counts them."""
     events = streamed.events(trace)
     calls = events.osrt
     live, stop = marked_window(events.nvtx_marks)

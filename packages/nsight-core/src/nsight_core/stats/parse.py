@@ -1,12 +1,11 @@
 """nsys CSV output -> Polars frames -> typed rows.
 
-nsys does not write RFC 4180 CSV: it wraps a field in double quotes only when it contains a comma
-and never escapes quotes inside it (a range named `"x,y"` comes out as `""x,y""`). Names are the
-last column of every summary report, so a row is split on its first N-1 commas and the remainder is
-the name, unwrapped once when nsys wrapped it. That keeps commas, quotes, `<`/`>`, unicode and
-leading/trailing spaces exactly as the user wrote them. A newline inside a name is written raw too, so
-a line that cannot be a row (fewer fields than the header) continues the name of the row above it; only
-an empty line inside a name is lost (blank lines are skipped).
+nsys does not write RFC 4180 CSV: it wraps a field in double quotes only when it contains a comma and never escapes
+quotes inside it (a range named `"x,y"` comes out as `""x,y""`). Names are the last column of every summary report, so a
+row is split on its first N-1 commas and the remainder is the name, unwrapped once when nsys wrapped it. That keeps
+commas, quotes, `<`/`>`, unicode and leading/trailing spaces exactly as the user wrote them. A newline inside a name is
+written raw too, so a line that cannot be a row (fewer fields than the header) continues the name of the row above it;
+only an empty line inside a name is lost (blank lines are skipped).
 
 NVTX range names: nsys 2023.4 writes a range of the default domain by its name (`step_0`) and one of a
 named domain as `domain:name`; 2025.3 writes `domain:name` for every range, the default domain being

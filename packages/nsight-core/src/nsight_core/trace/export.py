@@ -233,9 +233,8 @@ memory allowed: below it, the arrow export is the faster read and fits a summary
 
 EVENT_BYTES_PER_TRACE_BYTE = 12
 """The event tables' bytes as Arrow (what a summary read whole grows with, memory.py) per byte of the .nsys-rep, the
-largest seen (NVTX captures; 0.6-1.9x on the GPU fixtures). Known before the export,
-so a capture whose frames might not fit read whole is streamed from the start (where a streamed summary fits), not
-refused after its export."""
+largest seen (NVTX captures; 0.6-1.9x on the GPU fixtures). Known before the export, so a capture whose frames might not
+fit read whole is streamed from the start (where a streamed summary fits), not refused after its export."""
 
 
 SLICE_ABOVE_BYTES = 8 << 20
@@ -295,10 +294,9 @@ def _streamed(report: Path, reason: str, size: int, nsys: Nsys | None) -> Export
 
 def export_slices(trace_bytes: int, nsys: Nsys | None = None) -> int:
     """How many slices of time a streamed capture of TRACE_BYTES is exported in: ``NSIGHT_EXPORT_SLICES`` where set,
-    else ``SLICES_PER_CORE`` per core this process may use where it may use more than one, at most ``MAX_SLICES``,
-    from ``SLICE_ABOVE_BYTES`` on; fewer where their nsys processes would not fit the memory allowed; one where this
-    nsys' slices are not known exact
-    (:attr:`nsight_core.nsys.Nsys.exports_time_slices`)."""
+    else ``SLICES_PER_CORE`` per core this process may use where it may use more than one, at most ``MAX_SLICES``, from
+    ``SLICE_ABOVE_BYTES`` on; fewer where their nsys processes would not fit the memory allowed; one where this nsys'
+    slices are not known exact (:attr:`nsight_core.nsys.Nsys.exports_time_slices`)."""
     wanted = os.environ.get(ENV_EXPORT_SLICES, "").strip()
     if wanted:
         if not wanted.isdigit() or int(wanted) < 1:
@@ -339,11 +337,10 @@ def capture_export(report: Path, nsys: Nsys | None = None) -> Path:
 def export_ahead(reports: Iterable[Path]) -> dict[Path, Future[Path]]:
     """Start :func:`capture_export` of each of REPORTS, one after the other, in a background thread.
 
-    Why: a fresh capture's export is nsys' work, in a process of its own, and it takes as long as
-    importing Polars, pydantic and Altair and more (0.5-1.2 s for 200 k kernels or 1 M NVTX ranges). Run
-    side by side, the import is hidden, and so is the next capture's export behind this one's analysis.
-    ``result()`` gives the export, or raises its error, in the caller's thread; the export found current
-    there is reused by ``load_trace``.
+    Why: a fresh capture's export is nsys' work, in a process of its own, and it takes as long as importing Polars,
+    pydantic and Altair and more (0.5-1.2 s for 200 k kernels or 1 M NVTX ranges). Run side by side, the import is
+    hidden, and so is the next capture's export behind this one's analysis. ``result()`` gives the export, or raises its
+    error, in the caller's thread; the export found current there is reused by ``load_trace``.
     """
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsight-export")
     try:

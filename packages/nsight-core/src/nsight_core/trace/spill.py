@@ -7,11 +7,10 @@ files of ``SQLITE_BATCH_ROWS`` rows each (one fetch of rows at a time in memory)
 scans those files (:mod:`nsight_core.trace.streamed`: the reports, the summary, the completeness checks), so no
 whole event table is ever in memory.
 
-The Parquet files live in a temporary folder beside the export (or in the temp folder where that is not
-writable); the folder is removed when the tables are closed, or garbage-collected, or at the latest when the
-interpreter exits; one a killed process left is removed by the next process that copies tables there. Before a
-table is copied the free space there is checked against the table's size as Arrow, an upper bound of its Parquet
-size.
+The Parquet files live in a temporary folder beside the export (or in the temp folder where that is not writable); the
+folder is removed when the tables are closed, or garbage-collected, or at the latest when the interpreter exits; one a
+killed process left is removed by the next process that copies tables there. Before a table is copied the free space
+there is checked against the table's size as Arrow, an upper bound of its Parquet size.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ log = logging.getLogger("nsight")
 
 SPILL_READERS = 4
 """Slices of a table copied side by side, each through a connection of its own (no more than Polars' threads): one
-batch of rows each in memory. Two readers take about half the time of one; more gain little on 2 cores."""
+batch of rows each in memory."""
 
 PROGRESS_BYTES = 64 << 20
 """A table copied to disk is named on stderr from this size on (the copy takes seconds); smaller ones under -v."""
@@ -88,9 +87,8 @@ class SpilledTables:
         return self._sqlite.arrow_bytes(tables)
 
     def scan(self, table: str, wanted: Wanted) -> pl.LazyFrame | None:
-        """TABLE's WANTED columns (typed as :meth:`read` gives them) as a lazy scan of Parquet files: of a copy
-        already made that holds them, else of one copied from the SQLite export now; None when the export has no such
-        table."""
+        """TABLE's WANTED columns (typed as :meth:`read` gives them) as a lazy scan of Parquet files: of a copy already
+        made that holds them, else of one copied from the SQLite export now; None when the export has no such table."""
         if not self.columns(table):
             return None
         made = dict(_made(wanted))

@@ -1,20 +1,18 @@
 """The raw tables of one nsys export, read column by column into Polars: an arrow directory or SQLite.
 
-nsys names its tables and columns the same way in every export format (CUPTI_ACTIVITY_KIND_KERNEL with
-start, end, deviceId ...), so the Trace is built from one interface, :class:`ExportTables`: "these
-columns of that table, or None when the export has no such table". nsys writes a table only when it
-holds data (lazy export), so a missing table means "nothing of this kind was traced", not an error.
-A column of another type than the Trace wants (a schema nsight-core has not seen) raises
-:class:`SchemaMismatch`, which names the table and the columns: the Trace turns that into a note and
+nsys names its tables and columns the same way in every export format (CUPTI_ACTIVITY_KIND_KERNEL with start, end,
+deviceId ...), so the Trace is built from one interface, :class:`ExportTables`: "these columns of that table, or None
+when the export has no such table". nsys writes a table only when it holds data (lazy export), so a missing table means
+"nothing of this kind was traced", not an error. A column of another type than the Trace wants (a schema nsight-core has
+not seen) raises :class:`SchemaMismatch`, which names the table and the columns: the Trace turns that into a note and
 leaves the table's events out (or the column, where the events stand without it), never a crash.
 
-An arrow directory (`nsys export --type arrowdir`) holds one Arrow IPC *stream* file per table; Polars
-reads just the requested columns of it without a Python object per row. SQLite is the fallback for
-inputs that are already `.sqlite` exports, for an nsys without arrowdir and for captures too large for the arrow
-export's memory. It is read in batches, so memory stays bounded by one batch: with ADBC's SQLite driver where it is
-installed (the ``sqlite-arrow`` extra: Arrow batches straight into Polars, no Python object per row), else with the
-standard library's sqlite3, each batch of Python rows turned into a frame at once. A read with a condition (the
-Python backtraces' marks) is one sqlite3 query.
+An arrow directory (`nsys export --type arrowdir`) holds one Arrow IPC *stream* file per table; Polars reads just the
+requested columns of it without a Python object per row. SQLite is the fallback for inputs that are already `.sqlite`
+exports, for an nsys without arrowdir and for captures too large for the arrow export's memory. It is read in batches,
+so memory stays bounded by one batch: with ADBC's SQLite driver where it is installed (the ``sqlite-arrow`` extra: Arrow
+batches straight into Polars, no Python object per row), else with the standard library's sqlite3, each batch of Python
+rows turned into a frame at once. A read with a condition (the Python backtraces' marks) is one sqlite3 query.
 """
 
 from __future__ import annotations

@@ -365,15 +365,8 @@ def _casts(column: pl.Series, dtype: pl.DataType | type[pl.DataType]) -> bool:
     source = column.dtype
     if source == pl.Null:
         return True
-    if dtype == pl.String:
-        fits = source == pl.String
-    elif dtype.is_float():
-        fits = source.is_numeric()
-    elif dtype.is_integer():
-        fits = source.is_integer()
-    else:
-        fits = source == dtype
-    if not fits:
+    if not (source == pl.String if dtype == pl.String else source.is_numeric() if dtype.is_float()
+            else source.is_integer() if dtype.is_integer() else source == dtype):
         return False
     try:
         column.cast(dtype, strict=True)

@@ -97,6 +97,22 @@ def dead_folders(prefix: str) -> Iterator[tuple[Path, str]]:
             os.close(fd)
 
 
+def abandoned(folder: Path, pattern: str) -> Iterator[Path]:
+    """The files and folders in FOLDER named by PATTERN (a regular expression whose first group is the id of the
+    process that made them) whose process is gone: killed before it could remove them, they would stay for good. Those
+    of a live process, another user's too, may be in use."""
+    for leftover in folder.iterdir():
+        match = re.fullmatch(pattern, leftover.name)
+        if match is None or int(match.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(match.group(1)), 0)
+        except ProcessLookupError:
+            yield leftover
+        except OSError:  # the process exists (another user's)
+            continue
+
+
 def remove_raw_streams(base: Path, nsys_output: str) -> None:
     """After a stop that wrote no report: delete the raw .qdstrm beside BASE and those nsys' output names (with the
     disk full they never become reports, and in a pod fill ephemeral storage); another session's stream is live."""

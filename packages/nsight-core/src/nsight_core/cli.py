@@ -189,6 +189,9 @@ def _add_profiling_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
 
+_CAPTURE = ".nsys-rep, .sqlite (or .sqlitedir: one in slices), arrow directory, or a directory of recorded CSVs"
+
+
 def _add_reports_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reports", type=_csv_list, default=None,
                         help=f"nsys report names, comma-separated (default: {','.join(DEFAULT_REPORTS)}; "
@@ -244,8 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
         "in one `nsys stats` call. For captures with events it also says what to fix (findings with the "
         "saving per step), the steps and the per-step time budget, and warns when the trace is incomplete. "
         "Exit status: 0, or 1 when no requested report exists or the input cannot be read.")
-    stats.add_argument("path", type=Path, help=".nsys-rep, .sqlite (or .sqlitedir: one in slices), arrow directory, "
-                       "or a directory of recorded CSVs")
+    stats.add_argument("path", type=Path, help=_CAPTURE)
     _add_reports_option(stats)
     stats.add_argument("--limit", type=_row_limit, default=DEFAULT_LIMIT, metavar="N",
                        help="rows per table in the text output (default: %(default)s; 0: every row); a cut table "
@@ -262,9 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
         "directory of recorded CSVs (one section per recorded prefix). A .nsys-rep is exported once, beside it. "
         "The page needs no network. A capture that cannot be read is left out of the page with one error line. "
         "Exit status: 0, or 1 when a capture was left out (the page holds the others) or none could be read.")
-    report.add_argument("paths", nargs="+", type=Path, metavar="PATH",
-                        help=".nsys-rep, .sqlite (or .sqlitedir: one in slices), arrow directory, or a "
-                        "directory of recorded CSVs")
+    report.add_argument("paths", nargs="+", type=Path, metavar="PATH", help=_CAPTURE)
     report.add_argument("-o", "--output", type=Path, default=Path("report.html"),
                         help="the HTML file to write (default: %(default)s)")
     _add_reports_option(report)

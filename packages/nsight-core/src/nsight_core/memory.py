@@ -34,8 +34,7 @@ SUMMARY_BASE_BYTES = 64 << 20
 """What a summary takes whatever its size, beside the per-thread part below (its frames', reports' and page's
 fixed costs). The imports are not in it: a process that checks has made them."""
 SUMMARY_BYTES_PER_THREAD = 8 << 20
-"""Per thread of Polars' pool: each keeps its own allocator arena and works on its own part of the data. On the
-H200 machine, from 2 to 16 threads the same summary took 74 MB (200 k kernels) to 233 MB (2 M kernels) more."""
+"""Per thread of Polars' pool: each keeps its own allocator arena and works on its own part of the data."""
 SUMMARY_BYTES_PER_STORED_BYTE = 7
 """The summary's peak per byte of the event tables in the export, with a margin (measured up to 5.2x: the
 performance page `make bench` writes)."""
@@ -47,9 +46,11 @@ _UNLIMITED = 1 << 60
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 
 
-def summary_bytes(stored_bytes: int) -> int:
+def summary_bytes(stored_bytes: int | None) -> int:
     """The memory a summary of events taking STORED_BYTES in their export may peak at (an upper estimate), with as
-    many threads as Polars runs here."""
+    many threads as Polars runs here; None: one streamed from disk, whatever their size."""
+    if stored_bytes is None:
+        return STREAMED_SUMMARY_BYTES
     import polars as pl  # here: the export's check, and `import nsight_core`, need no Polars
 
     return SUMMARY_BASE_BYTES + SUMMARY_BYTES_PER_THREAD * pl.thread_pool_size() \
@@ -59,13 +60,7 @@ def summary_bytes(stored_bytes: int) -> int:
 def check_streamed_summary_memory(what: str) -> None:
     """Raise :class:`NotEnoughMemoryError` when even a streamed summary of WHAT (``STREAMED_SUMMARY_BYTES``) needs more
     than this process may take."""
-    _check(STREAMED_SUMMARY_BYTES, f"summarising {what}", "streamed from disk, its size aside")
-
-
-def streamed_summary_fits() -> bool:
-    """Whether a summary scanned from disk fits what this process may take (True where no limit is known)."""
-    allowed, _ = allowed_memory()
-    return allowed is None or allowed >= STREAMED_SUMMARY_BYTES
+    _check(summary_bytes(None), f"summarising {what}", "streamed from disk, its size aside")
 
 
 def export_bytes(trace_bytes: int, kind: str = "arrowdir", processes: int = 1) -> int:
@@ -87,19 +82,13 @@ def check_export_memory(trace_bytes: int, kind: str, what: str, processes: int =
            f"nsys' {kind} export of a {_size(trace_bytes)} trace{f' in {processes} slices' if processes > 1 else ''}")
 
 
-def export_fits(trace_bytes: int, kind: str, processes: int = 1) -> bool:
-    """Whether nsys' KIND export of a .nsys-rep of TRACE_BYTES in PROCESSES fits what this process may take (True where
-    nothing is known of the limit): a large capture is streamed where its arrow export would not fit, and exported in
-    as many slices as fit (trace/export.py)."""
+def fits(needed: int) -> bool:
+    """Whether NEEDED bytes (:func:`export_bytes`, :func:`summary_bytes`) fit what this process may take (True where
+    nothing is known of the limit): how a capture is exported and read is chosen by it (trace/export.py: streamed
+    where its arrow export or its frames would not fit, exported in as many slices as fit; trace/load.py: an SQLite
+    export passed as it is streamed where its summary would not)."""
     allowed, _ = allowed_memory()
-    return allowed is None or export_bytes(trace_bytes, kind, processes) <= allowed
-
-
-def summary_fits(stored_bytes: int) -> bool:
-    """Whether a summary of events taking STORED_BYTES in their export fits what this process may take (True where
-    nothing is known of the limit): an SQLite export passed as it is streamed where it would not (trace/load.py)."""
-    allowed, _ = allowed_memory()
-    return allowed is None or summary_bytes(stored_bytes) <= allowed
+    return allowed is None or needed <= allowed
 
 
 def allowed_memory() -> tuple[int | None, str]:
@@ -122,11 +111,10 @@ def allowed_memory() -> tuple[int | None, str]:
 def check_comparison_memory(stored_bytes: int | None, what: str) -> None:
     """Raise :class:`NotEnoughMemoryError` when `nsight diff` of WHAT needs more than this process may take: with
     STORED_BYTES (what its events take in their export), read whole, as a summary read whole does; None, streamed from
-    disk (a large capture's totals and step times), as a streamed summary does. Else it would get the process
-    killed."""
-    needed, why = (summary_bytes(stored_bytes), f"its events take {_size(stored_bytes)} in the export") \
-        if stored_bytes is not None else (STREAMED_SUMMARY_BYTES, "streamed from disk, its size aside")
-    _check(needed, f"comparing {what}", why, "compare",
+    disk (a large capture's totals and step times), as a streamed summary does. Else it would get the process killed."""
+    why = "streamed from disk, its size aside" if stored_bytes is None else \
+        f"its events take {_size(stored_bytes)} in the export"
+    _check(summary_bytes(stored_bytes), f"comparing {what}", why, "compare",
            "compare captures of shorter regions, or compare it where there is more memory")
 
 
@@ -156,14 +144,10 @@ def headroom_bytes(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/fs/cgr
     """How much more memory this process may take: the least of the host's available memory and, for each
     memory limit on its cgroup or the cgroups above it, the limit less what they hold (reclaimable file cache
     left out, as Kubernetes counts its "working set"). None when none of it can be read."""
-    found = [value for value in (_available(proc / "meminfo"), *_cgroup_headrooms(proc / "self" / "cgroup", cgroups))
-             if value is not None]
+    available = _fields(proc / "meminfo").get("MemAvailable")  # kB
+    found = [value for value in (None if available is None else available * 1024,
+                                 *_cgroup_headrooms(proc / "self" / "cgroup", cgroups)) if value is not None]
     return max(0, min(found)) if found else None
-
-
-def _available(meminfo: Path) -> int | None:
-    fields = _fields(meminfo)
-    return fields["MemAvailable"] * 1024 if "MemAvailable" in fields else None
 
 
 def _cgroup_headrooms(membership: Path, cgroups: Path) -> list[int | None]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -50,7 +51,7 @@ def shortfall() -> str | None:
         return None
     folder = nsys_temp_dir()
     try:
-        stat = os.statvfs(folder)
+        free = shutil.disk_usage(folder).free
         with tempfile.TemporaryFile(dir=folder):
             pass
     except FileNotFoundError:
@@ -58,7 +59,6 @@ def shortfall() -> str | None:
     except OSError as exc:  # read-only, not ours: that is the cause to name, whatever the space
         return (f"nsys' temp folder {folder} cannot be written ({exc.strerror or exc}): point TMPDIR at a "
                 "writable folder")
-    free = stat.f_bavail * stat.f_frsize
     if free >= wanted:
         return None
     return (f"nsys' temp folder {folder} has {size(free)} free and a recording needs at least {size(wanted)} there "
@@ -72,13 +72,11 @@ WATCH_INTERVAL = 0.2
 
 @contextlib.contextmanager
 def watch(stop: Callable[[], object], *, once: bool = False) -> Iterator[None]:
-    """While the block runs (nsys records), call STOP when nsys' temp folder falls below an eighth of
-    :func:`needed`.
+    """While the block runs (nsys records), call STOP when nsys' temp folder falls below an eighth of :func:`needed`.
 
-    STOP ends the collection running then (`nsys stop`, which keeps the trace so far); the program runs
-    on, and a later region may record again once there is room. ONCE: the session has one collection
-    only (`nsys profile`), so the first STOP ends the watch too. One warning, the first time. Off with
-    ``NSIGHT_MIN_TEMP_SPACE=off``.
+    STOP ends the collection running then (`nsys stop`, which keeps the trace so far); the program runs on, and a later
+    region may record again once there is room. ONCE: the session has one collection only (`nsys profile`), so the first
+    STOP ends the watch too. One warning, the first time. Off with ``NSIGHT_MIN_TEMP_SPACE=off``.
     """
     if (wanted := needed()) is None:
         yield
@@ -91,8 +89,7 @@ def watch(stop: Callable[[], object], *, once: bool = False) -> Iterator[None]:
         warned = False
         while not done.wait(WATCH_INTERVAL):
             with contextlib.suppress(OSError):
-                stat = os.statvfs(folder)
-                if (free := stat.f_bavail * stat.f_frsize) >= limit:
+                if (free := shutil.disk_usage(folder).free) >= limit:
                     continue
                 if not warned:
                     print(f"nsight: WARNING: nsys' temp folder {folder} is down to {size(free)} free (less than "

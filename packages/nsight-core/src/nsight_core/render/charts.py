@@ -19,9 +19,9 @@ from nsight_core.analysis.step_drawing import StepDrawing
 from nsight_core.analysis.summary import NEEDS_TRACE
 from nsight_core.analysis.trace_summary import TraceSummary
 from nsight_core.render.findings import PART_LABELS
-from nsight_core.render.perfetto import in_domain
 from nsight_core.render.step_view import PART_COLORS, cpu_words
 from nsight_core.stats.models import ProfileStats
+from nsight_core.trace.schema import in_domain
 from nsight_core.units import BYTES_PER_NSYS_MB, MIB, MICROSECONDS, duration
 
 TOP_N = 20
@@ -316,12 +316,15 @@ def budget_charts(drawing: StepDrawing) -> list[ChartSpec]:
     if not budgets.height:
         return []
     parts = [part for part in PARTS if budgets[f"{part}_ns"].sum()]
-    colors = alt.Scale(domain=[PART_LABELS[part] for part in parts], range=[PART_COLORS[part] for part in parts])
+    colors = alt.Color("part:N", title=None, legend=alt.Legend(orient="bottom", columns=4), scale=alt.Scale(
+        domain=[PART_LABELS[part] for part in parts], range=[PART_COLORS[part] for part in parts]))
     return [median_budget_chart(drawing, parts, colors), step_budgets_chart(drawing, parts, colors)]
 
 
-def _long(budgets: pl.DataFrame, parts: Sequence[str], order: dict[str, int]) -> pl.DataFrame:
-    """BUDGETS (step, wall_ns, <part>_ns) as one row per step and part: step, part (its words), order, ms, share."""
+def _long(budgets: pl.DataFrame, parts: Sequence[str]) -> pl.DataFrame:
+    """BUDGETS (step, wall_ns, <part>_ns) as one row per step and part: step, part (its words), order (of PARTS), ms,
+    share."""
+    order = {part: index for index, part in enumerate(parts)}
     return (budgets.unpivot(index=["step", "wall_ns"], on=[f"{part}_ns" for part in parts], variable_name="part",
                             value_name="ns")
             .with_columns(pl.col("part").str.strip_suffix("_ns"))
@@ -332,7 +335,7 @@ def _long(budgets: pl.DataFrame, parts: Sequence[str], order: dict[str, int]) ->
             .filter(pl.col("ns") > 0))
 
 
-def median_budget_chart(drawing: StepDrawing, parts: Sequence[str], colors: alt.Scale) -> ChartSpec:
+def median_budget_chart(drawing: StepDrawing, parts: Sequence[str], colors: alt.Color) -> ChartSpec:
     """The median steady step as one bar of its parts, the large ones labelled in place, an idle part with what the host
     mostly did meanwhile ('GPU idle 87% (in range data)')."""
     step = drawing.median_step
@@ -345,7 +348,7 @@ def median_budget_chart(drawing: StepDrawing, parts: Sequence[str], colors: alt.
               .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("ns"))
               .sort("ns", "cause", descending=[True, False]).group_by("part", maintain_order=True).first()
               .select(pl.col("part").replace_strict(PART_LABELS), "cause"))
-    rows = (_long(row, parts, {part: index for index, part in enumerate(parts)}).sort("order")
+    rows = (_long(row, parts).sort("order")
             .join(causes, on="part", how="left", maintain_order="left").with_columns(
                 (pl.col("ms").cum_sum() - pl.col("ms") / 2).alias("middle"),
                 pl.when(pl.col("share") >= LABELLED_SHARE)
@@ -357,8 +360,7 @@ def median_budget_chart(drawing: StepDrawing, parts: Sequence[str], colors: alt.
     bar = base.mark_bar(height=34).encode(
         x=alt.X("ms:Q", stack="zero", title="Time in the median step (ms)",
                 scale=alt.Scale(domain=[0, wall / NS_PER_MS])),
-        color=alt.Color("part:N", title=None, scale=colors, legend=alt.Legend(orient="bottom", columns=4)),
-        order=alt.Order("order:Q"),
+        color=colors, order=alt.Order("order:Q"),
         tooltip=[alt.Tooltip("part:N", title="Part"), alt.Tooltip("ms:Q", title="Time (ms)", format=",.3f"),
                  alt.Tooltip("share:Q", title="Share of the step", format=".1%"),
                  alt.Tooltip("cause:N", title="The host meanwhile, mostly")])
@@ -369,7 +371,7 @@ def median_budget_chart(drawing: StepDrawing, parts: Sequence[str], colors: alt.
     return ChartSpec(title=title, spec=_spec(chart, median=rows.to_dicts()))
 
 
-def step_budgets_chart(drawing: StepDrawing, parts: Sequence[str], colors: alt.Scale) -> ChartSpec:
+def step_budgets_chart(drawing: StepDrawing, parts: Sequence[str], colors: alt.Color) -> ChartSpec:
     """Every step's time as a stacked bar of its parts; over MAX_BUDGET_BARS steps, groups of consecutive steps."""
     budgets = drawing.budgets.sort("step")
     title = "Where each step's time went"
@@ -380,12 +382,10 @@ def step_budgets_chart(drawing: StepDrawing, parts: Sequence[str], colors: alt.S
                    .group_by("step").agg(pl.col(column).mean().round(0).cast(pl.Int64) for column in columns))
         title += f" (each bar the mean of {group} consecutive steps)"
     warmup = f"; step {int(budgets['step'][0])} is the warm-up" if drawing.warmup_steps and group == 1 else ""
-    rows = _long(budgets, parts, {part: index for index, part in enumerate(parts)})
+    rows = _long(budgets, parts)
     chart = alt.Chart(alt.Data(name="budgets")).mark_bar().encode(
         x=alt.X("step:O", title=f"Step{warmup}", axis=alt.Axis(labelOverlap=True)),
-        y=alt.Y("ms:Q", stack="zero", title="Time (ms)"),
-        color=alt.Color("part:N", title=None, scale=colors, legend=alt.Legend(orient="bottom", columns=4)),
-        order=alt.Order("order:Q"),
+        y=alt.Y("ms:Q", stack="zero", title="Time (ms)"), color=colors, order=alt.Order("order:Q"),
         tooltip=[alt.Tooltip("step:O", title="Step"), alt.Tooltip("part:N", title="Part"),
                  alt.Tooltip("ms:Q", title="Time (ms)", format=",.3f"),
                  alt.Tooltip("share:Q", title="Share of the step", format=".1%")],

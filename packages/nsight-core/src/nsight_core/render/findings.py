@@ -124,17 +124,6 @@ SUGGESTIONS: dict[str, str] = {
               "cache compilation (torch.compile cache, cudnn.benchmark tuned once).",
     "no_steps": "Mark each training step with an NVTX range (nsight_core or nvtx: range('step_<n>')).",
     "too_few_steps": f"Profile at least {MIN_STEPS} steps (10 or more after the warm-up) for stable percentiles.",
-}
-"""Each finding kind's one concrete change to make."""
-
-
-def finding_title(finding: Finding) -> str:
-    """FINDING's one-line title."""
-    title = TITLES.get(f"{finding.kind}/{finding.subject}", TITLES[finding.kind])
-    return title.format(subject=finding.subject)
-
-
-SUBJECT_SUGGESTIONS: dict[str, str] = {
     "launch_bound/unexplained": "No known cause fits: the evidence names the calls the host is in (or on its way to) "
                                 "while the GPU waits, and their time per step. Find what makes them in the step's code "
                                 "(nsight run --python-backtrace names the line of each slow CUDA call).",
@@ -149,12 +138,23 @@ SUBJECT_SUGGESTIONS: dict[str, str] = {
                               "step (torch.where for a branch); accumulate losses and metrics as tensors and read "
                               "them back every N steps.",
 }
-"""Suggestions for a kind's subject (KIND/SUBJECT), where the subject names the cause more closely."""
+"""Each finding kind's one concrete change to make; KIND/SUBJECT first, where the subject names the cause more
+closely."""
+
+
+def finding_title(finding: Finding) -> str:
+    """FINDING's one-line title."""
+    return _worded(TITLES, finding).format(subject=finding.subject)
 
 
 def finding_suggestion(finding: Finding) -> str:
     """FINDING's suggestion: its subject's where there is one, else its kind's."""
-    return SUBJECT_SUGGESTIONS.get(f"{finding.kind}/{finding.subject}", SUGGESTIONS[finding.kind])
+    return _worded(SUGGESTIONS, finding)
+
+
+def _worded(words: dict[str, str], finding: Finding) -> str:
+    """WORDS for FINDING's kind and subject, else for its kind."""
+    return words.get(f"{finding.kind}/{finding.subject}", words[finding.kind])
 
 
 def finding_json(finding: Finding) -> dict[str, object]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from nsight_core.trace.model import Trace
-from nsight_core.trace.schema import pid_of
+from nsight_core.trace.schema import in_domain, pid_of
 
 CHUNK_ROWS = 10_000
 GPU_PID_BASE = 1 << 24
@@ -66,11 +66,6 @@ def _os_tid(thread: pl.Expr) -> pl.Expr:
 
 THREAD = pl.col("thread")
 GPU_PID, STREAM = pl.col("device") + GPU_PID_BASE, pl.col("stream")
-
-
-def in_domain(name: str = "name") -> pl.Expr:
-    """``domain:NAME``, or NAME alone in the default domain (as nsys-ui shows them)."""
-    return pl.when(pl.col("domain") != "").then(pl.format("{}:{}", "domain", name)).otherwise(name)
 
 
 def _events(trace: Trace) -> Iterator[tuple[str, list[Part]]]:

@@ -47,9 +47,8 @@ def step_view_data(drawing: StepDrawing) -> dict[str, Any]:
 
 
 def step_panels(drawing: StepDrawing) -> list[dict[str, Any]]:
-    """What the template writes around each step's canvas: title, whether hidden (evidence steps until clicked),
-    the GPU's idle time by cause, most first, each with its longest stretch (a click zooms to it), and what was left
-    out."""
+    """What the template writes around each step's canvas: title, whether hidden (evidence steps until clicked), the
+    GPU's idle time by cause, most first, each with its longest stretch (a click zooms to it), and what was left out."""
     panels = []
     match drawing.stats:
         case NvtxGpuSteps():

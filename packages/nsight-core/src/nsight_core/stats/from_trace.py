@@ -1,16 +1,15 @@
 """The five default `nsys stats` reports, computed from a Trace's events with Polars.
 
-Each report is the query nsys runs (its reports/*.py, 2023.4) restated as one group-by: the same
-grouping key (the name; for CUDA API calls nsys' string id of the function), the same statistics
-(sample standard deviation, median of the middle two), the same rounding to one decimal (sizes as nsys
-prints bytes / 1e6 with printf's %.3f), the same order (ties in the grouping key's order, as nsys' SQLite
-returns them). The rounding is the one of the nsys that wrote the export: 2023.4.4 rounds like SQLite's
-round() (the value times ten, halves away from zero: 170622.05 gives 170622.1), 2025.3 the double's exact
-value (170622.05 is 170622.0499... and gives 170622.0; an exact half, 1597.25, goes away from zero).
-Equality with `nsys stats` on the same capture is tested for both (tests/core/test_stats_from_events.py,
-tests/core/test_nsys_2025.py), so a page built from events shows nsys' own numbers. A report whose events
-the capture lacks is skipped with nsys' reason; one whose table the export holds in a schema nsight-core
-cannot read, with the Trace's note.
+Each report is the query nsys runs (its reports/*.py, 2023.4) restated as one group-by: the same grouping key (the name;
+for CUDA API calls nsys' string id of the function), the same statistics (sample standard deviation, median of the
+middle two), the same rounding to one decimal (sizes as nsys prints bytes / 1e6 with printf's %.3f), the same order
+(ties in the grouping key's order, as nsys' SQLite returns them). The rounding is the one of the nsys that wrote the
+export: 2023.4.4 rounds like SQLite's round() (the value times ten, halves away from zero: 170622.05 gives 170622.1),
+2025.3 the double's exact value (170622.05 is 170622.0499... and gives 170622.0; an exact half, 1597.25, goes away from
+zero). Equality with `nsys stats` on the same capture is tested for both (tests/core/test_stats_from_events.py,
+tests/core/test_nsys_2025.py), so a page built from events shows nsys' own numbers. A report whose events the capture
+lacks is skipped with nsys' reason; one whose table the export holds in a schema nsight-core cannot read, with the
+Trace's note.
 """
 
 from __future__ import annotations
@@ -36,6 +35,7 @@ from nsight_core.stats.models import (
 from nsight_core.stats.reports import canonical
 from nsight_core.trace import streamed
 from nsight_core.trace.model import Trace
+from nsight_core.trace.schema import in_domain
 from nsight_core.trace.streamed import is_streamed
 
 BYTES_PER_MB = 1_000_000
@@ -49,6 +49,7 @@ no 2024 release was measured)."""
 _YEAR = re.compile(r"(\d{4})\.")
 
 Rounding = Callable[[pl.Expr], pl.Expr]
+_NAME = pl.col("name")
 
 
 def _sqlite_round(value: pl.Expr) -> pl.Expr:
@@ -98,9 +99,10 @@ def _summary(frame: pl.LazyFrame, key: str, value: str, streamed: bool, prefix: 
         pl.col("_min").alias(f"min_{unit}"), pl.col("_max").alias(f"max_{unit}"), f"stddev_{unit}")
 
 
-def _time_summary(frame: pl.LazyFrame, name: pl.Expr, round_: Rounding, streamed: bool, key: str = "name",
+def _time_summary(trace: Trace, frame: pl.LazyFrame, name: pl.Expr = _NAME, key: str = "name",
                   by_instances: bool = False) -> pl.DataFrame:
-    """Per KEY (a column, or "name"): NAME, time %, total, instances, avg, med, min, max, stddev of end - start.
+    """Per KEY (a column, or "name") of FRAME, one of TRACE's events: NAME, time %, total, instances, avg, med, min,
+    max, stddev of end - start, rounded as the nsys that wrote TRACE's export rounds.
 
     In nsys' order: total time descending; among equal totals, fewer instances first where the report
     says so (BY_INSTANCES, cuda_gpu_kern_sum only), then the grouping key ascending, which is how nsys'
@@ -110,7 +112,8 @@ def _time_summary(frame: pl.LazyFrame, name: pl.Expr, round_: Rounding, streamed
     timed = frame.select(*([] if key == "name" else [key]), name.alias("name"), "start_ns", "end_ns")
     duration = pl.col("end_ns") - pl.col("start_ns")
     summary = _summary(timed.select(pl.exclude("start_ns", "end_ns"), duration.alias("_duration")), key, "_duration",
-                       streamed, "time", (timed.select(key, "start_ns", "end_ns"), duration))
+                       is_streamed(trace), "time", (timed.select(key, "start_ns", "end_ns"), duration))
+    round_ = rounding(trace)
     order = ["total_time_ns", *(["instances"] if by_instances else []), key]
     share = (pl.col("total_time_ns") * 100.0 / pl.col("total_time_ns").sum()).fill_nan(0.0)
     return summary.with_columns(round_(share).alias("time_pct"), *(round_(pl.col(column)).alias(column)
@@ -120,22 +123,20 @@ def _time_summary(frame: pl.LazyFrame, name: pl.Expr, round_: Rounding, streamed
 
 def kernel_summary(trace: Trace) -> list[KernelRow] | str:
     """cuda_gpu_kern_sum: kernels by demangled name."""
-    summary = _time_summary(streamed.events(trace).kernels, pl.col("name"), rounding(trace), is_streamed(trace),
-                            by_instances=True)
+    summary = _time_summary(trace, streamed.events(trace).kernels, by_instances=True)
     return _rows(KernelRow, summary) if summary.height else "does not contain CUDA kernel data."
 
 
 def graph_summary(trace: Trace) -> list[GraphRow]:
     """CUDA-graph launches on the GPU by graph (none where the trace has no graph-level rows): GPU work as much as
     a kernel is, which nsys' kernel report leaves out; the same statistics and order as its time reports."""
-    return _rows(GraphRow, _time_summary(streamed.events(trace).graphs, pl.format("CUDA graph {}", "graph_id"),
-                                         rounding(trace), is_streamed(trace), key="graph_id"))
+    return _rows(GraphRow, _time_summary(trace, streamed.events(trace).graphs, pl.format("CUDA graph {}", "graph_id"),
+                                         key="graph_id"))
 
 
 def api_summary(trace: Trace) -> list[ApiCallRow] | str:
     """cuda_api_sum: CUDA runtime and driver calls by nsys' string id of the function (its full name)."""
-    summary = _time_summary(streamed.events(trace).cuda_api, pl.col("name"), rounding(trace), is_streamed(trace),
-                            key="name_id")
+    summary = _time_summary(trace, streamed.events(trace).cuda_api, key="name_id")
     return _rows(ApiCallRow, summary) if summary.height else "does not contain CUDA trace data."
 
 
@@ -149,7 +150,7 @@ def _memory_operations(trace: Trace) -> pl.LazyFrame:
 
 def memory_time_summary(trace: Trace) -> list[MemoryTimeRow] | str:
     """cuda_gpu_mem_time_sum: copies by direction and memsets, by time."""
-    summary = _time_summary(_memory_operations(trace), pl.col("name"), rounding(trace), is_streamed(trace))
+    summary = _time_summary(trace, _memory_operations(trace))
     return _rows(MemoryTimeRow, summary) if summary.height else "does not contain GPU memory data."
 
 
@@ -171,9 +172,8 @@ def _megabytes(size: float) -> float:
 
 def nvtx_summary(trace: Trace) -> list[NvtxRangeRow] | str:
     """nvtx_pushpop_sum: push/pop ranges by `domain:name` (the name alone in the default domain)."""
-    name = pl.when(pl.col("domain") != "").then(pl.format("{}:{}", "domain", "name")).otherwise(pl.col("name"))
     push_pop = streamed.events(trace).nvtx.filter(pl.col("kind") == "push_pop")
-    summary = _time_summary(push_pop, name, rounding(trace), is_streamed(trace))
+    summary = _time_summary(trace, push_pop, in_domain())
     return _rows(NvtxRangeRow, summary) if summary.height else \
         "does not contain NV Tools Extension (NVTX) push/pop ranges."
 
@@ -186,9 +186,8 @@ OSRT_SUM_COLUMNS = ("Time (%)", "Total Time (ns)", "Num Calls", "Avg (ns)", "Med
 def osrt_summary(trace: Trace) -> list[dict[str, Any]] | str:
     """osrt_sum: OS-runtime calls by function, those of the user's block where a region marked it (nsight_core.marks),
     clipped to it as the OS-runtime tile counts them. `nsys stats` counts the whole collection, nsight's own calls
-    included: the 0.25 s settle wait after `nsys start`, and the start's own subprocess (its sigaction, pipe2,
-    waitpid...): 21 sleeps and 322 ms beside the tile's 20 and 72 ms in `make demo`. Without marks (a whole-process
-    capture) every call, as nsys counts them."""
+    included: the settle wait after `nsys start`, and the start's own subprocess (its sigaction, pipe2, waitpid...).
+    Without marks (a whole-process capture) every call, as nsys counts them."""
     events = streamed.events(trace)
     calls = events.osrt
     live, stop = marked_window(events.nvtx_marks)
@@ -196,7 +195,7 @@ def osrt_summary(trace: Trace) -> list[dict[str, Any]] | str:
         end = stop if stop is not None else 2**63 - 1
         calls = calls.filter((pl.col("end_ns") > live) & (pl.col("start_ns") < end)).with_columns(
             pl.col("start_ns").clip(live, end), pl.col("end_ns").clip(live, end))
-    summary = _time_summary(calls, pl.col("name"), rounding(trace), is_streamed(trace), key="name_id")
+    summary = _time_summary(trace, calls, key="name_id")
     if not summary.height:
         return "does not contain OS runtime trace data."
     named = summary.select(pl.col("time_pct").alias("Time (%)"), pl.col("total_time_ns").alias("Total Time (ns)"),

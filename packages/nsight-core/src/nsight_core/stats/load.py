@@ -98,7 +98,7 @@ def _run_nsys_stats(stats: ProfileStats, trace: Trace, reports: list[str], nsys:
         csv_file = Path(f"{prefix}_{name}.csv")
         message = messages.get(name, "")
         if not csv_file.exists():
-            if _NOT_FOUND.search(result.output) and name in _not_found(result.output):
+            if name in {found.group("report") for found in _NOT_FOUND.finditer(result.output)}:
                 stats.skipped[report] = f"unknown report: this nsys ({nsys.version}) has no report named {name!r}"
             else:
                 stats.skipped[report] = f"failed: {message or result.output[-500:] or 'nsys wrote no file'}"
@@ -108,10 +108,6 @@ def _run_nsys_stats(stats: ProfileStats, trace: Trace, reports: list[str], nsys:
             stats.skipped[report] = "no data: " + reason
             continue
         add_report(stats, report, read_csv_text(csv_file))
-
-
-def _not_found(output: str) -> set[str]:
-    return {m.group("report") for m in _NOT_FOUND.finditer(output)}
 
 
 def _messages_by_report(output: str) -> dict[str, str]:

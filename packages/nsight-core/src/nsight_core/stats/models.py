@@ -118,12 +118,12 @@ class ProfileStats(BaseModel):
         """
         if name in self.other:
             return pl.DataFrame(self.other[name], infer_schema_length=None)
-        table = name if name in _TABLE_MODELS else table_of(name)
+        table = name if name in TABLE_MODELS else table_of(name)
         if table is None:
-            known = sorted({*_TABLE_MODELS, *self.reports, *self.other})
+            known = sorted({*TABLE_MODELS, *self.reports, *self.other})
             raise KeyError(f"no table or report named {name!r} in these stats; known: {', '.join(known)}")
         rows: list[Any] = getattr(self, table)
-        model = _TABLE_MODELS[table]
+        model = TABLE_MODELS[table]
         if not rows:
             return pl.DataFrame(schema={name: _POLARS_TYPES[f.annotation] for name, f in model.model_fields.items()})
         return pl.DataFrame([row.model_dump() for row in rows])
@@ -134,7 +134,7 @@ class ProfileStats(BaseModel):
                     or self.nvtx_ranges or self.graphs or any(self.other.values()))
 
 
-_TABLE_MODELS: dict[str, type[_Row]] = {
+TABLE_MODELS: dict[str, type[_Row]] = {  # each typed list's row model
     "kernels": KernelRow,
     "api_calls": ApiCallRow,
     "memory_time": MemoryTimeRow,

@@ -1,12 +1,11 @@
 """nsys CSV output -> Polars frames -> typed rows.
 
-nsys does not write RFC 4180 CSV: it wraps a field in double quotes only when it contains a comma
-and never escapes quotes inside it (a range named `"x,y"` comes out as `""x,y""`). Names are the
-last column of every summary report, so a row is split on its first N-1 commas and the remainder is
-the name, unwrapped once when nsys wrapped it. That keeps commas, quotes, `<`/`>`, unicode and
-leading/trailing spaces exactly as the user wrote them. A newline inside a name is written raw too, so
-a line that cannot be a row (fewer fields than the header) continues the name of the row above it; only
-an empty line inside a name is lost (blank lines are skipped).
+nsys does not write RFC 4180 CSV: it wraps a field in double quotes only when it contains a comma and never escapes
+quotes inside it (a range named `"x,y"` comes out as `""x,y""`). Names are the last column of every summary report, so a
+row is split on its first N-1 commas and the remainder is the name, unwrapped once when nsys wrapped it. That keeps
+commas, quotes, `<`/`>`, unicode and leading/trailing spaces exactly as the user wrote them. A newline inside a name is
+written raw too, so a line that cannot be a row (fewer fields than the header) continues the name of the row above it;
+only an empty line inside a name is lost (blank lines are skipped).
 
 NVTX range names: nsys 2023.4 writes a range of the default domain by its name (`step_0`) and one of a
 named domain as `domain:name`; 2025.3 writes `domain:name` for every range, the default domain being
@@ -23,25 +22,8 @@ from typing import Any
 import polars as pl
 
 from nsight_core.errors import StatsError
-from nsight_core.stats.models import (
-    ApiCallRow,
-    KernelRow,
-    MemorySizeRow,
-    MemoryTimeRow,
-    NvtxRangeRow,
-    ProfileStats,
-    TimeRow,
-)
-from nsight_core.stats.reports import header_field, table_of
-
-_ROW_MODELS: dict[str, type[TimeRow] | type[MemorySizeRow]] = {
-    "kernels": KernelRow,
-    "api_calls": ApiCallRow,
-    "memory_time": MemoryTimeRow,
-    "memory_size": MemorySizeRow,
-    "nvtx_ranges": NvtxRangeRow,
-}
-_TEXT_HEADERS = {"name", "range", "operation"}
+from nsight_core.stats.models import TABLE_MODELS, ProfileStats
+from nsight_core.stats.reports import NAME_HEADERS, header_field, table_of
 
 
 def _split_row(line: str, columns: int, name_last: bool) -> list[str]:
@@ -52,8 +34,7 @@ def _split_row(line: str, columns: int, name_last: bool) -> list[str]:
             if len(name) >= 2 and name[0] == name[-1] == '"' and "," in name:
                 fields[-1] = name[1:-1]
             return fields
-    fields = next(csv.reader([line]))
-    return fields
+    return next(csv.reader([line]))
 
 
 def read_frame(report: str, text: str) -> pl.DataFrame:
@@ -65,7 +46,7 @@ def read_frame(report: str, text: str) -> pl.DataFrame:
     if not numbered:
         return pl.DataFrame()
     header = next(csv.reader([numbered[0][1]]))
-    name_last = "".join(header[-1].split()).lower() in _TEXT_HEADERS
+    name_last = "".join(header[-1].split()).lower() in NAME_HEADERS
     records: list[tuple[int, str]] = []
     for number, line in numbered[1:]:
         short = len(line.split(",", len(header) - 1)) < len(header)
@@ -73,7 +54,7 @@ def read_frame(report: str, text: str) -> pl.DataFrame:
             records[-1] = (records[-1][0], records[-1][1] + "\n" + line)
         else:
             records.append((number, line))
-    columns: list[list[str]] = [[] for _ in header]
+    rows = []
     for number, line in records:
         fields = _split_row(line, len(header), name_last)
         if len(fields) != len(header):
@@ -81,21 +62,14 @@ def read_frame(report: str, text: str) -> pl.DataFrame:
                 f"report {report}: line {number} has {len(fields)} fields where the header has "
                 f"{len(header)}: {line[:200]!r}. The file is not an nsys stats CSV or was cut short."
             )
-        for column, value in zip(columns, fields, strict=True):
-            column.append(value)
-    unique = _unique_headers(header)
-    series = (pl.Series(name, values, dtype=pl.String) for name, values in zip(unique, columns, strict=True))
-    return pl.DataFrame(list(series))
+        rows.append(fields)
+    return pl.DataFrame(rows, schema={name: pl.String for name in _unique_headers(header)}, orient="row")
 
 
 def _unique_headers(header: list[str]) -> list[str]:
-    seen: dict[str, int] = {}
-    unique = []
-    for name in header:
-        count = seen.get(name, 0)
-        seen[name] = count + 1
-        unique.append(name if count == 0 else f"{name} ({count + 1})")
-    return unique
+    """HEADER's names, a repeated one numbered from its second time on: 'Name', 'Name (2)'."""
+    return [f"{name} ({before + 1})" if (before := header[:index].count(name)) else name
+            for index, name in enumerate(header)]
 
 
 def typed_frame(report: str, raw: pl.DataFrame) -> pl.DataFrame:
@@ -133,7 +107,7 @@ def parse_report(report: str, text: str) -> tuple[str | None, list[Any]]:
     frame = typed_frame(report, raw)
     if table == "nvtx_ranges":
         frame = _default_domain_bare(frame)
-    model = _ROW_MODELS[table]
+    model = TABLE_MODELS[table]
     missing = {f for f, info in model.model_fields.items() if info.is_required()} - set(frame.columns)
     if missing:
         raise StatsError(

@@ -7,34 +7,17 @@ a version lives here, so the parser and the models never see the difference.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-DEFAULT_REPORTS: tuple[str, ...] = (
-    "cuda_gpu_kern_sum",
-    "cuda_gpu_mem_time_sum",
-    "cuda_gpu_mem_size_sum",
-    "cuda_api_sum",
-    "nvtx_pushpop_sum",
-)
-
-# new name -> pre-2023 name of the same report
-_OLD_NAMES: dict[str, str] = {
-    "cuda_gpu_kern_sum": "gpukernsum",
-    "cuda_gpu_mem_time_sum": "gpumemtimesum",
-    "cuda_gpu_mem_size_sum": "gpumemsizesum",
-    "cuda_api_sum": "cudaapisum",
-    "nvtx_pushpop_sum": "nvtxppsum",
+_REPORTS: dict[str, tuple[str, str]] = {
+    "cuda_gpu_kern_sum": ("gpukernsum", "kernels"),
+    "cuda_gpu_mem_time_sum": ("gpumemtimesum", "memory_time"),
+    "cuda_gpu_mem_size_sum": ("gpumemsizesum", "memory_size"),
+    "cuda_api_sum": ("cudaapisum", "api_calls"),
+    "nvtx_pushpop_sum": ("nvtxppsum", "nvtx_ranges"),
 }
-_NEW_NAMES: dict[str, str] = {old: new for new, old in _OLD_NAMES.items()}
-
-# canonical report -> the ProfileStats list it fills
-TABLE_OF_REPORT: dict[str, str] = {
-    "cuda_gpu_kern_sum": "kernels",
-    "cuda_api_sum": "api_calls",
-    "cuda_gpu_mem_time_sum": "memory_time",
-    "cuda_gpu_mem_size_sum": "memory_size",
-    "nvtx_pushpop_sum": "nvtx_ranges",
-}
+"""The reports with a typed table, the default ones in their order: new name -> the name before 2023 of the same
+report, the ProfileStats list it fills."""
+DEFAULT_REPORTS: tuple[str, ...] = tuple(_REPORTS)
+_NEW_NAMES: dict[str, str] = {old: new for new, (old, _) in _REPORTS.items()}
 
 
 def canonical(report: str) -> str:
@@ -45,86 +28,53 @@ def canonical(report: str) -> str:
 def aliases(report: str) -> tuple[str, ...]:
     """All names nsys versions use for the same report, the new name first."""
     new = canonical(report)
-    old = _OLD_NAMES.get(new)
-    return (new, old) if old else (new,)
+    return (new, _REPORTS[new][0]) if new in _REPORTS else (new,)
 
 
 def table_of(report: str) -> str | None:
     """The typed table a report fills, or None for a report kept as a generic table."""
-    return TABLE_OF_REPORT.get(canonical(report.split(":", 1)[0]))
+    known = _REPORTS.get(canonical(report.split(":", 1)[0]))
+    return known[1] if known else None
 
 
-@dataclass(frozen=True)
-class Column:
-    """A model field and whether nsys writes it as an integer."""
-
-    field: str
-    integer: bool = False
-
-
-# Normalised header (lower case, no spaces) -> model field. Covers 2021-2024 nsys variants.
-_HEADER_FIELDS: dict[str, Column] = {
-    "time(%)": Column("time_pct"),
-    "time%": Column("time_pct"),
-    "totaltime(ns)": Column("total_time_ns", integer=True),
-    "totaltime": Column("total_time_ns", integer=True),
-    "instances": Column("instances", integer=True),
-    "numcalls": Column("instances", integer=True),
-    "calls": Column("instances", integer=True),
-    "count": Column("instances", integer=True),
-    "operations": Column("instances", integer=True),
-    "avg(ns)": Column("avg_ns"),
-    "average(ns)": Column("avg_ns"),
-    "average": Column("avg_ns"),
-    "avg": Column("avg_ns"),
-    "med(ns)": Column("med_ns"),
-    "median(ns)": Column("med_ns"),
-    "median": Column("med_ns"),
-    "med": Column("med_ns"),
-    "min(ns)": Column("min_ns", integer=True),
-    "minimum": Column("min_ns", integer=True),
-    "min": Column("min_ns", integer=True),
-    "max(ns)": Column("max_ns", integer=True),
-    "maximum": Column("max_ns", integer=True),
-    "max": Column("max_ns", integer=True),
-    "stddev(ns)": Column("stddev_ns"),
-    "stddev": Column("stddev_ns"),
-    "total(mb)": Column("total_mb"),
-    "total": Column("total_mb"),
-    "avg(mb)": Column("avg_mb"),
-    "average(mb)": Column("avg_mb"),
-    "med(mb)": Column("med_mb"),
-    "median(mb)": Column("med_mb"),
-    "min(mb)": Column("min_mb"),
-    "max(mb)": Column("max_mb"),
-    "stddev(mb)": Column("stddev_mb"),
-    "name": Column("name"),
-    "range": Column("name"),
-    "operation": Column("name"),
-    "style": Column("style"),
+_HEADERS: dict[str, tuple[str, ...]] = {
+    "time_pct": ("time(%)", "time%"),
+    "total_time_ns": ("totaltime(ns)", "totaltime"),
+    "instances": ("instances", "numcalls", "calls", "count", "operations"),
+    "avg_ns": ("avg(ns)", "average(ns)", "average", "avg"),
+    "med_ns": ("med(ns)", "median(ns)", "median", "med"),
+    "min_ns": ("min(ns)", "minimum", "min"),
+    "max_ns": ("max(ns)", "maximum", "max"),
+    "stddev_ns": ("stddev(ns)", "stddev"),
+    "total_mb": ("total(mb)", "total"),
+    "avg_mb": ("avg(mb)", "average(mb)"),
+    "med_mb": ("med(mb)", "median(mb)"),
+    "min_mb": ("min(mb)",),
+    "max_mb": ("max(mb)",),
+    "stddev_mb": ("stddev(mb)",),
+    "name": ("name", "range", "operation"),
+    "style": ("style",),
 }
-
-# Sizes in old reports were in KiB ("Total (KiB)"); they are converted to MB.
-_KIB_HEADERS = {"total(kib)": "total_mb", "avg(kib)": "avg_mb", "average(kib)": "avg_mb",
-                "med(kib)": "med_mb", "median(kib)": "med_mb", "min(kib)": "min_mb",
-                "max(kib)": "max_mb", "stddev(kib)": "stddev_mb"}
+"""Model field -> the headers nsys versions 2021-2024 write for it, normalised (lower case, no spaces). Sizes in old
+reports were in KiB ("Total (KiB)": the (mb) header's words), converted to MB."""
+NAME_HEADERS = _HEADERS["name"]
+_FIELD_OF = {header: field for field, headers in _HEADERS.items() for header in headers}
+_INTEGERS = {"total_time_ns", "instances", "min_ns", "max_ns"}
+"""The fields nsys writes as integers."""
 KIB_TO_MB = 1024 / 1_000_000
 
 
 def header_field(header: str, size_report: bool) -> tuple[str, bool, float] | None:
     """Map one CSV header to (model field, is_integer, scale), or None when the column is unknown.
 
-    ``size_report`` resolves the only real ambiguity: "Total"/"Avg" mean MB in a size report and
-    nanoseconds elsewhere.
+    ``size_report`` resolves the only real ambiguity: "Total"/"Avg" mean MB in a size report and nanoseconds elsewhere.
     """
     key = "".join(header.split()).lower()
-    if key in _KIB_HEADERS:
-        return _KIB_HEADERS[key], False, KIB_TO_MB
-    column = _HEADER_FIELDS.get(key)
-    if column is None:
+    if key.endswith("(kib)") and (field := _FIELD_OF.get(key.replace("(kib)", "(mb)"))):
+        return field, False, KIB_TO_MB
+    field = _FIELD_OF.get(key)
+    if field is None:
         return None
-    field = column.field
     if size_report and field in {"avg_ns", "med_ns", "min_ns", "max_ns", "stddev_ns", "total_time_ns"}:
-        field = field.replace("_ns", "_mb").replace("total_time", "total")
-        return field, False, 1.0
-    return field, column.integer, 1.0
+        return field.replace("_ns", "_mb").replace("total_time", "total"), False, 1.0
+    return field, field in _INTEGERS, 1.0

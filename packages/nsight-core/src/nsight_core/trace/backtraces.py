@@ -46,8 +46,7 @@ def python_lines(trace: Trace) -> pl.DataFrame:
     raw = sql.read("NVTX_EVENTS", wanted, where="binaryData IS NOT NULL OR eventType = 75") \
         if isinstance(sql, SqliteTables | SlicedSqliteTables) else sql.read("NVTX_EVENTS", wanted)
     data = pl.col("binaryData")
-    marks = raw.filter(data.is_not_null()) if raw is not None else None
-    if raw is None or marks is None or marks.is_empty():
+    if raw is None or (marks := raw.filter(data.is_not_null())).is_empty():
         return pl.DataFrame(schema=LINE_COLUMNS)
     rate = float(trace.meta.get("PYTHON_BACKTRACE_SAMPLING_OPTIONS:SAMPLING_RATE") or 0)
     sampling = raw.filter((pl.col("eventType") == 75) & (pl.col("text") == SAMPLING_DOMAIN))["domainId"]

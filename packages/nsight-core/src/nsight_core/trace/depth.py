@@ -10,12 +10,11 @@ from nsight_core.trace.schema import I64
 def with_depth(ranges: pl.DataFrame) -> pl.DataFrame:
     """RANGES (start_ns, end_ns, thread) with ``depth``: how many ranges of its thread enclose it, by start time.
 
-    Ordered by start (outer ranges, the longer, first among ranges starting together), a range's depth
-    is the number of its thread's ranges before it (all started no later) less those that ended by its
-    start: an end at the instant of a start counts as before it, except a zero-length range's own
-    end, which counts just after (so a range starting where another ends is not inside it, and one
-    starting where a zero-length range sits is). Columnar: a join_asof per thread on the sorted ends,
-    never a frame of every start and end with sort keys.
+    Ordered by start (outer ranges, the longer, first among ranges starting together), a range's depth is the number of
+    its thread's ranges before it (all started no later) less those that ended by its start: an end at the instant of a
+    start counts as before it, except a zero-length range's own end, which counts just after (so a range starting where
+    another ends is not inside it, and one starting where a zero-length range sits is). Columnar: a join_asof per thread
+    on the sorted ends, never a frame of every start and end with sort keys.
 
     RANGES that have a depth keep it (a capture read whole: the loader counted it over every range of the thread):
     ranges chosen by time hold every range that encloses one of them, so counting again gives the same number.

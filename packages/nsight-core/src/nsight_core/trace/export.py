@@ -28,10 +28,11 @@ import uuid
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
+from nsight_core.claims import abandoned
 from nsight_core.errors import ExportDiskFullError, NsysCommandError, StatsError
-from nsight_core.memory import check_export_memory, export_fits, streamed_summary_fits, summary_fits
+from nsight_core.memory import check_export_memory, export_bytes, fits, summary_bytes
 from nsight_core.nsys import Nsys, find_nsys
 from nsight_core.trace.writer import check_writer, explain_failure
 from nsight_core.units import size as _size
@@ -100,15 +101,11 @@ def _version_of(report: Path) -> dict[str, int]:
     return {"bytes": status.st_size, "mtime_ns": status.st_mtime_ns}
 
 
-def _record(report: dict[str, int], export: Path) -> dict[str, Any]:
-    return {"report": report, "files": _sizes(export)}
-
-
 def is_current(export: Path, report: Path) -> bool:
     """EXPORT is complete (its record matches its files) and was made from REPORT as it is now."""
     try:
         recorded = json.loads(_record_of(export).read_text(encoding="utf-8"))
-        return bool(recorded == _record(_version_of(report), export))
+        return bool(recorded == {"report": _version_of(report), "files": _sizes(export)})
     except (OSError, ValueError):
         return False
 
@@ -123,26 +120,13 @@ def discard(export: Path) -> None:
     record.unlink(missing_ok=True)
 
 
-def _temporary(target: Path) -> Path:
-    # nsys adds the type's suffix to an output name without it: the temporary name keeps it.
-    return target.with_name(f".{target.stem}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp{target.suffix}")
-
-
 def _remove_abandoned(target: Path) -> None:
-    """Remove temporary exports of TARGET whose process is gone (killed mid-export): they are never
-    renamed into place and would otherwise keep a copy of the trace's data on disk for good."""
-    pattern = re.compile(rf"\.{re.escape(target.stem)}\.(\d+)-[0-9a-f]{{8}}\.tmp{re.escape(target.suffix)}")
-    for leftover in target.parent.glob(f".{target.stem}.*.tmp{target.suffix}"):
-        match = pattern.fullmatch(leftover.name)
-        if match is None or int(match.group(1)) == os.getpid():
-            continue
-        try:
-            os.kill(int(match.group(1)), 0)
-        except ProcessLookupError:
-            log.debug("removing %s, left by an interrupted export", leftover)
-            discard(leftover)
-        except OSError:  # the process exists (another user's): its export may still be running
-            continue
+    """Remove temporary exports of TARGET whose process is gone (killed mid-export): they are never renamed into place
+    and would otherwise keep a copy of the trace's data on disk for good."""
+    for leftover in abandoned(target.parent, rf"\.{re.escape(target.stem)}\.(\d+)-[0-9a-f]{{8}}\.tmp"
+                                             rf"{re.escape(target.suffix)}"):
+        log.debug("removing %s, left by an interrupted export", leftover)
+        discard(leftover)
 
 
 def export(report: Path, kind: str, nsys: Nsys | None = None, slices: int = 1) -> Path:
@@ -157,7 +141,8 @@ def export(report: Path, kind: str, nsys: Nsys | None = None, slices: int = 1) -
     nsys = nsys or find_nsys()
     check_writer(report, nsys.version, nsys.path)  # a report newer than this nsys: one line, not its protobuf error
     _remove_abandoned(target)
-    temporary = _temporary(target)
+    # Named as _remove_abandoned finds it; it keeps the type's suffix, which nsys adds to an output name without it.
+    temporary = target.with_name(f".{target.stem}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp{target.suffix}")
     log.info("exporting %s (%s, once per capture)", report,
              f"SQLite in {slices} slices of time side by side" if sliced else kind)
     try:
@@ -171,7 +156,7 @@ def export(report: Path, kind: str, nsys: Nsys | None = None, slices: int = 1) -
             raise ExportDiskFullError(report, target.parent) from error
         except NsysCommandError as error:
             raise explain_failure(report, nsys.version, nsys.path) or error from error
-        record = _record(version, temporary)
+        record = {"report": version, "files": _sizes(temporary)}
         for attempt in (1, 2):  # a concurrent export of the same report may have renamed into place first
             discard(target)
             try:
@@ -248,9 +233,8 @@ memory allowed: below it, the arrow export is the faster read and fits a summary
 
 EVENT_BYTES_PER_TRACE_BYTE = 12
 """The event tables' bytes as Arrow (what a summary read whole grows with, memory.py) per byte of the .nsys-rep, the
-largest seen (NVTX captures; 0.6-1.9x on the GPU fixtures). Known before the export,
-so a capture whose frames might not fit read whole is streamed from the start (where a streamed summary fits), not
-refused after its export."""
+largest seen (NVTX captures; 0.6-1.9x on the GPU fixtures). Known before the export, so a capture whose frames might not
+fit read whole is streamed from the start (where a streamed summary fits), not refused after its export."""
 
 
 SLICE_ABOVE_BYTES = 8 << 20
@@ -290,8 +274,8 @@ def export_choice(report: Path, nsys: Nsys | None = None) -> ExportChoice:
     size, stream_above = report.stat().st_size, STREAM_ABOVE_BYTES
     if size > stream_above:
         return _streamed(report, "large", size, nsys)
-    if not export_fits(size, "arrowdir") or (not summary_fits(EVENT_BYTES_PER_TRACE_BYTE * size)
-                                             and streamed_summary_fits()):
+    if not fits(export_bytes(size, "arrowdir")) or (not fits(summary_bytes(EVENT_BYTES_PER_TRACE_BYTE * size))
+                                                    and fits(summary_bytes(None))):
         return _streamed(report, "memory", size, nsys)
     if is_current(export_path(report, "arrowdir"), report) or "arrowdir" in (nsys or find_nsys()).export_types:
         return ExportChoice(kind="arrowdir", streamed=False, reason="small", trace_bytes=size,
@@ -314,10 +298,9 @@ def _streamed(report: Path, reason: str, size: int, nsys: Nsys | None) -> Export
 
 def export_slices(trace_bytes: int, nsys: Nsys | None = None) -> int:
     """How many slices of time a streamed capture of TRACE_BYTES is exported in: ``NSIGHT_EXPORT_SLICES`` where set,
-    else ``SLICES_PER_CORE`` per core this process may use where it may use more than one, at most ``MAX_SLICES``,
-    from ``SLICE_ABOVE_BYTES`` on; fewer where their nsys processes would not fit the memory allowed; one where this
-    nsys' slices are not known exact
-    (:attr:`nsight_core.nsys.Nsys.exports_time_slices`)."""
+    else ``SLICES_PER_CORE`` per core this process may use where it may use more than one, at most ``MAX_SLICES``, from
+    ``SLICE_ABOVE_BYTES`` on; fewer where their nsys processes would not fit the memory allowed; one where this nsys'
+    slices are not known exact (:attr:`nsight_core.nsys.Nsys.exports_time_slices`)."""
     wanted = os.environ.get(ENV_EXPORT_SLICES, "").strip()
     if wanted:
         if not wanted.isdigit() or int(wanted) < 1:
@@ -328,7 +311,7 @@ def export_slices(trace_bytes: int, nsys: Nsys | None = None) -> int:
     else:
         cores = usable_cores()
         slices = min(cores * SLICES_PER_CORE, MAX_SLICES) if cores > 1 and trace_bytes >= SLICE_ABOVE_BYTES else 1
-    while slices > 1 and not export_fits(trace_bytes, "sqlite", slices):
+    while slices > 1 and not fits(export_bytes(trace_bytes, "sqlite", slices)):
         slices -= 1
     if slices > 1 and not (nsys or find_nsys()).exports_time_slices:
         return 1
@@ -358,11 +341,10 @@ def capture_export(report: Path, nsys: Nsys | None = None) -> Path:
 def export_ahead(reports: Iterable[Path]) -> dict[Path, Future[Path]]:
     """Start :func:`capture_export` of each of REPORTS, one after the other, in a background thread.
 
-    Why: a fresh capture's export is nsys' work, in a process of its own, and it takes as long as
-    importing Polars, pydantic and Altair and more (0.5-1.2 s for 200 k kernels or 1 M NVTX ranges). Run
-    side by side, the import is hidden, and so is the next capture's export behind this one's analysis.
-    ``result()`` gives the export, or raises its error, in the caller's thread; the export found current
-    there is reused by ``load_trace``.
+    Why: a fresh capture's export is nsys' work, in a process of its own, and it takes as long as importing Polars,
+    pydantic and Altair and more (0.5-1.2 s for 200 k kernels or 1 M NVTX ranges). Run side by side, the import is
+    hidden, and so is the next capture's export behind this one's analysis. ``result()`` gives the export, or raises its
+    error, in the caller's thread; the export found current there is reused by ``load_trace``.
     """
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsight-export")
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nsight_core.errors import StatsError
-from nsight_core.memory import summary_fits
+from nsight_core.memory import fits, summary_bytes
 from nsight_core.nsys import Nsys
 from nsight_core.trace.export import (
     REPORT_SUFFIXES,
@@ -46,7 +46,7 @@ def load_trace(path: str | Path, nsys: Nsys | None = None) -> Trace:
         except DamagedExportError as error:
             raise DamagedExportError(f"{error} {_sqlite_remedy(path)}") from error
         # Passed as it is: streamed only where its events would not fit the memory allowed read whole.
-        if summary_fits(tables.arrow_bytes(EVENT_TABLES)):
+        if fits(summary_bytes(tables.arrow_bytes(EVENT_TABLES))):
             return Trace(tables)
         parts = sorted(path.glob(SLICE_PATTERN)) if path.is_dir() else [path]
         choice = ExportChoice(kind="sqlitedir" if path.is_dir() else "sqlite", streamed=True, reason="memory",

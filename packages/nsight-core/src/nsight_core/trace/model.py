@@ -17,42 +17,29 @@ import polars as pl
 
 from nsight_core.trace.depth import with_depth
 from nsight_core.trace.schema import (
-    API_COLUMNS,
-    CONTEXT_COLUMNS,
     COPY_DIRECTIONS,
-    DIAGNOSTIC_COLUMNS,
     DIAGNOSTIC_SEVERITIES,
     DIAGNOSTIC_SOURCES,
     EVENT_TABLES,
-    GPU_COLUMNS,
-    GRAPH_COLUMNS,
     I64,
     ID,
-    KERNEL_COLUMNS,
-    KERNEL_READ,
     MARK_COLUMNS,
     MAX_DOMAIN_CONDITIONS,
-    MEMCPY_COLUMNS,
-    MEMCPY_READ,
     MEMORY_KINDS,
-    MEMSET_COLUMNS,
-    MEMSET_READ,
     NVTX_COLUMNS,
-    NVTX_DOMAIN_CREATE,
+    NVTX_LAST,
     NVTX_MARK_TYPES,
     NVTX_PUSH_POP_TYPES,
     NVTX_START_END_TYPES,
-    OSRT_COLUMNS,
-    PROCESS_COLUMNS,
-    SAMPLE_COLUMNS,
     STR,
-    SYNC_COLUMNS,
     SYNC_KINDS,
-    THREAD_COLUMNS,
+    Lookup,
+    event_read,
+    nvtx_domains,
     osrt_calls,
     pid_of,
 )
-from nsight_core.trace.tables import ExportTables, Schema, SchemaMismatch, Wanted
+from nsight_core.trace.tables import ExportTables, Schema, SchemaMismatch, Wanted, _made
 
 
 def _empty(schema: Schema) -> pl.DataFrame:
@@ -134,115 +121,115 @@ class Trace:
 
     # -- strings and enums, resolved once --------------------------------------------------------------
 
+    def _frame(self, table: str, wanted: Wanted, *columns: pl.Expr | str,
+               required: Collection[str] = ("start", "end")) -> pl.DataFrame:
+        """TABLE's WANTED columns (:meth:`_read`) made into COLUMNS, by start time where it has one; where the export
+        has none of them, no rows, with the columns the same query makes of an empty table."""
+        raw = self._read(table, wanted, required)
+        raw = pl.DataFrame(schema=_made(wanted)) if raw is None else _by_start(raw) if "start" in wanted else raw
+        return raw.select(*columns)
+
     @functools.cached_property
     def strings(self) -> pl.DataFrame:
         """nsys' string table: id -> value."""
-        frame = self._read("StringIds", {"id": I64, "value": STR}, required=("id", "value"))
-        return frame if frame is not None else _empty({"id": I64, "value": STR})
+        return self._frame("StringIds", {"id": I64, "value": STR}, "id", "value", required=("id", "value"))
 
     def _string(self, id_column: str, table: pl.DataFrame | None = None) -> pl.Expr:
-        """ID_COLUMN's string (null where the id is unknown): one lookup column, no join that copies the frame."""
+        """ID_COLUMN's string (null where the id is unknown) in TABLE (id, value; else the string table): one lookup
+        column, no join that copies the frame."""
         table = self.strings if table is None else table
         return pl.col(id_column).replace_strict(table["id"], table["value"], default=None, return_dtype=STR)
 
     def _enum(self, table: str, fallback: Mapping[int, str]) -> pl.DataFrame:
+        """TABLE's enum labels as (id, value), else FALLBACK's (old SQLite exports have no ENUM tables)."""
         frame = self._read(table, {"id": I64, "label": STR}, required=("id", "label"))
         if frame is None:
-            return pl.DataFrame({"id": list(fallback), "label": list(fallback.values())},
-                                schema={"id": I64, "label": STR})
-        return frame
+            return pl.DataFrame({"id": list(fallback), "value": list(fallback.values())},
+                                schema={"id": I64, "value": STR})
+        return frame.rename({"label": "value"})
 
-    def _label(self, column: str, table: str, fallback: Mapping[int, str]) -> pl.Expr:
-        """COLUMN's enum label from TABLE (else FALLBACK), "Unknown" where it has none."""
-        labels = self._enum(table, fallback)
-        return (pl.col(column).replace_strict(labels["id"], labels["label"], default=None, return_dtype=STR)
-                .fill_null("Unknown"))
+    def _label(self, column: str, table: str, fallback: Mapping[int, str], lookup: Lookup | None = None) -> pl.Expr:
+        """COLUMN's enum label from TABLE (else FALLBACK) found by LOOKUP (else :meth:`_string`), "Unknown" where it
+        has none."""
+        return (lookup or self._string)(column, self._enum(table, fallback)).fill_null("Unknown")
+
+    def event_columns(self, frame: str, lookup: Lookup) -> list[pl.Expr]:
+        """The columns of event FRAME (a key of EVENT_READS) made of its export table's, each id's text found by
+        LOOKUP in its table of (id, value): one definition for the frames read whole here and for those a large
+        capture streams from disk (:mod:`nsight_core.trace.streamed`)."""
+        times = [pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns")]
+        on_gpu = [*times, pl.col("deviceId").alias("device"), pl.col("streamId").alias("stream")]
+        thread, name_id = pl.col("globalTid").alias("thread"), pl.col("nameId").alias("name_id")
+        correlation = pl.col("correlationId").alias("correlation_id")
+        match frame:
+            case "kernels":
+                return [*on_gpu, lookup("demangledName", self.strings).fill_null("").alias("name"),
+                        lookup("shortName", self.strings).fill_null("").alias("short_name"), correlation]
+            case "graphs":
+                return [*on_gpu, pl.col("graphId").alias("graph_id"), correlation]
+            case "memcpy":
+                return [*on_gpu, pl.col("bytes"),
+                        self._label("copyKind", "ENUM_CUDA_MEMCPY_OPER", COPY_DIRECTIONS, lookup).alias("direction"),
+                        self._label("srcKind", "ENUM_CUDA_MEM_KIND", MEMORY_KINDS, lookup).alias("src_kind"),
+                        self._label("dstKind", "ENUM_CUDA_MEM_KIND", MEMORY_KINDS, lookup).alias("dst_kind"),
+                        correlation]
+            case "memset":
+                return [*on_gpu, pl.col("bytes"), correlation]
+            case "sync":
+                return [*on_gpu, self._label("syncType", "ENUM_CUPTI_SYNC_TYPE", SYNC_KINDS, lookup).alias("kind"),
+                        correlation]
+            case "cuda_api":
+                return [*times, lookup("nameId", self.api_names).fill_null("").alias("name"), thread, correlation,
+                        name_id]
+            case "osrt":
+                return [*times, lookup("nameId", self.strings).fill_null("").alias("name"), thread, name_id]
+        raise KeyError(frame)
+
+    def _events(self, frame: str, *more: pl.Expr) -> pl.DataFrame:
+        """Event FRAME (:meth:`event_columns`, then MORE) read whole, by start time (see :meth:`_frame`)."""
+        table, wanted = event_read(frame, self._tables.columns)
+        if frame != "osrt":
+            return self._frame(table, wanted, *self.event_columns(frame, self._string), *more)
+        raw = self._read(table, wanted)  # only its rows that are calls (osrt_calls), before they are sorted
+        raw = pl.DataFrame(schema=_made(wanted)) if raw is None else _by_start(osrt_calls(raw))
+        return raw.select(*self.event_columns(frame, self._string), *more)
 
     # -- GPU activity ----------------------------------------------------------------------------------
 
     @functools.cached_property
     def kernels(self) -> pl.DataFrame:
         """CUDA kernels, by start time."""
-        raw = self._read("CUPTI_ACTIVITY_KIND_KERNEL", KERNEL_READ)
-        if raw is None:
-            return _empty(KERNEL_COLUMNS)
-        return _by_start(raw).select(
-            pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
-            pl.col("streamId").alias("stream"), self._string("demangledName").fill_null("").alias("name"),
-            self._string("shortName").fill_null("").alias("short_name"),
-            pl.col("correlationId").alias("correlation_id"), pid_of(pl.col("globalPid")).alias("pid"),
-        )
+        return self._events("kernels", pid_of(pl.col("globalPid")).alias("pid"))
 
     @functools.cached_property
     def graphs(self) -> pl.DataFrame:
         """CUDA-graph launches on the GPU, by start; those whose nodes are in ``kernels`` left out (see the module)."""
-        raw = self._read("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", {
-            "start": I64, "end": I64, "deviceId": I64, "streamId": I64, "graphId": I64, "correlationId": I64})
-        if raw is None:
-            return _empty(GRAPH_COLUMNS)
-        graphs = _by_start(raw).select(
-            pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
-            pl.col("streamId").alias("stream"), pl.col("graphId").alias("graph_id"),
-            pl.col("correlationId").alias("correlation_id"))
-        if not self.kernels.height:
+        graphs = self._events("graphs")
+        if not graphs.height or not self.kernels.height:  # no launches: the kernels, maybe streamed, stay unread
             return graphs
         return graphs.filter(~pl.col("correlation_id").is_in(self.kernels["correlation_id"].implode()))
 
     @functools.cached_property
     def memcpy(self) -> pl.DataFrame:
         """Memory copies with direction and the memory kind of each side (pageable copies show here)."""
-        raw = self._read("CUPTI_ACTIVITY_KIND_MEMCPY", MEMCPY_READ)
-        if raw is None:
-            return _empty(MEMCPY_COLUMNS)
-        return _by_start(raw).select(
-            pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
-            pl.col("streamId").alias("stream"), "bytes",
-            self._label("copyKind", "ENUM_CUDA_MEMCPY_OPER", COPY_DIRECTIONS).alias("direction"),
-            self._label("srcKind", "ENUM_CUDA_MEM_KIND", MEMORY_KINDS).alias("src_kind"),
-            self._label("dstKind", "ENUM_CUDA_MEM_KIND", MEMORY_KINDS).alias("dst_kind"),
-            pl.col("correlationId").alias("correlation_id"),
-        )
+        return self._events("memcpy")
 
     @functools.cached_property
     def memset(self) -> pl.DataFrame:
         """Memsets."""
-        raw = self._read("CUPTI_ACTIVITY_KIND_MEMSET", MEMSET_READ)
-        if raw is None:
-            return _empty(MEMSET_COLUMNS)
-        return _by_start(raw).select(
-            pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
-            pl.col("streamId").alias("stream"), "bytes", pl.col("correlationId").alias("correlation_id"),
-        )
+        return self._events("memset")
 
     @functools.cached_property
     def sync(self) -> pl.DataFrame:
         """CUDA synchronisation events (stream, event, context syncs) as the GPU side saw them."""
-        raw = self._read("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", {
-            "start": I64, "end": I64, "deviceId": I64, "streamId": I64, "syncType": I64, "correlationId": I64})
-        if raw is None:
-            return _empty(SYNC_COLUMNS)
-        return _by_start(raw).select(
-            pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), pl.col("deviceId").alias("device"),
-            pl.col("streamId").alias("stream"),
-            self._label("syncType", "ENUM_CUPTI_SYNC_TYPE", SYNC_KINDS).alias("kind"),
-            pl.col("correlationId").alias("correlation_id"),
-        )
+        return self._events("sync")
 
     # -- CPU side --------------------------------------------------------------------------------------
 
     @functools.cached_property
     def cuda_api(self) -> pl.DataFrame:
         """CUDA runtime and driver API calls; names without nsys' ``_v3020``-style version suffix."""
-        raw = self._read("CUPTI_ACTIVITY_KIND_RUNTIME", {
-            "start": I64, "end": I64, "nameId": I64, "globalTid": I64, "correlationId": I64})
-        if raw is None:
-            return _empty(API_COLUMNS)
-        return _by_start(raw).select(
-            pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"),
-            self._string("nameId", self.api_names).fill_null("").alias("name"),
-            pl.col("globalTid").alias("thread"), pl.col("correlationId").alias("correlation_id"),
-            pl.col("nameId").alias("name_id"),
-        )
+        return self._events("cuda_api")
 
     @functools.cached_property
     def api_names(self) -> pl.DataFrame:
@@ -256,25 +243,14 @@ class Trace:
     @functools.cached_property
     def osrt(self) -> pl.DataFrame:
         """OS-runtime calls (trace=osrt): sleeps, locks, reads, polls; not nsys' own row saying the tracing started
-        (:data:`OSRT_CALLS`)."""
-        classed = "eventClass" in self._tables.columns("OSRT_API")  # in every export seen; no note where it is not
-        raw = self._read("OSRT_API", {"start": I64, "end": I64, "nameId": ID, "globalTid": I64,
-                                      **({"eventClass": I64} if classed else {})})
-        if raw is None:
-            return _empty(OSRT_COLUMNS)
-        return _by_start(osrt_calls(raw)).select(
-            pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"),
-            self._string("nameId").fill_null("").alias("name"), pl.col("globalTid").alias("thread"),
-            pl.col("nameId").alias("name_id"),
-        )
+        (:func:`osrt_calls`)."""
+        return self._events("osrt")
 
     @functools.cached_property
     def samples(self) -> pl.DataFrame:
         """CPU samples (sample=process-tree/system-wide), where the capture has them."""
-        raw = self._read("COMPOSITE_EVENTS", {"start": I64, "globalTid": I64, "cpu": I64}, required=("start",))
-        if raw is None:
-            return _empty(SAMPLE_COLUMNS)
-        return _by_start(raw).select(pl.col("start").alias("time_ns"), pl.col("globalTid").alias("thread"), "cpu")
+        return self._frame("COMPOSITE_EVENTS", {"start": I64, "globalTid": I64, "cpu": I64}, pl.col("start")
+                           .alias("time_ns"), pl.col("globalTid").alias("thread"), "cpu", required=("start",))
 
     @functools.cached_property
     def _nvtx_events(self) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -293,12 +269,7 @@ class Trace:
             return _empty(NVTX_COLUMNS), _empty(MARK_COLUMNS)
         raw = raw.with_columns(text)
         del text
-        # `nsys stats` ends a range that never ended at the table's last timestamp, of any event type.
-        last = raw.select(pl.max_horizontal(pl.col("start").max(), pl.col("end").max())).item()
-        # A domain is created once per process (eventType 75, its name as text); ranges name it by id.
-        domains = (raw.filter(pl.col("eventType") == NVTX_DOMAIN_CREATE)
-                   .group_by("domainId", pid_of(pl.col("globalTid")).alias("_pid"))
-                   .agg(pl.col("text").sort_by("start").first().alias("domain")))
+        last, domains = raw.select(NVTX_LAST).item(), nvtx_domains(raw)
         event_type = pl.col("eventType")
         marks = self._nvtx_named(raw.filter(event_type.is_in(NVTX_MARK_TYPES)), domains, "globalTid").select(
             pl.col("start").alias("time_ns"), "name", "domain", pl.col("globalTid").alias("thread")).sort("time_ns")
@@ -382,55 +353,43 @@ class Trace:
     @functools.cached_property
     def diagnostics(self) -> pl.DataFrame:
         """What nsys itself said about the capture (nsys 2025's DIAGNOSTIC_EVENT), in the export's order."""
-        raw = self._read("DIAGNOSTIC_EVENT", {"timestamp": I64, "severity": I64, "source": I64, "text": STR,
-                                              "globalPid": I64}, required=("severity", "text"))
-        if raw is None:
-            return _empty(DIAGNOSTIC_COLUMNS)
-        return raw.select(
+        return self._frame(
+            "DIAGNOSTIC_EVENT", {"timestamp": I64, "severity": I64, "source": I64, "text": STR, "globalPid": I64},
             pl.col("timestamp").alias("time_ns"),
             self._label("severity", "ENUM_DIAGNOSTIC_SEVERITY_LEVEL", DIAGNOSTIC_SEVERITIES).alias("severity"),
             self._label("source", "ENUM_DIAGNOSTIC_SOURCE_TYPE", DIAGNOSTIC_SOURCES).alias("source"),
-            pl.col("text").fill_null(""), pid_of(pl.col("globalPid")).alias("pid"))
+            pl.col("text").fill_null(""), pid_of(pl.col("globalPid")).alias("pid"), required=("severity", "text"))
 
     @functools.cached_property
     def cuda_contexts(self) -> pl.DataFrame:
         """The CUDA contexts of the traced processes: present once a process initialised CUDA under trace=cuda."""
-        raw = self._read("TARGET_INFO_CUDA_CONTEXT_INFO", {"deviceId": I64, "contextId": I64, "processId": I64},
-                         required=("contextId",))
-        if raw is None:
-            return _empty(CONTEXT_COLUMNS)
-        return raw.select(pl.col("deviceId").alias("device"), pl.col("contextId").alias("context_id"),
-                          pl.col("processId").alias("pid"))
+        return self._frame("TARGET_INFO_CUDA_CONTEXT_INFO", {"deviceId": I64, "contextId": I64, "processId": I64},
+                           pl.col("deviceId").alias("device"), pl.col("contextId").alias("context_id"),
+                           pl.col("processId").alias("pid"), required=("contextId",))
 
     @functools.cached_property
     def gpus(self) -> pl.DataFrame:
         """The GPUs of the target: device id, name, memory, bandwidth, SMs, compute capability."""
-        raw = self._read("TARGET_INFO_GPU", {
-            "id": I64, "name": STR, "totalMemory": I64, "memoryBandwidth": I64, "smCount": I64,
-            "computeMajor": I64, "computeMinor": I64, "busLocation": STR}, required=("id",))
-        if raw is None:
-            return _empty(GPU_COLUMNS)
-        return raw.select(
+        return self._frame(
+            "TARGET_INFO_GPU", {"id": I64, "name": STR, "totalMemory": I64, "memoryBandwidth": I64, "smCount": I64,
+                                "computeMajor": I64, "computeMinor": I64, "busLocation": STR},
             pl.col("id").alias("device"), "name", pl.col("totalMemory").alias("memory_bytes"),
             pl.col("memoryBandwidth").alias("bandwidth_bytes_per_s"), pl.col("smCount").alias("sm_count"),
             pl.format("{}.{}", "computeMajor", "computeMinor").alias("compute_capability"),
-            pl.col("busLocation").alias("bus"))
+            pl.col("busLocation").alias("bus"), required=("id",))
 
     @functools.cached_property
     def processes(self) -> pl.DataFrame:
         """Processes seen in the capture: pid and name."""
-        raw = self._read("PROCESSES", {"pid": I64, "name": STR}, required=("pid",))
-        return raw.unique(maintain_order=True) if raw is not None else _empty(PROCESS_COLUMNS)
+        return self._frame("PROCESSES", {"pid": I64, "name": STR}, "pid", "name", required=("pid",)).unique(
+            maintain_order=True)
 
     @functools.cached_property
     def threads(self) -> pl.DataFrame:
         """Named threads: the nsys thread id (``thread`` in the other frames), OS tid and pid, name."""
-        raw = self._read("ThreadNames", {"nameId": I64, "globalTid": I64}, required=("globalTid",))
-        if raw is None:
-            return _empty(THREAD_COLUMNS)
-        return raw.select(
-            pl.col("globalTid").alias("thread"), (pl.col("globalTid") % (1 << 24)).alias("tid"),
-            pid_of(pl.col("globalTid")).alias("pid"), self._string("nameId").fill_null("").alias("name"))
+        return self._frame("ThreadNames", {"nameId": I64, "globalTid": I64}, pl.col("globalTid").alias("thread"),
+                           (pl.col("globalTid") % (1 << 24)).alias("tid"), pid_of(pl.col("globalTid")).alias("pid"),
+                           self._string("nameId").fill_null("").alias("name"), required=("globalTid",))
 
     @functools.cached_property
     def meta(self) -> Mapping[str, str]:

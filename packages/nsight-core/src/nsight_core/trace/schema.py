@@ -31,6 +31,7 @@ Frames and columns (every frame has them, empty when nothing of the kind was tra
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from typing import TypeVar
 
 import polars as pl
@@ -61,48 +62,53 @@ DIAGNOSTIC_SOURCES: dict[int, str] = {0: "Unknown source", 1: "Injection", 2: "D
 SYNC_KINDS: dict[int, str] = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync",
                               4: "Context sync"}
 
-I64, U64, STR = pl.Int64, pl.UInt64, pl.String
+I64, STR = pl.Int64, pl.String
 ID = None
 """An id read only to be looked up or compared: kept in the export's own type (see ``tables.Wanted``)."""
 
-KERNEL_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream": I64, "name": STR,
-                          "short_name": STR, "correlation_id": I64, "pid": I64}
-GRAPH_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream": I64, "graph_id": I64,
-                         "correlation_id": I64}
-MEMCPY_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream": I64, "bytes": I64,
-                          "direction": STR, "src_kind": STR, "dst_kind": STR, "correlation_id": I64}
-MEMSET_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream": I64, "bytes": I64,
+# The event frames' columns, for frames built by hand (the Trace's empty ones are what its queries make of no rows).
+_ON_GPU: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream": I64}
+KERNEL_COLUMNS: Schema = {**_ON_GPU, "name": STR, "short_name": STR, "correlation_id": I64, "pid": I64}
+GRAPH_COLUMNS: Schema = {**_ON_GPU, "graph_id": I64, "correlation_id": I64}
+MEMCPY_COLUMNS: Schema = {**_ON_GPU, "bytes": I64, "direction": STR, "src_kind": STR, "dst_kind": STR,
                           "correlation_id": I64}
+MEMSET_COLUMNS: Schema = {**_ON_GPU, "bytes": I64, "correlation_id": I64}
 API_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "name": STR, "thread": I64, "correlation_id": I64,
                        "name_id": I64}
-SYNC_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "device": I64, "stream": I64, "kind": STR,
-                        "correlation_id": I64}
 NVTX_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "name": STR, "domain": STR, "thread": I64,
                         "depth": I64, "kind": STR, "closed": pl.Boolean}
 MARK_COLUMNS: Schema = {"time_ns": I64, "name": STR, "domain": STR, "thread": I64}
 OSRT_COLUMNS: Schema = {"start_ns": I64, "end_ns": I64, "name": STR, "thread": I64, "name_id": I64}
 SAMPLE_COLUMNS: Schema = {"time_ns": I64, "thread": I64, "cpu": I64}
-GPU_COLUMNS: Schema = {"device": I64, "name": STR, "memory_bytes": I64, "bandwidth_bytes_per_s": I64,
-                       "sm_count": I64, "compute_capability": STR, "bus": STR}
-PROCESS_COLUMNS: Schema = {"pid": I64, "name": STR}
-DIAGNOSTIC_COLUMNS: Schema = {"time_ns": I64, "severity": STR, "source": STR, "text": STR, "pid": I64}
-CONTEXT_COLUMNS: Schema = {"device": I64, "context_id": I64, "pid": I64}
-THREAD_COLUMNS: Schema = {"thread": I64, "tid": I64, "pid": I64, "name": STR}
 
-
-EVENT_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE", "CUPTI_ACTIVITY_KIND_MEMCPY",
-                "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "CUPTI_ACTIVITY_KIND_RUNTIME",
-                "OSRT_API", "COMPOSITE_EVENTS", "NVTX_EVENTS", "StringIds")
+_TIMES: Wanted = {"start": I64, "end": I64}
+_GPU_READ: Wanted = {**_TIMES, "deviceId": I64, "streamId": I64}
+EVENT_READS: dict[str, tuple[str, Wanted]] = {
+    "kernels": ("CUPTI_ACTIVITY_KIND_KERNEL", {**_GPU_READ, "demangledName": ID, "shortName": ID, "correlationId": I64,
+                                              "globalPid": I64}),
+    "graphs": ("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", {**_GPU_READ, "graphId": I64, "correlationId": I64}),
+    "memcpy": ("CUPTI_ACTIVITY_KIND_MEMCPY", {**_GPU_READ, "bytes": I64, "copyKind": I64, "srcKind": I64,
+                                              "dstKind": I64, "correlationId": I64}),
+    "memset": ("CUPTI_ACTIVITY_KIND_MEMSET", {**_GPU_READ, "bytes": I64, "correlationId": I64}),
+    "sync": ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", {**_GPU_READ, "syncType": I64, "correlationId": I64}),
+    "cuda_api": ("CUPTI_ACTIVITY_KIND_RUNTIME", {**_TIMES, "nameId": I64, "globalTid": I64, "correlationId": I64}),
+    "osrt": ("OSRT_API", {**_TIMES, "nameId": ID, "globalTid": I64}),
+}
+"""Per event frame (``Trace.event_columns``), the export table it is read from and the columns read of it."""
+EVENT_TABLES = (*(table for table, _ in EVENT_READS.values()), "COMPOSITE_EVENTS", "NVTX_EVENTS", "StringIds")
 """The export's tables the frames read events from (and the strings they name): what a summary grows with."""
+Lookup = Callable[[str, pl.DataFrame], pl.Expr]
+"""An id column's text in a table of (id, value): a lookup column over a frame read whole, a batch at a time over one
+streamed."""
 
 
-KERNEL_READ: Wanted = {"start": I64, "end": I64, "deviceId": I64, "streamId": I64, "demangledName": ID,
-                       "shortName": ID, "correlationId": I64, "globalPid": I64}
-MEMCPY_READ: Wanted = {"start": I64, "end": I64, "deviceId": I64, "streamId": I64, "bytes": I64, "copyKind": I64,
-                       "srcKind": I64, "dstKind": I64, "correlationId": I64}
-MEMSET_READ: Wanted = {"start": I64, "end": I64, "deviceId": I64, "streamId": I64, "bytes": I64, "correlationId": I64}
-"""The columns the frames read of the GPU's work tables (also what a large capture's Parquet copies hold, so that
-its first part reads them from there: :mod:`nsight_core.trace.streamed`, :mod:`nsight_core.trace.head`)."""
+def event_read(frame: str, columns: Callable[[str], Collection[str]]) -> tuple[str, Wanted]:
+    """Event FRAME's table and the columns to read of it (EVENT_READS), given the export's COLUMNS of a table. OSRT_API
+    also its ``eventClass``, for :func:`osrt_calls`, where the export has it: every export seen does, and one that does
+    not gets no note for it."""
+    table, wanted = EVENT_READS[frame]
+    classed = frame == "osrt" and "eventClass" in columns(table)
+    return table, {**wanted, "eventClass": I64} if classed else wanted
 
 
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
@@ -114,6 +120,23 @@ def osrt_calls(raw: FrameT) -> FrameT:
     each collection. Every row where the export has no ``eventClass`` (none seen: it is read only where present)."""
     return raw.filter(pl.col("eventClass").is_null() | (pl.col("eventClass") == 27)) \
         if "eventClass" in raw.collect_schema() else raw
+
+
+NVTX_LAST = pl.max_horizontal(pl.col("start").max(), pl.col("end").max())
+"""NVTX_EVENTS' last timestamp, of any event type: where `nsys stats` ends a range that never ended."""
+
+
+def nvtx_domains(raw: FrameT) -> FrameT:
+    """The NVTX domains RAW (NVTX_EVENTS, as read) creates: domainId, _pid, domain. A domain is created once per process
+    (eventType 75, its name as text); ranges name it by id."""
+    return (raw.filter(pl.col("eventType") == NVTX_DOMAIN_CREATE)
+            .group_by("domainId", pid_of(pl.col("globalTid")).alias("_pid"))
+            .agg(pl.col("text").sort_by("start").first().alias("domain")))
+
+
+def in_domain(name: str = "name") -> pl.Expr:
+    """``domain:NAME``, or NAME alone in the default domain (as nsys-ui and nvtx_pushpop_sum show them)."""
+    return pl.when(pl.col("domain") != "").then(pl.format("{}:{}", "domain", name)).otherwise(name)
 
 
 def pid_of(global_id: pl.Expr) -> pl.Expr:

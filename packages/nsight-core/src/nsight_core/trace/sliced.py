@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import polars as pl
@@ -25,10 +25,6 @@ class SlicedSqliteTables:
     the other; any other table is the first part's (each part holds it whole). Each event lies in exactly one part,
     so every table is the one-file export's rows; within a part they keep nsys' order."""
 
-    joins_tables = False
-    """Each part answers a condition of :meth:`read` alone: one that names another table misses the rows whose match
-    lies in another part."""
-
     def __init__(self, folder: Path, choice: ExportChoice | None = None) -> None:
         self.source = folder
         self.choice = choice
@@ -45,22 +41,22 @@ class SlicedSqliteTables:
     def columns(self, table: str) -> frozenset[str]:
         return next((found for part in self._parts if (found := part.columns(table))), frozenset())
 
-    def read(self, table: str, wanted: Wanted, where: str = "", parameters: Sequence[int] = ()) -> pl.DataFrame | None:
+    def read(self, table: str, wanted: Wanted, where: str = "") -> pl.DataFrame | None:
         """As :meth:`SqliteTables.read`; WHERE is asked of each part, so it may name TABLE's columns only."""
-        frames = [part.read(table, wanted, where, parameters) for _, part in self._holding(table)]
+        frames = [part.read(table, wanted, where) for _, part in self._holding(table)]
         found = [frame for frame in frames if frame is not None]
         return pl.concat(found) if found else None
 
     def batches(self, table: str, wanted: Wanted, rows: int = SQLITE_BATCH_ROWS, where: str = "",
-                parameters: Sequence[int] = (), rowids: tuple[int, int] | None = None) -> Iterator[pl.DataFrame]:
+                rowids: tuple[int, int] | None = None) -> Iterator[pl.DataFrame]:
         """As :meth:`SqliteTables.batches`, ROWIDS numbered as ``PART_ROWIDS`` says."""
         if rowids is not None:
             number = (rowids[0] + PART_ROWIDS // 2) // PART_ROWIDS
-            yield from self._parts[number].batches(table, wanted, rows, where, parameters,
+            yield from self._parts[number].batches(table, wanted, rows, where,
                                                    (rowids[0] - number * PART_ROWIDS, rowids[1] - number * PART_ROWIDS))
             return
         for _, part in self._holding(table):
-            yield from part.batches(table, wanted, rows, where, parameters)
+            yield from part.batches(table, wanted, rows, where)
 
     def rowid_slices(self, table: str, parts: int) -> list[tuple[int, int]] | None:
         """As :meth:`SqliteTables.rowid_slices`: each part's own slices (PARTS shared among them), numbered as

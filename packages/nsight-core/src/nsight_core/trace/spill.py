@@ -7,11 +7,10 @@ files of ``SQLITE_BATCH_ROWS`` rows each (one fetch of rows at a time in memory)
 scans those files (:mod:`nsight_core.trace.streamed`: the reports, the summary, the completeness checks), so no
 whole event table is ever in memory.
 
-The Parquet files live in a temporary folder beside the export (or in the temp folder where that is not
-writable); the folder is removed when the tables are closed, or garbage-collected, or at the latest when the
-interpreter exits; one a killed process left is removed by the next process that copies tables there. Before a
-table is copied the free space there is checked against the table's size as Arrow, an upper bound of its Parquet
-size.
+The Parquet files live in a temporary folder beside the export (or in the temp folder where that is not writable); the
+folder is removed when the tables are closed, or garbage-collected, or at the latest when the interpreter exits; one a
+killed process left is removed by the next process that copies tables there. Before a table is copied the free space
+there is checked against the table's size as Arrow, an upper bound of its Parquet size.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import polars as pl
 
+from nsight_core.claims import abandoned
 from nsight_core.errors import StatsError
 from nsight_core.trace.export import ExportChoice
 from nsight_core.trace.sliced import SqliteExport
@@ -38,28 +38,13 @@ log = logging.getLogger("nsight")
 
 SPILL_READERS = 4
 """Slices of a table copied side by side, each through a connection of its own (no more than Polars' threads): one
-batch of rows each in memory. Two readers take about half the time of one; more gain little on 2 cores."""
+batch of rows each in memory."""
 
 PROGRESS_BYTES = 64 << 20
 """A table copied to disk is named on stderr from this size on (the copy takes seconds); smaller ones under -v."""
 
 SPILL_PREFIX = "nsight-spill-"
 """The temporary folder's name starts with this and the process id (``.`` before it: hidden beside the capture)."""
-
-
-def _remove_abandoned(folder: Path) -> None:
-    """Remove the copies in FOLDER of processes that are gone (killed before they could remove their own): a
-    large capture's would otherwise stay on disk for good."""
-    for leftover in folder.glob(f"*{SPILL_PREFIX}*"):
-        pid = leftover.name.removeprefix(".").removeprefix(SPILL_PREFIX).partition("-")[0]
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            shutil.rmtree(leftover, ignore_errors=True)
-        except OSError:  # the process exists (another user's): its copies may be in use
-            continue
 
 
 class SpilledTables:
@@ -78,15 +63,16 @@ class SpilledTables:
             self.folder = Path(tempfile.mkdtemp(prefix="." + prefix, dir=base))
         except OSError:  # a read-only folder: the temp folder
             self.folder = Path(tempfile.mkdtemp(prefix=prefix))
-        _remove_abandoned(self.folder.parent)
+        for leftover in abandoned(self.folder.parent, rf"\.?{SPILL_PREFIX}(\d+)(-.*)?"):  # a killed process's copies
+            shutil.rmtree(leftover, ignore_errors=True)
         self._remove = weakref.finalize(self, shutil.rmtree, self.folder, ignore_errors=True)
         self._copies: dict[str, list[tuple[Path, Schema]]] = {}
-        """Per table, each Parquet copy made and its columns: what :meth:`copied` finds."""
+        """Per table, each Parquet copy made and its columns: a scan of some of them reads it again."""
         self._lock = threading.Lock()
 
     @property
     def sqlite(self) -> SqliteExport:
-        """The SQLite export these tables read (a part of it read whole: :mod:`nsight_core.trace.head`)."""
+        """The SQLite export these tables read (the Python backtraces' marks are read from it with a condition)."""
         return self._sqlite
 
     def columns(self, table: str) -> frozenset[str]:
@@ -101,29 +87,21 @@ class SpilledTables:
         return self._sqlite.arrow_bytes(tables)
 
     def scan(self, table: str, wanted: Wanted) -> pl.LazyFrame | None:
-        """TABLE's WANTED columns (typed as :meth:`read` gives them) as a lazy scan of Parquet files: of a copy
-        already made that holds them (:meth:`copied`), else of one copied from the SQLite export now; None when the
-        export has no such table."""
+        """TABLE's WANTED columns (typed as :meth:`read` gives them) as a lazy scan of Parquet files: of a copy already
+        made that holds them, else of one copied from the SQLite export now; None when the export has no such table."""
         if not self.columns(table):
             return None
-        with self._lock:  # two threads asking for one table copy it once
-            if (found := self.copied(table, wanted)) is None:
-                copies = self._copies.setdefault(table, [])
-                copies.append((self._spill(table, wanted, self.folder / f"{table}-{len(copies)}"), _made(wanted)))
-                found = self.copied(table, wanted)
-        return found
-
-    def copied(self, table: str, wanted: Wanted) -> pl.LazyFrame | None:
-        """TABLE's WANTED columns from a Parquet copy already made that holds them all, typed alike; None where
-        none does. Why: a large capture's first part (:mod:`nsight_core.trace.head`) is read after the statistics
-        copied its tables, and a scan of a copy skips what its filter excludes, where each read of the SQLite export
-        scans the whole table (3 M NVTX ranges: 1.6 s a read, two reads for the NVTX frame)."""
         made = dict(_made(wanted))
-        for folder, columns in self._copies.get(table, []):
-            if all(columns.get(name) == dtype for name, dtype in made.items()):
-                # In the table's order: the files are named by batch.
-                return pl.scan_parquet(sorted(folder.glob("*.parquet")), schema=columns).select(list(made))
-        return None
+        with self._lock:  # two threads asking for one table copy it once
+            copies = self._copies.setdefault(table, [])
+            found = next(((folder, columns) for folder, columns in copies
+                          if all(columns.get(name) == dtype for name, dtype in made.items())), None)
+            if found is None:
+                found = (self._spill(table, wanted, self.folder / f"{table}-{len(copies)}"), made)
+                copies.append(found)
+        folder, columns = found
+        # In the table's order: the files are named by batch.
+        return pl.scan_parquet(sorted(folder.glob("*.parquet")), schema=columns).select(list(made))
 
     def _spill(self, table: str, wanted: Wanted, target: Path) -> Path:
         needed, free = self._sqlite.arrow_bytes([table]), shutil.disk_usage(self.folder).free

@@ -22,25 +22,21 @@ from nsight_core.trace.backtraces import LINE_COLUMNS, python_lines
 from nsight_core.trace.frames import EventTables
 from nsight_core.trace.model import Trace
 from nsight_core.trace.schema import (
-    COPY_DIRECTIONS,
     GRAPH_COLUMNS,
     I64,
-    KERNEL_READ,
-    MEMCPY_READ,
-    MEMORY_KINDS,
-    MEMSET_READ,
-    NVTX_DOMAIN_CREATE,
+    NVTX_LAST,
     NVTX_MARK_TYPES,
     NVTX_PUSH_POP_TYPES,
     NVTX_START_END_TYPES,
     STR,
+    event_read,
+    nvtx_domains,
     osrt_calls,
     pid_of,
 )
 from nsight_core.trace.spill import SpilledTables
 from nsight_core.trace.tables import SchemaMismatch, Wanted
 
-KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 WINDOW_ROWS = 1_000_000
 """Events per window of every pass over a capture's events (the reports', the summary's and the analysis' alike):
 what one pass holds of a table at once, whatever the capture's size. The answers do not depend on it."""
@@ -62,28 +58,38 @@ class Events:
         self._trace = trace if isinstance(trace, Trace) else None
         self.streamed = is_streamed(trace)
 
+    def _frame(self, frame: str) -> pl.LazyFrame:
+        """Event FRAME scanned from disk (:func:`_scanned`) where the capture is streamed, else the frame made lazy."""
+        scanned = _scanned(self._trace, frame) if self._trace else None
+        return scanned if scanned is not None else getattr(self._frames, frame).lazy()
+
     @functools.cached_property
     def kernels(self) -> pl.LazyFrame:
         """start_ns, end_ns, device, stream, name (demangled), short_name, correlation_id"""
-        return _kernels(self._trace) if self._trace else self._frames.kernels.lazy()
+        return self._frame("kernels")
 
     @functools.cached_property
     def graphs(self) -> pl.LazyFrame:
         """start_ns, end_ns, device, stream, graph_id, correlation_id: the launches whose nodes are not kernels"""
-        if self._trace:
-            return _graphs(self._trace, self.kernels)
-        graphs = getattr(self._frames, "graphs", None)
-        return graphs.lazy() if graphs is not None else pl.LazyFrame(schema=GRAPH_COLUMNS)
+        launched = _scanned(self._trace, "graphs") if self._trace else None
+        if launched is None:
+            graphs = getattr(self._frames, "graphs", None)
+            return graphs.lazy() if graphs is not None else pl.LazyFrame(schema=GRAPH_COLUMNS)
+        # The launches whose nodes are kernels, found from the launches' side: a hash of the launches' ids, the kernels
+        # streamed past it (a hash of the kernels' distinct ids grows with the kernels).
+        with_kernels = (self.kernels.select("correlation_id")
+                        .join(launched.select("correlation_id"), on="correlation_id", how="semi").unique())
+        return launched.join(with_kernels, on="correlation_id", how="anti")
 
     @functools.cached_property
     def memcpy(self) -> pl.LazyFrame:
-        """start_ns, end_ns, device, stream, direction, src_kind, dst_kind, bytes, correlation_id"""
-        return _memcpy(self._trace) if self._trace else self._frames.memcpy.lazy()
+        """start_ns, end_ns, device, stream, bytes, direction, src_kind, dst_kind, correlation_id"""
+        return self._frame("memcpy")
 
     @functools.cached_property
     def memset(self) -> pl.LazyFrame:
         """start_ns, end_ns, device, stream, bytes, correlation_id"""
-        return _memset(self._trace) if self._trace else self._frames.memset.lazy()
+        return self._frame("memset")
 
     @functools.cached_property
     def python_lines(self) -> pl.DataFrame:
@@ -94,7 +100,7 @@ class Events:
     @functools.cached_property
     def cuda_api(self) -> pl.LazyFrame:
         """start_ns, end_ns, name (no version suffix), thread, correlation_id, name_id"""
-        return _cuda_api(self._trace) if self._trace else self._frames.cuda_api.lazy()
+        return self._frame("cuda_api")
 
     @functools.cached_property
     def nvtx(self) -> pl.LazyFrame:
@@ -117,7 +123,7 @@ class Events:
     @functools.cached_property
     def osrt(self) -> pl.LazyFrame:
         """start_ns, end_ns, name, thread, name_id"""
-        return _osrt(self._trace) if self._trace else self._frames.osrt.lazy()
+        return self._frame("osrt")
 
     @property
     def threads(self) -> pl.DataFrame:
@@ -127,7 +133,11 @@ class Events:
     @functools.cached_property
     def samples(self) -> pl.LazyFrame:
         """time_ns"""
-        return _samples(self._trace) if self._trace else pl.LazyFrame(schema={"time_ns": pl.Int64})
+        if self._trace is None:
+            return pl.LazyFrame(schema={"time_ns": pl.Int64})
+        raw = _scan(self._trace, "COMPOSITE_EVENTS", {"start": I64})
+        return raw.select(pl.col("start").alias("time_ns")) if raw is not None else \
+            self._trace.samples.lazy().select("time_ns")
 
 
 def events(trace: Trace | EventTables) -> Events:
@@ -153,107 +163,28 @@ def _scan(trace: Trace, table: str, wanted: Wanted) -> pl.LazyFrame | None:
         return None
 
 
-def _scan_as_read(trace: Trace, table: str, needed: Wanted, read: Wanted) -> pl.LazyFrame | None:
-    """TABLE's NEEDED columns scanned (:func:`_scan`) from a copy that also holds the other columns the Trace reads
-    of it (READ), where the export has them: a large capture's first part then reads its frame from that copy
-    (:mod:`nsight_core.trace.head`), not from another scan of the whole SQLite table."""
-    columns = trace.tables.columns(table) if is_streamed(trace) else frozenset()
-    return _scan(trace, table, {**{name: dtype for name, dtype in read.items() if name in columns}, **needed})
+def _named(id_column: str, names: pl.DataFrame) -> pl.Expr:
+    """ID_COLUMN's value in NAMES (id, value; null where it has none), looked up a batch at a time: the Lookup of a
+    streamed frame. Not a join: Polars keeps a join in every query of the frame, those that never read the name too
+    (most of a pass's time where the pass reads only times), where an unread column is left out. Not ``replace_strict``
+    over the frame: in the streaming engine that holds every row at once."""
+    ids, values = names["id"], names["value"]
+    return pl.col(id_column).map_batches(lambda batch: batch.replace_strict(ids, values, default=None),
+                                         return_dtype=values.dtype, is_elementwise=True)
 
 
-def _named(frame: pl.LazyFrame, id_column: str, names: pl.DataFrame, alias: str) -> pl.LazyFrame:
-    """FRAME with ALIAS: ID_COLUMN's value in NAMES (id and one text column; null where it has none), looked up a
-    batch at a time. Not a join: Polars keeps a join in every query of the frame, those that never read the name too
-    (most of a pass's time where the pass reads only times), where an unread column is left out. Not
-    ``replace_strict`` over the frame: in the streaming engine that holds every row at once."""
-    text = next(column for column in names.columns if column != "id")
-    ids, values = names["id"], names[text]
-    return frame.with_columns(pl.col(id_column).map_batches(
-        lambda batch: batch.replace_strict(ids, values, default=None), return_dtype=values.dtype,
-        is_elementwise=True).alias(alias))
-
-
-def _timed(frame: pl.LazyFrame, *columns: pl.Expr | str) -> pl.LazyFrame:
-    """FRAME's start and end as start_ns and end_ns, then COLUMNS."""
-    return frame.select(pl.col("start").alias("start_ns"), pl.col("end").alias("end_ns"), *columns)
-
-
-def _kernels(trace: Trace) -> pl.LazyFrame:
-    raw = _scan_as_read(trace, KERNEL, {"start": I64, "end": I64, "deviceId": I64, "streamId": I64,
-                                        "demangledName": I64, "shortName": I64, "correlationId": I64}, KERNEL_READ)
+def _scanned(trace: Trace, frame: str) -> pl.LazyFrame | None:
+    """Event FRAME (:meth:`Trace.event_columns`) scanned from disk, of its table only the columns it is made of; None
+    where TRACE is read whole, or the table lacks one of them."""
+    if not is_streamed(trace):
+        return None
+    columns = trace.event_columns(frame, _named)
+    used = {name for column in columns for name in column.meta.root_names()} | {"eventClass"}
+    table, read = event_read(frame, trace.tables.columns)
+    raw = _scan(trace, table, {name: dtype for name, dtype in read.items() if name in used})
     if raw is None:
-        return trace.kernels.lazy()
-    named = _named(_named(raw, "demangledName", trace.strings, "name"), "shortName", trace.strings, "short_name")
-    return _timed(named, pl.col("deviceId").alias("device"), pl.col("streamId").alias("stream"),
-                  pl.col("name").fill_null(""), pl.col("short_name").fill_null(""),
-                  pl.col("correlationId").alias("correlation_id"))
-
-
-def _graphs(trace: Trace, kernels: pl.LazyFrame) -> pl.LazyFrame:
-    raw = _scan(trace, "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
-                {"start": I64, "end": I64, "deviceId": I64, "streamId": I64, "graphId": I64, "correlationId": I64})
-    if raw is None:
-        return trace.graphs.lazy()
-    launched = _timed(raw, pl.col("deviceId").alias("device"), pl.col("streamId").alias("stream"),
-                      pl.col("graphId").alias("graph_id"),
-                      pl.col("correlationId").alias("correlation_id"))
-    # The launches whose nodes are kernels, found from the launches' side: a hash of the launches' ids, the kernels
-    # streamed past it (the kernels' distinct ids, hashed, took 1.77 GB for 30 M kernels; this 142 MB, measured).
-    with_kernels = (kernels.select("correlation_id").join(launched.select("correlation_id"), on="correlation_id",
-                                                          how="semi").unique())
-    return launched.join(with_kernels, on="correlation_id", how="anti")
-
-
-def _memcpy(trace: Trace) -> pl.LazyFrame:
-    raw = _scan_as_read(trace, "CUPTI_ACTIVITY_KIND_MEMCPY", {"start": I64, "end": I64, "deviceId": I64,
-                                                               "streamId": I64, "copyKind": I64, "srcKind": I64,
-                                                               "dstKind": I64, "bytes": I64, "correlationId": I64},
-                        MEMCPY_READ)
-    if raw is None:
-        return trace.memcpy.lazy()
-    directions, kinds = trace._enum("ENUM_CUDA_MEMCPY_OPER", COPY_DIRECTIONS), trace._enum("ENUM_CUDA_MEM_KIND",
-                                                                                          MEMORY_KINDS)
-    labelled = _named(_named(_named(raw, "copyKind", directions, "direction"), "srcKind", kinds, "src_kind"),
-                      "dstKind", kinds, "dst_kind")
-    return _timed(labelled, pl.col("deviceId").alias("device"), pl.col("streamId").alias("stream"),
-                  *(pl.col(label).fill_null("Unknown") for label in ("direction", "src_kind", "dst_kind")), "bytes",
-                  pl.col("correlationId").alias("correlation_id"))
-
-
-def _memset(trace: Trace) -> pl.LazyFrame:
-    raw = _scan_as_read(trace, "CUPTI_ACTIVITY_KIND_MEMSET",
-                        {"start": I64, "end": I64, "deviceId": I64, "streamId": I64, "bytes": I64,
-                         "correlationId": I64}, MEMSET_READ)
-    if raw is None:
-        return trace.memset.lazy()
-    return _timed(raw, pl.col("deviceId").alias("device"), pl.col("streamId").alias("stream"), "bytes",
-                  pl.col("correlationId").alias("correlation_id"))
-
-
-def _cuda_api(trace: Trace) -> pl.LazyFrame:
-    raw = _scan(trace, "CUPTI_ACTIVITY_KIND_RUNTIME",
-                {"start": I64, "end": I64, "nameId": I64, "globalTid": I64, "correlationId": I64})
-    if raw is None:
-        return trace.cuda_api.lazy()
-    return _timed(_named(raw, "nameId", trace.api_names, "name"), pl.col("name").fill_null(""),
-                  pl.col("globalTid").alias("thread"), pl.col("correlationId").alias("correlation_id"),
-                  pl.col("nameId").alias("name_id"))
-
-
-def _osrt(trace: Trace) -> pl.LazyFrame:
-    raw = _scan_as_read(trace, "OSRT_API", {"start": I64, "end": I64, "nameId": I64, "globalTid": I64},
-                        {"eventClass": I64})
-    if raw is None:
-        return trace.osrt.lazy()
-    return _timed(_named(osrt_calls(raw), "nameId", trace.strings, "name"), pl.col("name").fill_null(""),
-                  pl.col("globalTid").alias("thread"), pl.col("nameId").alias("name_id"))
-
-
-def _samples(trace: Trace) -> pl.LazyFrame:
-    raw = _scan(trace, "COMPOSITE_EVENTS", {"start": I64})
-    if raw is None:
-        return trace.samples.lazy().select("time_ns")
-    return raw.select(pl.col("start").alias("time_ns"))
+        return None
+    return (osrt_calls(raw) if frame == "osrt" else raw).select(columns)
 
 
 def _nvtx(trace: Trace) -> tuple[pl.LazyFrame, pl.LazyFrame]:
@@ -271,19 +202,15 @@ def _nvtx(trace: Trace) -> tuple[pl.LazyFrame, pl.LazyFrame]:
     event_type = pl.col("eventType")
     is_range = event_type.is_in(NVTX_PUSH_POP_TYPES + NVTX_START_END_TYPES)
     if trace.tables not in _NVTX_PASSES:
-        latest = pl.max_horizontal(pl.col("start").max(), pl.col("end").max()).alias("_last")
         never_ended = pl.col("end").filter(is_range).null_count().alias("_open")
-        _NVTX_PASSES[trace.tables] = (
-            *raw.select(latest, never_ended).collect(engine="streaming").row(0),
-            raw.filter(pl.col("eventType") == NVTX_DOMAIN_CREATE)
-            .group_by("domainId", pid_of(pl.col("globalTid")).alias("_pid"))
-            .agg(pl.col("text").sort_by("start").first().alias("domain")).collect(engine="streaming"))
+        _NVTX_PASSES[trace.tables] = (*raw.select(NVTX_LAST.alias("_last"), never_ended).collect(engine="streaming")
+                                      .row(0), nvtx_domains(raw).collect(engine="streaming"))
     last, unended, domains = _NVTX_PASSES[trace.tables]
     # Without domains created (the default domain throughout), no lookup of them in any pass.
     in_domains = (raw.with_columns(pid_of(pl.col("globalTid")).alias("_pid"))
                   .join(domains.lazy(), on=["domainId", "_pid"], how="left") if domains.height
                   else raw.with_columns(pl.lit(None, STR).alias("domain")))
-    named = (in_domains.pipe(_named, "textId", trace.strings, "_registered")
+    named = (in_domains.with_columns(_named("textId", trace.strings).alias("_registered"))
              .with_columns(pl.coalesce("_registered", "text", pl.lit("")).alias("name"),
                            pl.col("domain").fill_null(""), pl.col("globalTid").alias("thread")))
     kind = pl.when(event_type.is_in(NVTX_PUSH_POP_TYPES)).then(pl.lit("push_pop")).otherwise(pl.lit("start_end"))

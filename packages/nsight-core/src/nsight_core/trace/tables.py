@@ -1,21 +1,18 @@
 """The raw tables of one nsys export, read column by column into Polars: an arrow directory or SQLite.
 
-nsys names its tables and columns the same way in every export format (CUPTI_ACTIVITY_KIND_KERNEL with
-start, end, deviceId ...), so the Trace is built from one interface, :class:`ExportTables`: "these
-columns of that table, or None when the export has no such table". nsys writes a table only when it
-holds data (lazy export), so a missing table means "nothing of this kind was traced", not an error.
-A column of another type than the Trace wants (a schema nsight-core has not seen) raises
-:class:`SchemaMismatch`, which names the table and the columns: the Trace turns that into a note and
+nsys names its tables and columns the same way in every export format (CUPTI_ACTIVITY_KIND_KERNEL with start, end,
+deviceId ...), so the Trace is built from one interface, :class:`ExportTables`: "these columns of that table, or None
+when the export has no such table". nsys writes a table only when it holds data (lazy export), so a missing table means
+"nothing of this kind was traced", not an error. A column of another type than the Trace wants (a schema nsight-core has
+not seen) raises :class:`SchemaMismatch`, which names the table and the columns: the Trace turns that into a note and
 leaves the table's events out (or the column, where the events stand without it), never a crash.
 
-An arrow directory (`nsys export --type arrowdir`) holds one Arrow IPC *stream* file per table; Polars
-reads just the requested columns of it without a Python object per row. SQLite is the fallback for
-inputs that are already `.sqlite` exports, for an nsys without arrowdir and for captures too large for the arrow
-export's memory. It is read in batches, so memory stays bounded by one batch: with ADBC's SQLite driver where it is
-installed (the ``sqlite-arrow`` extra: Arrow batches straight into Polars, no Python object per row: about twice as
-fast), else with the standard library's sqlite3, each batch of Python rows turned into a frame
-at once. A read with a condition (the first part of a large capture, :mod:`nsight_core.trace.head`) is one sqlite3
-query: in keyset batches its subquery would run again for every batch.
+An arrow directory (`nsys export --type arrowdir`) holds one Arrow IPC *stream* file per table; Polars reads just the
+requested columns of it without a Python object per row. SQLite is the fallback for inputs that are already `.sqlite`
+exports, for an nsys without arrowdir and for captures too large for the arrow export's memory. It is read in batches,
+so memory stays bounded by one batch: with ADBC's SQLite driver where it is installed (the ``sqlite-arrow`` extra: Arrow
+batches straight into Polars, no Python object per row), else with the standard library's sqlite3, each batch of Python
+rows turned into a frame at once. A read with a condition (the Python backtraces' marks) is one sqlite3 query.
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ import sqlite3
 import struct
 import threading
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -149,9 +146,6 @@ class SqliteTables:
     for two cursors at once.
     """
 
-    joins_tables = True
-    """A condition of :meth:`read` may name other tables (one file holds them all)."""
-
     def __init__(self, path: Path, choice: ExportChoice | None = None) -> None:
         self.source = path
         self.choice = choice
@@ -176,33 +170,28 @@ class SqliteTables:
         with self._lock:
             return frozenset(row[1] for row in self._connection.execute(f'PRAGMA table_info("{table}")'))
 
-    def read(self, table: str, wanted: Wanted, where: str = "", parameters: Sequence[int] = ()) -> pl.DataFrame | None:
-        """TABLE's WANTED columns, of the rows that satisfy WHERE (an SQL condition with PARAMETERS) where given."""
+    def read(self, table: str, wanted: Wanted, where: str = "") -> pl.DataFrame | None:
+        """TABLE's WANTED columns, of the rows that satisfy WHERE (an SQL condition) where given."""
         if table not in self._tables:
             return None
-        return pl.concat([pl.DataFrame(schema=_made(wanted)), *self.batches(table, wanted, where=where,
-                                                                           parameters=parameters)])
+        return pl.concat([pl.DataFrame(schema=_made(wanted)), *self.batches(table, wanted, where=where)])
 
     def batches(self, table: str, wanted: Wanted, rows: int = SQLITE_BATCH_ROWS, where: str = "",
-                parameters: Sequence[int] = (), rowids: tuple[int, int] | None = None) -> Iterator[pl.DataFrame]:
+                rowids: tuple[int, int] | None = None) -> Iterator[pl.DataFrame]:
         """TABLE's WANTED columns ROWS rows at a time, in its rows' order (none when the table is missing or empty):
         what :meth:`read` joins, and what a spill to disk writes one at a time (:mod:`nsight_core.trace.spill`).
-        WHERE: an SQL condition on TABLE's rows, with PARAMETERS (the first part of a capture: trace/head.py).
-        ROWIDS: only the rows of rowid LO <= rowid < HI, through an ADBC connection of their own (one of
-        :meth:`rowid_slices`, read beside the others)."""
+        WHERE: an SQL condition on TABLE's rows. ROWIDS: only the rows of rowid LO <= rowid < HI, through an ADBC
+        connection of their own (one of :meth:`rowid_slices`, read beside the others)."""
         if table not in self._tables:
             return
         schema = _made(wanted)
         present = self.columns(table)
         listed = ", ".join(f'"{c}"' if c in present else f'NULL AS "{c}"' for c in schema)
-        if self._arrow is not None and not where:  # a condition's subquery would run again for every keyset batch
-            if rowids is None:
-                yield from self._arrow_batches(table, schema, present, listed, rows, self._arrow.connection)
-                return
-            own = _arrow_connection(self.source)
+        if self._arrow is not None and not where:
+            own = _arrow_connection(self.source) if rowids is not None else None  # a slice's, read beside the others
             try:
-                yield from self._arrow_batches(table, schema, present, listed, rows,
-                                               own.connection if own else None, rowids)
+                connection = self._arrow.connection if rowids is None else own.connection if own else None
+                yield from self._arrow_batches(table, schema, present, listed, rows, connection, rowids)
             finally:
                 if own is not None:
                     own.close()
@@ -212,14 +201,14 @@ class SqliteTables:
         if rowids is not None:  # a slice read with sqlite3 (rowid_slices gives none for it, but a caller may)
             where = f"({where or 1}) AND rowid >= {int(rowids[0])} AND rowid < {int(rowids[1])}"
         query = f'SELECT {listed} FROM "{table}" {f"WHERE {where}" if where else ""} ORDER BY rowid'
-        yield from self._sqlite_batches(table, query, parameters, schema, present, rows)
+        yield from self._sqlite_batches(table, query, schema, present, rows)
 
-    def _sqlite_batches(self, table: str, query: str, parameters: Sequence[int], schema: Schema,
-                        present: frozenset[str], rows: int) -> Iterator[pl.DataFrame]:
+    def _sqlite_batches(self, table: str, query: str, schema: Schema, present: frozenset[str],
+                        rows: int) -> Iterator[pl.DataFrame]:
         """QUERY's rows through sqlite3 as frames of SCHEMA, ROWS at a time; its errors in nsight-core's words."""
         try:
             with self._lock:
-                cursor = self._connection.execute(query, parameters)
+                cursor = self._connection.execute(query)
                 while batch := cursor.fetchmany(rows):
                     yield pl.DataFrame(batch, schema=schema, orient="row")
         except sqlite3.DatabaseError as error:
@@ -261,7 +250,7 @@ class SqliteTables:
             if frame is None:
                 numbered = {_ROWID: pl.Int64, **schema}
                 frame = pl.concat([pl.DataFrame(schema=numbered),
-                                   *self._sqlite_batches(table, query, (), numbered, present, rows)])
+                                   *self._sqlite_batches(table, query, numbered, present, rows)])
             if not frame.height:
                 return
             after = frame[_ROWID][-1]
@@ -376,15 +365,8 @@ def _casts(column: pl.Series, dtype: pl.DataType | type[pl.DataType]) -> bool:
     source = column.dtype
     if source == pl.Null:
         return True
-    if dtype == pl.String:
-        fits = source == pl.String
-    elif dtype.is_float():
-        fits = source.is_numeric()
-    elif dtype.is_integer():
-        fits = source.is_integer()
-    else:
-        fits = source == dtype
-    if not fits:
+    if not (source == pl.String if dtype == pl.String else source.is_numeric() if dtype.is_float()
+            else source.is_integer() if dtype.is_integer() else source == dtype):
         return False
     try:
         column.cast(dtype, strict=True)

@@ -57,22 +57,17 @@ def summary_bytes(stored_bytes: int | None) -> int:
         + SUMMARY_BYTES_PER_STORED_BYTE * stored_bytes
 
 
-def check_streamed_summary_memory(what: str) -> None:
-    """Raise :class:`NotEnoughMemoryError` when even a streamed summary of WHAT (``STREAMED_SUMMARY_BYTES``) needs more
-    than this process may take."""
-    _check(summary_bytes(None), f"summarising {what}", "streamed from disk, its size aside")
-
-
 def export_bytes(trace_bytes: int, kind: str = "arrowdir", processes: int = 1) -> int:
     """The memory nsys' KIND export of a .nsys-rep of TRACE_BYTES may peak at (an upper estimate), in PROCESSES side by
     side (an SQLite export in slices of time: trace/export.py)."""
     return processes * (EXPORT_BASE_BYTES + EXPORT_BYTES_PER_TRACE_BYTE[kind] * trace_bytes)
 
 
-def check_summary_memory(stored_bytes: int, what: str) -> None:
-    """Raise :class:`NotEnoughMemoryError` when the summary of WHAT (events taking STORED_BYTES in their export)
-    needs more than this process may take; do nothing when it fits or nothing is known of the limit."""
-    _check(summary_bytes(stored_bytes), f"summarising {what}", f"its events take {_size(stored_bytes)} in the export")
+def check_summary_memory(stored_bytes: int | None, what: str) -> None:
+    """Raise :class:`NotEnoughMemoryError` when the summary of WHAT (events taking STORED_BYTES in their export, read
+    whole; None: streamed from disk) needs more than this process may take; do nothing when it fits or nothing is
+    known of the limit."""
+    _check(summary_bytes(stored_bytes), f"summarising {what}", _events(stored_bytes))
 
 
 def check_export_memory(trace_bytes: int, kind: str, what: str, processes: int = 1) -> None:
@@ -109,13 +104,14 @@ def allowed_memory() -> tuple[int | None, str]:
 
 
 def check_comparison_memory(stored_bytes: int | None, what: str) -> None:
-    """Raise :class:`NotEnoughMemoryError` when `nsight diff` of WHAT needs more than this process may take: with
-    STORED_BYTES (what its events take in their export), read whole, as a summary read whole does; None, streamed from
-    disk (a large capture's totals and step times), as a streamed summary does. Else it would get the process killed."""
-    why = "streamed from disk, its size aside" if stored_bytes is None else \
-        f"its events take {_size(stored_bytes)} in the export"
-    _check(summary_bytes(stored_bytes), f"comparing {what}", why, "compare",
+    """:func:`check_summary_memory` for `nsight diff` of WHAT, which reads as much as a summary."""
+    _check(summary_bytes(stored_bytes), f"comparing {what}", _events(stored_bytes), "compare",
            "compare captures of shorter regions, or compare it where there is more memory")
+
+
+def _events(stored_bytes: int | None) -> str:
+    return "streamed from disk, its size aside" if stored_bytes is None else \
+        f"its events take {_size(stored_bytes)} in the export"
 
 
 def _check(needed: int, doing: str, why: str, verb: str = "summarise",

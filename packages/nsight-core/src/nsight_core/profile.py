@@ -18,7 +18,7 @@ from nsight_core.analysis.step_drawing import drawing_for
 from nsight_core.analysis.trace_summary import summarize_trace
 from nsight_core.errors import StatsError
 from nsight_core.isolation import diagnosed, with_steps_drawn
-from nsight_core.memory import check_streamed_summary_memory, check_summary_memory
+from nsight_core.memory import check_summary_memory
 from nsight_core.stats.load import load_stats, recorded_captures, stats_of_trace
 from nsight_core.stats.reports import DEFAULT_REPORTS
 from nsight_core.titles import capture_title
@@ -41,10 +41,7 @@ def build_profile(path: str | Path, reports: Sequence[str] | None = DEFAULT_REPO
     if facts is None:
         facts = capture_facts(path) if path.suffix in REPORT_SUFFIXES else CaptureFacts()
     # Before any event is read: never the task's OOM kill.
-    if is_streamed(trace):
-        check_streamed_summary_memory(path.name)
-    else:
-        check_summary_memory(trace.event_bytes, path.name)
+    check_summary_memory(None if is_streamed(trace) else trace.event_bytes, path.name)
     started = time.monotonic()
     log.info("%s: statistics, summary, completeness and What to fix%s", path.name,
              " (scanned from disk in windows)" if is_streamed(trace) else "")

@@ -1,16 +1,6 @@
-"""What the findings of a known cause read (:class:`causes.CauseInputs`), made in batches of steady steps and summed,
-so that the answer is the same whatever the windows' size:
-
-- the steps' thread's CUDA calls in the steps' ranges, counted and timed per name;
-- the copies in the steps' GPU windows per direction, small (at most SMALL_COPY_MAX_BYTES) or not;
-- the loops of small kernels (:func:`loops_in`), the launches in them per kernel and what a multi-tensor kernel
-  would leave of them;
-- the small device-to-host reads by what ran before them on their stream: a selection (boolean-mask indexing,
-  nonzero, unique) or anything else (a scalar read: `.item()`, a Python `if` on a tensor);
-- the GPU's idle time right after each bulk device-to-host copy, until its next work in the step;
-- the steps' thread's calls in the steps by the user's Python line they came from, and the samples of its Python
-  stack outside every CUDA call and every range inside a step by line: untraced host time (a capture with Python
-  backtraces).
+"""What the findings of a known cause read (:class:`causes.CauseInputs`: calls, copies, loops of small kernels,
+small reads, the idle time after bulk copies, Python lines), made in batches of steady steps and summed, so that the
+answer is the same whatever the windows' size.
 """
 
 from __future__ import annotations

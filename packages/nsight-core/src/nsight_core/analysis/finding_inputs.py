@@ -1,16 +1,6 @@
-"""The findings' inputs over every steady step (:class:`findings.GpuInputs`), made in windows and merged exactly,
-and the analysis they complete (:func:`analysis_of`).
-
-Each input is local in time or a sum:
-
-- the blocking calls of each batch of steps with the innermost range each came from (:func:`syncs_in` on the NVTX
-  ranges of the steps' thread that overlap the batch: every range a call in it can be in, and every range enclosing
-  one of those);
-- the launch shape: launches in steps and the kernels they launched, in windows of correlation id (a call and its
-  work share it), their durations counted per value, whose medians are those of all of them;
-- the copies of a megabyte or more (a few), and the kernels' time per name (a grouped scan).
-
-A capture without steps is one step, its user window, whose calls are read in its pieces (every_step.busy_pieces).
+"""The findings' inputs over every steady step (:class:`findings.GpuInputs`), made in windows and merged exactly (each
+is local in time or a sum), and the analysis they complete (:func:`analysis_of`). A capture without steps is one step,
+its user window, whose calls are read in its pieces (every_step.busy_pieces).
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
 """The NVTX range table (:class:`ranges.RangeFamily` rows) of a capture, in windows of start time.
 
 Per family (name pattern and domain): count, summed time, minimum and maximum are streamed group-bys; the median is
-selected exactly in streamed passes (stats/exact.py, as the reports' medians); the mean is exact from the integer
-sum. Self time is a family's summed time less the time of its ranges' direct children, and the GPU work a range
-launched (its count and span) is that of the launches on its thread while it was open: both need each range's
-nesting, which is local in time but for the ranges still open. So the ranges come in windows of start time (about
-WINDOW_ROWS ranges, CUDA calls and GPU work in each), and the ranges still open at a window's start (a step, an
-epoch: as many as the nesting is deep) are carried into it with what they launched so far: every range that encloses
-one of the window's ranges or one of its launches is among them, so depths and parents are the capture's
-(:func:`ranges.with_parents` on the window and the carried ranges). Each child's time goes to its parent's family; a
-range's GPU span is final once it has ended.
+exact in streamed passes (stats/exact.py); the mean is exact from the integer sum. Self time and the GPU work a range
+launched on its thread need each range's nesting, which is local in time but for the ranges still open: so the ranges
+come in windows of start time, and those still open at a window's start (as many as the nesting is deep) are carried
+into it with what they launched so far, so depths and parents are the capture's.
 
-The table needs the events and the user window alone, not the steps: :func:`start_range_table` starts it in a thread
-beside the steps and their budget, and :func:`range_table` then takes that result.
+The table needs the events and the user window alone: :func:`start_range_table` starts it in a thread beside the steps
+and their budget, and :func:`range_table` then takes that result.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Whether a capture's export and summary fit in the memory allowed, checked before each.
 
-Why: the export (nsys, a child process) and the summary (reports, analysis, page) run inside the user's task, after
-its body, in its container, and both grow with the capture. A container that passes its memory limit is killed, and
-with it the job that was profiled: profiling must never do that. So each step's estimate is compared with what is
-allowed before it starts: the export's from the trace's size, the summary's from the export's tables before any
-event is read. A capture whose events would not fit is scanned from disk in windows instead (trace/spill.py);
-one that would not fit even so is refused with an error that gives both numbers, and the trace is kept.
+Why: the export and the summary run inside the user's task, in its container, and grow with the capture; a container
+past its memory limit is killed with the job profiled. So each step's estimate (the export's from the trace's size, the
+summary's from the export's tables) is compared with what is allowed before it starts. A capture whose events would
+not fit is scanned from disk in windows instead (trace/spill.py); one that would not fit even so is refused with an
+error that gives both numbers, and the trace is kept.
 
 What is allowed is a fixed budget (``DEFAULT_SUMMARY_BYTES``), not the machine's free memory, lowered only where
 the container's limit or the host leaves less. ``NSIGHT_SUMMARY_MEMORY`` sets another budget (``2G``, ``512M``:

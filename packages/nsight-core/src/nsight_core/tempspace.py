@@ -1,10 +1,8 @@
 """nsys' temp space: whether the folder nsys streams a recording into has room for one.
 
-nsys writes every collection first as a raw stream, ``$TMPDIR/nsys-report-XXXX.qdstrm``, and only at the
-end converts it into the ``.nsys-rep``. When that folder fills up (a pod's small tmpfs) nsys 2023.4.4's
-injected library crashes the profiled program (exit 139, measured with 1 and 8 MiB tmpfs), so the
-space is checked before anything starts: too little, and the program runs unprofiled instead; while
-nsys records, :func:`watch` stops the collection before the folder fills.
+nsys writes every collection first as a raw stream, ``$TMPDIR/nsys-report-XXXX.qdstrm``. When that folder fills up (a
+pod's small tmpfs) nsys' injected library crashes the profiled program, so the space is checked before anything starts
+(too little: the program runs unprofiled), and :func:`watch` stops the collection before the folder fills.
 """
 
 from __future__ import annotations

@@ -183,11 +183,8 @@ def _line_evidence(inputs: CauseInputs, rows: pl.DataFrame, column: str, metric:
 
 def allocator_churn(context: Context, inputs: CauseInputs, claims: dict[Claim, float]) -> Finding | None:
     """cudaMalloc/cudaFree in steady steps: their idle time, and the launches' dispatch they exposed, less what tracing
-    added to them.
-
-    A call that began while the GPU still ran queued work idled it only for its rest, yet made the host late by the
-    whole call: the launches after it met an idle GPU, where without the call they would have been queued behind that
-    work. That time, up to the launch dispatch the GPU waited on, is the churn's too (taken from the launch gaps)."""
+    added to them. A call that began while the GPU still ran queued work made the host late by the whole call: the
+    launches after it met an idle GPU, and that time, up to the dispatch the GPU waited on, is the churn's too."""
     steps = inputs.steps
     calls = inputs.calls.filter(pl.col("name").str.contains(ALLOC_API))
     count = float(calls["calls"].sum())

@@ -1,11 +1,8 @@
 """Interval arithmetic on event frames (columns start_ns, end_ns and optionally device), whole or in windows of time.
 
-GPU busy time is the length of the UNION of kernel intervals: two kernels running at once on two
-streams keep the GPU busy once, not twice. Summing per-kernel times (what `nsys stats` totals are)
-double-counts that overlap and can exceed the wall time.
-
-Events come in windows of start time (analysis/windows.py), each holding a bounded number of events, and the
-union is built window by window (:func:`busy_over`), exactly: see there.
+GPU busy time is the length of the UNION of kernel intervals: two kernels running at once keep the GPU busy once (a sum
+of kernel times, as `nsys stats` totals, can exceed the wall time). The union is built exactly, window by window of
+start time (:func:`busy_over`).
 """
 
 from __future__ import annotations

@@ -79,11 +79,8 @@ def project_spans(steps: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
 
 def range_gpu_spans(nvtx: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
     """Each NVTX range's GPU span: the NVTX frame with gpu_start_ns, gpu_end_ns and gpu_ops (0 and nulls when it
-    launched nothing). LAUNCHES: :func:`launched` GPU work.
-
-    A launch belongs to every range open on its thread at its call: ranges of one depth on one thread do not
-    overlap, so one as-of join per nesting depth finds them (a handful of joins, none per range).
-    """
+    launched nothing). LAUNCHES: :func:`launched` GPU work. A launch belongs to every range open on its thread at its
+    call: ranges of one depth on one thread do not overlap, so one as-of join per nesting depth finds them."""
     calls = launches.filter(pl.col("launch_ns").is_not_null()).select("launch_ns", "thread", "start_ns", "end_ns")
     calls = calls.sort("launch_ns")
     indexed = nvtx.with_row_index("_range")

@@ -84,9 +84,7 @@ def _range_table(frames: Events, span_ns: int, window_rows: int | None) -> list[
 def _family_key(names: pl.DataFrame) -> tuple[pl.Expr, pl.DataFrame]:
     """KEY of each range, one integer per family (name pattern and domain: :func:`codes.joint_code` of their codes), as
     an expression of its name and domain, and the families (KEY, pattern, domain). NAMES: the capture's distinct
-    (name, domain) pairs, whose patterns are made once (a few names): per range, its name's pattern and its domain are
-    hash lookups among those few, where the pattern's regex on every range, or a join of every range on two strings,
-    took most of each pass."""
+    (name, domain) pairs, whose patterns are made once: per range, two hash lookups, no regex."""
     distinct = names.select(pl.col("name").unique().sort())
     pattern, patterns = family_codes(distinct, "name")
     domains = names.select(pl.col("domain").unique().sort()).to_series()

@@ -282,13 +282,10 @@ def kernel_period_steps(kernels: pl.DataFrame) -> tuple[pl.DataFrame, int | None
 
 
 def period_steps(kernels: pl.LazyFrame, period: int, anchor: str) -> pl.DataFrame:
-    """The steps of KERNELS' sequence of PERIOD kernels starting with the ANCHOR kernel (:func:`kernel_period_steps`'
-    or a streamed capture's first part's): each anchor starts a step that ends where the next begins, but one followed
-    by fewer than PERIOD kernels (a last, partial iteration), and the last ends where the kernels through its period's
-    last have all ended. The one cut of kernel-period steps (analysis/every_step.py).
-
-    Streamed, in bounded memory: the anchors' starts (a row a step), every kernel counted (with its latest end) by
-    how many anchors start before or with it, and the PERIOD kernels from the last step's anchor on."""
+    """The steps of KERNELS' sequence of PERIOD kernels starting with the ANCHOR kernel: each anchor starts a step that
+    ends where the next begins, but one followed by fewer than PERIOD kernels (a last, partial iteration), and the last
+    ends where the kernels through its period's last have all ended. Streamed, in bounded memory: the anchors' starts,
+    every kernel counted by how many anchors start before or with it, and the PERIOD kernels from the last anchor on."""
     anchors = (kernels.filter(pl.col("name") == anchor).select("start_ns").collect(engine="streaming")
                .sort("start_ns")["start_ns"])
     between = (kernels.select(pl.lit(anchors).search_sorted(pl.col("start_ns"), side="right").cast(pl.Int64)

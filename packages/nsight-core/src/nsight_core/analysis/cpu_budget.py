@@ -79,12 +79,10 @@ def budget_totals(steps: pl.DataFrame, kernels: pl.DataFrame, copies: pl.DataFra
         return kept(frame.select("start_ns", "end_ns", "name", "thread"), is_thread(thread) & overlapping)
 
     nccl = kernels.select("start_ns", "end_ns", pl.col("name").str.contains("(?i)nccl").alias("_nccl"))
-    layers = {
-        "compute": _Intervals.layer(kept(nccl.filter(~pl.col("_nccl")), overlapping).drop("_nccl")),
-        "comm": _Intervals.layer(kept(nccl.filter(pl.col("_nccl")), overlapping).drop("_nccl")),
-        "copy": _Intervals.layer(kept(copies.select("start_ns", "end_ns"), overlapping)),
-        "in_step": _Intervals.layer(steps.select("start_ns", "end_ns")),
-    }
+    layers = {"compute": _Intervals.layer(kept(nccl.filter(~pl.col("_nccl")), overlapping).drop("_nccl")),
+              "comm": _Intervals.layer(kept(nccl.filter(pl.col("_nccl")), overlapping).drop("_nccl")),
+              "copy": _Intervals.layer(kept(copies.select("start_ns", "end_ns"), overlapping)),
+              "in_step": _Intervals.layer(steps.select("start_ns", "end_ns"))}
     del nccl
     (api, api_names), (calls, osrt_names) = (_coded(on_thread(frame)) for frame in (cuda_api, osrt))
     blocking = on_thread(sync)  # whether a piece lies in one, not which: no names

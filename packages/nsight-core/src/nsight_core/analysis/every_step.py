@@ -176,9 +176,8 @@ def gpu_spans(frames: Events, steps: pl.DataFrame, window_rows: int | None) -> p
 
 
 def gpu_work_of(frames: Events) -> pl.LazyFrame:
-    """FRAMES' GPU work (start_ns, end_ns, correlation_id, kind, comm, stream): kernels, copies, memsets and the
-    graph launches whose nodes are not kernels, read once (their query scans every kernel, which each window would
-    repeat)."""
+    """FRAMES' GPU work (start_ns, end_ns, correlation_id, kind, comm, stream): kernels, copies, memsets and the graph
+    launches whose nodes are not kernels, read once (their query scans every kernel, which each window would repeat)."""
     graphs = frames.graphs.select("start_ns", "end_ns", "correlation_id", "stream").collect(engine="streaming").lazy()
     no = pl.lit(False).alias("comm")
     parts = [frames.kernels.select("start_ns", "end_ns", "correlation_id", pl.lit("kernel").alias("kind"),

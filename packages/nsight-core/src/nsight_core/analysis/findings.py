@@ -70,18 +70,16 @@ def _budget_finding(
     saving = saving_of(context, per_step_of(context, measured.per_step_mean_ns), measured.total_ns)
     if share_of(saving) < REPORT_SHARE and not seen:
         return None
-    evidence = [
-        Evidence(metric=f"{part}_per_step_mean", value=measured.per_step_mean_ns, unit="ns"),
-        Evidence(metric=f"{part}_per_step_p50", value=measured.per_step_p50_ns, unit="ns"),
-        Evidence(metric=f"{part}_fraction_of_step_time", value=measured.fraction, unit="fraction"),
-        *(Evidence(metric=f"{_ACTIVITY_PREFIX.get(activity.kind, 'cpu')}_during_{part}_per_step",
-                   value=activity.per_step_mean_ns, unit="ns",
-                   where=None if activity.kind in _ACTIVITY_PREFIX else Where(
-                       kind="api" if activity.kind == "cuda_api" else "osrt" if activity.kind == "osrt" else "range",
-                       name=activity.name))
-          for activity in context.budget.idle_activities if activity.part == part),
-        *extra,
-    ]
+    evidence = [Evidence(metric=f"{part}_per_step_mean", value=measured.per_step_mean_ns, unit="ns"),
+                Evidence(metric=f"{part}_per_step_p50", value=measured.per_step_p50_ns, unit="ns"),
+                Evidence(metric=f"{part}_fraction_of_step_time", value=measured.fraction, unit="fraction"),
+                *(Evidence(metric=f"{_ACTIVITY_PREFIX.get(activity.kind, 'cpu')}_during_{part}_per_step",
+                           value=activity.per_step_mean_ns, unit="ns",
+                           where=None if activity.kind in _ACTIVITY_PREFIX else Where(
+                               kind="api" if activity.kind == "cuda_api" else "osrt" if activity.kind == "osrt"
+                               else "range", name=activity.name))
+                  for activity in context.budget.idle_activities if activity.part == part),
+                *extra]
     return Finding(kind=kind, severity=severity_of(share_of(saving)), subject=subject, evidence=evidence, saving=saving)
 
 
@@ -140,13 +138,12 @@ def launch_bound(context: Context, kernels_per_step: float, kernel_p50_ns: float
         return None
     if context.steps.clock == "cpu" and not short:
         return None
-    evidence = [
-        Evidence(metric="kernels_per_step", value=kernels_per_step, unit="count"),
-        Evidence(metric="kernel_duration_p50", value=kernel_p50_ns, unit="ns", where=Where(kind="kernel", name="")),
-        Evidence(metric="launch_call_p50", value=launch_p50_ns, unit="ns", where=Where(kind="api", name="")),
-        Evidence(metric="launch_gap_per_step_mean", value=measured.per_step_mean_ns, unit="ns"),
-        Evidence(metric="launch_gap_fraction_of_step_time", value=measured.fraction, unit="fraction"),
-    ]
+    evidence = [Evidence(metric="kernels_per_step", value=kernels_per_step, unit="count"),
+                Evidence(metric="kernel_duration_p50", value=kernel_p50_ns, unit="ns",
+                         where=Where(kind="kernel", name="")),
+                Evidence(metric="launch_call_p50", value=launch_p50_ns, unit="ns", where=Where(kind="api", name="")),
+                Evidence(metric="launch_gap_per_step_mean", value=measured.per_step_mean_ns, unit="ns"),
+                Evidence(metric="launch_gap_fraction_of_step_time", value=measured.fraction, unit="fraction")]
     return Finding(kind="launch_bound", severity=severity_of(share_of(saving)), evidence=evidence, saving=saving)
 
 

@@ -71,10 +71,9 @@ def project_spans(steps: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     projected = (steps.join(spans, on="step", how="inner").sort("step")
                  .rename({"start_ns": "cpu_start_ns", "end_ns": "cpu_end_ns"}))
     start = pl.col("gpu_start_ns")
-    return projected.select(
-        "step", start.alias("start_ns"), start.shift(-1).fill_null(pl.col("gpu_end_ns").last()).alias("end_ns"),
-        "cpu_start_ns", "cpu_end_ns", "name", "thread",
-    )
+    return projected.select("step", start.alias("start_ns"),
+                            start.shift(-1).fill_null(pl.col("gpu_end_ns").last()).alias("end_ns"), "cpu_start_ns",
+                            "cpu_end_ns", "name", "thread")
 
 
 def range_gpu_spans(nvtx: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:

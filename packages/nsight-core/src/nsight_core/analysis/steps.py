@@ -79,9 +79,8 @@ class FamilySteps(StepShape):
 
 
 class NvtxCpuSteps(FamilySteps):
-    """An NVTX family's ranges as steps, timed by the ranges themselves: fewer than
-    :data:`projection.MIN_PROJECTED` of them launched GPU work (a CPU-only loop), or the family as
-    :func:`find_steps` chose it from the capture's start."""
+    """An NVTX family's ranges as steps, timed by the ranges themselves: fewer than :data:`projection.MIN_PROJECTED` of
+    them launched GPU work (a CPU-only loop), or the family as :func:`find_steps` chose it from the capture's start."""
 
     mode: Literal["nvtx-cpu"] = "nvtx-cpu"
 
@@ -257,15 +256,11 @@ def kernel_period_steps(kernels: pl.DataFrame) -> tuple[pl.DataFrame, int | None
         return empty, None, None, "too few kernels to find a repeating sequence and no repeated NVTX range"
     ordered = kernels.sort("start_ns").with_row_index("position").with_columns(
         pl.col("name").rank("dense").cast(pl.Int64).alias("kind"))
-    gaps = (
-        ordered.with_columns((pl.col("position") - pl.col("position").shift(1).over("kind")).alias("gap"))
-        .group_by("kind")
-        .agg(pl.len().alias("count"), pl.col("position").first().alias("first"),
-             pl.col("gap").drop_nulls().mode().first().alias("period"),
-             (pl.col("gap").drop_nulls().n_unique() == 1).alias("constant"))
-        .filter(pl.col("constant") & (pl.col("count") >= MIN_PERIOD_REPEATS))
-        .sort("first")
-    )
+    gaps = (ordered.with_columns((pl.col("position") - pl.col("position").shift(1).over("kind")).alias("gap"))
+            .group_by("kind").agg(pl.len().alias("count"), pl.col("position").first().alias("first"),
+                                  pl.col("gap").drop_nulls().mode().first().alias("period"),
+                                  (pl.col("gap").drop_nulls().n_unique() == 1).alias("constant"))
+            .filter(pl.col("constant") & (pl.col("count") >= MIN_PERIOD_REPEATS)).sort("first"))
     if not gaps.height:
         return empty, None, None, "no repeated NVTX range and no kernel recurs at a constant distance"
     anchor, period = int(gaps["kind"][0]), int(gaps["period"][0])

@@ -173,10 +173,8 @@ def stats_from_csv_dir(path: Path, reports: Sequence[str] | None = None) -> Prof
     if prefix is None:
         if len(groups) != 1:
             found = ", ".join(sorted(groups)) or "none"
-            raise StatsError(
-                f"{directory} holds recorded CSVs of {len(groups)} captures (prefixes: {found}). "
-                f"Pass one of them as {directory}/<prefix>."
-            )
+            raise StatsError(f"{directory} holds recorded CSVs of {len(groups)} captures (prefixes: {found}). "
+                             f"Pass one of them as {directory}/<prefix>.")
         prefix = next(iter(groups))
     files = groups.get(prefix)
     if not files:

@@ -71,11 +71,9 @@ WATCH_INTERVAL = 0.2
 @contextlib.contextmanager
 def watch(stop: Callable[[], object], *, once: bool = False) -> Iterator[None]:
     """While the block runs (nsys records), call STOP when nsys' temp folder falls below an eighth of :func:`needed`.
-
     STOP ends the collection running then (`nsys stop`, which keeps the trace so far); the program runs on, and a later
     region may record again once there is room. ONCE: the session has one collection only (`nsys profile`), so the first
-    STOP ends the watch too. One warning, the first time. Off with ``NSIGHT_MIN_TEMP_SPACE=off``.
-    """
+    STOP ends the watch too. One warning, the first time. Off with ``NSIGHT_MIN_TEMP_SPACE=off``."""
     if (wanted := needed()) is None:
         yield
         return

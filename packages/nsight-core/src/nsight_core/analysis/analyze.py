@@ -77,11 +77,9 @@ class Analyzed:
 
 
 def analyze(trace: EventTables) -> Analysis:
-    """Steps, per-step budget, NVTX self times and findings of TRACE (pure: no I/O but reading its events).
-
-    A capture without GPU activity (CPU-only) gets no GPU findings: its GPU is idle by design, and
-    its budget's idle time shows what the CPU did.
-    """
+    """Steps, per-step budget, NVTX self times and findings of TRACE (pure: no I/O but reading its events). A capture
+    without GPU activity (CPU-only) gets no GPU findings: its GPU is idle by design, and its budget's idle time shows
+    what the CPU did."""
     return analyze_steps(trace).analysis
 
 
@@ -118,8 +116,6 @@ def step_view(trace: EventTables) -> StepView:
 
 
 def step_budgets(trace: EventTables) -> pl.DataFrame:
-    """One row per step: step, wall_ns and the budget parts (<part>_ns), which add up to wall_ns.
-
-    Without steps, one row (step 0) for the user's window.
-    """
+    """One row per step: step, wall_ns and the budget parts (<part>_ns), which add up to wall_ns. Without steps, one row
+    (step 0) for the user's window."""
     return analyze_steps(trace).budgets.steps

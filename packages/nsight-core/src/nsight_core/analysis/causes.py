@@ -19,7 +19,6 @@ from nsight_core.analysis.finding_model import (
     Context,
     Evidence,
     Finding,
-    Unit,
     Where,
     saving_of,
     severity_of,
@@ -27,6 +26,7 @@ from nsight_core.analysis.finding_model import (
 )
 from nsight_core.analysis.findings import NOMINAL_PINNED_BYTES_PER_S
 from nsight_core.analysis.gpu_budget import QUERY_CALLS
+from nsight_core.units import Unit
 
 ALLOC_API = r"^cu(da)?(Malloc|Free)(_v\d+)?$|^cuMem(Alloc|Free|Create|Release|Map|Unmap|AddressReserve|AddressFree)"
 """The device allocator's calls (not the stream-ordered cudaMallocAsync, whose pool is the fix, nor pinned host

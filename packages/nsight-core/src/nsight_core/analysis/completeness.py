@@ -39,8 +39,7 @@ _LOSS_WORDS = re.compile(r"\b(?:lost|los(?:e|ing)|dropp\w*|discard\w*|overflow\w
                          r"corrupt\w*|could not be (?:collected|imported|recorded)|failed)\b", re.IGNORECASE)
 """Words in an nsys warning that say events are missing, not merely that some might be."""
 
-# The first nsys release that knows each CUDA major version's API (nsys ships with the toolkit; the 2023.4.4 importer
-# says "Rel/CUDA12.4" in its own errors, 2024.2.3 came with CUDA 12.5, 2025.3 with 13.0).
+# The first nsys release that knows each CUDA major version's API (nsys ships with the toolkit).
 FIRST_NSYS_FOR_CUDA: dict[int, tuple[int, int]] = {12: (2022, 4), 13: (2025, 3)}
 
 _IMPORTER_MARKERS = re.compile(

@@ -9,13 +9,13 @@ from pydantic import BaseModel, Field
 
 from nsight_core.analysis.budget import StepBudget
 from nsight_core.analysis.steps import StepStats
+from nsight_core.units import Unit
 
 FindingKind = Literal["host_work", "untraced_host", "allocator_churn", "per_tensor_launches", "small_copies",
                       "bulk_device_to_host", "stream_wait", "sync_wait", "launch_bound", "pageable_copy",
                       "exposed_copy", "exposed_comm", "device_bound", "fp32_matmul", "warmup", "too_few_steps",
                       "no_steps"]
 Severity = Literal["info", "warning", "critical"]
-Unit = Literal["ns", "bytes", "bytes_per_s", "count", "fraction"]
 
 WARNING_SHARE = 0.05
 """A saving of at least this share of the step (or capture) is worth a warning."""

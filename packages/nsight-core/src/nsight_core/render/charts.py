@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from nsight_core.analysis.budget import PARTS
 from nsight_core.analysis.capture_profile import CaptureProfile
+from nsight_core.analysis.host_time import OTHER_RANGES
 from nsight_core.analysis.kernels import unique_short_names
 from nsight_core.analysis.ranges import RangeFamily
 from nsight_core.analysis.step_drawing import StepDrawing
@@ -255,7 +256,6 @@ def timeline_chart(trace: TraceSummary | None) -> ChartSpec:
 
 TOP_LEGEND = 12
 """Range names in the timeline's legend (and colors); the others share one color as OTHER_RANGES."""
-OTHER_RANGES = "(other ranges)"
 
 
 def _nvtx_lane(trace: TraceSummary, x_scale: alt.Scale, axis_title: str) -> tuple[alt.Chart, list[dict[str, Any]]]:

@@ -78,18 +78,15 @@ def check_export_memory(trace_bytes: int, kind: str, what: str, processes: int =
 
 def fits(needed: int) -> bool:
     """Whether NEEDED bytes (:func:`export_bytes`, :func:`summary_bytes`) fit what this process may take (True where
-    nothing is known of the limit): how a capture is exported and read is chosen by it (trace/export.py: streamed
-    where its arrow export or its frames would not fit, exported in as many slices as fit; trace/load.py: an SQLite
-    export passed as it is streamed where its summary would not)."""
+    nothing is known of the limit): trace/export.py and trace/load.py choose by it how a capture is exported, read."""
     allowed, _ = allowed_memory()
     return allowed is None or needed <= allowed
 
 
 def allowed_memory() -> tuple[int | None, str]:
-    """What a summary may take (None: the guard is off), and where that comes from: the budget
-    (``DEFAULT_SUMMARY_BYTES``, or ``NSIGHT_SUMMARY_MEMORY``), lowered to what this process may still take (its
-    container's limit, the host's available memory) where that is less. A fixed budget, not the free memory: the
-    same capture is read the same way on any machine with room for it."""
+    """What a summary may take (None: the guard is off), and where that comes from: the budget (DEFAULT_SUMMARY_BYTES
+    or ``NSIGHT_SUMMARY_MEMORY``), lowered to what this process may still take where that is less (a fixed budget, not
+    the free memory: a capture is read the same way on any machine with room for it)."""
     setting = os.environ.get(ENV_SUMMARY_MEMORY, "").strip()
     if setting.lower() == "off":
         return None, setting

@@ -139,11 +139,10 @@ def loops_in(kernels: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
 
 
 def _idle_after_bulk(copies: pl.DataFrame, kernels: pl.DataFrame, calls: pl.DataFrame, windows: pl.DataFrame) -> int:
-    """The GPU's idle time right after each device-to-host copy above SMALL_COPY_MAX_BYTES in the steps' GPU WINDOWS,
-    while the host is past it: from the copy's end, or its call's return where later (a pageable copy's call goes on
-    copying on the host), to the next kernel's start (or its step's end; the other copies of a state, one a tensor,
-    are part of it). Summed over the copies, it can hold a stretch twice: the findings take at most the host's
-    untraced time. CALLS: the CUDA calls of the steps' thread (their correlation ids)."""
+    """The GPU's idle time right after each device-to-host copy above SMALL_COPY_MAX_BYTES in the steps' GPU WINDOWS:
+    from the copy's end, or its call's return where later, to the next kernel's start (or its step's end). Summed over
+    the copies it can hold a stretch twice: the findings take at most the host's untraced time. CALLS: the CUDA calls
+    of the steps' thread (their correlation ids)."""
     bulk = in_steps(copies.filter((pl.col("direction") == "Device-to-Host")
                                   & (pl.col("bytes") > SMALL_COPY_MAX_BYTES)), windows)
     bulk = bulk.join(calls.select("correlation_id", pl.col("end_ns").alias("_returned")), on="correlation_id",

@@ -77,9 +77,7 @@ def capture_as_step(frames: Events, chosen: CaptureAsStep, start_ns: int, end_ns
 def busy_pieces(frames: Events, start_ns: int, end_ns: int, window_rows: int | None) -> pl.DataFrame:
     """START_NS to END_NS cut into pieces (step, start_ns, end_ns: the step a piece's number) of about WINDOW_ROWS of
     FRAMES' events, each cut inside a kernel (the first of 2 ns or more to start after an even cut): no run of idle
-    GPU is cut, so what the budget makes of each (a launch gap or idle by its whole length, a sync's refill) is what
-    it makes of them all at once, and the pieces' budgets add up to the whole one's. Without such kernels, one piece.
-    Three streamed passes: a histogram of the starts, the first kernel after each cut, and its end."""
+    GPU is cut, so the pieces' budgets add up to the whole one's. Without such kernels, one piece."""
     sources = (frames.kernels, frames.memcpy, frames.memset, frames.cuda_api, frames.osrt, frames.nvtx)
     targets = [cut for cut in start_cuts(pl.concat([frame.select("start_ns") for frame in sources]), window_rows)
                if start_ns < cut < end_ns]

@@ -59,11 +59,9 @@ def step_panels(drawing: StepDrawing) -> list[dict[str, Any]]:
     for index, step in enumerate(drawing.steps):
         roles = " and ".join(ROLE_TITLES[role].lower() if i else ROLE_TITLES[role] for i, role in enumerate(step.roles))
         idle = step.idle.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("d"), _idle_label())
-        causes = (idle.sort("d", descending=True)
-                  .group_by("label", maintain_order=True)
+        causes = (idle.sort("d", descending=True).group_by("label", maintain_order=True)
                   .agg(pl.len().alias("n"), pl.col("d").sum().alias("total"), pl.col("d").first().alias("longest"),
-                       pl.col("start_ns").first().alias("at"))
-                  .sort("total", descending=True).head(TOP_IDLE))
+                       pl.col("start_ns").first().alias("at")).sort("total", descending=True).head(TOP_IDLE))
         panels.append({
             "title": f"{roles}: step {step.step}, {duration(step.wall_ns)} ({clock})",
             "hidden": step.roles == ["evidence"],

@@ -1,12 +1,10 @@
 """What nsys' CUDA tracing costs each CUDA call in this process, measured as a region starts.
 
 A region times a burst of empty kernel launches just before `nsys start` and again once collection is live; the
-difference per launch is what tracing adds to a call on this host, GPU, driver and nsys, which a table measured
-elsewhere only guesses (analysis/overhead.py). It is written into the capture as an NVTX mark
-(``CALIBRATION_MARK``), which the analysis reads. Only where the program has already initialised CUDA through torch
-(nsight never initialises CUDA itself) and CUDA is traced; any failure skips it: the table's cost is used instead.
-The traced burst (BURSTS x LAUNCHES launches of torch's ``spin_kernel``, in the NVTX range ``CALIBRATION_RANGE``) runs
-before the user's block: a region emits ``LIVE_MARK`` again after it.
+difference per launch, what tracing adds to a call here, is written into the capture as the NVTX mark
+``CALIBRATION_MARK`` for the analysis (else it uses the table of analysis/overhead.py). Only where the program has
+initialised CUDA through torch and CUDA is traced; any failure skips it. The traced burst (in the NVTX range
+``CALIBRATION_RANGE``) runs before the user's block: a region emits ``LIVE_MARK`` again after it.
 """
 
 from __future__ import annotations

@@ -217,10 +217,8 @@ class _PrintVersion(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="nsight",
-        description="Profile programs with NVIDIA Nsight Systems and summarise where the GPU time went.",
-    )
+    parser = argparse.ArgumentParser(prog="nsight", description="Profile programs with NVIDIA Nsight Systems and "
+                                     "summarise where the GPU time went.")
     parser.add_argument("-v", "--verbose", action="store_true", help="show progress and debug messages")
     parser.add_argument("--version", action=_PrintVersion, help="print nsight's version and exit")
     commands = parser.add_subparsers(dest="name", required=True, metavar="COMMAND")

@@ -161,18 +161,15 @@ class Collector:
     def _begin(self, region: str, deadline: float) -> None:
         """`nsys start` for REGION, retried while another process of the session records."""
         if not any(self.name in line.split() for line in self.nsys.sessions().splitlines()[1:]):
-            raise NsysCommandError(
-                f"nsys session {self.name!r} does not exist: this process was not started by "
-                "`nsys launch` for it (nsys start would exit 0 and record nothing)."
-            )
+            raise NsysCommandError(f"nsys session {self.name!r} does not exist: this process was not started by "
+                                   "`nsys launch` for it (nsys start would exit 0 and record nothing).")
         try:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             base = self._report_base(region)
         except OSError as exc:
-            raise NsysCommandError(
-                f"cannot write the trace of region {region!r} to {self.output_dir}: {exc.strerror or exc}. "
-                f"Give the session a writable folder (${ENV_OUTPUT_DIR}, nsight launch --output-dir)."
-            ) from exc
+            raise NsysCommandError(f"cannot write the trace of region {region!r} to {self.output_dir}: "
+                                   f"{exc.strerror or exc}. Give the session a writable folder (${ENV_OUTPUT_DIR}, "
+                                   "nsight launch --output-dir).") from exc
         try:
             while True:
                 try:

@@ -1,11 +1,8 @@
 """Which process this is: the one that imported nsight-core, or a forked copy of it.
 
-A forked child (``os.fork``, ``multiprocessing``'s 'fork' method) inherits its parent's session, open
-regions and signal handlers as copies, but nsys neither started it nor records it, and the collection
-it would stop or signal is its parent's. Each process that imports nsight-core (a spawned worker
-imports it anew) counts as its own; a process whose pid differs from the importer's is a forked copy.
-Imported with the package (``nsight_core/__init__``), so a child forked after ``import nsight_core``
-knows it is one.
+A forked child inherits its parent's session, regions and signal handlers as copies, but nsys does not record it, and
+the collection it would stop is its parent's. A process whose pid differs from the importer's is a forked copy (a
+spawned worker imports nsight-core anew). Imported with the package, so a child forked after it knows it is one.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Whether a capture's export and summary fit in the memory allowed, checked before each.
 
-Why: the export (nsys, a child process) and the summary (reports, analysis, page) run inside the user's task, after
-its body, in its container, and both grow with the capture. A container that passes its memory limit is killed, and
-with it the job that was profiled: profiling must never do that. So each step's estimate is compared with what is
-allowed before it starts: the export's from the trace's size, the summary's from the export's tables before any
-event is read. A capture whose events would not fit is scanned from disk in windows instead (trace/spill.py);
-one that would not fit even so is refused with an error that gives both numbers, and the trace is kept.
+Why: the export and the summary run inside the user's task, in its container, and grow with the capture; a container
+past its memory limit is killed with the job profiled. So each step's estimate (the export's from the trace's size, the
+summary's from the export's tables) is compared with what is allowed before it starts. A capture whose events would
+not fit is scanned from disk in windows instead (trace/spill.py); one that would not fit even so is refused with an
+error that gives both numbers, and the trace is kept.
 
 What is allowed is a fixed budget (``DEFAULT_SUMMARY_BYTES``), not the machine's free memory, lowered only where
 the container's limit or the host leaves less. ``NSIGHT_SUMMARY_MEMORY`` sets another budget (``2G``, ``512M``:
@@ -57,22 +56,17 @@ def summary_bytes(stored_bytes: int | None) -> int:
         + SUMMARY_BYTES_PER_STORED_BYTE * stored_bytes
 
 
-def check_streamed_summary_memory(what: str) -> None:
-    """Raise :class:`NotEnoughMemoryError` when even a streamed summary of WHAT (``STREAMED_SUMMARY_BYTES``) needs more
-    than this process may take."""
-    _check(summary_bytes(None), f"summarising {what}", "streamed from disk, its size aside")
-
-
 def export_bytes(trace_bytes: int, kind: str = "arrowdir", processes: int = 1) -> int:
     """The memory nsys' KIND export of a .nsys-rep of TRACE_BYTES may peak at (an upper estimate), in PROCESSES side by
     side (an SQLite export in slices of time: trace/export.py)."""
     return processes * (EXPORT_BASE_BYTES + EXPORT_BYTES_PER_TRACE_BYTE[kind] * trace_bytes)
 
 
-def check_summary_memory(stored_bytes: int, what: str) -> None:
-    """Raise :class:`NotEnoughMemoryError` when the summary of WHAT (events taking STORED_BYTES in their export)
-    needs more than this process may take; do nothing when it fits or nothing is known of the limit."""
-    _check(summary_bytes(stored_bytes), f"summarising {what}", f"its events take {_size(stored_bytes)} in the export")
+def check_summary_memory(stored_bytes: int | None, what: str) -> None:
+    """Raise :class:`NotEnoughMemoryError` when the summary of WHAT (events taking STORED_BYTES in their export, read
+    whole; None: streamed from disk) needs more than this process may take; do nothing when it fits or nothing is
+    known of the limit."""
+    _check(summary_bytes(stored_bytes), f"summarising {what}", _events(stored_bytes))
 
 
 def check_export_memory(trace_bytes: int, kind: str, what: str, processes: int = 1) -> None:
@@ -84,18 +78,15 @@ def check_export_memory(trace_bytes: int, kind: str, what: str, processes: int =
 
 def fits(needed: int) -> bool:
     """Whether NEEDED bytes (:func:`export_bytes`, :func:`summary_bytes`) fit what this process may take (True where
-    nothing is known of the limit): how a capture is exported and read is chosen by it (trace/export.py: streamed
-    where its arrow export or its frames would not fit, exported in as many slices as fit; trace/load.py: an SQLite
-    export passed as it is streamed where its summary would not)."""
+    nothing is known of the limit): trace/export.py and trace/load.py choose by it how a capture is exported, read."""
     allowed, _ = allowed_memory()
     return allowed is None or needed <= allowed
 
 
 def allowed_memory() -> tuple[int | None, str]:
-    """What a summary may take (None: the guard is off), and where that comes from: the budget
-    (``DEFAULT_SUMMARY_BYTES``, or ``NSIGHT_SUMMARY_MEMORY``), lowered to what this process may still take (its
-    container's limit, the host's available memory) where that is less. A fixed budget, not the free memory: the
-    same capture is read the same way on any machine with room for it."""
+    """What a summary may take (None: the guard is off), and where that comes from: the budget (DEFAULT_SUMMARY_BYTES
+    or ``NSIGHT_SUMMARY_MEMORY``), lowered to what this process may still take where that is less (a fixed budget, not
+    the free memory: a capture is read the same way on any machine with room for it)."""
     setting = os.environ.get(ENV_SUMMARY_MEMORY, "").strip()
     if setting.lower() == "off":
         return None, setting
@@ -109,13 +100,14 @@ def allowed_memory() -> tuple[int | None, str]:
 
 
 def check_comparison_memory(stored_bytes: int | None, what: str) -> None:
-    """Raise :class:`NotEnoughMemoryError` when `nsight diff` of WHAT needs more than this process may take: with
-    STORED_BYTES (what its events take in their export), read whole, as a summary read whole does; None, streamed from
-    disk (a large capture's totals and step times), as a streamed summary does. Else it would get the process killed."""
-    why = "streamed from disk, its size aside" if stored_bytes is None else \
-        f"its events take {_size(stored_bytes)} in the export"
-    _check(summary_bytes(stored_bytes), f"comparing {what}", why, "compare",
+    """:func:`check_summary_memory` for `nsight diff` of WHAT, which reads as much as a summary."""
+    _check(summary_bytes(stored_bytes), f"comparing {what}", _events(stored_bytes), "compare",
            "compare captures of shorter regions, or compare it where there is more memory")
+
+
+def _events(stored_bytes: int | None) -> str:
+    return "streamed from disk, its size aside" if stored_bytes is None else \
+        f"its events take {_size(stored_bytes)} in the export"
 
 
 def _check(needed: int, doing: str, why: str, verb: str = "summarise",

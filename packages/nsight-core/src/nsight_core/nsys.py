@@ -310,10 +310,9 @@ class Nsys:
         if _DISK_FULL.search(result.output):
             raise ExportDiskFullError(report, output.parent.resolve())
         if result.returncode != 0 or not output.exists() or _EXPORT_FAILED.search(result.output):
-            raise NsysCommandError(
-                f"nsys export of {report} failed (exit {result.returncode}): {result.output[-2000:].strip()}. "
-                "Check that the file is a complete .nsys-rep (a collection that was killed leaves none)."
-            )
+            raise NsysCommandError(f"nsys export of {report} failed (exit {result.returncode}): "
+                                   f"{result.output[-2000:].strip()}. Check that the file is a complete .nsys-rep (a "
+                                   "collection that was killed leaves none).")
 
     @functools.cached_property
     def _export_help(self) -> str:

@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from nsight_core.analysis.analyze import analyze_steps
+from nsight_core.analysis.analyze import Analyzed, analyze_steps
 from nsight_core.analysis.capture_profile import CaptureProfile
 from nsight_core.analysis.completeness import CaptureFacts, capture_facts, check_completeness
-from nsight_core.analysis.step_drawing import drawing_for
+from nsight_core.analysis.result import Analysis, withhold_savings
+from nsight_core.analysis.step_drawing import StepDrawing, drawing_for
 from nsight_core.analysis.trace_summary import summarize_trace
 from nsight_core.errors import StatsError
-from nsight_core.isolation import diagnosed, with_steps_drawn
-from nsight_core.memory import check_streamed_summary_memory, check_summary_memory
+from nsight_core.memory import check_summary_memory
 from nsight_core.stats.load import load_stats, recorded_captures, stats_of_trace
 from nsight_core.stats.reports import DEFAULT_REPORTS
 from nsight_core.titles import capture_title
@@ -41,10 +41,7 @@ def build_profile(path: str | Path, reports: Sequence[str] | None = DEFAULT_REPO
     if facts is None:
         facts = capture_facts(path) if path.suffix in REPORT_SUFFIXES else CaptureFacts()
     # Before any event is read: never the task's OOM kill.
-    if is_streamed(trace):
-        check_streamed_summary_memory(path.name)
-    else:
-        check_summary_memory(trace.event_bytes, path.name)
+    check_summary_memory(None if is_streamed(trace) else trace.event_bytes, path.name)
     started = time.monotonic()
     log.info("%s: statistics, summary, completeness and What to fix%s", path.name,
              " (scanned from disk in windows)" if is_streamed(trace) else "")
@@ -59,6 +56,34 @@ def build_profile(path: str | Path, reports: Sequence[str] | None = DEFAULT_REPO
                                    lambda analysis: drawing_for(events(trace), analysis, analyzed.result()))
     log.info("%s: What to fix done (%.0f s in)", path.name, time.monotonic() - started)
     return profile
+
+
+def diagnosed(profile: CaptureProfile, analysis: Callable[[], Analyzed]) -> CaptureProfile:
+    """PROFILE with the ANALYSIS; should it fail (What to fix is a section's newest, most heuristic part: a capture
+    shape it does not expect must cost that part of the page, never the statistics), a note says so."""
+    try:
+        found = analysis().analysis
+        if profile.completeness is not None:
+            found = withhold_savings(found, profile.completeness)
+        return profile.model_copy(update={"analysis": found})
+    except Exception as error:  # one part fails, not the page
+        log.warning("could not diagnose %s (%s: %s); the page shows its statistics without 'What to fix'",
+                    profile.source, type(error).__name__, error)
+        return profile.model_copy(update={"notes": [*profile.notes, f"What to fix: the analysis failed "
+                                                    f"({type(error).__name__}: {error})"]})
+
+
+def with_steps_drawn(profile: CaptureProfile, draw: Callable[[Analysis], StepDrawing | None]) -> CaptureProfile:
+    """PROFILE with the steps its page draws in full, as DRAW finds them for its analysis (:func:`drawing_for`);
+    should that fail, a note says so and the rest of the page stays."""
+    if profile.analysis is None:
+        return profile
+    try:
+        return profile.model_copy(update={"steps_drawn": draw(profile.analysis)})
+    except Exception as error:  # one part fails, not the page
+        log.warning("could not select %s's steps to draw (%s: %s)", profile.source, type(error).__name__, error)
+        return profile.model_copy(update={"notes": [*profile.notes, f"Step view: the selection of its steps failed "
+                                                    f"({type(error).__name__}: {error})"]})
 
 
 def capture_paths(path: str | Path) -> list[Path]:

@@ -79,8 +79,7 @@ def perfetto_path(capture: str | Path) -> Path:
 def export_perfetto(capture: str | Path, output: str | Path | None = None) -> PerfettoExport:
     """Write CAPTURE's whole timeline (a .nsys-rep, or its .sqlite or arrow export) as Chrome Trace Event JSON, which
     ui.perfetto.dev and chrome://tracing open: gzip-compressed when OUTPUT ends in ``.gz`` (by default
-    :func:`perfetto_path`). Written a slice of events at a time, so its memory is the trace's frames and one slice.
-    """
+    :func:`perfetto_path`). Written a slice of events at a time, so its memory is the trace's frames and one slice."""
     capture = Path(capture)
     target = Path(output) if output is not None else perfetto_path(capture)
     if capture.exists() and not is_event_source(capture):

@@ -111,7 +111,7 @@ class Session:
     def _launch(self, capture: CaptureMode, claims: Path | None = None) -> Launch:
         """What each attempt of :func:`run_command` runs in the nsys session it names: nsys' command line, and for
         regions an environment that names that session and CLAIMS (the processes' `nsys start` and `stop` use it).
-        The attempt's session is the one a full temp folder's stop (:meth:`_stop`) ends."""
+        The attempt's session is the one a full temp folder's stop ends."""
 
         def attempt(name: str) -> tuple[list[str], dict[str, str] | None]:
             self._recording = name
@@ -152,8 +152,7 @@ class Session:
                 stream.unlink(missing_ok=True)
         else:
             self._point_latest()
-        return RunResult(returncode=returncode, output_dir=self.output_dir, reports=reports,
-                         diagnosis=diagnosis)
+        return RunResult(returncode=returncode, output_dir=self.output_dir, reports=reports, diagnosis=diagnosis)
 
     def _record(self, argv: Sequence[str], capture: CaptureMode,
                 timeout: float | None = None) -> tuple[Finished, list[Path]]:
@@ -163,7 +162,8 @@ class Session:
         a collection still recording) fails at times under load, and nothing else is left to import it."""
         with owned_folder("nsight-claims-") as scratch:
             claims = scratch / "claims"
-            with tempspace.watch(self._stop, once=capture == "process"):
+            # A full temp folder stops the collection a region records now, in the attempt's nsys session.
+            with tempspace.watch(lambda: self.nsys.stop(self._recording), once=capture == "process"):
                 finished = run_command(self.name, self._launch(capture, claims), argv, timeout=timeout)
             bases = ([Path(line) for line in claims.read_text().splitlines()] if claims.exists()
                      else []) if capture == "manual" else [self.output_dir / self.name]
@@ -186,11 +186,6 @@ class Session:
         else:
             log.warning("nsys' import of %s failed, and again from the raw stream it kept: %s", base.name,
                         one_line(again.output))
-
-    def _stop(self) -> None:
-        """Stop the collection a region of this session records now (its trace is written and kept), in the nsys
-        session of the attempt that runs."""
-        self.nsys.stop(self._recording)
 
     def _prepare_output_dir(self) -> None:
         """Create the output folder (and point `latest` at a time-named one) or say why it cannot be."""

@@ -38,10 +38,8 @@ def validate_trace(trace: Sequence[str] | str) -> tuple[str, ...]:
         raise ValueError("trace is empty: give at least one nsys trace domain, e.g. ('cuda', 'nvtx').")
     for domain in domains:
         if not isinstance(domain, str) or not domain or re.search(r"[\s,]", domain):
-            raise ValueError(
-                f"trace domain {domain!r} is not valid: each domain is one word such as 'cuda', 'nvtx', "
-                "'osrt' (pass several as a list, not one comma-separated string)."
-            )
+            raise ValueError(f"trace domain {domain!r} is not valid: each domain is one word such as 'cuda', 'nvtx', "
+                             "'osrt' (pass several as a list, not one comma-separated string).")
     return domains
 
 

@@ -1,10 +1,8 @@
 """nsys' temp space: whether the folder nsys streams a recording into has room for one.
 
-nsys writes every collection first as a raw stream, ``$TMPDIR/nsys-report-XXXX.qdstrm``, and only at the
-end converts it into the ``.nsys-rep``. When that folder fills up (a pod's small tmpfs) nsys 2023.4.4's
-injected library crashes the profiled program (exit 139, measured with 1 and 8 MiB tmpfs), so the
-space is checked before anything starts: too little, and the program runs unprofiled instead; while
-nsys records, :func:`watch` stops the collection before the folder fills.
+nsys writes every collection first as a raw stream, ``$TMPDIR/nsys-report-XXXX.qdstrm``. When that folder fills up (a
+pod's small tmpfs) nsys' injected library crashes the profiled program, so the space is checked before anything starts
+(too little: the program runs unprofiled), and :func:`watch` stops the collection before the folder fills.
 """
 
 from __future__ import annotations
@@ -73,11 +71,9 @@ WATCH_INTERVAL = 0.2
 @contextlib.contextmanager
 def watch(stop: Callable[[], object], *, once: bool = False) -> Iterator[None]:
     """While the block runs (nsys records), call STOP when nsys' temp folder falls below an eighth of :func:`needed`.
-
     STOP ends the collection running then (`nsys stop`, which keeps the trace so far); the program runs on, and a later
     region may record again once there is room. ONCE: the session has one collection only (`nsys profile`), so the first
-    STOP ends the watch too. One warning, the first time. Off with ``NSIGHT_MIN_TEMP_SPACE=off``.
-    """
+    STOP ends the watch too. One warning, the first time. Off with ``NSIGHT_MIN_TEMP_SPACE=off``."""
     if (wanted := needed()) is None:
         yield
         return

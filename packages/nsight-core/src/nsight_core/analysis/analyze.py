@@ -1,12 +1,8 @@
 """One call from a capture's events to its steps, budget, NVTX range table and findings: the one pipeline.
 
-``analyze(trace)`` takes anything with the Trace's frames (:class:`EventTables`: what ``nsight_core.load_trace``
-returns, or frames a user builds in a test) and returns one typed :class:`Analysis`, the ``steps`` and ``findings``
-of ``nsight stats --json`` and the page's "What to fix".
-
-Every stage reads the events as lazy frames in windows (:mod:`nsight_core.analysis.windows`), so a capture of any
-size is analysed in bounded memory, and one small enough for a single window is that same code run once: the
-answer does not depend on how much memory the machine has.
+``analyze(trace)`` takes anything with the Trace's frames (:class:`EventTables`) and returns one typed
+:class:`Analysis`. Every stage reads the events as lazy frames in windows (:mod:`nsight_core.analysis.windows`), so a
+capture of any size is analysed in bounded memory, and the answer does not depend on the machine's memory.
 
 1. The step family is chosen from the capture's first CHOOSE_ROWS NVTX ranges and kernels (:func:`choose_steps`).
 2. Every step of that family over the whole capture (:func:`every_step.every_step`), on the GPU's clock where the
@@ -81,11 +77,9 @@ class Analyzed:
 
 
 def analyze(trace: EventTables) -> Analysis:
-    """Steps, per-step budget, NVTX self times and findings of TRACE (pure: no I/O but reading its events).
-
-    A capture without GPU activity (CPU-only) gets no GPU findings: its GPU is idle by design, and
-    its budget's idle time shows what the CPU did.
-    """
+    """Steps, per-step budget, NVTX self times and findings of TRACE (pure: no I/O but reading its events). A capture
+    without GPU activity (CPU-only) gets no GPU findings: its GPU is idle by design, and its budget's idle time shows
+    what the CPU did."""
     return analyze_steps(trace).analysis
 
 
@@ -122,8 +116,6 @@ def step_view(trace: EventTables) -> StepView:
 
 
 def step_budgets(trace: EventTables) -> pl.DataFrame:
-    """One row per step: step, wall_ns and the budget parts (<part>_ns), which add up to wall_ns.
-
-    Without steps, one row (step 0) for the user's window.
-    """
+    """One row per step: step, wall_ns and the budget parts (<part>_ns), which add up to wall_ns. Without steps, one row
+    (step 0) for the user's window."""
     return analyze_steps(trace).budgets.steps

@@ -3,7 +3,7 @@ GPU's analysis/gpu_budget.py), what bounds the steps, and the budget summed over
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import polars as pl
 from pydantic import BaseModel, Field
@@ -15,8 +15,7 @@ SYNC_API = r"^cu(da)?(DeviceSynchronize|StreamSynchronize|EventSynchronize|CtxSy
 """Calls that block the CPU until the GPU catches up (Memcpy/Memset only without 'Async')."""
 Part = Literal["compute", "exposed_comm", "exposed_copy", "sync_wait", "launch_gap", "gpu_idle", "stream_wait",
                "profiler_overhead"]
-PARTS: tuple[Part, ...] = ("compute", "exposed_comm", "exposed_copy", "sync_wait", "launch_gap", "gpu_idle",
-                           "stream_wait", "profiler_overhead")
+PARTS: tuple[Part, ...] = get_args(Part)
 """``stream_wait`` (the GPU waited on queued work's dependency) is measured on the GPU's clock only
 (:mod:`nsight_core.analysis.gpu_budget`); ``profiler_overhead`` (what nsys' tracing added) is taken out of the steady
 steps' launch gaps and idle time (:mod:`nsight_core.analysis.overhead`)."""

@@ -1,16 +1,6 @@
-"""What the findings of a known cause read (:class:`causes.CauseInputs`), made in batches of steady steps and summed,
-so that the answer is the same whatever the windows' size:
-
-- the steps' thread's CUDA calls in the steps' ranges, counted and timed per name;
-- the copies in the steps' GPU windows per direction, small (at most SMALL_COPY_MAX_BYTES) or not;
-- the loops of small kernels (:func:`loops_in`), the launches in them per kernel and what a multi-tensor kernel
-  would leave of them;
-- the small device-to-host reads by what ran before them on their stream: a selection (boolean-mask indexing,
-  nonzero, unique) or anything else (a scalar read: `.item()`, a Python `if` on a tensor);
-- the GPU's idle time right after each bulk device-to-host copy, until its next work in the step;
-- the steps' thread's calls in the steps by the user's Python line they came from, and the samples of its Python
-  stack outside every CUDA call and every range inside a step by line: untraced host time (a capture with Python
-  backtraces).
+"""What the findings of a known cause read (:class:`causes.CauseInputs`: calls, copies, loops of small kernels,
+small reads, the idle time after bulk copies, Python lines), made in batches of steady steps and summed, so that the
+answer is the same whatever the windows' size.
 """
 
 from __future__ import annotations
@@ -37,6 +27,9 @@ LOOP_COLUMNS = {"name": pl.String, "launches": pl.Int64, "kept": pl.Int64}
 READ_COLUMNS = {"select": pl.Boolean, "reads": pl.Int64}
 LINE_COLUMNS = {"name": pl.String, "place": pl.String, "function": pl.String, "calls": pl.Int64}
 SAMPLE_COLUMNS = {"place": pl.String, "function": pl.String, "host_ns": pl.Float64}
+_SCHEMAS: dict[str, dict[str, type[pl.DataType]]] = {"calls": CALL_COLUMNS, "copies": COPY_COLUMNS,
+                                                     "loops": LOOP_COLUMNS, "reads": READ_COLUMNS,
+                                                     "lines": LINE_COLUMNS, "samples": SAMPLE_COLUMNS}
 
 
 def cause_inputs(frames: Events, steps: pl.DataFrame, thread: int | None, activities: pl.DataFrame | None,
@@ -44,8 +37,7 @@ def cause_inputs(frames: Events, steps: pl.DataFrame, thread: int | None, activi
     """The inputs of :mod:`causes` over STEPS (the steady steps: step, start_ns, end_ns on the GPU's clock,
     cpu_start_ns, cpu_end_ns, by start) of the capture FRAMES holds, on the steps' THREAD; ACTIVITIES: the budget's
     CPU activities of their idle time (every_budget.Budgets.activities); PER_CALL_NS: what tracing added to a call."""
-    found: dict[str, list[pl.DataFrame]] = {"calls": [], "copies": [], "loops": [], "reads": [], "lines": [],
-                                            "samples": []}
+    found: dict[str, list[pl.DataFrame]] = {key: [] for key in _SCHEMAS}
     after_bulk = 0
     if steps.height and thread is not None:
         calls = frames.cuda_api.filter(pl.col("thread") == thread).select("start_ns", "end_ns", "name",
@@ -64,7 +56,7 @@ def cause_inputs(frames: Events, steps: pl.DataFrame, thread: int | None, activi
             batch_calls = calls.filter(meets).collect(engine="streaming")
             found["calls"].append(_calls_in(batch_calls, ranges))
             if lines.height:
-                found["lines"].append(_located(batch_calls.join(lines.drop("sample_ns"), on="start_ns"), ranges)
+                found["lines"].append(in_steps(batch_calls.join(lines.drop("sample_ns"), on="start_ns"), ranges)
                                       .group_by("name", "place", "function").agg(pl.len().alias("calls")))
             if samples.height:
                 found["samples"].append(_untraced_samples(samples, batch_calls, inner.filter(meets), ranges))
@@ -77,10 +69,7 @@ def cause_inputs(frames: Events, steps: pl.DataFrame, thread: int | None, activi
             found["loops"].append(loops_in(kernels, windows))
             found["reads"].append(_reads_in(copies, kernels, windows))
             after_bulk += _idle_after_bulk(copies, kernels, batch_calls, windows)
-    empty: dict[str, dict[str, type[pl.DataType]]] = {"calls": CALL_COLUMNS, "copies": COPY_COLUMNS,
-                                                       "loops": LOOP_COLUMNS, "reads": READ_COLUMNS,
-                                                       "lines": LINE_COLUMNS, "samples": SAMPLE_COLUMNS}
-    summed = {key: _summed(frames_, empty[key]) for key, frames_ in found.items()}
+    summed = {key: _summed(parts, _SCHEMAS[key]) for key, parts in found.items()}
     return CauseInputs(steps=steps.height, activities=activities if activities is not None else pl.DataFrame(
         schema={"part": pl.String, "cpu_kind": pl.String, "cpu_name": pl.String, "total_ns": pl.Int64}),
         calls=summed["calls"], copies=summed["copies"], loops=summed["loops"], reads=summed["reads"],
@@ -97,7 +86,7 @@ def _summed(parts: list[pl.DataFrame], schema: dict[str, type[pl.DataType]]) -> 
             .agg(pl.col(values).sum()).sort(keys))
 
 
-def _located(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+def in_steps(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """EVENTS that start inside one of STEPS (step, start_ns, end_ns, by start), with its step, by start."""
     located = events.sort("start_ns").join_asof(
         steps.select("step", pl.col("start_ns").alias("_step_start"), pl.col("end_ns").alias("_step_end")),
@@ -114,7 +103,7 @@ def _untraced_samples(samples: pl.DataFrame, calls: pl.DataFrame, nvtx: pl.LazyF
                        nvtx.join(own.lazy(), on=["start_ns", "end_ns"], how="anti").collect(engine="streaming")])
     # A sample is inside a span where the furthest end of the spans that started before it lies after it.
     reach = spans.sort("start_ns").select("start_ns", pl.col("end_ns").cum_max().alias("_reach"))
-    inside = _located(samples, steps).sort("start_ns").join_asof(reach, on="start_ns", strategy="backward")
+    inside = in_steps(samples, steps).sort("start_ns").join_asof(reach, on="start_ns", strategy="backward")
     return (inside.filter(pl.col("_reach").is_null() | (pl.col("_reach") <= pl.col("start_ns")))
             .group_by("place", "function").agg(pl.col("sample_ns").sum().alias("host_ns")))
 
@@ -122,26 +111,22 @@ def _untraced_samples(samples: pl.DataFrame, calls: pl.DataFrame, nvtx: pl.LazyF
 def _calls_in(calls: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     """The CALLS that start inside the steps' RANGES, counted and timed per name (CALL_COLUMNS)."""
     duration = (pl.col("end_ns") - pl.col("start_ns")).sum().alias("total_ns")
-    return _located(calls, ranges).group_by("name").agg(pl.len().alias("calls"), duration)
+    return in_steps(calls, ranges).group_by("name").agg(pl.len().alias("calls"), duration)
 
 
 def _copies_in(copies: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """The COPIES that start inside the steps' GPU WINDOWS per direction, small or not (COPY_COLUMNS)."""
-    return _located(copies, windows).group_by(
+    return in_steps(copies, windows).group_by(
         "direction", (pl.col("bytes") <= SMALL_COPY_MAX_BYTES).alias("small")).agg(
         pl.len().alias("copies"), pl.col("bytes").sum(), (pl.col("end_ns") - pl.col("start_ns")).sum().alias("ns"))
 
 
 def loops_in(kernels: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """The loops of small kernels in the steps' GPU WINDOWS (LOOP_COLUMNS: per kernel name, its launches in loops and
-    how many a multi-tensor kernel would keep).
-
-    A loop is a run of consecutive kernels of a step (by start) with no large one among them (a GEMM, a convolution,
-    attention: BIG_KERNEL, or any of BIG_KERNEL_NS or longer) that holds at least LOOP_MIN_LAUNCHES launches, each of
-    its kernels repeated LOOP_MIN_REPEATS times on average: the same small kernels launched once per parameter or list
-    element (an optimizer's `foreach=False`, a Python loop over tensors). A multi-tensor kernel launches once per
-    TENSORS_PER_LAUNCH of them."""
-    located = _located(kernels, windows)
+    how many a multi-tensor kernel would keep, one per TENSORS_PER_LAUNCH). A loop is a run of consecutive kernels of a
+    step with no large one among them (BIG_KERNEL, or BIG_KERNEL_NS or longer) of at least LOOP_MIN_LAUNCHES launches,
+    each kernel repeated LOOP_MIN_REPEATS times on average: small kernels launched once per parameter or element."""
+    located = in_steps(kernels, windows)
     big = (pl.col("name").str.contains(BIG_KERNEL) | (pl.col("end_ns") - pl.col("start_ns") >= BIG_KERNEL_NS))
     runs = located.with_columns(big.alias("_big")).with_columns(pl.col("_big").cum_sum().over("step").alias("_run"))
     per_name = (runs.filter(~pl.col("_big")).group_by("step", "_run", "name").agg(pl.len().alias("launches"))
@@ -154,12 +139,11 @@ def loops_in(kernels: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
 
 
 def _idle_after_bulk(copies: pl.DataFrame, kernels: pl.DataFrame, calls: pl.DataFrame, windows: pl.DataFrame) -> int:
-    """The GPU's idle time right after each device-to-host copy above SMALL_COPY_MAX_BYTES in the steps' GPU WINDOWS,
-    while the host is past it: from the copy's end, or its call's return where later (a pageable copy's call goes on
-    copying on the host), to the next kernel's start (or its step's end; the other copies of a state, one a tensor,
-    are part of it). Summed over the copies, it can hold a stretch twice: the findings take at most the host's
-    untraced time. CALLS: the CUDA calls of the steps' thread (their correlation ids)."""
-    bulk = _located(copies.filter((pl.col("direction") == "Device-to-Host")
+    """The GPU's idle time right after each device-to-host copy above SMALL_COPY_MAX_BYTES in the steps' GPU WINDOWS:
+    from the copy's end, or its call's return where later, to the next kernel's start (or its step's end). Summed over
+    the copies it can hold a stretch twice: the findings take at most the host's untraced time. CALLS: the CUDA calls
+    of the steps' thread (their correlation ids)."""
+    bulk = in_steps(copies.filter((pl.col("direction") == "Device-to-Host")
                                   & (pl.col("bytes") > SMALL_COPY_MAX_BYTES)), windows)
     bulk = bulk.join(calls.select("correlation_id", pl.col("end_ns").alias("_returned")), on="correlation_id",
                      how="left").with_columns(pl.max_horizontal("end_ns", "_returned").alias("end_ns"))
@@ -179,7 +163,7 @@ def _reads_in(copies: pl.DataFrame, kernels: pl.DataFrame, windows: pl.DataFrame
     """The small device-to-host reads (at most SMALL_READ_BYTES) in the steps' GPU WINDOWS, counted by whether the
     kernel that ended last before each on its stream selects (SELECT_KERNEL: a count for boolean-mask indexing,
     nonzero, unique) or not (READ_COLUMNS)."""
-    reads = _located(copies.filter((pl.col("direction") == "Device-to-Host") & (pl.col("bytes") <= SMALL_READ_BYTES)),
+    reads = in_steps(copies.filter((pl.col("direction") == "Device-to-Host") & (pl.col("bytes") <= SMALL_READ_BYTES)),
                      windows).sort("start_ns")
     before = kernels.select(pl.col("end_ns").alias("_end"), "stream", pl.col("name").alias("_kernel")).sort("_end")
     named = reads.join_asof(before, left_on="start_ns", right_on="_end", by="stream", strategy="backward",

@@ -1,20 +1,8 @@
-"""Known causes of a step's idle time, each a finding with its evidence and a saving taken from its own part of the
-budget: the host time the budget names by the calls that cause it (gpu_budget.HostCalls), less what the profiler's
-tracing added to those calls. Numbers and codes only: render/findings.py words them.
-
-- ``allocator_churn``: cudaMalloc/cudaFree (or the driver's cuMem*) in steady steps: `torch.cuda.empty_cache()` every
-  step, a cache that cannot keep what the step needs. Saving: the idle time the host spent in those calls and on its
-  way to them, and the launches' dispatch the calls exposed (the time a call ran beside queued work).
-- ``per_tensor_launches``: loops of the same small kernels, once per parameter or list element (cause_inputs.loops_in).
-  Saving: the launches a multi-tensor kernel removes, times the idle time the host spent per launch.
-- ``small_copies``: many small host-to-device copies a step. Saving: the idle time in and before those copies and
-  the synchronisations they bring, and their exposed copy time, less one stacked pinned copy of the same bytes.
-- ``bulk_device_to_host``: tens of megabytes copied to the host every step (a state_dict, a checkpoint) with host time
-  outside every range (pickling, writing). Saving: that host time, the copies' exposed time and the idle time in and
-  before their calls: what doing it every N steps, or in the background, removes.
-
-What a cause claims is taken out of the budget the other findings read (:func:`less`), so that no time is saved twice:
-the launch gaps a loop of launches explains are not also a CUDA graph's.
+"""Known causes of a step's idle time (``allocator_churn``, ``per_tensor_launches``, ``small_copies``,
+``bulk_device_to_host``), each a finding whose saving is its own part of the budget: the host time the budget names
+by the calls that cause it (gpu_budget.HostCalls), less what the profiler's tracing added to those calls. What a cause
+claims is taken out of the budget the other findings read (:func:`less`), so that no time is saved twice. Numbers and
+codes only: render/findings.py words them.
 """
 
 from __future__ import annotations
@@ -38,6 +26,7 @@ from nsight_core.analysis.finding_model import (
 )
 from nsight_core.analysis.findings import NOMINAL_PINNED_BYTES_PER_S
 from nsight_core.analysis.gpu_budget import QUERY_CALLS
+from nsight_core.units import Unit
 
 ALLOC_API = r"^cu(da)?(Malloc|Free)(_v\d+)?$|^cuMem(Alloc|Free|Create|Release|Map|Unmap|AddressReserve|AddressFree)"
 """The device allocator's calls (not the stream-ordered cudaMallocAsync, whose pool is the fix, nor pinned host
@@ -174,28 +163,28 @@ def lines_of(inputs: CauseInputs, names: str) -> list[Evidence]:
     """The user's Python lines the steps' calls of NAMES (a pattern) came from, most calls first: the place a fix goes
     (where the capture has Python backtraces: ``nsight run --python-backtrace``)."""
     rows = (inputs.lines.filter(pl.col("name").str.contains(names)).group_by("place", "function")
-            .agg(pl.col("calls").sum()).sort(["calls", "place"], descending=[True, False]).head(TOP_LINES))
-    return [Evidence(metric="calls_from_line_per_step", value=calls / max(inputs.steps, 1), unit="count",
-                     where=Where(kind="line", name=f"{place} in {function}"))
-            for place, function, calls in rows.iter_rows()]
+            .agg(pl.col("calls").sum()))
+    return _line_evidence(inputs, rows, "calls", "calls_from_line_per_step", "count")
 
 
 def sampled_lines(inputs: CauseInputs) -> list[Evidence]:
     """The user's Python lines the host was on, sampled, while outside every CUDA call and range of a step: what its
-    untraced time did (where the capture sampled the Python stack: ``nsight run --python-backtrace``)."""
-    rows = inputs.samples.sort(["host_ns", "place"], descending=[True, False]).head(TOP_LINES)
-    return [Evidence(metric="sampled_host_time_at_line_per_step", value=ns / max(inputs.steps, 1), unit="ns",
+    untraced time did (where the capture sampled the Python stack)."""
+    return _line_evidence(inputs, inputs.samples, "host_ns", "sampled_host_time_at_line_per_step", "ns")
+
+
+def _line_evidence(inputs: CauseInputs, rows: pl.DataFrame, column: str, metric: str, unit: Unit) -> list[Evidence]:
+    """The TOP_LINES of ROWS (place, function, COLUMN) by COLUMN, as evidence of METRIC per step."""
+    top = rows.sort([column, "place"], descending=[True, False]).head(TOP_LINES)
+    return [Evidence(metric=metric, value=value / max(inputs.steps, 1), unit=unit,
                      where=Where(kind="line", name=f"{place} in {function}"))
-            for place, function, ns in rows.iter_rows()]
+            for place, function, value in top.select("place", "function", column).iter_rows()]
 
 
 def allocator_churn(context: Context, inputs: CauseInputs, claims: dict[Claim, float]) -> Finding | None:
     """cudaMalloc/cudaFree in steady steps: their idle time, and the launches' dispatch they exposed, less what tracing
-    added to them.
-
-    A call that began while the GPU still ran queued work idled it only for its rest, yet made the host late by the
-    whole call: the launches after it met an idle GPU, where without the call they would have been queued behind that
-    work. That time, up to the launch dispatch the GPU waited on, is the churn's too (taken from the launch gaps)."""
+    added to them. A call that began while the GPU still ran queued work made the host late by the whole call: the
+    launches after it met an idle GPU, and that time, up to the dispatch the GPU waited on, is the churn's too."""
     steps = inputs.steps
     calls = inputs.calls.filter(pl.col("name").str.contains(ALLOC_API))
     count = float(calls["calls"].sum())
@@ -211,11 +200,11 @@ def allocator_churn(context: Context, inputs: CauseInputs, claims: dict[Claim, f
     total = _claim(claims, held) - count * _calls_per_call(inputs) * inputs.per_call_ns
     if overlapped > 0 and available > 0:
         total += _claim(claims, exposed, min(overlapped, available) / dispatch_ns)
-    evidence = [Evidence(metric="allocator_calls_per_step", value=n / steps, unit="count", where=Where(kind="api",
-                                                                                                       name=name))
+    evidence = [Evidence(metric="allocator_calls_per_step", value=n / steps, unit="count",
+                         where=Where(kind="api", name=name))
                 for name, n, _ in calls.sort(["calls", "name"], descending=[True, False]).iter_rows()]
-    evidence += [Evidence(metric="time_in_call_per_step", value=ns / steps, unit="ns", where=Where(kind="api",
-                                                                                                   name=name))
+    evidence += [Evidence(metric="time_in_call_per_step", value=ns / steps, unit="ns",
+                          where=Where(kind="api", name=name))
                  for name, _, ns in calls.sort(["total_ns", "name"], descending=[True, False]).iter_rows()]
     evidence.append(Evidence(metric="gpu_idle_in_allocator_per_step", value=float(held["total_ns"].sum()) / steps,
                              unit="ns"))

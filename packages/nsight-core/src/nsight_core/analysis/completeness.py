@@ -1,11 +1,8 @@
 """Is this trace complete? Warnings, with cause and fix, for captures that lost part of what ran: nsys does not fail
-loudly (nsys 2023.4.4 on CUDA 13 wrote a report of 1 kernel where hundreds ran). Each warning is a
-:data:`CompletenessCode` (its function says what it looks at); ``nsys_older_than_cuda`` is never a warning alone (nsys
-2023.4.4 imports regions opened after CUDA initialises completely), the cause where another found one; nsys' everyday
-diagnostics ("Not all CUDA events might have been collected.") are kept, and are no loss.
-
-Only :func:`capture_facts` looks at the file system. The events are lazy frames read by streamed counts and maxima; only
-a capture whose CUDA activity ends early reads its ranges against its CUDA events, in windows.
+loudly. Each warning is a :data:`CompletenessCode` (its function says what it looks at); ``nsys_older_than_cuda`` is
+never a warning alone (an old nsys imports regions opened after CUDA initialises completely), only the cause where
+another found one. Only :func:`capture_facts` looks at the file system; the events are read by streamed counts and
+maxima, and only a capture whose CUDA activity ends early reads its ranges against its CUDA events, in windows.
 """
 
 from __future__ import annotations
@@ -42,8 +39,7 @@ _LOSS_WORDS = re.compile(r"\b(?:lost|los(?:e|ing)|dropp\w*|discard\w*|overflow\w
                          r"corrupt\w*|could not be (?:collected|imported|recorded)|failed)\b", re.IGNORECASE)
 """Words in an nsys warning that say events are missing, not merely that some might be."""
 
-# The first nsys release that knows each CUDA major version's API (nsys ships with the toolkit; the 2023.4.4 importer
-# says "Rel/CUDA12.4" in its own errors, 2024.2.3 came with CUDA 12.5, 2025.3 with 13.0).
+# The first nsys release that knows each CUDA major version's API (nsys ships with the toolkit).
 FIRST_NSYS_FOR_CUDA: dict[int, tuple[int, int]] = {12: (2022, 4), 13: (2025, 3)}
 
 _IMPORTER_MARKERS = re.compile(

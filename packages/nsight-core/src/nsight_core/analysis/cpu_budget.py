@@ -1,20 +1,12 @@
 """Where each step's wall time went on the CPU's clock: a partition of the step, so the parts add up to it.
 
-The step is cut at every boundary of GPU work (kernels, copies, memsets) and of what its CPU thread was doing (CUDA API
-calls, OS-runtime calls, NVTX ranges). Each piece then belongs to exactly one part, first match wins:
-
-1. ``compute``: a kernel other than NCCL ran (kernels on several streams or GPUs count once);
-2. ``exposed_comm``: only NCCL kernels ran (communication no compute hides);
-3. ``exposed_copy``: only copies or memsets ran;
-4. the GPU idled. Idle time while the CPU thread sat in a synchronising call (``cudaStreamSynchronize``, ``.item()``'s
-   copy, a pageable ``cudaMemcpyAsync`` ...) is ``sync_wait``, and so is the refill after it when the GPU gets work
-   again within LAUNCH_GAP_NS (the sync drained the queue; the GPU waits for the relaunch). When the CPU goes on to do
-   other work instead (sleep, load data), that idle time is not the sync's. Other idle stretches shorter than
-   LAUNCH_GAP_NS are ``launch_gap`` (launch overhead, what CUDA graphs remove); longer ones are ``gpu_idle``, with what
-   the CPU thread did meanwhile.
-
-Idle time keeps what the step's CPU thread was in: the CUDA API or OS-runtime call, else the innermost NVTX range (by
-family: `step_{n}`), else nothing traced (Python between calls).
+The step is cut at every boundary of GPU work and of what its CPU thread was doing (CUDA API and OS-runtime calls, NVTX
+ranges). Each piece belongs to one part, first match wins: ``compute`` (a kernel other than NCCL ran),
+``exposed_comm`` (only NCCL kernels), ``exposed_copy`` (only copies or memsets); else the GPU idled: ``sync_wait``
+while the thread sat in a synchronising call, and the refill after it where the GPU gets work again within
+LAUNCH_GAP_NS; other idle stretches shorter than LAUNCH_GAP_NS are ``launch_gap`` (what CUDA graphs remove), longer
+ones ``gpu_idle``. Idle time keeps what the thread was in: the CUDA API or OS-runtime call, else the innermost NVTX
+range (by family), else nothing traced.
 """
 
 from __future__ import annotations
@@ -87,12 +79,10 @@ def budget_totals(steps: pl.DataFrame, kernels: pl.DataFrame, copies: pl.DataFra
         return kept(frame.select("start_ns", "end_ns", "name", "thread"), is_thread(thread) & overlapping)
 
     nccl = kernels.select("start_ns", "end_ns", pl.col("name").str.contains("(?i)nccl").alias("_nccl"))
-    layers = {
-        "compute": _Intervals.layer(kept(nccl.filter(~pl.col("_nccl")), overlapping).drop("_nccl")),
-        "comm": _Intervals.layer(kept(nccl.filter(pl.col("_nccl")), overlapping).drop("_nccl")),
-        "copy": _Intervals.layer(kept(copies.select("start_ns", "end_ns"), overlapping)),
-        "in_step": _Intervals.layer(steps.select("start_ns", "end_ns")),
-    }
+    layers = {"compute": _Intervals.layer(kept(nccl.filter(~pl.col("_nccl")), overlapping).drop("_nccl")),
+              "comm": _Intervals.layer(kept(nccl.filter(pl.col("_nccl")), overlapping).drop("_nccl")),
+              "copy": _Intervals.layer(kept(copies.select("start_ns", "end_ns"), overlapping)),
+              "in_step": _Intervals.layer(steps.select("start_ns", "end_ns"))}
     del nccl
     (api, api_names), (calls, osrt_names) = (_coded(on_thread(frame)) for frame in (cuda_api, osrt))
     blocking = on_thread(sync)  # whether a piece lies in one, not which: no names

@@ -1,12 +1,10 @@
 """Two captures side by side: did B get slower than A, and where; or why the two cannot be judged.
 
-Everything is matched by name (kernels by name, NVTX ranges by family, budget parts by part), with absolute and
-relative deltas. One number decides the verdict, the gate: the step p50 when both have steps of the same family, else,
-when neither has steps, GPU busy time, else (recorded CSVs, totals only) summed kernel time.
-
-A number is only a verdict when the captures measure the same thing: steps of different families, work on different
-GPUs, or a trace that misses part of what ran make the comparison meaningless, and a CI gate must not pass a 3x slowdown
-because of it. Those cases are :class:`Reason` codes (render words them), and the verdict is then ``not_comparable``.
+Everything is matched by name (kernels, NVTX range families, budget parts), with absolute and relative deltas. One
+number decides the verdict, the gate: the step p50 when both have steps of the same family, else, when neither has
+steps, GPU busy time, else (recorded CSVs) summed kernel time. Captures that do not measure the same thing (steps of
+different families, different GPUs, an incomplete trace) are :class:`Reason` codes, and the verdict ``not_comparable``:
+a CI gate must not pass a 3x slowdown because of them.
 """
 
 from __future__ import annotations
@@ -99,12 +97,9 @@ class Gate(BaseModel):
 
 
 class Reason(BaseModel):
-    """Why B cannot be judged against A: a code and the values on each side behind it.
-
-    ``step-families-differ``: the step family patterns (empty: no steps). ``clocks-differ``: the clock each side's
-    step times are read on (gpu: projected onto the GPU's work; cpu: the ranges). ``gpu-differs``: the GPU names,
-    one per device. ``incomplete-a``/``-b``: the completeness warning codes. ``nothing-to-compare``: none.
-    """
+    """Why B cannot be judged against A: a code and the values on each side behind it. ``step-families-differ``: the
+    step family patterns (empty: no steps). ``clocks-differ``: the clock each side's step times are read on (gpu or
+    cpu). ``gpu-differs``: the GPU names, one per device. ``incomplete-a``/``-b``: the completeness warning codes."""
 
     code: ReasonCode
     a: list[str] = Field(default_factory=list)
@@ -124,15 +119,12 @@ class TraceDiff(BaseModel):
     kernels: list[NameDelta] = Field(description="Matched by name, largest absolute time change first")
     ranges: list[NameDelta] = Field(description="NVTX range families matched by pattern, largest change first")
 
-    def slower_than(self, percent: float) -> bool:
-        """True when the captures are comparable and B's gate number is more than PERCENT % above A's."""
-        return not self.reasons and self.gate.change is not None and self.gate.change * 100 > percent
-
     def outcome(self, percent: float) -> GateOutcome:
-        """A gate of PERCENT %: passed, slower, or not comparable (a gate that cannot judge must not pass)."""
+        """A gate of PERCENT %: passed, slower (B's gate number more than PERCENT % above A's), or not comparable (a
+        gate that cannot judge must not pass)."""
         if self.reasons:
             return "not_comparable"
-        return "slower" if self.slower_than(percent) else "passed"
+        return "slower" if self.gate.change is not None and self.gate.change * 100 > percent else "passed"
 
 
 def side_from_trace(source: str, trace: Trace, completeness: Completeness | None = None) -> Side:
@@ -186,8 +178,7 @@ def _step_patterns(a: Side, b: Side) -> tuple[str | None, str | None] | None:
     """Each side's step family pattern (None: no steps); None when a side has no events to find steps in."""
     if a.step_stats is None or b.step_stats is None:
         return None
-    pa, pb = (side.family.pattern if side.family else None for side in (a, b))
-    return pa, pb
+    return a.family.pattern if a.family else None, b.family.pattern if b.family else None
 
 
 def _estimated_p50(side: Side) -> float | None:
@@ -276,15 +267,14 @@ def _analysis_deltas(a: Side, b: Side) -> list[Delta]:
 
 def _by_name(a: pl.DataFrame, b: pl.DataFrame) -> list[NameDelta]:
     """Per-name total time and instances, matched by name, largest absolute time change first."""
-    joined = (
-        a.join(b, on="name", how="full", coalesce=True, suffix="_b")
-        .select("name", pl.col("total_ns").fill_null(0).alias("a_ns"), pl.col("total_ns_b").fill_null(0).alias("b_ns"),
-                pl.col("instances").fill_null(0).alias("a_instances"),
-                pl.col("instances_b").fill_null(0).alias("b_instances"))
-        .with_columns((pl.col("b_ns") - pl.col("a_ns")).alias("delta_ns"))
-        .with_columns(pl.when(pl.col("a_ns") > 0).then(pl.col("delta_ns") / pl.col("a_ns")).alias("change"))
-        .sort([pl.col("delta_ns").abs(), pl.col("name")], descending=[True, False])
-    )
+    joined = (a.join(b, on="name", how="full", coalesce=True, suffix="_b")
+              .select("name", pl.col("total_ns").fill_null(0).alias("a_ns"),
+                      pl.col("total_ns_b").fill_null(0).alias("b_ns"),
+                      pl.col("instances").fill_null(0).alias("a_instances"),
+                      pl.col("instances_b").fill_null(0).alias("b_instances"))
+              .with_columns((pl.col("b_ns") - pl.col("a_ns")).alias("delta_ns"))
+              .with_columns(pl.when(pl.col("a_ns") > 0).then(pl.col("delta_ns") / pl.col("a_ns")).alias("change"))
+              .sort([pl.col("delta_ns").abs(), pl.col("name")], descending=[True, False]))
     return [NameDelta(**row) for row in joined.to_dicts()]
 
 
@@ -298,8 +288,6 @@ def diff_sides(a: Side, b: Side) -> TraceDiff:
                           int(b.kernels["total_ns"].sum())))
     summary.append(_delta("summary", "kernel_launches", "count", int(a.kernels["instances"].sum()),
                           int(b.kernels["instances"].sum())))
-    return TraceDiff(
-        a=a.source, b=b.source, verdict=_verdict(gate, reasons), gate=gate, reasons=reasons,
-        deltas=[*_analysis_deltas(a, b), *summary],
-        kernels=_by_name(a.kernels, b.kernels), ranges=_by_name(a.ranges, b.ranges),
-    )
+    return TraceDiff(a=a.source, b=b.source, verdict=_verdict(gate, reasons), gate=gate, reasons=reasons,
+                     deltas=[*_analysis_deltas(a, b), *summary], kernels=_by_name(a.kernels, b.kernels),
+                     ranges=_by_name(a.ranges, b.ranges))

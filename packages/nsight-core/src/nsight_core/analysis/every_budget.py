@@ -1,10 +1,7 @@
-"""The budget of every step, in batches of steps: either budget is local in time, so one code serves every size.
-
-On the GPU's clock (analysis/gpu_budget.py) each batch gets the GPU work that ran in its time and the calls that
-launched it; what the host was in comes from folds over windows of start time (user ranges, dispatch runs, syncs).
-On the CPU's clock (analysis/cpu_budget.py) each batch gets every event overlapping its time, so a range enclosing
-one of them is there too and nesting is the capture's; a capture without steps is one step, budgeted in pieces cut
-where the GPU is busy (:func:`every_step.busy_pieces`), whose rows add up to the step's.
+"""The budget of every step, in batches of steps: either budget is local in time, so one code serves every size. On
+the GPU's clock (analysis/gpu_budget.py) a batch gets the GPU work of its time and the calls that launched it; on the
+CPU's (analysis/cpu_budget.py) every event overlapping its time; a capture without steps is one step, budgeted in
+pieces cut where the GPU is busy (:func:`every_step.busy_pieces`).
 """
 
 from __future__ import annotations

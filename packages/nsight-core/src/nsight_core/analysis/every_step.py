@@ -1,15 +1,6 @@
 """Every step of a capture, of the family chosen from its start (analysis/analyze.py): on the GPU's clock where they
-launched work.
-
-Every step's times need the step family's ranges (one row a step) and, per step, its first GPU work and its last;
-they are the start of every step's budget and findings (analysis/every_budget.py, finding_inputs.py). Those come from
-the events in windows of correlation id: a CUDA call and the GPU work it launched share their id, so a window of ids
-holds both sides of every launch in it, and each window's launches are placed in the steps by their call's time. Per
-step the earliest start and latest end are kept, merged over the windows by min and max.
-
-Steps found from the kernel sequence's period (no NVTX steps) are on the GPU already: each starts with the kernel
-the chosen steps start with (its anchor), and every anchor in the capture starts one; the kernels counted between
-anchors tell which ones a whole period follows (:func:`steps.period_steps`).
+launched work (:func:`gpu_spans`: the events in windows of correlation id, which hold both sides of every launch), or
+periods of the kernel sequence (:func:`steps.period_steps`). The start of every step's budget and findings.
 """
 
 from __future__ import annotations
@@ -86,9 +77,7 @@ def capture_as_step(frames: Events, chosen: CaptureAsStep, start_ns: int, end_ns
 def busy_pieces(frames: Events, start_ns: int, end_ns: int, window_rows: int | None) -> pl.DataFrame:
     """START_NS to END_NS cut into pieces (step, start_ns, end_ns: the step a piece's number) of about WINDOW_ROWS of
     FRAMES' events, each cut inside a kernel (the first of 2 ns or more to start after an even cut): no run of idle
-    GPU is cut, so what the budget makes of each (a launch gap or idle by its whole length, a sync's refill) is what
-    it makes of them all at once, and the pieces' budgets add up to the whole one's. Without such kernels, one piece.
-    Three streamed passes: a histogram of the starts, the first kernel after each cut, and its end."""
+    GPU is cut, so the pieces' budgets add up to the whole one's. Without such kernels, one piece."""
     sources = (frames.kernels, frames.memcpy, frames.memset, frames.cuda_api, frames.osrt, frames.nvtx)
     targets = [cut for cut in start_cuts(pl.concat([frame.select("start_ns") for frame in sources]), window_rows)
                if start_ns < cut < end_ns]
@@ -156,14 +145,10 @@ def _nvtx_steps(frames: Events, chosen: NvtxCpuSteps, window_rows: int | None) -
 
 def gpu_spans(frames: Events, steps: pl.DataFrame, window_rows: int | None) -> pl.DataFrame:
     """Per step that launched GPU work: where its compute starts and where its last work ends (step, gpu_start_ns,
-    gpu_end_ns), from FRAMES' CUDA calls and GPU work in windows of correlation id holding about WINDOW_ROWS of them.
-
-    The start is that of the step's first work on a compute stream (one that runs kernels anywhere in the capture),
-    else of its first work at all: a copy a step launches on a side stream for the next step (a prefetch) runs
-    ahead of the compute it feeds, and must not pull the step's window early. A launch is the step's where its
-    call starts inside the step's range, on any thread (:func:`step_of_launch`); a correlation id two processes
-    both used belongs to the earlier call, as :func:`projection.launched` has it.
-    """
+    gpu_end_ns), from FRAMES' CUDA calls and GPU work in windows of correlation id holding about WINDOW_ROWS of them,
+    merged by min and max. The start is the step's first work on a compute stream (one that runs kernels), else its
+    first work: a prefetch on a side stream must not pull the window early. A launch is the step's where its call
+    starts inside the step's range (:func:`step_of_launch`); an id two processes used is the earlier call's."""
     calls = frames.cuda_api.select("correlation_id", pl.col("start_ns").alias("launch_ns"))
     work = gpu_work_of(frames)
     compute = (work.filter(pl.col("kind").is_in(["kernel", "graph"])).select(pl.col("stream").unique())
@@ -189,11 +174,8 @@ def gpu_spans(frames: Events, steps: pl.DataFrame, window_rows: int | None) -> p
 
 
 def gpu_work_of(frames: Events) -> pl.LazyFrame:
-    """FRAMES' GPU work (start_ns, end_ns, correlation_id, kind, comm, stream): kernels, copies, memsets and the
-    graph launches whose nodes are not kernels.
-
-    The graph launches are read once (a row per launch): their query scans every kernel past them, which each
-    window of a pass would repeat."""
+    """FRAMES' GPU work (start_ns, end_ns, correlation_id, kind, comm, stream): kernels, copies, memsets and the graph
+    launches whose nodes are not kernels, read once (their query scans every kernel, which each window would repeat)."""
     graphs = frames.graphs.select("start_ns", "end_ns", "correlation_id", "stream").collect(engine="streaming").lazy()
     no = pl.lit(False).alias("comm")
     parts = [frames.kernels.select("start_ns", "end_ns", "correlation_id", pl.lit("kernel").alias("kind"),

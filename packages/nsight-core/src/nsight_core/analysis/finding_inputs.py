@@ -1,16 +1,6 @@
-"""The findings' inputs over every steady step (:class:`findings.GpuInputs`), made in windows and merged exactly,
-and the analysis they complete (:func:`analysis_of`).
-
-Each input is local in time or a sum:
-
-- the blocking calls of each batch of steps with the innermost range each came from (:func:`syncs_in` on the NVTX
-  ranges of the steps' thread that overlap the batch: every range a call in it can be in, and every range enclosing
-  one of those);
-- the launch shape: launches in steps and the kernels they launched, in windows of correlation id (a call and its
-  work share it), their durations counted per value, whose medians are those of all of them;
-- the copies of a megabyte or more (a few), and the kernels' time per name (a grouped scan).
-
-A capture without steps is one step, its user window, whose calls are read in its pieces (every_step.busy_pieces).
+"""The findings' inputs over every steady step (:class:`findings.GpuInputs`), made in windows and merged exactly (each
+is local in time or a sum), and the analysis they complete (:func:`analysis_of`). A capture without steps is one step,
+its user window, whose calls are read in its pieces (every_step.busy_pieces).
 """
 
 from __future__ import annotations
@@ -19,7 +9,8 @@ import polars as pl
 
 from nsight_core.analysis import findings as find
 from nsight_core.analysis.budget import bound_by, is_thread
-from nsight_core.analysis.cause_inputs import cause_inputs
+from nsight_core.analysis.cause_inputs import cause_inputs, in_steps
+from nsight_core.analysis.causes import LAUNCH_API
 from nsight_core.analysis.codes import matching
 from nsight_core.analysis.every_budget import Budgets
 from nsight_core.analysis.every_step import EveryStep
@@ -88,36 +79,13 @@ def _calls(frames: Events, steps: pl.DataFrame, thread: int) -> int:
     return int(frames.cuda_api.filter(inside).select(pl.len()).collect(engine="streaming").item())
 
 
-LAUNCH_API = r"^cu(da)?LaunchKernel|^cuLaunch|^cu(da)?GraphLaunch"
-
-
-def in_steps(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """FRAME's events that start inside a step, with the step index."""
-    located = frame.sort("start_ns").join_asof(
-        steps.select("step", pl.col("start_ns").alias("_step_start"), pl.col("end_ns").alias("_step_end")),
-        left_on="start_ns", right_on="_step_start", strategy="backward")
-    return located.filter(pl.col("start_ns") < pl.col("_step_end")).drop("_step_start", "_step_end")
-
-
-def syncs_in(steps: pl.DataFrame, blocking: pl.DataFrame, memcpy: pl.DataFrame, thread: int | None,
-             nvtx: pl.DataFrame) -> tuple[pl.DataFrame, int]:
-    """The steps' blocking calls on their thread counted by name and the innermost range each came from (name,
-    ``range``: the steps' own family by name, ``len``), and their small device-to-host copies (scalar reads). Counts,
-    not a row a call: each window's are added up."""
-    calls = in_steps(blocking.filter(is_thread(thread)), steps)
-    named = calls.select("name", innermost_range(calls, nvtx).str.replace_all(r"\d+", "{n}").alias("range"))
-    small = in_steps(memcpy.filter((pl.col("direction") == "Device-to-Host")
-                                   & (pl.col("bytes") <= find.SMALL_COPY_BYTES)), steps)
-    return named.group_by("name", "range").len(), small.height
-
-
 def _syncs(frames: Events, steps: pl.DataFrame, calls: pl.DataFrame, thread: int | None,
            window_rows: int | None) -> tuple[pl.DataFrame, int]:
-    """:func:`analyze.syncs_in` of STEPS (by start) in batches of steps holding about WINDOW_ROWS of THREAD's NVTX
-    ranges, their counts added up (CALLS: THREAD's synchronising calls, the budget's): each batch's calls are named by
-    the ranges that overlap its time, which hold every range a call in it can be in and every range enclosing one of
-    those (their depth is the capture's). Kernel-period steps begin on the GPU, after the host's ranges that launched
-    them."""
+    """STEPS' (by start) blocking calls on THREAD (CALLS: the budget's synchronising calls) counted by name and the
+    innermost range each came from (name, ``range``: a family by name, ``len``), and their small device-to-host copies
+    (scalar reads): counted in batches of steps holding about WINDOW_ROWS of THREAD's NVTX ranges, and added up. Each
+    batch's calls are named by the ranges that overlap its time, which hold every range a call in it can be in and
+    every range enclosing one of those (their depth is the capture's)."""
     small = frames.memcpy.filter((pl.col("direction") == "Device-to-Host")
                                  & (pl.col("bytes") <= find.SMALL_COPY_BYTES)).select(
         "start_ns", "end_ns", "direction", "bytes").collect(engine="streaming")
@@ -128,10 +96,11 @@ def _syncs(frames: Events, steps: pl.DataFrame, calls: pl.DataFrame, thread: int
         batch = steps.slice(first, end - first)
         lo, hi = batch.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
         meets = (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)
-        named, count = syncs_in(batch, calls.filter(meets), small.filter(meets), thread, with_depth(
-            ranges.filter(meets).collect(engine="streaming").sort("start_ns", maintain_order=True)))
-        found.append(named)
-        small_reads += count
+        nvtx = with_depth(ranges.filter(meets).collect(engine="streaming").sort("start_ns", maintain_order=True))
+        blocking = in_steps(calls.filter(meets & is_thread(thread)), batch)
+        found.append(blocking.select("name", innermost_range(blocking, nvtx).str.replace_all(r"\d+", "{n}")
+                                     .alias("range")).group_by("name", "range").len())
+        small_reads += in_steps(small.filter(meets), batch).height
     return pl.concat(found).group_by("name", "range").agg(pl.col("len").sum()), small_reads
 
 

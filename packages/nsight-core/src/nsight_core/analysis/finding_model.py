@@ -9,14 +9,13 @@ from pydantic import BaseModel, Field
 
 from nsight_core.analysis.budget import StepBudget
 from nsight_core.analysis.steps import StepStats
+from nsight_core.units import Unit
 
-FindingKind = Literal[
-    "host_work", "untraced_host", "allocator_churn", "per_tensor_launches", "small_copies",
-    "bulk_device_to_host", "stream_wait", "sync_wait", "launch_bound", "pageable_copy",
-    "exposed_copy", "exposed_comm", "device_bound", "fp32_matmul", "warmup", "too_few_steps", "no_steps",
-]
+FindingKind = Literal["host_work", "untraced_host", "allocator_churn", "per_tensor_launches", "small_copies",
+                      "bulk_device_to_host", "stream_wait", "sync_wait", "launch_bound", "pageable_copy",
+                      "exposed_copy", "exposed_comm", "device_bound", "fp32_matmul", "warmup", "too_few_steps",
+                      "no_steps"]
 Severity = Literal["info", "warning", "critical"]
-Unit = Literal["ns", "bytes", "bytes_per_s", "count", "fraction"]
 
 WARNING_SHARE = 0.05
 """A saving of at least this share of the step (or capture) is worth a warning."""
@@ -91,12 +90,8 @@ def saving_of(context: Context, per_step_ns: float | None, total_ns: float) -> S
     p50 = context.step_p50_ns
     if per_step_ns is not None and p50:
         per_step_ns = min(per_step_ns, p50)
-    return Saving(
-        per_step_ns=per_step_ns,
-        step_fraction=per_step_ns / p50 if per_step_ns is not None and p50 else None,
-        total_ns=total_ns,
-        capture_fraction=total_ns / context.window_ns if context.window_ns else 0.0,
-    )
+    return Saving(per_step_ns=per_step_ns, step_fraction=per_step_ns / p50 if per_step_ns is not None and p50 else None,
+                  total_ns=total_ns, capture_fraction=total_ns / context.window_ns if context.window_ns else 0.0)
 
 
 def per_step_of(context: Context, value: float) -> float | None:

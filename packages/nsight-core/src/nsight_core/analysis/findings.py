@@ -1,13 +1,6 @@
-"""What to fix, and how much each fix would save.
-
-Every finding is derived from the step budget (or, for copies, from achieved vs. achievable
-bandwidth), so its saving is time the budget measured, not a guess: removing the GPU's idle
-stretches saves their length, a sync that drains the queue costs the idle stretch it causes, a
-pageable copy costs the difference to a pinned copy's time. The budget's parts are disjoint, so
-the savings of different findings do not count the same time twice.
-
-Results are data: numbers with units and references to steps, ranges, kernels and copies; the
-renderer words and formats them.
+"""What to fix, and how much each fix would save: every saving is time the step budget measured (for copies, achieved
+against achievable bandwidth), and the budget's parts are disjoint, so no two findings save the same time. Results are
+numbers with units and references to steps, ranges, kernels and copies; the renderer words them.
 """
 
 from __future__ import annotations
@@ -69,29 +62,24 @@ def _budget_finding(
     context: Context, part: Literal["gpu_idle", "sync_wait", "exposed_copy", "exposed_comm", "stream_wait"],
     kind: FindingKind, extra: list[Evidence], seen: bool = False, subject: str = "",
 ) -> Finding | None:
-    """A finding whose saving is one budget part: its mean per step (the total over steps / steps).
-
-    SEEN: the cause is there in every step (a sync call, an NCCL kernel), so the finding is made
-    even when its measured cost is below REPORT_SHARE (then as info).
-    """
+    """A finding whose saving is one budget part's mean per step. SEEN: the cause is there in every step (a sync call,
+    an NCCL kernel), so the finding is made even below REPORT_SHARE (then as info)."""
     if context.budget is None:
         return None
     measured = context.budget.part(part)
     saving = saving_of(context, per_step_of(context, measured.per_step_mean_ns), measured.total_ns)
     if share_of(saving) < REPORT_SHARE and not seen:
         return None
-    evidence = [
-        Evidence(metric=f"{part}_per_step_mean", value=measured.per_step_mean_ns, unit="ns"),
-        Evidence(metric=f"{part}_per_step_p50", value=measured.per_step_p50_ns, unit="ns"),
-        Evidence(metric=f"{part}_fraction_of_step_time", value=measured.fraction, unit="fraction"),
-        *(Evidence(metric=f"{_ACTIVITY_PREFIX.get(activity.kind, 'cpu')}_during_{part}_per_step",
-                   value=activity.per_step_mean_ns, unit="ns",
-                   where=None if activity.kind in _ACTIVITY_PREFIX else Where(
-                       kind="api" if activity.kind == "cuda_api" else "osrt" if activity.kind == "osrt" else "range",
-                       name=activity.name))
-          for activity in context.budget.idle_activities if activity.part == part),
-        *extra,
-    ]
+    evidence = [Evidence(metric=f"{part}_per_step_mean", value=measured.per_step_mean_ns, unit="ns"),
+                Evidence(metric=f"{part}_per_step_p50", value=measured.per_step_p50_ns, unit="ns"),
+                Evidence(metric=f"{part}_fraction_of_step_time", value=measured.fraction, unit="fraction"),
+                *(Evidence(metric=f"{_ACTIVITY_PREFIX.get(activity.kind, 'cpu')}_during_{part}_per_step",
+                           value=activity.per_step_mean_ns, unit="ns",
+                           where=None if activity.kind in _ACTIVITY_PREFIX else Where(
+                               kind="api" if activity.kind == "cuda_api" else "osrt" if activity.kind == "osrt"
+                               else "range", name=activity.name))
+                  for activity in context.budget.idle_activities if activity.part == part),
+                *extra]
     return Finding(kind=kind, severity=severity_of(share_of(saving)), subject=subject, evidence=evidence, saving=saving)
 
 
@@ -117,28 +105,10 @@ def _activity_finding(context: Context, activities: list[CpuActivity], kind: Fin
     return Finding(kind=kind, severity=severity_of(share_of(saving)), evidence=evidence, saving=saving)
 
 
-def idle_findings(context: Context, syncs: pl.DataFrame, small_reads: int) -> list[Finding | None]:
-    """The GPU's idle time by root cause (:mod:`nsight_core.analysis.gpu_budget`): a sync that drained the queue,
-    host work in user ranges, untraced host time, waits on other streams. One finding per cause, each saving that
-    cause's part of the budget, so savings do not overlap."""
-    return [
-        sync_wait(context, syncs, small_reads),
-        _activity_finding(context, _activities(context, "gpu_idle", ("nvtx",)), "host_work",
-                          "gpu_idle_while_host_in_range_per_step"),
-        _activity_finding(context, _activities(context, "gpu_idle", ("untraced", "osrt", "cuda_api")),
-                          "untraced_host", "gpu_idle_while_host_untraced_per_step"),
-        _budget_finding(context, "stream_wait", "stream_wait", []),
-    ]
-
-
 def sync_wait(context: Context, syncs: pl.DataFrame, small_reads: int) -> Finding | None:
-    """Syncs that drain the GPU queue inside steps: `.item()`, `cudaStreamSynchronize`, sync copies.
-
-    The saving is the idle stretch each causes: from the queue draining to the next launch, with what the host
-    did meanwhile (the range it went on to, dispatch) as evidence. SYNCS: blocking calls inside the steady steps'
-    ranges, counted by name and the innermost range each came from (name, range, len: :func:`analyze.syncs_in`);
-    SMALL_READS: device-to-host copies of at most SMALL_COPY_BYTES in them.
-    """
+    """Syncs that drain the GPU queue inside steps (`.item()`, `cudaStreamSynchronize`, sync copies): the saving is
+    the idle stretch each causes, until the next launch. SYNCS: blocking calls in the steady steps, counted by name and
+    innermost range (name, range, len); SMALL_READS: device-to-host copies of at most SMALL_COPY_BYTES in them."""
     steps = max(context.budget.steps if context.budget else 1, 1)
     calls = syncs.group_by("name", "range").agg(pl.col("len").sum()).sort(["len", "name", "range"],
                                                                            descending=[True, False, False])
@@ -168,15 +138,13 @@ def launch_bound(context: Context, kernels_per_step: float, kernel_p50_ns: float
         return None
     if context.steps.clock == "cpu" and not short:
         return None
-    evidence = [
-        Evidence(metric="kernels_per_step", value=kernels_per_step, unit="count"),
-        Evidence(metric="kernel_duration_p50", value=kernel_p50_ns, unit="ns", where=Where(kind="kernel", name="")),
-        Evidence(metric="launch_call_p50", value=launch_p50_ns, unit="ns", where=Where(kind="api", name="")),
-        Evidence(metric="launch_gap_per_step_mean", value=measured.per_step_mean_ns, unit="ns"),
-        Evidence(metric="launch_gap_fraction_of_step_time", value=measured.fraction, unit="fraction"),
-    ]
-    return Finding(
-        kind="launch_bound", severity=severity_of(share_of(saving)), evidence=evidence, saving=saving)
+    evidence = [Evidence(metric="kernels_per_step", value=kernels_per_step, unit="count"),
+                Evidence(metric="kernel_duration_p50", value=kernel_p50_ns, unit="ns",
+                         where=Where(kind="kernel", name="")),
+                Evidence(metric="launch_call_p50", value=launch_p50_ns, unit="ns", where=Where(kind="api", name="")),
+                Evidence(metric="launch_gap_per_step_mean", value=measured.per_step_mean_ns, unit="ns"),
+                Evidence(metric="launch_gap_fraction_of_step_time", value=measured.fraction, unit="fraction")]
+    return Finding(kind="launch_bound", severity=severity_of(share_of(saving)), evidence=evidence, saving=saving)
 
 
 def compute_capability(gpus: pl.DataFrame | None) -> float | None:
@@ -195,14 +163,9 @@ def nominal_pinned(capability: float | None) -> float:
 
 def pageable_copies(context: Context, memcpy: pl.DataFrame | pl.LazyFrame, steps: pl.DataFrame,
                     nominal: float = NOMINAL_PINNED_BYTES_PER_S) -> list[Finding]:
-    """Copies to or from pageable host memory of at least PAGEABLE_MIN_BYTES, one finding per direction.
-
-    Achievable bandwidth is the best pinned copy of that direction in the capture (at least
-    PAGEABLE_MIN_BYTES), else NOMINAL (:func:`nominal_pinned`). The saving is each copy's time minus its
-    time at the achievable bandwidth; per step: what the copies inside STEPS (the steady ones) save,
-    over their number. MEMCPY may be lazy (a streamed capture): the pageable copies alone are read, their
-    columns that count, and the best pinned bandwidth is streamed.
-    """
+    """Copies to or from pageable host memory of at least PAGEABLE_MIN_BYTES, one finding per direction. The saving is
+    each copy's time less its time at the best pinned bandwidth of its direction (else NOMINAL); per step: what the
+    copies inside STEPS (the steady ones) save, over their number. MEMCPY may be lazy (streamed)."""
     duration = pl.col("end_ns") - pl.col("start_ns")
     big = memcpy.lazy().filter((pl.col("bytes") >= PAGEABLE_MIN_BYTES) & (duration > 0))
     pageable = (pl.col("src_kind") == "Pageable") | (pl.col("dst_kind") == "Pageable")
@@ -230,9 +193,7 @@ def pageable_copies(context: Context, memcpy: pl.DataFrame | pl.LazyFrame, steps
             continue
         where = Where(kind="copy", name=str(direction), step=largest["step"], start_ns=largest["start_ns"])
         findings.append(Finding(
-            kind="pageable_copy", severity=severity_of(share_of(saving)),
-            subject=str(direction),
-            evidence=[
+            kind="pageable_copy", severity=severity_of(share_of(saving)), subject=str(direction), evidence=[
                 Evidence(metric="copies", value=copies.height, unit="count", where=where),
                 Evidence(metric="bytes", value=summed["bytes"], unit="bytes", where=where),
                 Evidence(metric="copy_time", value=summed["ns"], unit="ns", where=where),
@@ -241,15 +202,13 @@ def pageable_copies(context: Context, memcpy: pl.DataFrame | pl.LazyFrame, steps
                 Evidence(metric="achievable_bandwidth" if direction in best else "nominal_pinned_bandwidth",
                          value=achievable, unit="bytes_per_s"),
                 Evidence(metric="largest_copy", value=largest["bytes"], unit="bytes", where=where),
-            ],
-            saving=saving))
+            ], saving=saving))
     return findings
 
 
 def exposed_copy(context: Context, pageable: list[Finding]) -> Finding | None:
     """Copies that no kernel overlaps, less what the PAGEABLE findings already save of them in the steps."""
-    finding = _budget_finding(
-        context, "exposed_copy", "exposed_copy", [])
+    finding = _budget_finding(context, "exposed_copy", "exposed_copy", [])
     if finding is None or finding.saving is None or context.budget is None:
         return finding
     claimed = sum(f.saving.per_step_ns * context.budget.steps for f in pageable
@@ -265,9 +224,8 @@ def exposed_copy(context: Context, pageable: list[Finding]) -> Finding | None:
 
 def exposed_comm(context: Context) -> Finding | None:
     """NCCL kernels no compute kernel overlaps: communication the step waits for."""
-    return _budget_finding(
-        context, "exposed_comm", "exposed_comm", [],
-        seen=bool(context.budget and context.budget.part("exposed_comm").total_ns))
+    return _budget_finding(context, "exposed_comm", "exposed_comm", [],
+                           seen=bool(context.budget and context.budget.part("exposed_comm").total_ns))
 
 
 KERNEL_TOTAL_COLUMNS = {"short_name": pl.String, "name": pl.String, "total_ns": pl.Int64}
@@ -302,8 +260,7 @@ def device_bound(context: Context, totals: pl.DataFrame) -> Finding | None:
     evidence += [Evidence(metric="kernel_time_per_step", value=total / steps_count, unit="ns",
                           where=Where(kind="kernel", name=name))
                  for name, total in _top_kernels(totals, TOP_KERNELS).iter_rows()]
-    return Finding(kind="device_bound", severity="info",
-                   evidence=evidence, saving=None)
+    return Finding(kind="device_bound", severity="info", evidence=evidence, saving=None)
 
 
 def fp32_matmul(context: Context, totals: pl.DataFrame, capability: float | None) -> Finding | None:
@@ -353,22 +310,17 @@ def step_count(context: Context) -> Finding | None:
     """Too few steps to judge percentiles and trends, or no steps found at all."""
     stats = context.steps
     if not isinstance(stats, FamilySteps):
-        return Finding(
-            kind="no_steps", severity="info",
-            evidence=[], saving=None)
+        return Finding(kind="no_steps", severity="info", evidence=[], saving=None)
     if stats.family.count >= MIN_STEPS:
         return None
-    return Finding(
-        kind="too_few_steps", severity="info",
-        evidence=[Evidence(metric="steps", value=stats.family.count, unit="count",
-                           where=Where(kind="range", name=stats.family.pattern))],
-        saving=None)
+    return Finding(kind="too_few_steps", severity="info", saving=None,
+                   evidence=[Evidence(metric="steps", value=stats.family.count, unit="count",
+                                      where=Where(kind="range", name=stats.family.pattern))])
 
 
 @dataclass(frozen=True, kw_only=True)
 class GpuInputs:
-    """What the GPU findings read beyond their :class:`Context`, made in windows of events
-    (analysis/finding_inputs.py)."""
+    """What the GPU findings read beyond their :class:`Context` (analysis/finding_inputs.py)."""
 
     syncs: pl.DataFrame
     """The steady steps' blocking calls on their thread, counted: name, range, len (:func:`sync_wait`)."""
@@ -403,8 +355,15 @@ def findings_of(context: Context, gpu: GpuInputs | None) -> list[Finding]:
         pageable = [finding for finding in pageable_copies(rest, gpu.copies, gpu.copy_steps, gpu.pinned)
                     if not (finding.subject == "Device-to-Host" and any(f.kind == "bulk_device_to_host"
                                                                           for f in found))]
-        gpu_findings = [*found, *idle_findings(rest, gpu.syncs, gpu.small_reads), launch_bound(rest, *gpu.shape),
-                        *pageable, exposed_copy(rest, pageable), exposed_comm(rest),
+        # The GPU's idle time by root cause (gpu_budget.py), one finding each, then the busy parts'.
+        idle = [sync_wait(rest, gpu.syncs, gpu.small_reads),
+                _activity_finding(rest, _activities(rest, "gpu_idle", ("nvtx",)), "host_work",
+                                  "gpu_idle_while_host_in_range_per_step"),
+                _activity_finding(rest, _activities(rest, "gpu_idle", ("untraced", "osrt", "cuda_api")),
+                                  "untraced_host", "gpu_idle_while_host_untraced_per_step"),
+                _budget_finding(rest, "stream_wait", "stream_wait", [])]
+        gpu_findings = [*found, *idle, launch_bound(rest, *gpu.shape), *pageable, exposed_copy(rest, pageable),
+                        exposed_comm(rest),
                         fp32_matmul(context, gpu.kernels, gpu.capability), device_bound(context, gpu.kernels)]
         if causes is not None:
             gpu_findings = named(gpu_findings, causes, gpu.syncs)

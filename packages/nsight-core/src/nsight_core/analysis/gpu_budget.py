@@ -1,9 +1,7 @@
-"""Where each step's GPU time went, on the GPU's clock: busy parts, and every idle stretch by its cause.
-
-The steps are GPU windows (:mod:`nsight_core.analysis.projection`), cut where GPU work starts and ends into pieces. A
-busy piece is ``compute`` (a kernel or graph other than NCCL ran), else ``exposed_comm`` (only NCCL), else
-``exposed_copy`` (only copies or memsets). An idle piece ends where some GPU work starts; what held that work up is
-its cause, as on a critical path:
+"""Where each step's GPU time went, on the GPU's clock: busy parts, and every idle stretch by its cause; the parts add
+up to each window. The steps are GPU windows (analysis/projection.py), cut where GPU work starts and ends into pieces:
+``compute`` (a kernel or graph other than NCCL ran), else ``exposed_comm`` (only NCCL), else ``exposed_copy``. An idle
+piece ends where some GPU work starts; what held that work up is its cause, as on a critical path:
 
 - the work was queued before the GPU went idle: the GPU waited on another stream, an event or a copy
   (``stream_wait``), or, for a gap shorter than QUEUED_GAP_NS, on its own scheduling (``launch_gap``);
@@ -13,9 +11,6 @@ its cause, as on a critical path:
   to what the host did (analysis/host_time.py): a user NVTX range (``gpu_idle``), a CUDA call or the framework's
   dispatch before one (``launch_gap``), an OS-runtime call or untraced time (``gpu_idle``). From the launch call to
   the work's start is the launch's latency (``launch_gap``).
-
-The parts add up to each window. Columnar: one sweep over the GPU work's edges, as-of joins for the work that ends
-each idle piece, its launch and the sync before it, cumulative coverage for the host's intervals.
 """
 
 from __future__ import annotations
@@ -149,14 +144,11 @@ def _with_cause(idle: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame) -> 
 
 
 def _with_blame(pieces: pl.DataFrame, syncs: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
-    """PIECES (:func:`_with_cause`) with ``blame_ns``: how much of each late piece (the host's lateness, then the
-    launch's latency) a sync of its step is to blame for. A sync holds the host for as long as it waits for queued
-    work (W: from its start to when the GPU went idle, or its end); the host is then W late for all that follows, so
-    the idle time of the step after it, up to W in all, is the sync's: the stretch it drained, and the launch gaps
-    after it while the host catches up (a tail of small launches after `h[h > 0]`). Without the sync, that much of
-    the host's later work would have overlapped the GPU's. SYNCS: the steps' thread's synchronising calls, by start; the
-    stretch a sync drained is its own whatever the step, the later ones of the step it began in (after WINDOWS'
-    cpu_start_ns)."""
+    """PIECES (:func:`_with_cause`) with ``blame_ns``: how much of each late piece a sync of its step is to blame for.
+    A sync holds the host for as long as it waits for queued work (W); the host is then W late for all that follows,
+    so the idle time of the step after it, up to W in all, is the sync's: the stretch it drained, and the launch gaps
+    while the host catches up. SYNCS: the steps' thread's synchronising calls, by start; the stretch a sync drained is
+    its own whatever the step, the later ones of the step it began in (after WINDOWS' cpu_start_ns)."""
     syncs = syncs.select(pl.col("start_ns").alias("_s_start"), pl.col("end_ns").alias("_s_end")).sort("_s_start")
     starts = windows.select("step", pl.col("cpu_start_ns").alias("_cpu_start"))
     located = (pieces.join(starts, on="step", how="left", maintain_order="left")

@@ -22,8 +22,8 @@ OTHER_RANGES = "(other ranges)"
 @dataclass(frozen=True, kw_only=True)
 class Host:
     """What the steps' thread was in, as interval sets (:func:`_cumulative`): its STEPS, its user RANGES by name, and
-    its time outside them named either by when any thread dispatched (DISPATCH) or by its CALLS (:class:`HostCalls`),
-    a batch of time at a time (:meth:`at`): each CUDA call, the time before it (``dispatch``), each OS call."""
+    its time outside them named by when any thread dispatched (DISPATCH) or by its CALLS (:class:`HostCalls`, read a
+    batch of time at a time: :meth:`at`)."""
 
     steps: pl.DataFrame
     ranges: dict[str, pl.DataFrame]
@@ -84,8 +84,8 @@ OTHER_CALLS = "(other calls)"
 @dataclass(frozen=True, kw_only=True)
 class HostCalls:
     """The steps' THREAD's calls as the budget names them, each a code: the TOP_CALLS CUDA calls (NAMES, the rest
-    OTHER_CALLS) and OS-runtime calls (OSRT), read from the capture's CUDA_API and OSRT_CALLS a batch of time at a
-    time (:meth:`between`); chosen once, so every batch names its time alike."""
+    OTHER_CALLS) and OS-runtime calls (OSRT), chosen once so every batch of time (:meth:`between`) names its time
+    alike."""
 
     names: list[str]
     osrt: list[str]

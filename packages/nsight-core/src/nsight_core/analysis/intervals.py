@@ -1,11 +1,8 @@
 """Interval arithmetic on event frames (columns start_ns, end_ns and optionally device), whole or in windows of time.
 
-GPU busy time is the length of the UNION of kernel intervals: two kernels running at once on two
-streams keep the GPU busy once, not twice. Summing per-kernel times (what `nsys stats` totals are)
-double-counts that overlap and can exceed the wall time.
-
-Events come in windows of start time (analysis/windows.py), each holding a bounded number of events, and the
-union is built window by window (:func:`busy_over`), exactly: see there.
+GPU busy time is the length of the UNION of kernel intervals: two kernels running at once keep the GPU busy once (a sum
+of kernel times, as `nsys stats` totals, can exceed the wall time). The union is built exactly, window by window of
+start time (:func:`busy_over`).
 """
 
 from __future__ import annotations
@@ -17,12 +14,10 @@ import polars as pl
 
 
 def union_intervals(events: pl.DataFrame) -> pl.DataFrame:
-    """Merge overlapping or touching [start_ns, end_ns) intervals, per device when there is one.
-
-    Returns columns (device, start_ns, end_ns), sorted, with no two intervals of one device overlapping.
-    By start time, an interval starts a new merged one when it starts after every earlier one ended
-    (the running maximum of their ends); a merged interval ends at that maximum at its last member.
-    """
+    """Merge overlapping or touching [start_ns, end_ns) intervals, per device when there is one. Returns columns
+    (device, start_ns, end_ns), sorted, with no two intervals of one device overlapping. By start time, an interval
+    starts a new merged one when it starts after every earlier one ended (the running maximum of their ends); a merged
+    interval ends at that maximum at its last member."""
     frame = _with_device(events)
     if frame.select(pl.col("device").n_unique()).item() <= 1:  # one GPU: no per-device windows, and no sort
         ordered = frame if frame["start_ns"].is_sorted() else frame.sort("start_ns")
@@ -108,11 +103,9 @@ def busy_fractions(events: pl.DataFrame, edges: list[int]) -> list[float]:
 
 
 def _covered_before(merged: pl.DataFrame, edges: list[int]) -> pl.Series:
-    """For each edge t: how much of one device's (disjoint, sorted) intervals lies before t.
-
-    A binary search finds the last interval starting before each edge; the running sum of lengths up to
-    it, less the part of it past the edge, is the covered time. Columnar: no Python loop over intervals.
-    """
+    """For each edge t: how much of one device's (disjoint, sorted) intervals lies before t. A binary search finds the
+    last interval starting before each edge; the running sum of lengths up to it, less the part of it past the edge, is
+    the covered time. Columnar: no Python loop over intervals."""
     at = pl.Series("edge", edges, dtype=pl.Int64)
     position = merged["start_ns"].search_sorted(at, side="right").cast(pl.Int64) - 1
     cumulative = (merged["end_ns"] - merged["start_ns"]).cum_sum()

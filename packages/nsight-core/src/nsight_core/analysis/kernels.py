@@ -1,7 +1,5 @@
-"""Kernel names and kernel-level findings.
-
-Demangled CUDA kernel names run to hundreds of characters of namespaces, template arguments and
-parameter lists; a chart axis needs the function's own name, with the full name kept for hover.
+"""Kernel names and kernel-level findings. Demangled CUDA kernel names run to hundreds of characters; a chart axis
+needs the function's own name, with the full name kept for hover.
 """
 
 from __future__ import annotations
@@ -15,11 +13,8 @@ MAX_SHORT_NAME = 60
 
 
 def short_name(name: str) -> str:
-    """The kernel's own function name: no return type, namespaces, template arguments or parameters.
-
-    ``void at::native::<unnamed>::kernel<float, 4>(T1)`` -> ``kernel``. Names that are already short
-    (``sm80_xmma_gemm_..._cublas``) come back unchanged, cut to MAX_SHORT_NAME characters.
-    """
+    """The kernel's own function name, no return type, namespaces, template arguments or parameters (``void
+    at::native::<unnamed>::kernel<float, 4>(T1)`` -> ``kernel``), cut to MAX_SHORT_NAME characters."""
     depth = 0
     outer: list[str] = []
     for char in name.strip():
@@ -59,10 +54,7 @@ class NcclShare(BaseModel):
 def nccl_share(kernels: pl.DataFrame) -> NcclShare:
     """NCCL share of kernel time, from a frame with columns name and total_time_ns (a kernel summary)."""
     is_nccl = pl.col("name").str.to_lowercase().str.contains("nccl", literal=True)
-    totals = kernels.select(
-        pl.col("total_time_ns").filter(is_nccl).sum().alias("nccl"),
-        pl.col("total_time_ns").sum().alias("all"),
-        is_nccl.sum().alias("count"),
-    ).row(0)
+    totals = kernels.select(pl.col("total_time_ns").filter(is_nccl).sum().alias("nccl"),
+                            pl.col("total_time_ns").sum().alias("all"), is_nccl.sum().alias("count")).row(0)
     nccl, total, count = (int(value or 0) for value in totals)
     return NcclShare(nccl_time_ns=nccl, kernel_time_ns=total, nccl_kernels=count, share=nccl / total if total else 0.0)

@@ -1,13 +1,9 @@
 """The profiler's own cost: what nsys' CUDA tracing adds to every CUDA API call, taken out of the step.
 
-With CUDA traced, each runtime call runs nsys' callbacks and writes an activity record, so a loop bound by its host
-(small kernels, many calls) runs slower under the profiler than without it. The cost per call depends on the nsys
-version and the host; PER_CALL_NS holds what was measured on fix pairs (each problem and its fixed twin timed with
-and without the profiler, tests/fixtures/README.md): the profiled step less the unprofiled one, over the CUDA calls a
-step makes, across the host-bound pairs of each version. A step's overhead is its calls times that cost, and it can
-only have lengthened the step where the GPU waited on the host: it is taken out of the launch gaps and idle time,
-never out of the GPU's own work. Where the capture's region measured the cost in its own process (a burst of launches
-timed before and after its start, nsight_core.calibration), that cost is used instead of the table's.
+With CUDA traced, each runtime call runs nsys' callbacks, so a host-bound loop runs slower under the profiler. A
+step's overhead is its calls times the cost per call (PER_CALL_NS by nsys version, measured on the fix pairs:
+tests/fixtures/README.md; or what the capture's region measured in its own process, nsight_core.calibration), taken
+out of the launch gaps and idle time, where the GPU waited on the host, never out of the GPU's own work.
 """
 
 from __future__ import annotations
@@ -69,6 +65,5 @@ def with_overhead(budget: StepBudget, calls_per_step: float, nsys_version: str |
     parts = [part.model_copy(update={"total_ns": part.total_ns + drift}) if part.part == "profiler_overhead" else part
              for part in parts]
     overhead = ProfilerOverhead(per_call_ns=cost, calibrated=calibrated_ns is not None, nsys_version=nsys_version,
-                                calls_per_step=calls_per_step,
-                                per_step_ns=taken / steps)
+                                calls_per_step=calls_per_step, per_step_ns=taken / steps)
     return budget.model_copy(update={"parts": parts}), overhead

@@ -1,10 +1,8 @@
 """What running FP32 matrix work on tensor cores would save (TF32, or bf16 autocast), from the GPU's peak rates.
 
-A GEMM that cuBLAS runs in plain FP32 (sgemm, FFMA) uses the GPU's CUDA cores; with TF32 allowed, or under bf16
-autocast, the same GEMM runs on tensor cores at their peak rate. A large GEMM runs close to peak either way, so its
-time shrinks by the ratio of the two peaks: the saving is the kernels' time times (1 - FP32 peak / tensor peak).
-Small GEMMs are bound by memory or launches and gain less, which is why the saving is an estimate to check.
-GPUs without tensor cores for that type (before compute capability 8.0: no TF32, no bf16) get no saving.
+A large GEMM runs close to peak on CUDA cores (plain FP32) or tensor cores (TF32, bf16) alike, so the saving is the
+kernels' time times (1 - FP32 peak / tensor peak); small GEMMs gain less, so it is an estimate to check. GPUs before
+compute capability 8.0 (no TF32, no bf16) get no saving.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """NVTX projected onto the GPU: which GPU work each CPU range launched, and each step on the GPU's clock.
 
-PyTorch launches asynchronously: in a loop that does not sync every step, the CPU's `step_{n}` ranges end
-long before the GPU has done that step's work (a device-bound loop's ranges are ~1.5 ms apart while each
-step takes ~14 ms on the GPU). Time read on the CPU's clock is then wrong. Every kernel, copy, memset and
-CUDA-graph launch carries the correlation id of the runtime call that issued it; that call ran on a CPU
-thread inside the ranges open there. So a range's GPU work is the work whose launch call lies inside it,
-and a step's GPU time runs from the start of its first GPU work to the start of the next step's.
-
-Both clocks are kept: each step's CPU period (its range) and GPU period (its window). The loop is
-device-bound when the GPU's windows are busy (the host ran ahead), host-bound when they are not.
+PyTorch launches asynchronously, so a step's range on the CPU can end long before the GPU has done its work. Every
+piece of GPU work carries the correlation id of the call that launched it: a range's GPU work is the work whose launch
+call lies inside it, and a step's GPU window runs from its first GPU work to the next step's. Both clocks are kept; the
+loop is device-bound when the GPU's windows are busy (the host ran ahead), host-bound when they are not.
 """
 
 from __future__ import annotations
@@ -32,7 +27,7 @@ def launched(work: pl.DataFrame, cuda_api: pl.DataFrame) -> pl.DataFrame:
         work_ids = work["correlation_id"]
         if not work_ids.null_count() and work_ids.is_sorted():
             # The work ran in the order of its calls too (one stream, or streams in launch order): one merge of the
-            # two by id, exact matches only (200,000 kernels: 2 ms, where a binary search per work took 12).
+            # two by id, exact matches only (faster than a binary search per work).
             return work.join_asof(calls, on="correlation_id", strategy="backward", tolerance=0,
                                   check_sortedness=False)
         # nsys numbers one process's calls in order: a binary search finds each work's call, no hash join (2x faster).
@@ -50,18 +45,14 @@ def launched(work: pl.DataFrame, cuda_api: pl.DataFrame) -> pl.DataFrame:
 
 
 def step_of_launch(launches: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:
-    """The step each launch call lies in (in time, on any thread), null for the others.
-
-    Any thread: PyTorch's backward pass launches from the autograd engine's thread while the step's range is
-    open on the loop's thread (300 of 780 kernels per 20 steps of a small MLP); they are the step's work.
-    STEPS: step, start_ns, end_ns (not overlapping, by start).
-    """
+    """The step each launch call lies in (in time, on any thread: PyTorch's backward pass launches from the autograd
+    engine's thread while the step's range is open on the loop's), null for the others. STEPS: step, start_ns, end_ns
+    (not overlapping, by start)."""
     if not steps.height:
         return pl.Series("step", [None] * launches.height, pl.Int64)
     launch = launches["launch_ns"]
     if not launch.null_count() and launch.is_sorted():
-        # Launches in call order (one stream, or streams in launch order): one merge with the steps (200,000
-        # kernels: 1.4 ms, where a binary search per launch took 8-10).
+        # Launches in call order (one stream, or streams in launch order): one merge with the steps, the fastest.
         located = launches.select("launch_ns").join_asof(
             steps.select(pl.col("start_ns").alias("launch_ns"), pl.col("end_ns").alias("_end"), "step"),
             on="launch_ns", strategy="backward", check_sortedness=False)
@@ -80,19 +71,15 @@ def project_spans(steps: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     projected = (steps.join(spans, on="step", how="inner").sort("step")
                  .rename({"start_ns": "cpu_start_ns", "end_ns": "cpu_end_ns"}))
     start = pl.col("gpu_start_ns")
-    return projected.select(
-        "step", start.alias("start_ns"), start.shift(-1).fill_null(pl.col("gpu_end_ns").last()).alias("end_ns"),
-        "cpu_start_ns", "cpu_end_ns", "name", "thread",
-    )
+    return projected.select("step", start.alias("start_ns"),
+                            start.shift(-1).fill_null(pl.col("gpu_end_ns").last()).alias("end_ns"), "cpu_start_ns",
+                            "cpu_end_ns", "name", "thread")
 
 
 def range_gpu_spans(nvtx: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
     """Each NVTX range's GPU span: the NVTX frame with gpu_start_ns, gpu_end_ns and gpu_ops (0 and nulls when it
-    launched nothing). LAUNCHES: :func:`launched` GPU work.
-
-    A launch belongs to every range open on its thread at its call: ranges of one depth on one thread do not
-    overlap, so one as-of join per nesting depth finds them (a handful of joins, none per range).
-    """
+    launched nothing). LAUNCHES: :func:`launched` GPU work. A launch belongs to every range open on its thread at its
+    call: ranges of one depth on one thread do not overlap, so one as-of join per nesting depth finds them."""
     calls = launches.filter(pl.col("launch_ns").is_not_null()).select("launch_ns", "thread", "start_ns", "end_ns")
     calls = calls.sort("launch_ns")
     indexed = nvtx.with_row_index("_range")
@@ -118,8 +105,7 @@ def innermost_range(calls: pl.DataFrame, nvtx: pl.DataFrame) -> pl.Series:
     found = pl.Series("range", [""] * calls.height, pl.String)
     if not calls.height:
         return found
-    # Only the ranges a call can be in: on a call's thread, begun by the last call. A capture of a million ranges and
-    # no sync copied all of them, names too, per depth (+62 MB and 0.3 s of its analysis for nothing).
+    # Only the ranges a call can be in (on a call's thread, begun by the last call): not every range copied per depth.
     nvtx = nvtx.filter(pl.col("thread").is_in(calls["thread"].unique().implode(), nulls_equal=True)
                        & (pl.col("start_ns") <= calls["start_ns"].max()))
     order = calls.select(pl.int_range(pl.len()).alias("_row"), "start_ns", "thread").sort("start_ns")

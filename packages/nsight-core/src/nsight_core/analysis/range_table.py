@@ -1,18 +1,13 @@
 """The NVTX range table (:class:`ranges.RangeFamily` rows) of a capture, in windows of start time.
 
 Per family (name pattern and domain): count, summed time, minimum and maximum are streamed group-bys; the median is
-selected exactly in streamed passes (stats/exact.py, as the reports' medians); the mean is exact from the integer
-sum. Self time is a family's summed time less the time of its ranges' direct children, and the GPU work a range
-launched (its count and span) is that of the launches on its thread while it was open: both need each range's
-nesting, which is local in time but for the ranges still open. So the ranges come in windows of start time (about
-WINDOW_ROWS ranges, CUDA calls and GPU work in each), and the ranges still open at a window's start (a step, an
-epoch: as many as the nesting is deep) are carried into it with what they launched so far: every range that encloses
-one of the window's ranges or one of its launches is among them, so depths and parents are the capture's
-(:func:`ranges.with_parents` on the window and the carried ranges). Each child's time goes to its parent's family; a
-range's GPU span is final once it has ended.
+exact in streamed passes (stats/exact.py); the mean is exact from the integer sum. Self time and the GPU work a range
+launched on its thread need each range's nesting, which is local in time but for the ranges still open: so the ranges
+come in windows of start time, and those still open at a window's start (as many as the nesting is deep) are carried
+into it with what they launched so far, so depths and parents are the capture's.
 
-The table needs the events and the user window alone, not the steps: :func:`start_range_table` starts it in a thread
-beside the steps and their budget, and :func:`range_table` then takes that result.
+The table needs the events and the user window alone: :func:`start_range_table` starts it in a thread beside the steps
+and their budget, and :func:`range_table` then takes that result.
 """
 
 from __future__ import annotations
@@ -89,9 +84,7 @@ def _range_table(frames: Events, span_ns: int, window_rows: int | None) -> list[
 def _family_key(names: pl.DataFrame) -> tuple[pl.Expr, pl.DataFrame]:
     """KEY of each range, one integer per family (name pattern and domain: :func:`codes.joint_code` of their codes), as
     an expression of its name and domain, and the families (KEY, pattern, domain). NAMES: the capture's distinct
-    (name, domain) pairs, whose patterns are made once (a few names): per range, its name's pattern and its domain are
-    hash lookups among those few, where the pattern's regex on every range, or a join of every range on two strings,
-    took most of each pass."""
+    (name, domain) pairs, whose patterns are made once: per range, two hash lookups, no regex."""
     distinct = names.select(pl.col("name").unique().sort())
     pattern, patterns = family_codes(distinct, "name")
     domains = names.select(pl.col("domain").unique().sort()).to_series()
@@ -114,8 +107,7 @@ def _nested(ranges: pl.LazyFrame, calls: pl.LazyFrame, work: pl.LazyFrame,
     for upper, started, launched_in in zip([*cuts, None], window_filters(cuts, pl.col("start_ns")),
                                            window_filters(cuts, pl.col("launch_ns")), strict=True):
         window = ranges.filter(started).collect(engine="streaming")
-        # Lazy group-bys (these and the children's): Polars' default engine groups a window's million rows in less
-        # time than an eager group-by's, and reads only the columns each needs.
+        # Lazy group-bys (these and the children's): faster than eager ones, and reading only the columns each needs.
         sums.append(window.lazy().group_by(KEY).agg(*exact.counts(duration), duration.min().alias("_min"),
                                                     duration.max().alias("_max")).collect())
         present = pl.concat([

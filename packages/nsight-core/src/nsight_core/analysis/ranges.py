@@ -1,8 +1,5 @@
-"""NVTX ranges by family with self time: what a range did itself, not what its children did.
-
-`nsys stats` totals nest: a `train` range holding `forward` and `backward` counts their time again, so shares of summed
-range time mean little (a range that took 90 % of the capture can show 43 %). Here each range's self time is its
-duration minus its direct children's, self times of one thread never overlap, and shares are of the capture span. Summed
+"""NVTX ranges by family with self time: a range's duration less its direct children's, which of one thread never
+overlap (`nsys stats` totals nest, counting a child's time again in its parent). Shares are of the capture span; summed
 (inclusive) time is kept, named as such.
 """
 
@@ -35,14 +32,10 @@ class RangeFamily(BaseModel):
 
 
 def with_parents(nvtx: pl.DataFrame) -> pl.DataFrame:
-    """NVTX ranges with an id and the id of the range they are nested in on their thread (null: outermost).
-
-    The parent of a range at depth d is the latest range at depth d-1 on the same thread that started no later than it
-    did (ranges of one thread nest, so that one encloses it). ``id`` is the row's position: the ranges by start time.
-    """
+    """NVTX ranges by start with an ``id`` (the row's position) and the ``parent`` they are nested in (null: outermost):
+    the latest range one depth up on the same thread that started no later."""
     ranges = by_start(nvtx).select(pl.int_range(pl.len(), dtype=pl.Int64).alias("id"), pl.all())
-    # (thread, depth) as a single integer: a join by two columns costs five times the memory, and by 32-bit integers
-    # (ids and levels) 40 % less than by 64-bit ones (3 M ranges: 73 MB against 119 MB).
+    # (thread, depth) as one 32-bit integer: a join by two columns, or by 64-bit ones, takes far more memory.
     level = _thread_level(ranges)
     keys = ranges.select(pl.col("id").cast(pl.UInt32), level.alias("_level"), "start_ns")
     levels = keys["_level"].unique()
@@ -133,14 +126,10 @@ def self_time(ranges: pl.DataFrame) -> pl.DataFrame:
 
 
 def self_pieces(ranges: pl.DataFrame, of: pl.Series | None = None) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """The pieces of each of RANGES (:func:`with_parents`' frame) not covered by a child, as three frames.
-
-    Columns start_ns, end_ns and ``id``: the range the piece belongs to, its innermost one (whose thread it is on). Per
-    thread disjoint. The frames: the gap before each child (in the children's order, by start), the rest of each parent
-    after its last child (by parent), and the ranges without children (by start); where ranges nest, each frame is by
-    start time. Ids, not names: a name is looked up for the pieces that need it. OF (a mask of RANGES): only those
-    ranges' pieces.
-    """
+    """The pieces of each of RANGES (:func:`with_parents`' frame) not covered by a child (start_ns, end_ns, ``id``: the
+    innermost range), per thread disjoint, as three frames: the gap before each child (by start), the rest of each
+    parent after its last child (by parent), and the ranges without children (by start); where ranges nest, each is by
+    start time. OF (a mask of RANGES): only those ranges' pieces."""
     children = ranges.select("parent", "start_ns", "end_ns").filter(pl.col("parent").is_not_null())
     parent = children["parent"]
     if of is not None:  # a range's pieces need all its children, and only those
@@ -161,12 +150,9 @@ def self_pieces(ranges: pl.DataFrame, of: pl.Series | None = None) -> tuple[pl.D
 
 def nest(ranges: pl.DataFrame) -> bool:
     """Whether RANGES (:func:`with_parents`' frame, one thread) nest: each lies inside its parent, after the previous
-    range of its parent (or the previous outermost one). Then their self pieces do not overlap, and a range's pieces add
-    up to its duration less its children's (:func:`self_time`).
-
-    At a few depths, each range is checked against the range before it at its depth instead of its previous sibling:
-    a pass per depth, not a window over every parent. Where every range lies inside its parent, the one before it at
-    its depth is its previous sibling, or a range inside an earlier range, which ended before its parent began."""
+    range of its parent (or the previous outermost one), so that their self pieces do not overlap. At a few depths, a
+    pass per depth checks each range against the one before it at its depth: where all lie inside their parents, that
+    is its previous sibling or inside one."""
     depth, end = pl.col("depth"), pl.col("end_ns")
     depths = ranges["depth"].unique()
     before = (pl.coalesce(*(pl.when(depth == value).then(pl.when(depth == value).then(end).forward_fill().shift(1))
@@ -177,12 +163,8 @@ def nest(ranges: pl.DataFrame) -> bool:
 
 
 def in_parent_order(pieces: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]) -> pl.DataFrame:
-    """:func:`self_pieces` as one frame: the gaps before children by parent (then start), the rests after the last
-    children by parent, the leaves.
-
-    The order the pieces had before a sort by start time: it decides which of two pieces starting together (from ranges
-    that cross rather than nest) comes first.
-    """
+    """:func:`self_pieces` as one frame in the order that decides which of two pieces starting together (of ranges
+    that cross) comes first: the gaps before children by parent (then start), the rests by parent, the leaves."""
     before_child, after_last, leaves = pieces
     return pl.concat([before_child.sort("id", maintain_order=True), after_last.sort("id"), leaves])
 

@@ -1,8 +1,6 @@
 """The steps a page draws in full, with their events: the median and slowest steady step (:func:`step_view`), and
-the steps a finding's evidence points at. A step's drawn span is its GPU window and its NVTX range together, so the
-host's calls show beside the work they launched; its events are every kernel, graph launch, copy and memset (a row per
-GPU stream), CUDA API call and NVTX range (a row per CPU thread) overlapping the span, the MAX_EVENTS longest where
-more. Numbers and names only; the words are the page's.
+the steps a finding's evidence points at. A step's drawn span is its GPU window and its NVTX range together; its events
+are all overlapping it (:data:`EVENT_SCHEMA`), the MAX_EVENTS longest where more. Numbers and names only.
 """
 
 from __future__ import annotations
@@ -138,14 +136,14 @@ def drawing_for(trace: EventTables | Events, analysis: Analysis, parts: Analyzed
     places = [e.where for finding in analysis.findings for e in finding.evidence if e.where is not None]
     evidence = (tuple(where.step for where in places if where.step is not None),
                 tuple(where.start_ns for where in places if where.start_ns is not None))
-    view = view.model_copy(update={"idle": parts.budgets.stretches(list(step_roles(view, evidence)))})
+    roles = step_roles(view, evidence)
+    view = view.model_copy(update={"idle": parts.budgets.stretches(list(roles))})
     if view.median_step is None or view.slowest_step is None or isinstance(stats, CaptureAsStep):
         return None
-    drawn = [_drawn(trace, view, step, roles) for step, roles in step_roles(view, evidence).items()]
+    drawn = [_drawn(trace, view, step, why) for step, why in roles.items()]
     threads = {thread for step in drawn for thread in step.events["thread"].drop_nulls().unique().to_list()}
     names = getattr(trace, "threads", None)
     thread_names = dict(names.filter(pl.col("thread").is_in(list(threads))).select("thread", "name").iter_rows()) \
         if names is not None else {}
-    return StepDrawing(stats=stats, steps=drawn, thread_names=thread_names,
-                       budgets=parts.budgets.steps, warmup_steps=int(stats.warmup), median_step=view.median_step,
-                       slowest_step=view.slowest_step)
+    return StepDrawing(stats=stats, steps=drawn, thread_names=thread_names, budgets=parts.budgets.steps,
+                       warmup_steps=int(stats.warmup), median_step=view.median_step, slowest_step=view.slowest_step)

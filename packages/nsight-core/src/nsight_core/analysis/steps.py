@@ -1,11 +1,8 @@
 """Which repeated unit of work is "a step", and how long each one took.
 
-A training loop marks its steps with NVTX (`step_0` … `step_19`, `iter 12`, `epoch3/step_7`, or one
-name pushed every iteration). Numbered names are one family, not twenty one-off ranges: replacing
-every digit run with ``{n}`` gives the family's pattern. Without NVTX the loop still shows in the
-GPU work: the kernel sequence repeats with a period, and the first kernel of each period starts a
-step. When neither is there, the result says why instead of guessing. Each way of finding steps is a model of its
-own (:data:`StepStats`), holding what that way knows of them.
+A loop marks its steps with NVTX (`step_0` … `step_19`, `iter 12`, or one name pushed every iteration): numbered names
+are one family, whose pattern has each digit run replaced by ``{n}``. Without NVTX the kernel sequence's period cuts
+the steps; without either, the result says why. Each way of finding steps is a model of its own (:data:`StepStats`).
 """
 
 from __future__ import annotations
@@ -82,9 +79,8 @@ class FamilySteps(StepShape):
 
 
 class NvtxCpuSteps(FamilySteps):
-    """An NVTX family's ranges as steps, timed by the ranges themselves: fewer than
-    :data:`projection.MIN_PROJECTED` of them launched GPU work (a CPU-only loop), or the family as
-    :func:`find_steps` chose it from the capture's start."""
+    """An NVTX family's ranges as steps, timed by the ranges themselves: fewer than :data:`projection.MIN_PROJECTED` of
+    them launched GPU work (a CPU-only loop), or the family as :func:`find_steps` chose it from the capture's start."""
 
     mode: Literal["nvtx-cpu"] = "nvtx-cpu"
 
@@ -141,33 +137,18 @@ Shaped = TypeVar("Shaped", bound=StepShape)
 
 
 def nvtx_families(nvtx: pl.DataFrame, family: tuple[pl.Series, pl.Series]) -> pl.DataFrame:
-    """Repeated range families (FAMILY: :func:`family_codes` of the names), best step candidate first.
-
-    Columns: pattern, domain, thread, depth, count, total_ns, p50_ns, p95_ns, min_ns, max_ns,
-    first_ns, sequential, step_word. Order: names that say step/iter/batch, then sequential ones,
-    then the outermost, then the longest in total.
-    """
+    """Repeated range families (FAMILY: :func:`family_codes` of the names), best step candidate first: names that
+    say step/iter/batch, then sequential ones, then the outermost, then the longest in total. Columns: pattern, domain,
+    thread, depth, count, total_ns, p50_ns, p95_ns, min_ns, max_ns, first_ns, sequential, step_word."""
     # Grouped by one code of (family, domain, thread) (:func:`joint_code`), not by the strings.
     parts = (family, distinct_codes(nvtx, "domain"), distinct_codes(nvtx, "thread"))
     keyed = nvtx.select(joint_code(*((pl.lit(codes), values.len()) for codes, values in parts)),
                         "start_ns", "end_ns", "depth", (pl.col("end_ns") - pl.col("start_ns")).alias("_duration"))
     keyed = keyed if keyed["start_ns"].is_sorted() else keyed.sort("start_ns", maintain_order=True)
-    duration = pl.col("_duration")
-    families = (
-        keyed.group_by("_key", maintain_order=True)
-        .agg(
-            pl.len().alias("count"),
-            pl.col("depth").min().alias("depth"),
-            duration.sum().alias("total_ns"),
-            duration.median().alias("p50_ns"),
-            duration.quantile(0.95, interpolation="linear").alias("p95_ns"),
-            duration.min().alias("min_ns"),
-            duration.max().alias("max_ns"),
-            duration.first().alias("first_ns"),
-            (pl.col("start_ns").shift(-1) >= pl.col("end_ns")).drop_nulls().all().alias("sequential"),
-        )
-        .filter(pl.col("count") >= 2)
-    )
+    families = keyed.group_by("_key", maintain_order=True).agg(
+        pl.len().alias("count"), pl.col("depth").min().alias("depth"), *_duration_stats(pl.col("_duration")),
+        (pl.col("start_ns").shift(-1) >= pl.col("end_ns")).drop_nulls().all().alias("sequential"),
+    ).filter(pl.col("count") >= 2)
     # Ranges without a name (frames built by hand; the loader names them '') are no family to call steps.
     (patterns, domains, threads) = (values for _, values in parts)
     pattern, domain, thread = joint_parts(families["_key"], *(values.len() for _, values in parts))
@@ -175,18 +156,14 @@ def nvtx_families(nvtx: pl.DataFrame, family: tuple[pl.Series, pl.Series]) -> pl
         patterns.gather(pattern).alias("pattern"), domains.gather(domain).fill_null("").alias("domain"),
         threads.gather(thread).alias("thread"), pl.exclude("_key"),
     ).filter(pl.col("pattern").is_not_null()).with_columns(pl.col("pattern").str.contains(STEP_WORDS).alias("step_word"))
-    return families.sort(
-        ["step_word", "sequential", "depth", "total_ns", "pattern"],
-        descending=[True, True, False, True, False],
-    )
+    return families.sort(["step_word", "sequential", "depth", "total_ns", "pattern"],
+                         descending=[True, True, False, True, False])
 
 
 def find_steps(nvtx: pl.DataFrame, kernels: pl.DataFrame,
                codes: tuple[pl.Series, pl.Series] | None = None) -> tuple[ChosenSteps, pl.DataFrame]:
-    """The capture's steps: statistics and one row per step (step, start_ns, end_ns, name, thread).
-
-    CODES: :func:`family_codes` of NVTX's names, where the caller has them already.
-    """
+    """The capture's steps: statistics and one row per step (step, start_ns, end_ns, name, thread). CODES:
+    :func:`family_codes` of NVTX's names, where the caller has them already."""
     codes = codes if codes is not None else family_codes(nvtx, "name")
     families = nvtx_families(nvtx, codes)
     candidates = [StepFamily(**row) for row in families.drop("step_word").to_dicts()]
@@ -212,8 +189,7 @@ def kernel_period_stats(steps: pl.DataFrame, period: int, anchor: str) -> Kernel
 def on_gpu_clock(stats: NvtxCpuSteps, windows: pl.DataFrame) -> GpuWindowSteps:
     """STATS' steps with the family's durations, warm-up and trend read from their GPU WINDOWS (step, start_ns,
     end_ns), the ranges' own p50 and p95 kept as the CPU's period."""
-    family = _family_of(windows, stats.family.pattern, stats.family.thread).model_copy(
-        update={"domain": stats.family.domain, "depth": stats.family.depth})
+    family = _family_of(windows, stats.family.pattern, stats.family.thread, stats.family.domain, stats.family.depth)
     return _with_shape(GpuWindowSteps(family=family, cpu_p50_ns=stats.family.p50_ns, cpu_p95_ns=stats.family.p95_ns,
                                       candidates=stats.candidates), windows)
 
@@ -225,34 +201,30 @@ def family_stats(steps: pl.DataFrame, family: StepFamily) -> NvtxCpuSteps | None
     sequential = steps.select((pl.col("start_ns").shift(-1) >= pl.col("end_ns")).drop_nulls().all()).item()
     if steps.height < 2 or not sequential:
         return None
-    whole = _family_of(steps, family.pattern, family.thread).model_copy(
-        update={"domain": family.domain, "depth": family.depth})
+    whole = _family_of(steps, family.pattern, family.thread, family.domain, family.depth)
     return _with_shape(NvtxCpuSteps(family=whole), steps)
 
 
 def _family_instances(nvtx: pl.DataFrame, codes: tuple[pl.Series, pl.Series], family: StepFamily) -> pl.DataFrame:
     """FAMILY's ranges in NVTX (CODES: :func:`family_codes` of the names) as steps."""
     pattern, patterns = codes
-    return (
-        nvtx.filter(
-            pl.lit(pattern).eq((patterns == family.pattern).arg_true()[0])
-            & (pl.col("domain") == family.domain)
-            & (pl.col("thread") == family.thread)
-        )
-        .sort("start_ns")
-        .with_row_index("step")
-        .select(pl.col("step").cast(pl.Int64), "start_ns", "end_ns", "name", "thread")
-    )
+    return (nvtx.filter(pl.lit(pattern).eq((patterns == family.pattern).arg_true()[0])
+                        & (pl.col("domain") == family.domain) & (pl.col("thread") == family.thread))
+            .sort("start_ns").with_row_index("step")
+            .select(pl.col("step").cast(pl.Int64), "start_ns", "end_ns", "name", "thread"))
 
 
-def _family_of(steps: pl.DataFrame, pattern: str, thread: int | None) -> StepFamily:
-    duration = pl.col("end_ns") - pl.col("start_ns")
-    shape = steps.select(
-        duration.sum().alias("total_ns"), duration.median().alias("p50_ns"),
-        duration.quantile(0.95, "linear").alias("p95_ns"), duration.min().alias("min_ns"),
-        duration.max().alias("max_ns"), duration.first().alias("first_ns"),
-    ).row(0, named=True)
-    return StepFamily(pattern=pattern, domain="", thread=thread, depth=0, count=steps.height, sequential=True, **shape)
+def _duration_stats(duration: pl.Expr) -> list[pl.Expr]:
+    """A family's duration statistics (:class:`StepFamily`'s total_ns to first_ns) of DURATION."""
+    return [duration.sum().alias("total_ns"), duration.median().alias("p50_ns"),
+            duration.quantile(0.95, "linear").alias("p95_ns"), duration.min().alias("min_ns"),
+            duration.max().alias("max_ns"), duration.first().alias("first_ns")]
+
+
+def _family_of(steps: pl.DataFrame, pattern: str, thread: int | None, domain: str = "", depth: int = 0) -> StepFamily:
+    shape = steps.select(_duration_stats(pl.col("end_ns") - pl.col("start_ns"))).row(0, named=True)
+    return StepFamily(pattern=pattern, domain=domain, thread=thread, depth=depth, count=steps.height, sequential=True,
+                      **shape)
 
 
 def _with_shape(stats: Shaped, steps: pl.DataFrame) -> Shaped:
@@ -270,36 +242,25 @@ def _with_shape(stats: Shaped, steps: pl.DataFrame) -> Shaped:
         (pl.len() - 1).alias("last")).row(0)
     change = slope * last / median if median else 0.0
     trend: Trend = "flat" if abs(change) <= TREND_THRESHOLD else "rising" if change > 0 else "falling"
-    return stats.model_copy(update={
-        "warmup": warmup, "warmup_excess_ns": first - rest_median if warmup else 0.0,
-        "trend": trend, "trend_ns_per_step": slope,
-    })
+    return stats.model_copy(update={"warmup": warmup, "warmup_excess_ns": first - rest_median if warmup else 0.0,
+                                    "trend": trend, "trend_ns_per_step": slope})
 
 
 def kernel_period_steps(kernels: pl.DataFrame) -> tuple[pl.DataFrame, int | None, str | None, str]:
-    """Steps from the period of the repeating kernel sequence (in launch order on the GPU).
-
-    The anchor is the first kernel name that recurs at a constant distance (in kernels) at least
-    MIN_PERIOD_REPEATS times; the period counts when PERIOD_MATCH of all kernels equal the kernel one
-    period later. Each step runs from one anchor start to the next (the last to the end of its period).
-    An anchor occurrence without a whole period after it (a last, partial iteration) starts no step
-    (:func:`period_steps`).
-    Returns (steps, period, the anchor's name, why not), with an empty frame and None when there is no clear period.
-    """
+    """Steps from the period of the repeating kernel sequence (in launch order on the GPU): the anchor is the first
+    kernel name that recurs at a constant distance at least MIN_PERIOD_REPEATS times, and the period counts when
+    PERIOD_MATCH of all kernels equal the kernel one period later (steps: :func:`period_steps`). Returns (steps,
+    period, the anchor's name, why not): an empty frame and None where there is no clear period."""
     empty = pl.DataFrame(schema=STEP_COLUMNS)
     if kernels.height < 2 * MIN_PERIOD_REPEATS:
         return empty, None, None, "too few kernels to find a repeating sequence and no repeated NVTX range"
     ordered = kernels.sort("start_ns").with_row_index("position").with_columns(
         pl.col("name").rank("dense").cast(pl.Int64).alias("kind"))
-    gaps = (
-        ordered.with_columns((pl.col("position") - pl.col("position").shift(1).over("kind")).alias("gap"))
-        .group_by("kind")
-        .agg(pl.len().alias("count"), pl.col("position").first().alias("first"),
-             pl.col("gap").drop_nulls().mode().first().alias("period"),
-             (pl.col("gap").drop_nulls().n_unique() == 1).alias("constant"))
-        .filter(pl.col("constant") & (pl.col("count") >= MIN_PERIOD_REPEATS))
-        .sort("first")
-    )
+    gaps = (ordered.with_columns((pl.col("position") - pl.col("position").shift(1).over("kind")).alias("gap"))
+            .group_by("kind").agg(pl.len().alias("count"), pl.col("position").first().alias("first"),
+                                  pl.col("gap").drop_nulls().mode().first().alias("period"),
+                                  (pl.col("gap").drop_nulls().n_unique() == 1).alias("constant"))
+            .filter(pl.col("constant") & (pl.col("count") >= MIN_PERIOD_REPEATS)).sort("first"))
     if not gaps.height:
         return empty, None, None, "no repeated NVTX range and no kernel recurs at a constant distance"
     anchor, period = int(gaps["kind"][0]), int(gaps["period"][0])
@@ -316,13 +277,10 @@ def kernel_period_steps(kernels: pl.DataFrame) -> tuple[pl.DataFrame, int | None
 
 
 def period_steps(kernels: pl.LazyFrame, period: int, anchor: str) -> pl.DataFrame:
-    """The steps of KERNELS' sequence of PERIOD kernels starting with the ANCHOR kernel (:func:`kernel_period_steps`'
-    or a streamed capture's first part's): each anchor starts a step that ends where the next begins, but one followed
-    by fewer than PERIOD kernels (a last, partial iteration), and the last ends where the kernels through its period's
-    last have all ended. The one cut of kernel-period steps (analysis/every_step.py).
-
-    Streamed, in bounded memory: the anchors' starts (a row a step), every kernel counted (with its latest end) by
-    how many anchors start before or with it, and the PERIOD kernels from the last step's anchor on."""
+    """The steps of KERNELS' sequence of PERIOD kernels starting with the ANCHOR kernel: each anchor starts a step that
+    ends where the next begins, but one followed by fewer than PERIOD kernels (a last, partial iteration), and the last
+    ends where the kernels through its period's last have all ended. Streamed, in bounded memory: the anchors' starts,
+    every kernel counted by how many anchors start before or with it, and the PERIOD kernels from the last anchor on."""
     anchors = (kernels.filter(pl.col("name") == anchor).select("start_ns").collect(engine="streaming")
                .sort("start_ns")["start_ns"])
     between = (kernels.select(pl.lit(anchors).search_sorted(pl.col("start_ns"), side="right").cast(pl.Int64)

@@ -83,11 +83,9 @@ def _trace_tiles(trace: TraceSummary | None) -> list[Tile]:
         return [span, Tile(label="GPU kernel time", missing=reason), Tile(label="GPU busy", missing=reason)]
     gpus = f" across {trace.devices} GPUs" if trace.devices > 1 else ""
     graphs = f" and {trace.graph_count:,} CUDA-graph launches" if trace.graph_count else ""
-    kernel_time = Tile(
-        label="GPU kernel time", value=duration(trace.kernel_busy_ns), number=trace.kernel_busy_ns,
-        detail=f"union of kernel{graphs} intervals{gpus}; summed per piece: {duration(trace.kernel_sum_ns)}"
-        if graphs else f"union of kernel intervals{gpus}; summed per kernel: {duration(trace.kernel_sum_ns)}",
-    )
+    kernel_time = Tile(label="GPU kernel time", value=duration(trace.kernel_busy_ns), number=trace.kernel_busy_ns,
+                       detail=f"union of kernel{graphs} intervals{gpus}; summed per {'piece' if graphs else 'kernel'}: "
+                       f"{duration(trace.kernel_sum_ns)}")
     fraction = trace.busy_fraction or 0.0
     busy = Tile(label="GPU busy", value=f"{fraction:.1%}", number=fraction,
                 detail=f"kernel time / capture span{gpus}")
@@ -107,13 +105,11 @@ def _kernel_tiles(stats: ProfileStats, trace: TraceSummary | None) -> list[Tile]
         return [Tile(label="Kernel launches", missing=reason), Tile(label="Distinct kernels", missing=reason)]
     launches = sum(row.instances for row in stats.kernels)
     nccl = nccl_share(stats.frame("kernels"))
-    return [
-        Tile(label="Kernel launches", value=f"{launches:,}", number=launches),
-        Tile(label="Distinct kernels", value=f"{len(stats.kernels):,}", number=len(stats.kernels)),
-        Tile(label="NCCL share", value=f"{nccl.share:.1%}", number=nccl.share,
-             detail=f"{nccl.nccl_kernels} NCCL kernels, {duration(nccl.nccl_time_ns)} of summed kernel time"
-             if nccl.nccl_kernels else "no NCCL kernels ran (no multi-GPU communication)"),
-    ]
+    return [Tile(label="Kernel launches", value=f"{launches:,}", number=launches),
+            Tile(label="Distinct kernels", value=f"{len(stats.kernels):,}", number=len(stats.kernels)),
+            Tile(label="NCCL share", value=f"{nccl.share:.1%}", number=nccl.share,
+                 detail=f"{nccl.nccl_kernels} NCCL kernels, {duration(nccl.nccl_time_ns)} of summed kernel time"
+                 if nccl.nccl_kernels else "no NCCL kernels ran (no multi-GPU communication)")]
 
 
 def _memory_tiles(stats: ProfileStats) -> list[Tile]:

@@ -1,12 +1,9 @@
 """The part of a capture that is the user's: the profiler's own start-up and calls are not.
 
-After `nsys start` the region sleeps START_SETTLE_SECONDS so collection is live before the user's
-code runs; with `osrt` tracing that sleep is recorded as the user's ``clock_nanosleep`` (seen:
-100 % of OS-runtime time, max 250 ms) and it stretches "collection ran" past the workload. The
-user's window therefore starts at the NVTX mark ``LIVE_MARK`` (domain OWN_DOMAIN) a region emits
-once collection is live and ends at ``STOP_MARK`` before it stops, where the capture has them.
-Without the marks: from the first to the last CUDA or NVTX event, and a sleep on the recording's
-first moments as long as the settle wait is the profiler's.
+After `nsys start` the region sleeps START_SETTLE_SECONDS so collection is live before the user's code runs; with
+`osrt` tracing that sleep shows as the user's ``clock_nanosleep``. The user's window therefore runs from the NVTX mark
+``LIVE_MARK`` a region emits once collection is live to ``STOP_MARK`` before it stops, where the capture has them; else
+from the first to the last CUDA or NVTX event, a sleep as long as the settle wait at the start being the profiler's.
 """
 
 from __future__ import annotations
@@ -43,19 +40,11 @@ class UserWindow(BaseModel):
         return max(self.end_ns - self.start_ns, 0)
 
 
-def user_window(
-    window_start_ns: int,
-    window_end_ns: int,
-    marks: pl.DataFrame | pl.LazyFrame,
-    events: Sequence[pl.DataFrame | pl.LazyFrame],
-    osrt: pl.DataFrame | pl.LazyFrame,
-) -> UserWindow:
-    """The user's window within the collection window [WINDOW_START_NS, WINDOW_END_NS).
-
-    MARKS: nvtx_marks (time_ns, name, domain). EVENTS: frames with start_ns/end_ns of the user's
-    CUDA and NVTX activity. OSRT: OS-runtime calls, where the settle sleep shows without marks. Lazy frames (a
-    capture too large to read whole) are streamed.
-    """
+def user_window(window_start_ns: int, window_end_ns: int, marks: pl.DataFrame | pl.LazyFrame,
+                events: Sequence[pl.DataFrame | pl.LazyFrame], osrt: pl.DataFrame | pl.LazyFrame) -> UserWindow:
+    """The user's window within the collection window [WINDOW_START_NS, WINDOW_END_NS). MARKS: nvtx_marks (time_ns,
+    name, domain). EVENTS: frames with start_ns/end_ns of the user's CUDA and NVTX activity. OSRT: OS-runtime calls,
+    where the settle sleep shows without marks. Lazy frames are streamed."""
     live, stop = marked_window(marks)
     total = window_end_ns - window_start_ns
     if live is not None:
@@ -87,11 +76,8 @@ def capture_window(trace: EventTables, frames: Events | None = None) -> UserWind
 def profiler_calls(osrt: pl.LazyFrame, window_start_ns: int) -> pl.LazyFrame:
     """OS-runtime calls that are the profiler's settle wait: a sleep as long as it, right at the start."""
     length = pl.col("end_ns") - pl.col("start_ns")
-    return osrt.filter(
-        pl.col("name").str.contains(SLEEP_CALLS)
-        & (length >= _SETTLE_NS * 0.8)
-        & (pl.col("end_ns") <= window_start_ns + _SETTLE_NS + _SETTLE_SLACK_NS)
-    )
+    return osrt.filter(pl.col("name").str.contains(SLEEP_CALLS) & (length >= _SETTLE_NS * 0.8)
+                       & (pl.col("end_ns") <= window_start_ns + _SETTLE_NS + _SETTLE_SLACK_NS))
 
 
 def users_calls(osrt: pl.DataFrame, window: UserWindow) -> pl.DataFrame:

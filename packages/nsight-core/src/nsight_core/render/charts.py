@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from nsight_core.analysis.budget import PARTS
 from nsight_core.analysis.capture_profile import CaptureProfile
+from nsight_core.analysis.host_time import OTHER_RANGES
 from nsight_core.analysis.kernels import unique_short_names
 from nsight_core.analysis.ranges import RangeFamily
 from nsight_core.analysis.step_drawing import StepDrawing
@@ -147,8 +148,7 @@ def nvtx_family_distribution_chart(ranges: list[RangeFamily], top: int = TOP_N) 
     if not repeated:
         return ChartSpec(title=title, missing="no NVTX range (or numbered family) ran more than once")
     frame = pl.DataFrame([r.model_dump() for r in repeated]).select(
-        in_domain("pattern").alias("name"),
-        pl.col("count").alias("instances"),
+        in_domain("pattern").alias("name"), pl.col("count").alias("instances"),
         *((pl.col(f"{stat}_ns") / NS_PER_MS).alias(f"{alias}_ms")
           for stat, alias in (("min", "min"), ("p50", "med"), ("mean", "avg"), ("max", "max"))))
     return ChartSpec(title=title, spec=_distribution(frame))
@@ -214,8 +214,7 @@ def memory_chart(stats: ProfileStats) -> ChartSpec:
             tooltip=[alt.Tooltip("name:N", title="Operation"), alt.Tooltip("value:Q", title=axis, format=",.3f"),
                      alt.Tooltip("instances:Q", title="Operations", format=",")],
         ).properties(width=WIDTH // 2 - 80, height=_bar_height(frame.height))
-        for name, frame, label, axis, color in drawn
-    ]
+        for name, frame, label, axis, color in drawn]
     return ChartSpec(title=title, spec=_spec(alt.hconcat(*charts), **{name: frame.to_dicts()
                                                                    for name, frame, *_ in drawn}))
 
@@ -242,8 +241,7 @@ def timeline_chart(trace: TraceSummary | None) -> ChartSpec:
         for field, label, color, count in (("kernel_fraction", "Kernels", "#76b900",
                                             trace.kernel_count + trace.graph_count),
                                            ("copy_fraction", "Copies", "#4c78a8", trace.copy_count))
-        if count
-    ]
+        if count]
     axis_title = "Time since the first traced event (ms)"
     if not trace.nvtx:
         lanes[-1] = lanes[-1].encode(x=alt.X("start_ms:Q", title=axis_title, scale=x_scale))
@@ -255,7 +253,6 @@ def timeline_chart(trace: TraceSummary | None) -> ChartSpec:
 
 TOP_LEGEND = 12
 """Range names in the timeline's legend (and colors); the others share one color as OTHER_RANGES."""
-OTHER_RANGES = "(other ranges)"
 
 
 def _nvtx_lane(trace: TraceSummary, x_scale: alt.Scale, axis_title: str) -> tuple[alt.Chart, list[dict[str, Any]]]:

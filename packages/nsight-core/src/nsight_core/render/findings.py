@@ -1,7 +1,5 @@
-"""Findings, steps and the step budget as words and numbers (terminal text; the page reuses the phrases).
-
-Analysis returns data (ns, bytes, fractions, references); this module is where they become
-"≈ 38.2 ms per step, 61 % of the step".
+"""Findings, steps and the step budget as words and numbers (terminal text; the page reuses the phrases): where the
+analysis' data become "≈ 38.2 ms per step, 61 % of the step".
 """
 
 from __future__ import annotations
@@ -16,16 +14,10 @@ from nsight_core.render.text import kernel_short_name, printable
 from nsight_core.units import duration as _ns
 from nsight_core.units import quantity
 
-PART_LABELS = {
-    "compute": "GPU compute",
-    "exposed_comm": "exposed communication (NCCL)",
-    "exposed_copy": "exposed copies",
-    "sync_wait": "sync waits",
-    "launch_gap": "launch gaps",
-    "gpu_idle": "GPU idle",
-    "stream_wait": "waits on other streams",
-    "profiler_overhead": "profiler overhead (nsys tracing)",
-}
+PART_LABELS = {"compute": "GPU compute", "exposed_comm": "exposed communication (NCCL)",
+               "exposed_copy": "exposed copies", "sync_wait": "sync waits", "launch_gap": "launch gaps",
+               "gpu_idle": "GPU idle", "stream_wait": "waits on other streams",
+               "profiler_overhead": "profiler overhead (nsys tracing)"}
 CPU_LABELS = {"cuda_api": "in CUDA call", "osrt": "in OS call", "nvtx": "in range", "untraced": "untraced CPU time",
               "dispatch": "framework time before CUDA call"}
 

@@ -42,7 +42,6 @@ from nsight_core.units import duration, nsys_megabytes
 MAX_TABLE_ROWS = 200
 
 
-
 @functools.cache
 def _asset(name: str) -> str:
     """render/NAME (report.css, report.js, step_view.js), package data read once per process: the page needs no

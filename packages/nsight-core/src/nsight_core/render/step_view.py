@@ -1,8 +1,7 @@
 """The step view's data and words: what render/step_view.js draws of a capture's drawn steps (analysis/step_drawing.py).
 
-The page carries each step as columns (row, start, duration, name, kind: one number each per event, names once in
-a table), so a step of 6,000 events is ~150 kB of JSON. Times are nanoseconds since the step's drawn start, which
-is the axis the panels share. Every word a person reads on the view (row labels, idle causes, titles) is made here.
+The page carries each step as columns (one number each per event, names once in a table), to keep its JSON small;
+times are nanoseconds since the step's drawn start. Every word a person reads on the view is made here.
 """
 
 from __future__ import annotations
@@ -60,11 +59,9 @@ def step_panels(drawing: StepDrawing) -> list[dict[str, Any]]:
     for index, step in enumerate(drawing.steps):
         roles = " and ".join(ROLE_TITLES[role].lower() if i else ROLE_TITLES[role] for i, role in enumerate(step.roles))
         idle = step.idle.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("d"), _idle_label())
-        causes = (idle.sort("d", descending=True)
-                  .group_by("label", maintain_order=True)
+        causes = (idle.sort("d", descending=True).group_by("label", maintain_order=True)
                   .agg(pl.len().alias("n"), pl.col("d").sum().alias("total"), pl.col("d").first().alias("longest"),
-                       pl.col("start_ns").first().alias("at"))
-                  .sort("total", descending=True).head(TOP_IDLE))
+                       pl.col("start_ns").first().alias("at")).sort("total", descending=True).head(TOP_IDLE))
         panels.append({
             "title": f"{roles}: step {step.step}, {duration(step.wall_ns)} ({clock})",
             "hidden": step.roles == ["evidence"],

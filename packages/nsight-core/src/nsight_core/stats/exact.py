@@ -1,16 +1,11 @@
 """Exact per-group statistics of a lazy frame in bounded memory: sums and standard deviations from integer sums,
 medians by selection, never by sketches.
 
-Why: a report's median per name needs every value of that name, and one name may hold every event of a capture
-(a million `step` ranges); Polars' median keeps them all (30 M values: 1 GB). Selection finds the two middle
-values instead, each in a few streamed passes that count values per bucket (buckets as fine as a float's
-precision over the group's range of values, then 65,536 even ones over the bucket holding the middle value, and so
-on down to a bucket one nanosecond or byte wide): memory grows with the number of groups, never with the events, and
-the result is the exact median, the mean of the two middle values as Polars gives it.
-
-Mean and sample standard deviation come from the integer sums of the values and of their squares (Int128),
-so they are the same whatever the order or batching of the rows: the streaming engine adds partial sums of
-batches in an order of its own, and a float sum there would differ in its last bits from run to run.
+Why: one name may hold every event of a capture, and Polars' median keeps all its values. Selection finds the two
+middle values instead, in a few streamed passes that count values per bucket, finer each pass down to one nanosecond
+or byte: memory grows with the number of groups, never with the events, and the result is Polars' exact median.
+Mean and sample standard deviation come from the integer sums of the values and of their squares (Int128), so they do
+not depend on the order in which the streaming engine adds its batches, as a float sum would in its last bits.
 """
 
 from __future__ import annotations
@@ -76,13 +71,10 @@ def medians(frame: pl.LazyFrame, key: str, value: str | pl.Expr, groups: pl.Data
     report's first pass). Values that fit one window (WINDOW_ROWS) are held at once: Polars' median of them, the same
     number, in one pass.
 
-    The first pass's buckets grow with the distance from the group's minimum, as a float's precision does: durations
-    cluster near their minimum with a few far outliers, so the middle value is usually found in that one pass, where
-    buckets even over the whole range (a 2 us median among 100 ms outliers) hold most values in one bucket of 2 us.
-    Each later pass counts 2**16 even buckets inside the one found, and keeps only the rows whose VALUE lies there
-    before anything else of them is read: where VALUE is an expression of the scan's own columns (a duration:
-    end_ns - start_ns), that condition reaches the Parquet scan, and the rest of a row (its key: a name looked up) is
-    made for those rows alone."""
+    The first pass's buckets grow with the distance from the group's minimum, as a float's precision does (durations
+    cluster near their minimum with a few far outliers), so the middle value is usually found in that one pass. Each
+    later pass counts 2**16 even buckets inside the one found, reading only the rows whose VALUE lies there: where VALUE
+    is an expression of the scan's own columns, that condition reaches the Parquet scan."""
     value = pl.col(value) if isinstance(value, str) else value
     if int(groups["_n"].sum() or 0) <= WINDOW_ROWS:
         return (frame.group_by(key).agg(value.median().alias("_median")).collect(engine="streaming")

@@ -1,15 +1,11 @@
 """The five default `nsys stats` reports, computed from a Trace's events with Polars.
 
-Each report is the query nsys runs (its reports/*.py, 2023.4) restated as one group-by: the same grouping key (the name;
-for CUDA API calls nsys' string id of the function), the same statistics (sample standard deviation, median of the
-middle two), the same rounding to one decimal (sizes as nsys prints bytes / 1e6 with printf's %.3f), the same order
-(ties in the grouping key's order, as nsys' SQLite returns them). The rounding is the one of the nsys that wrote the
-export: 2023.4.4 rounds like SQLite's round() (the value times ten, halves away from zero: 170622.05 gives 170622.1),
-2025.3 the double's exact value (170622.05 is 170622.0499... and gives 170622.0; an exact half, 1597.25, goes away from
-zero). Equality with `nsys stats` on the same capture is tested for both (tests/core/test_stats_from_events.py,
-tests/core/test_nsys_2025.py), so a page built from events shows nsys' own numbers. A report whose events the capture
-lacks is skipped with nsys' reason; one whose table the export holds in a schema nsight-core cannot read, with the
-Trace's note.
+Each report is the query nsys runs (its reports/*.py, 2023.4) restated as one group-by: the same grouping key, the same
+statistics, the same order (ties in the key's order, as nsys' SQLite returns them) and the same rounding to one decimal
+as the nsys that wrote the export (2023.4.4 like SQLite's round(), the value times ten, halves away from zero; 2025.3
+the double's exact value). Equality with `nsys stats` is tested for both (tests/core/test_stats_from_events.py,
+tests/core/test_nsys_2025.py). A report whose events the capture lacks is skipped with nsys' reason; one whose table
+the export holds in a schema nsight-core cannot read, with the Trace's note.
 """
 
 from __future__ import annotations
@@ -75,12 +71,9 @@ def _summary(frame: pl.LazyFrame, key: str, value: str, streamed: bool, prefix: 
     """Per KEY of FRAME: total, instances, avg, med, min, max, stddev of VALUE (an integer column), named
     PREFIX_total ... (``total_time_ns`` where PREFIX is 'time', else ``total_<prefix>``), plus ``name`` where KEY is
     not the name. Where STREAMED: one pass of the streaming engine, the medians by selection
-    (:mod:`nsight_core.stats.exact`). Else the frame is in memory already, and the in-memory engine with Polars'
-    median uses less memory and time, the median in an aggregation of its own over KEY and VALUE alone: beside it,
-    the sums would leave the in-memory engine's fast path and square the whole column as Int128 at once. Exact either
-    way. SELECTED: the frame and expression the selection's passes read VALUE from, where FRAME's column is made of
-    others (a duration: of the scan's own start and end, so that a pass's condition on it reaches the scan).
-    """
+    (:mod:`nsight_core.stats.exact`); else the in-memory engine, the median in an aggregation of its own over KEY and
+    VALUE alone (beside the sums it would leave the engine's fast path). Exact either way. SELECTED: the frame and
+    expression the selection's passes read VALUE from, where FRAME's column is made of others (a duration)."""
     named = [] if key == "name" else [pl.col("name").first()]
     values = pl.col(value)
     aggregated = frame.group_by(key).agg(
@@ -102,12 +95,8 @@ def _summary(frame: pl.LazyFrame, key: str, value: str, streamed: bool, prefix: 
 def _time_summary(trace: Trace, frame: pl.LazyFrame, name: pl.Expr = _NAME, key: str = "name",
                   by_instances: bool = False) -> pl.DataFrame:
     """Per KEY (a column, or "name") of FRAME, one of TRACE's events: NAME, time %, total, instances, avg, med, min,
-    max, stddev of end - start, rounded as the nsys that wrote TRACE's export rounds.
-
-    In nsys' order: total time descending; among equal totals, fewer instances first where the report
-    says so (BY_INSTANCES, cuda_gpu_kern_sum only), then the grouping key ascending, which is how nsys'
-    SQLite returns the groups its ORDER BY leaves tied.
-    """
+    max, stddev of end - start, rounded as the nsys that wrote TRACE's export rounds. In nsys' order: total time
+    descending; among equal totals, fewer instances first where BY_INSTANCES (cuda_gpu_kern_sum), then the key."""
     # Only the columns the report needs, the duration once (each statistic of an expression computes it anew).
     timed = frame.select(*([] if key == "name" else [key]), name.alias("name"), "start_ns", "end_ns")
     duration = pl.col("end_ns") - pl.col("start_ns")
@@ -142,10 +131,9 @@ def api_summary(trace: Trace) -> list[ApiCallRow] | str:
 
 def _memory_operations(trace: Trace) -> pl.LazyFrame:
     columns = ("start_ns", "end_ns", "bytes")
-    return pl.concat([
-        streamed.events(trace).memcpy.select(pl.format("[CUDA memcpy {}]", "direction").alias("name"), *columns),
-        streamed.events(trace).memset.select(pl.lit("[CUDA memset]").alias("name"), *columns),
-    ])
+    return pl.concat([streamed.events(trace).memcpy.select(pl.format("[CUDA memcpy {}]", "direction").alias("name"),
+                                                           *columns),
+                      streamed.events(trace).memset.select(pl.lit("[CUDA memset]").alias("name"), *columns)])
 
 
 def memory_time_summary(trace: Trace) -> list[MemoryTimeRow] | str:

@@ -64,11 +64,9 @@ def _sqlite_of(trace: Trace, nsys: Nsys) -> Path | None:
 
 
 def _run_nsys_stats(stats: ProfileStats, trace: Trace, reports: list[str], nsys: Nsys) -> None:
-    """Run REPORTS (beyond the derived five) with one `nsys stats` call on the capture's SQLite export.
-
-    The CSVs are kept in `<stem>.stats/` beside the export as `<stem>_<report>.csv`, the layout
-    :func:`stats_from_csv_dir` reads, so a capture's numbers can be re-read without nsys.
-    """
+    """Run REPORTS (beyond the derived five) with one `nsys stats` call on the capture's SQLite export. The CSVs are
+    kept in `<stem>.stats/` beside the export as `<stem>_<report>.csv`, the layout :func:`stats_from_csv_dir` reads, so
+    a capture's numbers can be re-read without nsys."""
     available = nsys.available_reports
     run_names = {report: _resolve(report, available) for report in reports}
     for report, name in list(run_names.items()):
@@ -133,11 +131,9 @@ def _split_name(stem: str, prefixes: set[str]) -> tuple[str, str] | None:
 
 
 def recorded_captures(directory: Path, prefix: str | None = None) -> dict[str, dict[str, Path]]:
-    """Recorded CSVs in DIRECTORY grouped as {prefix: {report: file}} (`<prefix>_<report>.csv`).
-
-    Default report names identify the prefixes; a file of any other report joins the longest known
-    prefix it starts with (PREFIX, when the caller names one).
-    """
+    """Recorded CSVs in DIRECTORY grouped as {prefix: {report: file}} (`<prefix>_<report>.csv`). Default report names
+    identify the prefixes; a file of any other report joins the longest known prefix it starts with (PREFIX, when the
+    caller names one)."""
     files = sorted(directory.glob("*.csv"))
     groups: dict[str, dict[str, Path]] = {}
     prefixes: set[str] = {prefix} if prefix else set()
@@ -157,11 +153,8 @@ def recorded_captures(directory: Path, prefix: str | None = None) -> dict[str, d
 
 
 def stats_from_csv_dir(path: Path, reports: Sequence[str] | None = None) -> ProfileStats:
-    """Load recorded CSVs: PATH is `DIR/PREFIX` (files DIR/PREFIX_<report>.csv) or a DIR holding one prefix.
-
-    An empty file means nsys skipped the report for lack of data; a requested report with no file is
-    skipped as not recorded.
-    """
+    """Load recorded CSVs: PATH is `DIR/PREFIX` (files DIR/PREFIX_<report>.csv) or a DIR holding one prefix. An empty
+    file means nsys skipped the report for lack of data; a requested report with no file is skipped as not recorded."""
     directory, prefix = (path, None) if path.is_dir() else (path.parent, path.name)
     if not directory.is_dir():
         raise StatsError(f"{path} is neither a directory of recorded CSVs nor DIR/PREFIX of one.")
@@ -173,10 +166,8 @@ def stats_from_csv_dir(path: Path, reports: Sequence[str] | None = None) -> Prof
     if prefix is None:
         if len(groups) != 1:
             found = ", ".join(sorted(groups)) or "none"
-            raise StatsError(
-                f"{directory} holds recorded CSVs of {len(groups)} captures (prefixes: {found}). "
-                f"Pass one of them as {directory}/<prefix>."
-            )
+            raise StatsError(f"{directory} holds recorded CSVs of {len(groups)} captures (prefixes: {found}). "
+                             f"Pass one of them as {directory}/<prefix>.")
         prefix = next(iter(groups))
     files = groups.get(prefix)
     if not files:

@@ -1,8 +1,7 @@
 """Typed rows and the per-capture statistics object.
 
-These models are the boundary between parsing and everything after it (analysis, rendering, the
-JSON the CLI prints, users' own tests), so field names are stable and unit-suffixed: a reader never
-has to guess whether a number is ns or MB.
+These models are the boundary between parsing and everything after it (analysis, rendering, the JSON the CLI prints,
+users' own tests), so field names are stable and unit-suffixed (ns or MB).
 """
 
 from __future__ import annotations
@@ -88,11 +87,9 @@ class ExportRead(BaseModel):
 
 
 class ProfileStats(BaseModel):
-    """Everything `nsys stats` said about one capture: typed rows, other reports, skipped reports.
-
-    Every requested report ends up in exactly one place: a typed list, ``other`` (any report this
-    package has no model for, kept as rows of strings/numbers), or ``skipped`` with the reason.
-    """
+    """Everything `nsys stats` said about one capture: typed rows, other reports, skipped reports. Every requested
+    report ends up in exactly one place: a typed list, ``other`` (any report this package has no model for, kept as rows
+    of strings/numbers), or ``skipped`` with the reason."""
 
     kernels: list[KernelRow] = Field(default_factory=list)
     api_calls: list[ApiCallRow] = Field(default_factory=list)
@@ -110,12 +107,9 @@ class ProfileStats(BaseModel):
                                       "capture itself; None for an export the user passed, or recorded CSVs")
 
     def frame(self, name: str) -> pl.DataFrame:
-        """One table as a Polars frame (for analyses and users' own code).
-
-        NAME is what `.reports` lists (an nsys report name such as `nvtx_pushpop_sum`, aliases
-        included) or a typed table's name (`kernels`, `api_calls`, `memory_time`, `memory_size`,
-        `nvtx_ranges`): users copy names from either place.
-        """
+        """One table as a Polars frame (for analyses and users' own code). NAME is what `.reports` lists (an nsys report
+        name such as `nvtx_pushpop_sum`, aliases included) or a typed table's name (`kernels`, `api_calls`,
+        `memory_time`, `memory_size`, `nvtx_ranges`): users copy names from either place."""
         if name in self.other:
             return pl.DataFrame(self.other[name], infer_schema_length=None)
         table = name if name in TABLE_MODELS else table_of(name)

@@ -1,16 +1,12 @@
 """nsys CSV output -> Polars frames -> typed rows.
 
 nsys does not write RFC 4180 CSV: it wraps a field in double quotes only when it contains a comma and never escapes
-quotes inside it (a range named `"x,y"` comes out as `""x,y""`). Names are the last column of every summary report, so a
-row is split on its first N-1 commas and the remainder is the name, unwrapped once when nsys wrapped it. That keeps
-commas, quotes, `<`/`>`, unicode and leading/trailing spaces exactly as the user wrote them. A newline inside a name is
-written raw too, so a line that cannot be a row (fewer fields than the header) continues the name of the row above it;
-only an empty line inside a name is lost (blank lines are skipped).
+quotes inside it. Names are the last column of every summary report, so a row is split on its first N-1 commas and the
+remainder is the name, unwrapped once when nsys wrapped it: commas, quotes and spaces stay as the user wrote them. A
+newline inside a name is written raw too, so a line with fewer fields than the header continues the name above it.
 
-NVTX range names: nsys 2023.4 writes a range of the default domain by its name (`step_0`) and one of a
-named domain as `domain:name`; 2025.3 writes `domain:name` for every range, the default domain being
-empty (`:step_0`). A report whose every name carries that separator is of the newer kind, and its
-leading ':' is dropped, so both versions' CSVs give the names the events give.
+NVTX range names: nsys 2023.4 writes a default-domain range by its name (`step_0`), 2025.3 as `:step_0`; a report whose
+every name carries the separator drops the leading ':', so both versions' CSVs give the names the events give.
 """
 
 from __future__ import annotations
@@ -58,10 +54,8 @@ def read_frame(report: str, text: str) -> pl.DataFrame:
     for number, line in records:
         fields = _split_row(line, len(header), name_last)
         if len(fields) != len(header):
-            raise StatsError(
-                f"report {report}: line {number} has {len(fields)} fields where the header has "
-                f"{len(header)}: {line[:200]!r}. The file is not an nsys stats CSV or was cut short."
-            )
+            raise StatsError(f"report {report}: line {number} has {len(fields)} fields where the header has "
+                             f"{len(header)}: {line[:200]!r}. The file is not an nsys stats CSV or was cut short.")
         rows.append(fields)
     return pl.DataFrame(rows, schema={name: pl.String for name in _unique_headers(header)}, orient="row")
 
@@ -89,10 +83,8 @@ def typed_frame(report: str, raw: pl.DataFrame) -> pl.DataFrame:
         number = column.str.strip_chars().replace("", None).cast(pl.Float64, strict=False)
         bad = raw.filter(number.is_null() & column.str.strip_chars().ne("") & column.is_not_null())
         if bad.height:
-            raise StatsError(
-                f"report {report}: column {header!r} has a value that is not a number: "
-                f"{bad[header][0]!r}. The file is not an nsys stats CSV, or it is corrupt."
-            )
+            raise StatsError(f"report {report}: column {header!r} has a value that is not a number: "
+                             f"{bad[header][0]!r}. The file is not an nsys stats CSV, or it is corrupt.")
         number = (number * scale).fill_null(0.0)
         exprs.append((number.round(0).cast(pl.Int64) if integer else number).alias(field))
     return raw.select(exprs)
@@ -110,10 +102,8 @@ def parse_report(report: str, text: str) -> tuple[str | None, list[Any]]:
     model = TABLE_MODELS[table]
     missing = {f for f, info in model.model_fields.items() if info.is_required()} - set(frame.columns)
     if missing:
-        raise StatsError(
-            f"report {report}: columns for {sorted(missing)} are missing (headers: {raw.columns}). "
-            "This nsys version writes a layout nsight-core does not know; please report it."
-        )
+        raise StatsError(f"report {report}: columns for {sorted(missing)} are missing (headers: {raw.columns}). "
+                         "This nsys version writes a layout nsight-core does not know; please report it.")
     return table, [model.model_validate(row) for row in frame.iter_rows(named=True)]
 
 

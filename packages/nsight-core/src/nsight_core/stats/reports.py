@@ -1,8 +1,7 @@
 """Names of the nsys stats reports this package understands, and their header variants.
 
-nsys renamed its reports in 2023 (gpukernsum -> cuda_gpu_kern_sum, ...) and has changed column
-headers between versions ("Time(%)" / "Time (%)", "Average" / "Avg (ns)"). Everything that depends on
-a version lives here, so the parser and the models never see the difference.
+nsys renamed its reports in 2023 (gpukernsum -> cuda_gpu_kern_sum, ...) and has changed column headers between
+versions ("Time(%)" / "Time (%)"): everything that depends on a version lives here, not in the parser or the models.
 """
 
 from __future__ import annotations
@@ -65,10 +64,8 @@ KIB_TO_MB = 1024 / 1_000_000
 
 
 def header_field(header: str, size_report: bool) -> tuple[str, bool, float] | None:
-    """Map one CSV header to (model field, is_integer, scale), or None when the column is unknown.
-
-    ``size_report`` resolves the only real ambiguity: "Total"/"Avg" mean MB in a size report and nanoseconds elsewhere.
-    """
+    """Map one CSV header to (model field, is_integer, scale), or None when the column is unknown. ``size_report``
+    resolves the only real ambiguity: "Total"/"Avg" mean MB in a size report and nanoseconds elsewhere."""
     key = "".join(header.split()).lower()
     if key.endswith("(kib)") and (field := _FIELD_OF.get(key.replace("(kib)", "(mb)"))):
         return field, False, KIB_TO_MB

@@ -10,13 +10,19 @@ from typing import Any
 
 import pytest
 from capture_helpers import CPU_STEPS, capture_cpu, sleepy_steps
-from shared_runs import forget_what_a_failed_test_read, once_per_run
+from shared_runs import SHARED, forget_what_a_failed_test_read, once_per_run, run_folder
 
 from nsight_core import find_nsys
 from nsight_core.nsys import Nsys
 
 REPO = Path(__file__).resolve().parent.parent
 H200 = REPO / "tests" / "fixtures" / "h200-torch-mlp"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_folder(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Where :func:`shared_runs.computed_once` keeps what this run's workers share."""
+    SHARED[:] = [run_folder(tmp_path_factory)]
 
 
 @pytest.fixture(scope="session")

@@ -28,8 +28,28 @@ def once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str, make: Call
     share; one whose MAKE failed leaves nothing, so the next asks again (a rerun, after an nsys hiccup). Call
     it from a function-scoped fixture: a test that read it and failed drops it, and its retry makes it anew.
     """
+    shared = run_folder(tmp_path_factory)
+    return _once(shared, name, lambda: make(Path(tempfile.mkdtemp(prefix=f"once-{name}-", dir=shared))))
+
+
+def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder this test run's workers share (pytest keeps the last few runs' and removes older ones)."""
     base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # this run's workers' common folder
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+SHARED: list[Path] = []
+"""The run's shared folder (:func:`run_folder`), set by tests/conftest.py as the session starts."""
+
+
+def computed_once(name: str, make: Callable[[], T]) -> T:
+    """MAKE() computed once in the whole test run and shared by its workers, as :func:`once_per_run`, for values
+    that need no folder: the analysis of a recorded capture, read by a few hundred cases, was computed again by
+    every worker."""
+    return _once(SHARED[0], name, make)
+
+
+def _once(shared: Path, name: str, make: Callable[[], T]) -> T:
     made = shared / f"once-{name}.pickle"
     with (shared / f"once-{name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -37,8 +57,8 @@ def once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str, make: Call
         if made.exists():
             shared_value: T = pickle.loads(made.read_bytes())
             return shared_value
-        # A new folder each time: a test of another worker may still read the one a failed test dropped.
-        value = make(Path(tempfile.mkdtemp(prefix=f"once-{name}-", dir=shared)))
+        # A new folder each time (MAKE's own): a test of another worker may still read the one a failed test dropped.
+        value = make()
         made.write_bytes(pickle.dumps(value))
         return value
 

@@ -17,6 +17,7 @@ from typing import NamedTuple
 import polars as pl
 import pytest
 from fixture_sets import unpacked
+from shared_runs import computed_once
 
 import nsight_core
 from nsight_core.analysis.overhead import per_call_ns
@@ -64,7 +65,9 @@ def _truth(version: str) -> dict[str, dict[str, dict[str, object]]]:
 def _recorded(folder: Path, region: str) -> nsight_core.Analysis:
     """The analysis of REGION in FOLDER: its SQLite export where there is one (nsys 2025.3's), else its report."""
     export = folder / f"{region}.sqlite"
-    return nsight_core.analyze(nsight_core.load_trace(export if export.exists() else folder / f"{region}.nsys-rep"))
+    capture = export if export.exists() else folder / f"{region}.nsys-rep"
+    return computed_once(f"analysis-{folder.name}-{region}",
+                         lambda: nsight_core.analyze(nsight_core.load_trace(capture)))
 
 
 def _analysis(version: str, region: str) -> nsight_core.Analysis:

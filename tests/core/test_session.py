@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from capture_helpers import run_captured
+from fixture_sets import FIXTURES
 from shared_runs import once_per_run
 
 from nsight_core import NsysCommandError, Session, load_stats
@@ -278,3 +279,12 @@ def test_importing_nsight_core_stays_light() -> None:
     code = "import sys, nsight_core; print(sorted(m for m in ('polars', 'altair') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_printing_a_profile_imports_no_chart_library() -> None:
+    """`nsight stats` prints text and JSON: Altair (a fifth of its time) is imported only where a page is drawn."""
+    capture = FIXTURES / "h200-fix-pairs-2025" / "dataloader-problem.sqlite"
+    code = ("import sys; from nsight_core.report import build_profile, stats_json, stats_text; "
+            f"p = build_profile({str(capture)!r}); stats_text(p); stats_json(p); print('altair' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

@@ -15,6 +15,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
+from types import ModuleType
 from typing import Any
 
 import jinja2
@@ -23,7 +24,6 @@ from markupsafe import Markup
 
 from nsight_core.analysis.capture_profile import CaptureProfile
 from nsight_core.analysis.result import Analysis
-from nsight_core.render.charts import capture_charts, warm_up
 from nsight_core.render.findings import (
     PART_LABELS,
     budget_lines,
@@ -113,7 +113,15 @@ def prepare() -> None:
         _templates().get_template(name)
     vega_bundle()
     _asset("step_view.js")
-    warm_up()
+    _charts().warm_up()
+
+
+def _charts() -> ModuleType:
+    """render/charts.py, imported where a page is rendered: Altair takes 0.2 s to import, and `nsight stats` (text and
+    JSON) draws no chart."""
+    from nsight_core.render import charts as module
+
+    return module
 
 
 @functools.cache
@@ -147,7 +155,7 @@ def _section(profile: CaptureProfile, ids: _Ids) -> dict[str, Any]:
         "tiles": profile.tiles,
         "charts": [{"title": chart.title, "missing": chart.missing, "id": ids.next("chart"),
                     "spec": Markup(script_json(chart.spec)) if chart.spec is not None else None}
-                   for chart in capture_charts(profile)],
+                   for chart in _charts().capture_charts(profile)],
         "notes": profile.notes,
         "tables": [_table(report, frame) for report, frame in _report_frames(profile)],
         "skipped": list(profile.stats.skipped.items()),

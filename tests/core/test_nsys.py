@@ -6,7 +6,9 @@ import csv
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
+import uuid
 from pathlib import Path
 
 import pytest
@@ -63,16 +65,33 @@ def test_permission_failure_carries_the_remedies(tmp_path: Path) -> None:
     assert "osrt" in message
 
 
+def _launch_folders(session: str) -> list[Path]:
+    """The temp folders `nsight launch --session SESSION` made and left (it names them SESSION-<random>)."""
+    return list((Path(tempfile.gettempdir()) / "nsight").glob(f"{session}-*"))
+
+
 def test_launch_without_nsys_runs_the_command_unprofiled(tmp_path: Path) -> None:
     script = tmp_path / "job.py"
     script.write_text("import nsight_core\nwith nsight_core.range('r'):\n    print('job ran')\n")
-    done = subprocess.run([sys.executable, "-m", "nsight_core.cli", "launch", "--session", "s1", "--",
+    session = f"s1-{uuid.uuid4().hex[:8]}"
+    done = subprocess.run([sys.executable, "-m", "nsight_core.cli", "launch", "--session", session, "--",
                            sys.executable, str(script)], env=_no_nsys_env(tmp_path), capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0
     assert done.stdout.strip() == "job ran"
     warnings = [line for line in done.stderr.splitlines() if "WARNING" in line]
     assert len(warnings) == 1 and "runs unprofiled" in warnings[0] and "No usable nsys" in warnings[0]
+    assert _launch_folders(session) == []  # the folder made for its traces, empty, is gone
+
+
+@pytest.mark.nsys
+def test_a_launch_that_records_nothing_leaves_no_folder(tmp_path: Path, nsys: Nsys) -> None:
+    """A task that opened no region: its launch wrote no trace, and leaves no empty folder in the temp folder."""
+    session = f"empty-{uuid.uuid4().hex[:8]}"
+    done = subprocess.run([sys.executable, "-m", "nsight_core.cli", "launch", "--session", session, "--trace", "nvtx",
+                           "--", sys.executable, "-c", "print('job ran')"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "job ran", done.stderr
+    assert _launch_folders(session) == []
 
 
 @pytest.mark.nsys

@@ -7,6 +7,7 @@ falls back to exec'ing the command unprofiled after one warning line.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import uuid
@@ -32,26 +33,38 @@ def exec_launch(argv: Sequence[str], *, name: str, trace: Sequence[str] | str = 
     SIGTERM/SIGINT and exits 128+N. A random suffix keeps a retried attempt off the last one's session and paths."""
     if not argv:
         raise ValueError("no command to launch: give the program and its arguments after --.")
+    own: Path | None = None  # the temp folder this launch makes (no OUTPUT_DIR): removed where nothing was written
     try:
         unique = f"{sanitize(name)[:80]}-{uuid.uuid4().hex[:6]}"
+        own = None if output_dir else default_output_dir(unique)
         session = Session(unique, trace=trace, sample=sample, output_dir=output_dir or default_output_dir(unique),
                           cuda_graph_trace=cuda_graph_trace, python_backtrace=python_backtrace)
         session._prepare_output_dir()
         session._nsys_argv("manual")  # finds nsys: without one the command runs unprofiled
     except (NsightError, ValueError, OSError) as exc:
-        _exec_unprofiled(argv, one_line(exc))
+        _exec_unprofiled(argv, one_line(exc), own)
     if why := tempspace.shortfall():
-        _exec_unprofiled(argv, why)
+        _exec_unprofiled(argv, why, own)
     finished, _ = session._record(argv, "manual")
     if not finished.started:
-        _exec_unprofiled(argv, never_started(finished.nsys_output))
+        _exec_unprofiled(argv, never_started(finished.nsys_output), own)
+    _remove_if_empty(own)
     sys.exit(finished.returncode)
 
 
-def _exec_unprofiled(argv: Sequence[str], why: str) -> NoReturn:
+def _exec_unprofiled(argv: Sequence[str], why: str, own: Path | None) -> NoReturn:
+    _remove_if_empty(own)
     print(f"nsight: WARNING: profiling is off for this run, {argv[0]} runs unprofiled: {why}",
           file=sys.stderr, flush=True)
     os.execvp(argv[0], list(argv))
+
+
+def _remove_if_empty(folder: Path | None) -> None:
+    """Remove FOLDER where it holds nothing (no region recorded): a launch per task would leave one in the temp folder
+    each time."""
+    if folder is not None:
+        with contextlib.suppress(OSError):  # not empty, or already gone
+            folder.rmdir()
 
 
 # The exec wrapper for container runtimes (Flyte's _F_EXEC_WRAPPER), POSIX sh: the runtime execvp's its first word, and

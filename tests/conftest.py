@@ -67,8 +67,8 @@ def cpu_steps(tmp_path_factory: pytest.TempPathFactory, nsys: Nsys) -> Path:
 
 @pytest.fixture
 def loops(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Real nsys CPU captures of one loop: steps of 6 ms, the same with a 100 ms wait (far beyond what load stretches
-    the 6 ms steps to: 27 ms seen), and that renamed `iter_*`. Made
+    """Real nsys CPU captures of one loop: steps of 6 ms, the same with a 100 ms wait (load stretches the 6 ms steps
+    several times over, never to a wait that long), and that renamed `iter_*`. Made
     once per test run (the comparisons read them: tests/analysis/test_diff.py, tests/core/test_streamed_analysis.py);
     a test that fails on them has its retry record them anew (a stalled step under load)."""
     return once_per_run(tmp_path_factory, "loops", lambda root: {

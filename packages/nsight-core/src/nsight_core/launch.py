@@ -37,7 +37,7 @@ def exec_launch(argv: Sequence[str], *, name: str, trace: Sequence[str] | str = 
     try:
         unique = f"{sanitize(name)[:80]}-{uuid.uuid4().hex[:6]}"
         own = None if output_dir else default_output_dir(unique)
-        session = Session(unique, trace=trace, sample=sample, output_dir=output_dir or default_output_dir(unique),
+        session = Session(unique, trace=trace, sample=sample, output_dir=output_dir or own,
                           cuda_graph_trace=cuda_graph_trace, python_backtrace=python_backtrace)
         session._prepare_output_dir()
         session._nsys_argv("manual")  # finds nsys: without one the command runs unprofiled

@@ -16,9 +16,8 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jinja2
 import polars as pl
 from markupsafe import Markup
 
@@ -38,6 +37,9 @@ from nsight_core.render.findings import (
 from nsight_core.render.step_view import KIND_COLORS, KIND_LABELS, PART_COLORS, step_panels, step_view_data, where_json
 from nsight_core.stats.reports import table_of
 from nsight_core.units import duration, nsys_megabytes
+
+if TYPE_CHECKING:
+    import jinja2
 
 MAX_TABLE_ROWS = 200
 
@@ -126,7 +128,10 @@ def _charts() -> ModuleType:
 
 @functools.cache
 def _templates() -> jinja2.Environment:
-    """The report's templates (render/templates/), autoescaped: names from traces are always text."""
+    """The report's templates (render/templates/), autoescaped: names from traces are always text. Jinja2 is imported
+    here, where a page is rendered: `nsight stats` and `diff` print none."""
+    import jinja2
+
     return jinja2.Environment(loader=jinja2.PackageLoader("nsight_core.render", "templates"),
                               autoescape=True, keep_trailing_newline=False, undefined=jinja2.StrictUndefined)
 

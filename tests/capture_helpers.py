@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from nsight_core import find_nsys
+from nsight_core import cli, find_nsys
 
 
 def run_captured(argv: Sequence[str | Path], *, timeout: float, **options: Any) -> subprocess.CompletedProcess[str]:
@@ -27,6 +30,33 @@ def run_captured(argv: Sequence[str | Path], *, timeout: float, **options: Any) 
         out.seek(0)
         err.seek(0)
         return subprocess.CompletedProcess(done.args, done.returncode, out.read(), err.read())
+
+
+def nsight_here(*args: str | Path, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`nsight ARGS` run by the CLI's own ``main`` in the test's process, with ENV (None: this process') as the whole
+    environment: the exit code, stdout and stderr (its log lines too) that the command prints, without a fresh
+    interpreter importing Polars for each (0.4 CPU-s a call). For tests of what `stats`, `report`, `export` and
+    `diff` answer; what only a process shows (streams, signals, its exit status) keeps subprocesses
+    (tests/report/test_cli.py)."""
+    out, err = io.StringIO(), io.StringIO()
+    root = logging.getLogger()
+    handlers, level, environ = root.handlers[:], root.level, dict(os.environ)
+    root.handlers = []  # main's logging.basicConfig then writes to the redirected stderr, as the command's does
+    try:
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli.main([str(arg) for arg in args])
+            except SystemExit as exc:  # argparse's usage errors
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        root.handlers = handlers
+        root.setLevel(level)
+        os.environ.clear()
+        os.environ.update(environ)
+    return subprocess.CompletedProcess(["nsight", *map(str, args)], code, out.getvalue(), err.getvalue())
 
 
 def capture_cpu(folder: Path, body: str, region: str = "work") -> Path:

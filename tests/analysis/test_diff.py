@@ -1,4 +1,5 @@
-"""`nsight diff` as a CI gate: real captures and recorded CSVs; exit codes, reasons and Markdown from a subprocess.
+"""`nsight diff` as a CI gate: real captures and recorded CSVs; exit codes, reasons and Markdown as the command prints
+them (its ``main`` in this process; the first test runs it as a process, the exit status a CI job reads).
 
 The exit codes a CI job sees: 0 (passed, or not comparable without a gate), 3 (slower than allowed),
 4 (a gate was set and the captures are not comparable: renamed steps, another GPU, an incomplete trace),
@@ -17,6 +18,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from analysis_helpers import FIXTURES, copy_capture
+from capture_helpers import nsight_here
 
 import nsight_core
 from nsight_core.cli import NOT_COMPARABLE_EXIT, SLOWER_EXIT
@@ -29,8 +31,7 @@ MARKDOWN_HEADER = "| A | B | B - A | Change | Metric |"
 
 
 def nsight_diff(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nsight_core.cli", "diff", *map(str, args)],
-                          capture_output=True, text=True, timeout=240)
+    return nsight_here("diff", *args)
 
 
 def recorded(tmp_path: Path, name: str, kernel_scale: float) -> Path:
@@ -60,7 +61,8 @@ def h200(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def test_recorded_csvs_gate_on_summed_kernel_time(tmp_path: Path) -> None:
     base, slow = recorded(tmp_path, "base", 1.0), recorded(tmp_path, "slow", 1.2)
-    failed = nsight_diff(base, slow, "--fail-if-slower", "10")
+    failed = subprocess.run([sys.executable, "-m", "nsight_core.cli", "diff", base, slow, "--fail-if-slower", "10"],
+                            capture_output=True, text=True, timeout=240)
     assert failed.returncode == SLOWER_EXIT, failed.stderr
     assert failed.stdout.splitlines()[0].startswith("B is 20.0% slower than A: summed kernel time")
     assert "20.0%" in failed.stderr

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
+
+from capture_helpers import nsight_here
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def _stats(path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nsight_core.cli", "stats", *flags, str(path)],
-                          capture_output=True, text=True, check=True)
+    done = nsight_here("stats", *flags, path)
+    assert done.returncode == 0, done.stderr
+    return done
 
 
 def test_an_incomplete_capture_claims_no_saving_and_says_why() -> None:

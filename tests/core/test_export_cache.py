@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from capture_helpers import nsight_here
 
 from nsight_core import ProfileStats, load_stats, load_trace
 from nsight_core.errors import NsysCommandError
@@ -81,8 +82,7 @@ def nsight_env(**extra: str) -> dict[str, str]:
 
 
 def nsight(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nsight_core.cli", *map(str, args)], capture_output=True,
-                          text=True, timeout=240, env=env or nsight_env())
+    return nsight_here(*args, env=env or nsight_env())
 
 
 def assert_right_numbers(done: subprocess.CompletedProcess[str], region: str = "training") -> None:
@@ -205,7 +205,8 @@ def test_interrupted_export_is_redone_and_its_leftovers_removed(capture: Path, n
                        '  exit 0\n'
                        'fi\n'
                        'exec "$REAL" "$@"')
-    killed = nsight("stats", capture, "--json", env=nsight_env(NSIGHT_NSYS=str(killer)))
+    killed = subprocess.run([sys.executable, "-m", "nsight_core.cli", "stats", capture, "--json"],
+                            capture_output=True, text=True, timeout=240, env=nsight_env(NSIGHT_NSYS=str(killer)))
     assert killed.returncode == -9
     left = sorted(path.name for path in capture.parent.iterdir())
     assert "training.arrowdir" not in left and len(left) == 2, left  # the trace and a temporary export

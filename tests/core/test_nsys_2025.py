@@ -13,12 +13,11 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from capture_helpers import nsight_here
 
 import nsight_core
 from nsight_core.stats.load import stats_from_csv_dir, stats_of_trace
@@ -91,8 +90,7 @@ def test_frames_of_a_2025_export_match_what_ran() -> None:
 def test_nsight_stats_json_equals_nsys_2025(tmp_path: Path) -> None:
     """The CLI's --json on a 2025.3 export: the same rows as nsys 2025.3's CSVs, nothing skipped that nsys ran."""
     export = copy_of(FIXTURES / "h200-2025-process" / "nsight-0013a405.sqlite", tmp_path)
-    done = subprocess.run([sys.executable, "-m", "nsight_core.cli", "stats", "--json", str(export)],
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = nsight_here("stats", "--json", export)
     assert done.returncode == 0, done.stderr
     printed = json.loads(done.stdout)
     theirs = recorded(FIXTURES / "h200-2025-process" / "nsight-0013a405.sqlite")
@@ -122,8 +120,7 @@ def retyped(table: str, column: str) -> list[str]:
 
 
 def stats_cli(export: Path) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", "nsight_core.cli", "stats", "--json", str(export)],
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = nsight_here("stats", "--json", export)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     printed: dict[str, Any] = json.loads(done.stdout)
@@ -188,8 +185,7 @@ def test_the_page_of_a_trimmed_export_is_written(tmp_path: Path) -> None:
     export = trimmed(tmp_path, 'ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL RENAME COLUMN "start" TO "startNs"',
                      *retyped("CUPTI_ACTIVITY_KIND_RUNTIME", "correlationId"))
     page = tmp_path / "page.html"
-    done = subprocess.run([sys.executable, "-m", "nsight_core.cli", "report", str(export), "-o", str(page)],
-                          capture_output=True, text=True, timeout=180, check=False)
+    done = nsight_here("report", export, "-o", page)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     assert page.stat().st_size > 10_000

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from capture_helpers import nsight_here
 
 from nsight_core import DEFAULT_REPORTS, StatsError, load_stats
 from nsight_core.stats.load import recorded_captures
@@ -136,16 +135,15 @@ def test_corrupt_file_is_a_clear_error(tmp_path: Path, body: str) -> None:
 
 def test_cli_corrupt_file_no_traceback(tmp_path: Path) -> None:
     (tmp_path / "cap_cuda_gpu_kern_sum.csv").write_text(HEADER_NEW + "10.0,abc,1,1,1,1,1,0.0,k\n")
-    done = subprocess.run([sys.executable, "-m", "nsight_core.cli", "stats", str(tmp_path / "cap")],
-                          capture_output=True, text=True)
+    done = nsight_here("stats", tmp_path / "cap")
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert "not a number: 'abc'" in done.stderr
 
 
 def test_cli_json_shape_on_h200(h200: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "nsight_core.cli", "stats", str(h200 / "training"), "--json"],
-                          capture_output=True, text=True, check=True)
+    done = nsight_here("stats", h200 / "training", "--json")
+    assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert set(data) == {"kernels", "api_calls", "memory_time", "memory_size", "nvtx_ranges", "other", "skipped",
                          "notes", "graphs", "export"}

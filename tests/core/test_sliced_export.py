@@ -15,12 +15,11 @@ import os
 import re
 import shutil
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
+from capture_helpers import nsight_here
 from fixture_sets import fanned
 
 import nsight_core
@@ -192,8 +191,7 @@ def test_a_streamed_capture_exported_in_slices_gets_the_profile_of_one_file(
     monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "off")
     passed = nsight_core.load_stats(folder)
     assert passed.export is None and passed.nvtx_ranges == one.stats.nvtx_ranges and passed.kernels == one.stats.kernels
-    cli = subprocess.run([sys.executable, "-m", "nsight_core.cli", "stats", folder, "--json"], capture_output=True,
-                         text=True, check=False)
+    cli = nsight_here("stats", folder, "--json")
     assert cli.returncode == 0, cli.stderr
     assert json.loads(cli.stdout)["kernels"] == [row.model_dump() for row in one.stats.kernels]
 

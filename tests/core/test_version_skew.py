@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from capture_helpers import nsight_here
 
 from nsight_core.errors import NsysCommandError, ReportTooNewError
 from nsight_core.nsys import Nsys
@@ -36,8 +36,7 @@ def test_a_file_without_a_session_record_has_no_writer(tmp_path: Path) -> None:
 
 
 def run_nsight(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nsight_core.cli", *args], capture_output=True, text=True,
-                          timeout=240, check=False)
+    return nsight_here(*args)
 
 
 @pytest.mark.parametrize("command", ["stats", "report"])

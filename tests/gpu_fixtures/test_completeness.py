@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
+from capture_helpers import nsight_here
 
 import nsight_core
 from nsight_core.analysis.completeness import _ranges_with_cuda, capture_facts, check_completeness
@@ -134,8 +133,7 @@ def test_graph_launches_without_gpu_work_are_incomplete(tmp_path):
     assert (missing.evidence["graph_launches"], missing.evidence["launches_without_gpu_work"]) == (20, 20)
     assert missing.evidence["graph_rows"] == 0 and missing.evidence["kernels"] == 0
     assert "cuda_graph_trace='node'" in missing.fix and "2025.3" in missing.fix
-    done = subprocess.run([sys.executable, "-m", "nsight_core.cli", "stats", str(report)], capture_output=True,
-                          text=True, timeout=240, check=False)
+    done = nsight_here("stats", report)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("== WARNING: this trace is incomplete")
     assert "20 of 20 CUDA graph launches have no GPU work" in done.stdout
@@ -178,8 +176,7 @@ def test_an_nsys_error_is_lost_data_with_its_text(tmp_path):
     assert [w.code for w in result.warnings] == ["nsys_lost_data"]
     assert result.warnings[0].message == f"nsys reported that the capture lost data: {NOT_ALL_CUDA}"
     assert result.warnings[0].evidence["nsys_said"] == f"Error: {NOT_ALL_CUDA}"
-    done = subprocess.run([sys.executable, "-m", "nsight_core.cli", "stats", str(export)], capture_output=True,
-                          text=True, timeout=240, check=False)
+    done = nsight_here("stats", export)
     assert f"- nsys said (error, lost data): {NOT_ALL_CUDA}" in done.stdout
 
 

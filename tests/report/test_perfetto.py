@@ -11,14 +11,13 @@ from __future__ import annotations
 import gzip
 import json
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 import pytest
-from capture_helpers import capture_cpu
+from capture_helpers import capture_cpu, nsight_here
 from fixture_sets import fanned
 from report_helpers import write_recorded
 
@@ -173,8 +172,7 @@ def test_the_page_says_how_to_get_the_timeline(h200_copy: Path, tmp_path: Path, 
 
 
 def nsight(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nsight_core.cli", *args], capture_output=True, text=True,
-                          timeout=300, stdin=subprocess.DEVNULL)
+    return nsight_here(*args)
 
 
 def test_cli_export(h200_copy: Path, tmp_path: Path, nsys: Nsys) -> None:

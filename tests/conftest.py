@@ -140,14 +140,17 @@ def _long_first(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
     worker starts on long tests, neighbours that read one shared run (shared_runs.py) mostly read it on one worker
     (another would wait for it), and what is stolen at the end is short. The other tests keep their order, so a
     module's tests stay together (module fixtures made once)."""
-    fronts: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    runs: list[list[list[pytest.Item]]] = [[] for _ in range(workers)]
     turn = 0  # whose front gets a module's first run: modules of fewer tests than workers take turns
     for rank in range(len(LONG_FIRST)):
         module = [item for item in items if _long(item) == rank]
         cuts = [-(-len(module) * run // workers) for run in range(workers + 1)]  # the first runs take the odd tests
         for run in range(workers):
-            fronts[(turn + run) % workers] += module[cuts[run]:cuts[run + 1]]
+            runs[(turn + run) % workers].append(module[cuts[run]:cuts[run + 1]])
         turn = (turn + len(module)) % workers
+    # Each worker starts at another module, so that they do not all wait on the same module's processes at once.
+    fronts = [[item for run in mine[worker::workers] + [r for k, r in enumerate(mine) if k % workers != worker]
+               for item in run] for worker, mine in enumerate(runs)]
     rest = [item for item in items if _long(item) is None]
     ordered: list[pytest.Item] = []
     left = len(items)

@@ -15,6 +15,28 @@ from shared_runs import SHARED, forget_what_a_failed_test_read, once_per_run, ru
 from nsight_core import find_nsys
 from nsight_core.nsys import Nsys
 
+
+def _one_polars_thread() -> None:
+    """Polars computes on one thread in the test workers: `make test` runs 4 of them on 2 cores, where each one's
+    own pool only adds threads that wait on each other (a quarter more CPU for the analysis tests). Polars sizes its
+    pool from POLARS_MAX_THREADS as it is imported (nothing above imports it); the setting is then taken back, so the
+    commands the tests start (the CLI, a Flyte task, a plain script) run with Polars' default, as users' do."""
+    if "polars" in sys.modules:  # a plugin imported it first: its default stays
+        return
+    before = os.environ.get("POLARS_MAX_THREADS")
+    os.environ["POLARS_MAX_THREADS"] = "1"
+    import polars
+
+    polars.thread_pool_size()
+    if before is None:
+        del os.environ["POLARS_MAX_THREADS"]
+    else:
+        os.environ["POLARS_MAX_THREADS"] = before
+
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _one_polars_thread()
+
 REPO = Path(__file__).resolve().parent.parent
 H200 = REPO / "tests" / "fixtures" / "h200-torch-mlp"
 

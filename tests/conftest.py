@@ -82,7 +82,7 @@ def h200_copy(h200: Path, tmp_path: Path) -> Path:
 def cpu_steps(tmp_path_factory: pytest.TempPathFactory, nsys: Nsys) -> Path:
     """A real nsys CPU capture (NVTX + OS runtime, region `work`) of sleepy_steps(*CPU_STEPS), recorded once per
     test run (tests/shared_runs.py) and read by the CPU cases of the report, the step view, the budget and osrt_sum,
-    which recorded a loop each (about 1.1 CPU-s apiece, issue 21). Summarising it is safe (an export is renamed into
+    which would each record a loop otherwise. Summarising it is safe (an export is renamed into
     place beside it); a test that writes anything else beside it works on a copy."""
     return once_per_run(tmp_path_factory, "cpu-steps", lambda folder: capture_cpu(folder, sleepy_steps(*CPU_STEPS)))
 
@@ -91,7 +91,7 @@ def cpu_steps(tmp_path_factory: pytest.TempPathFactory, nsys: Nsys) -> Path:
 def loops(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Real nsys CPU captures of one loop: steps of 6 ms, the same with a 100 ms wait (load stretches the 6 ms steps
     several times over, never to a wait that long), and that renamed `iter_*`. Made
-    once per test run (the comparisons read them: tests/analysis/test_diff.py, tests/core/test_streamed_analysis.py);
+    once per test run (the comparisons of tests/analysis/test_diff.py read them);
     a test that fails on them has its retry record them anew (a stalled step under load)."""
     return once_per_run(tmp_path_factory, "loops", lambda root: {
         "fast": capture_cpu(root / "fast", sleepy_steps(6, 0.004, 0.002)),

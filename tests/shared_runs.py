@@ -66,7 +66,7 @@ def _once(shared: Path, name: str, make: Callable[[], T]) -> T:
 def forget_what_a_failed_test_read(failed: bool) -> None:
     """At the end of a test: where it FAILED, drop the shared values it read, so that its retry (and any later
     reader) makes them again. A run that met an nsys hiccup, kept, failed every case that reads it on both
-    tries (an importer failure in the shared `hostile_nvtx` run, CI 2026-12-04); a real defect fails the retry
+    tries (an importer failure in the shared `hostile_nvtx` run); a real defect fails the retry
     as well."""
     if failed:
         for made in _READ:

@@ -48,7 +48,7 @@ from bench import tree_run  # noqa: E402  (bench/ is no package: the sampler the
 pytestmark = [pytest.mark.slow, pytest.mark.nsys, pytest.mark.timeout(2400)]
 
 BOUND_MB = 2048
-"""The whole pipeline's bound (issue 23): 2 GiB, whatever the capture's size."""
+"""The whole pipeline's bound: 2 GiB, whatever the capture's size."""
 
 
 def record(ranges: int, folder: Path) -> Path:

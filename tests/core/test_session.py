@@ -46,7 +46,7 @@ def _script(tmp_path: Path, body: str) -> Path:
 
 def _nvtx_counts(report: str) -> dict[str, int]:
     """The NVTX push/pop ranges of REPORT by name, as `nsight stats` counts them, in this process: eight
-    `nsight stats` processes only to count ranges cost ~4 CPU-s of the suite (issue 21); the CLI's own
+    `nsight stats` processes only to count ranges cost seconds of CPU; the CLI's own
     output is tested in tests/report/test_cli.py."""
     return {row.name: row.instances for row in load_stats(report, ["nvtx_pushpop_sum"]).nvtx_ranges}
 

@@ -21,5 +21,5 @@ def no_bytecode_at_install(monkeypatch: pytest.MonkeyPatch) -> None:
     """The fresh environments here get no bytecode at install time, as a stranger's `uv pip install` gives none.
     `make test` exports UV_COMPILE_BYTECODE=1 for the workspace's own environment, whose processes start again and
     again; here it made every install compile all of flyte's dependency tree for the few imports that follow (this
-    folder took 25 CPU-s with it, 13 without: issue 21)."""
+    folder took twice the CPU with it)."""
     monkeypatch.delenv("UV_COMPILE_BYTECODE", raising=False)

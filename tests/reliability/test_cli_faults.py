@@ -267,7 +267,7 @@ IMPORT_FAULTS = {"failed": (2, "failed; the raw stream it kept, imported once mo
 def test_a_failed_import_is_imported_again(tmp_path, capture, fault):
     """nsys 2023.4.4's importer failed under load ("Importation failed") and nsys wrote no trace, keeping the
     complete raw stream beside it; the same stream then imports. Or its import "succeeded with non-fatal
-    errors" (make test, 2026-12-04): nsys wrote the trace and kept the stream beside it, as large. nsight
+    errors" (seen under load): nsys wrote the trace and kept the stream beside it, as large. nsight
     imports the stream once more: the trace is kept, whole, its clean import in place of the non-fatal one, and
     no stream is left. A whole run says so (nsys' words are above it); a region, whose `nsys stop` speaks to
     nobody, stays quiet."""

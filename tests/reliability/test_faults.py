@@ -116,8 +116,8 @@ HOSTILE_RUN_NAME = "r$(touch pwned)`touch pwned`;'\"x"
 def unusual_pod(a0: Path, tmp_path_factory: pytest.TempPathFactory) -> ActionResult:
     """One whole-task run of `hostile_nvtx` shared by the cases that must not show at all: `nsight` is not on
     PATH (an unactivated venv, a --target install), the run and action names are hostile to a shell, and so are
-    the task's NVTX names. And nsys' importer fails on the trace once, as it did here under load: CI lost this
-    very run's trace to it (2026-12-04), and nsight now imports the raw stream nsys kept once more."""
+    the task's NVTX names. And nsys' importer fails on the trace once, as it did here under load: a run lost its
+    trace to it, and nsight now imports the raw stream nsys kept once more."""
     path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if Path(p) != BIN)
 
     def make(folder: Path) -> ActionResult:
@@ -194,7 +194,7 @@ def test_nsys_launch_that_never_starts_the_task_runs_it_unprofiled(run_action, t
 # A fault that needs no setting of its own (the 3 s timeout of a hang, a summary memory) is injected into one region
 # of a shared run, by the region's name: `gauntlet` holds a region per fault of start, stop and the trace, and
 # `export_gauntlet` one per fault of `nsys export`. One `a0` run for eight cases and one for two, instead of one each
-# (a run costs about 4.5 CPU-s on 2 cores, issue 21). Each case asserts of its region what it asserted of its run
+# (a run costs seconds of CPU). Each case asserts of its region what it asserted of its run
 # alone; test_gauntlet_warns_once_per_fault asserts what they share: one warning each, nothing else in the page.
 
 def fake_nsys_by_region(folder: Path, faults: dict[str, str]) -> dict[str, str]:

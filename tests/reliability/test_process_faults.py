@@ -1,4 +1,4 @@
-"""Faults around the profiled process itself (issue 21): its children, its working folder, other runs
+"""Faults around the profiled process itself: its children, its working folder, other runs
 into the same folder, a killed `nsight`, small temp space. Real nsys 2023.4.4; one `nsight run` is
 shared by the cases a single program can show together (each test names the case it checks)."""
 

@@ -21,6 +21,7 @@ from nsight_core.analysis.capture_profile import CaptureProfile
 from nsight_core.nsys import Nsys
 from nsight_core.profile import build_profile
 from nsight_core.render.html import render_page
+from nsight_core.render.step_view import step_view_data
 from nsight_core.trace.load import load_trace
 from nsight_core.units import duration
 
@@ -182,3 +183,14 @@ def test_a_step_of_too_many_events_keeps_the_longest(monkeypatch: pytest.MonkeyP
                                     median.start_ns, median.end_ns)
     assert (every["end_ns"] - every["start_ns"]).sort(descending=True)[39] == kept
     assert f"The {median.left_out:,} shortest of its events are left out" in render_page([profile])
+
+
+def test_kernels_in_an_anonymous_namespace_are_named_by_their_function() -> None:
+    """A foreach optimizer's kernels (``void at::native::<unnamed>::multi_tensor_apply_kernel<...>(...)``) are labelled
+    ``multi_tensor_apply_kernel`` in the step view, as in the charts, not left blank."""
+    profile = build_profile(FIXTURES / "h200-fix-pairs-v2-2025" / "per_param-fixed.sqlite")
+    assert profile.steps_drawn is not None
+    data = step_view_data(profile.steps_drawn)
+    shorts = {short for name, short in zip(data["names"], data["short"], strict=True) if "<unnamed>::" in name}
+    assert shorts == {"multi_tensor_apply_kernel"}
+    assert "" not in data["short"] and not any(short.startswith("void ") for short in data["short"])

@@ -8,9 +8,10 @@ from nsight_core.analysis.budget import StepBudget
 from nsight_core.analysis.completeness import Completeness
 from nsight_core.analysis.finding_model import Evidence, Finding, Saving, Where
 from nsight_core.analysis.findings import MIN_STEPS
+from nsight_core.analysis.kernels import short_name
 from nsight_core.analysis.result import Analysis, Coverage
 from nsight_core.analysis.steps import CaptureAsStep, KernelPeriodSteps, NvtxGpuSteps, StepStats
-from nsight_core.render.text import kernel_short_name, printable
+from nsight_core.render.text import printable
 from nsight_core.units import duration as _ns
 from nsight_core.units import quantity
 
@@ -175,7 +176,7 @@ def steps_text(steps: StepStats) -> str:
             clock = (f"; on the GPU's clock, {steps.bound}-bound (the ranges themselves: p50 {_ns(steps.cpu_p50_ns)}"
                      + (", the host runs ahead of the GPU)" if steps.bound == "device" else ")"))
         case KernelPeriodSteps():
-            found = f"kernel-period, each from kernel {printable(kernel_short_name(steps.anchor_kernel))}"
+            found = f"kernel-period, each from kernel {printable(short_name(steps.anchor_kernel))}"
     family = steps.family
     warmup = f", first step {_ns(family.first_ns)} (warm-up)" if steps.warmup else ""
     return (f"steps: {family.count} x {family.pattern} ({found}): p50 {_ns(family.p50_ns)}, "

@@ -12,10 +12,10 @@ from typing import Any
 import polars as pl
 
 from nsight_core.analysis.finding_model import Where
+from nsight_core.analysis.kernels import short_name
 from nsight_core.analysis.step_drawing import DrawnStep, StepDrawing
 from nsight_core.analysis.steps import KernelPeriodSteps, NvtxCpuSteps, NvtxGpuSteps
 from nsight_core.render.findings import CPU_LABELS, PART_LABELS
-from nsight_core.render.text import kernel_short_name
 from nsight_core.units import duration, size
 
 PART_COLORS = {"compute": "#76b900", "exposed_comm": "#e8710a", "exposed_copy": "#4c78a8", "sync_wait": "#d93025",
@@ -39,7 +39,7 @@ def step_view_data(drawing: StepDrawing) -> dict[str, Any]:
     steps = [_step(step, drawing, names, labels) for step in drawing.steps]
     kinds = list(KIND_LABELS)
     return {"clock": drawing.stats.clock, "steps": steps, "names": list(names),
-            "short": [kernel_short_name(name) for name in names], "labels": list(labels),
+            "short": [short_name(name) for name in names], "labels": list(labels),
             "kinds": kinds, "kind_labels": [KIND_LABELS[kind] for kind in kinds],
             "kind_colors": [KIND_COLORS[kind] for kind in kinds],
             "parts": {part: {"label": PART_LABELS[part], "color": color} for part, color in PART_COLORS.items()}}

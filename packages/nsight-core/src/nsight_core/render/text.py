@@ -34,13 +34,6 @@ def printable(name: str) -> str:
     return _CONTROL.sub(lambda found: found.group().encode("unicode_escape").decode("ascii"), name)
 
 
-def kernel_short_name(name: str) -> str:
-    """A kernel's name without its template arguments and parameters (``void at::native::elementwise_kernel<...>(...)``
-    reads ``elementwise_kernel``): for inside a bar, or a line that names it (the full name is in the JSON)."""
-    cut = min((index for index in (name.find("<"), name.find("(")) if index > 0), default=len(name))
-    return name[:cut].rsplit("::", 1)[-1] if cut else name
-
-
 def _short(name: str) -> str:
     name = printable(name)
     return name if len(name) <= _MAX_NAME else name[: _MAX_NAME - 3] + "..."

@@ -18,7 +18,7 @@ from nsight_core.nsys import Nsys
 
 def _one_polars_thread() -> None:
     """Polars computes on one thread in the test workers: `make test` runs 4 of them on 2 cores, where each one's
-    own pool only adds threads that wait on each other (a quarter more CPU for the analysis tests). Polars sizes its
+    own pool only adds threads that wait on each other, and CPU the other workers need. Polars sizes its
     pool from POLARS_MAX_THREADS as it is imported (nothing above imports it); the setting is then taken back, so the
     commands the tests start (the CLI, a Flyte task, a plain script) run with Polars' default, as users' do."""
     if "polars" in sys.modules:  # a plugin imported it first: its default stays
@@ -170,7 +170,8 @@ def _long_first(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
         for run in range(workers):
             runs[(turn + run) % workers].append(module[cuts[run]:cuts[run + 1]])
         turn = (turn + len(module)) % workers
-    # Each worker starts at another module, so that they do not all wait on the same module's processes at once.
+    # Worker k first runs its share of modules k, k + WORKERS, ..., then the others in order: the workers start on
+    # different modules, so they do not all wait on one module's processes (the fault matrix's hangs) at once.
     fronts = [[item for run in mine[worker::workers] + [r for k, r in enumerate(mine) if k % workers != worker]
                for item in run] for worker, mine in enumerate(runs)]
     rest = [item for item in items if _long(item) is None]

@@ -36,7 +36,7 @@ def nsight_here(*args: str | Path, env: Mapping[str, str] | None = None) -> subp
     """`nsight ARGS` run by the CLI's own ``main`` in the test's process, with ENV (None: this process') as the whole
     environment: the exit code, stdout and stderr (its log lines too) that the command prints, without a fresh
     interpreter importing Polars for each call. For tests of what `stats`, `report`, `export` and `diff` answer;
-    what only a process shows (streams, signals, its exit status) keeps subprocesses (tests/report/test_cli.py)."""
+    what only a process shows (streams, signals, its exit status) keeps subprocesses."""
     out, err = io.StringIO(), io.StringIO()
     root = logging.getLogger()
     handlers, level, environ = root.handlers[:], root.level, dict(os.environ)

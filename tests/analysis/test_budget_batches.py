@@ -15,13 +15,13 @@ from nsight_core.analysis.windows import batches
 
 CAPTURES = [
     "h200-two-streams/two_streams.nsys-rep",
-    # known causes (analysis/causes.py): a bulk copy's idle time, a sync after a selection, allocator calls
-    "h200-fix-pairs-v2/checkpoint-problem.nsys-rep", "h200-fix-pairs-v2/mask_sync-problem.nsys-rep",
-    "h200-fix-pairs-v2/small_step-problem.nsys-rep",
-    # the same paths again (syncs, host ranges, copies): make test-all
+    # known causes (analysis/causes.py): a bulk copy's idle time, allocator calls
+    "h200-fix-pairs-v2/checkpoint-problem.nsys-rep", "h200-fix-pairs-v2/small_step-problem.nsys-rep",
+    # the same paths again (syncs, host ranges, copies), and a sync after a selection: make test-all
     *(pytest.param(capture, marks=pytest.mark.exhaustive) for capture in (
-        "h200-diagnosis/diagnosis.nsys-rep", "h200-fix-pairs/sync_log-problem.nsys-rep",
-        "h200-fix-pairs/two-problem.nsys-rep", "h200-torch-mlp/training.nsys-rep"))]
+        "h200-fix-pairs-v2/mask_sync-problem.nsys-rep", "h200-diagnosis/diagnosis.nsys-rep",
+        "h200-fix-pairs/sync_log-problem.nsys-rep", "h200-fix-pairs/two-problem.nsys-rep",
+        "h200-torch-mlp/training.nsys-rep"))]
 
 
 @pytest.mark.parametrize("capture", CAPTURES)

@@ -207,7 +207,8 @@ def test_the_truncation_check_in_windows_gives_the_same_verdict(rel, tmp_path):
     assert check_completeness(trace, window_rows=3) == whole
 
 
-@pytest.mark.parametrize("name", ["two-problem", "graph-problem", "dataloader-fixed"])
+@pytest.mark.parametrize("name", ["two-problem", *(pytest.param(name, marks=pytest.mark.exhaustive)
+                                                   for name in ("graph-problem", "dataloader-fixed"))])
 def test_ranges_holding_cuda_are_counted_alike_in_windows(name, tmp_path):
     """The count behind the truncation check, on complete H200 captures where most ranges hold CUDA work: windows of
     a few positions, each carrying the reach of the events before it, count exactly what all at once does."""

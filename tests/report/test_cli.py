@@ -1,4 +1,4 @@
-"""`nsight report` as a user runs it: real nsys, progress on stderr, clear errors, no tracebacks."""
+"""`nsight report` and `stats` as a user runs them: real nsys, progress on stderr, clear errors, no tracebacks."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from capture_helpers import nsight_here
 
 from nsight_core.nsys import Nsys
 
@@ -16,6 +17,8 @@ pytestmark = pytest.mark.nsys
 
 
 def nsight(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`nsight ARGS` as its own process: the errors and help a user's shell shows. What a command answers on a
+    capture is read in the test's process (nsight_here), which spares an interpreter importing Polars per call."""
     return subprocess.run([sys.executable, "-m", "nsight_core.cli", *args], capture_output=True, text=True,
                           timeout=300, cwd=cwd, stdin=subprocess.DEVNULL)
 
@@ -26,7 +29,7 @@ def test_report_of_a_capture_and_a_recorded_directory(h200_copy: Path, tmp_path:
     for csv in h200_copy.glob("*.csv"):
         (recorded / csv.name).write_bytes(csv.read_bytes())
     out = tmp_path / "page.html"
-    done = nsight("report", str(h200_copy / "training.nsys-rep"), str(recorded), "-o", str(out))
+    done = nsight_here("report", str(h200_copy / "training.nsys-rep"), str(recorded), "-o", str(out))
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(out)
     assert "export" in done.stderr.lower() and "Traceback" not in done.stderr
@@ -39,7 +42,7 @@ def test_report_of_a_capture_and_a_recorded_directory(h200_copy: Path, tmp_path:
 
 def test_any_report_name_gets_a_table_and_unknown_ones_a_reason(h200_copy: Path, tmp_path: Path, nsys: Nsys) -> None:
     out = tmp_path / "page.html"
-    done = nsight("report", str(h200_copy / "evaluation.nsys-rep"), "-o", str(out),
+    done = nsight_here("report", str(h200_copy / "evaluation.nsys-rep"), "-o", str(out),
                   "--reports", "cuda_gpu_kern_sum,cuda_kern_exec_sum,no_such_report")
     assert done.returncode == 0, done.stderr
     page = out.read_text()
@@ -71,7 +74,7 @@ def test_a_directory_of_captures_points_at_its_reports(h200_copy: Path, tmp_path
     captures = tmp_path / "captures"
     captures.mkdir()
     (captures / "training.nsys-rep").write_bytes((h200_copy / "training.nsys-rep").read_bytes())
-    done = nsight("report", str(captures), "-o", str(tmp_path / "x.html"))
+    done = nsight_here("report", str(captures), "-o", str(tmp_path / "x.html"))
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.strip().endswith(f"holds no recorded CSVs; pass its captures instead: {captures}/*.nsys-rep")
 
@@ -90,7 +93,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 def test_stats_json_says_what_to_fix_with_steps_and_savings(tmp_path: Path, nsys: Nsys) -> None:
     """The H200 diagnosis recording: 12 steps, a warm-up step, pageable 64 MiB copies, a CPU sleep per step."""
     trace = private(FIXTURES / "h200-diagnosis" / "diagnosis.nsys-rep", tmp_path)
-    done = nsight("stats", str(trace), "--json")
+    done = nsight_here("stats", str(trace), "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["steps"]["mode"] == "nvtx-gpu" and result["steps"]["family"]["pattern"] == "step_{n}"
@@ -107,20 +110,20 @@ def test_stats_json_says_what_to_fix_with_steps_and_savings(tmp_path: Path, nsys
 
 def test_stats_and_page_warn_on_the_incomplete_cuda13_capture(tmp_path: Path, nsys: Nsys) -> None:
     trace = private(FIXTURES / "h200-quick-start-cuda13-incomplete" / "train.nsys-rep", tmp_path, "train.qdstrm")
-    done = nsight("stats", str(trace))
+    done = nsight_here("stats", str(trace))
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("== WARNING: this trace is incomplete")
     assert "raw stream train.qdstrm is still beside the report" in done.stdout
     assert "CUDA activity ends" in done.stdout
     out = tmp_path / "page.html"
-    assert nsight("report", str(trace), "-o", str(out)).returncode == 0
+    assert nsight_here("report", str(trace), "-o", str(out)).returncode == 0
     page = out.read_text()
     assert page.index('class="nsr-incomplete"') < page.index('class="nsr-tiles"')
 
 
 def test_complete_capture_has_no_incomplete_warning(h200_copy: Path, tmp_path: Path, nsys: Nsys) -> None:
     out = tmp_path / "page.html"
-    assert nsight("report", str(h200_copy / "training.nsys-rep"), "-o", str(out)).returncode == 0
+    assert nsight_here("report", str(h200_copy / "training.nsys-rep"), "-o", str(out)).returncode == 0
     page = out.read_text()
     assert 'class="nsr-incomplete"' not in page
     assert page.index("<h3>What to fix</h3>") < page.index('class="nsr-tiles"')
@@ -128,11 +131,11 @@ def test_complete_capture_has_no_incomplete_warning(h200_copy: Path, tmp_path: P
 
 
 def test_unknown_report_names_get_a_suggestion_and_exit_1(h200_copy: Path, nsys: Nsys) -> None:
-    done = nsight("stats", str(h200_copy / "evaluation.nsys-rep"), "--reports", "cuda_gpu_kern_sm")
+    done = nsight_here("stats", str(h200_copy / "evaluation.nsys-rep"), "--reports", "cuda_gpu_kern_sm")
     assert done.returncode == 1
     assert "did you mean 'cuda_gpu_kern_sum'" in done.stderr
     assert "none of the requested reports exists" in done.stderr
-    partly = nsight("stats", str(h200_copy / "evaluation.nsys-rep"), "--reports", "cuda_api_sum,cuda_gpu_kern_sm")
+    partly = nsight_here("stats", str(h200_copy / "evaluation.nsys-rep"), "--reports", "cuda_api_sum,cuda_gpu_kern_sm")
     assert partly.returncode == 0 and "did you mean 'cuda_gpu_kern_sum'" in partly.stderr
 
 

@@ -129,7 +129,8 @@ def test_sync_log_median_step_shows_the_log_wait(tmp_path: Path, chromium: Chrom
     assert any(text.startswith("log") and "NVTX range" in text for text in seen["focusHover"]), seen["focusHover"]
 
 
-@pytest.mark.parametrize("name", ["sync_log-problem", "graph-fixed", "dataloader-problem"])
+@pytest.mark.parametrize("name", ["graph-fixed", *(pytest.param(name, marks=pytest.mark.exhaustive)
+                                                   for name in ("sync_log-problem", "dataloader-problem"))])
 def test_nsys_2025_captures(name: str, chromium: Chromium, artifacts: Path) -> None:
     """nsys 2025.3's SQLite exports: GPU rows and idle causes drawn; CUDA graph launches in their stream's row."""
     profile = build_profile(FIXTURES / "h200-fix-pairs-2025" / f"{name}.sqlite")

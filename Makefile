@@ -4,8 +4,6 @@
 SHELL := /bin/bash
 UV := $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
 PY := .venv/bin/python
-# Bytecode is compiled at install: else every test process (and a task's first run) compiles flyte and polars.
-export UV_COMPILE_BYTECODE := 1
 # 4 test processes on 2 cores: the tests also wait (on nsys, signals, timeouts); with 3 the cores idled.
 WORKERS ?= 4
 
@@ -31,14 +29,19 @@ lint: env
 	@$(PY) scripts/check-words.py
 	@out=$$(.venv/bin/lint-imports --no-cache 2>&1) || { echo "$$out"; exit 1; }  # the layers of pyproject.toml
 
-# Lint runs beside the tests; either failing fails. Bytecode is written even where the environment says not to:
-# else every test process rewrites the asserts of every test module again.
+# Lint runs beside the tests; either failing fails. Bytecode is written even where the environment says not to
+# (else every test process compiles flyte and polars, and rewrites the asserts of every test module, again), and the
+# tests' dependencies are imported once before the workers start, so that four of them do not compile the same
+# modules at once. (Compiling all of site-packages at install took twice as long: a third of it is kubernetes.)
 # PYTEST_ARGS: e.g. -m 'not slow' (what make test-all passes: the exhaustive tests too), or a test file.
+WARM := flyte._bin.runtime, flyte.io, polars, altair, jinja2, pydantic, pytest, xdist, flyteplugins.nsight, \
+  nsight_core.cli, nsight_core.report, nsight_core.profile
 test: export PYTHONDONTWRITEBYTECODE :=
 test: nsys
 	@bash scripts/install-chromium.sh
 	@bash scripts/install-torch-cpu.sh
 	@$(MAKE) --no-print-directory lint & lint=$$!; \
+	  $(PY) -c "import $(WARM)"; \
 	  $(PY) -m pytest -n $(WORKERS) --dist worksteal $(PYTEST_ARGS); tests=$$?; \
 	  wait $$lint; linted=$$?; \
 	  [ $$linted -eq 0 ] || echo "make test: lint failed (see above)" >&2; \

@@ -65,3 +65,36 @@ def test_what_a_cause_claims_leaves_the_budget_the_others_read() -> None:
     assert left is not None
     assert left.part("launch_gap").total_ns == 1_000_000 and left.part("compute").total_ns == 6_000_000
     assert left.idle_activities == []
+
+
+def test_a_checkpoint_and_many_small_copies_never_claim_one_copys_time_twice() -> None:
+    """One step: 64 MiB copied to the host (a checkpoint: 30 ms, then 5 ms of host time the GPU waits on) and 64 small
+    copies to the device (2 ms). The copies' 10 ms of exposed time and their calls' 20 ms are there once: both findings
+    together save at most what the step's copy time and the host's time after the checkpoint are."""
+    from nsight_core.analysis.causes import CauseInputs, known_causes
+    from nsight_core.analysis.finding_model import Context
+
+    wall = 100_000_000
+    parts = [BudgetPart(part=p, total_ns=t, per_step_p50_ns=t, per_step_mean_ns=t, fraction=t / wall)
+             for p, t in (("compute", 65_000_000), ("exposed_copy", 10_000_000), ("gpu_idle", 25_000_000))]
+    activities = pl.DataFrame({"part": ["gpu_idle", "gpu_idle"], "cpu_kind": ["cuda_api", "untraced"],
+                               "cpu_name": ["cudaMemcpyAsync", ""], "total_ns": [20_000_000, 5_000_000]})
+    inputs = CauseInputs(
+        steps=1, activities=activities,
+        calls=pl.DataFrame({"name": ["cudaMemcpyAsync"], "calls": [65], "total_ns": [20_000_000]}),
+        copies=pl.DataFrame({"direction": ["Device-to-Host", "Host-to-Device"], "small": [False, True],
+                             "copies": [1, 64], "bytes": [64 << 20, 64 * 4096], "ns": [30_000_000, 2_000_000]}),
+        loops=pl.DataFrame(schema={"name": pl.String, "launches": pl.Int64, "kept": pl.Int64}),
+        reads=pl.DataFrame(schema={"select": pl.Boolean, "reads": pl.Int64}), after_bulk_ns=5_000_000,
+        per_call_ns=0.0, lines=pl.DataFrame(schema={"name": pl.String, "place": pl.String, "function": pl.String,
+                                                    "calls": pl.Int64}),
+        samples=pl.DataFrame(schema={"place": pl.String, "function": pl.String, "host_ns": pl.Float64}))
+    budget = StepBudget(steps=1, wall_ns=wall, parts=parts, idle_activities=[], thread=1)
+    context = Context.model_construct(budget=budget, window_ns=wall, step_p50_ns=float(wall))
+
+    causes = known_causes(context, inputs)
+    found = {finding.kind: finding.saving.per_step_ns for finding in causes.findings}
+    assert set(found) == {"bulk_device_to_host", "small_copies"}
+    assert sum(found.values()) <= 10_000_000 + 20_000_000 + 5_000_000  # exposed copies, copy calls, host after
+    assert causes.claims[("exposed_copy", None, None)] <= 10_000_000
+    assert causes.claims[("gpu_idle", "cuda_api", "cudaMemcpyAsync")] <= 20_000_000

@@ -136,12 +136,22 @@ def _calls_per_call(inputs: CauseInputs) -> float:
 
 
 def _claim(claims: dict[Claim, float], activities: pl.DataFrame, share: float = 1.0) -> float:
-    """Add SHARE of ACTIVITIES to CLAIMS; their claimed time."""
+    """Add SHARE of ACTIVITIES to CLAIMS, never more of one than another cause left of it; their claimed time."""
     taken = 0.0
     for part, kind, name, total in activities.select("part", "cpu_kind", "cpu_name", "total_ns").iter_rows():
-        claims[(part, kind, name)] = claims.get((part, kind, name), 0.0) + total * share
-        taken += total * share
+        before = claims.get((part, kind, name), 0.0)
+        mine = max(min(total * share, total - before), 0.0)
+        claims[(part, kind, name)] = before + mine
+        taken += mine
     return taken
+
+
+def _claim_exposed(context: Context, claims: dict[Claim, float], copy_ns: float) -> float:
+    """Claim the copies' exposed time (at most COPY_NS) of what another cause left of it; the time claimed."""
+    key = ("exposed_copy", None, None)
+    exposed = max(min(copy_ns, _part(context, "exposed_copy") - claims.get(key, 0.0)), 0.0)
+    claims[key] = claims.get(key, 0.0) + exposed
+    return exposed
 
 
 def _finding(context: Context, kind: str, total_ns: float, steps: int, evidence: list[Evidence]) -> Finding | None:
@@ -247,8 +257,7 @@ def small_copies(context: Context, inputs: CauseInputs, claims: dict[Claim, floa
     taken = _claim(claims, _activity(inputs, COPY_API), min(count / copy_calls, 1.0))
     synced = min(count / sync_calls, 1.0) if sync_calls else 0.0
     taken += _claim(claims, _activity(inputs, SYNC_API), synced)
-    exposed = min(ns, _part(context, "exposed_copy"))
-    claims[("exposed_copy", None, None)] = claims.get(("exposed_copy", None, None), 0.0) + exposed
+    exposed = _claim_exposed(context, claims, ns)
     stacked = size / pinned * 1e9
     total = taken + exposed - stacked - (count + synced * sync_calls) * per_call * inputs.per_call_ns
     evidence = [Evidence(metric="small_copies_per_step", value=count / steps, unit="count",
@@ -277,9 +286,7 @@ def bulk_device_to_host(context: Context, inputs: CauseInputs, claims: dict[Clai
     copy_ns = float(inputs.copies["ns"].sum())
     taken = _claim(claims, untraced, after / host)
     taken += _claim(claims, _activity(inputs, COPY_API), min(ns / copy_ns, 1.0) if copy_ns else 0.0)
-    exposed = min(ns, _part(context, "exposed_copy") - claims.get(("exposed_copy", None, None), 0.0))
-    claims[("exposed_copy", None, None)] = claims.get(("exposed_copy", None, None), 0.0) + max(exposed, 0.0)
-    total = taken + max(exposed, 0.0) - count * _calls_per_call(inputs) * inputs.per_call_ns
+    total = taken + _claim_exposed(context, claims, ns) - count * _calls_per_call(inputs) * inputs.per_call_ns
     evidence = [Evidence(metric="device_to_host_bytes_per_step", value=size / steps, unit="bytes",
                          where=Where(kind="copy", name="Device-to-Host")),
                 Evidence(metric="device_to_host_copies_per_step", value=count / steps, unit="count"),

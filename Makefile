@@ -32,7 +32,7 @@ lint: env
 # Lint runs beside the tests; either failing fails. Bytecode is written even where the environment says not to
 # (else every test process compiles flyte and polars, and rewrites the asserts of every test module, again), and the
 # tests' dependencies are imported once before the workers start, so that four of them do not compile the same
-# modules at once. (Compiling all of site-packages at install took twice as long: a third of it is kubernetes.)
+# modules at once (compiling all of site-packages at install is slower: a third of it is kubernetes, unused).
 # PYTEST_ARGS: e.g. -m 'not slow' (what make test-all passes: the exhaustive tests too), or a test file.
 WARM := flyte._bin.runtime, flyte.io, polars, altair, jinja2, pydantic, pytest, xdist, flyteplugins.nsight, \
   nsight_core.cli, nsight_core.report, nsight_core.profile

@@ -11,7 +11,8 @@ import pytest
 
 from nsight_core.analysis.budget import BudgetPart, CpuActivity, StepBudget
 from nsight_core.analysis.cause_inputs import loops_in
-from nsight_core.analysis.causes import LOOP_MIN_LAUNCHES, TENSORS_PER_LAUNCH, less
+from nsight_core.analysis.causes import LOOP_MIN_LAUNCHES, TENSORS_PER_LAUNCH, CauseInputs, known_causes, less
+from nsight_core.analysis.finding_model import Context
 
 OTHER_CAPTURES = ["h200-diagnosis/diagnosis.nsys-rep", "h200-torch-mlp/training.nsys-rep",
                   "h200-two-streams/two_streams.nsys-rep", "h200-2025-process/nsight-0013a405.sqlite",
@@ -71,9 +72,6 @@ def test_a_checkpoint_and_many_small_copies_never_claim_one_copys_time_twice() -
     """One step: 64 MiB copied to the host (a checkpoint: 30 ms, then 5 ms of host time the GPU waits on) and 64 small
     copies to the device (2 ms). The copies' 10 ms of exposed time and their calls' 20 ms are there once: both findings
     together save at most what the step's copy time and the host's time after the checkpoint are."""
-    from nsight_core.analysis.causes import CauseInputs, known_causes
-    from nsight_core.analysis.finding_model import Context
-
     wall = 100_000_000
     parts = [BudgetPart(part=p, total_ns=t, per_step_p50_ns=t, per_step_mean_ns=t, fraction=t / wall)
              for p, t in (("compute", 65_000_000), ("exposed_copy", 10_000_000), ("gpu_idle", 25_000_000))]

@@ -109,14 +109,15 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="session")
 def chromium() -> Any:
-    """Debian's chromium (scripts/install-chromium.sh installs it; NSIGHT_CHROMIUM overrides).
+    """Debian's chromium-headless-shell (scripts/install-chromium.sh installs it), else a full chromium;
+    NSIGHT_CHROMIUM overrides.
 
     Here, not in tests/report, because the adapter's end-to-end tests load the pages they make too.
     """
     sys.path.insert(0, str(REPO / "tests" / "report"))
     from report_helpers import Chromium
 
-    for candidate in (os.environ.get("NSIGHT_CHROMIUM"), "chromium", "chromium-browser"):
+    for candidate in (os.environ.get("NSIGHT_CHROMIUM"), "chromium-headless-shell", "chromium", "chromium-browser"):
         found = shutil.which(candidate) if candidate else None
         if found:
             return Chromium(found)

@@ -304,7 +304,8 @@ def scaling_section(traces: list[tuple[int, Path]], nsys: Nsys, scratch: Path) -
             raise SystemExit(f"bench: nsight stats counted {counted:,} of {ranges:,} NVTX ranges")
         chosen = payload["export"]
         sliced = f" in {chosen['slices']} slices" if chosen.get("slices", 1) > 1 else ""
-        read_as = (f"SQLite{sliced}, streamed ({chosen['reason']})" if chosen["streamed"] else
+        read_as = (f"{'Parquet' if chosen['kind'] == 'parquetdir' else 'SQLite'}{sliced}, streamed ({chosen['reason']})"
+                   if chosen["streamed"] else
                    f"{'arrow' if chosen['kind'] == 'arrowdir' else 'SQLite'}, whole")
         copy = fresh_copy(trace, scratch)
         report = tree_run([PY, "-m", "nsight_core.cli", "report", copy, "-o", copy.parent / "page.html"],

@@ -36,7 +36,7 @@ from nsight_core.analysis.completeness import check_completeness
 from nsight_core.analysis.steps import FamilySteps
 from nsight_core.analysis.trace_summary import summarize_trace
 from nsight_core.nsys import Nsys
-from nsight_core.trace.export import MAX_SLICES, SLICES_PER_CORE, ExportChoice, export, usable_cores
+from nsight_core.trace.export import MAX_SLICES, SLICES_PER_CORE, ExportChoice, export, parquet_slices, usable_cores
 from nsight_core.trace.model import Trace
 from nsight_core.trace.spill import SpilledTables
 from nsight_core.trace.tables import SqliteTables
@@ -61,7 +61,7 @@ def record(ranges: int, folder: Path) -> Path:
     return capture
 
 
-def test_30m_ranges_get_stats_and_page_under_2_gib(tmp_path: Path) -> None:
+def test_30m_ranges_get_stats_and_page_under_2_gib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ranges = 30_000_000
     capture = record(ranges, tmp_path / "capture")
     env = {**os.environ, "NSIGHT_SUMMARY_MEMORY": "2G"}
@@ -69,11 +69,13 @@ def test_30m_ranges_get_stats_and_page_under_2_gib(tmp_path: Path) -> None:
     report = tree_run([sys.executable, "-m", "nsight_core.cli", "report", capture, "-o", page], tmp_path, env)
     stats = tree_run([sys.executable, "-m", "nsight_core.cli", "stats", capture, "--json"], tmp_path, env)
     payload = json.loads(stats.stdout)
-    # Its SQLite export made in slices of time side by side, two per core (2 GiB holds 8 nsys exports).
+    # Its Parquet export in the fewest slices whose nsys processes fit 2 GiB, else SQLite in two slices per core.
+    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "2G")
     cores = usable_cores()
     slices = min(cores * SLICES_PER_CORE, MAX_SLICES) if cores > 1 else 1
-    assert payload["export"]["streamed"] and payload["export"]["slices"] == slices
-    assert payload["export"]["kind"] == ("sqlitedir" if slices > 1 else "sqlite")
+    parquet = parquet_slices(capture.stat().st_size)
+    expected = ("parquetdir", parquet) if parquet else ("sqlitedir" if slices > 1 else "sqlite", slices)
+    assert payload["export"]["streamed"] and (payload["export"]["kind"], payload["export"]["slices"]) == expected
     counted = {row["name"]: row["instances"] for row in payload["nvtx_ranges"]}
     assert counted["step"] == ranges // 1000 and sum(counted.values()) == ranges
     assert payload["completeness"]["complete"]

@@ -36,6 +36,7 @@ from nsight_core.trace.export import (
     export,
     export_choice,
     export_slices,
+    parquet_slices,
     is_current,
     usable_cores,
 )
@@ -141,28 +142,32 @@ def check_slices(capture: Path, nsys: Nsys) -> None:
 def test_a_streamed_capture_exported_in_slices_gets_the_profile_of_one_file(
         nsys: Nsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Statistics, summary, completeness and What to fix over every step, scanned from the slices (a kernel may lie
-    in the slice after the call that launched it), as from one SQLite file; the slices are reused, and a folder of
-    them passed as it is reads the same."""
+    in the slice after the call that launched it), SQLite or Parquet, as from one SQLite file; the slices are reused,
+    and a folder of them passed as it is reads the same."""
     monkeypatch.setattr(export_module, "STREAM_ABOVE_BYTES", 0)
     # A streamed summary allowed 1 MiB and an nsys export 1 MiB (8 slices side by side fit), the capture read whole not.
     monkeypatch.setattr(memory, "STREAMED_SUMMARY_BYTES", 1 << 20)
     monkeypatch.setattr(memory, "EXPORT_BASE_BYTES", 1 << 20)
     monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "34M")
     profiles = {}
-    for slices in (1, 3):  # its work runs from 0.26 s to 0.47 s of a 0.51 s window: cut at 0.34 s
-        capture = tmp_path / str(slices) / "host_load-problem.nsys-rep"
+    parquet = Nsys.exports_parquet_slices
+    # Its work runs from 0.26 s to 0.47 s of a 0.51 s window: cut at 0.34 s.
+    cases = [("1", "sqlite", 1), ("3", "sqlitedir", 3)] + [("parquet", "parquetdir", 3)] * nsys.exports_parquet_slices
+    for folder_name, kind, slices in cases:
+        capture = tmp_path / folder_name / "host_load-problem.nsys-rep"
         capture.parent.mkdir()
         shutil.copyfile(FIXTURES / "h200-fix-pairs" / "host_load-problem.nsys-rep", capture)
         monkeypatch.setenv("NSIGHT_EXPORT_SLICES", str(slices))
+        # Parquet where this nsys makes it (the fewest slices that fit), unless the case is SQLite's.
+        monkeypatch.setattr(Nsys, "exports_parquet_slices", parquet if kind == "parquetdir" else False)
         size = capture.stat().st_size
-        kind = "sqlitedir" if slices > 1 else "sqlite"
         assert export_choice(capture, nsys) == ExportChoice(kind=kind, streamed=True, reason="large", trace_bytes=size,
                                                             stream_above_bytes=0, slices=slices)
-        profiles[slices] = build_profile(capture)
-        read = profiles[slices].stats.export
+        profiles[kind] = build_profile(capture)
+        read = profiles[kind].stats.export
         assert read is not None and read.model_dump() == ExportChoice(
             kind=kind, streamed=True, reason="large", trace_bytes=size, stream_above_bytes=0, slices=slices)._asdict()
-    one, sliced = profiles[1], profiles[3]
+    one = profiles["sqlite"]
     folder = tmp_path / "3" / "host_load-problem.sqlitedir"
     assert len(list(folder.glob(SLICE_PATTERN))) == 3 and not (tmp_path / "3" / "host_load-problem.sqlite").exists()
     holding = [part for part in sorted(folder.glob(SLICE_PATTERN))
@@ -170,16 +175,19 @@ def test_a_streamed_capture_exported_in_slices_gets_the_profile_of_one_file(
                and kernels.height]
     assert len(holding) > 1
     assert one.analysis is not None and one.analysis.findings and isinstance(one.analysis.steps, FamilySteps)
-    assert sliced.analysis == one.analysis and one.steps_drawn is not None and sliced.steps_drawn is not None
-    assert sliced.steps_drawn.budgets.equals(one.steps_drawn.budgets)
-    assert (sliced.steps_drawn.median_step, sliced.steps_drawn.slowest_step) == (one.steps_drawn.median_step,
-                                                                                 one.steps_drawn.slowest_step)
-    # The same but for the estimate of the frames' size read whole, from each part's pages (within 1 %), and so how
-    # many first steps fit it.
-    assert sliced.stats.model_dump(exclude={"export", "notes"}) == one.stats.model_dump(exclude={"export", "notes"})
-    assert [re.sub(r"[\d.,]+", "N", note) for note in sliced.stats.notes] == [re.sub(r"[\d.,]+", "N", note)
-                                                                            for note in one.stats.notes]
-    assert sliced.completeness == one.completeness and sliced.tiles == one.tiles and sliced.title == one.title
+    for sliced in [profiles[kind] for kind in ("sqlitedir", "parquetdir") if kind in profiles]:
+        assert sliced.analysis == one.analysis and one.steps_drawn is not None and sliced.steps_drawn is not None
+        assert sliced.steps_drawn.budgets.equals(one.steps_drawn.budgets)
+        assert (sliced.steps_drawn.median_step, sliced.steps_drawn.slowest_step) == (one.steps_drawn.median_step,
+                                                                                     one.steps_drawn.slowest_step)
+        # The same but for the estimate of the frames' size read whole (from each part's pages, or rows), and so
+        # how many first steps fit it.
+        assert sliced.stats.model_dump(exclude={"export", "notes"}) == one.stats.model_dump(exclude={"export", "notes"})
+        assert [re.sub(r"[\d.,]+", "N", note) for note in sliced.stats.notes] == [re.sub(r"[\d.,]+", "N", note)
+                                                                                for note in one.stats.notes]
+        assert sliced.completeness == one.completeness and sliced.tiles == one.tiles and sliced.title == one.title
+    parquet_parts = sorted((tmp_path / "parquet" / "host_load-problem.parquetdir").glob("part-*/"))
+    assert len(parquet_parts) == 3 * nsys.exports_parquet_slices and not list(tmp_path.glob("parquet/*.sqlite*"))
 
     # Made once: a later command (any NSIGHT_EXPORT_SLICES) reads the slices there; the folder passed as it is too.
     monkeypatch.setenv("NSIGHT_EXPORT_SLICES", "1")
@@ -226,6 +234,16 @@ def test_slices_follow_the_cores_the_memory_and_the_setting(tmp_path: Path, nsys
     assert nsys.exports_time_slices and nsys.version.startswith(SLICED_EXPORT_VERSIONS)
     assert export_slices(big, Nsys(nsys.path, "2025.3.1.0")) == 2
     assert export_slices(big, Nsys(nsys.path, "2024.1.1.0")) == 1
+    # Parquet: the fewest slices from two per core whose processes, one per core at a time, fit; none where none do.
+    monkeypatch.delenv("NSIGHT_EXPORT_SLICES")
+    monkeypatch.setattr(export_module, "usable_cores", lambda: 2)
+    monkeypatch.setattr(memory, "allowed_memory", lambda: (None, ""))
+    assert parquet_slices(100 << 20, nsys) == 4
+    monkeypatch.setattr(memory, "allowed_memory", lambda: (1 << 30, "a test"))  # 2 x (32 MiB + 20 x 100 MiB / N)
+    assert parquet_slices(100 << 20, nsys) == 5 and parquet_slices(400 << 20, nsys) is None
+    assert parquet_slices(100 << 20, Nsys(nsys.path, "2025.3.1.0")) is None
+    monkeypatch.setenv("NSIGHT_EXPORT_SLICES", "2")
+    assert parquet_slices(10 << 20, nsys) == 2 and parquet_slices(100 << 20, nsys) is None
     for wrong in ("0", "two", "-1"):
         monkeypatch.setenv("NSIGHT_EXPORT_SLICES", wrong)
         with pytest.raises(StatsError, match=rf"NSIGHT_EXPORT_SLICES='{wrong}' is not a number of slices: set it to 1"):

@@ -59,6 +59,10 @@ SLICED_EXPORT_VERSIONS = ("2023.4.", "2025.3.")
 """nsys versions whose SQLite exports in slices of time were checked equal to the one-file export on every fixture
 (tests/core/test_sliced_export.py); any other exports one file."""
 
+PARQUET_SLICED_VERSIONS = ("2023.4.",)
+"""nsys versions whose Parquet exports in slices of time were checked to read as their SQLite export on every fixture
+(tests/core/test_sliced_export.py); any other streams a large capture from SQLite."""
+
 _BUSY_MARKERS = ("not allowed in this state",)
 
 
@@ -331,6 +335,13 @@ class Nsys:
         export takes ``--times`` and ``--tables``, documents "non-strict" ranges, and is of SLICED_EXPORT_VERSIONS."""
         return self.version.startswith(SLICED_EXPORT_VERSIONS) and all(
             word in self._export_help for word in ("--times", "--tables", "non-strict"))
+
+    @property
+    def exports_parquet_slices(self) -> bool:
+        """Whether a streamed capture may be exported to Parquet in slices of time and scanned as nsys wrote it
+        (trace/parquet.py): this nsys slices exports, has the parquetdir export, and is of PARQUET_SLICED_VERSIONS."""
+        return (self.exports_time_slices and "parquetdir" in self.export_types
+                and self.version.startswith(PARQUET_SLICED_VERSIONS))
 
     def stats(self, sqlite: Path, reports: Sequence[str], prefix: Path) -> NsysResult:
         """One `nsys stats` call writing PREFIX_<report>.csv for every report."""

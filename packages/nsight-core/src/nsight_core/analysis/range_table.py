@@ -88,8 +88,12 @@ def _family_key(names: pl.DataFrame) -> tuple[pl.Expr, pl.DataFrame]:
     distinct = names.select(pl.col("name").unique().sort())
     pattern, patterns = family_codes(distinct, "name")
     domains = names.select(pl.col("domain").unique().sort()).to_series()
-    key = joint_code((pl.lit(pattern).gather(text_code(pl.col("name"), distinct.to_series())), patterns.len()),
-                     (text_code(pl.col("domain"), domains), domains.len())).cast(pl.Int64).alias(KEY)
+    # Elementwise (a lookup a batch at a time, not a gather of the whole column): a window's filter on the ranges'
+    # starts then reaches the scan below it, which reads that window's rows only.
+    family = text_code(pl.col("name"), distinct.to_series()).map_batches(
+        lambda codes: pattern.gather(codes), return_dtype=pattern.dtype, is_elementwise=True)
+    key = joint_code((family, patterns.len()), (text_code(pl.col("domain"), domains), domains.len())) \
+        .cast(pl.Int64).alias(KEY)
     return key, names.select(key, pattern_of(pl.col("name")).alias("pattern"), "domain").unique(KEY)
 
 

@@ -72,18 +72,18 @@ class MemorySizeRow(_Row):
 class ExportRead(BaseModel):
     """How a capture's events were read: the export nsight chose for it, and why (nsight_core.trace.export)."""
 
-    kind: str = Field(description="The nsys export read: 'arrowdir', 'sqlite', or 'sqlitedir' (SQLite in slices of "
-                      "time exported side by side)")
-    streamed: bool = Field(description="Its SQLite export's tables were copied to Parquet on disk and the reports "
-                           "streamed them in bounded memory; else the frames were read whole")
+    kind: str = Field(description="The nsys export read: 'arrowdir', 'sqlite', 'sqlitedir' or 'parquetdir' (SQLite "
+                      "or Parquet in slices of time exported side by side)")
+    streamed: bool = Field(description="Its events were scanned from Parquet on disk (nsys' own, or its SQLite "
+                           "export's tables copied there) in bounded memory; else the frames were read whole")
     reason: str = Field(description="'large': streamed, the trace is over stream_above_bytes; 'memory': streamed, "
                         "nsys' arrow export would not fit the memory allowed; 'small': the arrow export, read whole "
                         "(the faster); 'no_arrowdir': SQLite read whole, as this nsys has no arrow export")
     trace_bytes: int = Field(description="The .nsys-rep's size")
     stream_above_bytes: int = Field(description="The size above which a trace is streamed")
-    slices: int = Field(1, description="How many slices of time its SQLite export was made in, side by side (one per "
-                        "core this process may use for a streamed trace of 8 MiB or more, at most 8; "
-                        "NSIGHT_EXPORT_SLICES sets it)")
+    slices: int = Field(1, description="How many slices of time its export was made in, side by side (SQLite: two "
+                        "per core this process may use for a streamed trace of 8 MiB or more; Parquet: the fewest from "
+                        "two per core whose exports fit the memory allowed; at most 8; NSIGHT_EXPORT_SLICES sets it)")
 
 
 class ProfileStats(BaseModel):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import polars as pl
 
 from nsight_core.trace.model import Trace
+from nsight_core.trace.parquet import SlicedParquetTables
 from nsight_core.trace.sliced import SlicedSqliteTables
 from nsight_core.trace.spill import SpilledTables
 from nsight_core.trace.tables import SqliteTables
@@ -42,10 +43,14 @@ def python_lines(trace: Trace) -> pl.DataFrame:
         return pl.DataFrame(schema=LINE_COLUMNS)
     wanted = {"start": pl.Int64, "globalTid": pl.Int64, "domainId": pl.Int64, "eventType": pl.Int64,
               "text": pl.String, "binaryData": pl.Binary}
-    sql = tables.sqlite if isinstance(tables, SpilledTables) else tables  # the marks alone, not every range
-    raw = sql.read("NVTX_EVENTS", wanted, where="binaryData IS NOT NULL OR eventType = 75") \
-        if isinstance(sql, SqliteTables | SlicedSqliteTables) else sql.read("NVTX_EVENTS", wanted)
     data = pl.col("binaryData")
+    sql = tables.export if isinstance(tables, SpilledTables) else tables  # the marks alone, not every range
+    if isinstance(sql, SqliteTables | SlicedSqliteTables):
+        raw = sql.read("NVTX_EVENTS", wanted, where="binaryData IS NOT NULL OR eventType = 75")
+    elif isinstance(sql, SlicedParquetTables) and (scanned := sql.scan("NVTX_EVENTS", wanted)) is not None:
+        raw = scanned.filter(data.is_not_null() | (pl.col("eventType") == 75)).collect(engine="streaming")
+    else:
+        raw = sql.read("NVTX_EVENTS", wanted)
     if raw is None or (marks := raw.filter(data.is_not_null())).is_empty():
         return pl.DataFrame(schema=LINE_COLUMNS)
     rate = float(trace.meta.get("PYTHON_BACKTRACE_SAMPLING_OPTIONS:SAMPLING_RATE") or 0)

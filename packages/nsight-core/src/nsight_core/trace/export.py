@@ -46,7 +46,11 @@ SQLITE_SUFFIX = ".sqlite"
 SLICED_SUFFIX = ".sqlitedir"
 """A folder of SQLite exports of one capture, each of a slice of its time (:func:`export` of kind 'sqlitedir')."""
 SLICE_PATTERN = "part-*.sqlite"
-_SUFFIXES = {"arrowdir": ARROW_SUFFIX, "sqlite": SQLITE_SUFFIX, "sqlitedir": SLICED_SUFFIX}
+PARQUET_SUFFIX = ".parquetdir"
+"""A folder of nsys' Parquet exports of one capture, a folder per slice of its time (kind 'parquetdir')."""
+PARQUET_SLICE_PATTERN = "part-*/*.parquet"
+_SUFFIXES = {"arrowdir": ARROW_SUFFIX, "sqlite": SQLITE_SUFFIX, "sqlitedir": SLICED_SUFFIX,
+             "parquetdir": PARQUET_SUFFIX}
 _RECORD = ".nsight-export.json"
 """Inside an arrow directory: what it was made from and its files' sizes, written last. Beside a .sqlite:
 <name>.nsight.json."""
@@ -57,7 +61,8 @@ def is_event_source(path: Path) -> bool:
     CSVs."""
     if path.suffix in REPORT_SUFFIXES or path.suffix == SQLITE_SUFFIX:
         return True
-    return path.is_dir() and (any(path.glob("*.arrow")) or any(path.glob(SLICE_PATTERN)))
+    return path.is_dir() and any(any(path.glob(pattern)) for pattern in ("*.arrow", SLICE_PATTERN,
+                                                                         PARQUET_SLICE_PATTERN))
 
 
 def derived_dir(source: Path) -> Path:
@@ -80,7 +85,7 @@ def derived_dir(source: Path) -> Path:
 
 
 def export_path(report: Path, kind: str) -> Path:
-    """Where the KIND ('arrowdir', 'sqlite' or 'sqlitedir') export of REPORT lives."""
+    """Where the KIND ('arrowdir', 'sqlite', 'sqlitedir' or 'parquetdir') export of REPORT lives."""
     return derived_dir(report) / (report.stem + _SUFFIXES[kind])
 
 
@@ -90,8 +95,8 @@ def _record_of(export: Path) -> Path:
 
 def _sizes(export: Path) -> dict[str, int]:
     if export.is_dir():
-        files = [*export.glob("*.arrow"), *export.glob(SLICE_PATTERN)]
-        return {path.name: path.stat().st_size for path in sorted(files)}
+        files = [*export.glob("*.arrow"), *export.glob(SLICE_PATTERN), *export.glob(PARQUET_SLICE_PATTERN)]
+        return {path.relative_to(export).as_posix(): path.stat().st_size for path in sorted(files)}
     return {"file": export.stat().st_size}
 
 
@@ -130,13 +135,14 @@ def _remove_abandoned(target: Path) -> None:
 
 
 def export(report: Path, kind: str, nsys: Nsys | None = None, slices: int = 1) -> Path:
-    """The current KIND export of REPORT: reused when complete and current, else made (atomically). KIND 'sqlitedir':
-    SQLite in SLICES slices of time, exported side by side (:func:`_export_sliced`)."""
+    """The current KIND export of REPORT: reused when complete and current, else made (atomically). KIND 'sqlitedir'
+    and 'parquetdir': SQLite or Parquet in SLICES slices of time, exported side by side (:func:`_export_sliced`)."""
     target = export_path(report, kind)
     if is_current(target, report):
         return target
-    sliced = kind == "sqlitedir"
-    check_export_memory(report.stat().st_size, "sqlite" if sliced else kind, report.name, slices if sliced else 1)
+    sliced = kind in SLICED_KINDS
+    size, checked, processes = _slices_memory(report.stat().st_size, kind, slices)
+    check_export_memory(size, checked, report.name, processes)
     _check_disk(report, target.parent)
     nsys = nsys or find_nsys()
     check_writer(report, nsys.version, nsys.path)  # a report newer than this nsys: one line, not its protobuf error
@@ -144,12 +150,12 @@ def export(report: Path, kind: str, nsys: Nsys | None = None, slices: int = 1) -
     # Named as _remove_abandoned finds it; it keeps the type's suffix, which nsys adds to an output name without it.
     temporary = target.with_name(f".{target.stem}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp{target.suffix}")
     log.info("exporting %s (%s, once per capture)", report,
-             f"SQLite in {slices} slices of time side by side" if sliced else kind)
+             f"{SLICED_KINDS[kind]} in {slices} slices of time side by side" if sliced else kind)
     try:
         version = _version_of(report)  # before nsys reads it: a report rewritten meanwhile is not current
         try:
             if sliced:
-                _export_sliced(nsys, report, temporary, slices)
+                _export_sliced(nsys, report, temporary, slices, SLICED_KINDS[kind])
             else:
                 nsys.export(report, temporary, kind)
         except ExportDiskFullError as error:  # named by the folder the export goes to, not its temporary one
@@ -189,16 +195,31 @@ def _check_disk(report: Path, folder: Path) -> None:
                          "space there, or pass a copy of the capture in a folder with more room.")
 
 
-def _export_sliced(nsys: Nsys, report: Path, folder: Path, slices: int) -> None:
-    """REPORT's SQLite export as SLICES files in FOLDER (part-000.sqlite, ...), each the events that start in one
-    slice of the capture's time, exported side by side, as many at once as this process has cores.
+SLICED_KINDS = {"sqlitedir": "sqlite", "parquetdir": "parquetdir"}
+"""The exports made in slices of time, and the nsys export each slice is."""
+
+
+def _slices_memory(trace_bytes: int, kind: str, slices: int) -> tuple[int, str, int]:
+    """What :func:`check_export_memory` is asked for a KIND export in SLICES: SQLite's memory does not grow with the
+    events, so its slices are that many processes of a whole trace's; a Parquet slice holds its share of the events,
+    and only as many run at once as there are cores."""
+    if kind == "parquetdir":
+        return -(-trace_bytes // slices), "arrowdir", min(slices, usable_cores())
+    return trace_bytes, "sqlite" if kind == "sqlitedir" else kind, slices if kind == "sqlitedir" else 1
+
+
+def _export_sliced(nsys: Nsys, report: Path, folder: Path, slices: int, kind: str = "sqlite") -> None:
+    """REPORT's SQLite (KIND 'sqlite': part-000.sqlite, ...) or Parquet (KIND 'parquetdir': folders part-000, ...)
+    export as SLICES parts in FOLDER, each the events that start in one slice of the capture's time, exported side by
+    side, as many at once as this process has cores.
 
     Why: nsys' SQLite export is the one whose memory does not grow with the capture, and it is slow (one core writes
-    every row), most of a large capture's summary. Each slice is one ``nsys export --times``: it decodes the whole
-    report (about a twentieth of a whole export's time) and writes only its events, so slices on N cores take about
-    1/N of the time, 32 MB each, where they hold as many events each. Slices of equal time seldom do (the window ends
-    with nsys' own shutdown, and a program's pace changes), so there are more slices than cores (``SLICES_PER_CORE``):
-    a core that exported a light slice takes the next one.
+    every row), most of a large capture's summary. Its Parquet export is faster and holds what trace/spill.py would
+    copy from SQLite, but holds its events whole: in slices, each holds its share. Each slice is one ``nsys export
+    --times``: it decodes the whole report (about a twentieth of a whole export's time) and writes only its events, so
+    slices on N cores take about 1/N of the time (SQLite's 32 MB each), where they hold as many events each. Slices of
+    equal time seldom do (the window ends with nsys' own shutdown, and a program's pace changes), so there are more
+    slices than cores (``SLICES_PER_CORE``): a core that exported a light slice takes the next one.
 
     Exact: nsys keeps an event in a range when it starts there (the ranges' ends are loose: ``S/E:``), and the
     ranges meet without a gap or overlap (integer nanoseconds), so every event is in exactly one slice and tables
@@ -220,7 +241,8 @@ def _export_sliced(nsys: Nsys, report: Path, folder: Path, slices: int) -> None:
     windows: list[str | None] = [f"{'' if low is None else low}/{'' if high is None else high - 1}:"
                                  for low, high in itertools.pairwise(edges)] if cuts else [None]
     with ThreadPoolExecutor(min(len(windows), usable_cores()), thread_name_prefix="nsight-export-slice") as pool:
-        for done in [pool.submit(nsys.export, report, folder / f"part-{part:03d}.sqlite", "sqlite", window)
+        name = "part-{:03d}.sqlite" if kind == "sqlite" else "part-{:03d}"
+        for done in [pool.submit(nsys.export, report, folder / name.format(part), kind, window)
                      for part, window in enumerate(windows)]:
             done.result()
 
@@ -285,15 +307,48 @@ def export_choice(report: Path, nsys: Nsys | None = None) -> ExportChoice:
 
 
 def _streamed(report: Path, reason: str, size: int, nsys: Nsys | None) -> ExportChoice:
-    """A streamed capture's choice: its current SQLite export, sliced or not, else slices where :func:`export_slices`
-    gives more than one."""
-    sliced = export_path(report, "sqlitedir")
-    if is_current(sliced, report):
-        return ExportChoice(kind="sqlitedir", streamed=True, reason=reason, trace_bytes=size,
-                            stream_above_bytes=STREAM_ABOVE_BYTES, slices=len(list(sliced.glob(SLICE_PATTERN))))
-    slices = 1 if is_current(export_path(report, "sqlite"), report) else export_slices(size, nsys)
-    return ExportChoice(kind="sqlitedir" if slices > 1 else "sqlite", streamed=True, reason=reason, trace_bytes=size,
-                        stream_above_bytes=STREAM_ABOVE_BYTES, slices=slices)
+    """A streamed capture's choice: its export already made (Parquet or SQLite, sliced or not), else Parquet in the
+    slices :func:`parquet_slices` gives, else SQLite in those :func:`export_slices` gives."""
+    def chosen(kind: str, slices: int) -> ExportChoice:
+        return ExportChoice(kind=kind, streamed=True, reason=reason, trace_bytes=size,
+                            stream_above_bytes=STREAM_ABOVE_BYTES, slices=slices)
+
+    for kind, pattern in (("parquetdir", "part-*/"), ("sqlitedir", SLICE_PATTERN)):
+        if is_current(made := export_path(report, kind), report):
+            return chosen(kind, len(list(made.glob(pattern))))
+    if is_current(export_path(report, "sqlite"), report):
+        return chosen("sqlite", 1)
+    if parquet := parquet_slices(size, nsys):
+        return chosen("parquetdir", parquet)
+    slices = export_slices(size, nsys)
+    return chosen("sqlitedir" if slices > 1 else "sqlite", slices)
+
+
+def parquet_slices(trace_bytes: int, nsys: Nsys | None = None) -> int | None:
+    """In how many slices of time a streamed capture of TRACE_BYTES is exported to Parquet: ``NSIGHT_EXPORT_SLICES``
+    where set, else the fewest from ``SLICES_PER_CORE`` per core (one on one core) to ``MAX_SLICES`` whose nsys
+    processes, as many at once as there are cores, fit the memory allowed; None where none does, or this nsys' Parquet
+    slices are not known to be read right (:attr:`nsight_core.nsys.Nsys.exports_parquet_slices`): then SQLite."""
+    found = nsys or find_nsys()
+    if not found.exports_parquet_slices:
+        return None
+    cores = usable_cores()
+    wanted = _wanted_slices()
+    for slices in [wanted] if wanted else range(min(cores * SLICES_PER_CORE, MAX_SLICES) if cores > 1 else 1,
+                                                MAX_SLICES + 1):
+        share, kind, processes = _slices_memory(trace_bytes, "parquetdir", slices)
+        if fits(export_bytes(share, kind, processes)):
+            return slices
+    return None
+
+
+def _wanted_slices() -> int | None:
+    wanted = os.environ.get(ENV_EXPORT_SLICES, "").strip()
+    if wanted and (not wanted.isdigit() or int(wanted) < 1):
+        raise StatsError(f"{ENV_EXPORT_SLICES}={wanted!r} is not a number of slices: set it to 1 (one SQLite "
+                         f"file) or more, or unset it to use {SLICES_PER_CORE} slices per core (at most "
+                         f"{MAX_SLICES}).")
+    return int(wanted) if wanted else None
 
 
 def export_slices(trace_bytes: int, nsys: Nsys | None = None) -> int:
@@ -301,13 +356,9 @@ def export_slices(trace_bytes: int, nsys: Nsys | None = None) -> int:
     else ``SLICES_PER_CORE`` per core this process may use where it may use more than one, at most ``MAX_SLICES``, from
     ``SLICE_ABOVE_BYTES`` on; fewer where their nsys processes would not fit the memory allowed; one where this nsys'
     slices are not known exact (:attr:`nsight_core.nsys.Nsys.exports_time_slices`)."""
-    wanted = os.environ.get(ENV_EXPORT_SLICES, "").strip()
+    wanted = _wanted_slices()
     if wanted:
-        if not wanted.isdigit() or int(wanted) < 1:
-            raise StatsError(f"{ENV_EXPORT_SLICES}={wanted!r} is not a number of slices: set it to 1 (one SQLite "
-                             f"file) or more, or unset it to use {SLICES_PER_CORE} slices per core (at most "
-                             f"{MAX_SLICES}).")
-        slices = int(wanted)
+        slices = wanted
     else:
         cores = usable_cores()
         slices = min(cores * SLICES_PER_CORE, MAX_SLICES) if cores > 1 and trace_bytes >= SLICE_ABOVE_BYTES else 1

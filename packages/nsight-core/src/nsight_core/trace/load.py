@@ -8,6 +8,7 @@ from nsight_core.errors import StatsError
 from nsight_core.memory import fits, summary_bytes
 from nsight_core.nsys import Nsys
 from nsight_core.trace.export import (
+    PARQUET_SLICE_PATTERN,
     REPORT_SUFFIXES,
     SLICE_PATTERN,
     SQLITE_SUFFIX,
@@ -17,6 +18,7 @@ from nsight_core.trace.export import (
     export_choice,
 )
 from nsight_core.trace.model import Trace
+from nsight_core.trace.parquet import SlicedParquetTables
 from nsight_core.trace.schema import EVENT_TABLES
 from nsight_core.trace.sliced import SlicedSqliteTables, SqliteExport
 from nsight_core.trace.spill import SpilledTables
@@ -38,6 +40,9 @@ def load_trace(path: str | Path, nsys: Nsys | None = None) -> Trace:
                          "export (nsys export --type arrowdir).")
     if path.suffix in REPORT_SUFFIXES:
         return _from_report(path, nsys)
+    if path.is_dir() and any(path.glob(PARQUET_SLICE_PATTERN)):
+        return Trace(SpilledTables(SlicedParquetTables(path), ExportChoice(
+            kind="parquetdir", streamed=True, reason="memory", trace_bytes=0, slices=len(list(path.glob("part-*/"))))))
     if path.is_dir() and not any(path.glob(SLICE_PATTERN)):
         return Trace(ArrowDirTables(path))
     if path.is_dir() or path.suffix == SQLITE_SUFFIX:
@@ -84,6 +89,8 @@ def _from_report(report: Path, nsys: Nsys | None) -> Trace:
 def _open(target: Path, choice: ExportChoice) -> ExportTables:
     if choice.kind == "arrowdir":
         return ArrowDirTables(target, choice)
+    if choice.kind == "parquetdir":
+        return SpilledTables(SlicedParquetTables(target), choice)
     sqlite = SlicedSqliteTables(target) if choice.kind == "sqlitedir" else SqliteTables(target)
     if choice.streamed:
         return SpilledTables(sqlite, choice)

@@ -30,8 +30,9 @@ import polars as pl
 from nsight_core.claims import abandoned
 from nsight_core.errors import StatsError
 from nsight_core.trace.export import ExportChoice
+from nsight_core.trace.parquet import SlicedParquetTables
 from nsight_core.trace.sliced import SqliteExport
-from nsight_core.trace.tables import Schema, Wanted, _made
+from nsight_core.trace.tables import SQLITE_BATCH_ROWS, Schema, Wanted, _made
 from nsight_core.units import size as _size
 
 log = logging.getLogger("nsight")
@@ -53,11 +54,12 @@ class SpilledTables:
     ``choice`` says which export was chosen and why (see :func:`nsight_core.trace.export.export_choice`).
     """
 
-    def __init__(self, sqlite: SqliteExport, choice: ExportChoice, folder: Path | None = None) -> None:
-        self.source = sqlite.source
+    def __init__(self, export: SqliteExport | SlicedParquetTables, choice: ExportChoice,
+                 folder: Path | None = None) -> None:
+        self.source = export.source
         self.choice: ExportChoice | None = choice
-        self._sqlite = sqlite
-        base = folder if folder is not None else sqlite.source.parent
+        self._export = export
+        base = folder if folder is not None else export.source.parent
         prefix = f"{SPILL_PREFIX}{os.getpid()}-"
         try:
             self.folder = Path(tempfile.mkdtemp(prefix="." + prefix, dir=base))
@@ -71,20 +73,20 @@ class SpilledTables:
         self._lock = threading.Lock()
 
     @property
-    def sqlite(self) -> SqliteExport:
-        """The SQLite export these tables read (the Python backtraces' marks are read from it with a condition)."""
-        return self._sqlite
+    def export(self) -> SqliteExport | SlicedParquetTables:
+        """The export these tables read (the Python backtraces' marks are read from it with a condition)."""
+        return self._export
 
     def columns(self, table: str) -> frozenset[str]:
-        return self._sqlite.columns(table)
+        return self._export.columns(table)
 
     def read(self, table: str, wanted: Wanted) -> pl.DataFrame | None:
         """TABLE read whole from SQLite (the analysis, where its frames fit). Not through a Parquet copy: for a whole
         profile that is slower and no leaner."""
-        return self._sqlite.read(table, wanted)
+        return self._export.read(table, wanted)
 
     def arrow_bytes(self, tables: Iterable[str]) -> int:
-        return self._sqlite.arrow_bytes(tables)
+        return self._export.arrow_bytes(tables)
 
     def scan(self, table: str, wanted: Wanted) -> pl.LazyFrame | None:
         """TABLE's WANTED columns (typed as :meth:`read` gives them) as a lazy scan of Parquet files: of a copy already
@@ -104,7 +106,7 @@ class SpilledTables:
         return pl.scan_parquet(sorted(folder.glob("*.parquet")), schema=columns).select(list(made))
 
     def _spill(self, table: str, wanted: Wanted, target: Path) -> Path:
-        needed, free = self._sqlite.arrow_bytes([table]), shutil.disk_usage(self.folder).free
+        needed, free = self._export.arrow_bytes([table]), shutil.disk_usage(self.folder).free
         if needed > free:
             raise StatsError(f"summarising {self.source.name} copies its table {table} to disk (about "
                              f"{_size(needed)}) and {self.folder.parent} has {_size(free)} free: free some space "
@@ -112,16 +114,23 @@ class SpilledTables:
         log.log(logging.INFO if needed >= PROGRESS_BYTES else logging.DEBUG,
                 "copying %s's table %s to disk (Parquet, about %s as Arrow)", self.source.name, table, _size(needed))
         target.mkdir()
+        source = self._export
+        if isinstance(source, SlicedParquetTables):  # one streamed pass, in row groups a scan skips by time
+            scanned = source.scan(table, wanted)
+            assert scanned is not None  # the table has columns
+            scanned.sink_parquet(target / "0000-000000.parquet", compression="uncompressed",
+                                 row_group_size=SQLITE_BATCH_ROWS)
+            return target
 
         def copy(part: int, rowids: tuple[int, int] | None) -> None:
-            for written, batch in enumerate(self._sqlite.batches(table, wanted, rowids=rowids)):
+            for written, batch in enumerate(source.batches(table, wanted, rowids=rowids)):
                 # Named in the table's order. Uncompressed: every pass of a summary reads the copy again, and
                 # decompressing it takes longer than reading it; it takes at most the table's bytes as Arrow, which the
                 # check above found free.
                 batch.write_parquet(target / f"{part:04d}-{written:06d}.parquet", compression="uncompressed")
 
         readers = min(SPILL_READERS, pl.thread_pool_size())
-        found = self._sqlite.rowid_slices(table, readers)
+        found = source.rowid_slices(table, readers)
         slices: list[tuple[int, int] | None] = [*found] if found else [None]
         try:  # a sliced export may give more slices (one a part at least) than readers
             with ThreadPoolExecutor(min(len(slices), readers), thread_name_prefix="nsight-spill") as pool:

@@ -362,17 +362,22 @@ def _typed(frame: pl.DataFrame, wanted: Wanted, table: str) -> pl.DataFrame:
 def _casts(column: pl.Series, dtype: pl.DataType | type[pl.DataType]) -> bool:
     """COLUMN is of DTYPE's kind (any integer for an integer, a number for a float, text for text) and casts
     to it: a string of digits where nsys writes an integer is another schema, not a value to parse."""
-    source = column.dtype
-    if source == pl.Null:
+    if column.dtype == pl.Null:
         return True
-    if not (source == pl.String if dtype == pl.String else source.is_numeric() if dtype.is_float()
-            else source.is_integer() if dtype.is_integer() else source == dtype):
+    if not same_kind(column.dtype, dtype):
         return False
     try:
         column.cast(dtype, strict=True)
     except pl.exceptions.PolarsError:
         return False
     return True
+
+
+def same_kind(found: pl.DataType | type[pl.DataType], wanted: pl.DataType | type[pl.DataType]) -> bool:
+    """FOUND holds WANTED's kind of value: text for text, any number for a float, an integer for an integer (nsys
+    writes ids as unsigned in one export, signed in another)."""
+    return found == pl.Null or (found == pl.String if wanted == pl.String else found.is_numeric() if wanted.is_float()
+                                else found.is_integer() if wanted.is_integer() else found == wanted)
 
 
 def _made(wanted: Wanted) -> Schema:

@@ -36,8 +36,8 @@ from nsight_core.trace.export import (
     export,
     export_choice,
     export_slices,
-    parquet_slices,
     is_current,
+    parquet_slices,
     usable_cores,
 )
 from nsight_core.trace.model import Trace

@@ -179,18 +179,20 @@ def test_a_large_capture_or_little_memory_streams(nsys: Nsys, tmp_path: Path, mo
 
     with monkeypatch.context() as patched:
         patched.setattr(export_module, "STREAM_ABOVE_BYTES", size - 1)
-        assert export_choice(capture, nsys) == ExportChoice(kind="sqlite", streamed=True, reason="large",
+        # nsys' Parquet export in one piece (a small trace) where this nsys makes it, else SQLite.
+        kind = "parquetdir" if nsys.exports_parquet_slices else "sqlite"
+        assert export_choice(capture, nsys) == ExportChoice(kind=kind, streamed=True, reason="large",
                                                             trace_bytes=size, stream_above_bytes=size - 1)
         trace = nsight_core.load_trace(capture)
-        assert is_streamed(trace) and trace.source == capture.with_suffix(".sqlite")
+        assert is_streamed(trace) and trace.source == capture.with_suffix(f".{kind}")
         del trace
 
-    # Its arrow export would take 32 MiB and 20x the trace, the SQLite one 32 MiB, the summary over 64 MiB; a streamed
+    # Its arrow and Parquet exports would take 32 MiB and 20x the trace (each slice of the Parquet one 32 MiB at least,
+    # two at once), the SQLite one 32 MiB, the summary over 64 MiB; a streamed
     # summary (hundreds of MiB for any capture) allowed 1 MiB here, on this small one.
     monkeypatch.setattr(memory, "STREAMED_SUMMARY_BYTES", 1 << 20)
-    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "34M")
-    assert export_choice(capture, nsys) == ExportChoice(kind="sqlite", streamed=True, reason="memory",
-                                                         trace_bytes=size)
+    monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "34M")  # the streamed export made above, reused
+    assert export_choice(capture, nsys) == ExportChoice(kind=kind, streamed=True, reason="memory", trace_bytes=size)
     profile = build_profile(capture)
     assert profile.stats.export is not None and profile.stats.export.reason == "memory"
     assert rows(profile.stats)["nvtx_ranges"] == [row.model_dump() for row in recorded.nvtx_ranges]
@@ -209,8 +211,7 @@ def test_a_large_capture_or_little_memory_streams(nsys: Nsys, tmp_path: Path, mo
     # The arrow export fits, the frames read whole might not (EVENT_BYTES_PER_TRACE_BYTE), a streamed summary would:
     # streamed from the start.
     monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "40M")
-    assert export_choice(capture, nsys) == ExportChoice(kind="sqlite", streamed=True, reason="memory",
-                                                         trace_bytes=size)
+    assert export_choice(capture, nsys) == ExportChoice(kind=kind, streamed=True, reason="memory", trace_bytes=size)
     monkeypatch.undo()
     monkeypatch.setenv("NSIGHT_SUMMARY_MEMORY", "40M")  # a streamed summary would not fit either: read whole, refused
     assert not export_choice(capture, nsys).streamed

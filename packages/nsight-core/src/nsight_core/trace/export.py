@@ -326,16 +326,17 @@ def _streamed(report: Path, reason: str, size: int, nsys: Nsys | None) -> Export
 
 def parquet_slices(trace_bytes: int, nsys: Nsys | None = None) -> int | None:
     """In how many slices of time a streamed capture of TRACE_BYTES is exported to Parquet: ``NSIGHT_EXPORT_SLICES``
-    where set, else the fewest from ``SLICES_PER_CORE`` per core (one on one core) to ``MAX_SLICES`` whose nsys
-    processes, as many at once as there are cores, fit the memory allowed; None where none does, or this nsys' Parquet
-    slices are not known to be read right (:attr:`nsight_core.nsys.Nsys.exports_parquet_slices`): then SQLite."""
+    where set, else the fewest from ``SLICES_PER_CORE`` per core (one on one core or below ``SLICE_ABOVE_BYTES``) to
+    ``MAX_SLICES`` whose nsys processes, as many at once as there are cores, fit the memory allowed; None where none
+    does, or this nsys' Parquet slices are not known to be read right
+    (:attr:`nsight_core.nsys.Nsys.exports_parquet_slices`): then SQLite."""
     found = nsys or find_nsys()
     if not found.exports_parquet_slices:
         return None
     cores = usable_cores()
     wanted = _wanted_slices()
-    for slices in [wanted] if wanted else range(min(cores * SLICES_PER_CORE, MAX_SLICES) if cores > 1 else 1,
-                                                MAX_SLICES + 1):
+    fewest = min(cores * SLICES_PER_CORE, MAX_SLICES) if cores > 1 and trace_bytes >= SLICE_ABOVE_BYTES else 1
+    for slices in [wanted] if wanted else range(fewest, MAX_SLICES + 1):
         share, kind, processes = _slices_memory(trace_bytes, "parquetdir", slices)
         if fits(export_bytes(share, kind, processes)):
             return slices

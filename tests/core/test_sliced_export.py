@@ -186,6 +186,12 @@ def test_a_streamed_capture_exported_in_slices_gets_the_profile_of_one_file(
         assert [re.sub(r"[\d.,]+", "N", note) for note in sliced.stats.notes] == [re.sub(r"[\d.,]+", "N", note)
                                                                                 for note in one.stats.notes]
         assert sliced.completeness == one.completeness and sliced.tiles == one.tiles and sliced.title == one.title
+    if "parquetdir" in profiles:  # how it was recorded (META_DATA_CAPTURE, which nsys' Parquet export leaves out)
+        traces = [nsight_core.load_trace(tmp_path / name / "host_load-problem.nsys-rep") for name in ("1", "parquet")]
+        recorded = [{key: value for key, value in trace.meta.items() if not key.startswith("EXPORT")}
+                    for trace in traces]
+        assert recorded[1] == recorded[0] and any(key.startswith("PROCESS_0") for key in recorded[0])
+        del traces
     parquet_parts = sorted((tmp_path / "parquet" / "host_load-problem.parquetdir").glob("part-*/"))
     assert len(parquet_parts) == 3 * nsys.exports_parquet_slices and not list(tmp_path.glob("parquet/*.sqlite*"))
 
@@ -234,16 +240,18 @@ def test_slices_follow_the_cores_the_memory_and_the_setting(tmp_path: Path, nsys
     assert nsys.exports_time_slices and nsys.version.startswith(SLICED_EXPORT_VERSIONS)
     assert export_slices(big, Nsys(nsys.path, "2025.3.1.0")) == 2
     assert export_slices(big, Nsys(nsys.path, "2024.1.1.0")) == 1
-    # Parquet: the fewest slices from two per core whose processes, one per core at a time, fit; none where none do.
+    # Parquet: the fewest slices from two per core and one per 16 MiB of trace whose processes, one per core at a
+    # time, fit; none where none do.
     monkeypatch.delenv("NSIGHT_EXPORT_SLICES")
     monkeypatch.setattr(export_module, "usable_cores", lambda: 2)
     monkeypatch.setattr(memory, "allowed_memory", lambda: (None, ""))
-    assert parquet_slices(100 << 20, nsys) == 4
-    monkeypatch.setattr(memory, "allowed_memory", lambda: (1 << 30, "a test"))  # 2 x (32 MiB + 20 x 100 MiB / N)
-    assert parquet_slices(100 << 20, nsys) == 5 and parquet_slices(400 << 20, nsys) is None
-    assert parquet_slices(100 << 20, Nsys(nsys.path, "2025.3.1.0")) is None
+    assert parquet_slices(48 << 20, nsys) == 4 and parquet_slices(100 << 20, nsys) == 7
+    assert parquet_slices(1 << 20, nsys) == 1, "below SLICE_ABOVE_BYTES: one piece"
+    monkeypatch.setattr(memory, "allowed_memory", lambda: (400 << 20, "a test"))  # 2 x (32 MiB + 20 x 48 MiB / N)
+    assert parquet_slices(48 << 20, nsys) == 6 and parquet_slices(400 << 20, nsys) is None
+    assert parquet_slices(48 << 20, Nsys(nsys.path, "2025.3.1.0")) is None
     monkeypatch.setenv("NSIGHT_EXPORT_SLICES", "2")
-    assert parquet_slices(10 << 20, nsys) == 2 and parquet_slices(100 << 20, nsys) is None
+    assert parquet_slices(5 << 20, nsys) == 2 and parquet_slices(48 << 20, nsys) is None
     for wrong in ("0", "two", "-1"):
         monkeypatch.setenv("NSIGHT_EXPORT_SLICES", wrong)
         with pytest.raises(StatsError, match=rf"NSIGHT_EXPORT_SLICES='{wrong}' is not a number of slices: set it to 1"):

@@ -83,7 +83,8 @@ class ExportRead(BaseModel):
     stream_above_bytes: int = Field(description="The size above which a trace is streamed")
     slices: int = Field(1, description="How many slices of time its export was made in, side by side (SQLite: two "
                         "per core this process may use for a streamed trace of 8 MiB or more; Parquet: the fewest from "
-                        "two per core whose exports fit the memory allowed; at most 8; NSIGHT_EXPORT_SLICES sets it)")
+                        "two per core and one per 16 MiB of trace whose exports fit the memory allowed; at most 8; "
+                        "NSIGHT_EXPORT_SLICES sets it)")
 
 
 class ProfileStats(BaseModel):

@@ -49,6 +49,8 @@ SLICE_PATTERN = "part-*.sqlite"
 PARQUET_SUFFIX = ".parquetdir"
 """A folder of nsys' Parquet exports of one capture, a folder per slice of its time (kind 'parquetdir')."""
 PARQUET_SLICE_PATTERN = "part-*/*.parquet"
+PARQUET_META = "capture.sqlite"
+"""Beside the Parquet slices: the tables nsys' Parquet export leaves out, from SQLite."""
 _SUFFIXES = {"arrowdir": ARROW_SUFFIX, "sqlite": SQLITE_SUFFIX, "sqlitedir": SLICED_SUFFIX,
              "parquetdir": PARQUET_SUFFIX}
 _RECORD = ".nsight-export.json"
@@ -95,7 +97,8 @@ def _record_of(export: Path) -> Path:
 
 def _sizes(export: Path) -> dict[str, int]:
     if export.is_dir():
-        files = [*export.glob("*.arrow"), *export.glob(SLICE_PATTERN), *export.glob(PARQUET_SLICE_PATTERN)]
+        files = [*export.glob("*.arrow"), *export.glob(SLICE_PATTERN), *export.glob(PARQUET_SLICE_PATTERN),
+                 *export.glob(PARQUET_META)]
         return {path.relative_to(export).as_posix(): path.stat().st_size for path in sorted(files)}
     return {"file": export.stat().st_size}
 
@@ -229,13 +232,17 @@ def _export_sliced(nsys: Nsys, report: Path, folder: Path, slices: int, kind: st
     are on another clock base); the first and last slices are open, so nothing before or after the window is lost."""
     folder.mkdir()
     probe = folder / "span.sqlite"
-    nsys.export(report, probe, "sqlite", tables="^ANALYSIS_DETAILS$")
+    # nsys' Parquet export leaves META_DATA_CAPTURE out (how the capture was recorded): kept from the probe.
+    nsys.export(report, probe, "sqlite", tables="^ANALYSIS_DETAILS$,^META_DATA_CAPTURE$,^StringIds$")
     with contextlib.closing(sqlite3.connect(f"file:{probe}?mode=ro", uri=True)) as connection:
         try:
             (duration,) = connection.execute('SELECT "duration" FROM ANALYSIS_DETAILS').fetchone() or (None,)
         except sqlite3.DatabaseError:
             duration = None
-    probe.unlink()
+    if kind == "parquetdir":
+        probe.rename(folder / PARQUET_META)
+    else:
+        probe.unlink()
     cuts = sorted({int(duration or 0) * part // slices for part in range(1, slices)} - {0})
     edges: list[int | None] = [None, *cuts, None]
     windows: list[str | None] = [f"{'' if low is None else low}/{'' if high is None else high - 1}:"
@@ -268,6 +275,9 @@ MAX_SLICES = 8
 SLICES_PER_CORE = 2
 """Slices of time per core this process may use, where it may use more than one (:func:`_export_sliced`: the cores
 that finish light slices take the others)."""
+PARQUET_SLICE_BYTES = 16 << 20
+"""A Parquet slice per this much .nsys-rep at least: each nsys process holds its slice's events whole, while one more
+slice costs only one more decoding of the report (docs/performance.md)."""
 ENV_EXPORT_SLICES = "NSIGHT_EXPORT_SLICES"
 """How many slices a streamed capture's SQLite export is made in, where set (1: one file), instead of
 ``SLICES_PER_CORE`` per core this process may use (its CPU affinity and its cgroup's CPU quota), at most
@@ -326,16 +336,17 @@ def _streamed(report: Path, reason: str, size: int, nsys: Nsys | None) -> Export
 
 def parquet_slices(trace_bytes: int, nsys: Nsys | None = None) -> int | None:
     """In how many slices of time a streamed capture of TRACE_BYTES is exported to Parquet: ``NSIGHT_EXPORT_SLICES``
-    where set, else the fewest from ``SLICES_PER_CORE`` per core (one on one core or below ``SLICE_ABOVE_BYTES``) to
-    ``MAX_SLICES`` whose nsys processes, as many at once as there are cores, fit the memory allowed; None where none
-    does, or this nsys' Parquet slices are not known to be read right
+    where set, else the fewest from ``SLICES_PER_CORE`` per core (one on one core or below ``SLICE_ABOVE_BYTES``) and
+    one per ``PARQUET_SLICE_BYTES`` to ``MAX_SLICES`` whose nsys processes, as many at once as there are cores, fit
+    the memory allowed; None where none does, or this nsys' Parquet slices are not known to be read right
     (:attr:`nsight_core.nsys.Nsys.exports_parquet_slices`): then SQLite."""
     found = nsys or find_nsys()
     if not found.exports_parquet_slices:
         return None
     cores = usable_cores()
     wanted = _wanted_slices()
-    fewest = min(cores * SLICES_PER_CORE, MAX_SLICES) if cores > 1 and trace_bytes >= SLICE_ABOVE_BYTES else 1
+    per_core = min(cores * SLICES_PER_CORE, MAX_SLICES) if cores > 1 and trace_bytes >= SLICE_ABOVE_BYTES else 1
+    fewest = min(max(per_core, -(-trace_bytes // PARQUET_SLICE_BYTES)), MAX_SLICES)
     for slices in [wanted] if wanted else range(fewest, MAX_SLICES + 1):
         share, kind, processes = _slices_memory(trace_bytes, "parquetdir", slices)
         if fits(export_bytes(share, kind, processes)):

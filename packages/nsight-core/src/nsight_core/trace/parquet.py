@@ -12,9 +12,17 @@ from pathlib import Path
 
 import polars as pl
 
-from nsight_core.trace.export import PARQUET_SLICE_PATTERN, ExportChoice
+from nsight_core.trace.export import PARQUET_META, PARQUET_SLICE_PATTERN, ExportChoice
 from nsight_core.trace.sliced import TIMED_COLUMNS
-from nsight_core.trace.tables import DamagedExportError, Schema, SchemaMismatch, Wanted, _made, same_kind
+from nsight_core.trace.tables import (
+    DamagedExportError,
+    Schema,
+    SchemaMismatch,
+    SqliteTables,
+    Wanted,
+    _made,
+    same_kind,
+)
 
 ROW_BYTES = 8
 """Bytes per value as Arrow, where a table's size is estimated from its rows and columns (Parquet's own sizes are
@@ -35,6 +43,9 @@ class SlicedParquetTables:
         if not self._files:
             raise DamagedExportError(f"{folder} holds no Parquet export in slices ({PARQUET_SLICE_PATTERN}).")
         self._schemas: dict[str, Schema] = {}
+        meta = folder / PARQUET_META
+        self._left_out = SqliteTables(meta) if meta.exists() else None
+        """The tables nsys' Parquet export leaves out (META_DATA_CAPTURE), where nsight exported them beside it."""
 
     def _schema(self, table: str) -> Schema:
         if table not in self._schemas:
@@ -50,13 +61,16 @@ class SlicedParquetTables:
         return files if TIMED_COLUMNS & self.columns(table) else files[:1]
 
     def columns(self, table: str) -> frozenset[str]:
-        return frozenset(self._schema(table)) if table in self._files else frozenset()
+        if table not in self._files:
+            return self._left_out.columns(table) if self._left_out else frozenset()
+        return frozenset(self._schema(table))
 
     def scan(self, table: str, wanted: Wanted) -> pl.LazyFrame | None:
         """TABLE's WANTED columns as :meth:`read` gives them, a lazy scan of its files; None when there is no TABLE.
         A column of another kind than wanted (text for a number) is a :class:`SchemaMismatch`."""
         if table not in self._files:
-            return None
+            found = self._left_out.read(table, wanted) if self._left_out else None
+            return found.lazy() if found is not None else None
         schema, made = self._schema(table), _made(wanted)
         mistyped = {name: str(schema[name]) for name, dtype in made.items()
                     if name in schema and not same_kind(schema[name], dtype)}

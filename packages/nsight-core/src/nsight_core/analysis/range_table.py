@@ -68,9 +68,10 @@ def _range_table(frames: Events, span_ns: int, window_rows: int | None) -> list[
     groups = groups.join(families, on=KEY)
     groups = groups.with_columns(pl.Series("mean_ns", [exact.mean(n, total) for n, total in
                                                        groups.select("_n", "_sum").rows()], dtype=pl.Float64))
-    medians = exact.medians(ranges.select(KEY, "start_ns", "end_ns"), KEY, pl.col("end_ns") - pl.col("start_ns"),
-                            groups)
-    rows = (groups.join(medians, on=KEY, how="left").join(children, on=KEY, how="left").join(spans, on=KEY, how="left")
+    if "_median" not in groups.columns:
+        groups = groups.join(exact.medians(ranges.select(KEY, "start_ns", "end_ns"), KEY,
+                                           pl.col("end_ns") - pl.col("start_ns"), groups), on=KEY, how="left")
+    rows = (groups.join(children, on=KEY, how="left").join(spans, on=KEY, how="left")
             .with_columns(pl.col("_children", "gpu_ops", "_spans").fill_null(0))
             .select("pattern", "domain", pl.col("_n").alias("count"), pl.col("_sum").alias("summed_ns"),
                     (pl.col("_sum") - pl.col("_children")).alias("self_ns"), pl.col("_median").alias("p50_ns"),
@@ -112,8 +113,10 @@ def _nested(ranges: pl.LazyFrame, calls: pl.LazyFrame, work: pl.LazyFrame,
                                            window_filters(cuts, pl.col("launch_ns")), strict=True):
         window = ranges.filter(started).collect(engine="streaming")
         # Lazy group-bys (these and the children's): faster than eager ones, and reading only the columns each needs.
+        # One window (no cuts): its medians in the same pass, as exact.medians would find them in one of its own.
+        median = [] if cuts else [duration.median().alias("_median")]
         sums.append(window.lazy().group_by(KEY).agg(*exact.counts(duration), duration.min().alias("_min"),
-                                                    duration.max().alias("_max")).collect())
+                                                    duration.max().alias("_max"), *median).collect())
         present = pl.concat([
             carried.with_columns(pl.lit(True).alias("_carried")),
             window.with_columns(pl.lit(0, pl.Int64).alias("gpu_ops"), pl.lit(None, pl.Int64).alias("gpu_start_ns"),
@@ -133,7 +136,7 @@ def _nested(ranges: pl.LazyFrame, calls: pl.LazyFrame, work: pl.LazyFrame,
         spans.append(_gpu_sums(nested.filter(~still_open & (pl.col("gpu_ops") > 0))))
         carried = nested.filter(still_open).select(list(kept))
     groups = pl.concat(sums).group_by(KEY).agg(pl.col("_n", "_sum").sum(), pl.col("_min").min(),
-                                               pl.col("_max").max())
+                                               pl.col("_max").max(), *([] if cuts else [pl.col("_median").first()]))
     child_time = pl.concat(children).group_by(KEY).agg(pl.col("_children").sum())
     return groups, child_time, pl.concat(spans).group_by(KEY).agg(pl.col("gpu_ops", "gpu_span_ns", "_spans").sum())
 

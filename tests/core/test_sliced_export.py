@@ -284,3 +284,34 @@ def test_a_failed_or_damaged_slice_is_never_read_and_the_export_is_made_again(ns
     assert part.stat().st_size == made and len(list(folder.glob(SLICE_PATTERN))) == 3
 
 
+
+
+@pytest.mark.nsys
+def test_a_failed_parquet_export_falls_back_to_sqlite(nsys: Nsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """nsys' Parquet export failing (a slice out of memory, say) costs the capture nothing: it is exported to SQLite,
+    which streams in a fixed memory, and profiled the same, with a warning that says so."""
+    if not nsys.exports_parquet_slices:
+        pytest.skip(f"nsys {nsys.version} streams from SQLite only")
+    capture = tmp_path / "capture" / "host_load-problem.nsys-rep"
+    capture.parent.mkdir()
+    shutil.copyfile(FIXTURES / "h200-fix-pairs" / "host_load-problem.nsys-rep", capture)
+    failing = tmp_path / "fake" / "nsys"  # a real nsys whose Parquet exports fail
+    failing.parent.mkdir()
+    failing.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = parquetdir ] && { echo "std::bad_alloc" >&2; exit 1; }; '
+                       f'done\nexec "{nsys.path}" "$@"\n')
+    failing.chmod(0o755)
+    monkeypatch.setattr(export_module, "STREAM_ABOVE_BYTES", 0)
+    monkeypatch.setenv("NSIGHT_EXPORT_SLICES", "3")
+    faulty = Nsys(failing, nsys.version)
+    assert export_choice(capture, faulty).kind == "parquetdir"
+    trace = nsight_core.load_trace(capture, faulty)
+    assert trace.source == capture.with_suffix(".sqlitedir") and trace.tables.choice is not None
+    assert trace.tables.choice.kind == "sqlitedir" and trace.tables.choice.slices == 3
+    assert "Parquet export of host_load-problem.nsys-rep failed" in caplog.text
+    assert not list(capture.parent.glob("*.parquetdir")) and not list(capture.parent.glob(".*tmp*"))
+    read_whole = tmp_path / "whole" / capture.name
+    read_whole.parent.mkdir()
+    shutil.copyfile(capture, read_whole)
+    monkeypatch.undo()
+    assert nsight_core.analyze(trace) == nsight_core.analyze(nsight_core.load_trace(read_whole))

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from nsight_core.claims import abandoned
-from nsight_core.errors import ExportDiskFullError, NsysCommandError, StatsError
+from nsight_core.errors import ExportDiskFullError, NsysCommandError, StatsError, one_line
 from nsight_core.memory import check_export_memory, export_bytes, fits, summary_bytes
 from nsight_core.nsys import Nsys, find_nsys
 from nsight_core.trace.writer import check_writer, explain_failure
@@ -397,8 +397,24 @@ def usable_cores(cgroups: Path = Path("/sys/fs/cgroup")) -> int:
 
 def capture_export(report: Path, nsys: Nsys | None = None) -> Path:
     """REPORT's export for reading its events, of the kind :func:`export_choice` picks."""
+    return chosen_export(report, nsys)[1]
+
+
+def chosen_export(report: Path, nsys: Nsys | None = None) -> tuple[ExportChoice, Path]:
+    """REPORT's export of the kind :func:`export_choice` picks, and that choice; SQLite where nsys' Parquet export
+    fails (a slice that holds more of the events than its share and runs out of memory, say): SQLite's memory does not
+    grow with the events, and a summary is never lost to the faster export."""
     choice = export_choice(report, nsys)
-    return export(report, choice.kind, nsys, choice.slices)
+    try:
+        return choice, export(report, choice.kind, nsys, choice.slices)
+    except NsysCommandError as error:
+        if choice.kind != "parquetdir" or isinstance(error, ExportDiskFullError):
+            raise
+        log.warning("nsys' Parquet export of %s failed (%s); exporting it to SQLite instead", report.name,
+                    one_line(error))
+        slices = export_slices(choice.trace_bytes, nsys)
+        choice = choice._replace(kind="sqlitedir" if slices > 1 else "sqlite", slices=slices)
+        return choice, export(report, choice.kind, nsys, slices)
 
 
 def export_ahead(reports: Iterable[Path]) -> dict[Path, Future[Path]]:

@@ -13,9 +13,9 @@ from nsight_core.trace.export import (
     SLICE_PATTERN,
     SQLITE_SUFFIX,
     ExportChoice,
+    chosen_export,
     discard,
     export,
-    export_choice,
 )
 from nsight_core.trace.model import Trace
 from nsight_core.trace.parquet import SlicedParquetTables
@@ -76,8 +76,7 @@ def _from_report(report: Path, nsys: Nsys | None) -> Trace:
     An export that turns out unreadable is discarded and made again once; a second failure is an error that names
     the file, never an empty trace.
     """
-    choice = export_choice(report, nsys)
-    target = export(report, choice.kind, nsys, choice.slices)
+    choice, target = chosen_export(report, nsys)
     try:
         tables = _open(target, choice)
     except DamagedExportError:

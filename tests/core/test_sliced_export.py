@@ -192,6 +192,9 @@ def test_a_streamed_capture_exported_in_slices_gets_the_profile_of_one_file(
                     for trace in traces]
         assert recorded[1] == recorded[0] and any(key.startswith("PROCESS_0") for key in recorded[0])
         del traces
+        # The folder of Parquet slices passed as it is: the same statistics.
+        passed = nsight_core.load_stats(tmp_path / "parquet" / "host_load-problem.parquetdir")
+        assert passed.kernels == one.stats.kernels and passed.nvtx_ranges == one.stats.nvtx_ranges
     parquet_parts = sorted((tmp_path / "parquet" / "host_load-problem.parquetdir").glob("part-*/"))
     assert len(parquet_parts) == 3 * nsys.exports_parquet_slices and not list(tmp_path.glob("parquet/*.sqlite*"))
 

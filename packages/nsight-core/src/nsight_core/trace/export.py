@@ -233,7 +233,8 @@ def _export_sliced(nsys: Nsys, report: Path, folder: Path, slices: int, kind: st
     folder.mkdir()
     probe = folder / "span.sqlite"
     # nsys' Parquet export leaves META_DATA_CAPTURE out (how the capture was recorded): kept from the probe.
-    nsys.export(report, probe, "sqlite", tables="^ANALYSIS_DETAILS$,^META_DATA_CAPTURE$,^StringIds$")
+    kept = ",^META_DATA_CAPTURE$,^StringIds$" if kind == "parquetdir" else ""
+    nsys.export(report, probe, "sqlite", tables="^ANALYSIS_DETAILS$" + kept)
     with contextlib.closing(sqlite3.connect(f"file:{probe}?mode=ro", uri=True)) as connection:
         try:
             (duration,) = connection.execute('SELECT "duration" FROM ANALYSIS_DETAILS').fetchone() or (None,)
@@ -343,15 +344,20 @@ def parquet_slices(trace_bytes: int, nsys: Nsys | None = None) -> int | None:
     found = nsys or find_nsys()
     if not found.exports_parquet_slices:
         return None
-    cores = usable_cores()
     wanted = _wanted_slices()
-    per_core = min(cores * SLICES_PER_CORE, MAX_SLICES) if cores > 1 and trace_bytes >= SLICE_ABOVE_BYTES else 1
-    fewest = min(max(per_core, -(-trace_bytes // PARQUET_SLICE_BYTES)), MAX_SLICES)
+    fewest = min(max(_per_core(trace_bytes), -(-trace_bytes // PARQUET_SLICE_BYTES)), MAX_SLICES)
     for slices in [wanted] if wanted else range(fewest, MAX_SLICES + 1):
         share, kind, processes = _slices_memory(trace_bytes, "parquetdir", slices)
         if fits(export_bytes(share, kind, processes)):
             return slices
     return None
+
+
+def _per_core(trace_bytes: int) -> int:
+    """``SLICES_PER_CORE`` per core this process may use, at most ``MAX_SLICES``, from ``SLICE_ABOVE_BYTES`` of trace
+    on where it may use more than one; else one."""
+    cores = usable_cores()
+    return min(cores * SLICES_PER_CORE, MAX_SLICES) if cores > 1 and trace_bytes >= SLICE_ABOVE_BYTES else 1
 
 
 def _wanted_slices() -> int | None:
@@ -368,12 +374,7 @@ def export_slices(trace_bytes: int, nsys: Nsys | None = None) -> int:
     else ``SLICES_PER_CORE`` per core this process may use where it may use more than one, at most ``MAX_SLICES``, from
     ``SLICE_ABOVE_BYTES`` on; fewer where their nsys processes would not fit the memory allowed; one where this nsys'
     slices are not known exact (:attr:`nsight_core.nsys.Nsys.exports_time_slices`)."""
-    wanted = _wanted_slices()
-    if wanted:
-        slices = wanted
-    else:
-        cores = usable_cores()
-        slices = min(cores * SLICES_PER_CORE, MAX_SLICES) if cores > 1 and trace_bytes >= SLICE_ABOVE_BYTES else 1
+    slices = _wanted_slices() or _per_core(trace_bytes)
     while slices > 1 and not fits(export_bytes(trace_bytes, "sqlite", slices)):
         slices -= 1
     if slices > 1 and not (nsys or find_nsys()).exports_time_slices:

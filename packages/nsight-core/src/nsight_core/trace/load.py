@@ -41,8 +41,10 @@ def load_trace(path: str | Path, nsys: Nsys | None = None) -> Trace:
     if path.suffix in REPORT_SUFFIXES:
         return _from_report(path, nsys)
     if path.is_dir() and any(path.glob(PARQUET_SLICE_PATTERN)):
+        parts = sorted(path.glob(PARQUET_SLICE_PATTERN))  # as a passed SQLite export that streams is said to be
         return Trace(SpilledTables(SlicedParquetTables(path), ExportChoice(
-            kind="parquetdir", streamed=True, reason="memory", trace_bytes=0, slices=len(list(path.glob("part-*/"))))))
+            kind="parquetdir", streamed=True, reason="memory", trace_bytes=sum(part.stat().st_size for part in parts),
+            slices=len({part.parent for part in parts}))))
     if path.is_dir() and not any(path.glob(SLICE_PATTERN)):
         return Trace(ArrowDirTables(path))
     if path.is_dir() or path.suffix == SQLITE_SUFFIX:

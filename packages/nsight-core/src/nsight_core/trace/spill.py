@@ -1,4 +1,5 @@
-"""A large capture's event tables spilled from its SQLite export to Parquet on disk, for summaries that stream.
+"""A large capture's event tables copied to Parquet on disk, for summaries that stream: from its SQLite export, or
+rewritten from nsys' own Parquet export (:mod:`nsight_core.trace.parquet`) into row groups a window's scan skips.
 
 Why: nsys' arrow and parquet exports hold each table whole before writing it (their memory grows with the capture),
 and a Trace holds its frames whole after that. nsys' SQLite export streams (32 MB whatever the size). So a large
@@ -81,8 +82,8 @@ class SpilledTables:
         return self._export.columns(table)
 
     def read(self, table: str, wanted: Wanted) -> pl.DataFrame | None:
-        """TABLE read whole from SQLite (the analysis, where its frames fit). Not through a Parquet copy: for a whole
-        profile that is slower and no leaner."""
+        """TABLE read whole from the export (the analysis, where its frames fit). Not through a Parquet copy: for a
+        whole profile that is slower and no leaner."""
         return self._export.read(table, wanted)
 
     def arrow_bytes(self, tables: Iterable[str]) -> int:
@@ -115,27 +116,27 @@ class SpilledTables:
                 "copying %s's table %s to disk (Parquet, about %s as Arrow)", self.source.name, table, _size(needed))
         target.mkdir()
         source = self._export
-        if isinstance(source, SlicedParquetTables):  # one streamed pass, in row groups a scan skips by time
-            scanned = source.scan(table, wanted)
-            assert scanned is not None  # the table has columns
-            scanned.sink_parquet(target / "0000-000000.parquet", compression="uncompressed",
-                                 row_group_size=SQLITE_BATCH_ROWS)
-            return target
 
-        def copy(part: int, rowids: tuple[int, int] | None) -> None:
-            for written, batch in enumerate(source.batches(table, wanted, rowids=rowids)):
+        def copy(sqlite: SqliteExport, part: int, rowids: tuple[int, int] | None) -> None:
+            for written, batch in enumerate(sqlite.batches(table, wanted, rowids=rowids)):
                 # Named in the table's order. Uncompressed: every pass of a summary reads the copy again, and
                 # decompressing it takes longer than reading it; it takes at most the table's bytes as Arrow, which the
                 # check above found free.
                 batch.write_parquet(target / f"{part:04d}-{written:06d}.parquet", compression="uncompressed")
 
-        readers = min(SPILL_READERS, pl.thread_pool_size())
-        found = source.rowid_slices(table, readers)
-        slices: list[tuple[int, int] | None] = [*found] if found else [None]
-        try:  # a sliced export may give more slices (one a part at least) than readers
-            with ThreadPoolExecutor(min(len(slices), readers), thread_name_prefix="nsight-spill") as pool:
-                for done in [pool.submit(copy, part, rowids) for part, rowids in enumerate(slices)]:
-                    done.result()
+        try:
+            if isinstance(source, SlicedParquetTables):  # one streamed pass, in row groups a scan skips by time
+                scanned = source.scan(table, wanted)
+                assert scanned is not None  # the table has columns
+                scanned.sink_parquet(target / "0000-000000.parquet", compression="uncompressed",
+                                     row_group_size=SQLITE_BATCH_ROWS)
+            else:  # a sliced export may give more slices (one a part at least) than readers
+                readers = min(SPILL_READERS, pl.thread_pool_size())
+                found = source.rowid_slices(table, readers)
+                slices: list[tuple[int, int] | None] = [*found] if found else [None]
+                with ThreadPoolExecutor(min(len(slices), readers), thread_name_prefix="nsight-spill") as pool:
+                    for done in [pool.submit(copy, source, part, rowids) for part, rowids in enumerate(slices)]:
+                        done.result()
         except BaseException:  # never half a table: the next scan copies it again, or fails the same way
             shutil.rmtree(target, ignore_errors=True)
             raise

@@ -189,7 +189,8 @@ def _add_profiling_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
 
-_CAPTURE = ".nsys-rep, .sqlite (or .sqlitedir: one in slices), arrow directory, or a directory of recorded CSVs"
+_CAPTURE = (".nsys-rep, .sqlite (or a .sqlitedir or .parquetdir in slices), arrow directory, or a directory of "
+            "recorded CSVs")
 
 
 def _add_reports_option(parser: argparse.ArgumentParser) -> None:
@@ -278,8 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
         "of its events, not of their JSON. PATH is a .nsys-rep (exported once, beside it) or its .sqlite or "
         "arrow-directory export; recorded CSVs have no events. Prints the file written. Exit status: 0, or 1 "
         "when PATH cannot be read or the file cannot be written.")
-    export.add_argument("path", type=Path, metavar="PATH", help=".nsys-rep, .sqlite (or .sqlitedir: one in slices) or "
-                        "arrow-directory export")
+    export.add_argument("path", type=Path, metavar="PATH", help=".nsys-rep, .sqlite (or a .sqlitedir or "
+                        ".parquetdir in slices) or arrow-directory export")
     export.add_argument("--format", choices=("perfetto",), default="perfetto",
                         help="the file format (default: %(default)s: Chrome Trace Event JSON)")
     export.add_argument("-o", "--output", type=Path, default=None,

@@ -280,9 +280,8 @@ PARQUET_SLICE_BYTES = 16 << 20
 """A Parquet slice per this much .nsys-rep at least: each nsys process holds its slice's events whole, while one more
 slice costs only one more decoding of the report (docs/performance.md)."""
 ENV_EXPORT_SLICES = "NSIGHT_EXPORT_SLICES"
-"""How many slices a streamed capture's SQLite export is made in, where set (1: one file), instead of
-``SLICES_PER_CORE`` per core this process may use (its CPU affinity and its cgroup's CPU quota), at most
-``MAX_SLICES``."""
+"""How many slices a streamed capture's export (Parquet or SQLite) is made in, where set (1: one piece), instead of
+:func:`parquet_slices`' or :func:`export_slices`' choice."""
 
 
 class ExportChoice(NamedTuple):

@@ -189,8 +189,7 @@ def _add_profiling_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
 
-_CAPTURE = (".nsys-rep, .sqlite (or a .sqlitedir or .parquetdir in slices), arrow directory, or a directory of "
-            "recorded CSVs")
+_CAPTURE = ".nsys-rep, .sqlite (.sqlitedir, .parquetdir: in slices), arrow directory, or a folder of recorded CSVs"
 
 
 def _add_reports_option(parser: argparse.ArgumentParser) -> None:

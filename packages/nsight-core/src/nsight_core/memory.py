@@ -39,7 +39,7 @@ SUMMARY_BYTES_PER_STORED_BYTE = 7
 performance page `make bench` writes)."""
 STREAMED_SUMMARY_BYTES = 384 << 20
 """What a summary scanned from disk may peak at over the imports, whatever the capture's size: its event tables
-stay on disk, one window of events (analysis/intervals.py WINDOW_ROWS) and the reports' groups in memory."""
+stay on disk, one window of events (trace/streamed.py WINDOW_ROWS) and the reports' groups in memory."""
 _UNLIMITED = 1 << 60
 """cgroup v1 writes "no limit" as a huge number (9223372036854771712); anything above this is none."""
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
@@ -196,9 +196,5 @@ def _fields(path: Path) -> dict[str, int]:
         lines = path.read_text().splitlines()
     except OSError:
         return {}
-    fields = {}
-    for line in lines:
-        parts = line.replace(":", " ").split()
-        if len(parts) >= 2 and parts[1].isdigit():
-            fields[parts[0]] = int(parts[1])
-    return fields
+    rows = [line.replace(":", " ").split() for line in lines]
+    return {row[0]: int(row[1]) for row in rows if len(row) >= 2 and row[1].isdigit()}

@@ -61,12 +61,10 @@ def python_lines(trace: Trace) -> pl.DataFrame:
     def number(offset: pl.Expr, size: int, dtype: type[pl.DataType]) -> pl.Expr:
         return data.bin.slice(offset, size).bin.reinterpret(dtype=dtype)
 
-    start = number(pl.lit(_HEADER), 8, pl.UInt64).cast(pl.Int64)
-    marks = marks.with_columns(start.alias("_at")).with_columns(
+    marks = marks.with_columns(number(pl.lit(_HEADER), 8, pl.UInt64).cast(pl.Int64).alias("_at")).with_columns(
         number(pl.col("_at") + 12, 4, pl.UInt32).alias("_count"))
     frame = pl.col("_at") + _FRAMES + pl.col("_depth") * _FRAME
-    frames = (marks.with_columns(pl.int_ranges(0, "_count").alias("_depth")).explode("_depth")
-              .drop_nulls("_depth")
+    frames = (marks.with_columns(pl.int_ranges(0, "_count").alias("_depth")).explode("_depth").drop_nulls("_depth")
               .select(pl.col("start").alias("start_ns"), pl.col("globalTid").alias("thread"), "sample_ns", "_depth",
                       number(frame, 8, pl.UInt64).cast(pl.Int64).alias("_function"),
                       number(frame + 8, 8, pl.UInt64).cast(pl.Int64).alias("_file"),

@@ -61,10 +61,8 @@ _RECORD = ".nsight-export.json"
 def is_event_source(path: Path) -> bool:
     """PATH holds events (a trace, an SQLite export, one in time slices or an arrow-directory export), not recorded
     CSVs."""
-    if path.suffix in REPORT_SUFFIXES or path.suffix == SQLITE_SUFFIX:
-        return True
-    return path.is_dir() and any(any(path.glob(pattern)) for pattern in ("*.arrow", SLICE_PATTERN,
-                                                                         PARQUET_SLICE_PATTERN))
+    return path.suffix in {*REPORT_SUFFIXES, SQLITE_SUFFIX} or (path.is_dir() and any(
+        any(path.glob(pattern)) for pattern in ("*.arrow", SLICE_PATTERN, PARQUET_SLICE_PATTERN)))
 
 
 def derived_dir(source: Path) -> Path:
@@ -166,14 +164,12 @@ def export(report: Path, kind: str, nsys: Nsys | None = None, slices: int = 1) -
         except NsysCommandError as error:
             raise explain_failure(report, nsys.version, nsys.path) or error from error
         record = {"report": version, "files": _sizes(temporary)}
-        for attempt in (1, 2):  # a concurrent export of the same report may have renamed into place first
+        discard(target)
+        try:
+            temporary.rename(target)
+        except OSError:  # a concurrent export of the same report may have renamed into place first
             discard(target)
-            try:
-                temporary.rename(target)
-                break
-            except OSError:
-                if attempt == 2:
-                    raise
+            temporary.rename(target)
         _record_of(target).write_text(json.dumps(record), encoding="utf-8")
     finally:
         with contextlib.suppress(OSError):
@@ -183,8 +179,8 @@ def export(report: Path, kind: str, nsys: Nsys | None = None, slices: int = 1) -
 
 EXPORT_DISK_PER_TRACE_BYTE = 2
 """The least disk an export of a .nsys-rep takes per byte of it: 2.5-9x for SQLite, about 10x for the arrow export. A
-folder with less free is refused before nsys starts (a large capture's
-export takes minutes); one with more that still fills is nsys' disk-full error (:class:`ExportDiskFullError`)."""
+folder with less free is refused before nsys starts (a large capture's export takes minutes); one with more that still
+fills is nsys' disk-full error (:class:`ExportDiskFullError`)."""
 
 
 def _check_disk(report: Path, folder: Path) -> None:
@@ -309,11 +305,9 @@ def export_choice(report: Path, nsys: Nsys | None = None) -> ExportChoice:
     if not fits(export_bytes(size, "arrowdir")) or (not fits(summary_bytes(EVENT_BYTES_PER_TRACE_BYTE * size))
                                                     and fits(summary_bytes(None))):
         return _streamed(report, "memory", size, nsys)
-    if is_current(export_path(report, "arrowdir"), report) or "arrowdir" in (nsys or find_nsys()).export_types:
-        return ExportChoice(kind="arrowdir", streamed=False, reason="small", trace_bytes=size,
-                            stream_above_bytes=stream_above)
-    return ExportChoice(kind="sqlite", streamed=False, reason="no_arrowdir", trace_bytes=size,
-                        stream_above_bytes=stream_above)
+    arrow = is_current(export_path(report, "arrowdir"), report) or "arrowdir" in (nsys or find_nsys()).export_types
+    return ExportChoice(kind="arrowdir" if arrow else "sqlite", streamed=False, reason="small" if arrow else
+                        "no_arrowdir", trace_bytes=size, stream_above_bytes=stream_above)
 
 
 def _streamed(report: Path, reason: str, size: int, nsys: Nsys | None) -> ExportChoice:
@@ -340,8 +334,7 @@ def parquet_slices(trace_bytes: int, nsys: Nsys | None = None) -> int | None:
     one per ``PARQUET_SLICE_BYTES`` to ``MAX_SLICES`` whose nsys processes, as many at once as there are cores, fit
     the memory allowed; None where none does, or this nsys' Parquet slices are not known to be read right
     (:attr:`nsight_core.nsys.Nsys.exports_parquet_slices`): then SQLite."""
-    found = nsys or find_nsys()
-    if not found.exports_parquet_slices:
+    if not (nsys or find_nsys()).exports_parquet_slices:
         return None
     wanted = _wanted_slices()
     fewest = min(max(_per_core(trace_bytes), -(-trace_bytes // PARQUET_SLICE_BYTES)), MAX_SLICES)
@@ -376,9 +369,7 @@ def export_slices(trace_bytes: int, nsys: Nsys | None = None) -> int:
     slices = _wanted_slices() or _per_core(trace_bytes)
     while slices > 1 and not fits(export_bytes(trace_bytes, "sqlite", slices)):
         slices -= 1
-    if slices > 1 and not (nsys or find_nsys()).exports_time_slices:
-        return 1
-    return slices
+    return slices if slices == 1 or (nsys or find_nsys()).exports_time_slices else 1
 
 
 def usable_cores(cgroups: Path = Path("/sys/fs/cgroup")) -> int:

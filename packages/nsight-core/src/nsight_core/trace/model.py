@@ -9,9 +9,10 @@ clock, the collection window from 0 to its duration (ANALYSIS_DETAILS). Frames a
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import polars as pl
 
@@ -33,25 +34,24 @@ from nsight_core.trace.schema import (
     NVTX_START_END_TYPES,
     STR,
     SYNC_KINDS,
+    FrameT,
     Lookup,
     event_read,
     nvtx_domains,
     osrt_calls,
     pid_of,
 )
-from nsight_core.trace.tables import ExportTables, Schema, SchemaMismatch, Wanted, _made
+from nsight_core.trace.tables import ExportTables, SchemaMismatch, Wanted, _made
+
+OwnerT = TypeVar("OwnerT")
 
 
-def _empty(schema: Schema) -> pl.DataFrame:
-    return pl.DataFrame(schema=schema)
-
-
-def _by_start(raw: pl.DataFrame) -> pl.DataFrame:
-    """RAW by its ``start`` column (a stable sort; skipped when already in order, as exports mostly are).
-
-    Sorted before names are looked up: sorting a frame copies every string it holds, the lookup does not.
-    """
-    return raw if raw["start"].is_sorted() else raw.sort("start", maintain_order=True)
+def event_frame(read: Callable[[OwnerT, str], FrameT], frame: str, doc: str) -> functools.cached_property[FrameT]:
+    """A property made on first use and kept (DOC its docstring): READ's event FRAME of its owner, a Trace's or the
+    lazy one of :class:`nsight_core.trace.streamed.Events`."""
+    made = functools.cached_property(lambda owner: read(owner, frame))
+    made.__doc__ = doc
+    return made
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,9 @@ class Trace:
     ``report``, the .nsys-rep it came from where known."""
 
     def __init__(self, tables: ExportTables, report: Path | None = None) -> None:
-        self._tables = tables
+        self.tables = tables
+        """The export's tables the frames are read from; its ``choice`` says which export and why (None where the
+        user passed the export), and a streamed one is also scanned lazily (:mod:`nsight_core.trace.streamed`)."""
         self.source = tables.source
         self.report = report
         self.notes: dict[str, str] = {}
@@ -78,16 +80,10 @@ class Trace:
         return f"Trace({self.report or self.source})"
 
     @property
-    def tables(self) -> ExportTables:
-        """The export's tables the frames are read from; its ``choice`` says which export and why (None where the
-        user passed the export), and a streamed one is also scanned lazily (:mod:`nsight_core.trace.streamed`)."""
-        return self._tables
-
-    @property
     def event_bytes(self) -> int:
         """About how many bytes the event tables behind the frames hold as Arrow, known before any is read: what
         the memory of a summary grows with (:mod:`nsight_core.memory`)."""
-        return self._tables.arrow_bytes(EVENT_TABLES)
+        return self.tables.arrow_bytes(EVENT_TABLES)
 
     def _read(self, table: str, wanted: Wanted, required: Collection[str] = ("start", "end")) -> pl.DataFrame | None:
         """TABLE's WANTED columns, or None when the export has no such table.
@@ -96,7 +92,7 @@ class Trace:
         REQUIRED column (missing, or of another type) the table's events are left out; another such column is
         null (every column read is in the 2023.4.4 and 2025.3 exports).
         """
-        present = self._tables.columns(table)
+        present = self.tables.columns(table)
         if not present:
             return None
         missing = [column for column in wanted if column not in present]
@@ -106,27 +102,30 @@ class Trace:
         if missing:
             self.notes[table] = f"{table} has no column {', '.join(missing)}: left empty"
         try:
-            return self._tables.read(table, wanted)
+            return self.tables.read(table, wanted)
         except SchemaMismatch as error:
             mistyped = error.columns
             if not mistyped or set(mistyped) & set(required):
                 self.notes[table] = f"{error}: its events are left out"
                 return None
             self.notes[table] = f"{error}: {', '.join(mistyped)} left empty"
-            raw = self._tables.read(table, {name: dtype for name, dtype in wanted.items() if name not in mistyped})
-        if raw is None:
-            return None
-        return raw.with_columns(pl.lit(None, I64 if wanted[name] is None else wanted[name]).alias(name)
-                                for name in mistyped).select(list(wanted))
+            raw = self.tables.read(table, {name: dtype for name, dtype in wanted.items() if name not in mistyped})
+        return None if raw is None else raw.with_columns(pl.lit(None, _made(wanted)[name]).alias(name)
+                                                         for name in mistyped).select(list(wanted))
 
     # -- strings and enums, resolved once --------------------------------------------------------------
 
     def _frame(self, table: str, wanted: Wanted, *columns: pl.Expr | str,
                required: Collection[str] = ("start", "end")) -> pl.DataFrame:
-        """TABLE's WANTED columns (:meth:`_read`) made into COLUMNS, by start time where it has one; where the export
-        has none of them, no rows, with the columns the same query makes of an empty table."""
+        """TABLE's WANTED columns (:meth:`_read`) made into COLUMNS, by start time where it has one, only its rows that
+        are calls where it says (OSRT_API, :func:`osrt_calls`); where the export has none of them, no rows, with the
+        columns the same query makes of an empty table."""
         raw = self._read(table, wanted, required)
-        raw = pl.DataFrame(schema=_made(wanted)) if raw is None else _by_start(raw) if "start" in wanted else raw
+        raw = pl.DataFrame(schema=_made(wanted)) if raw is None else osrt_calls(raw)
+        # A stable sort, skipped when already in order (as exports mostly are), before names are looked up: sorting a
+        # frame copies every string it holds, the lookup does not.
+        if "start" in wanted and not raw["start"].is_sorted():
+            raw = raw.sort("start", maintain_order=True)
         return raw.select(*columns)
 
     @functools.cached_property
@@ -144,8 +143,7 @@ class Trace:
         """TABLE's enum labels as (id, value), else FALLBACK's (old SQLite exports have no ENUM tables)."""
         frame = self._read(table, {"id": I64, "label": STR}, required=("id", "label"))
         if frame is None:
-            return pl.DataFrame({"id": list(fallback), "value": list(fallback.values())},
-                                schema={"id": I64, "value": STR})
+            return pl.DataFrame(list(fallback.items()), schema={"id": I64, "value": STR}, orient="row")
         return frame.rename({"label": "value"})
 
     def _label(self, column: str, table: str, fallback: Mapping[int, str], lookup: Lookup | None = None) -> pl.Expr:
@@ -187,12 +185,8 @@ class Trace:
 
     def _events(self, frame: str, *more: pl.Expr) -> pl.DataFrame:
         """Event FRAME (:meth:`event_columns`, then MORE) read whole, by start time (see :meth:`_frame`)."""
-        table, wanted = event_read(frame, self._tables.columns)
-        if frame != "osrt":
-            return self._frame(table, wanted, *self.event_columns(frame, self._string), *more)
-        raw = self._read(table, wanted)  # only its rows that are calls (osrt_calls), before they are sorted
-        raw = pl.DataFrame(schema=_made(wanted)) if raw is None else _by_start(osrt_calls(raw))
-        return raw.select(*self.event_columns(frame, self._string), *more)
+        table, wanted = event_read(frame, self.tables.columns)
+        return self._frame(table, wanted, *self.event_columns(frame, self._string), *more)
 
     # -- GPU activity ----------------------------------------------------------------------------------
 
@@ -209,42 +203,26 @@ class Trace:
             return graphs
         return graphs.filter(~pl.col("correlation_id").is_in(self.kernels["correlation_id"].implode()))
 
-    @functools.cached_property
-    def memcpy(self) -> pl.DataFrame:
-        """Memory copies with direction and the memory kind of each side (pageable copies show here)."""
-        return self._events("memcpy")
-
-    @functools.cached_property
-    def memset(self) -> pl.DataFrame:
-        """Memsets."""
-        return self._events("memset")
-
-    @functools.cached_property
-    def sync(self) -> pl.DataFrame:
-        """CUDA synchronisation events (stream, event, context syncs) as the GPU side saw them."""
-        return self._events("sync")
+    memcpy = event_frame(_events, "memcpy", "Memory copies with direction and the memory kind of each side (pageable "
+                         "copies show here).")
+    memset = event_frame(_events, "memset", "Memsets.")
+    sync = event_frame(_events, "sync", "CUDA synchronisation events (stream, event, context syncs) as the GPU side "
+                       "saw them.")
 
     # -- CPU side --------------------------------------------------------------------------------------
 
-    @functools.cached_property
-    def cuda_api(self) -> pl.DataFrame:
-        """CUDA runtime and driver API calls; names without nsys' ``_v3020``-style version suffix."""
-        return self._events("cuda_api")
+    cuda_api = event_frame(_events, "cuda_api", "CUDA runtime and driver API calls; names without nsys' "
+                           "``_v3020``-style version suffix.")
+    osrt = event_frame(_events, "osrt", "OS-runtime calls (trace=osrt): sleeps, locks, reads, polls; not nsys' own row "
+                       "saying the tracing started (:func:`osrt_calls`).")
 
     @functools.cached_property
     def api_names(self) -> pl.DataFrame:
         """The string table with nsys' ``_v3020``-style version suffixes cut: the names of CUDA API calls (cut from the
         string table, a few hundred strings, not from every call's name)."""
         value = pl.col("value")
-        versioned = value.str.slice(-6, 2) == "_v"
-        return self.strings.with_columns(
-            pl.when(versioned).then(value.str.slice(0, value.str.len_chars() - 6)).otherwise(value).alias("value"))
-
-    @functools.cached_property
-    def osrt(self) -> pl.DataFrame:
-        """OS-runtime calls (trace=osrt): sleeps, locks, reads, polls; not nsys' own row saying the tracing started
-        (:func:`osrt_calls`)."""
-        return self._events("osrt")
+        return self.strings.with_columns(pl.when(value.str.slice(-6, 2) == "_v")
+                                         .then(value.str.slice(0, value.str.len_chars() - 6)).otherwise(value))
 
     @functools.cached_property
     def samples(self) -> pl.DataFrame:
@@ -259,14 +237,14 @@ class Trace:
         # holds as 16 bytes a row (48 MB for 3 M ranges). Then it is a constant, let go before the rest is read.
         texts = self._read("NVTX_EVENTS", {"text": STR}, required=())
         if texts is None:
-            return _empty(NVTX_COLUMNS), _empty(MARK_COLUMNS)
+            return pl.DataFrame(schema=NVTX_COLUMNS), pl.DataFrame(schema=MARK_COLUMNS)
         text = texts["text"] if texts["text"].null_count() < texts.height else pl.lit(None, STR).alias("text")
         del texts
         raw = self._read("NVTX_EVENTS", {
             "start": I64, "end": I64, "eventType": ID, "textId": ID, "globalTid": I64, "domainId": ID},
             required=("start", "end", "eventType"))
         if raw is None:
-            return _empty(NVTX_COLUMNS), _empty(MARK_COLUMNS)
+            return pl.DataFrame(schema=NVTX_COLUMNS), pl.DataFrame(schema=MARK_COLUMNS)
         raw = raw.with_columns(text)
         del text
         last, domains = raw.select(NVTX_LAST).item(), nvtx_domains(raw)
@@ -276,7 +254,7 @@ class Trace:
         # Only the ranges from here on: the whole table is let go before the names are added.
         raw = raw.filter(event_type.is_in(NVTX_PUSH_POP_TYPES + NVTX_START_END_TYPES))
         if not raw.height:
-            return _empty(NVTX_COLUMNS), marks
+            return pl.DataFrame(schema=NVTX_COLUMNS), marks
         # Depth (and order) first, on numbers alone: sorting a frame copies the strings it holds.
         ranges = with_depth(raw.select(
             pl.col("start").alias("start_ns"), pl.col("end").fill_null(last).alias("end_ns"),
@@ -343,12 +321,9 @@ class Trace:
         if details is not None and details.height and details["duration"][0] is not None:
             return Window(0, int(details["duration"][0]))
         bounds = pl.concat([frame.select("start_ns", "end_ns") for frame in
-                            (self.kernels, self.graphs, self.memcpy, self.memset, self.cuda_api, self.nvtx,
-                             self.osrt)])
-        if not bounds.height:
-            return Window(0, 0)
+                            (self.kernels, self.graphs, self.memcpy, self.memset, self.cuda_api, self.nvtx, self.osrt)])
         first, last = bounds.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
-        return Window(int(first), int(last))
+        return Window(int(first or 0), int(last or 0))  # none traced: (0, 0)
 
     @functools.cached_property
     def diagnostics(self) -> pl.DataFrame:
@@ -399,6 +374,5 @@ class Trace:
         for table in ("META_DATA_CAPTURE", "TARGET_INFO_SYSTEM_ENV", "META_DATA_EXPORT"):
             frame = self._read(table, {"name": STR, "value": STR}, required=("name", "value"))
             if frame is not None:
-                facts.update(zip(frame["name"].fill_null("").to_list(), frame["value"].fill_null("").to_list(),
-                                 strict=True))
+                facts.update(frame.fill_null("").iter_rows())
         return facts

@@ -48,19 +48,14 @@ MAX_DOMAIN_CONDITIONS = 32
 
 # Labels nsys uses when the export lacks its ENUM tables (old SQLite exports).
 COPY_DIRECTIONS: dict[int, str] = {
-    0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array", 4: "Array-to-Host",
-    5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array", 8: "Device-to-Device",
-    9: "Host-to-Host", 10: "Peer-to-Peer", 11: "Unified Host-to-Device", 12: "Unified Device-to-Host",
-    13: "Unified Device-to-Device",
-}
-MEMORY_KINDS: dict[int, str] = {
-    0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static",
-    6: "Managed Static", 7: "Unknown",
-}
+    0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array", 4: "Array-to-Host", 5: "Array-to-Array",
+    6: "Array-to-Device", 7: "Device-to-Array", 8: "Device-to-Device", 9: "Host-to-Host", 10: "Peer-to-Peer",
+    11: "Unified Host-to-Device", 12: "Unified Device-to-Host", 13: "Unified Device-to-Device"}
+MEMORY_KINDS: dict[int, str] = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static",
+                                6: "Managed Static", 7: "Unknown"}
 DIAGNOSTIC_SEVERITIES: dict[int, str] = {0: "Unknown", 1: "Info", 2: "Warning", 3: "Error", 4: "Verbose"}
 DIAGNOSTIC_SOURCES: dict[int, str] = {0: "Unknown source", 1: "Injection", 2: "Daemon", 3: "Analysis"}
-SYNC_KINDS: dict[int, str] = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync",
-                              4: "Context sync"}
+SYNC_KINDS: dict[int, str] = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync", 4: "Context sync"}
 
 I64, STR = pl.Int64, pl.String
 ID = None

@@ -59,7 +59,8 @@ class SpilledTables:
                  folder: Path | None = None) -> None:
         self.source = export.source
         self.choice: ExportChoice | None = choice
-        self._export = export
+        self.export = export
+        """The export these tables read (the Python backtraces' marks are read from it with a condition)."""
         base = folder if folder is not None else export.source.parent
         prefix = f"{SPILL_PREFIX}{os.getpid()}-"
         try:
@@ -73,21 +74,16 @@ class SpilledTables:
         """Per table, each Parquet copy made and its columns: a scan of some of them reads it again."""
         self._lock = threading.Lock()
 
-    @property
-    def export(self) -> SqliteExport | SlicedParquetTables:
-        """The export these tables read (the Python backtraces' marks are read from it with a condition)."""
-        return self._export
-
     def columns(self, table: str) -> frozenset[str]:
-        return self._export.columns(table)
+        return self.export.columns(table)
 
     def read(self, table: str, wanted: Wanted) -> pl.DataFrame | None:
         """TABLE read whole from the export (the analysis, where its frames fit). Not through a Parquet copy: for a
         whole profile that is slower and no leaner."""
-        return self._export.read(table, wanted)
+        return self.export.read(table, wanted)
 
     def arrow_bytes(self, tables: Iterable[str]) -> int:
-        return self._export.arrow_bytes(tables)
+        return self.export.arrow_bytes(tables)
 
     def scan(self, table: str, wanted: Wanted) -> pl.LazyFrame | None:
         """TABLE's WANTED columns (typed as :meth:`read` gives them) as a lazy scan of Parquet files: of a copy already
@@ -107,7 +103,7 @@ class SpilledTables:
         return pl.scan_parquet(sorted(folder.glob("*.parquet")), schema=columns).select(list(made))
 
     def _spill(self, table: str, wanted: Wanted, target: Path) -> Path:
-        needed, free = self._export.arrow_bytes([table]), shutil.disk_usage(self.folder).free
+        needed, free = self.export.arrow_bytes([table]), shutil.disk_usage(self.folder).free
         if needed > free:
             raise StatsError(f"summarising {self.source.name} copies its table {table} to disk (about "
                              f"{_size(needed)}) and {self.folder.parent} has {_size(free)} free: free some space "
@@ -115,7 +111,7 @@ class SpilledTables:
         log.log(logging.INFO if needed >= PROGRESS_BYTES else logging.DEBUG,
                 "copying %s's table %s to disk (Parquet, about %s as Arrow)", self.source.name, table, _size(needed))
         target.mkdir()
-        source = self._export
+        source = self.export
 
         def copy(sqlite: SqliteExport, part: int, rowids: tuple[int, int] | None) -> None:
             for written, batch in enumerate(sqlite.batches(table, wanted, rowids=rowids)):

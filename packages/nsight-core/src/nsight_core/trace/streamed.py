@@ -20,7 +20,7 @@ import polars as pl
 
 from nsight_core.trace.backtraces import LINE_COLUMNS, python_lines
 from nsight_core.trace.frames import EventTables
-from nsight_core.trace.model import Trace
+from nsight_core.trace.model import Trace, event_frame
 from nsight_core.trace.schema import (
     GRAPH_COLUMNS,
     I64,
@@ -63,10 +63,14 @@ class Events:
         scanned = _scanned(self._trace, frame) if self._trace else None
         return scanned if scanned is not None else getattr(self._frames, frame).lazy()
 
-    @functools.cached_property
-    def kernels(self) -> pl.LazyFrame:
-        """start_ns, end_ns, device, stream, name (demangled), short_name, correlation_id"""
-        return self._frame("kernels")
+    kernels = event_frame(_frame, "kernels", "start_ns, end_ns, device, stream, name (demangled), short_name, "
+                          "correlation_id")
+    memcpy = event_frame(_frame, "memcpy", "start_ns, end_ns, device, stream, bytes, direction, src_kind, dst_kind, "
+                         "correlation_id")
+    memset = event_frame(_frame, "memset", "start_ns, end_ns, device, stream, bytes, correlation_id")
+    cuda_api = event_frame(_frame, "cuda_api", "start_ns, end_ns, name (no version suffix), thread, correlation_id, "
+                           "name_id")
+    osrt = event_frame(_frame, "osrt", "start_ns, end_ns, name, thread, name_id")
 
     @functools.cached_property
     def graphs(self) -> pl.LazyFrame:
@@ -82,25 +86,10 @@ class Events:
         return launched.join(with_kernels, on="correlation_id", how="anti")
 
     @functools.cached_property
-    def memcpy(self) -> pl.LazyFrame:
-        """start_ns, end_ns, device, stream, bytes, direction, src_kind, dst_kind, correlation_id"""
-        return self._frame("memcpy")
-
-    @functools.cached_property
-    def memset(self) -> pl.LazyFrame:
-        """start_ns, end_ns, device, stream, bytes, correlation_id"""
-        return self._frame("memset")
-
-    @functools.cached_property
     def python_lines(self) -> pl.DataFrame:
         """start_ns, thread, file, line, function: the user's Python line of each CUDA call nsys took a Python
         backtrace of (:mod:`nsight_core.trace.backtraces`); empty for frames built by hand"""
         return python_lines(self._trace) if self._trace else pl.DataFrame(schema=LINE_COLUMNS)
-
-    @functools.cached_property
-    def cuda_api(self) -> pl.LazyFrame:
-        """start_ns, end_ns, name (no version suffix), thread, correlation_id, name_id"""
-        return self._frame("cuda_api")
 
     @functools.cached_property
     def nvtx(self) -> pl.LazyFrame:
@@ -119,11 +108,6 @@ class Events:
     def nvtx_marks(self) -> pl.LazyFrame:
         """time_ns, name, domain, thread"""
         return _nvtx(self._trace)[1] if self._trace else self._frames.nvtx_marks.lazy()
-
-    @functools.cached_property
-    def osrt(self) -> pl.LazyFrame:
-        """start_ns, end_ns, name, thread, name_id"""
-        return self._frame("osrt")
 
     @property
     def threads(self) -> pl.DataFrame:
@@ -182,9 +166,7 @@ def _scanned(trace: Trace, frame: str) -> pl.LazyFrame | None:
     used = {name for column in columns for name in column.meta.root_names()} | {"eventClass"}
     table, read = event_read(frame, trace.tables.columns)
     raw = _scan(trace, table, {name: dtype for name, dtype in read.items() if name in used})
-    if raw is None:
-        return None
-    return (osrt_calls(raw) if frame == "osrt" else raw).select(columns)
+    return None if raw is None else osrt_calls(raw).select(columns)  # eventClass: OSRT_API's alone
 
 
 def _nvtx(trace: Trace) -> tuple[pl.LazyFrame, pl.LazyFrame]:
@@ -216,8 +198,6 @@ def _nvtx(trace: Trace) -> tuple[pl.LazyFrame, pl.LazyFrame]:
     kind = pl.when(event_type.is_in(NVTX_PUSH_POP_TYPES)).then(pl.lit("push_pop")).otherwise(pl.lit("start_end"))
     # Where every range ended (the usual case), end_ns is the column itself: a filter on it then reaches the Parquet
     # scan, which skips the files that end before a window, where a filled column reads every file up to it.
-    end: pl.Expr
-    closed: pl.Expr
     end, closed = ((pl.col("end"), pl.lit(True)) if not unended else
                    (pl.col("end").fill_null(pl.lit(last, I64)), pl.col("end").is_not_null()))
     ranges = named.filter(is_range).select(pl.col("start").alias("start_ns"), end.alias("end_ns"), "name", "domain",

@@ -63,16 +63,13 @@ class ExportTables(Protocol):
 
     def columns(self, table: str) -> frozenset[str]:
         """The column names of TABLE (empty when it is missing)."""
-        ...
 
     def read(self, table: str, wanted: Wanted) -> pl.DataFrame | None:
         """The WANTED columns of TABLE in its rows' order, cast to their types (None: as exported), or None when the
         export has no such table."""
-        ...
 
     def arrow_bytes(self, tables: Iterable[str]) -> int:
         """About how many bytes TABLES hold as Arrow (every column), without reading them."""
-        ...
 
 
 _CONTINUATION = b"\xff\xff\xff\xff"
@@ -212,8 +209,7 @@ class SqliteTables:
                 while batch := cursor.fetchmany(rows):
                     yield pl.DataFrame(batch, schema=schema, orient="row")
         except sqlite3.DatabaseError as error:
-            raise DamagedExportError(f"{self.source}: table {table} cannot be read ({one_line(error)}).") \
-                from error
+            raise DamagedExportError(f"{self.source}: table {table} cannot be read ({one_line(error)}).") from error
         except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError) as error:
             raise SchemaMismatch(table, self._mistyped(table, schema, present), error) from error
 
@@ -341,10 +337,9 @@ def _arrow_connection(path: Path) -> _Arrow | None:
         return None
     try:
         database = adbc_driver_sqlite.connect(f"file:{path}?mode=ro")
-        connection = AdbcConnection(database)
+        return _Arrow(database, AdbcConnection(database))
     except Error:  # the sqlite3 connection reads it, or says why not
         return None
-    return _Arrow(database, connection)
 
 
 def _typed(frame: pl.DataFrame, wanted: Wanted, table: str) -> pl.DataFrame:
@@ -362,9 +357,7 @@ def _typed(frame: pl.DataFrame, wanted: Wanted, table: str) -> pl.DataFrame:
 def _casts(column: pl.Series, dtype: pl.DataType | type[pl.DataType]) -> bool:
     """COLUMN is of DTYPE's kind (any integer for an integer, a number for a float, text for text) and casts
     to it: a string of digits where nsys writes an integer is another schema, not a value to parse."""
-    if column.dtype == pl.Null:
-        return True
-    if not same_kind(column.dtype, dtype):
+    if not same_kind(column.dtype, dtype):  # a column of nulls is of any kind, and casts to any type
         return False
     try:
         column.cast(dtype, strict=True)

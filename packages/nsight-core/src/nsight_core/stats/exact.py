@@ -107,13 +107,11 @@ def medians(frame: pl.LazyFrame, key: str, value: str | pl.Expr, groups: pl.Data
                   .collect(engine="streaming"))
         within = counts.join(targets.select(key, "_which", pl.col("_lo").alias("_from"), "_width"),
                              on=[key, "_from", "_width"])
-        picked = _picked(within.select(key, "_which", pl.col("_bucket").alias("_lo"),
-                                       (pl.col("_width") // _BUCKETS).clip(lower_bound=1).alias("_width"), "_count"),
+        picked = _picked(within.select(key, "_which", pl.col("_bucket").alias("_lo"), step.alias("_width"), "_count"),
                          targets, key)
         found.append(picked.filter("_done").select(key, "_which", "_lo"))
         targets = picked.filter(~pl.col("_done")).select(key, "_which", "_rank", "_lo", "_width")
-    middle = pl.concat(found)
-    return middle.group_by(key).agg(pl.col("_lo").cast(pl.Float64).mean().alias("_median"))
+    return pl.concat(found).group_by(key).agg(pl.col("_lo").cast(pl.Float64).mean().alias("_median"))
 
 
 def _picked(counts: pl.DataFrame, targets: pl.DataFrame, key: str) -> pl.DataFrame:

@@ -130,10 +130,9 @@ def api_summary(trace: Trace) -> list[ApiCallRow] | str:
 
 
 def _memory_operations(trace: Trace) -> pl.LazyFrame:
-    columns = ("start_ns", "end_ns", "bytes")
-    return pl.concat([streamed.events(trace).memcpy.select(pl.format("[CUDA memcpy {}]", "direction").alias("name"),
-                                                           *columns),
-                      streamed.events(trace).memset.select(pl.lit("[CUDA memset]").alias("name"), *columns)])
+    events, columns = streamed.events(trace), ("start_ns", "end_ns", "bytes")
+    return pl.concat([events.memcpy.select(pl.format("[CUDA memcpy {}]", "direction").alias("name"), *columns),
+                      events.memset.select(pl.lit("[CUDA memset]").alias("name"), *columns)])
 
 
 def memory_time_summary(trace: Trace) -> list[MemoryTimeRow] | str:
@@ -186,12 +185,9 @@ def osrt_summary(trace: Trace) -> list[dict[str, Any]] | str:
     summary = _time_summary(trace, calls, key="name_id")
     if not summary.height:
         return "does not contain OS runtime trace data."
-    named = summary.select(pl.col("time_pct").alias("Time (%)"), pl.col("total_time_ns").alias("Total Time (ns)"),
-                           pl.col("instances").alias("Num Calls"), pl.col("avg_ns").alias("Avg (ns)"),
-                           pl.col("med_ns").cast(pl.Float64).alias("Med (ns)"), pl.col("min_ns").alias("Min (ns)"),
-                           pl.col("max_ns").alias("Max (ns)"), pl.col("stddev_ns").alias("StdDev (ns)"),
-                           pl.col("name").alias("Name"))
-    return named.select(OSRT_SUM_COLUMNS).to_dicts()
+    fields = ("time_pct", "total_time_ns", "instances", "avg_ns", "med_ns", "min_ns", "max_ns", "stddev_ns", "name")
+    return summary.with_columns(pl.col("med_ns").cast(pl.Float64)).select(
+        pl.col(field).alias(column) for field, column in zip(fields, OSRT_SUM_COLUMNS, strict=True)).to_dicts()
 
 
 Rows = list[KernelRow] | list[ApiCallRow] | list[MemoryTimeRow] | list[MemorySizeRow] | list[NvtxRangeRow]

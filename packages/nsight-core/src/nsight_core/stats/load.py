@@ -40,27 +40,15 @@ def stats_of_trace(trace: Trace, reports: Sequence[str] = DEFAULT_REPORTS, nsys:
     """REPORTS of TRACE: the default ones from its events, any other with ONE `nsys stats` call."""
     requested = list(dict.fromkeys(reports))
     stats = ProfileStats(reports=requested)
-    others = []
     for report in requested:
         if is_derived(report):
             add_derived(stats, report, trace)
-        else:
-            others.append(report)
-    if others:
+    if others := [report for report in requested if not is_derived(report)]:
         _run_nsys_stats(stats, trace, others, nsys or find_nsys())
     stats.notes.extend(trace.notes.values())
     if (choice := trace.tables.choice) is not None:
         stats.export = ExportRead(**choice._asdict())
     return stats
-
-
-def _sqlite_of(trace: Trace, nsys: Nsys) -> Path | None:
-    """An SQLite export `nsys stats` can read: the trace's own, or one made from its .nsys-rep."""
-    if trace.source.suffix == ".sqlite":
-        return trace.source
-    if trace.report is not None:
-        return export(trace.report, "sqlite", nsys)
-    return None
 
 
 def _run_nsys_stats(stats: ProfileStats, trace: Trace, reports: list[str], nsys: Nsys) -> None:
@@ -78,7 +66,9 @@ def _run_nsys_stats(stats: ProfileStats, trace: Trace, reports: list[str], nsys:
             del run_names[report]
     if not run_names:
         return
-    sqlite = _sqlite_of(trace, nsys)
+    # An SQLite export `nsys stats` can read: the trace's own, or one made from its .nsys-rep.
+    sqlite = (trace.source if trace.source.suffix == ".sqlite"
+              else export(trace.report, "sqlite", nsys) if trace.report is not None else None)
     if sqlite is None:
         for report in run_names:
             stats.skipped[report] = ("failed: `nsys stats` reads a .nsys-rep or .sqlite export, not an arrow "
@@ -96,24 +86,21 @@ def _run_nsys_stats(stats: ProfileStats, trace: Trace, reports: list[str], nsys:
         csv_file = Path(f"{prefix}_{name}.csv")
         message = messages.get(name, "")
         if not csv_file.exists():
-            if name in {found.group("report") for found in _NOT_FOUND.finditer(result.output)}:
-                stats.skipped[report] = f"unknown report: this nsys ({nsys.version}) has no report named {name!r}"
-            else:
-                stats.skipped[report] = f"failed: {message or result.output[-500:] or 'nsys wrote no file'}"
-            continue
-        if message.startswith("SKIPPED"):
+            stats.skipped[report] = (f"unknown report: this nsys ({nsys.version}) has no report named {name!r}"
+                                     if name in {found.group("report") for found in _NOT_FOUND.finditer(result.output)}
+                                     else f"failed: {message or result.output[-500:] or 'nsys wrote no file'}")
+        elif message.startswith("SKIPPED"):
             reason = message.removeprefix("SKIPPED:").strip().replace(str(sqlite), "the capture")
             stats.skipped[report] = "no data: " + reason
-            continue
-        add_report(stats, report, read_csv_text(csv_file))
+        else:
+            add_report(stats, report, read_csv_text(csv_file))
 
 
 def _messages_by_report(output: str) -> dict[str, str]:
     """nsys' verdict per report from its 'Processing [...] with [...] ... STATUS' lines."""
     messages: dict[str, str] = {}
     for match in _PROCESSING.finditer(output):
-        out = match.group("out")
-        stem = Path(out).stem
+        stem = Path(match.group("out")).stem
         for report_name in (Path(match.group("script")).stem, match.group("script")):
             if stem.endswith("_" + report_name.replace(":", "_")) or stem.endswith("_" + report_name):
                 messages[report_name] = match.group("status").strip()
@@ -134,20 +121,12 @@ def recorded_captures(directory: Path, prefix: str | None = None) -> dict[str, d
     """Recorded CSVs in DIRECTORY grouped as {prefix: {report: file}} (`<prefix>_<report>.csv`). Default report names
     identify the prefixes; a file of any other report joins the longest known prefix it starts with (PREFIX, when the
     caller names one)."""
-    files = sorted(directory.glob("*.csv"))
+    files = {file: _split_name(file.stem, set()) for file in sorted(directory.glob("*.csv"))}
+    prefixes = {split[0] for split in files.values() if split} | ({prefix} if prefix else set())
     groups: dict[str, dict[str, Path]] = {}
-    prefixes: set[str] = {prefix} if prefix else set()
-    pending: list[Path] = []
-    for file in files:
-        split = _split_name(file.stem, set())
-        if split is None:
-            pending.append(file)
-            continue
-        prefixes.add(split[0])
-        groups.setdefault(split[0], {})[split[1]] = file
-    for file in pending:
-        split = _split_name(file.stem, prefixes)
-        if split is not None:
+    # Files named by a default report first, then the others by the prefixes those identify.
+    for file in sorted(files, key=lambda named: files[named] is None):
+        if split := files[file] or _split_name(file.stem, prefixes):
             groups.setdefault(split[0], {})[split[1]] = file
     return groups
 
@@ -179,8 +158,8 @@ def stats_from_csv_dir(path: Path, reports: Sequence[str] | None = None) -> Prof
         file = files.get(report) or by_canonical.get(canonical(report))
         if file is None:
             stats.skipped[report] = f"not recorded: no {prefix}_{report}.csv in {directory}"
-            continue
-        add_report(stats, report, read_csv_text(file))
+        else:
+            add_report(stats, report, read_csv_text(file))
     return stats
 
 

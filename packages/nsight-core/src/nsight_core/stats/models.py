@@ -130,12 +130,7 @@ class ProfileStats(BaseModel):
 
 
 TABLE_MODELS: dict[str, type[_Row]] = {  # each typed list's row model
-    "kernels": KernelRow,
-    "api_calls": ApiCallRow,
-    "memory_time": MemoryTimeRow,
-    "memory_size": MemorySizeRow,
-    "nvtx_ranges": NvtxRangeRow,
-    "graphs": GraphRow,
-}
+    "kernels": KernelRow, "api_calls": ApiCallRow, "memory_time": MemoryTimeRow, "memory_size": MemorySizeRow,
+    "nvtx_ranges": NvtxRangeRow, "graphs": GraphRow}
 _POLARS_TYPES: dict[Any, Any] = {str: pl.String, int: pl.Int64, float: pl.Float64, str | None: pl.String,
                                  float | None: pl.Float64}

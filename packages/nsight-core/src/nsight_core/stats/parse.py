@@ -118,18 +118,11 @@ def _default_domain_bare(ranges: pl.DataFrame) -> pl.DataFrame:
 def _generic_rows(raw: pl.DataFrame) -> list[dict[str, Any]]:
     """Rows of a report without a model: numeric columns as numbers, the rest as exact strings."""
     columns: list[pl.Series] = []
-    for name in raw.columns:
-        series = raw[name]
+    for series in raw.iter_columns():
         stripped = series.str.strip_chars()
-        as_int = stripped.cast(pl.Int64, strict=False)
-        as_float = stripped.cast(pl.Float64, strict=False)
         non_empty = stripped.ne("").sum()
-        if non_empty and as_int.is_not_null().sum() == non_empty:
-            columns.append(as_int)
-        elif non_empty and as_float.is_not_null().sum() == non_empty:
-            columns.append(as_float)
-        else:
-            columns.append(series)
+        casts = (stripped.cast(dtype, strict=False) for dtype in (pl.Int64, pl.Float64))
+        columns.append(next((cast for cast in casts if non_empty and cast.is_not_null().sum() == non_empty), series))
     return pl.DataFrame(columns).to_dicts() if columns else []
 
 

@@ -7,12 +7,9 @@ versions ("Time(%)" / "Time (%)"): everything that depends on a version lives he
 from __future__ import annotations
 
 _REPORTS: dict[str, tuple[str, str]] = {
-    "cuda_gpu_kern_sum": ("gpukernsum", "kernels"),
-    "cuda_gpu_mem_time_sum": ("gpumemtimesum", "memory_time"),
-    "cuda_gpu_mem_size_sum": ("gpumemsizesum", "memory_size"),
-    "cuda_api_sum": ("cudaapisum", "api_calls"),
-    "nvtx_pushpop_sum": ("nvtxppsum", "nvtx_ranges"),
-}
+    "cuda_gpu_kern_sum": ("gpukernsum", "kernels"), "cuda_gpu_mem_time_sum": ("gpumemtimesum", "memory_time"),
+    "cuda_gpu_mem_size_sum": ("gpumemsizesum", "memory_size"), "cuda_api_sum": ("cudaapisum", "api_calls"),
+    "nvtx_pushpop_sum": ("nvtxppsum", "nvtx_ranges")}
 """The reports with a typed table, the default ones in their order: new name -> the name before 2023 of the same
 report, the ProfileStats list it fills."""
 DEFAULT_REPORTS: tuple[str, ...] = tuple(_REPORTS)
@@ -37,23 +34,13 @@ def table_of(report: str) -> str | None:
 
 
 _HEADERS: dict[str, tuple[str, ...]] = {
-    "time_pct": ("time(%)", "time%"),
-    "total_time_ns": ("totaltime(ns)", "totaltime"),
+    "time_pct": ("time(%)", "time%"), "total_time_ns": ("totaltime(ns)", "totaltime"),
     "instances": ("instances", "numcalls", "calls", "count", "operations"),
-    "avg_ns": ("avg(ns)", "average(ns)", "average", "avg"),
-    "med_ns": ("med(ns)", "median(ns)", "median", "med"),
-    "min_ns": ("min(ns)", "minimum", "min"),
-    "max_ns": ("max(ns)", "maximum", "max"),
-    "stddev_ns": ("stddev(ns)", "stddev"),
-    "total_mb": ("total(mb)", "total"),
-    "avg_mb": ("avg(mb)", "average(mb)"),
-    "med_mb": ("med(mb)", "median(mb)"),
-    "min_mb": ("min(mb)",),
-    "max_mb": ("max(mb)",),
-    "stddev_mb": ("stddev(mb)",),
-    "name": ("name", "range", "operation"),
-    "style": ("style",),
-}
+    "avg_ns": ("avg(ns)", "average(ns)", "average", "avg"), "med_ns": ("med(ns)", "median(ns)", "median", "med"),
+    "min_ns": ("min(ns)", "minimum", "min"), "max_ns": ("max(ns)", "maximum", "max"),
+    "stddev_ns": ("stddev(ns)", "stddev"), "total_mb": ("total(mb)", "total"), "avg_mb": ("avg(mb)", "average(mb)"),
+    "med_mb": ("med(mb)", "median(mb)"), "min_mb": ("min(mb)",), "max_mb": ("max(mb)",), "stddev_mb": ("stddev(mb)",),
+    "name": ("name", "range", "operation"), "style": ("style",)}
 """Model field -> the headers nsys versions 2021-2024 write for it, normalised (lower case, no spaces). Sizes in old
 reports were in KiB ("Total (KiB)": the (mb) header's words), converted to MB."""
 NAME_HEADERS = _HEADERS["name"]

@@ -1,8 +1,8 @@
 """Known causes of a step's idle time (``allocator_churn``, ``per_tensor_launches``, ``small_copies``,
 ``bulk_device_to_host``), each a finding whose saving is its own part of the budget: the host time the budget names
-by the calls that cause it (gpu_budget.HostCalls), less what the profiler's tracing added to those calls. What a cause
-claims is taken out of the budget the other findings read (:func:`less`), so that no time is saved twice. Numbers and
-codes only: render/findings.py words them.
+by the calls that cause it (host_time.HostCalls), less what the profiler's tracing added to those calls. What a cause
+claims is taken out of the budget the other findings read (:func:`less`), so that no time is saved twice.
+render/findings.py words them.
 """
 
 from __future__ import annotations
@@ -15,22 +15,21 @@ import polars as pl
 
 from nsight_core.analysis.budget import BudgetPart, CpuActivity, StepBudget
 from nsight_core.analysis.finding_model import (
-    REPORT_SHARE,
     Context,
     Evidence,
     Finding,
+    FindingKind,
     Where,
+    per_step_of,
+    reported,
     saving_of,
-    severity_of,
-    share_of,
 )
 from nsight_core.analysis.findings import NOMINAL_PINNED_BYTES_PER_S
 from nsight_core.analysis.gpu_budget import QUERY_CALLS
 from nsight_core.units import Unit
 
 ALLOC_API = r"^cu(da)?(Malloc|Free)(_v\d+)?$|^cuMem(Alloc|Free|Create|Release|Map|Unmap|AddressReserve|AddressFree)"
-"""The device allocator's calls (not the stream-ordered cudaMallocAsync, whose pool is the fix, nor pinned host
-memory)."""
+"""The device allocator's calls (not cudaMallocAsync, whose pool is the fix, nor pinned host memory)."""
 ALLOC_MIN_PER_STEP = 1.0
 """Allocator calls per steady step from which they are churn: a warm caching allocator makes none."""
 LAUNCH_API = r"^cu(da)?LaunchKernel|^cuLaunch|^cu(da)?GraphLaunch"
@@ -53,16 +52,14 @@ SMALL_COPY_MAX_BYTES = 1 << 20
 MANY_SMALL_COPIES = 32
 """Small host-to-device copies per step from which they are a cause: a sample or a tensor at a time."""
 BULK_D2H_BYTES = 16 << 20
-"""Device-to-host bytes per step (in copies above SMALL_COPY_MAX_BYTES) from which they are a bulk copy: a model's
-state, not a metric."""
+"""Device-to-host bytes per step (in copies above SMALL_COPY_MAX_BYTES) from which they are a model's state."""
 BULK_HOST_SHARE = 0.05
 """The GPU's idle time right after the bulk copies, as a share of the step, from which the host's handling of them (a
 torch.save) is a cause; less, and the copies are a copy's finding alone (pageable_copy, exposed_copy)."""
 SMALL_READ_BYTES = 8
 """A device-to-host copy of at most this (a scalar: `.item()`, a bool for a Python `if`, a count) is a read."""
 SELECT_KERNEL = r"(?i)DeviceSelect|DeviceReduce|DeviceScan|DeviceCompact|RadixSort|RunLength|nonzero|unique|masked"
-"""Kernels that count or select (CUB's, which nonzero, boolean-mask indexing and unique run): a read right after one
-is the size of a selection."""
+"""Kernels that count or select (CUB's, run by nonzero, boolean-mask indexing, unique): a read after one is a size."""
 DRIVER_PARTS = ("launch_gap", "gpu_idle", "sync_wait")
 """The idle parts a cause's host time can be in."""
 
@@ -86,11 +83,10 @@ class CauseInputs(NamedTuple):
     per_call_ns: float
     """What the profiler's tracing added to each CUDA call (analysis/overhead.py; 0 where not estimated)."""
     lines: pl.DataFrame
-    """The steps' thread's CUDA calls in the steps by the user's Python line they came from (a capture with Python
-    backtraces; else empty): name, place (file:line), function, calls."""
+    """The calls by the user's Python line they came from (empty without backtraces): name, place, function, calls."""
     samples: pl.DataFrame
-    """The host time of the samples of the steps' thread's Python stack outside CUDA calls and inner ranges (a capture
-    with Python sampling; else empty) by the user's line: place (file:line), function, host_ns."""
+    """The Python samples' host time outside CUDA calls and inner ranges (empty without sampling) by the user's line:
+    place (file:line), function, host_ns."""
 
 
 Claim = tuple[str, str | None, str | None]
@@ -127,12 +123,12 @@ def _calls(inputs: CauseInputs, names: str) -> float:
     return float(inputs.calls.filter(pl.col("name").str.contains(names))["calls"].sum())
 
 
-def _calls_per_call(inputs: CauseInputs) -> float:
-    """CUDA calls per call that is no query (QUERY_CALLS: a kernel's name after its launch, a capture check before a
-    copy): each such call comes with its queries, and tracing adds its cost to every one."""
+def _traced(inputs: CauseInputs, calls: float) -> float:
+    """What tracing added to CALLS calls that are no query (QUERY_CALLS: a kernel's name after its launch, a capture
+    check before a copy): each comes with its queries, and tracing adds its cost to every one."""
     total = float(inputs.calls["calls"].sum())
     queries = _calls(inputs, QUERY_CALLS)
-    return total / (total - queries) if total > queries else 1.0
+    return calls * (total / (total - queries) if total > queries else 1.0) * inputs.per_call_ns
 
 
 def _claim(claims: dict[Claim, float], activities: pl.DataFrame, share: float = 1.0) -> float:
@@ -149,20 +145,18 @@ def _claim(claims: dict[Claim, float], activities: pl.DataFrame, share: float = 
 def _claim_exposed(context: Context, claims: dict[Claim, float], copy_ns: float) -> float:
     """Claim the copies' exposed time (at most COPY_NS) of what another cause left of it; the time claimed."""
     key = ("exposed_copy", None, None)
-    exposed = max(min(copy_ns, _part(context, "exposed_copy") - claims.get(key, 0.0)), 0.0)
+    part = float(context.budget.part("exposed_copy").total_ns) if context.budget else 0.0
+    exposed = max(min(copy_ns, part - claims.get(key, 0.0)), 0.0)
     claims[key] = claims.get(key, 0.0) + exposed
     return exposed
 
 
-def _finding(context: Context, kind: str, total_ns: float, steps: int, evidence: list[Evidence]) -> Finding | None:
-    """A finding of KIND saving TOTAL_NS over STEPS steps, when it is worth reporting (findings.REPORT_SHARE)."""
+def _finding(context: Context, kind: FindingKind, total_ns: float, steps: int,
+             evidence: list[Evidence]) -> Finding | None:
+    """A finding of KIND saving TOTAL_NS over STEPS steps, when it is worth reporting (REPORT_SHARE)."""
     if total_ns <= 0 or not steps:
         return None
-    saving = saving_of(context, total_ns / steps if context.step_p50_ns else None, total_ns)
-    if share_of(saving) < REPORT_SHARE:
-        return None
-    return Finding(kind=kind, severity=severity_of(share_of(saving)), evidence=evidence,  # type: ignore[arg-type]
-                   saving=saving)
+    return reported(kind, saving_of(context, per_step_of(context, total_ns / steps), total_ns), evidence)
 
 
 TOP_LINES = 3
@@ -207,15 +201,13 @@ def allocator_churn(context: Context, inputs: CauseInputs, claims: dict[Claim, f
     dispatch_ns = float(exposed["total_ns"].sum())
     available = dispatch_ns - sum(claims.get(key, 0.0)
                                   for key in exposed.select("part", "cpu_kind", "cpu_name").iter_rows())
-    total = _claim(claims, held) - count * _calls_per_call(inputs) * inputs.per_call_ns
+    total = _claim(claims, held) - _traced(inputs, count)
     if overlapped > 0 and available > 0:
         total += _claim(claims, exposed, min(overlapped, available) / dispatch_ns)
-    evidence = [Evidence(metric="allocator_calls_per_step", value=n / steps, unit="count",
+    evidence = [Evidence(metric=metric, value=value / steps, unit="count" if column == "calls" else "ns",
                          where=Where(kind="api", name=name))
-                for name, n, _ in calls.sort(["calls", "name"], descending=[True, False]).iter_rows()]
-    evidence += [Evidence(metric="time_in_call_per_step", value=ns / steps, unit="ns",
-                          where=Where(kind="api", name=name))
-                 for name, _, ns in calls.sort(["total_ns", "name"], descending=[True, False]).iter_rows()]
+                for metric, column in (("allocator_calls_per_step", "calls"), ("time_in_call_per_step", "total_ns"))
+                for name, value in calls.sort([column, "name"], descending=[True, False])[["name", column]].iter_rows()]
     evidence.append(Evidence(metric="gpu_idle_in_allocator_per_step", value=float(held["total_ns"].sum()) / steps,
                              unit="ns"))
     return _finding(context, "allocator_churn", total, steps, [*evidence, *lines_of(inputs, ALLOC_API)])
@@ -233,7 +225,7 @@ def per_tensor_launches(context: Context, inputs: CauseInputs, claims: dict[Clai
     # a multi-tensor kernel removes.
     held = _activity(inputs, LAUNCH_API, parts=("launch_gap", "gpu_idle"))
     share = removed / launches
-    total = _claim(claims, held, share) - removed * _calls_per_call(inputs) * inputs.per_call_ns
+    total = _claim(claims, held, share) - _traced(inputs, removed)
     top = inputs.loops.sort(["launches", "name"], descending=[True, False]).head(5)
     evidence = [Evidence(metric="launches_in_loops_per_step", value=launched / steps, unit="count"),
                 Evidence(metric="launches_left_per_step", value=(launches - removed) / steps, unit="count"),
@@ -253,13 +245,12 @@ def small_copies(context: Context, inputs: CauseInputs, claims: dict[Claim, floa
     copy_calls, sync_calls = _calls(inputs, COPY_API), _calls(inputs, SYNC_API)
     if not steps or count / steps < MANY_SMALL_COPIES or not copy_calls:
         return None
-    per_call = _calls_per_call(inputs)
     taken = _claim(claims, _activity(inputs, COPY_API), min(count / copy_calls, 1.0))
     synced = min(count / sync_calls, 1.0) if sync_calls else 0.0
     taken += _claim(claims, _activity(inputs, SYNC_API), synced)
     exposed = _claim_exposed(context, claims, ns)
     stacked = size / pinned * 1e9
-    total = taken + exposed - stacked - (count + synced * sync_calls) * per_call * inputs.per_call_ns
+    total = taken + exposed - stacked - _traced(inputs, count + synced * sync_calls)
     evidence = [Evidence(metric="small_copies_per_step", value=count / steps, unit="count",
                          where=Where(kind="copy", name="Host-to-Device")),
                 Evidence(metric="bytes_per_copy", value=size / count, unit="bytes"),
@@ -286,17 +277,13 @@ def bulk_device_to_host(context: Context, inputs: CauseInputs, claims: dict[Clai
     copy_ns = float(inputs.copies["ns"].sum())
     taken = _claim(claims, untraced, after / host)
     taken += _claim(claims, _activity(inputs, COPY_API), min(ns / copy_ns, 1.0) if copy_ns else 0.0)
-    total = taken + _claim_exposed(context, claims, ns) - count * _calls_per_call(inputs) * inputs.per_call_ns
+    total = taken + _claim_exposed(context, claims, ns) - _traced(inputs, count)
     evidence = [Evidence(metric="device_to_host_bytes_per_step", value=size / steps, unit="bytes",
                          where=Where(kind="copy", name="Device-to-Host")),
                 Evidence(metric="device_to_host_copies_per_step", value=count / steps, unit="count"),
                 Evidence(metric="copy_time_per_step", value=ns / steps, unit="ns"),
                 Evidence(metric="gpu_idle_after_the_copies_per_step", value=after / steps, unit="ns")]
     return _finding(context, "bulk_device_to_host", total, steps, [*evidence, *sampled_lines(inputs)])
-
-
-def _part(context: Context, part: str) -> float:
-    return float(context.budget.part(part).total_ns) if context.budget else 0.0  # type: ignore[arg-type]
 
 
 def known_causes(context: Context, inputs: CauseInputs) -> Causes:

@@ -103,6 +103,14 @@ def share_of(saving: Saving) -> float:
     return saving.step_fraction if saving.step_fraction is not None else saving.capture_fraction
 
 
+def reported(kind: FindingKind, saving: Saving, evidence: list[Evidence], subject: str = "",
+             seen: bool = False) -> Finding | None:
+    """A finding of KIND saving SAVING, when that is worth reporting (REPORT_SHARE) or the cause is SEEN anyway."""
+    if share_of(saving) < REPORT_SHARE and not seen:
+        return None
+    return Finding(kind=kind, severity=severity_of(share_of(saving)), subject=subject, evidence=evidence, saving=saving)
+
+
 def ordered(findings: list[Finding | None]) -> list[Finding]:
     """The findings that apply, each at most its kind's CEILING, most severe and largest saving first; those about the
     measurement itself last."""

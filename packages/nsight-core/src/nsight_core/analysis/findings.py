@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING, Literal
 
 import polars as pl
 
-from nsight_core.analysis.budget import CpuActivity
+from nsight_core.analysis.budget import PAGEABLE, CpuActivity
 from nsight_core.analysis.finding_model import (
-    REPORT_SHARE,
     WARNING_SHARE,
     Context,
     Evidence,
@@ -21,6 +20,7 @@ from nsight_core.analysis.finding_model import (
     Where,
     ordered,
     per_step_of,
+    reported,
     saving_of,
     severity_of,
     share_of,
@@ -58,18 +58,14 @@ _ACTIVITY_PREFIX = {"untraced": "untraced_cpu", "dispatch": "dispatch"}
 """CPU activities named by their metric alone (no call or range to point at)."""
 
 
-def _budget_finding(
-    context: Context, part: Literal["gpu_idle", "sync_wait", "exposed_copy", "exposed_comm", "stream_wait"],
-    kind: FindingKind, extra: list[Evidence], seen: bool = False, subject: str = "",
-) -> Finding | None:
-    """A finding whose saving is one budget part's mean per step. SEEN: the cause is there in every step (a sync call,
-    an NCCL kernel), so the finding is made even below REPORT_SHARE (then as info)."""
+def _budget_finding(context: Context, part: Literal["sync_wait", "exposed_copy", "exposed_comm", "stream_wait"],
+                    extra: list[Evidence] | None = None, seen: bool = False, subject: str = "") -> Finding | None:
+    """A finding of the kind named as the budget PART, whose saving is the part's mean per step. SEEN: the cause is
+    there in every step (a sync call, an NCCL kernel), so the finding is made even below REPORT_SHARE (then as info)."""
     if context.budget is None:
         return None
     measured = context.budget.part(part)
     saving = saving_of(context, per_step_of(context, measured.per_step_mean_ns), measured.total_ns)
-    if share_of(saving) < REPORT_SHARE and not seen:
-        return None
     evidence = [Evidence(metric=f"{part}_per_step_mean", value=measured.per_step_mean_ns, unit="ns"),
                 Evidence(metric=f"{part}_per_step_p50", value=measured.per_step_p50_ns, unit="ns"),
                 Evidence(metric=f"{part}_fraction_of_step_time", value=measured.fraction, unit="fraction"),
@@ -79,8 +75,8 @@ def _budget_finding(
                                kind="api" if activity.kind == "cuda_api" else "osrt" if activity.kind == "osrt"
                                else "range", name=activity.name))
                   for activity in context.budget.idle_activities if activity.part == part),
-                *extra]
-    return Finding(kind=kind, severity=severity_of(share_of(saving)), subject=subject, evidence=evidence, saving=saving)
+                *(extra or [])]
+    return reported(part, saving, evidence, subject, seen)
 
 
 def _activities(context: Context, part: str, kinds: tuple[str, ...]) -> list[CpuActivity]:
@@ -98,11 +94,9 @@ def _activity_finding(context: Context, activities: list[CpuActivity], kind: Fin
         return None
     total = sum(a.total_ns for a in activities)
     saving = saving_of(context, per_step_of(context, total / max(context.budget.steps, 1)), total)
-    if share_of(saving) < REPORT_SHARE:
-        return None
-    evidence = [Evidence(metric=metric, value=a.per_step_mean_ns, unit="ns",
-                         where=Where(kind="range", name=a.name) if a.kind == "nvtx" else None) for a in activities]
-    return Finding(kind=kind, severity=severity_of(share_of(saving)), evidence=evidence, saving=saving)
+    return reported(kind, saving, [Evidence(metric=metric, value=a.per_step_mean_ns, unit="ns",
+                                            where=Where(kind="range", name=a.name) if a.kind == "nvtx" else None)
+                                   for a in activities])
 
 
 def sync_wait(context: Context, syncs: pl.DataFrame, small_reads: int) -> Finding | None:
@@ -122,8 +116,7 @@ def sync_wait(context: Context, syncs: pl.DataFrame, small_reads: int) -> Findin
     # the memory, is the cause).
     copies = calls.filter(pl.col("name").str.contains(PAGEABLE_COPY_CALL)).height
     subject = "scalar_reads" if small_reads else "pageable_transfer" if copies else ""
-    return _budget_finding(context, "sync_wait", "sync_wait", extra, seen=int(calls["len"].sum()) >= steps,
-                           subject=subject)
+    return _budget_finding(context, "sync_wait", extra, seen=int(calls["len"].sum()) >= steps, subject=subject)
 
 
 def launch_bound(context: Context, kernels_per_step: float, kernel_p50_ns: float,
@@ -132,10 +125,7 @@ def launch_bound(context: Context, kernels_per_step: float, kernel_p50_ns: float
     if context.budget is None:
         return None
     measured = context.budget.part("launch_gap")
-    saving = saving_of(context, per_step_of(context, measured.per_step_mean_ns), measured.total_ns)
     short = bool(kernel_p50_ns) and kernel_p50_ns < launch_p50_ns
-    if share_of(saving) < REPORT_SHARE and not (short and kernels_per_step >= MANY_KERNELS):
-        return None
     if context.steps.clock == "cpu" and not short:
         return None
     evidence = [Evidence(metric="kernels_per_step", value=kernels_per_step, unit="count"),
@@ -144,7 +134,8 @@ def launch_bound(context: Context, kernels_per_step: float, kernel_p50_ns: float
                 Evidence(metric="launch_call_p50", value=launch_p50_ns, unit="ns", where=Where(kind="api", name="")),
                 Evidence(metric="launch_gap_per_step_mean", value=measured.per_step_mean_ns, unit="ns"),
                 Evidence(metric="launch_gap_fraction_of_step_time", value=measured.fraction, unit="fraction")]
-    return Finding(kind="launch_bound", severity=severity_of(share_of(saving)), evidence=evidence, saving=saving)
+    saving = saving_of(context, per_step_of(context, measured.per_step_mean_ns), measured.total_ns)
+    return reported("launch_bound", saving, evidence, seen=short and kernels_per_step >= MANY_KERNELS)
 
 
 def compute_capability(gpus: pl.DataFrame | None) -> float | None:
@@ -168,47 +159,40 @@ def pageable_copies(context: Context, memcpy: pl.DataFrame | pl.LazyFrame, steps
     copies inside STEPS (the steady ones) save, over their number. MEMCPY may be lazy (streamed)."""
     duration = pl.col("end_ns") - pl.col("start_ns")
     big = memcpy.lazy().filter((pl.col("bytes") >= PAGEABLE_MIN_BYTES) & (duration > 0))
-    pageable = (pl.col("src_kind") == "Pageable") | (pl.col("dst_kind") == "Pageable")
     pinned_best, pageable_big = pl.collect_all([
-        big.filter(((pl.col("src_kind") == "Pinned") | (pl.col("dst_kind") == "Pinned")) & ~pageable)
+        big.filter(((pl.col("src_kind") == "Pinned") | (pl.col("dst_kind") == "Pinned")) & ~PAGEABLE)
         .group_by("direction").agg((pl.col("bytes") / duration).max().alias("best")),
-        big.filter(pageable).select("start_ns", "end_ns", "direction", "bytes")], engine="streaming")
+        big.filter(PAGEABLE).select("start_ns", "end_ns", "direction", "bytes")], engine="streaming")
     best = dict(pinned_best.iter_rows())
     located = pageable_big.sort("start_ns").join_asof(
         steps.select("step", pl.col("start_ns").alias("step_start"), pl.col("end_ns").alias("step_end")),
         left_on="start_ns", right_on="step_start", strategy="backward",
     ).with_columns(pl.when(pl.col("start_ns") < pl.col("step_end")).then(pl.col("step")).alias("step"))
-    findings = []
+    findings: list[Finding | None] = []
     for (direction,), copies in located.group_by("direction", maintain_order=True):
         achievable = float(best.get(direction, nominal))
         each = (duration - pl.col("bytes") / achievable * 1e9).clip(lower_bound=0)
-        summed = copies.select(
-            pl.col("bytes").sum(), duration.sum().alias("ns"), each.sum().alias("saving"),
-            each.filter(pl.col("step").is_not_null()).sum().alias("in_steps"),
-        ).row(0, named=True)
+        summed = copies.select(pl.col("bytes").sum(), duration.sum().alias("ns"), each.sum().alias("saving"),
+                               each.filter(pl.col("step").is_not_null()).sum().alias("in_steps")).row(0, named=True)
         largest = copies.sort("bytes", descending=True).row(0, named=True)
         per_step = summed["in_steps"] / steps.height if summed["in_steps"] and context.budget is not None else None
-        saving = saving_of(context, per_step, summed["saving"])
-        if share_of(saving) < REPORT_SHARE:
-            continue
         where = Where(kind="copy", name=str(direction), step=largest["step"], start_ns=largest["start_ns"])
-        findings.append(Finding(
-            kind="pageable_copy", severity=severity_of(share_of(saving)), subject=str(direction), evidence=[
-                Evidence(metric="copies", value=copies.height, unit="count", where=where),
-                Evidence(metric="bytes", value=summed["bytes"], unit="bytes", where=where),
-                Evidence(metric="copy_time", value=summed["ns"], unit="ns", where=where),
-                Evidence(metric="achieved_bandwidth", value=summed["bytes"] / summed["ns"] * 1e9, unit="bytes_per_s",
-                         where=where),
-                Evidence(metric="achievable_bandwidth" if direction in best else "nominal_pinned_bandwidth",
-                         value=achievable, unit="bytes_per_s"),
-                Evidence(metric="largest_copy", value=largest["bytes"], unit="bytes", where=where),
-            ], saving=saving))
-    return findings
+        evidence = [Evidence(metric="copies", value=copies.height, unit="count", where=where),
+                    Evidence(metric="bytes", value=summed["bytes"], unit="bytes", where=where),
+                    Evidence(metric="copy_time", value=summed["ns"], unit="ns", where=where),
+                    Evidence(metric="achieved_bandwidth", value=summed["bytes"] / summed["ns"] * 1e9,
+                             unit="bytes_per_s", where=where),
+                    Evidence(metric="achievable_bandwidth" if direction in best else "nominal_pinned_bandwidth",
+                             value=achievable, unit="bytes_per_s"),
+                    Evidence(metric="largest_copy", value=largest["bytes"], unit="bytes", where=where)]
+        findings.append(reported("pageable_copy", saving_of(context, per_step, summed["saving"]), evidence,
+                                 str(direction)))
+    return [finding for finding in findings if finding is not None]
 
 
 def exposed_copy(context: Context, pageable: list[Finding]) -> Finding | None:
     """Copies that no kernel overlaps, less what the PAGEABLE findings already save of them in the steps."""
-    finding = _budget_finding(context, "exposed_copy", "exposed_copy", [])
+    finding = _budget_finding(context, "exposed_copy")
     if finding is None or finding.saving is None or context.budget is None:
         return finding
     claimed = sum(f.saving.per_step_ns * context.budget.steps for f in pageable
@@ -216,15 +200,12 @@ def exposed_copy(context: Context, pageable: list[Finding]) -> Finding | None:
     total = max(finding.saving.total_ns - claimed, 0.0)
     per_step = total / context.budget.steps if finding.saving.per_step_ns is not None and context.budget.steps \
         else None
-    saving = saving_of(context, per_step, total)
-    if share_of(saving) < REPORT_SHARE:
-        return None
-    return finding.model_copy(update={"saving": saving, "severity": severity_of(share_of(saving))})
+    return reported("exposed_copy", saving_of(context, per_step, total), finding.evidence)
 
 
 def exposed_comm(context: Context) -> Finding | None:
     """NCCL kernels no compute kernel overlaps: communication the step waits for."""
-    return _budget_finding(context, "exposed_comm", "exposed_comm", [],
+    return _budget_finding(context, "exposed_comm",
                            seen=bool(context.budget and context.budget.part("exposed_comm").total_ns))
 
 
@@ -243,10 +224,12 @@ def kernel_totals(kernels: pl.DataFrame | pl.LazyFrame, steps: pl.DataFrame) -> 
             .cast(KERNEL_TOTAL_COLUMNS).collect(engine="streaming"))  # type: ignore[arg-type]
 
 
-def _top_kernels(totals: pl.DataFrame, count: int) -> pl.DataFrame:
-    """The COUNT kernels (by short name) that ran longest in TOTALS (:func:`kernel_totals`): name, total_ns."""
-    return (totals.group_by("short_name").agg(pl.col("total_ns").sum())
-            .sort(["total_ns", "short_name"], descending=[True, False]).head(count))
+def _top_kernels(totals: pl.DataFrame, steps: int) -> list[Evidence]:
+    """The TOP_KERNELS kernels (by short name) that ran longest in TOTALS (:func:`kernel_totals`), per one of STEPS."""
+    top = (totals.group_by("short_name").agg(pl.col("total_ns").sum())
+           .sort(["total_ns", "short_name"], descending=[True, False]).head(TOP_KERNELS))
+    return [Evidence(metric="kernel_time_per_step", value=ns / steps, unit="ns", where=Where(kind="kernel", name=name))
+            for name, ns in top.iter_rows()]
 
 
 def device_bound(context: Context, totals: pl.DataFrame) -> Finding | None:
@@ -255,11 +238,8 @@ def device_bound(context: Context, totals: pl.DataFrame) -> Finding | None:
     if not isinstance(context.steps, NvtxGpuSteps) or context.steps.bound != "device" or context.budget is None:
         return None
     busy = sum(context.budget.part(p).fraction for p in ("compute", "exposed_comm", "exposed_copy"))
-    steps_count = max(context.budget.steps, 1)
-    evidence = [Evidence(metric="gpu_busy_fraction_of_step", value=busy, unit="fraction")]
-    evidence += [Evidence(metric="kernel_time_per_step", value=total / steps_count, unit="ns",
-                          where=Where(kind="kernel", name=name))
-                 for name, total in _top_kernels(totals, TOP_KERNELS).iter_rows()]
+    evidence = [Evidence(metric="gpu_busy_fraction_of_step", value=busy, unit="fraction"),
+                *_top_kernels(totals, max(context.budget.steps, 1))]
     return Finding(kind="device_bound", severity="info", evidence=evidence, saving=None)
 
 
@@ -275,11 +255,9 @@ def fp32_matmul(context: Context, totals: pl.DataFrame, capability: float | None
     share = summed / context.budget.wall_ns if context.budget.wall_ns else 0.0
     if share < WARNING_SHARE:
         return None
-    steps = max(context.budget.steps, 1)
+    steps = context.budget.steps
     per_step = summed / steps
-    faster = speedups(capability)
-    tf32, bf16 = (precision_saving(per_step, speedup) for speedup in faster)
-    top = _top_kernels(fp32, TOP_KERNELS)
+    tf32, bf16 = (precision_saving(per_step, speedup) for speedup in speedups(capability))
     saving = saving_of(context, tf32, tf32 * steps) if tf32 is not None else None
     return Finding(
         kind="fp32_matmul", severity=severity_of(share_of(saving)) if saving else "info",
@@ -287,8 +265,7 @@ def fp32_matmul(context: Context, totals: pl.DataFrame, capability: float | None
                   Evidence(metric="fp32_matmul_fraction_of_step_time", value=share, unit="fraction"),
                   *(Evidence(metric=f"{kind}_saving_per_step", value=value, unit="ns")
                     for kind, value in (("tf32", tf32), ("bf16", bf16)) if value is not None),
-                  *(Evidence(metric="kernel_time_per_step", value=ns / steps, unit="ns",
-                             where=Where(kind="kernel", name=name)) for name, ns in top.iter_rows())],
+                  *_top_kernels(fp32, steps)],
         saving=saving)
 
 
@@ -361,7 +338,7 @@ def findings_of(context: Context, gpu: GpuInputs | None) -> list[Finding]:
                                   "gpu_idle_while_host_in_range_per_step"),
                 _activity_finding(rest, _activities(rest, "gpu_idle", ("untraced", "osrt", "cuda_api")),
                                   "untraced_host", "gpu_idle_while_host_untraced_per_step"),
-                _budget_finding(rest, "stream_wait", "stream_wait", [])]
+                _budget_finding(rest, "stream_wait")]
         gpu_findings = [*found, *idle, launch_bound(rest, *gpu.shape), *pageable, exposed_copy(rest, pageable),
                         exposed_comm(rest),
                         fp32_matmul(context, gpu.kernels, gpu.capability), device_bound(context, gpu.kernels)]

@@ -208,9 +208,8 @@ def _importer_errors(output: str) -> CompletenessWarning | None:
         return None
     unknown = _UNKNOWN_CALL.search(output)
     unknown_call = f"{unknown.group(1)} API function index {unknown.group(2)}" if unknown else None
-    evidence: dict[str, int | float | str] = {"nsys_said": " | ".join(dict.fromkeys(lines))[:500]}
-    if unknown_call:
-        evidence["unknown_call"] = unknown_call
+    evidence: dict[str, int | float | str] = {"nsys_said": " | ".join(dict.fromkeys(lines))[:500],
+                                              **({"unknown_call": unknown_call} if unknown_call else {})}
     return CompletenessWarning(
         code="importer_errors",
         message="nsys reported errors while importing the raw trace, so events after the first error are "
@@ -244,7 +243,7 @@ def _cuda_ends_early(frames: Events, window_end_ns: int, window_rows: int | None
     ends = pl.collect_all([frame.select(pl.col("end_ns").max()) for frame in (api, gpu, ranges)], engine="streaming")
     api_end, gpu_end, nvtx_end = (frame.item() for frame in ends)
     cuda_end = int(max(api_end, gpu_end if gpu_end is not None else api_end))
-    if int(nvtx_end) - cuda_end < CUDA_TAIL_NS:
+    if nvtx_end - cuda_end < CUDA_TAIL_NS:
         return None
     # Suspected: a range that starts after every CUDA event ended holds none.
     early = ranges.filter(pl.col("start_ns") <= cuda_end)
@@ -253,7 +252,6 @@ def _cuda_ends_early(frames: Events, window_end_ns: int, window_rows: int | None
     if with_cuda > MAX_RANGES_WITH_CUDA * count:
         return None
     [after] = row_counts(ranges.filter(pl.col("start_ns") >= cuda_end))
-    nvtx_end = int(nvtx_end)
     return CompletenessWarning(
         code="cuda_ends_early",
         message=f"the process used CUDA, but its CUDA activity ends {(nvtx_end - cuda_end) / 1e6:.0f} ms before "
@@ -308,20 +306,17 @@ def _overlaps(ranges: pl.DataFrame, events: pl.DataFrame, carried: pl.Series, by
     """Per range (in RANGES' order): does any of EVENTS (on the same BY, when given), or an earlier event that reaches
     as far as CARRIED (per range, null for none), overlap it? Exactly when the running maximum of the events' ends (by
     start) at the last event starting before the range ends reaches the range's start."""
+    ranges = ranges.with_columns(carried.alias("_carried"))
     reached = pl.col("_carried")
     if events.height:
-        keys = [by] if by else []
-        reach = (events.sort("start_ns")
-                 .with_columns(pl.col("end_ns").cum_max().over(keys).alias("_reach") if by
-                               else pl.col("end_ns").cum_max().alias("_reach"))
-                 .select(*keys, "start_ns", "_reach").rename({"start_ns": "_event_start"}))
-        ranges = (ranges.with_columns(carried.alias("_carried")).with_row_index("_row").sort("end_ns")
+        running = pl.col("end_ns").cum_max()
+        reach = (events.sort("start_ns").with_columns((running.over(by) if by else running).alias("_reach"))
+                 .select(*([by] if by else []), pl.col("start_ns").alias("_event_start"), "_reach"))
+        ranges = (ranges.with_row_index("_row").sort("end_ns")
                   .join_asof(reach, left_on="end_ns", right_on="_event_start", by=by, strategy="backward",
                              check_sortedness=False)  # both sorted above; polars cannot check within groups
                   .sort("_row"))
         reached = pl.max_horizontal("_reach", "_carried")
-    else:
-        ranges = ranges.with_columns(carried.alias("_carried"))
     return ranges.select((reached >= pl.col("start_ns")).fill_null(False)).to_series()
 
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from nsight_core.analysis.analyze import analyze
 from nsight_core.analysis.codes import family_pattern
 from nsight_core.analysis.completeness import Completeness
+from nsight_core.analysis.fold import row_counts
 from nsight_core.analysis.intervals import busy_over
 from nsight_core.analysis.result import Analysis
 from nsight_core.analysis.steps import FamilySteps, NvtxGpuSteps, StepFamily, StepStats
@@ -41,8 +42,7 @@ GateOutcome = Literal["passed", "slower", "not_comparable"]
 @dataclass(frozen=True)
 class Side:
     """One capture as diff needs it. ``kernels``: name, instances, total_ns; ``ranges``: the same per NVTX range family
-    (nesting included). ``analysis``, ``gpu_busy_ns`` and ``completeness``: None for recorded statistics. ``gpus``:
-    the names of the GPUs its work ran on, one per device, sorted; empty when unknown or none ran."""
+    (nesting included); ``gpus``: :func:`gpus_used`; ``analysis``, ``gpu_busy_ns``, ``completeness``: None for CSVs."""
 
     source: str
     kernels: pl.DataFrame
@@ -131,14 +131,12 @@ def side_from_trace(source: str, trace: Trace, completeness: Completeness | None
     """A side with events: per-name totals, GPU busy time (in windows of kernels, :func:`busy_over`), the GPUs it ran
     on, the analysis and COMPLETENESS."""
     frames = events(trace)
-    kernels = frames.kernels
-    ranges = _totals(frames.nvtx)
-    ranges = ranges.group_by(family_pattern(pl.col("name")).alias("name")).agg(pl.col("instances", "total_ns").sum())
-    bounds = kernels.select("device", "start_ns", "end_ns")
-    launched = kernels.select(pl.len()).collect(engine="streaming").item()
-    return Side(source=source, kernels=_totals(kernels), ranges=ranges, analysis=analyze(trace),
-                gpu_busy_ns=busy_over(start_windows(bounds, WINDOW_ROWS), []).busy_ns if launched else None,
-                gpus=gpus_used(frames, trace.gpus), completeness=completeness)
+    ranges = (_totals(frames.nvtx).group_by(family_pattern(pl.col("name")).alias("name"))
+              .agg(pl.col("instances", "total_ns").sum()))
+    bounds = frames.kernels.select("device", "start_ns", "end_ns")
+    busy = busy_over(start_windows(bounds, WINDOW_ROWS), []).busy_ns if any(row_counts(bounds)) else None
+    return Side(source=source, kernels=_totals(frames.kernels), ranges=ranges, analysis=analyze(trace),
+                gpu_busy_ns=busy, gpus=gpus_used(frames, trace.gpus), completeness=completeness)
 
 
 def _totals(frame: pl.LazyFrame) -> pl.DataFrame:
@@ -184,13 +182,10 @@ def _step_patterns(a: Side, b: Side) -> tuple[str | None, str | None] | None:
 def _estimated_p50(side: Side) -> float | None:
     """SIDE's p50 step without the profiler where it was estimated (the GPU's clock), else its p50 step: the gate
     compares steps as the user's job runs them."""
-    match side.step_stats:
-        case NvtxGpuSteps():
-            return side.step_stats.estimated_p50_ns
-        case FamilySteps():
-            return side.step_stats.family.p50_ns
-        case _:
-            return None
+    steps = side.step_stats
+    if isinstance(steps, NvtxGpuSteps):
+        return steps.estimated_p50_ns
+    return steps.family.p50_ns if isinstance(steps, FamilySteps) else None
 
 
 def _gate(a: Side, b: Side) -> Gate:
@@ -243,9 +238,7 @@ def _reasons(a: Side, b: Side, gate: Gate) -> list[Reason]:
 def _verdict(gate: Gate, reasons: list[Reason]) -> Verdict:
     if reasons or gate.change is None:  # no change without a reason: nothing-to-compare
         return "not_comparable"
-    if abs(gate.change) <= NOISE_FRACTION:
-        return "unchanged"
-    return "slower" if gate.change > 0 else "faster"
+    return "unchanged" if abs(gate.change) <= NOISE_FRACTION else "slower" if gate.change > 0 else "faster"
 
 
 def _analysis_deltas(a: Side, b: Side) -> list[Delta]:
@@ -258,9 +251,8 @@ def _analysis_deltas(a: Side, b: Side) -> list[Delta]:
                    for stat in ("count", "p50_ns", "p95_ns", "max_ns")]
         deltas.append(_delta("steps", "step_p50_without_profiler", "ns", _estimated_p50(a), _estimated_p50(b)))
     if a.analysis and b.analysis:
-        for part_a, part_b in zip(a.analysis.budget.parts, b.analysis.budget.parts, strict=True):
-            deltas.append(_delta("budget", f"{part_a.part}_per_step", "ns", part_a.per_step_mean_ns,
-                                 part_b.per_step_mean_ns))
+        deltas += [_delta("budget", f"{part_a.part}_per_step", "ns", part_a.per_step_mean_ns, part_b.per_step_mean_ns)
+                   for part_a, part_b in zip(a.analysis.budget.parts, b.analysis.budget.parts, strict=True)]
         deltas.append(_delta("summary", "user_window", "ns", a.analysis.window.span_ns, b.analysis.window.span_ns))
     return deltas
 

@@ -101,8 +101,7 @@ def host_calls(frames: Events, thread: int) -> HostCalls:
     OS-runtime call names by their time over the capture, read a batch of time at a time."""
     def top(calls: pl.LazyFrame) -> list[str]:
         return (calls.filter((pl.col("thread") == thread) & ~pl.col("name").str.contains(QUERY_CALLS))
-                .group_by("name")
-                .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("_t")).drop_nulls("name")
+                .group_by("name").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("_t")).drop_nulls("name")
                 .sort(["_t", "name"], descending=[True, False]).head(TOP_CALLS).collect(engine="streaming")["name"]
                 .to_list())
 
@@ -126,8 +125,7 @@ def _cpu_budget(frames: Events, every: EveryStep, thread: int | None, window_row
     taken from CODED where given."""
     steps = every.ranges if every.pieces is None else every.pieces
     sources = (frames.kernels, frames.memcpy, frames.memset, frames.cuda_api, frames.osrt, frames.nvtx)
-    starts = pl.concat([frame.select("start_ns") for frame in sources])
-    cuts = start_cuts(starts, window_rows)
+    cuts = start_cuts(pl.concat([frame.select("start_ns") for frame in sources]), window_rows)
     calls = step_syncs(sync_calls(frames), thread)
     span, depth = ("start_ns", "end_ns"), depth_read(frames.nvtx)
 

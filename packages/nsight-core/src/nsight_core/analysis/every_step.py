@@ -43,16 +43,13 @@ class EveryStep:
 
     stats: FoundSteps
     windows: pl.DataFrame | None
-    """On the GPU's clock (STATS a :class:`steps.GpuWindowSteps`), the steps' GPU windows
-    (:func:`projection.project_spans`); else None."""
+    """On the GPU's clock (STATS a :class:`steps.GpuWindowSteps`), the steps' GPU windows (project_spans); else None."""
     ranges: pl.DataFrame
-    """The family's ranges, every step's (step, start_ns, end_ns, name, thread, by start): the steps on the CPU's
-    clock; of kernel-period steps, their periods."""
+    """Every step's range (step, start_ns, end_ns, name, thread, by start); of kernel-period steps, their periods."""
     thread: int | None
     """The steps' CPU thread (:func:`budget.step_thread`): the NVTX family's, else the one with the most calls."""
     pieces: pl.DataFrame | None = None
-    """Of a capture without steps (RANGES: the user's window, one step), that step cut where the GPU is busy
-    (:func:`busy_pieces`): what its streamed passes read a batch at a time; None for steps."""
+    """Of a capture without steps (RANGES: the user's window, one step), that step's :func:`busy_pieces`; else None."""
 
     @property
     def drawn(self) -> pl.DataFrame:
@@ -112,7 +109,7 @@ def every_step(frames: Events, chosen: ChosenSteps, window_rows: int | None = WI
 
 
 def _kernel_periods(frames: Events, chosen: KernelPeriodSteps) -> EveryStep | None:
-    """Every period of CHOSEN's kernel sequence in the capture FRAMES holds; None where fewer than two."""
+    """Every period of CHOSEN's kernel sequence in FRAMES; None where fewer than two."""
     periods = period_steps(frames.kernels, chosen.kernels_per_period, chosen.anchor_kernel)
     if periods.height < 2:
         return None
@@ -122,8 +119,8 @@ def _kernel_periods(frames: Events, chosen: KernelPeriodSteps) -> EveryStep | No
 
 
 def _nvtx_steps(frames: Events, chosen: NvtxCpuSteps, window_rows: int | None) -> EveryStep | None:
-    """Every range of CHOSEN's family in the capture FRAMES holds, on the GPU's clock where enough launched GPU work;
-    None where they are fewer than two or overlap."""
+    """Every range of CHOSEN's family in FRAMES, on the GPU's clock where enough launched GPU work; None where they are
+    fewer than two or overlap."""
     family = chosen.family
     thread = family.thread
     # The family's names found among the distinct ones: its pattern's regex on every range took most of the pass.

@@ -118,38 +118,29 @@ class HostCalls:
     def _code(self, names: pl.Expr, known: list[str], offset: int) -> pl.Expr:
         other = len(known) - 1
         return (names.replace_strict(known[:-1], range(offset, offset + other), default=offset + other)
-                .cast(pl.UInt32))
+                .cast(pl.UInt32).alias("_code"))
 
     def tiling(self, lo: int, hi: int, mask: pl.DataFrame | None) -> pl.DataFrame:
         """The thread's time from LO to HI cut into pieces, one code of :meth:`labels` each (start_ns, end_ns, _code, by
         start): a CUDA call, else an OS-runtime call, else the time before a CUDA call within DISPATCH_GAP_NS of the one
         before; none inside MASK (the user ranges). Queries (QUERY_CALLS) count as time before the call they lead to."""
         cuda, osrt = self.between(lo - DISPATCH_GAP_NS, hi + DISPATCH_GAP_NS)
-        cuda = _unnested(cuda)
-        count = len(self.names)
-        name = pl.col("name")
+        name, span = pl.col("name"), ("start_ns", "end_ns")
         gap = pl.col("start_ns") - pl.col("end_ns").shift(1)
         chain = (gap >= DISPATCH_GAP_NS).fill_null(True).cum_sum()
         query = name.str.contains(QUERY_CALLS)
         # The call each leads to: the next one that is no query, in its chain of calls (else itself).
         lead = pl.when(~query).then(name).backward_fill().over(chain).fill_null(name)
-        cuda = cuda.with_columns(query.alias("_query"), lead.alias("_lead"))
-        calls = cuda.filter(~pl.col("_query")).select("start_ns", "end_ns",
-                                                      self._code(name, self.names, 0).alias("_code"))
+        cuda = _unnested(cuda).with_columns(query.alias("_query"), lead.alias("_lead"))
+        leading = self._code(pl.col("_lead"), self.names, len(self.names))
         before = pl.concat([
-            cuda.select(pl.col("end_ns").shift(1).alias("start_ns"), pl.col("start_ns").alias("end_ns"),
-                        self._code(pl.col("_lead"), self.names, count).alias("_code")).filter(
-                (pl.col("end_ns") > pl.col("start_ns")) & (pl.col("end_ns") - pl.col("start_ns") < DISPATCH_GAP_NS)),
-            cuda.filter(pl.col("_query")).select("start_ns", "end_ns",
-                                                 self._code(pl.col("_lead"), self.names, count).alias("_code"))])
-        layers = [] if mask is None else [_unnested(mask).select("start_ns", "end_ns",
-                                                                 pl.lit(MASKED, pl.UInt32).alias("_code"))]
-        layers.append(calls)
-        if self.osrt:
-            layers.append(_unnested(osrt).select("start_ns", "end_ns",
-                                                 self._code(name, self.osrt, 2 * count).alias("_code")))
-        layers.append(before.sort("start_ns"))
-        return _painted(layers, lo, hi).filter(pl.col("_code") != MASKED)
+            cuda.select(pl.col("end_ns").shift(1).alias("start_ns"), pl.col("start_ns").alias("end_ns"), leading)
+            .filter(pl.col("end_ns") - pl.col("start_ns") > 0, pl.col("end_ns") - pl.col("start_ns") < DISPATCH_GAP_NS),
+            cuda.filter(pl.col("_query")).select(*span, leading)]).sort("start_ns")
+        masked = [] if mask is None else [_unnested(mask).select(*span, pl.lit(MASKED, pl.UInt32).alias("_code"))]
+        calls = cuda.filter(~pl.col("_query")).select(*span, self._code(name, self.names, 0))
+        in_osrt = [_unnested(osrt).select(*span, self._code(name, self.osrt, 2 * len(self.names)))] if self.osrt else []
+        return _painted([*masked, calls, *in_osrt, before], lo, hi).filter(pl.col("_code") != MASKED)
 
 
 MASKED = 2**32 - 1

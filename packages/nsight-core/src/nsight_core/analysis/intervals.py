@@ -14,10 +14,9 @@ import polars as pl
 
 
 def union_intervals(events: pl.DataFrame) -> pl.DataFrame:
-    """Merge overlapping or touching [start_ns, end_ns) intervals, per device when there is one. Returns columns
-    (device, start_ns, end_ns), sorted, with no two intervals of one device overlapping. By start time, an interval
-    starts a new merged one when it starts after every earlier one ended (the running maximum of their ends); a merged
-    interval ends at that maximum at its last member."""
+    """Merge overlapping or touching [start_ns, end_ns) intervals, per device when there is one (device, start_ns,
+    end_ns, sorted). By start, an interval starts a new merged one when it starts after every earlier one ended (the
+    running maximum of their ends); a merged interval ends at that maximum at its last member."""
     frame = _with_device(events)
     if frame.select(pl.col("device").n_unique()).item() <= 1:  # one GPU: no per-device windows, and no sort
         ordered = frame if frame["start_ns"].is_sorted() else frame.sort("start_ns")
@@ -69,9 +68,8 @@ def busy_over(windows: Iterable[pl.DataFrame], edges: list[int]) -> Busy:
         if not merged.height:
             continue
         busy += int((merged["end_ns"] - merged["start_ns"]).sum())
-        if edges:
-            for part in merged.partition_by("device"):
-                covered += _covered_before(part, edges)
+        for part in merged.partition_by("device") if edges else []:
+            covered += _covered_before(part, edges)
         reach.update(merged.group_by("device").agg(pl.col("end_ns").max()).iter_rows())
         devices.update(merged["device"].unique().to_list())
         del window, frame, merged  # not alive while the next window is read
@@ -103,9 +101,8 @@ def busy_fractions(events: pl.DataFrame, edges: list[int]) -> list[float]:
 
 
 def _covered_before(merged: pl.DataFrame, edges: list[int]) -> pl.Series:
-    """For each edge t: how much of one device's (disjoint, sorted) intervals lies before t. A binary search finds the
-    last interval starting before each edge; the running sum of lengths up to it, less the part of it past the edge, is
-    the covered time. Columnar: no Python loop over intervals."""
+    """For each edge t: how much of one device's (disjoint, sorted) intervals lies before t: the running sum of lengths
+    up to the last interval starting before t (a binary search), less the part of it past t."""
     at = pl.Series("edge", edges, dtype=pl.Int64)
     position = merged["start_ns"].search_sorted(at, side="right").cast(pl.Int64) - 1
     cumulative = (merged["end_ns"] - merged["start_ns"]).cum_sum()

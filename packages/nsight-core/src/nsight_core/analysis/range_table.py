@@ -20,7 +20,7 @@ import polars as pl
 from nsight_core.analysis.codes import family_codes, joint_code, pattern_of, text_code
 from nsight_core.analysis.every_step import gpu_work_of, launched_by_id
 from nsight_core.analysis.projection import range_gpu_spans
-from nsight_core.analysis.ranges import RangeFamily, with_parents
+from nsight_core.analysis.ranges import RangeFamily, by_start, with_parents
 from nsight_core.analysis.windows import start_cuts, window_filters
 from nsight_core.stats import exact
 from nsight_core.trace.depth import depth_read, with_depth
@@ -122,8 +122,7 @@ def _nested(ranges: pl.LazyFrame, calls: pl.LazyFrame, work: pl.LazyFrame,
             window.with_columns(pl.lit(0, pl.Int64).alias("gpu_ops"), pl.lit(None, pl.Int64).alias("gpu_start_ns"),
                                 pl.lit(None, pl.Int64).alias("gpu_end_ns"))
             .select(list(kept)).cast(kept).with_columns(pl.lit(False).alias("_carried"))])  # type: ignore[arg-type]
-        ordered = present if present["start_ns"].is_sorted() else present.sort("start_ns", maintain_order=True)
-        nested = with_parents(with_depth(ordered))
+        nested = with_parents(with_depth(by_start(present)))
         # Each child's time to its parent's family (no parent: no family, a null KEY).
         children.append(nested.lazy().select(pl.col(KEY).gather(pl.col("parent")), duration.alias("_children"),
                                              "_carried")

@@ -77,7 +77,7 @@ def step_roles(view: StepView, evidence: tuple[tuple[int, ...], tuple[int, ...]]
     located = windows.filter(pl.any_horizontal(
         (pl.col("start_ns") <= time) & (pl.col("end_ns") > time) for time in evidence_times))["step"].to_list() \
         if evidence_times else []
-    for step in [*sorted(set(evidence_steps) | set(located))]:
+    for step in sorted(set(evidence_steps) | set(located)):
         if step not in roles and len(roles) < 2 + MAX_EXTRA_STEPS and step in windows["step"]:
             roles[step] = ["evidence"]
     return roles
@@ -104,8 +104,6 @@ def step_events(trace: EventTables | Events, start_ns: int, end_ns: int) -> pl.D
     def overlapping(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
         return frame.lazy().filter((pl.col("start_ns") < end_ns) & (pl.col("end_ns") > start_ns)).collect()
 
-    nvtx = with_depth(overlapping(trace.nvtx))
-
     gpu: list[pl.Expr | str] = [pl.lit("gpu").alias("lane"), "device", "stream", pl.lit(None, pl.Int64).alias("thread")]
     cpu: list[pl.Expr | str] = [pl.lit("cpu").alias("lane"), pl.lit(None, pl.Int64).alias("device"),
            pl.lit(None, pl.Int64).alias("stream"), "thread"]
@@ -118,10 +116,10 @@ def step_events(trace: EventTables | Events, start_ns: int, end_ns: int) -> pl.D
         overlapping(trace.memset).select(*gpu, pl.lit("memset").alias("kind"), pl.lit("").alias("name"), "bytes",
                                          flat, *times),
         overlapping(trace.cuda_api).select(*cpu, pl.lit("cuda_api").alias("kind"), "name", no_bytes, flat, *times),
-        nvtx.select(*cpu, pl.lit("nvtx").alias("kind"), "name", no_bytes, "depth", *times),
+        with_depth(overlapping(trace.nvtx)).select(*cpu, pl.lit("nvtx").alias("kind"), "name", no_bytes, "depth",
+                                                   *times),
     ]
-    graphs = getattr(trace, "graphs", None)
-    if graphs is not None:
+    if (graphs := getattr(trace, "graphs", None)) is not None:
         parts.append(overlapping(graphs).select(*gpu, pl.lit("graph").alias("kind"),
                                                 pl.col("graph_id").cast(pl.String).alias("name"), no_bytes, flat,
                                                 *times))

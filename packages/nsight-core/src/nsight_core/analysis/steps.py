@@ -13,6 +13,7 @@ import polars as pl
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from nsight_core.analysis.codes import distinct_codes, family_codes, joint_code, joint_parts
+from nsight_core.analysis.ranges import by_start
 
 STEP_WORDS = r"(?i)(step|iter|iteration|batch|microbatch)"
 WARMUP_RATIO = 1.5
@@ -142,9 +143,8 @@ def nvtx_families(nvtx: pl.DataFrame, family: tuple[pl.Series, pl.Series]) -> pl
     thread, depth, count, total_ns, p50_ns, p95_ns, min_ns, max_ns, first_ns, sequential, step_word."""
     # Grouped by one code of (family, domain, thread) (:func:`joint_code`), not by the strings.
     parts = (family, distinct_codes(nvtx, "domain"), distinct_codes(nvtx, "thread"))
-    keyed = nvtx.select(joint_code(*((pl.lit(codes), values.len()) for codes, values in parts)),
-                        "start_ns", "end_ns", "depth", (pl.col("end_ns") - pl.col("start_ns")).alias("_duration"))
-    keyed = keyed if keyed["start_ns"].is_sorted() else keyed.sort("start_ns", maintain_order=True)
+    keyed = by_start(nvtx.select(joint_code(*((pl.lit(codes), values.len()) for codes, values in parts)), "start_ns",
+                                 "end_ns", "depth", (pl.col("end_ns") - pl.col("start_ns")).alias("_duration")))
     families = keyed.group_by("_key", maintain_order=True).agg(
         pl.len().alias("count"), pl.col("depth").min().alias("depth"), *_duration_stats(pl.col("_duration")),
         (pl.col("start_ns").shift(-1) >= pl.col("end_ns")).drop_nulls().all().alias("sequential"),
@@ -167,9 +167,8 @@ def find_steps(nvtx: pl.DataFrame, kernels: pl.DataFrame,
     codes = codes if codes is not None else family_codes(nvtx, "name")
     families = nvtx_families(nvtx, codes)
     candidates = [StepFamily(**row) for row in families.drop("step_word").to_dicts()]
-    sequential = [family for family in candidates if family.sequential]
-    if sequential:
-        family = sequential[0]
+    family = next((family for family in candidates if family.sequential), None)
+    if family is not None:
         steps = _family_instances(nvtx, codes, family)
         return _with_shape(NvtxCpuSteps(family=family, candidates=candidates), steps), steps
     steps, period, anchor, reason = kernel_period_steps(kernels)
@@ -196,8 +195,8 @@ def on_gpu_clock(stats: NvtxCpuSteps, windows: pl.DataFrame) -> GpuWindowSteps:
 
 def family_stats(steps: pl.DataFrame, family: StepFamily) -> NvtxCpuSteps | None:
     """STEPS, every range of FAMILY in a capture (step, start_ns, end_ns, by start), stated as :func:`find_steps`
-    states a family it chose (no other candidates); None where they are fewer than two or overlap, so that
-    :func:`find_steps` would not take them as steps. FAMILY's depth is kept: the least of the ranges it saw."""
+    states a family it chose (no other candidates); None where :func:`find_steps` would not take them (fewer than two,
+    or overlapping). FAMILY's depth is kept: the least of the ranges it saw."""
     sequential = steps.select((pl.col("start_ns").shift(-1) >= pl.col("end_ns")).drop_nulls().all()).item()
     if steps.height < 2 or not sequential:
         return None

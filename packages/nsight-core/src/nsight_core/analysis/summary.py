@@ -57,13 +57,10 @@ def summary_tiles(stats: ProfileStats, trace: TraceSummary | None) -> list[Tile]
 
 def _cpu_tiles(trace: TraceSummary) -> list[Tile]:
     """OS-runtime calls and CPU samples of the user's window (the profiler's own waits left out)."""
-    tiles = []
-    if trace.osrt:
-        top = trace.osrt[0]
-        tiles.append(Tile(label="OS runtime calls", value=f"{trace.osrt_calls:,}", number=trace.osrt_calls,
-                          detail=f"longest in total: {top.name} ({top.calls:,} calls, {duration(top.total_ns)})"))
-    else:
-        tiles.append(Tile(label="OS runtime calls", missing="none traced (add osrt to the trace domains)"))
+    top = trace.osrt[0] if trace.osrt else None
+    tiles = [Tile(label="OS runtime calls", value=f"{trace.osrt_calls:,}", number=trace.osrt_calls,
+                  detail=f"longest in total: {top.name} ({top.calls:,} calls, {duration(top.total_ns)})") if top else
+             Tile(label="OS runtime calls", missing="none traced (add osrt to the trace domains)")]
     if trace.samples:
         tiles.append(Tile(label="CPU samples", value=f"{trace.samples:,}", number=trace.samples,
                           detail="taken in the user's window"))
@@ -87,8 +84,7 @@ def _trace_tiles(trace: TraceSummary | None) -> list[Tile]:
                        detail=f"union of kernel{graphs} intervals{gpus}; summed per {'piece' if graphs else 'kernel'}: "
                        f"{duration(trace.kernel_sum_ns)}")
     fraction = trace.busy_fraction or 0.0
-    busy = Tile(label="GPU busy", value=f"{fraction:.1%}", number=fraction,
-                detail=f"kernel time / capture span{gpus}")
+    busy = Tile(label="GPU busy", value=f"{fraction:.1%}", number=fraction, detail=f"kernel time / capture span{gpus}")
     return [span, kernel_time, busy]
 
 

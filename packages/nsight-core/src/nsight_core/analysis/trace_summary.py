@@ -93,9 +93,7 @@ class TraceSummary(BaseModel):
     @property
     def busy_fraction(self) -> float | None:
         """Kernel (and CUDA-graph) busy time over the span (per GPU); None when the span is empty."""
-        if not self.span_ns:
-            return None
-        return self.kernel_busy_ns / (self.span_ns * max(self.devices, 1))
+        return self.kernel_busy_ns / (self.span_ns * max(self.devices, 1)) if self.span_ns else None
 
 
 def summarize_trace(trace: Trace, buckets: int = TIMELINE_BUCKETS, window_rows: int | None = None) -> TraceSummary:
@@ -106,9 +104,8 @@ def summarize_trace(trace: Trace, buckets: int = TIMELINE_BUCKETS, window_rows: 
     # Kernels and the CUDA-graph launches traced whole: each piece of work once (``graphs`` leaves out launches whose
     # nodes are kernels).
     compute = _on_gpus(frames.kernels, frames.graphs)
-    counted = (frames.kernels, frames.graphs, frames.memcpy, frames.memset, frames.cuda_api, frames.nvtx,
-               frames.nvtx_marks, frames.osrt, frames.samples)
-    counts = row_counts(*counted)
+    counts = row_counts(frames.kernels, frames.graphs, frames.memcpy, frames.memset, frames.cuda_api, frames.nvtx,
+                        frames.nvtx_marks, frames.osrt, frames.samples)
     kernels, graphs, memcpy, memset, cuda_api, nvtx = counts[:6]
     traced = any(counts)
     window = capture_window(trace, frames)
@@ -242,12 +239,11 @@ def _bucket_times(nvtx: pl.DataFrame, edges: list[int]) -> pl.DataFrame:
 
 
 def _buckets(times: pl.DataFrame, edges: list[int]) -> list[NvtxBucket]:
-    """Per thread and slice, from TIMES (:func:`_bucket_times`, of one or more windows): the share inside the
+    """Per thread and slice, from TIMES (:func:`_bucket_times`, of one or more windows, summed): the share inside the
     thread's outermost ranges and the name holding most of it (of equal ones, the first by name). An outermost range
     never overlaps another of its thread, so the shares add up to at most 1."""
     origin = edges[0]
-    by_name = times.group_by(*_SLICE, "name").agg(pl.col("ns").sum())
-    rows = (by_name.sort(["ns", "name"], descending=[True, False]).group_by(_SLICE, maintain_order=True)
+    rows = (times.sort(["ns", "name"], descending=[True, False]).group_by(_SLICE, maintain_order=True)
             .agg(pl.col("name").first(), pl.col("ns").sum()).sort("thread", "bucket"))
     return [NvtxBucket(**row) for row in rows.select(
         "thread", (pl.col("b0") - origin).alias("start_ns"), (pl.col("b1") - origin).alias("end_ns"), "name",

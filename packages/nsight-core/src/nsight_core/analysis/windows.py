@@ -38,7 +38,10 @@ def start_cuts(frame: pl.LazyFrame, rows: int | None) -> list[int]:
                         .collect(engine="streaming").row(0))
     if count <= rows:
         return []
-    histogram, width = _histogram(frame, low, high)
+    # How many events start in each of HISTOGRAM_BUCKETS buckets from LOW to HIGH (empty ones left out), by bucket.
+    width = max(1, -(-(high - low + 1) // HISTOGRAM_BUCKETS))
+    histogram = (frame.select(((start - low) // width).alias("_bucket")).group_by("_bucket")
+                 .agg(pl.len().alias("_count")).collect(engine="streaming").sort("_bucket"))
     before = pl.col("_count").cum_sum() - pl.col("_count")
     firsts = (histogram.group_by((before // rows).alias("_window")).agg(pl.col("_bucket").min())
               .sort("_window")["_bucket"].to_list())
@@ -60,22 +63,12 @@ def step_batches(starts: pl.Series, cuts: list[int]) -> list[tuple[int, int]]:
     return list(zip(firsts, [*firsts[1:], starts.len()], strict=True))
 
 
-def _histogram(frame: pl.LazyFrame, low: int, high: int) -> tuple[pl.DataFrame, int]:
-    """How many of FRAME's events start in each of HISTOGRAM_BUCKETS buckets from LOW to HIGH (``_bucket``,
-    ``_count``, by bucket; empty ones left out; one streamed pass), and the buckets' width."""
-    width = max(1, -(-(high - low + 1) // HISTOGRAM_BUCKETS))
-    histogram = (frame.select(((pl.col("start_ns") - low) // width).alias("_bucket")).group_by("_bucket")
-                 .agg(pl.len().alias("_count")).collect(engine="streaming").sort("_bucket"))
-    return histogram, width
-
-
 def batches(firsts: pl.Series, work: int | None) -> list[tuple[int, int]]:
     """The windows cut into batches of about WORK pieces of GPU work (first window, windows; None: one batch);
     FIRSTS: per window, how much work starts before it."""
     if work is None:
         return [(0, firsts.len())] if firsts.len() else []
-    cuts = []
-    begin = 0
+    cuts, begin = [], 0
     while begin < firsts.len():
         end = max(int(firsts.search_sorted(int(firsts[begin]) + work, side="left")), begin + 1)
         cuts.append((begin, end - begin))

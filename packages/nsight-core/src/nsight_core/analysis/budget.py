@@ -20,6 +20,10 @@ PARTS: tuple[Part, ...] = get_args(Part)
 (:mod:`nsight_core.analysis.gpu_budget`); ``profiler_overhead`` (what nsys' tracing added) is taken out of the steady
 steps' launch gaps and idle time (:mod:`nsight_core.analysis.overhead`)."""
 CpuKind = Literal["cuda_api", "osrt", "nvtx", "untraced", "dispatch"]
+DEVICE_BOUND_BUSY = 0.9
+"""Steps whose GPU windows are at least this busy are device-bound: the host kept the GPU fed."""
+PAGEABLE = (pl.col("src_kind") == "Pageable") | (pl.col("dst_kind") == "Pageable")
+"""A copy to or from pageable host memory (:func:`every_budget.sync_calls`)."""
 
 
 class BudgetPart(BaseModel):
@@ -58,20 +62,12 @@ class StepBudget(BaseModel):
         return next(part for part in self.parts if part.part == name)
 
 
-DEVICE_BOUND_BUSY = 0.9
-"""Steps whose GPU windows are at least this busy are device-bound: the host kept the GPU fed."""
-
-
 def bound_by(budget: StepBudget) -> Bound:
     """Which clock bounds the loop: device when the GPU was busy through DEVICE_BOUND_BUSY of its steps, else host."""
     if not budget.wall_ns:
         return "unknown"
     busy = sum(budget.part(part).total_ns for part in ("compute", "exposed_comm", "exposed_copy"))
     return "device" if busy >= DEVICE_BOUND_BUSY * budget.wall_ns else "host"
-
-
-PAGEABLE = (pl.col("src_kind") == "Pageable") | (pl.col("dst_kind") == "Pageable")
-"""A copy to or from pageable host memory (:func:`every_budget.sync_calls`)."""
 
 
 def blocks(name: pl.Expr) -> pl.Expr:

@@ -69,11 +69,10 @@ def cause_inputs(frames: Events, steps: pl.DataFrame, thread: int | None, activi
             found["loops"].append(loops_in(kernels, windows))
             found["reads"].append(_reads_in(copies, kernels, windows))
             after_bulk += _idle_after_bulk(copies, kernels, batch_calls, windows)
-    summed = {key: _summed(parts, _SCHEMAS[key]) for key, parts in found.items()}
     return CauseInputs(steps=steps.height, activities=activities if activities is not None else pl.DataFrame(
         schema={"part": pl.String, "cpu_kind": pl.String, "cpu_name": pl.String, "total_ns": pl.Int64}),
-        calls=summed["calls"], copies=summed["copies"], loops=summed["loops"], reads=summed["reads"],
-        after_bulk_ns=float(after_bulk), per_call_ns=per_call_ns, lines=summed["lines"], samples=summed["samples"])
+        after_bulk_ns=float(after_bulk), per_call_ns=per_call_ns,
+        **{key: _summed(parts, _SCHEMAS[key]) for key, parts in found.items()})
 
 
 def _summed(parts: list[pl.DataFrame], schema: dict[str, type[pl.DataType]]) -> pl.DataFrame:

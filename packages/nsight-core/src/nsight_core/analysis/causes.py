@@ -62,6 +62,15 @@ SELECT_KERNEL = r"(?i)DeviceSelect|DeviceReduce|DeviceScan|DeviceCompact|RadixSo
 """Kernels that count or select (CUB's, run by nonzero, boolean-mask indexing, unique): a read after one is a size."""
 DRIVER_PARTS = ("launch_gap", "gpu_idle", "sync_wait")
 """The idle parts a cause's host time can be in."""
+TOP_LINES = 3
+"""Python lines a finding names, most calls first."""
+MASK_RANGE = r"(?i)DeviceSelect|nonzero|masked"
+"""NVTX ranges (CUB's own) a sync of a selection sits in."""
+TOP_EVIDENCE = 3
+"""Host activities an unexplained finding names."""
+_METRICS = {"cuda_api": ("time_in_call_per_step", "api"), "dispatch": ("framework_time_before_call_per_step", "api"),
+            "osrt": ("time_in_os_call_per_step", "osrt"), "nvtx": ("time_in_range_per_step", "range"),
+            "untraced": ("untraced_host_per_step", None)}
 
 
 class CauseInputs(NamedTuple):
@@ -157,10 +166,6 @@ def _finding(context: Context, kind: FindingKind, total_ns: float, steps: int,
     if total_ns <= 0 or not steps:
         return None
     return reported(kind, saving_of(context, per_step_of(context, total_ns / steps), total_ns), evidence)
-
-
-TOP_LINES = 3
-"""Python lines a finding names, most calls first."""
 
 
 def lines_of(inputs: CauseInputs, names: str) -> list[Evidence]:
@@ -306,15 +311,6 @@ def known_causes(context: Context, inputs: CauseInputs) -> Causes:
                   budget=less(context.budget, claims), left=left, select_reads=float(reads.get(True, 0)) / steps,
                   scalar_reads=float(reads.get(False, 0)) / steps, lines=lines_of(inputs, SYNC_API),
                   sampled=sampled_lines(inputs))
-
-
-MASK_RANGE = r"(?i)DeviceSelect|nonzero|masked"
-"""NVTX ranges (CUB's own) a sync of a selection sits in."""
-TOP_EVIDENCE = 3
-"""Host activities an unexplained finding names."""
-_METRICS = {"cuda_api": ("time_in_call_per_step", "api"), "dispatch": ("framework_time_before_call_per_step", "api"),
-            "osrt": ("time_in_os_call_per_step", "osrt"), "nvtx": ("time_in_range_per_step", "range"),
-            "untraced": ("untraced_host_per_step", None)}
 
 
 def named(findings: list[Finding | None], causes: Causes, syncs: pl.DataFrame) -> list[Finding | None]:

@@ -22,6 +22,10 @@ from nsight_core.analysis.ranges import Nesting, by_start, in_parent_order, nest
 
 LAUNCH_GAP_NS = 100_000
 """GPU idle stretches shorter than this (100 µs) are launch overhead between queued work."""
+BATCH_EDGES = 200_000
+"""Interval edges (cut points) per batch of steps, about: bounds the sweep's memory (an event per edge)."""
+BATCH_WORKERS = 2
+"""Batches of the budget computed at once (threads)."""
 _LAYERS = ("compute", "comm", "copy", "in_step")
 _LOOKUP = 2 * len(_LAYERS)
 """Event kinds of the budget's sweep: a layer's starts 2 * i and ends 2 * i + 1, then the lookups' starts."""
@@ -227,12 +231,6 @@ def budget_totals(steps: pl.DataFrame, kernels: pl.DataFrame, copies: pl.DataFra
     # A step lies in one batch: the batches' sums need no summing across them.
     with ThreadPoolExecutor(max_workers=BATCH_WORKERS, thread_name_prefix="nsight-budget") as pool:
         return coding.decoded(pl.concat(pool.map(lambda span: summed(*span), _batches(steps, sources))))
-
-
-BATCH_EDGES = 200_000
-"""Interval edges (cut points) per batch of steps, about: bounds the sweep's memory (an event per edge)."""
-BATCH_WORKERS = 2
-"""Batches of the budget computed at once (threads)."""
 
 
 def _batches(steps: pl.DataFrame, sources: list[_Intervals]) -> list[tuple[int, int]]:

@@ -33,8 +33,7 @@ def analysis_of(frames: Events, gpus: pl.DataFrame | None, window: UserWindow, e
     """The analysis of EVERY step of the capture FRAMES holds (its user WINDOW, the GPUS it ran on, every step's
     BUDGETS, the NSYS_VERSION that wrote it): the steps, their budget with the profiler's overhead taken out, the
     NVTX range table and the findings, whose savings are read against the step without the profiler."""
-    found, thread = every.stats, every.thread
-    steps = every.drawn
+    found, thread, steps = every.stats, every.thread, every.drawn
     steady = steps.slice(1) if found.warmup else steps
     steady_ranges = steady.select("step", pl.col("cpu_start_ns").alias("start_ns"),
                                   pl.col("cpu_end_ns").alias("end_ns"))
@@ -55,16 +54,15 @@ def analysis_of(frames: Events, gpus: pl.DataFrame | None, window: UserWindow, e
     context = Context(steps=stats, budget=budget, window_ns=window.span_ns, step_p50_ns=p50)
     gpu, capability = None, find.compute_capability(gpus)
     if any(frame.head(1).collect().height for frame in (frames.kernels, frames.memcpy, frames.memset, frames.graphs)):
-        # A capture without steps: its one step's calls, a piece at a time.
-        sync_calls, small_reads = _syncs(frames, steady_ranges if every.pieces is None else every.pieces,
-                                         budgets.syncs, thread, window_rows)
-        causes = cause_inputs(frames, steady if every.pieces is None else steady.clear(), thread, budgets.activities,
-                              overhead.per_call_ns if overhead else 0.0, window_rows)
-        gpu = GpuInputs(syncs=sync_calls, small_reads=small_reads,
-                        shape=_launch_shape(frames, steady_ranges, window_rows), copies=frames.memcpy,
-                        copy_steps=steady if every.pieces is None else steady.clear(),
-                        pinned=find.nominal_pinned(capability), kernels=find.kernel_totals(frames.kernels, steady),
-                        capability=capability, causes=causes)
+        # A capture without steps: its one step's calls, a piece at a time; no steps to count copies and causes in.
+        syncs, small_reads = _syncs(frames, steady_ranges if every.pieces is None else every.pieces, budgets.syncs,
+                                    thread, window_rows)
+        counted = steady if every.pieces is None else steady.clear()
+        causes = cause_inputs(frames, counted, thread, budgets.activities, overhead.per_call_ns if overhead else 0.0,
+                              window_rows)
+        gpu = GpuInputs(syncs=syncs, small_reads=small_reads, shape=_launch_shape(frames, steady_ranges, window_rows),
+                        copies=frames.memcpy, copy_steps=counted, pinned=find.nominal_pinned(capability),
+                        kernels=find.kernel_totals(frames.kernels, steady), capability=capability, causes=causes)
     coverage = Coverage(scope="every_step" if every.pieces is None else "capture_as_one_step",
                         steps=steps.height if every.pieces is None else 1)
     return Analysis(window=window, steps=stats, budget=budget, overhead=overhead,
@@ -120,9 +118,8 @@ def _launch_shape(frames: Events, steps: pl.DataFrame, window_rows: int | None) 
         ran_counts.append(kernels.filter(inside).join(launches.lazy().select("correlation_id"), on="correlation_id",
                                                       how="semi").group_by("ns").len().collect(engine="streaming"))
         launch_counts.append(launches.group_by(duration).len())
-    ran, launched = _merged(ran_counts), _merged(launch_counts)
-    count = int(ran["len"].sum())
-    return count / steps.height if steps.height else 0.0, _median(ran), _median(launched)
+    ran = _merged(ran_counts)
+    return int(ran["len"].sum()) / steps.height if steps.height else 0.0, _median(ran), _median(_merged(launch_counts))
 
 
 def _merged(counts: list[pl.DataFrame]) -> pl.DataFrame:

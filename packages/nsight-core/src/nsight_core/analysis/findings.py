@@ -52,8 +52,7 @@ that direction to compare with (and its GPU is older than Hopper), so the saving
 NOMINAL_PINNED_PCIE5_BYTES_PER_S = 50e9
 """The same over PCIe 5.0 x16, which Hopper and later GPUs have (an H200 reached 53 GB/s H2D pinned)."""
 PCIE5_COMPUTE_CAPABILITY = 9.0
-
-
+KERNEL_TOTAL_COLUMNS = {"short_name": pl.String, "name": pl.String, "total_ns": pl.Int64}
 _ACTIVITY_PREFIX = {"untraced": "untraced_cpu", "dispatch": "dispatch"}
 """CPU activities named by their metric alone (no call or range to point at)."""
 
@@ -207,9 +206,6 @@ def exposed_comm(context: Context) -> Finding | None:
     """NCCL kernels no compute kernel overlaps: communication the step waits for."""
     return _budget_finding(context, "exposed_comm",
                            seen=bool(context.budget and context.budget.part("exposed_comm").total_ns))
-
-
-KERNEL_TOTAL_COLUMNS = {"short_name": pl.String, "name": pl.String, "total_ns": pl.Int64}
 
 
 def kernel_totals(kernels: pl.DataFrame | pl.LazyFrame, steps: pl.DataFrame) -> pl.DataFrame:

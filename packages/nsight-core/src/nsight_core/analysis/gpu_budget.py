@@ -27,8 +27,20 @@ QUEUED_GAP_NS = 20_000
 """An idle gap before already-queued work shorter than this (20 µs) is the GPU's own scheduling, not a wait."""
 TOTAL_COLUMNS = {"step": pl.Int64, "part": pl.String, "cpu_kind": pl.String, "cpu_name": pl.String,
                  "total_ns": pl.Int64}
-
-
+IDLE_COLUMNS = {"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "part": pl.String, "cpu_kind": pl.String,
+                "cpu_name": pl.String}
+STATES = ("compute", "exposed_comm", "exposed_copy", "idle")
+"""What the GPU did in a piece of its timeline (:func:`_pieces`' state indexes it): the first that holds."""
+LAYER_BITS = 21
+"""Each GPU layer's count of running work in its own 21 bits of one integer (:func:`_pieces`): up to two million
+pieces of work of one layer at once."""
+QUERY_CALLS = (r"(?i)GetName|IsCapturing|GetCaptureInfo|GetDevice$|GetDevice_|GetLastError|PeekAtLastError|"
+               r"GetAttribute|GetProperties|DriverGetVersion|RuntimeGetVersion|FuncGetAttributes|GetFuncBySymbol|"
+               r"KernelGetFunction|LibraryGetKernel")
+"""CUDA calls that ask, set up nothing and wait for nothing (cuKernelGetName after each launch, cudaStreamIsCapturing
+before a copy): the framework's bookkeeping, named by the call they lead to."""
+Label = str | None | pl.Expr
+"""A cause's part, cpu_kind or cpu_name: the same for every stretch, or an expression of the stretch's columns."""
 WorkBetween = Callable[[int, int], pl.DataFrame]
 """The launched GPU work that ran between LO and HI: at least every piece that ends after LO and starts by HI (a
 piece that ended by LO may be there too), by start, with start_ns, end_ns, kind, comm, launch_ns, launch_end_ns and
@@ -64,10 +76,6 @@ def budget_in_batches(windows: pl.DataFrame, cuts: list[tuple[int, int]], betwee
             pl.concat(idle) if idle else pl.DataFrame(schema=IDLE_COLUMNS))
 
 
-IDLE_COLUMNS = {"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "part": pl.String,
-                "cpu_kind": pl.String, "cpu_name": pl.String}
-
-
 def _batch_budget(windows: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame, host: Host, lo: int,
                   hi: int, stretches: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
     """WINDOWS (from LO to HI) cut into parts and idle causes: the sums per step, part and CPU activity (TOTAL_COLUMNS),
@@ -79,21 +87,13 @@ def _batch_budget(windows: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame
     busy = pieces.filter(~idle_state).group_by("step", "state").agg(pl.col("ns").sum())
     idle = pieces.filter(idle_state).drop("state")
     del pieces  # let go once used: a batch's temporaries bound the budget's memory
+    part = pl.col("state").replace_strict(range(len(STATES)), STATES, return_dtype=pl.String).alias("part")
     none = pl.lit(None, pl.String)
-    busy_rows = busy.select("step", pl.col("state").replace_strict(range(len(STATES)), STATES,
-                                                                   return_dtype=pl.String).alias("part"),
-                            none.alias("cpu_kind"), none.alias("cpu_name"), pl.col("ns").alias("total_ns"))
+    busy = busy.select("step", part, none.alias("cpu_kind"), none.alias("cpu_name"), pl.col("ns").alias("total_ns"))
     causes = _Causes.of(_with_blame(_with_cause(idle, work, syncs), syncs, windows), host)
     del idle
-    return (pl.concat([busy_rows.filter(pl.col("total_ns") > 0), causes.totals()]),
+    return (pl.concat([busy.filter(pl.col("total_ns") > 0), causes.totals()]),
             causes.largest() if stretches else pl.DataFrame(schema=IDLE_COLUMNS))
-
-
-STATES = ("compute", "exposed_comm", "exposed_copy", "idle")
-"""What the GPU did in a piece of its timeline (:func:`_pieces`' state indexes it): the first that holds."""
-LAYER_BITS = 21
-"""Each GPU layer's count of running work in its own 21 bits of one integer (:func:`_pieces`): up to two million
-pieces of work of one layer at once."""
 
 
 def _pieces(windows: pl.DataFrame, work: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
@@ -139,8 +139,7 @@ def _with_cause(idle: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame) -> 
     drained = (pl.col("_sync_start") <= pl.col("a")) & (pl.col("sync_end_ns") >= pl.col("a"))
     return pieces.with_columns(pl.when(drained).then(pl.col("sync_name")).alias("sync_name"),
                                pl.when(drained).then(pl.col("sync_end_ns").clip(upper_bound=pl.col("late_end")))
-                               .alias("sync_end_ns"),
-                               (pl.col("a") - pl.col("_sync_start")).alias("sync_waited_ns")).drop("_sync_start")
+                               .alias("sync_end_ns")).drop("_sync_start")
 
 
 def _with_blame(pieces: pl.DataFrame, syncs: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
@@ -166,13 +165,6 @@ def _with_blame(pieces: pl.DataFrame, syncs: pl.DataFrame, windows: pl.DataFrame
     blame = pl.min_horizontal(through, waited) - pl.min_horizontal(through - late_ns, waited)
     return located.with_columns(pl.when(key.is_not_null()).then(blame).otherwise(0).alias("blame_ns")).drop(
         "_cpu_start", "_s_start", "_s_end")
-
-
-QUERY_CALLS = (r"(?i)GetName|IsCapturing|GetCaptureInfo|GetDevice$|GetDevice_|GetLastError|PeekAtLastError|"
-               r"GetAttribute|GetProperties|DriverGetVersion|RuntimeGetVersion|FuncGetAttributes|GetFuncBySymbol|"
-               r"KernelGetFunction|LibraryGetKernel")
-"""CUDA calls that ask, set up nothing and wait for nothing (cuKernelGetName after each launch, cudaStreamIsCapturing
-before a copy): the framework's bookkeeping, named by the call they lead to."""
 
 
 class _Causes:
@@ -248,7 +240,8 @@ class _Causes:
                 .unpivot(index="step", variable_name="_cause", value_name="total_ns")
                 .join(labels, on="_cause").select("step", "part", "cpu_kind", "cpu_name", "total_ns")]
         for index, keys in keyed.items():  # the causes named by the stretch: summed per step and name
-            part, kind, name = (_expr(label) for label in self.candidates[index])
+            part, kind, name = (label if isinstance(label, pl.Expr) else pl.lit(label, pl.String)
+                                for label in self.candidates[index])
             sums.append(self.frame.filter(pl.col(columns[index]) > 0).group_by(keys).agg(pl.col(columns[index]).sum())
                         .select("step", part.alias("part"), kind.alias("cpu_kind"), name.alias("cpu_name"),
                                 pl.col(columns[index]).alias("total_ns")))
@@ -266,23 +259,13 @@ class _Causes:
         chosen = (self.frame.with_columns(pl.max_horizontal(f"_c{index}" for index in range(count)).alias("_most"))
                   .filter(most > 0).select("step", "a", "b", "short", *self.named.values(), which.alias("_which")))
         # Each cause's part, kind and name looked up by its index, the few that vary by stretch put in after.
-        labels = []
-        for position in range(3):
+        labels = {}
+        for position, column in enumerate(("part", "cpu_kind", "cpu_name")):
             values = [None if isinstance(candidate[position], pl.Expr) else candidate[position]
                       for candidate in self.candidates]
             label = pl.lit(pl.Series(values, dtype=pl.String)).gather(pl.col("_which"))
             for index, candidate in enumerate(self.candidates):
                 if isinstance(candidate[position], pl.Expr):
                     label = pl.when(pl.col("_which") == index).then(candidate[position]).otherwise(label)
-            labels.append(label)
-        part, kind, name = labels
-        return chosen.select("step", pl.col("a").alias("start_ns"), pl.col("b").alias("end_ns"),
-                                       part.alias("part"), kind.alias("cpu_kind"), name.alias("cpu_name"))
-
-
-Label = str | None | pl.Expr
-"""A cause's part, cpu_kind or cpu_name: the same for every stretch, or an expression of the stretch's columns."""
-
-
-def _expr(label: Label) -> pl.Expr:
-    return label if isinstance(label, pl.Expr) else pl.lit(label, pl.String)
+            labels[column] = label
+        return chosen.select("step", pl.col("a").alias("start_ns"), pl.col("b").alias("end_ns"), **labels)

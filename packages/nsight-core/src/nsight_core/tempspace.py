@@ -57,11 +57,10 @@ def shortfall() -> str | None:
     except OSError as exc:  # read-only, not ours: that is the cause to name, whatever the space
         return (f"nsys' temp folder {folder} cannot be written ({exc.strerror or exc}): point TMPDIR at a "
                 "writable folder")
-    if free >= wanted:
-        return None
-    return (f"nsys' temp folder {folder} has {size(free)} free and a recording needs at least {size(wanted)} there "
-            f"(a full one crashes the program): point TMPDIR at a larger folder, or set {ENV_MIN_TEMP_SPACE} to "
-            "the space nsys may use (e.g. 64M) or off")
+    return None if free >= wanted else (
+        f"nsys' temp folder {folder} has {size(free)} free and a recording needs at least {size(wanted)} there (a full "
+        f"one crashes the program): point TMPDIR at a larger folder, or set {ENV_MIN_TEMP_SPACE} to the space nsys may "
+        "use (e.g. 64M) or off")
 
 
 WATCH_INTERVAL = 0.2

@@ -126,36 +126,31 @@ def discard(export: Path) -> None:
     record.unlink(missing_ok=True)
 
 
-def _remove_abandoned(target: Path) -> None:
-    """Remove temporary exports of TARGET whose process is gone (killed mid-export): they are never renamed into place
-    and would otherwise keep a copy of the trace's data on disk for good."""
-    for leftover in abandoned(target.parent, rf"\.{re.escape(target.stem)}\.(\d+)-[0-9a-f]{{8}}\.tmp"
-                                             rf"{re.escape(target.suffix)}"):
-        log.debug("removing %s, left by an interrupted export", leftover)
-        discard(leftover)
-
-
 def export(report: Path, kind: str, nsys: Nsys | None = None, slices: int = 1) -> Path:
     """The current KIND export of REPORT: reused when complete and current, else made (atomically). KIND 'sqlitedir'
     and 'parquetdir': SQLite or Parquet in SLICES slices of time, exported side by side (:func:`_export_sliced`)."""
     target = export_path(report, kind)
     if is_current(target, report):
         return target
-    sliced = kind in SLICED_KINDS
     size, checked, processes = _slices_memory(report.stat().st_size, kind, slices)
     check_export_memory(size, checked, report.name, processes)
     _check_disk(report, target.parent)
     nsys = nsys or find_nsys()
     check_writer(report, nsys.version, nsys.path)  # a report newer than this nsys: one line, not its protobuf error
-    _remove_abandoned(target)
-    # Named as _remove_abandoned finds it; it keeps the type's suffix, which nsys adds to an output name without it.
+    # Temporary exports of processes killed mid-export: never renamed into place, they would keep a copy of the
+    # trace's data on disk for good.
+    for leftover in abandoned(target.parent, rf"\.{re.escape(target.stem)}\.(\d+)-[0-9a-f]{{8}}\.tmp"
+                                             rf"{re.escape(target.suffix)}"):
+        log.debug("removing %s, left by an interrupted export", leftover)
+        discard(leftover)
+    # Named as the loop above finds it; it keeps the type's suffix, which nsys adds to an output name without it.
     temporary = target.with_name(f".{target.stem}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp{target.suffix}")
     log.info("exporting %s (%s, once per capture)", report,
-             f"{SLICED_KINDS[kind]} in {slices} slices of time side by side" if sliced else kind)
+             f"{SLICED_KINDS[kind]} in {slices} slices of time side by side" if kind in SLICED_KINDS else kind)
     try:
         version = _version_of(report)  # before nsys reads it: a report rewritten meanwhile is not current
         try:
-            if sliced:
+            if kind in SLICED_KINDS:
                 _export_sliced(nsys, report, temporary, slices, SLICED_KINDS[kind])
             else:
                 nsys.export(report, temporary, kind)
@@ -241,9 +236,8 @@ def _export_sliced(nsys: Nsys, report: Path, folder: Path, slices: int, kind: st
     else:
         probe.unlink()
     cuts = sorted({int(duration or 0) * part // slices for part in range(1, slices)} - {0})
-    edges: list[int | None] = [None, *cuts, None]
     windows: list[str | None] = [f"{'' if low is None else low}/{'' if high is None else high - 1}:"
-                                 for low, high in itertools.pairwise(edges)] if cuts else [None]
+                                 for low, high in itertools.pairwise([None, *cuts, None])] if cuts else [None]
     with ThreadPoolExecutor(min(len(windows), usable_cores()), thread_name_prefix="nsight-export-slice") as pool:
         name = "part-{:03d}.sqlite" if kind == "sqlite" else "part-{:03d}"
         for done in [pool.submit(nsys.export, report, folder / name.format(part), kind, window)
@@ -255,14 +249,10 @@ STREAM_ABOVE_BYTES = 128 << 20
 """A .nsys-rep larger than this is exported to SQLite and its reports streamed from disk
 (:mod:`nsight_core.trace.spill`) whatever the memory; up to it, only where nsys' arrow export would not fit the
 memory allowed: below it, the arrow export is the faster read and fits a summary's memory."""
-
-
 EVENT_BYTES_PER_TRACE_BYTE = 12
 """The event tables' bytes as Arrow (what a summary read whole grows with, memory.py) per byte of the .nsys-rep, the
 largest seen (NVTX captures; 0.6-1.9x on the GPU fixtures). Known before the export, so a capture whose frames might not
 fit read whole is streamed from the start (where a streamed summary fits), not refused after its export."""
-
-
 SLICE_ABOVE_BYTES = 8 << 20
 """A streamed capture's SQLite export is made in slices of time side by side (:func:`_export_sliced`) from this size of
 .nsys-rep on, where there are cores for it: below, nsys' start and its decoding of the report for each slice outweigh
@@ -363,8 +353,7 @@ def _wanted_slices() -> int | None:
 
 def export_slices(trace_bytes: int, nsys: Nsys | None = None) -> int:
     """How many slices of time a streamed capture of TRACE_BYTES is exported in: ``NSIGHT_EXPORT_SLICES`` where set,
-    else ``SLICES_PER_CORE`` per core this process may use where it may use more than one, at most ``MAX_SLICES``, from
-    ``SLICE_ABOVE_BYTES`` on; fewer where their nsys processes would not fit the memory allowed; one where this nsys'
+    else :func:`_per_core`'s; fewer where their nsys processes would not fit the memory allowed; one where this nsys'
     slices are not known exact (:attr:`nsight_core.nsys.Nsys.exports_time_slices`)."""
     slices = _wanted_slices() or _per_core(trace_bytes)
     while slices > 1 and not fits(export_bytes(trace_bytes, "sqlite", slices)):

@@ -16,7 +16,6 @@ class Window(Protocol):
 
     @property
     def start_ns(self) -> int: ...
-
     @property
     def end_ns(self) -> int: ...
 
@@ -26,25 +25,17 @@ class EventTables(Protocol):
 
     @property
     def kernels(self) -> pl.DataFrame: ...
-
     @property
     def memcpy(self) -> pl.DataFrame: ...
-
     @property
     def memset(self) -> pl.DataFrame: ...
-
     @property
     def cuda_api(self) -> pl.DataFrame: ...
-
     @property
     def nvtx(self) -> pl.DataFrame: ...
-
     @property
     def nvtx_marks(self) -> pl.DataFrame: ...
-
     @property
     def osrt(self) -> pl.DataFrame: ...
-
     @property
     def window(self) -> Window: ...
-

@@ -235,14 +235,12 @@ class Trace:
         """NVTX ranges (``nvtx``) and marks (``nvtx_marks``) from the one table, text and domain resolved."""
         # The text first, alone: usually every name is a registered string and the text all null, which Polars still
         # holds as 16 bytes a row (48 MB for 3 M ranges). Then it is a constant, let go before the rest is read.
-        texts = self._read("NVTX_EVENTS", {"text": STR}, required=())
-        if texts is None:
-            return pl.DataFrame(schema=NVTX_COLUMNS), pl.DataFrame(schema=MARK_COLUMNS)
-        text = texts["text"] if texts["text"].null_count() < texts.height else pl.lit(None, STR).alias("text")
+        texts = self._read("NVTX_EVENTS", {"text": STR}, required=())  # None: no such table (raw is None below)
+        text = (texts["text"] if texts is not None and texts["text"].null_count() < texts.height
+                else pl.lit(None, STR).alias("text"))
         del texts
-        raw = self._read("NVTX_EVENTS", {
-            "start": I64, "end": I64, "eventType": ID, "textId": ID, "globalTid": I64, "domainId": ID},
-            required=("start", "end", "eventType"))
+        raw = self._read("NVTX_EVENTS", {"start": I64, "end": I64, "eventType": ID, "textId": ID, "globalTid": I64,
+                                         "domainId": ID}, required=("start", "end", "eventType"))
         if raw is None:
             return pl.DataFrame(schema=NVTX_COLUMNS), pl.DataFrame(schema=MARK_COLUMNS)
         raw = raw.with_columns(text)
@@ -256,10 +254,9 @@ class Trace:
         if not raw.height:
             return pl.DataFrame(schema=NVTX_COLUMNS), marks
         # Depth (and order) first, on numbers alone: sorting a frame copies the strings it holds.
-        ranges = with_depth(raw.select(
-            pl.col("start").alias("start_ns"), pl.col("end").fill_null(last).alias("end_ns"),
-            pl.col("globalTid").alias("thread"), "eventType", "text", "textId", "domainId",
-            pl.col("end").is_not_null().alias("closed")))
+        ranges = with_depth(raw.select(pl.col("start").alias("start_ns"), pl.col("end").fill_null(last).alias("end_ns"),
+                                       pl.col("globalTid").alias("thread"), "eventType", "text", "textId", "domainId",
+                                       pl.col("end").is_not_null().alias("closed")))
         del raw
         push_pop = ranges["eventType"].is_in(NVTX_PUSH_POP_TYPES)
         # One kind throughout (the usual case) is a constant, which takes no memory per range.
@@ -275,14 +272,10 @@ class Trace:
 
         DOMAINS: domainId, _pid (of the THREAD column's nsys thread id), domain.
         """
-        registered, text = self._string("textId"), pl.col("text")
         # Only as many whole-column passes as the names need: usually all are registered, or none is.
-        if events["text"].null_count() == events.height:
-            name = registered.fill_null("")
-        elif events["textId"].null_count() == events.height:
-            name = text.fill_null("")
-        else:
-            name = pl.coalesce(registered, text, pl.lit(""))
+        name = (self._string("textId").fill_null("") if events["text"].null_count() == events.height
+                else pl.col("text").fill_null("") if events["textId"].null_count() == events.height
+                else pl.coalesce(self._string("textId"), "text", pl.lit("")))
         events = events.with_columns(name.alias("name")).drop("text", "textId")
         return events.with_columns(self._nvtx_domain(events, domains, thread).alias("domain")).drop("domainId")
 

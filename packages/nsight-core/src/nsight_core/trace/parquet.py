@@ -89,4 +89,3 @@ class SlicedParquetTables:
         return sum(ROW_BYTES * len(self.columns(table))
                    * pl.scan_parquet(self._holding(table)).select(pl.len()).collect().item()
                    for table in tables if table in self._files)
-

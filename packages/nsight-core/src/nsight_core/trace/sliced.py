@@ -43,8 +43,7 @@ class SlicedSqliteTables:
 
     def read(self, table: str, wanted: Wanted, where: str = "") -> pl.DataFrame | None:
         """As :meth:`SqliteTables.read`; WHERE is asked of each part, so it may name TABLE's columns only."""
-        frames = [part.read(table, wanted, where) for _, part in self._holding(table)]
-        found = [frame for frame in frames if frame is not None]
+        found = [frame for _, part in self._holding(table) if (frame := part.read(table, wanted, where)) is not None]
         return pl.concat(found) if found else None
 
     def batches(self, table: str, wanted: Wanted, rows: int = SQLITE_BATCH_ROWS, where: str = "",

@@ -41,19 +41,15 @@ log = logging.getLogger("nsight")
 SPILL_READERS = 4
 """Slices of a table copied side by side, each through a connection of its own (no more than Polars' threads): one
 batch of rows each in memory."""
-
 PROGRESS_BYTES = 64 << 20
 """A table copied to disk is named on stderr from this size on (the copy takes seconds); smaller ones under -v."""
-
 SPILL_PREFIX = "nsight-spill-"
 """The temporary folder's name starts with this and the process id (``.`` before it: hidden beside the capture)."""
 
 
 class SpilledTables:
-    """An SQLite export read as :class:`SqliteTables` does, whose tables can also be scanned lazily from Parquet.
-
-    ``choice`` says which export was chosen and why (see :func:`nsight_core.trace.export.export_choice`).
-    """
+    """An export (SQLite, or nsys' Parquet in slices) read as it is, whose tables can also be scanned lazily from
+    Parquet copies."""
 
     def __init__(self, export: SqliteExport | SlicedParquetTables, choice: ExportChoice,
                  folder: Path | None = None) -> None:
@@ -61,10 +57,9 @@ class SpilledTables:
         self.choice: ExportChoice | None = choice
         self.export = export
         """The export these tables read (the Python backtraces' marks are read from it with a condition)."""
-        base = folder if folder is not None else export.source.parent
         prefix = f"{SPILL_PREFIX}{os.getpid()}-"
         try:
-            self.folder = Path(tempfile.mkdtemp(prefix="." + prefix, dir=base))
+            self.folder = Path(tempfile.mkdtemp(prefix="." + prefix, dir=folder or export.source.parent))
         except OSError:  # a read-only folder: the temp folder
             self.folder = Path(tempfile.mkdtemp(prefix=prefix))
         for leftover in abandoned(self.folder.parent, rf"\.?{SPILL_PREFIX}(\d+)(-.*)?"):  # a killed process's copies

@@ -120,8 +120,7 @@ class ArrowDirTables:
     def read(self, table: str, wanted: Wanted) -> pl.DataFrame | None:
         if table not in self._files:
             return None
-        present = self.columns(table)
-        return _typed(self._read(table, [c for c in wanted if c in present]), wanted, table)
+        return _typed(self._read(table, [c for c in wanted if c in self.columns(table)]), wanted, table)
 
     def arrow_bytes(self, tables: Iterable[str]) -> int:
         return sum(self._files[table].stat().st_size for table in tables if table in self._files)
@@ -181,8 +180,7 @@ class SqliteTables:
         connection of their own (one of :meth:`rowid_slices`, read beside the others)."""
         if table not in self._tables:
             return
-        schema = _made(wanted)
-        present = self.columns(table)
+        schema, present = _made(wanted), self.columns(table)
         listed = ", ".join(f'"{c}"' if c in present else f'NULL AS "{c}"' for c in schema)
         if self._arrow is not None and not where:
             own = _arrow_connection(self.source) if rowids is not None else None  # a slice's, read beside the others
@@ -216,8 +214,8 @@ class SqliteTables:
     def rowid_slices(self, table: str, parts: int) -> list[tuple[int, int]] | None:
         """TABLE's rows cut into at most PARTS ranges of rowid (lo, hi: lo <= rowid < hi) of about equal span, in
         order, to be read side by side (:meth:`batches` ROWIDS): SQLite serves several connections at once, where one
-        reads a batch at a time. None where they would not
-        be read through ADBC (the standard library's rows are made under the GIL) or TABLE is missing or empty."""
+        reads a batch at a time. None where they would not be read through ADBC (the standard library's rows are made
+        under the GIL) or TABLE is missing or empty."""
         if self._arrow is None or table not in self._tables:
             return None
         with self._lock:  # each alone: SQLite finds MIN or MAX of rowid in its b-tree, both in one query by a full scan
@@ -229,8 +227,7 @@ class SqliteTables:
         return list(itertools.pairwise(sorted({low + (high + 1 - low) * part // parts for part in range(parts + 1)})))
 
     def _arrow_batches(self, table: str, schema: Schema, present: frozenset[str], listed: str, rows: int,
-                       connection: AdbcConnection | None, rowids: tuple[int, int] | None = None,
-                       ) -> Iterator[pl.DataFrame]:
+                       connection: AdbcConnection | None, rowids: tuple[int, int] | None) -> Iterator[pl.DataFrame]:
         """:meth:`batches` of a table through ADBC's CONNECTION (None: a fresh one failed, read with sqlite3): ROWS rows
         a query, each query starting after the last rowid of the one before (keyset), so that one Arrow stream never
         holds more than a batch (the driver's stream cannot be read a batch at a time without pyarrow); the rows of
@@ -355,8 +352,7 @@ def _typed(frame: pl.DataFrame, wanted: Wanted, table: str) -> pl.DataFrame:
 
 
 def _casts(column: pl.Series, dtype: pl.DataType | type[pl.DataType]) -> bool:
-    """COLUMN is of DTYPE's kind (any integer for an integer, a number for a float, text for text) and casts
-    to it: a string of digits where nsys writes an integer is another schema, not a value to parse."""
+    """COLUMN is of DTYPE's kind (:func:`same_kind`) and casts to it: text of digits is another schema, not a number."""
     if not same_kind(column.dtype, dtype):  # a column of nulls is of any kind, and casts to any type
         return False
     try:

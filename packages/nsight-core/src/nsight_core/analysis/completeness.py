@@ -2,8 +2,7 @@
 loudly. Each warning is a :data:`CompletenessCode` (its function says what it looks at); ``nsys_older_than_cuda`` is
 never a warning alone (an old nsys imports regions opened after CUDA initialises completely), only the cause where
 another found one. Only :func:`capture_facts` looks at the file system; the events are read by streamed counts and
-maxima, and only a capture whose CUDA activity ends early reads its ranges against its CUDA events, in windows.
-"""
+maxima, and only a capture whose CUDA activity ends early reads its ranges against its CUDA events, in windows."""
 
 from __future__ import annotations
 
@@ -30,8 +29,7 @@ MAX_RANGES_WITH_CUDA = 0.1
 MIN_RANGES = 2
 MIN_GRAPH_LAUNCHES = 2
 MAX_GRAPH_LAUNCHES_WITHOUT_GPU = 0.5
-"""A share of graph launches without any GPU record above this is a loss (one launch still running when a region stops
-is not)."""
+"""A share of graph launches with no GPU record above this is a loss (one still running as a region stops is not)."""
 GRAPH_LAUNCH_API = r"^cu(da)?GraphLaunch"
 REPORTED_SEVERITIES = ("Warning", "Error")
 """nsys' diagnostics kept in the verdict: its informational lines ("Profiling has started.") are not."""
@@ -107,8 +105,7 @@ def capture_facts(report: Path, nsys_output: str = "", nsys_version: str | None 
 
 def check_completeness(trace: Trace, facts: CaptureFacts | None = None, window_rows: int | None = None) -> Completeness:
     """Every sign that TRACE is incomplete, given what is known about its capture (FACTS). WINDOW_ROWS: events per
-    window where a check reads events in windows (by default ``WINDOW_ROWS`` if streamed); any gives the same
-    verdict."""
+    window where a check reads events in windows (by default ``WINDOW_ROWS`` if streamed); any gives one verdict."""
     facts = facts or CaptureFacts()
     nsys_version = facts.nsys_version or trace.meta.get(_EXPORT_VERSION_KEY)
     raw = trace.meta.get(_CUDA_DRIVER_KEY, "")
@@ -266,10 +263,9 @@ def _cuda_ends_early(frames: Events, window_end_ns: int, window_rows: int | None
 
 
 def _ranges_with_cuda(ranges: pl.LazyFrame, api: pl.LazyFrame, gpu: pl.LazyFrame, rows: int | None) -> int:
-    """How many of RANGES overlap a CUDA call on their thread (API) or any GPU work (GPU), exactly, in windows of about
-    ROWS positions (None: one). A range [s, e] overlaps events exactly when the largest end of those starting by e
-    reaches s: the ranges come in windows of their end, the events in the same windows of their start, a fold carrying
-    the largest end so far (:func:`_reached`)."""
+    """How many of RANGES overlap a CUDA call on their thread (API) or any GPU work (GPU), in windows of about ROWS
+    positions (None: one). A range [s, e] overlaps events exactly when the largest end of those starting by e reaches
+    s: ranges come in windows of their end, events in the same windows of their start (a fold: :func:`_reached`)."""
     positions = pl.concat([api.select("start_ns"), gpu.select("start_ns"), ranges.select(pl.col("end_ns").alias(
         "start_ns"))])
     cuts = start_cuts(positions, rows)

@@ -4,8 +4,7 @@ Everything is matched by name (kernels, NVTX range families, budget parts), with
 number decides the verdict, the gate: the step p50 when both have steps of the same family, else, when neither has
 steps, GPU busy time, else (recorded CSVs) summed kernel time. Captures that do not measure the same thing (steps of
 different families, different GPUs, an incomplete trace) are :class:`Reason` codes, and the verdict ``not_comparable``:
-a CI gate must not pass a 3x slowdown because of them.
-"""
+a CI gate must not pass a 3x slowdown because of them."""
 
 from __future__ import annotations
 
@@ -120,16 +119,14 @@ class TraceDiff(BaseModel):
     ranges: list[NameDelta] = Field(description="NVTX range families matched by pattern, largest change first")
 
     def outcome(self, percent: float) -> GateOutcome:
-        """A gate of PERCENT %: passed, slower (B's gate number more than PERCENT % above A's), or not comparable (a
-        gate that cannot judge must not pass)."""
+        """A gate of PERCENT %: slower (B over A by more than PERCENT %), passed, or not_comparable (not a pass)."""
         if self.reasons:
             return "not_comparable"
         return "slower" if self.gate.change is not None and self.gate.change * 100 > percent else "passed"
 
 
 def side_from_trace(source: str, trace: Trace, completeness: Completeness | None = None) -> Side:
-    """A side with events: per-name totals, GPU busy time (in windows of kernels, :func:`busy_over`), the GPUs it ran
-    on, the analysis and COMPLETENESS."""
+    """A side with events: per-name totals, GPU busy time (:func:`busy_over`), GPUs, analysis and COMPLETENESS."""
     frames = events(trace)
     ranges = (_totals(frames.nvtx).group_by(family_pattern(pl.col("name")).alias("name"))
               .agg(pl.col("instances", "total_ns").sum()))
@@ -180,8 +177,7 @@ def _step_patterns(a: Side, b: Side) -> tuple[str | None, str | None] | None:
 
 
 def _estimated_p50(side: Side) -> float | None:
-    """SIDE's p50 step without the profiler where it was estimated (the GPU's clock), else its p50 step: the gate
-    compares steps as the user's job runs them."""
+    """SIDE's p50 step without the profiler where estimated (GPU's clock), else its p50: steps as the job runs them."""
     steps = side.step_stats
     if isinstance(steps, NvtxGpuSteps):
         return steps.estimated_p50_ns

@@ -1,8 +1,7 @@
 """The budget of every step, in batches of steps: either budget is local in time, so one code serves every size. On
 the GPU's clock (analysis/gpu_budget.py) a batch gets the GPU work of its time and the calls that launched it; on the
 CPU's (analysis/cpu_budget.py) every event overlapping its time; a capture without steps is one step, budgeted in
-pieces cut where the GPU is busy (:func:`every_step.busy_pieces`).
-"""
+pieces cut where the GPU is busy (:func:`every_step.busy_pieces`)."""
 
 from __future__ import annotations
 
@@ -121,8 +120,7 @@ def _edge_counts(starts: pl.LazyFrame, steps: pl.DataFrame) -> pl.DataFrame:
 def _cpu_budget(frames: Events, every: EveryStep, thread: int | None, window_rows: int | None,
                 coded: CodedRanges | None) -> Budgets:
     """:func:`cpu_budget.budget_totals` of EVERY step (their ranges or kernel periods, on THREAD) in batches of steps
-    whose time holds about WINDOW_ROWS events: each batch's events are those overlapping its time, its NVTX ranges
-    taken from CODED where given."""
+    whose time holds about WINDOW_ROWS events, each with the events overlapping it (NVTX ranges from CODED if given)."""
     steps = every.ranges if every.pieces is None else every.pieces
     sources = (frames.kernels, frames.memcpy, frames.memset, frames.cuda_api, frames.osrt, frames.nvtx)
     cuts = start_cuts(pl.concat([frame.select("start_ns") for frame in sources]), window_rows)

@@ -1,7 +1,6 @@
 """Every step of a capture, of the family chosen from its start (analysis/analyze.py): on the GPU's clock where they
 launched work (:func:`gpu_spans`: the events in windows of correlation id, which hold both sides of every launch), or
-periods of the kernel sequence (:func:`steps.period_steps`). The start of every step's budget and findings.
-"""
+periods of the kernel sequence (:func:`steps.period_steps`). The start of every step's budget and findings."""
 
 from __future__ import annotations
 
@@ -53,8 +52,7 @@ class EveryStep:
 
     @property
     def drawn(self) -> pl.DataFrame:
-        """What a step view draws of each step (step, start_ns, end_ns, cpu_start_ns, cpu_end_ns): its GPU window on
-        the GPU's clock, else its range."""
+        """What a step view draws (step, start_ns, end_ns, cpu_start_ns, cpu_end_ns): GPU window, else the range."""
         if self.windows is not None:
             return self.windows
         return self.ranges.select("step", "start_ns", "end_ns", pl.col("start_ns").alias("cpu_start_ns"),
@@ -119,8 +117,8 @@ def _kernel_periods(frames: Events, chosen: KernelPeriodSteps) -> EveryStep | No
 
 
 def _nvtx_steps(frames: Events, chosen: NvtxCpuSteps, window_rows: int | None) -> EveryStep | None:
-    """Every range of CHOSEN's family in FRAMES, on the GPU's clock where enough launched GPU work; None where they are
-    fewer than two or overlap."""
+    """CHOSEN's family's ranges in FRAMES, on the GPU's clock where enough launched GPU work; None if fewer than two or
+    overlapping."""
     family = chosen.family
     thread = family.thread
     # The family's names found among the distinct ones: its pattern's regex on every range took most of the pass.

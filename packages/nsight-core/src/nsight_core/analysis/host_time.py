@@ -22,8 +22,7 @@ OTHER_RANGES = "(other ranges)"
 @dataclass(frozen=True, kw_only=True)
 class Host:
     """What the steps' thread was in, as interval sets (:func:`_cumulative`): its STEPS, its user RANGES by name, and
-    its time outside them named by when any thread dispatched (DISPATCH) or by its CALLS (:class:`HostCalls`, read a
-    batch of time at a time: :meth:`at`)."""
+    its time outside them named by when any thread dispatched (DISPATCH) or by its CALLS (read by batch: :meth:`at`)."""
 
     steps: pl.DataFrame
     ranges: dict[str, pl.DataFrame]
@@ -76,16 +75,14 @@ class Host:
 
 
 TOP_CALLS = 8
-"""CUDA calls (and OS-runtime calls) of the steps' thread named in the budget, by their time over the capture; the
-others are summed as OTHER_CALLS."""
+"""The steps' thread's CUDA (and OS-runtime) calls the budget names, by time over the capture; others: OTHER_CALLS."""
 OTHER_CALLS = "(other calls)"
 
 
 @dataclass(frozen=True, kw_only=True)
 class HostCalls:
     """The steps' THREAD's calls as the budget names them, each a code: the TOP_CALLS CUDA calls (NAMES, the rest
-    OTHER_CALLS) and OS-runtime calls (OSRT), chosen once so every batch of time (:meth:`between`) names its time
-    alike."""
+    OTHER_CALLS) and OS-runtime calls (OSRT), chosen once so every batch of time names its time alike."""
 
     names: list[str]
     osrt: list[str]
@@ -101,8 +98,7 @@ class HostCalls:
                    osrt_calls=osrt_calls, thread=thread)
 
     def between(self, lo: int, hi: int) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """The thread's CUDA calls and OS-runtime calls (start_ns, end_ns, name, by start) that end after LO and start
-        before HI: a filtered scan of that time."""
+        """The thread's CUDA and OS-runtime calls (start_ns, end_ns, name, by start) meeting the time from LO to HI."""
         meets = (pl.col("thread") == self.thread) & (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)
         read = [calls.filter(meets).select("start_ns", "end_ns", "name") for calls in (self.cuda_api, self.osrt_calls)]
         cuda, osrt = pl.collect_all(read, engine="streaming")
@@ -156,9 +152,8 @@ def _unnested(intervals: pl.DataFrame) -> pl.DataFrame:
 
 
 def _painted(layers: list[pl.DataFrame], lo: int, hi: int) -> pl.DataFrame:
-    """LAYERS (start_ns, end_ns, _code; none overlapping within a layer) painted over each other, the first on top,
-    from LO to HI: the pieces between consecutive edges with the code of the first layer that covers each (start_ns,
-    end_ns, _code, by start; uncovered time left out)."""
+    """LAYERS (start_ns, end_ns, _code; disjoint within a layer) painted over each other from LO to HI, the first on
+    top: the pieces between consecutive edges, each with the code of the first layer covering it (uncovered: none)."""
     edges = pl.concat([frame.select(pl.col(column).clip(lo, hi).alias("t")) for frame in layers
                        for column in ("start_ns", "end_ns")]).unique().sort("t")
     pieces = edges.select(pl.col("t").alias("start_ns"), pl.col("t").shift(-1).alias("end_ns")).drop_nulls()
@@ -172,8 +167,8 @@ def _painted(layers: list[pl.DataFrame], lo: int, hi: int) -> pl.DataFrame:
 
 
 def _coded_cover(tiling: pl.DataFrame | None, count: int, q0: pl.Series, q1: pl.Series) -> list[pl.Series]:
-    """How much of each span from Q0 to Q1 TILING's pieces of each of COUNT codes cover (the spans in order): per code,
-    the length of its pieces before each point is a column, so that two as-of lookups give every code's coverage."""
+    """How much of each span from Q0 to Q1 TILING's pieces of each of COUNT codes cover: per code, the length of its
+    pieces before each point is a column, so that two as-of lookups give every code's coverage."""
     if tiling is None or not tiling.height:
         return [pl.zeros(q0.len(), pl.Int64, eager=True) for _ in range(count)]
     length = pl.col("end_ns") - pl.col("start_ns")
@@ -183,8 +178,7 @@ def _coded_cover(tiling: pl.DataFrame | None, count: int, q0: pl.Series, q1: pl.
     inside = pl.min_horizontal("t", "end_ns") - pl.col("start_ns")
 
     def before(points: pl.Series) -> pl.DataFrame:
-        found = pl.DataFrame({"t": points}).join_asof(cumulative, left_on="t", right_on="start_ns",
-                                                      strategy="backward")
+        found = pl.DataFrame({"t": points}).join_asof(cumulative, left_on="t", right_on="start_ns", strategy="backward")
         return found.select((pl.col(f"_b{code}") + pl.when(pl.col("_code") == code).then(inside).otherwise(0))
                             .fill_null(0).alias(f"_b{code}") for code in range(count))
 
@@ -223,7 +217,7 @@ def _cumulative(intervals: pl.DataFrame) -> pl.DataFrame:
 
 def _covered(cumulatives: list[pl.DataFrame], q0: pl.Series, q1: pl.Series) -> list[pl.Series]:
     """How much of each span from Q0 to Q1 each of CUMULATIVES' interval sets covers: what lies before the span's end
-    less what lies before its start. Q0 and Q1 are each in order, so each is looked up with no sort."""
+    less what lies before its start (Q0 and Q1 each in order: no sort)."""
     value = (pl.col("_before") + (pl.min_horizontal("t", "end_ns") - pl.col("start_ns"))).fill_null(0)
     starts, ends = pl.DataFrame({"t": q0}), pl.DataFrame({"t": q1})
 

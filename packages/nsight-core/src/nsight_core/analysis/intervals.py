@@ -2,8 +2,7 @@
 
 GPU busy time is the length of the UNION of kernel intervals: two kernels running at once keep the GPU busy once (a sum
 of kernel times, as `nsys stats` totals, can exceed the wall time). The union is built exactly, window by window of
-start time (:func:`busy_over`).
-"""
+start time (:func:`busy_over`)."""
 
 from __future__ import annotations
 
@@ -53,8 +52,7 @@ def busy_over(windows: Iterable[pl.DataFrame], edges: list[int]) -> Busy:
     seen (R), and covers [s, R] for the latest start s seen; every event of the window starts at or after s, so
     its part before R is covered already. Each window's events are cut to start at R, merged, and their merged
     intervals (disjoint from all earlier ones) add their length and their time before each edge. Nothing of a
-    window is kept but R per device and a number per edge.
-    """
+    window is kept but R per device and a number per edge."""
     reach: dict[int, int] = {}
     devices: set[int] = set()
     busy = 0

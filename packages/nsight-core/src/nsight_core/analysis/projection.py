@@ -3,8 +3,7 @@
 PyTorch launches asynchronously, so a step's range on the CPU can end long before the GPU has done its work. Every
 piece of GPU work carries the correlation id of the call that launched it: a range's GPU work is the work whose launch
 call lies inside it, and a step's GPU window runs from its first GPU work to the next step's. Both clocks are kept; the
-loop is device-bound when the GPU's windows are busy (the host ran ahead), host-bound when they are not.
-"""
+loop is device-bound when the GPU's windows are busy (the host ran ahead), host-bound when they are not."""
 
 from __future__ import annotations
 
@@ -18,8 +17,7 @@ MIN_PROJECTED = 2
 
 
 def launched(work: pl.DataFrame, cuda_api: pl.DataFrame) -> pl.DataFrame:
-    """WORK with the call that launched each piece: launch_ns, launch_end_ns, launch_name, thread (null where no
-    call matched)."""
+    """WORK with each piece's launching call: launch_ns, launch_end_ns, launch_name, thread (null: no call matched)."""
     calls = cuda_api.select("correlation_id", pl.col("start_ns").alias("launch_ns"),
                             pl.col("end_ns").alias("launch_end_ns"), pl.col("name").alias("launch_name"), "thread")
     ids = calls["correlation_id"]
@@ -45,9 +43,8 @@ def launched(work: pl.DataFrame, cuda_api: pl.DataFrame) -> pl.DataFrame:
 
 
 def step_of_launch(launches: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:
-    """The step each launch call lies in (in time, on any thread: PyTorch's backward pass launches from the autograd
-    engine's thread while the step's range is open on the loop's), null for the others. STEPS: step, start_ns, end_ns
-    (not overlapping, by start)."""
+    """The step each launch call lies in, in time on any thread (PyTorch's backward pass launches from the autograd
+    engine's thread while the step's range is open on the loop's), or null. STEPS: step, start_ns, end_ns, by start."""
     if not steps.height:
         return pl.Series("step", [None] * launches.height, pl.Int64)
     launch = launches["launch_ns"]
@@ -66,8 +63,8 @@ def step_of_launch(launches: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:
 
 
 def project_spans(steps: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
-    """:func:`project_steps` from each step's GPU SPANS (step, gpu_start_ns: its first GPU work's start, gpu_end_ns:
-    its last one's end), which every step gets window by window (analysis/every_step.py)."""
+    """STEPS' GPU windows (start_ns, end_ns: from its first GPU work to the next step's; their ranges as cpu_start_ns,
+    cpu_end_ns) from each step's GPU SPANS (step, gpu_start_ns, gpu_end_ns: analysis/every_step.py)."""
     projected = (steps.join(spans, on="step", how="inner").sort("step")
                  .rename({"start_ns": "cpu_start_ns", "end_ns": "cpu_end_ns"}))
     start = pl.col("gpu_start_ns")

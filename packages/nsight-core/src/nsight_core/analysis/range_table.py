@@ -7,8 +7,7 @@ come in windows of start time, and those still open at a window's start (as many
 into it with what they launched so far, so depths and parents are the capture's.
 
 The table needs the events and the user window alone: :func:`start_range_table` starts it in a thread beside the steps
-and their budget, and :func:`range_table` then takes that result.
-"""
+and their budget, and :func:`range_table` then takes that result."""
 
 from __future__ import annotations
 
@@ -43,9 +42,8 @@ def start_range_table(pool: Executor, frames: Events, span_ns: int, window_rows:
 
 
 def range_table(frames: Events, span_ns: int, window_rows: int | None = WINDOW_ROWS) -> list[RangeFamily]:
-    """The range families (:class:`ranges.RangeFamily`) of every NVTX range of the capture FRAMES holds (SPAN_NS: its
-    user window), with their GPU work, streamed in windows of about WINDOW_ROWS ranges (None: one window); the one
-    :func:`start_range_table` started, where it did."""
+    """The range families of every NVTX range in FRAMES (SPAN_NS: its user window), with their GPU work, streamed in
+    windows of about WINDOW_ROWS ranges (None: one window); the one :func:`start_range_table` started, where it did."""
     started = _STARTED.get(frames, {}).pop((span_ns, window_rows), None)
     return started.result() if started is not None else _range_table(frames, span_ns, window_rows)
 
@@ -62,7 +60,7 @@ def _range_table(frames: Events, span_ns: int, window_rows: int | None) -> list[
     cuts = start_cuts(pl.concat([frame.select("start_ns") for frame in (frames.nvtx, calls, work)]), window_rows)
     if not cuts:  # one window: its ranges read once, for the nesting and the medians both
         ranges = ranges.collect().lazy()
-    groups, children, spans = _nested(ranges.select("start_ns", "end_ns", "thread", KEY, *depth), calls, work, cuts)
+    groups, children, spans = _nested(ranges, calls, work, cuts)
     if not groups.height:
         return []
     groups = groups.join(families, on=KEY)
@@ -100,11 +98,10 @@ def _family_key(names: pl.DataFrame) -> tuple[pl.Expr, pl.DataFrame]:
 
 def _nested(ranges: pl.LazyFrame, calls: pl.LazyFrame, work: pl.LazyFrame,
             cuts: list[int]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """Per family (KEY), window by window of start time (CUTS: :func:`windows.start_cuts`): its RANGES' count, sums,
-    minimum and maximum of their durations (:func:`exact.counts`, ``_min``, ``_max``: each window's added up, no pass of
-    their own), the summed time of its ranges' direct children (``_children``), and its ranges' GPU work (gpu_ops,
-    gpu_span_ns summed over the ranges that launched any, ``_spans`` of them; CALLS launched WORK). RANGES' ``depth``
-    where they have it, else counted."""
+    """Per family (KEY), window by window of start time (CUTS): its RANGES' count, sums, minimum and maximum of their
+    durations (:func:`exact.counts`, ``_min``, ``_max``), the summed time of its ranges' direct children
+    (``_children``), and its ranges' GPU work (gpu_ops, gpu_span_ns summed over the ranges that launched any, ``_spans``
+    of them; CALLS launched WORK). RANGES' ``depth`` where they have it, else counted."""
     kept = {**CARRIED, **({"depth": pl.Int64} if "depth" in ranges.collect_schema().names() else {})}
     carried = pl.DataFrame(schema=kept)
     duration = pl.col("end_ns") - pl.col("start_ns")
@@ -142,19 +139,17 @@ def _nested(ranges: pl.LazyFrame, calls: pl.LazyFrame, work: pl.LazyFrame,
 
 def _gpu_sums(ranges: pl.DataFrame) -> pl.DataFrame:
     """Per family (KEY) of RANGES that have ended: the GPU work they launched, their GPU spans summed and how many
-    launched any (``_spans``). Sums, which the windows' sum again: no row per range is kept."""
+    launched any (``_spans``): sums, which the windows' sum again."""
     span = (pl.col("gpu_end_ns") - pl.col("gpu_start_ns")).alias("gpu_span_ns")
     return ranges.group_by(KEY).agg(pl.col("gpu_ops").sum(), span.sum(), span.count().cast(pl.Int64).alias("_spans"))
 
 
 def _launches(calls: pl.LazyFrame, work: pl.LazyFrame, started: pl.Expr, launched_in: pl.Expr) -> pl.DataFrame:
-    """The GPU work of one window (launch_ns, thread, start_ns, end_ns): launched by a call that STARTED in it, the
-    call found for each piece being the first of its correlation id (:func:`projection.launched`, LAUNCHED_IN the
-    window), as a capture read whole has it."""
+    """The GPU work of one window (launch_ns, thread, start_ns, end_ns) launched by a call that STARTED in it, each
+    piece's call the first of its correlation id (LAUNCHED_IN the window), as a capture read whole has it."""
     ids = calls.filter(started).select("correlation_id").collect(engine="streaming")["correlation_id"].drop_nulls()
     if not ids.len():
-        return pl.DataFrame(schema={"launch_ns": pl.Int64, "thread": pl.Int64, "start_ns": pl.Int64,
-                                    "end_ns": pl.Int64})
+        return pl.DataFrame(schema=dict.fromkeys(("launch_ns", "thread", "start_ns", "end_ns"), pl.Int64))
     among = pl.col("correlation_id").is_between(ids.min(), ids.max()) & pl.col("correlation_id").is_in(ids.implode())
     return launched_by_id(work.filter(among), calls).filter(launched_in).select("launch_ns", "thread", "start_ns",
                                                                                "end_ns")

@@ -1,7 +1,6 @@
 """NVTX ranges by family with self time: a range's duration less its direct children's, which of one thread never
 overlap (`nsys stats` totals nest, counting a child's time again in its parent). Shares are of the capture span; summed
-(inclusive) time is kept, named as such.
-"""
+(inclusive) time is kept, named as such."""
 
 from __future__ import annotations
 
@@ -70,8 +69,7 @@ def by_start(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def _thread_level(ranges: pl.DataFrame) -> pl.Expr:
-    """(thread, depth) of each range as one integer (UInt32 where it fits), equal for equal pairs, depth + 1 the next
-    level's."""
+    """(thread, depth) of each range as one integer (UInt32 where it fits): depth + 1 is the next level's."""
     codes, threads = distinct_codes(ranges, "thread")
     if threads.len() == 1:
         return pl.col("depth").cast(pl.UInt32)
@@ -82,9 +80,8 @@ def _thread_level(ranges: pl.DataFrame) -> pl.Expr:
 
 @dataclass(frozen=True, kw_only=True)
 class CodedRanges:
-    """NVTX RANGES by start with each one's family as a code into FAMILIES (:func:`family_codes`): coded once for the
-    steps' family and, where they are every range of the capture, the CPU budget's :class:`Nesting` (a hash lookup
-    of every range's name, made once)."""
+    """NVTX RANGES by start, each one's family a code into FAMILIES (:func:`family_codes`), made once (a hash lookup
+    per name) for the steps' family and, where they are all the capture's ranges, the CPU budget's :class:`Nesting`."""
 
     ranges: pl.DataFrame
     family: pl.Series

@@ -1,5 +1,4 @@
-"""The typed result of a capture's analysis (:func:`nsight_core.analysis.analyze.analyze`): numbers and codes, no
-words (render/ writes those)."""
+"""The typed result of a capture's analysis (analyze.py): numbers and codes, no words (render/ writes those)."""
 
 from __future__ import annotations
 

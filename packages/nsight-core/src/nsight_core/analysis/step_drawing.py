@@ -1,7 +1,6 @@
 """The steps a page draws in full, with their events: the median and slowest steady step (:func:`step_view`), and
 the steps a finding's evidence points at. A step's drawn span is its GPU window and its NVTX range together; its events
-are all overlapping it (:data:`EVENT_SCHEMA`), the MAX_EVENTS longest where more. Numbers and names only.
-"""
+are all overlapping it (:data:`EVENT_SCHEMA`), the MAX_EVENTS longest where more. Numbers and names only."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 A loop marks its steps with NVTX (`step_0` … `step_19`, `iter 12`, or one name pushed every iteration): numbered names
 are one family, whose pattern has each digit run replaced by ``{n}``. Without NVTX the kernel sequence's period cuts
-the steps; without either, the result says why. Each way of finding steps is a model of its own (:data:`StepStats`).
-"""
+the steps; without either, the result says why. Each way of finding steps is a model of its own (:data:`StepStats`)."""
 
 from __future__ import annotations
 
@@ -29,8 +28,7 @@ Trend = Literal["flat", "rising", "falling", "unknown"]
 Clock = Literal["gpu", "cpu"]
 Bound = Literal["host", "device", "unknown"]
 Mode = Literal["nvtx-gpu", "nvtx-cpu", "kernel-period", "capture-as-one-step"]
-"""How a capture's steps were found: NVTX ranges on the GPU's clock or on the CPU's, periods of the kernel sequence,
-or none (the capture is one step)."""
+"""How a capture's steps were found: NVTX ranges on the GPU's or the CPU's clock, kernel-sequence periods, or none."""
 
 
 class StepFamily(BaseModel):
@@ -65,8 +63,7 @@ class StepShape(BaseModel):
 
     @model_serializer(mode="wrap")
     def _candidates_last(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """The fields with the candidates, often many families, last: a reader of the JSON looks for the mode's own
-        fields (the family first) before them."""
+        """The candidates (often many families) last: a reader of the JSON looks for the mode's own fields first."""
         data: dict[str, Any] = handler(self)
         if "candidates" in data:
             data["candidates"] = data.pop("candidates")
@@ -88,8 +85,7 @@ class NvtxCpuSteps(FamilySteps):
 
 class GpuWindowSteps(FamilySteps):
     """An NVTX family's steps timed by their GPU windows (from a step's first GPU work to the next step's), with the
-    ranges' own p50 and p95: the steps as analysis/every_step.py reads them, before their budget says what bounds
-    them (:class:`NvtxGpuSteps`)."""
+    ranges' own p50 and p95, before their budget says what bounds them (:class:`NvtxGpuSteps`)."""
 
     mode: Literal["nvtx-gpu"] = "nvtx-gpu"
     cpu_p50_ns: float = Field(description="The ranges' own p50: the CPU's period of a step")
@@ -97,14 +93,12 @@ class GpuWindowSteps(FamilySteps):
     clock: ClassVar[Clock] = "gpu"
 
     def bounded(self, bound: Bound, estimated_p50_ns: float) -> NvtxGpuSteps:
-        """These steps with BOUND, what bounds them (their budget's :func:`budget.bound_by`), and ESTIMATED_P50_NS,
-        their p50 step without the profiler."""
+        """These steps with BOUND (their budget's :func:`budget.bound_by`) and ESTIMATED_P50_NS (p50, no profiler)."""
         return NvtxGpuSteps(**dict(self), bound=bound, estimated_p50_ns=estimated_p50_ns)
 
 
 class NvtxGpuSteps(GpuWindowSteps):
-    """An NVTX family's steps on the GPU's clock (:class:`GpuWindowSteps`), with what bounds them and their p50 step
-    without the profiler."""
+    """:class:`GpuWindowSteps` with what bounds them and their p50 step without the profiler."""
 
     bound: Bound = Field(description="device: the GPU was busy through its steps (the host ran ahead); host: the GPU "
                          "waited on the host; unknown: the steady steps' windows have no length")

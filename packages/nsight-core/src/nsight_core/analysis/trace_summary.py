@@ -43,8 +43,7 @@ class NvtxInstance(BaseModel):
 
 
 class NvtxBucket(BaseModel):
-    """One thread's outermost NVTX ranges in one slice of the capture (a long capture's timeline: its ranges are
-    too many and too short to draw one by one)."""
+    """One thread's outermost NVTX ranges in a slice of the capture, where they are too many to draw one by one."""
 
     thread: int
     start_ns: int = Field(description="Slice start, relative to the first traced event")
@@ -136,8 +135,7 @@ def summarize_trace(trace: Trace, buckets: int = TIMELINE_BUCKETS, window_rows: 
 
 
 def call_totals(windows: Iterable[pl.DataFrame], top: int = TOP_CALLS) -> tuple[list[CallTotal], int]:
-    """The calls (start_ns, end_ns, name) of WINDOWS by name, the TOP longest in total, and how many there are:
-    per window, then added up."""
+    """WINDOWS' calls (start_ns, end_ns, name) by name, per window then added up: the TOP longest, and the count."""
     duration = pl.col("end_ns") - pl.col("start_ns")
     parts = [calls.group_by("name").agg(pl.len().alias("calls"), duration.sum().alias("total_ns"),
                                         duration.max().alias("max_ns")) for calls in windows]
@@ -155,9 +153,8 @@ def _on_gpus(*frames: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def nvtx_windows(nvtx: pl.LazyFrame, rows: int | None) -> Iterator[pl.DataFrame]:
-    """NVTX ranges with their ``depth`` (as ``Trace.nvtx``), in windows of start time (:func:`start_windows`); where
-    the frame has none (scanned from disk), each window's is computed with the ranges of earlier windows still open
-    at its first start (:func:`_with_depth`)."""
+    """NVTX ranges with their ``depth`` (as ``Trace.nvtx``) in windows of start time; where the frame has none (scanned
+    from disk), each window's is counted with the ranges of earlier windows open at its start (:func:`_with_depth`)."""
     columns = ["start_ns", "end_ns", "name", "thread"]  # what the views read: a window holds no other
     if depth_read(nvtx):
         return start_windows(nvtx.select(*columns, "depth"), rows)

@@ -3,8 +3,7 @@
 After `nsys start` the region sleeps START_SETTLE_SECONDS so collection is live before the user's code runs; with
 `osrt` tracing that sleep shows as the user's ``clock_nanosleep``. The user's window therefore runs from the NVTX mark
 ``LIVE_MARK`` a region emits once collection is live to ``STOP_MARK`` before it stops, where the capture has them; else
-from the first to the last CUDA or NVTX event, a sleep as long as the settle wait at the start being the profiler's.
-"""
+from the first to the last CUDA or NVTX event, a sleep as long as the settle wait at the start being the profiler's."""
 
 from __future__ import annotations
 
@@ -66,8 +65,7 @@ def user_window(window_start_ns: int, window_end_ns: int, marks: pl.DataFrame | 
 
 def capture_window(trace: EventTables, frames: Events | None = None) -> UserWindow:
     """The user's part of TRACE's collection window, from its marks, CUDA and NVTX events, or OS calls: of TRACE's
-    frames, or of FRAMES (:func:`nsight_core.trace.streamed.events`), which a capture too large to read whole scans
-    from disk, no frame read whole."""
+    frames, or of FRAMES (:func:`trace.streamed.events`: a large capture's, scanned from disk, no frame read whole)."""
     of: EventTables | Events = trace if frames is None else frames
     return user_window(trace.window.start_ns, trace.window.end_ns, of.nvtx_marks,
                        [of.kernels, of.memcpy, of.memset, of.cuda_api, of.nvtx], of.osrt)

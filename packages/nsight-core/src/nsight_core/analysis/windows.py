@@ -19,8 +19,7 @@ def start_windows(frame: pl.LazyFrame, rows: int | None) -> Iterator[pl.DataFram
 
     ROWS None, or FRAME no larger: FRAME whole, one window. Else the cuts come from a histogram of the starts (one
     streamed pass, :func:`start_cuts`), and each window is a streamed query of its own (a Parquet scan skips the files
-    whose starts lie outside it: the spilled tables are in the export's order, which is mostly by start).
-    """
+    whose starts lie outside it: the spilled tables are in the export's order, which is mostly by start)."""
     if rows is None:
         yield frame.collect()
         return

@@ -32,6 +32,11 @@ MAX_BUDGET_BARS = 200
 """Steps drawn as bars at most; more are drawn in groups of consecutive steps (each bar a group's mean step)."""
 LABELLED_SHARE = 0.08
 """A part of the median step's bar is labelled in place when it holds at least this share of the step."""
+TOP_LEGEND = 12
+"""Range names in the timeline's legend (and colors); the others share one color as OTHER_RANGES."""
+TABLEAU = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
+           "#bab0ac", "#86bcb6", "#d37295"]
+"""Tableau 10's colors and two more: one per legend name (TOP_LEGEND)."""
 
 
 class ChartSpec(BaseModel):
@@ -48,9 +53,8 @@ def capture_charts(profile: CaptureProfile) -> list[ChartSpec]:
     which Altair resolves by hashing the schema of each of its channel classes."""
     with debug_mode(False):
         stats = profile.stats
-        if profile.analysis is not None:
-            nvtx = [nvtx_families_chart(profile.analysis.ranges),
-                    nvtx_family_distribution_chart(profile.analysis.ranges)]
+        if (analysis := profile.analysis) is not None:
+            nvtx = [nvtx_families_chart(analysis.ranges), nvtx_family_distribution_chart(analysis.ranges)]
         else:
             nvtx = [nvtx_totals_chart(stats), nvtx_distribution_chart(stats)]
         osrt = [osrt_chart(profile.trace)] if profile.trace is not None and profile.trace.osrt else []
@@ -82,6 +86,11 @@ def _bar_height(rows: int) -> int:
     return max(60, 22 * rows)
 
 
+def _tip(field: str, title: str, number: str | None = None) -> alt.Tooltip:
+    """A tooltip line: FIELD (`name:type`) titled TITLE, its numbers in d3's format NUMBER where given."""
+    return alt.Tooltip(field, title=title) if number is None else alt.Tooltip(field, title=title, format=number)
+
+
 def _total_time_bars(frame: pl.DataFrame, label: str, color: str, tooltip: list[alt.Tooltip],
                      x: alt.X | None = None, data: str = "bars") -> dict[str, Any]:
     """Horizontal bars of X (`total_ms`) per LABEL, longest first: the shape of every "top N" chart."""
@@ -102,12 +111,8 @@ def top_kernels_chart(stats: ProfileStats, top: int = TOP_N) -> ChartSpec:
                          (pl.col("total_time_ns") / NS_PER_MS).alias("total_ms"), "instances",
                          (pl.col("avg_ns") / 1e3).alias("avg_us"), "time_pct")
     return ChartSpec(title=title, spec=_total_time_bars(frame, "kernel", "#4c78a8", [
-        alt.Tooltip("name:N", title="Kernel"),
-        alt.Tooltip("total_ms:Q", title="Total (ms)", format=",.3f"),
-        alt.Tooltip("instances:Q", title="Launches", format=","),
-        alt.Tooltip("avg_us:Q", title=f"Average ({MICROSECONDS})", format=",.2f"),
-        alt.Tooltip("time_pct:Q", title="Share of kernel time (%)", format=".1f"),
-    ]))
+        _tip("name:N", "Kernel"), _tip("total_ms:Q", "Total (ms)", ",.3f"), _tip("instances:Q", "Launches", ","),
+        _tip("avg_us:Q", f"Average ({MICROSECONDS})", ",.2f"), _tip("time_pct:Q", "Share of kernel time (%)", ".1f")]))
 
 
 def nvtx_totals_chart(stats: ProfileStats, top: int = TOP_N) -> ChartSpec:
@@ -118,10 +123,7 @@ def nvtx_totals_chart(stats: ProfileStats, top: int = TOP_N) -> ChartSpec:
     frame = stats.frame("nvtx_ranges").sort("total_time_ns", descending=True).head(top).select(
         "name", (pl.col("total_time_ns") / NS_PER_MS).alias("total_ms"), "instances")
     return ChartSpec(title=title, spec=_total_time_bars(frame, "name", "#76b900", [
-        alt.Tooltip("name:N", title="Range"),
-        alt.Tooltip("total_ms:Q", title="Total (ms)", format=",.3f"),
-        alt.Tooltip("instances:Q", title="Instances", format=","),
-    ]))
+        _tip("name:N", "Range"), _tip("total_ms:Q", "Total (ms)", ",.3f"), _tip("instances:Q", "Instances", ",")]))
 
 
 def nvtx_families_chart(ranges: list[RangeFamily], top: int = TOP_N) -> ChartSpec:
@@ -134,10 +136,9 @@ def nvtx_families_chart(ranges: list[RangeFamily], top: int = TOP_N) -> ChartSpe
         in_domain("pattern").alias("range"),
         (pl.col("self_ns") / NS_PER_MS).alias("self_ms"), (pl.col("summed_ns") / NS_PER_MS).alias("summed_ms"))
     return ChartSpec(title=title, spec=_total_time_bars(frame, "range", "#76b900", [
-        alt.Tooltip("range:N", title="Range family"), alt.Tooltip("count:Q", title="Instances", format=","),
-        alt.Tooltip("self_ms:Q", title="Self time (ms)", format=",.3f"),
-        alt.Tooltip("self_fraction:Q", title="Share of the capture", format=".1%"),
-        alt.Tooltip("summed_ms:Q", title="Summed time, nested ranges included (ms)", format=",.3f")],
+        _tip("range:N", "Range family"), _tip("count:Q", "Instances", ","), _tip("self_ms:Q", "Self time (ms)", ",.3f"),
+        _tip("self_fraction:Q", "Share of the capture", ".1%"),
+        _tip("summed_ms:Q", "Summed time, nested ranges included (ms)", ",.3f")],
         alt.X("self_fraction:Q", title="Self time, share of the capture", axis=alt.Axis(format="%")), "families"))
 
 
@@ -156,13 +157,11 @@ def nvtx_family_distribution_chart(ranges: list[RangeFamily], top: int = TOP_N) 
 
 def osrt_chart(trace: TraceSummary) -> ChartSpec:
     """OS-runtime calls of the user's window by total time (the profiler's settle wait left out)."""
-    title = "OS runtime calls by total time"
     frame = pl.DataFrame([c.model_dump() for c in trace.osrt]).with_columns(
         (pl.col("total_ns") / NS_PER_MS).alias("total_ms"), (pl.col("max_ns") / NS_PER_MS).alias("max_ms"))
-    return ChartSpec(title=title, spec=_total_time_bars(frame, "name", "#9f86c0", [
-        alt.Tooltip("name:N", title="Call"), alt.Tooltip("calls:Q", title="Calls", format=","),
-        alt.Tooltip("total_ms:Q", title="Total (ms), threads summed", format=",.3f"),
-        alt.Tooltip("max_ms:Q", title="Longest (ms)", format=",.3f")]))
+    return ChartSpec(title="OS runtime calls by total time", spec=_total_time_bars(frame, "name", "#9f86c0", [
+        _tip("name:N", "Call"), _tip("calls:Q", "Calls", ","), _tip("total_ms:Q", "Total (ms), threads summed", ",.3f"),
+        _tip("max_ms:Q", "Longest (ms)", ",.3f")]))
 
 
 def nvtx_distribution_chart(stats: ProfileStats, top: int = TOP_N) -> ChartSpec:
@@ -189,8 +188,8 @@ def _distribution(frame: pl.DataFrame) -> dict[str, Any]:
     ).encode(
         y=alt.Y("name:N", title=None, sort=alt.EncodingSortField("max_ms", order="descending"),
                 axis=alt.Axis(labelLimit=320)),
-        tooltip=[alt.Tooltip("name:N", title="Range"), alt.Tooltip("instances:Q", title="Instances", format=","),
-                 *(alt.Tooltip(f"{stat}_ms:Q", title=f"{label} (ms)", format=",.3f")
+        tooltip=[_tip("name:N", "Range"), _tip("instances:Q", "Instances", ","),
+                 *(_tip(f"{stat}_ms:Q", f"{label} (ms)", ",.3f")
                    for stat, label in (("min", "Min"), ("med", "Median"), ("avg", "Mean"), ("max", "Max")))],
     ).properties(width=WIDTH, height=_bar_height(frame.height))
     return _spec(chart, durations=frame.to_dicts())
@@ -203,16 +202,14 @@ def memory_chart(stats: ProfileStats) -> ChartSpec:
         return ChartSpec(title=title, missing="no memory copies or memsets were traced in this capture")
     sizes = stats.frame("memory_size").select(
         "name", (pl.col("total_mb") * BYTES_PER_NSYS_MB / MIB).alias("value"), "instances")
-    times = stats.frame("memory_time").select(
-        "name", (pl.col("total_time_ns") / NS_PER_MS).alias("value"), "instances")
+    times = stats.frame("memory_time").select("name", (pl.col("total_time_ns") / NS_PER_MS).alias("value"), "instances")
     drawn = [chart for chart in (("sizes", sizes, "Bytes moved", "Total (MiB)", "#4c78a8"),
                                  ("times", times, "GPU time", "Total time (ms)", "#f58518")) if chart[1].height]
     charts = [
         alt.Chart(alt.Data(name=name), title=label).mark_bar(color=color).encode(
-            x=alt.X("value:Q", title=axis),
-            y=alt.Y("name:N", sort="-x", title=None, axis=alt.Axis(labelLimit=260)),
-            tooltip=[alt.Tooltip("name:N", title="Operation"), alt.Tooltip("value:Q", title=axis, format=",.3f"),
-                     alt.Tooltip("instances:Q", title="Operations", format=",")],
+            x=alt.X("value:Q", title=axis), y=alt.Y("name:N", sort="-x", title=None, axis=alt.Axis(labelLimit=260)),
+            tooltip=[_tip("name:N", "Operation"), _tip("value:Q", axis, ",.3f"),
+                     _tip("instances:Q", "Operations", ",")],
         ).properties(width=WIDTH // 2 - 80, height=_bar_height(frame.height))
         for name, frame, label, axis, color in drawn]
     return ChartSpec(title=title, spec=_spec(alt.hconcat(*charts), **{name: frame.to_dicts()
@@ -234,9 +231,8 @@ def timeline_chart(trace: TraceSummary | None) -> ChartSpec:
         alt.Chart(alt.Data(name="buckets")).mark_rect(color=color).encode(
             x=alt.X("start_ms:Q", title=None, scale=x_scale), x2=alt.X2("end_ms"),
             y=alt.Y(f"{field}:Q", title=label, axis=alt.Axis(format="%", tickCount=2), scale=alt.Scale(domain=[0, 1])),
-            tooltip=[alt.Tooltip("start_ms:Q", title="From (ms)", format=",.3f"),
-                     alt.Tooltip("end_ms:Q", title="To (ms)", format=",.3f"),
-                     alt.Tooltip(f"{field}:Q", title=f"{label} busy", format=".1%")],
+            tooltip=[_tip("start_ms:Q", "From (ms)", ",.3f"), _tip("end_ms:Q", "To (ms)", ",.3f"),
+                     _tip(f"{field}:Q", f"{label} busy", ".1%")],
         ).properties(width=WIDTH, height=90)
         for field, label, color, count in (("kernel_fraction", "Kernels", "#76b900",
                                             trace.kernel_count + trace.graph_count),
@@ -246,26 +242,17 @@ def timeline_chart(trace: TraceSummary | None) -> ChartSpec:
     if not trace.nvtx:
         lanes[-1] = lanes[-1].encode(x=alt.X("start_ms:Q", title=axis_title, scale=x_scale))
         return ChartSpec(title=title, spec=_spec(alt.vconcat(*lanes, spacing=4), buckets=buckets.to_dicts()))
-    nvtx = _nvtx_lane(trace, x_scale, axis_title)
-    datasets = {"buckets": buckets.to_dicts(), "ranges": nvtx[1]}
-    return ChartSpec(title=title, spec=_spec(alt.vconcat(*lanes, nvtx[0], spacing=4), **datasets))
-
-
-TOP_LEGEND = 12
-"""Range names in the timeline's legend (and colors); the others share one color as OTHER_RANGES."""
-
+    lane, ranges = _nvtx_lane(trace, x_scale, axis_title)
+    return ChartSpec(title=title, spec=_spec(alt.vconcat(*lanes, lane, spacing=4), buckets=buckets.to_dicts(),
+                                             ranges=ranges))
 
 def _nvtx_lane(trace: TraceSummary, x_scale: alt.Scale, axis_title: str) -> tuple[alt.Chart, list[dict[str, Any]]]:
     """The timeline's NVTX rows, one per thread (and nesting level), the range names in a legend: each range, or for a
     capture of more than MAX_TIMELINE_RANGES, each thread's outermost ranges per slice (a mark per range would be
     thousands of invisible slivers), as opaque as the slice is covered."""
     aggregated = bool(trace.nvtx_buckets)
-    if aggregated:
-        frame = pl.DataFrame([bucket.model_dump() for bucket in trace.nvtx_buckets]).with_columns(
-            pl.lit(0).alias("depth"))
-    else:
-        frame = pl.DataFrame([instance.model_dump() for instance in trace.nvtx]).with_columns(pl.lit(1.0)
-                                                                                              .alias("fraction"))
+    frame = pl.DataFrame([drawn.model_dump() for drawn in trace.nvtx_buckets or trace.nvtx]).with_columns(
+        pl.lit(0).alias("depth") if aggregated else pl.lit(1.0).alias("fraction"))
     covered = (pl.col("end_ns") - pl.col("start_ns")) * pl.col("fraction")
     top = frame.group_by("name").agg(covered.sum().alias("t")).sort("t", "name", descending=[True, False])
     names = top["name"].head(TOP_LEGEND).to_list()
@@ -281,10 +268,9 @@ def _nvtx_lane(trace: TraceSummary, x_scale: alt.Scale, axis_title: str) -> tupl
     ).sort("thread", "depth", "start_ns")
     order = rows["row"].unique(maintain_order=True).to_list()
     legend = names + ([OTHER_RANGES] if top.height > len(names) else [])
-    tooltip = [alt.Tooltip("row:N", title="Thread"), alt.Tooltip("name:N", title="Range"),
-               alt.Tooltip("start_ms:Q", title="Start (ms)", format=",.3f")]
-    tooltip += ([alt.Tooltip("fraction:Q", title="Share of the slice in ranges", format=".0%")] if aggregated else
-                [alt.Tooltip("duration_ms:Q", title="Duration (ms)", format=",.3f")])
+    tooltip = [_tip("row:N", "Thread"), _tip("name:N", "Range"), _tip("start_ms:Q", "Start (ms)", ",.3f"),
+               _tip("fraction:Q", "Share of the slice in ranges", ".0%") if aggregated
+               else _tip("duration_ms:Q", "Duration (ms)", ",.3f")]
     title = "NVTX, per thread" + (f": outermost ranges per slice ({trace.nvtx_total:,} ranges)" if aggregated else "")
     chart = alt.Chart(alt.Data(name="ranges")).mark_rect(stroke="white", strokeWidth=0 if aggregated else 0.5).encode(
         x=alt.X("start_ms:Q", title=axis_title, scale=x_scale),
@@ -299,12 +285,6 @@ def _nvtx_lane(trace: TraceSummary, x_scale: alt.Scale, axis_title: str) -> tupl
     ).properties(width=WIDTH, height=22 * len(order))
     columns = ["row", "name", "legend", "start_ms", "end_ms", "duration_ms", "fraction"]
     return chart, rows.select(columns).to_dicts()
-
-
-TABLEAU = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
-           "#bab0ac", "#86bcb6", "#d37295"]
-"""Tableau 10's colors and two more: one per legend name (TOP_LEGEND)."""
-
 
 def budget_charts(drawing: StepDrawing) -> list[ChartSpec]:
     """The steady state's median step as one bar of its parts, then every step's bar (the same parts and colors). Drawn
@@ -321,12 +301,10 @@ def budget_charts(drawing: StepDrawing) -> list[ChartSpec]:
 def _long(budgets: pl.DataFrame, parts: Sequence[str]) -> pl.DataFrame:
     """BUDGETS (step, wall_ns, <part>_ns) as one row per step and part: step, part (its words), order (of PARTS), ms,
     share."""
-    order = {part: index for index, part in enumerate(parts)}
-    return (budgets.unpivot(index=["step", "wall_ns"], on=[f"{part}_ns" for part in parts], variable_name="part",
-                            value_name="ns")
-            .with_columns(pl.col("part").str.strip_suffix("_ns"))
+    order = {f"{part}_ns": index for index, part in enumerate(parts)}
+    return (budgets.unpivot(index=["step", "wall_ns"], on=list(order), variable_name="part", value_name="ns")
             .with_columns(pl.col("part").replace_strict(order, return_dtype=pl.Int64).alias("order"),
-                          pl.col("part").replace_strict(PART_LABELS).alias("part"),
+                          pl.col("part").str.strip_suffix("_ns").replace_strict(PART_LABELS).alias("part"),
                           (pl.col("ns") / NS_PER_MS).alias("ms"),
                           (pl.col("ns") / pl.col("wall_ns")).fill_nan(0.0).alias("share"))
             .filter(pl.col("ns") > 0))
@@ -358,9 +336,8 @@ def median_budget_chart(drawing: StepDrawing, parts: Sequence[str], colors: alt.
         x=alt.X("ms:Q", stack="zero", title="Time in the median step (ms)",
                 scale=alt.Scale(domain=[0, wall / NS_PER_MS])),
         color=colors, order=alt.Order("order:Q"),
-        tooltip=[alt.Tooltip("part:N", title="Part"), alt.Tooltip("ms:Q", title="Time (ms)", format=",.3f"),
-                 alt.Tooltip("share:Q", title="Share of the step", format=".1%"),
-                 alt.Tooltip("cause:N", title="The host meanwhile, mostly")])
+        tooltip=[_tip("part:N", "Part"), _tip("ms:Q", "Time (ms)", ",.3f"), _tip("share:Q", "Share of the step", ".1%"),
+                 _tip("cause:N", "The host meanwhile, mostly")])
     text = base.mark_text(color="white", fontWeight="bold", fontSize=11,  # cut to its part's width
                           limit=alt.ExprRef(expr=f"datum.share * {WIDTH} - 8")).encode(
         x=alt.X("middle:Q"), text=alt.Text("label:N"))
@@ -383,8 +360,7 @@ def step_budgets_chart(drawing: StepDrawing, parts: Sequence[str], colors: alt.C
     chart = alt.Chart(alt.Data(name="budgets")).mark_bar().encode(
         x=alt.X("step:O", title=f"Step{warmup}", axis=alt.Axis(labelOverlap=True)),
         y=alt.Y("ms:Q", stack="zero", title="Time (ms)"), color=colors, order=alt.Order("order:Q"),
-        tooltip=[alt.Tooltip("step:O", title="Step"), alt.Tooltip("part:N", title="Part"),
-                 alt.Tooltip("ms:Q", title="Time (ms)", format=",.3f"),
-                 alt.Tooltip("share:Q", title="Share of the step", format=".1%")],
+        tooltip=[_tip("step:O", "Step"), _tip("part:N", "Part"), _tip("ms:Q", "Time (ms)", ",.3f"),
+                 _tip("share:Q", "Share of the step", ".1%")],
     ).properties(width=WIDTH, height=180)
     return ChartSpec(title=title, spec=_spec(chart, budgets=rows.to_dicts()))

@@ -15,7 +15,6 @@ from nsight_core.units import duration, quantity
 TOP_NAMES = 10
 _GATE_LABELS = {"step_p50": "step p50 (without the profiler where estimated)", "gpu_busy": "GPU busy time",
                 "kernel_time_sum": "summed kernel time"}
-_NOTHING = "the captures share no step, GPU busy or kernel time to compare"
 
 
 def _family(patterns: list[str]) -> str:
@@ -24,11 +23,6 @@ def _family(patterns: list[str]) -> str:
 
 def _gpus(names: list[str]) -> str:
     return ", ".join(printable(name) if n == 1 else f"{n} x {printable(name)}" for name, n in Counter(names).items())
-
-
-def _missing(side: str, codes: list[str]) -> str:
-    signs = ", ".join(code.replace("_", " ") for code in codes)
-    return f"{side}'s trace is incomplete ({signs}): `nsight stats` on {side} says what it misses"
 
 
 def reason_text(reason: Reason) -> str:
@@ -44,9 +38,11 @@ def reason_text(reason: Reason) -> str:
         case "gpu-differs":
             return f"they ran on different GPUs (A: {_gpus(reason.a)}, B: {_gpus(reason.b)})"
         case "incomplete-a" | "incomplete-b":
-            return _missing("A", reason.a) if reason.code == "incomplete-a" else _missing("B", reason.b)
+            side, codes = ("A", reason.a) if reason.code == "incomplete-a" else ("B", reason.b)
+            signs = ", ".join(code.replace("_", " ") for code in codes)
+            return f"{side}'s trace is incomplete ({signs}): `nsight stats` on {side} says what it misses"
         case "nothing-to-compare":
-            return _NOTHING
+            return "the captures share no step, GPU busy or kernel time to compare"
 
 
 def _gate_numbers(result: TraceDiff, change: bool = True) -> str | None:
@@ -61,8 +57,7 @@ def verdict_line(result: TraceDiff) -> str:
     """One line: is B slower or faster than A, by how much, on which number; or why it cannot say."""
     gate = result.gate
     if result.reasons:
-        numbers = _gate_numbers(result)
-        reference = f" [for reference only: {numbers}]" if numbers else ""
+        reference = f" [for reference only: {numbers}]" if (numbers := _gate_numbers(result)) else ""
         return "not comparable: " + "; ".join(reason_text(r) for r in result.reasons) + reference
     assert gate.change is not None  # comparable: the analysis gave a gate number
     plain = _gate_numbers(result, change=False)
@@ -85,16 +80,10 @@ def _change(change: float | None) -> str:
     return "-" if change is None else f"{change:+.1%}"
 
 
-def _signed(delta: Delta) -> str:
-    if delta.delta is None:
-        return "-"
-    if delta.unit == "ns":
-        return duration(delta.delta, signed=True)
-    return f"{delta.delta:+,.0f}"
-
-
 def _delta_cells(delta: Delta) -> list[str]:
-    return [quantity(delta.a, delta.unit), quantity(delta.b, delta.unit), _signed(delta), _change(delta.change)]
+    signed = ("-" if delta.delta is None else duration(delta.delta, signed=True) if delta.unit == "ns"
+              else f"{delta.delta:+,.0f}")
+    return [quantity(delta.a, delta.unit), quantity(delta.b, delta.unit), signed, _change(delta.change)]
 
 
 def _name_cells(row: NameDelta) -> list[str]:

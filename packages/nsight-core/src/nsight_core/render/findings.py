@@ -220,10 +220,7 @@ def render_analysis(analysis: Analysis) -> str:
     if analysis.savings_withheld:
         lines.append("(no savings: the trace is incomplete (" + ", ".join(analysis.savings_withheld).replace("_", " ")
                      + "), so time it lost would look like time to win; fix the recording first)")
-    for finding in analysis.findings:
-        lines += finding_lines(finding)
-    if not analysis.findings:
-        lines.append("nothing found")
+    lines += [line for finding in analysis.findings for line in finding_lines(finding)] or ["nothing found"]
     overhead = overhead_text(analysis)
     lines += ["", steps_text(analysis.steps), *([overhead] if overhead else []), coverage_text(analysis.coverage),
               *budget_lines(analysis.budget)]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -90,8 +90,7 @@ class GrowingFragment:
 
     def add(self, profile: CaptureProfile) -> None:
         """Render PROFILE's section, after those added before (its element ids have a prefix of their own)."""
-        section = _section(profile, _Ids())
-        self._sections.append(Markup(_templates().get_template("section.html.j2").render(s=section)))
+        self._sections.append(Markup(_templates().get_template("section.html.j2").render(s=_section(profile, _Ids()))))
 
     def render(self, notes: Sequence[str] = ()) -> str:
         """The fragment (see :func:`render_fragment`) of the captures added so far, then NOTES."""
@@ -150,6 +149,7 @@ class _Ids:
 
 def _section(profile: CaptureProfile, ids: _Ids) -> dict[str, Any]:
     """What the template shows of one capture: plain values and words, formatted here, escaped there."""
+    stats = profile.stats
     return {
         "id": ids.next("section"), "title": profile.title, "source": profile.source,
         "timeline": profile.trace is not None,  # events to export (recorded CSVs have totals only)
@@ -162,8 +162,10 @@ def _section(profile: CaptureProfile, ids: _Ids) -> dict[str, Any]:
                     "spec": Markup(script_json(chart.spec)) if chart.spec is not None else None}
                    for chart in _charts().capture_charts(profile)],
         "notes": profile.notes,
-        "tables": [_table(report, frame) for report, frame in _report_frames(profile)],
-        "skipped": list(profile.stats.skipped.items()),
+        # Every requested report that has rows, in the requested order.
+        "tables": [_table(report, stats.frame(report)) for report in stats.reports
+                   if report not in stats.skipped and (report in stats.other or table_of(report) is not None)],
+        "skipped": list(stats.skipped.items()),
     }
 
 
@@ -193,15 +195,6 @@ def _steps(profile: CaptureProfile, ids: _Ids) -> dict[str, Any] | None:
                        if kind in {k for step in drawing.steps for k in step.events["kind"].unique().to_list()}]
             + [(f"idle: {PART_LABELS[part]}" if part != "gpu_idle" else PART_LABELS[part], PART_COLORS[part])
                for part in PART_COLORS if part in parts]}
-
-
-def _report_frames(profile: CaptureProfile) -> Iterator[tuple[str, pl.DataFrame]]:
-    """(report, rows) for every requested report that has rows, in the requested order."""
-    stats = profile.stats
-    for report in stats.reports:
-        table = report if report in stats.other else table_of(report)
-        if report not in stats.skipped and table is not None:
-            yield report, stats.frame(table)
 
 
 def _table(report: str, frame: pl.DataFrame) -> dict[str, Any]:

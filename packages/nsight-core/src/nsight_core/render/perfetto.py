@@ -60,17 +60,14 @@ def _slice(category: str, name: pl.Expr, pid: pl.Expr, tid: pl.Expr, args: pl.Ex
     return fields if args is None else [*fields, args.alias("args")]
 
 
-def _os_tid(thread: pl.Expr) -> pl.Expr:
-    return thread % (1 << 24)
-
-
 THREAD = pl.col("thread")
 GPU_PID, STREAM = pl.col("device") + GPU_PID_BASE, pl.col("stream")
+PID, TID = pid_of(THREAD), THREAD % (1 << 24)
 
 
 def _events(trace: Trace) -> Iterator[tuple[str, list[Part]]]:
     """(category, its parts), each made as its turn comes, then the metadata naming their processes and threads."""
-    gpu, host, ids = (GPU_PID, STREAM), (pid_of(THREAD), _os_tid(THREAD)), ("device", "stream", "correlation_id")
+    gpu, host, ids = (GPU_PID, STREAM), (PID, TID), ("device", "stream", "correlation_id")
     kernel = pl.when(pl.col("short_name") != "").then("short_name").otherwise("name")
     yield "kernel", [(trace.kernels, _slice("kernel", kernel, *gpu, pl.struct(pl.col("name").alias("kernel"), *ids)))]
     # CUDA-graph launches nsys traced whole (their kernels are not listed one by one).
@@ -84,21 +81,19 @@ def _events(trace: Trace) -> Iterator[tuple[str, list[Part]]]:
     yield "osrt", [(trace.osrt, _slice("osrt", pl.col("name"), *host))]
     yield "nvtx_mark", [(trace.nvtx_marks, [in_domain().alias("name"), pl.lit("nvtx_mark").alias("cat"),
                                             pl.lit("i").alias("ph"), pl.lit("t").alias("s"),
-                                            (pl.col("time_ns") / _US).alias("ts"), host[0].alias("pid"),
-                                            host[1].alias("tid")])]
+                                            (pl.col("time_ns") / _US).alias("ts"), PID.alias("pid"), TID.alias("tid")])]
     yield "__metadata", _metadata(trace)
 
 
 def _nvtx(trace: Trace) -> list[Part]:
     """Push/pop ranges as "X" slices (they nest); start/end ranges as async begin/end pairs (they may overlap)."""
-    pid, tid, name = pid_of(THREAD), _os_tid(THREAD), in_domain()
-    args = pl.struct("domain", "depth", "closed")
+    name, args = in_domain(), pl.struct("domain", "depth", "closed")
     push_pop = pl.col("kind") == "push_pop"
-    parts: list[Part] = [(trace.nvtx.filter(push_pop), _slice("nvtx", name, pid, tid, args))]
+    parts: list[Part] = [(trace.nvtx.filter(push_pop), _slice("nvtx", name, PID, TID, args))]
     crossing = trace.nvtx.with_row_index("_id").filter(~push_pop)
     for phase, time in (("b", "start_ns"), ("e", "end_ns")):
         parts.append((crossing, [name.alias("name"), pl.lit("nvtx").alias("cat"), pl.lit(phase).alias("ph"),
-                                 (pl.col(time) / _US).alias("ts"), pid.alias("pid"), tid.alias("tid"),
+                                 (pl.col(time) / _US).alias("ts"), PID.alias("pid"), TID.alias("tid"),
                                  pl.col("_id").alias("id"), args.alias("args")]))
     return parts
 
@@ -113,7 +108,7 @@ def _metadata(trace: Trace) -> list[Part]:
     threads = pl.concat([frame.select("thread") for frame in (trace.cuda_api, trace.nvtx, trace.osrt,
                                                                trace.nvtx_marks)]).unique().sort("thread")
     threads = threads.join(trace.threads.select("thread", "name").unique("thread"), on="thread", how="left") \
-        .with_columns(pid_of(THREAD).alias("pid"), _os_tid(THREAD).alias("tid"))
+        .with_columns(PID.alias("pid"), TID.alias("tid"))
     processes = threads.select("pid").unique().sort("pid").join(trace.processes.unique("pid"), on="pid", how="left")
 
     def named(kind: str, pid: pl.Expr, tid: pl.Expr, name: pl.Expr) -> list[pl.Expr]:

@@ -28,6 +28,8 @@ KIND_COLORS = {"kernel": "#76b900", "graph": "#2a9d8f", "memcpy": "#4c78a8", "me
 KIND_LABELS = {"kernel": "kernel", "graph": "CUDA graph launch", "memcpy": "copy", "memset": "memset",
                "cuda_api": "CUDA call", "nvtx": "NVTX range"}
 ROLE_TITLES = {"median": "Median step", "slowest": "Slowest step", "evidence": "Step"}
+_CLOCKS = {NvtxGpuSteps: "its GPU window", KernelPeriodSteps: "its kernel period", NvtxCpuSteps: "its NVTX range"}
+"""What a step's time spans, by how the steps were found."""
 TOP_IDLE = 6
 """Idle stretches listed under a panel (longest first); the canvas draws them all."""
 
@@ -37,25 +39,16 @@ def step_view_data(drawing: StepDrawing) -> dict[str, Any]:
     names: dict[str, int] = {}
     labels: dict[str, int] = {}
     steps = [_step(step, drawing, names, labels) for step in drawing.steps]
-    kinds = list(KIND_LABELS)
     return {"clock": drawing.stats.clock, "steps": steps, "names": list(names),
-            "short": [short_name(name) for name in names], "labels": list(labels),
-            "kinds": kinds, "kind_labels": [KIND_LABELS[kind] for kind in kinds],
-            "kind_colors": [KIND_COLORS[kind] for kind in kinds],
+            "short": [short_name(name) for name in names], "labels": list(labels), "kinds": list(KIND_LABELS),
+            "kind_labels": list(KIND_LABELS.values()), "kind_colors": [KIND_COLORS[kind] for kind in KIND_LABELS],
             "parts": {part: {"label": PART_LABELS[part], "color": color} for part, color in PART_COLORS.items()}}
 
 
 def step_panels(drawing: StepDrawing) -> list[dict[str, Any]]:
     """What the template writes around each step's canvas: title, whether hidden (evidence steps until clicked), the
     GPU's idle time by cause, most first, each with its longest stretch (a click zooms to it), and what was left out."""
-    panels = []
-    match drawing.stats:
-        case NvtxGpuSteps():
-            clock = "its GPU window"
-        case KernelPeriodSteps():
-            clock = "its kernel period"
-        case NvtxCpuSteps():
-            clock = "its NVTX range"
+    panels, clock = [], _CLOCKS[type(drawing.stats)]
     for index, step in enumerate(drawing.steps):
         roles = " and ".join(ROLE_TITLES[role].lower() if i else ROLE_TITLES[role] for i, role in enumerate(step.roles))
         idle = step.idle.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("d"), _idle_label())
@@ -110,8 +103,7 @@ def _rows(events: pl.DataFrame, drawing: StepDrawing) -> tuple[pl.DataFrame, lis
     rows = [{"label": f"GPU {device} · stream {stream}", "lane": "gpu", "key": f"g{device}.{stream}"}
             for device, stream in gpu.iter_rows()]
     for thread in order:
-        name = drawing.thread_names.get(thread) or "thread"
-        label = f"{name} ({thread % (1 << 24)})"
+        label = f"{drawing.thread_names.get(thread) or 'thread'} ({thread % (1 << 24)})"
         mine = cpu.filter(pl.col("thread") == thread)
         levels = mine.filter(pl.col("kind") == "nvtx").select((pl.col("depth").max() + 1).fill_null(0)).item()
         rows += [{"label": f"{label} NVTX" if not level else f"  NVTX level {level + 1}", "lane": "cpu",

@@ -116,11 +116,10 @@ def budget_of(rows: pl.DataFrame, activities: pl.DataFrame, thread: int | None) 
     count = max(rows.height, 1)
     shares = rows.select(*(pl.struct(total=pl.col(f"{part}_ns").sum(), p50=pl.col(f"{part}_ns").median())
                            .alias(part) for part in PARTS)).row(0, named=True) if rows.height else {}
-    totals = {part: int(shares[part]["total"] or 0) if shares else 0 for part in PARTS}
-    p50s = {part: float(shares[part]["p50"] or 0.0) if shares else 0.0 for part in PARTS}
-    parts = [BudgetPart(part=part, total_ns=totals[part], per_step_p50_ns=p50s[part],
-                        per_step_mean_ns=totals[part] / count, fraction=totals[part] / wall if wall else 0.0)
-             for part in PARTS]
+    sums = {part: (int(shares[part]["total"] or 0), float(shares[part]["p50"] or 0.0)) if shares else (0, 0.0)
+            for part in PARTS}
+    parts = [BudgetPart(part=part, total_ns=total, per_step_p50_ns=p50, per_step_mean_ns=total / count,
+                        fraction=total / wall if wall else 0.0) for part, (total, p50) in sums.items()]
     top = (activities.group_by("part", "cpu_kind", "cpu_name").agg(pl.col("total_ns").sum())
            .sort(["total_ns", "part", "cpu_kind", "cpu_name"], descending=[True, False, False, False])
            .head(TOP_ACTIVITIES))

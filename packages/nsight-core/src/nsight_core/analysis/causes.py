@@ -229,8 +229,7 @@ def per_tensor_launches(context: Context, inputs: CauseInputs, claims: dict[Clai
     # The launches' idle time outside syncs (a sync's own finding has the gaps after it): per launch, times those
     # a multi-tensor kernel removes.
     held = _activity(inputs, LAUNCH_API, parts=("launch_gap", "gpu_idle"))
-    share = removed / launches
-    total = _claim(claims, held, share) - _traced(inputs, removed)
+    total = _claim(claims, held, removed / launches) - _traced(inputs, removed)
     top = inputs.loops.sort(["launches", "name"], descending=[True, False]).head(5)
     evidence = [Evidence(metric="launches_in_loops_per_step", value=launched / steps, unit="count"),
                 Evidence(metric="launches_left_per_step", value=(launches - removed) / steps, unit="count"),
@@ -240,10 +239,9 @@ def per_tensor_launches(context: Context, inputs: CauseInputs, claims: dict[Clai
     return _finding(context, "per_tensor_launches", total, steps, evidence)
 
 
-def small_copies(context: Context, inputs: CauseInputs, claims: dict[Claim, float],
-                 pinned: float = NOMINAL_PINNED_BYTES_PER_S) -> Finding | None:
+def small_copies(context: Context, inputs: CauseInputs, claims: dict[Claim, float]) -> Finding | None:
     """Many small host-to-device copies a step: the idle time in and before them and their syncs, and their exposed
-    time, less one stacked pinned copy of their bytes (PINNED: its bandwidth)."""
+    time, less one stacked pinned copy of their bytes (at NOMINAL_PINNED_BYTES_PER_S)."""
     steps = inputs.steps
     small = inputs.copies.filter((pl.col("direction") == "Host-to-Device") & pl.col("small"))
     count, size, ns = (float(small[column].sum()) for column in ("copies", "bytes", "ns"))
@@ -253,9 +251,8 @@ def small_copies(context: Context, inputs: CauseInputs, claims: dict[Claim, floa
     taken = _claim(claims, _activity(inputs, COPY_API), min(count / copy_calls, 1.0))
     synced = min(count / sync_calls, 1.0) if sync_calls else 0.0
     taken += _claim(claims, _activity(inputs, SYNC_API), synced)
-    exposed = _claim_exposed(context, claims, ns)
-    stacked = size / pinned * 1e9
-    total = taken + exposed - stacked - _traced(inputs, count + synced * sync_calls)
+    stacked = size / NOMINAL_PINNED_BYTES_PER_S * 1e9
+    total = taken + _claim_exposed(context, claims, ns) - stacked - _traced(inputs, count + synced * sync_calls)
     evidence = [Evidence(metric="small_copies_per_step", value=count / steps, unit="count",
                          where=Where(kind="copy", name="Host-to-Device")),
                 Evidence(metric="bytes_per_copy", value=size / count, unit="bytes"),

@@ -33,29 +33,6 @@ _EDGE = _LOOKUP + 4
 """The event kind of a lookup's end: a cut point, nothing else."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Coding:
-    """What :func:`budget_totals`' codes stand for: _step indexes STEPS, _part PARTS, _name NAMES (API CUDA calls, OSRT
-    OS-runtime calls, NVTX families, then '' for untraced)."""
-
-    steps: pl.Series
-    names: pl.Series
-    api: int
-    osrt: int
-
-    def decoded(self, frame: pl.DataFrame) -> pl.DataFrame:
-        """FRAME with _step, _part and _name as step, part, cpu_kind and cpu_name (both null where the GPU ran)."""
-        code = pl.col("_name").cast(pl.Int64)
-        kind = (pl.when(code < self.api).then(pl.lit("cuda_api"))
-                .when(code < self.api + self.osrt).then(pl.lit("osrt"))
-                .when(code < self.names.len() - 1).then(pl.lit("nvtx"))
-                .when(code.is_not_null()).then(pl.lit("untraced")))
-        return frame.select(
-            pl.lit(self.steps).gather(pl.col("_step")).alias("step"), pl.exclude("_step", "_part", "_name"),
-            _decode(pl.col("_part"), pl.Series(PARTS)).alias("part"), kind.alias("cpu_kind"),
-            _decode(pl.col("_name"), self.names).alias("cpu_name"))
-
-
 def _decode(codes: pl.Expr, values: pl.Series) -> pl.Expr:
     return codes.replace_strict(pl.int_range(values.len(), eager=True), values, default=None, return_dtype=pl.String)
 
@@ -67,12 +44,11 @@ def budget_totals(steps: pl.DataFrame, kernels: pl.DataFrame, copies: pl.DataFra
     (:func:`every_budget.sync_calls`); of CUDA_API, OSRT and NESTING's ranges only THREAD's are attributed.
 
     A batch of steps (about BATCH_EDGES cut points) at a time, by BATCH_WORKERS threads, their sums coded
-    (:class:`_Coding`), one sweep each: a layer's coverage its starts less its ends so far, what the thread was in the
+    (:func:`decoded`), one sweep each: a layer's coverage its starts less its ends so far, what the thread was in the
     call or NVTX self piece started last if it has not ended. Where the GPU idles and no call waits, one kind of
     non-overlapping interval needs no sweep, and ranges nesting inside one step add their self time with no pieces.
     """
     lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
-
     overlapping = (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)
 
     def kept(frame: pl.DataFrame, keep: pl.Expr) -> pl.DataFrame:
@@ -98,9 +74,7 @@ def budget_totals(steps: pl.DataFrame, kernels: pl.DataFrame, copies: pl.DataFra
     lookups = {"_in_sync": _Intervals.lookup(blocking), "_api": _Intervals.lookup(api),
                "_osrt": _Intervals.lookup(calls), "_nvtx": _Intervals.lookup(pieces)}
     names = pl.concat([api_names, osrt_names, families, pl.Series([""])])
-    coding = _Coding(steps=steps.select("step", "start_ns").sort("start_ns")["step"], names=names,
-                     api=api_names.len(), osrt=osrt_names.len())
-    offsets = {"_in_sync": 0, "_api": 0, "_osrt": coding.api, "_nvtx": coding.api + coding.osrt}
+    offsets = {"_in_sync": 0, "_api": 0, "_osrt": api_names.len(), "_nvtx": api_names.len() + osrt_names.len()}
     step_starts = ordered_steps["start_ns"]
     untraced = pl.lit(names.len() - 1, pl.UInt32)
     sources = [*layers.values(), *lookups.values()]
@@ -177,8 +151,7 @@ def budget_totals(steps: pl.DataFrame, kernels: pl.DataFrame, copies: pl.DataFra
         segments = merged.select(start, *covered.values(), *rows, step.cast(pl.Int32).alias("_step")).filter(
             start != start.shift(-1).fill_null(-1))
         del merged
-        segments = segments.with_columns(start.shift(-1).alias("end_ns"))
-        segments = segments.filter(pl.col("in_step") & (end > start))
+        segments = segments.with_columns(start.shift(-1).alias("end_ns")).filter(pl.col("in_step") & (end > start))
 
         def layer(name: str) -> pl.Expr:
             return pl.col(name) if name in covered else pl.lit(False)
@@ -226,19 +199,28 @@ def budget_totals(steps: pl.DataFrame, kernels: pl.DataFrame, copies: pl.DataFra
         pieces = segments.select("_step", part.alias("_part"), pl.when(idle).then(name).alias("_name"), start, end)
         return pieces.group_by("_step", "_part", "_name").agg(total)
 
+    def decoded(frame: pl.DataFrame) -> pl.DataFrame:
+        """FRAME's codes as step, part, cpu_kind and cpu_name (both null where the GPU ran): _step indexes the steps by
+        start, _part PARTS, _name NAMES (CUDA calls, then OS-runtime calls, NVTX families and '' for untraced)."""
+        code, order = pl.col("_name").cast(pl.Int64), steps.select("step", "start_ns").sort("start_ns")["step"]
+        kind = (pl.when(code < offsets["_osrt"]).then(pl.lit("cuda_api"))
+                .when(code < offsets["_nvtx"]).then(pl.lit("osrt")).when(code < names.len() - 1).then(pl.lit("nvtx"))
+                .when(code.is_not_null()).then(pl.lit("untraced")))
+        return frame.select(pl.lit(order).gather(pl.col("_step")).alias("step"), pl.exclude("_step", "_part", "_name"),
+                            _decode(pl.col("_part"), pl.Series(PARTS)).alias("part"), kind.alias("cpu_kind"),
+                            _decode(pl.col("_name"), names).alias("cpu_name"))
+
     if whole is not None:  # the ranges nest: no two pieces overlap, so all steps at once, with no sweep
-        return coding.decoded(idle_runs(overlaps(lo, hi, lookups["_nvtx"].frame, offsets["_nvtx"], whole)))
+        return decoded(idle_runs(overlaps(lo, hi, lookups["_nvtx"].frame, offsets["_nvtx"], whole)))
     # A step lies in one batch: the batches' sums need no summing across them.
     with ThreadPoolExecutor(max_workers=BATCH_WORKERS, thread_name_prefix="nsight-budget") as pool:
-        return coding.decoded(pl.concat(pool.map(lambda span: summed(*span), _batches(steps, sources))))
+        return decoded(pl.concat(pool.map(lambda span: summed(*span), _batches(steps, sources))))
 
 
 def _batches(steps: pl.DataFrame, sources: list[_Intervals]) -> list[tuple[int, int]]:
     """STEPS grouped into consecutive batches of about BATCH_EDGES edges of SOURCES: (first start, last end) each."""
     ordered = steps.select("start_ns", "end_ns").sort("start_ns")
-    edges_before = pl.lit(0, pl.Int64)
-    for source in sources:
-        edges_before = edges_before + source.edges_before(pl.col("start_ns"))
+    edges_before = sum((source.edges_before(pl.col("start_ns")) for source in sources), pl.lit(0, pl.Int64))
     return [(int(first), int(last)) for first, last in ordered.group_by(
         (edges_before // BATCH_EDGES).alias("_batch"), maintain_order=True).agg(
         pl.col("start_ns").min(), pl.col("end_ns").max()).select("start_ns", "end_ns").iter_rows()]

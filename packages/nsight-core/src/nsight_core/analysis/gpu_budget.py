@@ -220,9 +220,8 @@ class _Causes:
             ("sync_wait", "cuda_api", pl.col("sync_name"))]
         for kind, name, part in host.activities():
             candidates += [("sync_wait", kind, name), (part, kind, name)]
-        columns = [f"_c{index}" for index in range(4, len(candidates))]
         frame = frame.drop("_q0", "_q1", "_q2").with_columns(
-            values.alias(column) for column, values in zip(columns, host_causes, strict=True))
+            values.alias(f"_c{index}") for index, values in enumerate(host_causes, start=4))
         return cls(frame, candidates, {2: "launch_name", 3: "sync_name"})
 
     def totals(self) -> pl.DataFrame:

@@ -36,9 +36,8 @@ def unique_short_names(names: Sequence[str]) -> list[str]:
     result = []
     for name in names:
         short = short_name(name)
-        count = seen.get(short, 0) + 1
-        seen[short] = count
-        result.append(short if count == 1 else f"{short} #{count}")
+        seen[short] = seen.get(short, 0) + 1
+        result.append(short if seen[short] == 1 else f"{short} #{seen[short]}")
     return result
 
 

@@ -41,8 +41,7 @@ def per_call_ns(nsys_version: str | None) -> float:
 def with_overhead(budget: StepBudget, calls_per_step: float, nsys_version: str | None,
                   calibrated_ns: float | None = None) -> tuple[StepBudget, ProfilerOverhead]:
     """BUDGET with the profiler's overhead as a part of its own (``profiler_overhead``), taken from FROM_PARTS, and the
-    overhead: CALLS_PER_STEP CUDA calls at CALIBRATED_NS each (what the capture's region measured in its process,
-    nsight_core.calibration), else at :func:`per_call_ns`, at most what those parts hold."""
+    overhead: CALLS_PER_STEP CUDA calls at CALIBRATED_NS each, else at :func:`per_call_ns`, at most what those hold."""
     cost = calibrated_ns if calibrated_ns is not None else per_call_ns(nsys_version)
     steps = max(budget.steps, 1)
     wanted = calls_per_step * cost * budget.steps

@@ -42,11 +42,8 @@ def speedups(capability: float | None) -> Speedups:
     if not known:
         return Speedups(None, None)
     peak = PEAKS[max(known)]
-
-    def ratio(tensor: float | None) -> float | None:
-        return tensor / peak.fp32 if tensor is not None and tensor > peak.fp32 else None
-
-    return Speedups(ratio(peak.tf32), ratio(peak.bf16))
+    return Speedups(*(tensor / peak.fp32 if tensor is not None and tensor > peak.fp32 else None
+                      for tensor in (peak.tf32, peak.bf16)))
 
 
 def saving_ns(fp32_gemm_ns: float, speedup: float | None) -> float | None:

@@ -276,8 +276,7 @@ def _ranges_with_cuda(ranges: pl.LazyFrame, api: pl.LazyFrame, gpu: pl.LazyFrame
 
 
 class _Reach(NamedTuple):
-    """What :func:`_ranges_with_cuda` carries from window to window: the latest end of the calls per thread (a row per
-    thread) and of the GPU work, and how many ranges overlap either so far."""
+    """What :func:`_ranges_with_cuda` carries: the latest end of calls per thread and of GPU work, overlaps so far."""
 
     calls: pl.DataFrame
     work: int | None
@@ -293,9 +292,8 @@ def _reached(reach: _Reach, window: list[pl.DataFrame]) -> _Reach:
     calls_reach = (pl.concat([reach.calls, calls.group_by("thread").agg(pl.col("end_ns").max().alias("_carry"))
                              .cast({"thread": pl.Int64, "_carry": pl.Int64})])
                    .group_by("thread").agg(pl.col("_carry").max()))
-    latest = work.select(pl.col("end_ns").max()).item()
-    return _Reach(calls_reach, reach.work if latest is None else latest if reach.work is None else
-                  max(reach.work, latest), reach.found + int(hit.sum()))
+    ends = [end for end in (reach.work, work.select(pl.col("end_ns").max()).item()) if end is not None]
+    return _Reach(calls_reach, max(ends, default=None), reach.found + int(hit.sum()))
 
 
 def _overlaps(ranges: pl.DataFrame, events: pl.DataFrame, carried: pl.Series, by: str | None = None) -> pl.Series:

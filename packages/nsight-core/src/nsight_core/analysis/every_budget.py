@@ -76,7 +76,6 @@ def every_budget(frames: Events, every: EveryStep, window_rows: int | None = WIN
     stats, windows, thread = every.stats, every.windows, every.thread
     if not isinstance(stats, GpuWindowSteps) or windows is None or thread is None:
         return _cpu_budget(frames, every, thread, window_rows, coded)
-    # An NVTX family's steps on the GPU's clock, on its ranges' thread.
     work = gpu_work_of(frames)
     counts = _edge_counts(work.select("start_ns"), windows)
     host = Host.of(windows, _user_ranges(frames, windows, stats.family.pattern, thread, window_rows),
@@ -171,8 +170,7 @@ def _summed(totals: Iterable[tuple[pl.DataFrame, pl.DataFrame]], warmup: int | N
 
 def _user_ranges(frames: Events, windows: pl.DataFrame, pattern: str, thread: int,
                  window_rows: int | None) -> pl.DataFrame:
-    """The user ranges of the steps' THREAD (:func:`host_time.outermost_user_ranges`), the ranges of the step family
-    (PATTERN) left out, from windows of start time."""
+    """THREAD's user ranges (:func:`host_time.outermost_user_ranges`) but the step family's (PATTERN), by window."""
     on_thread = frames.nvtx.filter((pl.col("thread") == thread) & (pattern_of(pl.col("name")) != pattern)).select(
         "start_ns", "end_ns", "name")
     return pl.concat(scan(start_windows(on_thread, window_rows), -1, partial(outermost_user_ranges, windows)))

@@ -61,8 +61,7 @@ class EveryStep:
 
 def capture_as_step(frames: Events, chosen: CaptureAsStep, start_ns: int, end_ns: int,
                     window_rows: int | None = WINDOW_ROWS) -> EveryStep:
-    """A capture without steps (CHOSEN says why) as one step: its user window (START_NS to END_NS), cut into
-    :func:`busy_pieces` of about WINDOW_ROWS events."""
+    """A capture without steps (CHOSEN says why) as one step: its user window (START_NS to END_NS) in busy_pieces."""
     window = pl.DataFrame({"step": [0], "start_ns": [start_ns], "end_ns": [end_ns], "name": [""], "thread": [None]},
                           schema=STEP_COLUMNS)
     return EveryStep(stats=chosen, windows=None, ranges=window, thread=step_thread(None, frames.cuda_api, frames.osrt),

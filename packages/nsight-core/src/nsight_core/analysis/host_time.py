@@ -201,7 +201,6 @@ def outermost_user_ranges(windows: pl.DataFrame, reach: int, ranges: pl.DataFram
 def dispatch_runs(cuda_api: pl.DataFrame) -> pl.DataFrame:
     """The CUDA calls of all threads merged across gaps shorter than DISPATCH_GAP_NS: when the host dispatched. Runs
     are calls too: the runs of windows of calls, merged again, are the runs of all (a streamed capture's)."""
-    # In start order already, as the Trace reads them: no sort.
     calls = by_start(cuda_api.select("start_ns", "end_ns")).with_columns(pl.col("end_ns").cum_max())
     # By start, a run begins where a call starts a gap after all before it ended, and ends where the next begins.
     begins = (pl.col("start_ns") - pl.col("end_ns").shift(1) > DISPATCH_GAP_NS).fill_null(True)

@@ -138,8 +138,7 @@ def _nested(ranges: pl.LazyFrame, calls: pl.LazyFrame, work: pl.LazyFrame,
 
 
 def _gpu_sums(ranges: pl.DataFrame) -> pl.DataFrame:
-    """Per family (KEY) of RANGES that have ended: the GPU work they launched, their GPU spans summed and how many
-    launched any (``_spans``): sums, which the windows' sum again."""
+    """Per family (KEY) of ended RANGES: their GPU work, summed GPU spans and how many launched any (``_spans``)."""
     span = (pl.col("gpu_end_ns") - pl.col("gpu_start_ns")).alias("gpu_span_ns")
     return ranges.group_by(KEY).agg(pl.col("gpu_ops").sum(), span.sum(), span.count().cast(pl.Int64).alias("_spans"))
 
@@ -156,8 +155,7 @@ def _launches(calls: pl.LazyFrame, work: pl.LazyFrame, started: pl.Expr, launche
 
 
 def _with_launches(nested: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
-    """NESTED ranges (with depth) with the GPU work LAUNCHES adds to each (:func:`projection.range_gpu_spans`) merged
-    into what they held: gpu_ops, gpu_start_ns, gpu_end_ns."""
+    """NESTED ranges with the GPU work LAUNCHES adds to each (range_gpu_spans) merged in (gpu_ops, gpu_start/end_ns)."""
     if not launches.height:  # a CPU-only window: nothing to add
         return nested
     found = range_gpu_spans(nested.drop("gpu_ops", "gpu_start_ns", "gpu_end_ns"), launches)

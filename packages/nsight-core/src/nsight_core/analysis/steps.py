@@ -111,8 +111,7 @@ class KernelPeriodSteps(FamilySteps):
 
     mode: Literal["kernel-period"] = "kernel-period"
     kernels_per_period: int = Field(description="Kernels in one period")
-    anchor_kernel: str = Field(description="The kernel each step starts with (a capture too large to read whole "
-                               "finds every step by it)")
+    anchor_kernel: str = Field(description="The kernel each step starts with (how a large capture finds every step)")
 
 
 class CaptureAsStep(StepShape):
@@ -173,8 +172,7 @@ def find_steps(nvtx: pl.DataFrame, kernels: pl.DataFrame,
 
 
 def kernel_period_stats(steps: pl.DataFrame, period: int, anchor: str) -> KernelPeriodSteps:
-    """STEPS (step, start_ns, end_ns, by start) of the kernel sequence's PERIOD, each starting with the ANCHOR
-    kernel, stated as :func:`find_steps` states them (no candidates)."""
+    """STEPS of the kernel sequence's PERIOD from the ANCHOR kernel as :func:`find_steps` states them, no candidates."""
     family = _family_of(steps, pattern=f"kernel period of {period}", thread=None)
     return _with_shape(KernelPeriodSteps(family=family, kernels_per_period=period, anchor_kernel=anchor), steps)
 

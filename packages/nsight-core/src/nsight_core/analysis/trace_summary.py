@@ -27,8 +27,7 @@ class TimelineBucket(BaseModel):
 
     start_ns: int = Field(description="Slice start, relative to the first traced event")
     end_ns: int
-    kernel_fraction: float = Field(description="0..1: union of kernel and CUDA-graph time in the slice / "
-                                   "(width x GPUs)")
+    kernel_fraction: float = Field(description="0..1: union of kernel and CUDA-graph time in a slice / (width x GPUs)")
     copy_fraction: float = Field(description="0..1: the same for memory copies and memsets")
 
 
@@ -64,8 +63,7 @@ class CallTotal(BaseModel):
 class TraceSummary(BaseModel):
     """The event-level facts of a capture that `nsys stats` totals cannot give."""
 
-    first_event_ns: int | None = Field(description="Capture clock where the user's window starts; None if nothing "
-                                       "was traced")
+    first_event_ns: int | None = Field(description="The user window's start (capture clock); None: nothing traced")
     span_ns: int = Field(description="The user's window: first to last CUDA/NVTX event (or the region's marks), "
                          "the profiler's own start-up and stop left out")
     recorded_ns: int | None = Field(description="How long collection ran (nsys start to stop), if the export says")
@@ -73,8 +71,7 @@ class TraceSummary(BaseModel):
     gpu_traced: bool = Field(default=True, description="Any kernel, copy, memset or CUDA API call was traced")
     devices: int = Field(description="GPUs that ran kernels or CUDA graphs")
     kernel_count: int
-    graph_count: int = Field(default=0, description="CUDA-graph launches traced whole (their kernels are not in "
-                             "kernel_count)")
+    graph_count: int = Field(default=0, description="CUDA-graph launches traced whole (kernels not in kernel_count)")
     kernel_sum_ns: int = Field(description="Summed kernel and CUDA-graph durations; overlapping ones counted twice")
     kernel_busy_ns: int = Field(description="Union of kernel and CUDA-graph intervals per GPU; overlap counted once")
     copy_count: int = Field(description="Memory copies and memsets")

@@ -37,7 +37,6 @@ def start_cuts(frame: pl.LazyFrame, rows: int | None) -> list[int]:
                         .collect(engine="streaming").row(0))
     if count <= rows:
         return []
-    # How many events start in each of HISTOGRAM_BUCKETS buckets from LOW to HIGH (empty ones left out), by bucket.
     width = max(1, -(-(high - low + 1) // HISTOGRAM_BUCKETS))
     histogram = (frame.select(((start - low) // width).alias("_bucket")).group_by("_bucket")
                  .agg(pl.len().alias("_count")).collect(engine="streaming").sort("_bucket"))

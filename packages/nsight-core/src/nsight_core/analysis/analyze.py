@@ -9,8 +9,7 @@ capture of any size is analysed in bounded memory, and the answer does not depen
    steps launched GPU work; a capture without steps is one step, its user window, cut into pieces.
 3. Every step's budget (:func:`every_budget.every_budget`), then the NVTX range table and the findings' inputs
    (:func:`finding_inputs.analysis_of`). The range table reads only the events: it is started first, in a thread
-   beside steps 1 to 3 (:func:`range_table.start_range_table`).
-"""
+   beside steps 1 to 3 (:func:`range_table.start_range_table`)."""
 
 from __future__ import annotations
 

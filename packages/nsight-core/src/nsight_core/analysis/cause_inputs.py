@@ -1,7 +1,5 @@
-"""What the findings of a known cause read (:class:`causes.CauseInputs`: calls, copies, loops of small kernels,
-small reads, the idle time after bulk copies, Python lines), made in batches of steady steps and summed, so that the
-answer is the same whatever the windows' size.
-"""
+"""What the findings of a known cause read (:class:`causes.CauseInputs`), made in batches of steady steps and summed, so
+that the answer is the same whatever the windows' size."""
 
 from __future__ import annotations
 
@@ -160,8 +158,7 @@ def _idle_after_bulk(copies: pl.DataFrame, kernels: pl.DataFrame, calls: pl.Data
 
 def _reads_in(copies: pl.DataFrame, kernels: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """The small device-to-host reads (at most SMALL_READ_BYTES) in the steps' GPU WINDOWS, counted by whether the
-    kernel that ended last before each on its stream selects (SELECT_KERNEL: a count for boolean-mask indexing,
-    nonzero, unique) or not (READ_COLUMNS)."""
+    kernel that ended last before each on its stream selects (SELECT_KERNEL) or not (READ_COLUMNS)."""
     reads = in_steps(copies.filter((pl.col("direction") == "Device-to-Host") & (pl.col("bytes") <= SMALL_READ_BYTES)),
                      windows).sort("start_ns")
     before = kernels.select(pl.col("end_ns").alias("_end"), "stream", pl.col("name").alias("_kernel")).sort("_end")

@@ -1,9 +1,8 @@
 """Known causes of a step's idle time (``allocator_churn``, ``per_tensor_launches``, ``small_copies``,
-``bulk_device_to_host``), each a finding whose saving is its own part of the budget: the host time the budget names
-by the calls that cause it (host_time.HostCalls), less what the profiler's tracing added to those calls. What a cause
+``bulk_device_to_host``), each a finding whose saving is its own part of the budget: the host time the budget names by
+the calls that cause it (host_time.HostCalls), less what the profiler's tracing added to those calls. What a cause
 claims is taken out of the budget the other findings read (:func:`less`), so that no time is saved twice.
-render/findings.py words them.
-"""
+render/findings.py words them."""
 
 from __future__ import annotations
 

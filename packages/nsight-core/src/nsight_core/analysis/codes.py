@@ -2,8 +2,7 @@
 column, several codes joined into one key, and tests run once per distinct value.
 
 Why: Polars groups by one integer column in a fraction of the time and memory it takes for strings or several
-columns, and a regex over a handful of distinct names costs nothing where one over every event costs seconds.
-"""
+columns, and a regex over a handful of distinct names costs nothing where one over every event costs seconds."""
 
 from __future__ import annotations
 

@@ -6,8 +6,7 @@ ranges). Each piece belongs to one part, first match wins: ``compute`` (a kernel
 while the thread sat in a synchronising call, and the refill after it where the GPU gets work again within
 LAUNCH_GAP_NS; other idle stretches shorter than LAUNCH_GAP_NS are ``launch_gap`` (what CUDA graphs remove), longer
 ones ``gpu_idle``. Idle time keeps what the thread was in: the CUDA API or OS-runtime call, else the innermost NVTX
-range (by family), else nothing traced.
-"""
+range (by family), else nothing traced."""
 
 from __future__ import annotations
 
@@ -46,8 +45,7 @@ def budget_totals(steps: pl.DataFrame, kernels: pl.DataFrame, copies: pl.DataFra
     A batch of steps (about BATCH_EDGES cut points) at a time, by BATCH_WORKERS threads, their sums coded
     (:func:`decoded`), one sweep each: a layer's coverage its starts less its ends so far, what the thread was in the
     call or NVTX self piece started last if it has not ended. Where the GPU idles and no call waits, one kind of
-    non-overlapping interval needs no sweep, and ranges nesting inside one step add their self time with no pieces.
-    """
+    non-overlapping interval needs no sweep, and ranges nesting inside one step add their self time with no pieces."""
     lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
     overlapping = (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)
 

@@ -1,7 +1,6 @@
 """The findings' inputs over every steady step (:class:`findings.GpuInputs`), made in windows and merged exactly (each
 is local in time or a sum), and the analysis they complete (:func:`analysis_of`). A capture without steps is one step,
-its user window, whose calls are read in its pieces (every_step.busy_pieces).
-"""
+its user window, whose calls are read in its pieces (every_step.busy_pieces)."""
 
 from __future__ import annotations
 
@@ -103,9 +102,8 @@ def _syncs(frames: Events, steps: pl.DataFrame, calls: pl.DataFrame, thread: int
 
 
 def _launch_shape(frames: Events, steps: pl.DataFrame, window_rows: int | None) -> tuple[float, float, float]:
-    """Kernels per step, median kernel duration and median launch-call duration in STEPS (as
-    :func:`analyze.analyze_steps` reads them), from windows of correlation id: per window, the launches in the steps
-    and the kernels they launched, their durations counted per value."""
+    """Kernels per step, median kernel duration and median launch-call duration in STEPS, from windows of correlation
+    id: per window, the launches in the steps and the kernels they launched, their durations counted per value."""
     duration = (pl.col("end_ns") - pl.col("start_ns")).alias("ns")
     is_launch = matching(frames.cuda_api, "name", lambda name: name.str.contains(LAUNCH_API))
     calls = frames.cuda_api.filter(is_launch).select("correlation_id", "start_ns", "end_ns")

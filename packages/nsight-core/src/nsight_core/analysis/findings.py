@@ -1,7 +1,6 @@
 """What to fix, and how much each fix would save: every saving is time the step budget measured (for copies, achieved
 against achievable bandwidth), and the budget's parts are disjoint, so no two findings save the same time. Results are
-numbers with units and references to steps, ranges, kernels and copies; the renderer words them.
-"""
+numbers with units and references to steps, ranges, kernels and copies; the renderer words them."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ from typing import TYPE_CHECKING, Literal
 
 import polars as pl
 
-from nsight_core.analysis.budget import PAGEABLE, CpuActivity
+from nsight_core.analysis.budget import PAGEABLE
 from nsight_core.analysis.finding_model import (
     WARNING_SHARE,
     Context,
@@ -78,18 +77,15 @@ def _budget_finding(context: Context, part: Literal["sync_wait", "exposed_copy",
     return reported(part, saving, evidence, subject, seen)
 
 
-def _activities(context: Context, part: str, kinds: tuple[str, ...]) -> list[CpuActivity]:
-    """The budget's CPU activities of PART and KINDS; the steps' own range is none (a CPU-clock budget names it)."""
+def _activity_finding(context: Context, kinds: tuple[str, ...], kind: FindingKind, metric: str) -> Finding | None:
+    """A finding whose saving is the GPU idle time the host's CPU activities of KINDS held up (their mean per step);
+    the steps' own range is none (a CPU-clock budget names it)."""
+    if context.budget is None:
+        return None
     steps = context.steps.family.pattern if isinstance(context.steps, FamilySteps) else None
-    return [a for a in context.budget.idle_activities
-            if a.part == part and a.kind in kinds and not (a.kind == "nvtx" and a.name == steps)] \
-        if context.budget else []
-
-
-def _activity_finding(context: Context, activities: list[CpuActivity], kind: FindingKind,
-                      metric: str) -> Finding | None:
-    """A finding whose saving is the GPU idle time the host's ACTIVITIES held up (their mean per step)."""
-    if context.budget is None or not activities:
+    activities = [a for a in context.budget.idle_activities
+                  if a.part == "gpu_idle" and a.kind in kinds and not (a.kind == "nvtx" and a.name == steps)]
+    if not activities:
         return None
     total = sum(a.total_ns for a in activities)
     saving = saving_of(context, per_step_of(context, total / max(context.budget.steps, 1)), total)
@@ -209,9 +205,8 @@ def exposed_comm(context: Context) -> Finding | None:
 
 
 def kernel_totals(kernels: pl.DataFrame | pl.LazyFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """The time of the kernels that started inside STEPS' span (the first one's start to the last one's end) per
-    short and full name (KERNEL_TOTAL_COLUMNS): what :func:`device_bound` and :func:`fp32_matmul` rank. KERNELS lazy
-    (a capture too large to read whole): streamed."""
+    """The time of the kernels that started in STEPS' span per short and full name (KERNEL_TOTAL_COLUMNS): what
+    :func:`device_bound` and :func:`fp32_matmul` rank. KERNELS lazy (a capture too large to read whole): streamed."""
     if not steps.height:
         return pl.DataFrame(schema=KERNEL_TOTAL_COLUMNS)
     lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
@@ -229,8 +224,7 @@ def _top_kernels(totals: pl.DataFrame, steps: int) -> list[Evidence]:
 
 
 def device_bound(context: Context, totals: pl.DataFrame) -> Finding | None:
-    """A loop the GPU bounds with little to win around its kernels: an info line naming the top kernels (TOTALS:
-    :func:`kernel_totals` of the steady steps)."""
+    """A loop the GPU bounds with little to win around its kernels: an info line naming the top kernels of TOTALS."""
     if not isinstance(context.steps, NvtxGpuSteps) or context.steps.bound != "device" or context.budget is None:
         return None
     busy = sum(context.budget.part(p).fraction for p in ("compute", "exposed_comm", "exposed_copy"))
@@ -330,10 +324,9 @@ def findings_of(context: Context, gpu: GpuInputs | None) -> list[Finding]:
                                                                           for f in found))]
         # The GPU's idle time by root cause (gpu_budget.py), one finding each, then the busy parts'.
         idle = [sync_wait(rest, gpu.syncs, gpu.small_reads),
-                _activity_finding(rest, _activities(rest, "gpu_idle", ("nvtx",)), "host_work",
-                                  "gpu_idle_while_host_in_range_per_step"),
-                _activity_finding(rest, _activities(rest, "gpu_idle", ("untraced", "osrt", "cuda_api")),
-                                  "untraced_host", "gpu_idle_while_host_untraced_per_step"),
+                _activity_finding(rest, ("nvtx",), "host_work", "gpu_idle_while_host_in_range_per_step"),
+                _activity_finding(rest, ("untraced", "osrt", "cuda_api"), "untraced_host",
+                                  "gpu_idle_while_host_untraced_per_step"),
                 _budget_finding(rest, "stream_wait")]
         gpu_findings = [*found, *idle, launch_bound(rest, *gpu.shape), *pageable, exposed_copy(rest, pageable),
                         exposed_comm(rest),

@@ -10,8 +10,7 @@ piece ends where some GPU work starts; what held that work up is its cause, as o
   the step's later stretches while the host catches up, up to that wait in all (:func:`_with_blame`). The rest goes
   to what the host did (analysis/host_time.py): a user NVTX range (``gpu_idle``), a CUDA call or the framework's
   dispatch before one (``launch_gap``), an OS-runtime call or untraced time (``gpu_idle``). From the launch call to
-  the work's start is the launch's latency (``launch_gap``).
-"""
+  the work's start is the launch's latency (``launch_gap``)."""
 
 from __future__ import annotations
 
@@ -231,10 +230,8 @@ class _Causes:
         keyed[1] = ["step", "short"]  # queued: a launch gap or a stream wait, by its length
         plain = [index for index in range(len(columns)) if index not in keyed]
         # The causes named alike for every stretch: summed per step, a row per step and cause, labelled by a join.
-        labels = pl.DataFrame([[columns[index] for index in plain],
-                               *([self.candidates[index][position] for index in plain] for position in range(3))],
-                              schema={"_cause": pl.String, "part": pl.String, "cpu_kind": pl.String,
-                                      "cpu_name": pl.String}, orient="col")
+        labels = pl.DataFrame([(columns[index], *self.candidates[index]) for index in plain], orient="row",
+                              schema=dict.fromkeys(["_cause", "part", "cpu_kind", "cpu_name"], pl.String))
         sums = [self.frame.group_by("step").agg(pl.col(columns[index]).sum() for index in plain)
                 .unpivot(index="step", variable_name="_cause", value_name="total_ns")
                 .join(labels, on="_cause").select("step", "part", "cpu_kind", "cpu_name", "total_ns")]

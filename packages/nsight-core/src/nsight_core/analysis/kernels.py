@@ -1,6 +1,5 @@
 """Kernel names and kernel-level findings. Demangled CUDA kernel names run to hundreds of characters; a chart axis
-needs the function's own name, with the full name kept for hover.
-"""
+needs the function's own name, with the full name kept for hover."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 With CUDA traced, each runtime call runs nsys' callbacks, so a host-bound loop runs slower under the profiler. A
 step's overhead is its calls times the cost per call (PER_CALL_NS by nsys version, measured on the fix pairs:
 tests/fixtures/README.md; or what the capture's region measured in its own process, nsight_core.calibration), taken
-out of the launch gaps and idle time, where the GPU waited on the host, never out of the GPU's own work.
-"""
+out of the launch gaps and idle time, where the GPU waited on the host, never out of the GPU's own work."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 A large GEMM runs close to peak on CUDA cores (plain FP32) or tensor cores (TF32, bf16) alike, so the saving is the
 kernels' time times (1 - FP32 peak / tensor peak); small GEMMs gain less, so it is an estimate to check. GPUs before
-compute capability 8.0 (no TF32, no bf16) get no saving.
-"""
+compute capability 8.0 (no TF32, no bf16) get no saving."""
 
 from __future__ import annotations
 

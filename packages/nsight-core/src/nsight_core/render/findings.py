@@ -158,12 +158,9 @@ def finding_json(finding: Finding) -> dict[str, object]:
 
 def finding_lines(finding: Finding) -> list[str]:
     """A finding as a few lines: severity and title, the saving, the suggestion, the evidence."""
-    lines = [f"[{finding.severity}] {finding_title(finding)}"]
-    if finding.saving is not None:
-        lines.append(f"  saving: {saving_text(finding.saving)}")
-    lines.append(f"  fix: {finding_suggestion(finding)}")
-    lines += [f"  - {evidence_text(e)}" for e in finding.evidence]
-    return lines
+    saving = [f"  saving: {saving_text(finding.saving)}"] if finding.saving is not None else []
+    return [f"[{finding.severity}] {finding_title(finding)}", *saving, f"  fix: {finding_suggestion(finding)}",
+            *(f"  - {evidence_text(e)}" for e in finding.evidence)]
 
 
 def steps_text(steps: StepStats) -> str:
@@ -221,9 +218,8 @@ def render_analysis(analysis: Analysis) -> str:
         lines.append("(no savings: the trace is incomplete (" + ", ".join(analysis.savings_withheld).replace("_", " ")
                      + "), so time it lost would look like time to win; fix the recording first)")
     lines += [line for finding in analysis.findings for line in finding_lines(finding)] or ["nothing found"]
-    overhead = overhead_text(analysis)
-    lines += ["", steps_text(analysis.steps), *([overhead] if overhead else []), coverage_text(analysis.coverage),
-              *budget_lines(analysis.budget)]
+    lines += ["", steps_text(analysis.steps), *filter(None, [overhead_text(analysis)]),
+              coverage_text(analysis.coverage), *budget_lines(analysis.budget)]
     return "\n".join(lines) + "\n"
 
 

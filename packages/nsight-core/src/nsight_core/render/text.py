@@ -48,7 +48,6 @@ def render_text(stats: ProfileStats, limit: int | None = DEFAULT_LIMIT) -> str:
     the skipped reports with their reasons. The tables are in nsys' order (the most time first), so the cut rows
     are the ones that matter least."""
     lines: list[str] = []
-    time_header = ["Time %", "Total", "Count", "Avg", "Med", "Min", "Max", "StdDev", "Name"]
     for table, title in _TITLES.items():
         rows = getattr(stats, table)
         if not rows:
@@ -60,7 +59,7 @@ def render_text(stats: ProfileStats, limit: int | None = DEFAULT_LIMIT) -> str:
                 [nsys_megabytes(r.total_mb), f"{r.instances:,}", nsys_megabytes(r.avg_mb), nsys_megabytes(r.min_mb),
                  nsys_megabytes(r.max_mb), _short(r.name)] for r in shown])
         else:
-            lines += _table(time_header, [
+            lines += _table(["Time %", "Total", "Count", "Avg", "Med", "Min", "Max", "StdDev", "Name"], [
                 [f"{r.time_pct:.1f}", duration(r.total_time_ns), f"{r.instances:,}", duration(r.avg_ns),
                  duration(r.med_ns), duration(r.min_ns), duration(r.max_ns), duration(r.stddev_ns), _short(r.name)]
                 for r in shown])
@@ -71,8 +70,7 @@ def render_text(stats: ProfileStats, limit: int | None = DEFAULT_LIMIT) -> str:
         lines += _table(header, [["" if row[h] is None else str(row[h]) for h in header] for row in rows[:limit]]) \
             + _cut(len(rows), len(rows[:limit])) if rows else ["(no rows)"]
     if stats.skipped:
-        lines += ["", "== Skipped reports"]
-        lines += [f"{report}: {reason}" for report, reason in stats.skipped.items()]
+        lines += ["", "== Skipped reports", *(f"{report}: {reason}" for report, reason in stats.skipped.items())]
     if stats.notes:
         lines += ["", "== Notes on the export", *stats.notes]
     return "\n".join(lines).lstrip("\n") + "\n"

@@ -42,9 +42,7 @@ def mean(n: int, total: int) -> float:
 
 def stddev(n: int, total: int, total2: int) -> float:
     """The sample standard deviation of N values summing to TOTAL, their squares to TOTAL2; 0 for one value."""
-    if n < 2:
-        return 0.0
-    return math.sqrt(float(Fraction(n * total2 - total * total, n * (n - 1))))
+    return 0.0 if n < 2 else math.sqrt(float(Fraction(n * total2 - total * total, n * (n - 1))))
 
 
 def finish(summary: pl.DataFrame, mean_name: str, stddev_name: str) -> pl.DataFrame:
@@ -53,8 +51,7 @@ def finish(summary: pl.DataFrame, mean_name: str, stddev_name: str) -> pl.DataFr
     rows = summary.select("_n", "_sum", "_sum2").rows()
     return summary.with_columns(
         pl.Series(mean_name, [mean(n, total) for n, total, _ in rows], dtype=pl.Float64),
-        pl.Series(stddev_name, [stddev(n, total, total2) for n, total, total2 in rows], dtype=pl.Float64),
-    ).drop("_sum2")
+        pl.Series(stddev_name, [stddev(n, total, total2) for n, total, total2 in rows], dtype=pl.Float64)).drop("_sum2")
 
 
 PASS_FILTERS = 64

@@ -82,10 +82,8 @@ def _summary(frame: pl.LazyFrame, key: str, value: str, streamed: bool, prefix: 
     source, of = selected or (frame, pl.col(value))
     medians = (exact.medians(source, key, of, aggregated) if streamed
                else frame.select(key, value).group_by(key).agg(values.median().alias("_median")).collect())
-    aggregated = aggregated.join(medians, on=key, how="left")
     unit = "ns" if prefix == "time" else prefix
-    summary = exact.finish(aggregated, f"avg_{unit}", f"stddev_{unit}")
-    return summary.select(
+    return exact.finish(aggregated.join(medians, on=key, how="left"), f"avg_{unit}", f"stddev_{unit}").select(
         key, *([] if key == "name" else ["name"]),
         pl.col("_sum").alias("total_time_ns" if prefix == "time" else f"total_{prefix}"),
         pl.col("_n").alias("instances"), f"avg_{unit}", pl.col("_median").alias(f"med_{unit}"),
@@ -105,9 +103,8 @@ def _time_summary(trace: Trace, frame: pl.LazyFrame, name: pl.Expr = _NAME, key:
     round_ = rounding(trace)
     order = ["total_time_ns", *(["instances"] if by_instances else []), key]
     share = (pl.col("total_time_ns") * 100.0 / pl.col("total_time_ns").sum()).fill_nan(0.0)
-    return summary.with_columns(round_(share).alias("time_pct"), *(round_(pl.col(column)).alias(column)
-                                                                    for column in ("avg_ns", "med_ns", "stddev_ns"))
-                                ).sort(order, descending=[True] + [False] * (len(order) - 1))
+    return summary.with_columns(round_(share).alias("time_pct"), round_(pl.col("avg_ns", "med_ns", "stddev_ns"))).sort(
+        order, descending=[True] + [False] * (len(order) - 1))
 
 
 def kernel_summary(trace: Trace) -> list[KernelRow] | str:
@@ -222,8 +219,7 @@ def add_derived(stats: ProfileStats, report: str, trace: Trace) -> None:
                   "as a kernel with --cuda-graph-trace=node)." if table == "kernels" and stats.graphs else "")
         stats.skipped[report] = (f"unreadable: {'; '.join(unreadable)}" if unreadable
                                  else f"no data: the capture {rows}{graphs}")
-        return
-    if table == "other":  # a report without a typed list: its rows by nsys' column names
+    elif table == "other":  # a report without a typed list: its rows by nsys' column names
         stats.other[report] = cast(list[dict[str, Any]], rows)
     else:
         getattr(stats, table).extend(rows)

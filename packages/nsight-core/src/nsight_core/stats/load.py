@@ -30,10 +30,7 @@ _NOT_FOUND = re.compile(r"Report '(?P<report>[^']+)' could not be found")
 def _resolve(requested: str, available: frozenset[str]) -> str:
     """The name this nsys uses for REQUESTED (new or pre-2023 name; options after ':' kept)."""
     base, colon, options = requested.partition(":")
-    for name in aliases(base):
-        if name in available:
-            return name + colon + options
-    return requested
+    return next((name + colon + options for name in aliases(base) if name in available), requested)
 
 
 def stats_of_trace(trace: Trace, reports: Sequence[str] = DEFAULT_REPORTS, nsys: Nsys | None = None) -> ProfileStats:

@@ -50,13 +50,11 @@ def read_frame(report: str, text: str) -> pl.DataFrame:
             records[-1] = (records[-1][0], records[-1][1] + "\n" + line)
         else:
             records.append((number, line))
-    rows = []
-    for number, line in records:
-        fields = _split_row(line, len(header), name_last)
+    rows = [_split_row(line, len(header), name_last) for _, line in records]
+    for (number, line), fields in zip(records, rows, strict=True):
         if len(fields) != len(header):
             raise StatsError(f"report {report}: line {number} has {len(fields)} fields where the header has "
                              f"{len(header)}: {line[:200]!r}. The file is not an nsys stats CSV or was cut short.")
-        rows.append(fields)
     return pl.DataFrame(rows, schema={name: pl.String for name in _unique_headers(header)}, orient="row")
 
 
@@ -68,12 +66,10 @@ def _unique_headers(header: list[str]) -> list[str]:
 
 def typed_frame(report: str, raw: pl.DataFrame) -> pl.DataFrame:
     """Rename nsys headers to model fields and cast numbers, with a clear error on bad values."""
-    table = table_of(report)
-    size_report = table == "memory_size"
+    size_report = table_of(report) == "memory_size"
     exprs: list[pl.Expr] = []
     for header in raw.columns:
-        mapped = header_field(header, size_report)
-        if mapped is None:
+        if (mapped := header_field(header, size_report)) is None:
             continue
         field, integer, scale = mapped
         column = pl.col(header)
@@ -100,8 +96,7 @@ def parse_report(report: str, text: str) -> tuple[str | None, list[Any]]:
     if table == "nvtx_ranges":
         frame = _default_domain_bare(frame)
     model = TABLE_MODELS[table]
-    missing = {f for f, info in model.model_fields.items() if info.is_required()} - set(frame.columns)
-    if missing:
+    if missing := {f for f, info in model.model_fields.items() if info.is_required()} - set(frame.columns):
         raise StatsError(f"report {report}: columns for {sorted(missing)} are missing (headers: {raw.columns}). "
                          "This nsys version writes a layout nsight-core does not know; please report it.")
     return table, [model.model_validate(row) for row in frame.iter_rows(named=True)]

@@ -54,8 +54,7 @@ def _per_launch_ns(torch: ModuleType) -> float:
 
 def before_start(trace: tuple[str, ...]) -> float | None:
     """Untraced host time per launch (ns), to be compared after the start; None where it cannot be measured."""
-    torch = _torch_with_cuda() if "cuda" in trace else None
-    if torch is None:
+    if (torch := _torch_with_cuda() if "cuda" in trace else None) is None:
         return None
     try:
         _per_launch_ns(torch)  # the first launches load the kernel: not timed

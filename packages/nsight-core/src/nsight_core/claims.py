@@ -37,8 +37,7 @@ def take_claim(base: Path) -> int | None:
             os.close(fd)
             return None
         with contextlib.suppress(FileNotFoundError):
-            held, named = os.fstat(fd), os.stat(claim)
-            if (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino):
+            if os.path.samestat(os.fstat(fd), os.stat(claim)):
                 return fd
         os.close(fd)  # its holder deleted the file between our open and our lock: a new one
 
@@ -87,12 +86,10 @@ def dead_folders(prefix: str) -> Iterator[tuple[Path, str]]:
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:  # its owner lives
-            os.close(fd)
-            continue
-        try:
             yield folder, os.read(fd, 4096).decode(errors="replace")
             shutil.rmtree(folder, ignore_errors=True)
+        except BlockingIOError:  # its owner lives
+            continue
         finally:
             os.close(fd)
 
@@ -102,8 +99,7 @@ def abandoned(folder: Path, pattern: str) -> Iterator[Path]:
     process that made them) whose process is gone: killed before it could remove them, they would stay for good. Those
     of a live process, another user's too, may be in use."""
     for leftover in folder.iterdir():
-        match = re.fullmatch(pattern, leftover.name)
-        if match is None or int(match.group(1)) == os.getpid():
+        if (match := re.fullmatch(pattern, leftover.name)) is None or int(match.group(1)) == os.getpid():
             continue
         try:
             os.kill(int(match.group(1)), 0)

@@ -11,7 +11,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -22,8 +22,6 @@ from nsight_core.stats.reports import DEFAULT_REPORTS
 from nsight_core.trace.export import REPORT_SUFFIXES, export_ahead
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future
-
     from nsight_core.stats.models import ProfileStats
 
 # Polars, Altair, pydantic and the analyses load inside the commands that use them: `nsight run` and `launch` must
@@ -79,18 +77,19 @@ def _unknown_reports(stats: ProfileStats) -> int:
     return 0
 
 
-def _exports_ahead(paths: Sequence[Path]) -> dict[Path, Future[Path]]:
-    """Start exporting the .nsys-rep files among PATHS before the heavy imports (they overlap nsys' export)."""
-    return export_ahead(path for path in paths if path.suffix in REPORT_SUFFIXES and path.is_file())
+def _exports_ahead(paths: Sequence[Path]) -> Callable[[Path], object]:
+    """Start exporting the .nsys-rep files among PATHS before the heavy imports (they overlap nsys' export); what it
+    returns waits for a PATH's export, where it has one."""
+    exports = export_ahead(path for path in paths if path.suffix in REPORT_SUFFIXES and path.is_file())
+    return lambda path: exports[path].result() if path in exports else None
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    exports = _exports_ahead([args.path])
+    exported = _exports_ahead([args.path])
     from nsight_core.report import build_profile, stats_json, stats_text
     from nsight_core.units import for_stream
 
-    for export in exports.values():
-        export.result()
+    exported(args.path)
     profile = build_profile(args.path, args.reports)
     if args.json:
         print(json.dumps(stats_json(profile), indent=2, ensure_ascii=False))
@@ -100,7 +99,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    exports = _exports_ahead(args.paths)
+    exported = _exports_ahead(args.paths)
     from nsight_core.report import build_profile, capture_paths, prepare, write_page
 
     prepare()  # while nsys exports
@@ -109,15 +108,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     for path in paths:  # one capture that cannot be read costs its own section, not the others' page
         log.info("reading %s", path)
         try:
-            if path in exports:
-                exports[path].result()
+            exported(path)
             profiles.append(build_profile(path, args.reports or DEFAULT_REPORTS))
+            if _unknown_reports(profiles[-1].stats):
+                return 1
         except NsightError as exc:
             print(f"nsight: error: {exc} The page leaves {path} out.", file=sys.stderr)
             left_out += 1
-            continue
-        if _unknown_reports(profiles[-1].stats):
-            return 1
     if not profiles:
         return 1
     print(write_page(profiles, args.output, title=args.title))
@@ -125,11 +122,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    exports = _exports_ahead([args.path])
+    exported = _exports_ahead([args.path])
     from nsight_core.report import export_perfetto
 
-    for export in exports.values():
-        export.result()
+    exported(args.path)
     written = export_perfetto(args.path, args.output)
     log.info("wrote %s events: %s", f"{sum(written.events.values()):,}",
              ", ".join(f"{count:,} {category}" for category, count in written.events.items() if count))
@@ -169,6 +165,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if outcome != "passed":
         print(for_stream(f"nsight: {gate_line(result, args.fail_if_slower)}", sys.stderr), file=sys.stderr)
     return {"passed": 0, "slower": SLOWER_EXIT, "not_comparable": NOT_COMPARABLE_EXIT}[outcome]
+
+
+COMMANDS = {"run": cmd_run, "stats": cmd_stats, "report": cmd_report, "export": cmd_export, "launch": cmd_launch,
+            "diff": cmd_diff}
 
 
 def _add_profiling_options(parser: argparse.ArgumentParser) -> None:
@@ -235,7 +235,6 @@ def build_parser() -> argparse.ArgumentParser:
                      help="folder for the reports (default: ./nsight-runs/<date>-<time>-<id>/, with "
                      "./nsight-runs/latest pointing at it)")
     _add_profiling_options(run)
-    run.set_defaults(func=cmd_run)
 
     stats = commands.add_parser(
         "stats", help="summarise a capture: kernels, CUDA API, memory operations, NVTX ranges",
@@ -252,7 +251,6 @@ def build_parser() -> argparse.ArgumentParser:
                        "says how many rows it left out. --json always has every row")
     stats.add_argument("--json", action="store_true", help="print one JSON object (the reports' rows, skipped "
                        "reports, and for event inputs: window, steps, budget, ranges, findings, completeness)")
-    stats.set_defaults(func=cmd_stats)
 
     report = commands.add_parser(
         "report", help="write the GPU Profile page (summary, charts, detail tables) for one or more captures",
@@ -267,7 +265,6 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the HTML file to write (default: %(default)s)")
     _add_reports_option(report)
     report.add_argument("--title", default="GPU Profile", help="page title (default: %(default)s)")
-    report.set_defaults(func=cmd_report)
 
     export = commands.add_parser(
         "export", help="write a capture's whole timeline for ui.perfetto.dev or chrome://tracing",
@@ -285,7 +282,6 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", type=Path, default=None,
                         help="the file to write; gzip-compressed when it ends in .gz (default: beside PATH, "
                         "<name>.perfetto.json.gz)")
-    export.set_defaults(func=cmd_export)
 
     launch = commands.add_parser(
         "launch", help="exec a command inside a new nsys session (what a container runtime wraps with)",
@@ -296,7 +292,6 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--output-dir", type=Path, default=None,
                         help="folder for region reports (default: $TMPDIR/nsight/<session>)")
     _add_profiling_options(launch)
-    launch.set_defaults(func=cmd_launch)
 
     compare = commands.add_parser(
         "diff", help="compare two captures: step time, budget, kernels, NVTX ranges, with a verdict",
@@ -321,7 +316,6 @@ def build_parser() -> argparse.ArgumentParser:
     shape.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
     shape.add_argument("--markdown", action="store_true",
                        help="print the comparison as Markdown for a pull-request comment (verdict, gate, tables)")
-    compare.set_defaults(func=cmd_diff)
     return parser
 
 
@@ -332,10 +326,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="nsight: %(message)s",
                         stream=sys.stderr)
-    if argv is None and args.func in (cmd_stats, cmd_report, cmd_export, cmd_diff) and not _users_allocator():
+    if argv is None and args.name in ("stats", "report", "export", "diff") and not _users_allocator():
         os.environ[ALLOCATOR_SETTING] = ANALYSIS_ALLOCATOR  # before any import of Polars
     code = _dispatch(args)
-    if argv is None and args.func in (cmd_stats, cmd_report, cmd_export):
+    if argv is None and args.name in ("stats", "report", "export"):
         _exit_now(code)
     return code
 
@@ -363,7 +357,7 @@ def _users_allocator() -> str:
 
 def _dispatch(args: argparse.Namespace) -> int:
     try:
-        return int(args.func(args))
+        return int(COMMANDS[args.name](args))
     except CommandNotFoundError as exc:  # a shell's statuses: 126 not executable, 127 not found
         print(f"nsight: error: {exc}", file=sys.stderr)
         return 126 if isinstance(exc, CommandNotExecutableError) else 127

@@ -62,8 +62,6 @@ class Collector:
         self.settings = settings
         self.name = settings.name
         self.output_dir = settings.output_dir
-        self.sample = settings.sample
-        self.claims = settings.claims
         self._nsys = nsys
         self.captures: list[Capture] = []
         self._slot = threading.Condition()
@@ -76,9 +74,7 @@ class Collector:
         # The process this slot's collections belong to (a forked child inherits this object; see start).
         self._pid = lineage.forked_from() or os.getpid()
         self._claim: int | None = None  # the descriptor holding the running collection's claim
-        # Every name this process's regions took: one whose stop wrote nothing keeps it, so its warning never names a
-        # file the next region wrote.
-        self._named: set[Path] = set()
+        self._named: set[Path] = set()  # names taken here: one whose stop wrote nothing stays named in its warning
 
     @property
     def nsys(self) -> Nsys:
@@ -97,8 +93,8 @@ class Collector:
             if (fd := take_claim(candidate)) is not None:
                 self._claim = fd
                 self._named.add(candidate)
-                if self.claims is not None:
-                    with self.claims.open("a") as listing:  # one short append: atomic between processes
+                if self.settings.claims is not None:
+                    with self.settings.claims.open("a") as listing:  # one short append: atomic between processes
                         listing.write(f"{candidate}\n")
                 return candidate
         raise AssertionError("unreachable")
@@ -173,7 +169,7 @@ class Collector:
         try:
             while True:
                 try:
-                    result = self.nsys.start(self.name, base, self.sample)
+                    result = self.nsys.start(self.name, base, self.settings.sample)
                 except NsysCommandError:
                     with contextlib.suppress(NsightError):  # a start that timed out may have started after all
                         self.nsys.stop(self.name, timeout=QUICK_TIMEOUT)
@@ -238,11 +234,9 @@ class Collector:
 
     def abort(self, why: str, timeout: float = ABORT_STOP_TIMEOUT) -> None:
         """Stop the running collection, if any, within TIMEOUT and without a lock (a signal handler, the exit): the
-        trace nsys writes is kept, nobody publishes it. A stream nsys' importer failed on is imported once more in
-        what is left of TIMEOUT, as :meth:`stop` does: nothing after this process imports it (`nsight launch` ends
-        with the command)."""
-        base = self._running
-        if base is None:
+        trace nsys writes is kept, nobody publishes it. A stream nsys' importer failed on is imported once more in what
+        is left of TIMEOUT: nothing after this process imports it (`nsight launch` ends with the command)."""
+        if (base := self._running) is None:
             return
         self._running = None
         deadline = time.monotonic() + timeout
@@ -282,17 +276,12 @@ _current_lock = threading.Lock()
 _previous_sigterm: Any = None
 
 
-def _hold_sigterm() -> None:
-    """Before a fork, once the SIGTERM handler is ours: SIGTERM blocked in the forking thread, so it stays pending in
-    the kernel; CPython drops a signal that reaches a child before its re-initialisation (a terminated
-    `multiprocessing.Pool` worker then never died)."""
+def _mask_sigterm(how: int) -> None:
+    """Around a fork, once the SIGTERM handler is ours: SIGTERM blocked in the forking thread (HOW: SIG_BLOCK before,
+    SIG_UNBLOCK after in the parent), so it stays pending in the kernel; CPython drops a signal that reaches a child
+    before its re-initialisation (a terminated `multiprocessing.Pool` worker then never died)."""
     if _previous_sigterm is not None:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-
-
-def _release_sigterm_in_parent() -> None:
-    if _previous_sigterm is not None:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        signal.pthread_sigmask(how, {signal.SIGTERM})
 
 
 def _after_fork_in_child() -> None:
@@ -309,16 +298,15 @@ def _after_fork_in_child() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
-os.register_at_fork(before=_hold_sigterm, after_in_parent=_release_sigterm_in_parent,
-                    after_in_child=_after_fork_in_child)
+os.register_at_fork(before=lambda: _mask_sigterm(signal.SIG_BLOCK),
+                    after_in_parent=lambda: _mask_sigterm(signal.SIG_UNBLOCK), after_in_child=_after_fork_in_child)
 
 
 def current_collector() -> Collector | None:
     """This process's slot in the session it was launched into (:meth:`Settings.from_env`), or None when it runs without
     nsys; the first look-up from the main thread installs the SIGTERM and exit handlers."""
     global _current
-    settings = Settings.from_env()
-    if settings is None:
+    if (settings := Settings.from_env()) is None:
         return None
     with _current_lock:
         if _current is None or _current.name != settings.name:
@@ -348,10 +336,9 @@ def _abort_current(why: str) -> None:
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     _abort_current("SIGTERM")
-    previous = _previous_sigterm
-    if callable(previous):
-        previous(signum, frame)
-    elif previous != signal.SIG_IGN:
+    if callable(_previous_sigterm):
+        _previous_sigterm(signum, frame)
+    elif _previous_sigterm != signal.SIG_IGN:
         if os.environ.get(ENV_PRIMARY_PID) == str(os.getpid()):  # a worker's death is not the program's
             with contextlib.suppress(OSError, KeyError):  # tell `nsight launch`/`run`: nsys may exit 0
                 Path(os.environ[ENV_SIGNAL_FILE]).write_text(str(signum))

@@ -9,13 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 PERMISSION_REMEDIES = (
-    "nsys was denied the access it needs. Remedies: "
-    "(1) for the osrt trace domain, give the container CAP_SYS_ADMIN and an unconfined AppArmor "
-    "profile (in Flyte: pod_template=flyte.PodTemplate().allow_nested_sandboxing(), which needs the "
-    "kubernetes package), or drop 'osrt' from trace; "
-    "(2) for ERR_NVGPUCTRPERM, a cluster administrator sets the NVIDIA driver option "
-    "NVreg_RestrictProfilingToAdminUsers=0 on the GPU nodes. "
-    "The cuda, nvtx, cudnn and cublas domains need no extra permissions."
+    "nsys was denied the access it needs. Remedies: (1) for the osrt trace domain, give the container CAP_SYS_ADMIN "
+    "and an unconfined AppArmor profile (in Flyte: pod_template=flyte.PodTemplate().allow_nested_sandboxing(), which "
+    "needs the kubernetes package), or drop 'osrt' from trace; (2) for ERR_NVGPUCTRPERM, a cluster administrator sets "
+    "the NVIDIA driver option NVreg_RestrictProfilingToAdminUsers=0 on the GPU nodes. The cuda, nvtx, cudnn and "
+    "cublas domains need no extra permissions."
 )
 
 _PERMISSION_MARKERS = ("ERR_NVGPUCTRPERM", "insufficient privileges", "permission denied")

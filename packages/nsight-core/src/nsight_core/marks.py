@@ -37,8 +37,7 @@ def _emitter() -> Callable[[str], None] | None:
 
 def mark(message: str) -> None:
     """Emit MESSAGE as an NVTX mark in OWN_DOMAIN, if the `nvtx` package is there; never raise."""
-    emit = _emitter()
-    if emit is None:
+    if (emit := _emitter()) is None:
         return
     try:
         emit(message)

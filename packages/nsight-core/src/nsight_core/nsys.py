@@ -63,8 +63,6 @@ PARQUET_SLICED_VERSIONS = ("2023.4.",)
 """nsys versions whose Parquet exports in slices of time were checked to read as their SQLite export on every fixture
 (tests/core/test_sliced_export.py); any other streams a large capture from SQLite."""
 
-_BUSY_MARKERS = ("not allowed in this state",)
-
 
 def installer_prefix() -> Path:
     """Where scripts/install-nsys.sh puts nsys (the same default as the script)."""
@@ -139,16 +137,6 @@ def _sampling(sample: str | None) -> list[str]:
     return [] if sample is None else [f"--sample={sample}"]
 
 
-def _version_of(path: str) -> str | None:
-    try:
-        result = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=QUICK_TIMEOUT,
-                                env=uninjected_env())
-    except (OSError, subprocess.SubprocessError):
-        return None
-    match = re.search(r"(\d{4}\.\d+\.\d+(?:\.\d+)?)", result.stdout)
-    return match.group(1) if result.returncode == 0 and match else None
-
-
 @functools.cache
 def _find(env_value: str | None, path_value: str | None, prefix: str) -> Nsys:
     tried: list[str] = []
@@ -167,8 +155,13 @@ def _find(env_value: str | None, path_value: str | None, prefix: str) -> Nsys:
 
 def nsys_at(path: str) -> Nsys | None:
     """The nsys at PATH when it runs, else None."""
-    version = _version_of(path)
-    return Nsys(path=Path(path), version=version) if version else None
+    try:
+        result = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=QUICK_TIMEOUT,
+                                env=uninjected_env())
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"(\d{4}\.\d+\.\d+(?:\.\d+)?)", result.stdout)
+    return Nsys(path=Path(path), version=match.group(1)) if result.returncode == 0 and match else None
 
 
 def find_nsys() -> Nsys:
@@ -211,8 +204,8 @@ class Nsys:
         return result
 
     def _run_once(self, args: Sequence[str], timeout: float, what: str, program: Path | None = None) -> NsysResult:
-        """PROGRAM (nsys unless given: one of its helpers) with ARGS, to completion or TIMEOUT, in a process group of
-        its own, killed whole on timeout; a permission marker counts only when it failed (nsys prints such words)."""
+        """PROGRAM (nsys unless given: one of its helpers) with ARGS in a process group of its own, killed whole after
+        TIMEOUT; a permission marker counts only when it failed (nsys prints such words)."""
         argv = [str(program or self.path), *args]
         try:
             process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -266,7 +259,7 @@ class Nsys:
     @staticmethod
     def is_busy(result: NsysResult) -> bool:
         """True when nsys refused because a collection is already running in the session."""
-        return any(marker in result.output for marker in _BUSY_MARKERS)
+        return "not allowed in this state" in result.output
 
     @functools.cached_property
     def importer(self) -> Path | None:
@@ -275,10 +268,9 @@ class Nsys:
         return next(iter(sorted(self.path.resolve().parent.parent.glob("host-*/QdstrmImporter"))), None)
 
     def import_kept_stream(self, base: Path, timeout: float = STOP_TIMEOUT) -> NsysResult | None:
-        """Import the raw stream nsys kept as BASE.qdstrm once more (nsys keeps it where its importer failed, or
-        "succeeded with non-fatal errors": a clean import here replaces that report), within TIMEOUT; the import's
-        result (its words without the progress bar) where it wrote BASE.nsys-rep, else None. The stream is deleted
-        once imported."""
+        """Import the raw stream nsys kept as BASE.qdstrm (where its importer failed, or "succeeded with non-fatal
+        errors": a clean import replaces that report) once more, within TIMEOUT, deleting the stream once imported;
+        the import's result (its words without the progress bar) where it wrote BASE.nsys-rep, else None."""
         stream, report = (base.with_name(base.name + suffix) for suffix in (".qdstrm", ".nsys-rep"))
         if not stream.is_file() or self.importer is None:
             return None
@@ -351,12 +343,9 @@ class Nsys:
     @functools.cached_property
     def available_reports(self) -> frozenset[str]:
         """Report names this nsys knows: its --help-reports list and the scripts in its reports dir."""
-        names: set[str] = set()
-        listing = self._run(["stats", "--help-reports"], QUICK_TIMEOUT, "nsys stats --help-reports")
-        for line in listing.output.splitlines():
-            match = re.match(r"\s+([A-Za-z0-9_]+)(?:\[.*?\])*\s+--\s", line)
-            if match:
-                names.add(match.group(1))
+        listing = self._run(["stats", "--help-reports"], QUICK_TIMEOUT, "nsys stats --help-reports").output
+        names = {match.group(1) for line in listing.splitlines()
+                 if (match := re.match(r"\s+([A-Za-z0-9_]+)(?:\[.*?\])*\s+--\s", line))}
         for reports_dir in self.path.resolve().parent.parent.glob("host-*/reports"):
             names.update(p.stem for p in reports_dir.glob("*.py"))
         return frozenset(names)

@@ -95,6 +95,4 @@ def capture_paths(path: str | Path) -> list[Path]:
     prefixes = sorted(recorded_captures(path))
     if not prefixes and any(path.glob("*.nsys-rep")):
         raise StatsError(f"{path} holds no recorded CSVs; pass its captures instead: {path}/*.nsys-rep")
-    if len(prefixes) <= 1:
-        return [path]
-    return [path / prefix for prefix in prefixes]
+    return [path / prefix for prefix in prefixes] if len(prefixes) > 1 else [path]

@@ -211,8 +211,7 @@ class Session:
     @classmethod
     def current(cls) -> Session | None:
         """The session this process was launched into, or None when it runs without nsys."""
-        collector = current_collector()
-        if collector is None:
+        if (collector := current_collector()) is None:
             return None
         settings = collector.settings
         session = cls(settings.name, trace=settings.trace, sample=settings.sample, output_dir=settings.output_dir)

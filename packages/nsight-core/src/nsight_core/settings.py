@@ -60,16 +60,11 @@ class Settings:
 
     def to_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """BASE (this process's environment by default) with this session in it, and nothing stale."""
-        env = dict(os.environ if base is None else base)
         values = {ENV_SESSION: self.name, ENV_OUTPUT_DIR: str(self.output_dir), ENV_TRACE: ",".join(self.trace),
                   ENV_SAMPLE: self.sample, ENV_NSYS: str(self.nsys.absolute()) if self.nsys else None,
                   ENV_CLAIMS: str(self.claims) if self.claims else None}
-        for variable, value in values.items():
-            if value is not None:
-                env[variable] = value
-            else:
-                env.pop(variable, None)
-        return env
+        env = {name: value for name, value in (os.environ if base is None else base).items() if name not in values}
+        return env | {name: value for name, value in values.items() if value is not None}
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings | None:

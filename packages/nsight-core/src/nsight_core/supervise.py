@@ -85,9 +85,7 @@ def run_command(session: str, launch: Launch, command: Sequence[str], timeout: f
         died_of = died.read_text().strip() if died.exists() else ""
     for name in used:
         end_leftover_agents(name)
-    if not finished.started:
-        return finished
-    if finished.returncode == 0 and died_of.isdigit():  # nsys, signalled itself, exits 0 regardless
+    if finished.started and finished.returncode == 0 and died_of.isdigit():  # nsys, signalled, exits 0 regardless
         return Finished(128 + int(died_of), finished.nsys_output)
     return finished
 
@@ -172,13 +170,11 @@ def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], pending: P
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signum)
 
-    # Handlers can be installed in the main thread only.
-    main = threading.current_thread() is threading.main_thread()
+    main = threading.current_thread() is threading.main_thread()  # the only one that may install handlers
     previous = {signum: signal.signal(signum, forward) for signum in _FORWARDED} if main else {}
     began = time.monotonic()
     try:
-        hung = not _await_start(process, pending)
-        if hung:  # its agent would hold the session's name and nsys' output pipe
+        if hung := not _await_start(process, pending):  # its agent would hold the session's name and nsys' output pipe
             end_leftover_agents(session, grace=0.5)
         if not pending.exists():
             relay.pass_on()
@@ -199,13 +195,12 @@ def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], pending: P
     output = relay.tail.decode(errors="replace")
     if hung:
         output += f"\nnsys had not started the command after {QUICK_TIMEOUT:.0f} s and was stopped"
-    started = not pending.exists()
     transient = not received and (hung or returncode == 0 or lost_its_agent(output))
     if received:
         returncode = 128 + received[-1]
     elif returncode < 0:
         returncode = 128 - returncode
-    return Finished(returncode, output, started=started), transient
+    return Finished(returncode, output, started=not pending.exists()), transient
 
 
 _PR_SET_PDEATHSIG = 1
@@ -290,8 +285,7 @@ class _Relay:
 def _to_stderr(chunk: bytes) -> None:
     if not chunk:
         return
-    stream = getattr(sys.stderr, "buffer", None)
-    if stream is not None:
+    if (stream := getattr(sys.stderr, "buffer", None)) is not None:
         stream.write(chunk)
     else:
         sys.stderr.write(chunk.decode(errors="replace"))

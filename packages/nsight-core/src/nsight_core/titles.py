@@ -25,8 +25,7 @@ def capture_title(path: Path, trace: Trace) -> str:
     the shell that then execs the command."""
     if not GENERATED_NAME.fullmatch(path.stem):
         return path.stem
-    command = recorded_command(trace.meta)
-    if command:
+    if command := recorded_command(trace.meta):
         text = shlex.join(command)
         return text if len(text) <= MAX_TITLE else text[:MAX_TITLE - 1] + "…"
     frames = events(trace)  # streamed queries: a large capture's frames are never read whole for its title

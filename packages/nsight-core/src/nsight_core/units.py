@@ -78,11 +78,6 @@ def for_stream(text: str, stream: TextIO) -> str:
     of a UnicodeEncodeError in the middle of a table (``LANG=C``, a Windows console)."""
     encoding = getattr(stream, "encoding", None) or "utf-8"
     try:
-        text.encode(encoding)
-        return text
-    except UnicodeEncodeError:
-        pass
-    try:
         MICROSECONDS.encode(encoding)
     except UnicodeEncodeError:
         text = text.replace(MICROSECONDS, ASCII_MICROSECONDS)

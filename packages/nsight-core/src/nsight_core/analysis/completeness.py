@@ -127,10 +127,9 @@ def nsys_diagnostics(trace: Trace) -> list[NsysDiagnostic]:
     frame = trace.diagnostics
     if not frame.height:
         return []
-    reported = frame.filter(pl.col("severity").is_in(REPORTED_SEVERITIES))
     return [NsysDiagnostic(severity=row["severity"], source=row["source"], text=row["text"].strip(), pid=row["pid"],
                            lost_data=row["severity"] == "Error" or bool(_LOSS_WORDS.search(row["text"])))
-            for row in reported.iter_rows(named=True)]
+            for row in frame.filter(pl.col("severity").is_in(REPORTED_SEVERITIES)).iter_rows(named=True)]
 
 
 def _nsys_lost_data(diagnostics: Sequence[NsysDiagnostic]) -> CompletenessWarning | None:
@@ -317,8 +316,7 @@ def _overlaps(ranges: pl.DataFrame, events: pl.DataFrame, carried: pl.Series, by
 def _nsys_older_than_cuda(nsys_version: str | None, cuda_version: str | None) -> CompletenessWarning | None:
     if not nsys_version or not cuda_version:
         return None
-    nsys = _VERSION.match(nsys_version)
-    if nsys is None:
+    if (nsys := _VERSION.match(nsys_version)) is None:
         return None
     cuda_major = int(cuda_version.split(".")[0])
     first = FIRST_NSYS_FOR_CUDA.get(cuda_major)

@@ -127,8 +127,7 @@ def _nvtx_steps(frames: Events, chosen: NvtxCpuSteps, window_rows: int | None) -
              .select("start_ns", "end_ns", "name", "thread").collect(engine="streaming")
              .sort("start_ns", maintain_order=True).with_row_index("step")
              .with_columns(pl.col("step").cast(pl.Int64)))
-    found = family_stats(steps, family)
-    if found is None:
+    if (found := family_stats(steps, family)) is None:
         return None
     stats = found.model_copy(update={"candidates": chosen.candidates})
     windows = project_spans(steps, gpu_spans(frames, steps, window_rows))

@@ -122,8 +122,7 @@ class HostCalls:
         before; none inside MASK (the user ranges). Queries (QUERY_CALLS) count as time before the call they lead to."""
         cuda, osrt = self.between(lo - DISPATCH_GAP_NS, hi + DISPATCH_GAP_NS)
         name, span = pl.col("name"), ("start_ns", "end_ns")
-        gap = pl.col("start_ns") - pl.col("end_ns").shift(1)
-        chain = (gap >= DISPATCH_GAP_NS).fill_null(True).cum_sum()
+        chain = (pl.col("start_ns") - pl.col("end_ns").shift(1) >= DISPATCH_GAP_NS).fill_null(True).cum_sum()
         query = name.str.contains(QUERY_CALLS)
         # The call each leads to: the next one that is no query, in its chain of calls (else itself).
         lead = pl.when(~query).then(name).backward_fill().over(chain).fill_null(name)

@@ -26,9 +26,8 @@ def union_intervals(events: pl.DataFrame) -> pl.DataFrame:
         reach = pl.col("end_ns").cum_max().over("device")
         new_group = (pl.col("start_ns") > reach.shift(1).over("device")).fill_null(True)
     flagged = ordered.with_columns(reach.alias("_reach"), new_group.alias("_new"))
-    last = pl.col("_new").shift(-1).fill_null(True)
     return flagged.filter("_new").select("device", "start_ns").with_columns(
-        flagged.filter(last)["_reach"].alias("end_ns"))
+        flagged.filter(pl.col("_new").shift(-1).fill_null(True))["_reach"].alias("end_ns"))
 
 
 def _with_device(events: pl.DataFrame) -> pl.DataFrame:

@@ -52,8 +52,7 @@ def _range_table(frames: Events, span_ns: int, window_rows: int | None) -> list[
     key, families = _family_key(frames.nvtx_names)
     # The ranges' nesting depth where the frame has it (a capture read whole): the depth of each window's ranges among
     # the carried ones is that same number, counted again.
-    depth = depth_read(frames.nvtx)
-    ranges = frames.nvtx.select("start_ns", "end_ns", "thread", key, *depth)
+    ranges = frames.nvtx.select("start_ns", "end_ns", "thread", key, *depth_read(frames.nvtx))
     calls = frames.cuda_api.select("correlation_id", "start_ns", "end_ns", "name", "thread")
     work = gpu_work_of(frames)
     # Windows of about WINDOW_ROWS ranges, calls and GPU work together: a window's calls bring their work with them.

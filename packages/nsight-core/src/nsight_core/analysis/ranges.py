@@ -35,8 +35,7 @@ def with_parents(nvtx: pl.DataFrame) -> pl.DataFrame:
     the latest range one depth up on the same thread that started no later."""
     ranges = by_start(nvtx).select(pl.int_range(pl.len(), dtype=pl.Int64).alias("id"), pl.all())
     # (thread, depth) as one 32-bit integer: a join by two columns, or by 64-bit ones, takes far more memory.
-    level = _thread_level(ranges)
-    keys = ranges.select(pl.col("id").cast(pl.UInt32), level.alias("_level"), "start_ns")
+    keys = ranges.select(pl.col("id").cast(pl.UInt32), _thread_level(ranges).alias("_level"), "start_ns")
     levels = keys["_level"].unique()
     if levels.len() <= FILLED_LEVELS:
         return ranges.with_columns(keys.select(_filled_parents(levels)).to_series().cast(pl.Int64))

@@ -158,10 +158,8 @@ def find_steps(nvtx: pl.DataFrame, kernels: pl.DataFrame,
     """The capture's steps: statistics and one row per step (step, start_ns, end_ns, name, thread). CODES:
     :func:`family_codes` of NVTX's names, where the caller has them already."""
     codes = codes if codes is not None else family_codes(nvtx, "name")
-    families = nvtx_families(nvtx, codes)
-    candidates = [StepFamily(**row) for row in families.drop("step_word").to_dicts()]
-    family = next((family for family in candidates if family.sequential), None)
-    if family is not None:
+    candidates = [StepFamily(**row) for row in nvtx_families(nvtx, codes).drop("step_word").to_dicts()]
+    if (family := next((candidate for candidate in candidates if candidate.sequential), None)) is not None:
         steps = _family_instances(nvtx, codes, family)
         return _with_shape(NvtxCpuSteps(family=family, candidates=candidates), steps), steps
     steps, period, anchor, reason = kernel_period_steps(kernels)
@@ -227,8 +225,7 @@ def _with_shape(stats: Shaped, steps: pl.DataFrame) -> Shaped:
     first, rest_median = durations.select(pl.col("d").first().alias("first"),
                                           pl.col("d").slice(1).median().alias("rest")).row(0)
     warmup = bool(rest_median) and first > WARMUP_RATIO * rest_median
-    body = durations.slice(1) if warmup else durations
-    slope, median, last = body.select(
+    slope, median, last = (durations.slice(1) if warmup else durations).select(
         (pl.cov("i", "d") / pl.col("i").var()).fill_nan(0.0).alias("slope"), pl.col("d").median().alias("median"),
         (pl.len() - 1).alias("last")).row(0)
     change = slope * last / median if median else 0.0

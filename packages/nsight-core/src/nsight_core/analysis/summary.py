@@ -120,8 +120,7 @@ def _memory_tiles(stats: ProfileStats) -> list[Tile]:
     tiles = []
     for label, operation in kinds:
         size, time = sizes.get(operation), times.get(operation)
-        counted = size or time
-        if counted is None:
+        if (counted := size or time) is None:
             tiles.append(Tile(label=label, value="none", number=0, detail="none in this capture"))
             continue
         count = counted.instances

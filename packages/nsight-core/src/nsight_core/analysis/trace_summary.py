@@ -189,8 +189,7 @@ def nvtx_views(windows: Iterable[pl.DataFrame], origin_ns: int, edges: list[int]
                 times = pl.concat([views[1], times]).group_by(*_SLICE, "name").agg(pl.col("ns").sum())
         return longest, times
 
-    views = fold(windows, None, added)
-    if views is None:
+    if (views := fold(windows, None, added)) is None:
         return [], []
     return nvtx_instances(views[0], origin_ns, limit), _buckets(views[1], edges) if views[1] is not None else []
 
@@ -206,8 +205,7 @@ def _longest(nvtx: pl.DataFrame, limit: int) -> pl.DataFrame:
 
 def nvtx_instances(nvtx: pl.DataFrame, origin_ns: int, limit: int = MAX_TIMELINE_RANGES) -> list[NvtxInstance]:
     """The longest LIMIT range instances with their nesting depth, by start time; of equally long ones, the first."""
-    kept = _longest(nvtx, limit).sort("start_ns")
-    return [NvtxInstance(**row) for row in kept.select(
+    return [NvtxInstance(**row) for row in _longest(nvtx, limit).sort("start_ns").select(
         "name", pl.col("start_ns") - origin_ns, pl.col("end_ns") - origin_ns, "depth", "thread").to_dicts()]
 
 

@@ -46,10 +46,8 @@ def choose_steps(frames: Events) -> tuple[ChosenSteps, CodedRanges | None]:
     nvtx = with_depth(_first(frames.nvtx.select("start_ns", "end_ns", "name", "domain", "thread", *depth)))
     codes = family_codes(nvtx, "name")
     stats = find_steps(nvtx, _first(frames.kernels.select("start_ns", "end_ns", "name")), codes)[0]
-    whole = bool(depth) and (nvtx.height < CHOOSE_ROWS
-                             or frames.nvtx.select(pl.len()).collect().item() == nvtx.height)
-    family, families = codes
-    return stats, CodedRanges(ranges=nvtx, family=family, families=families) if whole else None
+    whole = bool(depth) and (nvtx.height < CHOOSE_ROWS or frames.nvtx.select(pl.len()).collect().item() == nvtx.height)
+    return stats, CodedRanges(ranges=nvtx, family=codes[0], families=codes[1]) if whole else None
 
 
 def _first(frame: pl.LazyFrame) -> pl.DataFrame:

@@ -13,16 +13,7 @@ from typing import NamedTuple
 import polars as pl
 
 from nsight_core.analysis.budget import BudgetPart, CpuActivity, StepBudget
-from nsight_core.analysis.finding_model import (
-    Context,
-    Evidence,
-    Finding,
-    FindingKind,
-    Where,
-    per_step_of,
-    reported,
-    saving_of,
-)
+from nsight_core.analysis.finding_model import Context, Evidence, Finding, FindingKind, Where, reported, saving_of
 from nsight_core.analysis.findings import NOMINAL_PINNED_BYTES_PER_S
 from nsight_core.analysis.gpu_budget import QUERY_CALLS
 from nsight_core.units import Unit
@@ -164,7 +155,7 @@ def _finding(context: Context, kind: FindingKind, total_ns: float, steps: int,
     """A finding of KIND saving TOTAL_NS over STEPS steps, when it is worth reporting (REPORT_SHARE)."""
     if total_ns <= 0 or not steps:
         return None
-    return reported(kind, saving_of(context, per_step_of(context, total_ns / steps), total_ns), evidence)
+    return reported(kind, saving_of(context, total_ns / steps if context.step_p50_ns else None, total_ns), evidence)
 
 
 def lines_of(inputs: CauseInputs, names: str) -> list[Evidence]:
@@ -348,9 +339,7 @@ def less(budget: StepBudget | None, claims: dict[Claim, float]) -> StepBudget | 
     of other causes read; the budget shown is the whole one)."""
     if budget is None or not claims:
         return budget
-    by_part: dict[str, float] = {}
-    for (part, _, _), ns in claims.items():
-        by_part[part] = by_part.get(part, 0.0) + ns
+    by_part = {part: sum(ns for (claimed, _, _), ns in claims.items() if claimed == part) for part, _, _ in claims}
     steps = max(budget.steps, 1)
 
     def part_less(part: BudgetPart) -> BudgetPart:

@@ -103,26 +103,20 @@ def step_events(trace: EventTables | Events, start_ns: int, end_ns: int) -> pl.D
     def overlapping(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
         return frame.lazy().filter((pl.col("start_ns") < end_ns) & (pl.col("end_ns") > start_ns)).collect()
 
-    gpu: list[pl.Expr | str] = [pl.lit("gpu").alias("lane"), "device", "stream", pl.lit(None, pl.Int64).alias("thread")]
-    cpu: list[pl.Expr | str] = [pl.lit("cpu").alias("lane"), pl.lit(None, pl.Int64).alias("device"),
-           pl.lit(None, pl.Int64).alias("stream"), "thread"]
-    no_bytes, flat = pl.lit(None, pl.Int64).alias("bytes"), pl.lit(0, pl.Int64).alias("depth")
-    times = ("start_ns", "end_ns")
-    parts = [
-        overlapping(trace.kernels).select(*gpu, pl.lit("kernel").alias("kind"), "name", no_bytes, flat, *times),
-        overlapping(trace.memcpy).select(*gpu, pl.lit("memcpy").alias("kind"), pl.col("direction").alias("name"),
-                                         "bytes", flat, *times),
-        overlapping(trace.memset).select(*gpu, pl.lit("memset").alias("kind"), pl.lit("").alias("name"), "bytes",
-                                         flat, *times),
-        overlapping(trace.cuda_api).select(*cpu, pl.lit("cuda_api").alias("kind"), "name", no_bytes, flat, *times),
-        with_depth(overlapping(trace.nvtx)).select(*cpu, pl.lit("nvtx").alias("kind"), "name", no_bytes, "depth",
-                                                   *times),
-    ]
+    def lane(frame: pl.DataFrame, on: str, kind: str, *columns: pl.Expr | str) -> pl.DataFrame:
+        return frame.select(pl.lit(on).alias("lane"), pl.lit(kind).alias("kind"), *columns, "start_ns", "end_ns")
+
+    gpu = ("device", "stream")
+    parts = [lane(overlapping(trace.kernels), "gpu", "kernel", *gpu, "name"),
+             lane(overlapping(trace.memcpy), "gpu", "memcpy", *gpu, pl.col("direction").alias("name"), "bytes"),
+             lane(overlapping(trace.memset), "gpu", "memset", *gpu, pl.lit("").alias("name"), "bytes"),
+             lane(overlapping(trace.cuda_api), "cpu", "cuda_api", "thread", "name"),
+             lane(with_depth(overlapping(trace.nvtx)), "cpu", "nvtx", "thread", "name", "depth")]
     if (graphs := getattr(trace, "graphs", None)) is not None:
-        parts.append(overlapping(graphs).select(*gpu, pl.lit("graph").alias("kind"),
-                                                pl.col("graph_id").cast(pl.String).alias("name"), no_bytes, flat,
-                                                *times))
-    return pl.concat([part.cast(EVENT_SCHEMA) for part in parts]).sort("start_ns")
+        parts.append(lane(overlapping(graphs), "gpu", "graph", *gpu, pl.col("graph_id").cast(pl.String).alias("name")))
+    # Each part holds its own of EVENT_SCHEMA's columns: the others are null, but depth is 0 outside NVTX ranges.
+    events = pl.concat([part.cast({c: EVENT_SCHEMA[c] for c in part.columns}) for part in parts], how="diagonal")
+    return events.select(*EVENT_SCHEMA).with_columns(pl.col("depth").fill_null(0)).sort("start_ns")
 
 
 def drawing_for(trace: EventTables | Events, analysis: Analysis, parts: Analyzed) -> StepDrawing | None:

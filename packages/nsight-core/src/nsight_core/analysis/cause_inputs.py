@@ -49,8 +49,7 @@ def cause_inputs(frames: Events, steps: pl.DataFrame, thread: int | None, activi
             lo, hi = batch.select(pl.min_horizontal(pl.col("start_ns").min(), pl.col("cpu_start_ns").min()),
                                   pl.max_horizontal(pl.col("end_ns").max(), pl.col("cpu_end_ns").max())).row(0)
             meets = (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)
-            ranges = batch.select("step", pl.col("cpu_start_ns").alias("start_ns"),
-                                  pl.col("cpu_end_ns").alias("end_ns"))
+            ranges = batch.select("step", start_ns=pl.col("cpu_start_ns"), end_ns=pl.col("cpu_end_ns"))
             batch_calls = calls.filter(meets).collect(engine="streaming")
             found["calls"].append(_calls_in(batch_calls, ranges))
             if lines.height:

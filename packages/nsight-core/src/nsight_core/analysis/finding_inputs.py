@@ -34,8 +34,7 @@ def analysis_of(frames: Events, gpus: pl.DataFrame | None, window: UserWindow, e
     NVTX range table and the findings, whose savings are read against the step without the profiler."""
     found, thread, steps = every.stats, every.thread, every.drawn
     steady = steps.slice(1) if found.warmup else steps
-    steady_ranges = steady.select("step", pl.col("cpu_start_ns").alias("start_ns"),
-                                  pl.col("cpu_end_ns").alias("end_ns"))
+    steady_ranges = steady.select("step", start_ns=pl.col("cpu_start_ns"), end_ns=pl.col("cpu_end_ns"))
     budget, overhead = budgets.budget, None
     stats: StepStats
     match found:
@@ -83,9 +82,8 @@ def _syncs(frames: Events, steps: pl.DataFrame, calls: pl.DataFrame, thread: int
     (scalar reads): counted in batches of steps holding about WINDOW_ROWS of THREAD's NVTX ranges, and added up. Each
     batch's calls are named by the ranges that overlap its time, which hold every range a call in it can be in and
     every range enclosing one of those (their depth is the capture's)."""
-    small = frames.memcpy.filter((pl.col("direction") == "Device-to-Host")
-                                 & (pl.col("bytes") <= find.SMALL_COPY_BYTES)).select(
-        "start_ns", "end_ns", "direction", "bytes").collect(engine="streaming")
+    reads = frames.memcpy.filter((pl.col("direction") == "Device-to-Host") & (pl.col("bytes") <= find.SMALL_COPY_BYTES))
+    small = reads.select("start_ns", "end_ns", "direction", "bytes").collect(engine="streaming")
     ranges = frames.nvtx.filter(pl.col("thread") == thread).select("start_ns", "end_ns", "name", "thread",
                                                                    *depth_read(frames.nvtx))
     found, small_reads = [], 0
@@ -108,8 +106,7 @@ def _launch_shape(frames: Events, steps: pl.DataFrame, window_rows: int | None) 
     is_launch = matching(frames.cuda_api, "name", lambda name: name.str.contains(LAUNCH_API))
     calls = frames.cuda_api.filter(is_launch).select("correlation_id", "start_ns", "end_ns")
     kernels = frames.kernels.select("correlation_id", duration)
-    ids = pl.concat([calls.select(pl.col("correlation_id").alias("start_ns")),
-                     kernels.select(pl.col("correlation_id").alias("start_ns"))])
+    ids = pl.concat([frame.select(start_ns=pl.col("correlation_id")) for frame in (calls, kernels)])
     ran_counts, launch_counts = [], []
     for inside in window_filters(start_cuts(ids.drop_nulls(), window_rows), pl.col("correlation_id")):
         launches = in_steps(calls.filter(inside).collect(engine="streaming"), steps)

@@ -124,12 +124,11 @@ def _with_cause(idle: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame) -> 
     """IDLE pieces with the work that ends each (its launch call) and the sync the host sat in when it began (SYNCS,
     by start): step, a, b, launch_ns, launch_end_ns, launch_name, sync_name, sync_end_ns."""
     # The pieces follow each other in time: by start, and so by end (no sort).
-    pieces = idle.select("step", pl.col("start_ns").alias("a"),
-                         (pl.col("start_ns") + pl.col("ns")).set_sorted().alias("b"))
+    pieces = idle.select("step", a=pl.col("start_ns"), b=(pl.col("start_ns") + pl.col("ns")).set_sorted())
     nxt = work.select(pl.col("start_ns").alias("b"), "launch_ns", "launch_end_ns", "launch_name").sort("b")
     pieces = pieces.join_asof(nxt, on="b", strategy="forward")
-    syncs = syncs.select(pl.col("start_ns").alias("_sync_start"), pl.col("end_ns").alias("sync_end_ns"),
-                         pl.col("name").alias("sync_name")).sort("_sync_start")
+    syncs = syncs.select(_sync_start=pl.col("start_ns"), sync_end_ns=pl.col("end_ns"), sync_name=pl.col("name"))
+    syncs = syncs.sort("_sync_start")
     # Between a piece's start and end, so in the pieces' order too (no sort: the stretches stay by start).
     late_end = pl.min_horizontal(pl.max_horizontal("launch_ns", "a"), "b").fill_null(pl.col("b")).set_sorted()
     pieces = pieces.with_columns(late_end.alias("late_end")).join_asof(syncs, left_on="late_end",

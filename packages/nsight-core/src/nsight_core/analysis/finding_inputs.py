@@ -29,9 +29,8 @@ from nsight_core.trace.streamed import WINDOW_ROWS, Events
 
 def analysis_of(frames: Events, gpus: pl.DataFrame | None, window: UserWindow, every: EveryStep,
                 budgets: Budgets, nsys_version: str | None = None, window_rows: int | None = WINDOW_ROWS) -> Analysis:
-    """The analysis of EVERY step of the capture FRAMES holds (its user WINDOW, the GPUS it ran on, every step's
-    BUDGETS, the NSYS_VERSION that wrote it): the steps, their budget with the profiler's overhead taken out, the
-    NVTX range table and the findings, whose savings are read against the step without the profiler."""
+    """The analysis of EVERY step of the capture FRAMES holds: the steps, their BUDGETS with the profiler's overhead
+    taken out, the NVTX range table and the findings, whose savings are read against the step without the profiler."""
     found, thread, steps = every.stats, every.thread, every.drawn
     steady = steps.slice(1) if found.warmup else steps
     steady_ranges = steady.select("step", start_ns=pl.col("cpu_start_ns"), end_ns=pl.col("cpu_end_ns"))

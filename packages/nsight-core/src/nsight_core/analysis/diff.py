@@ -255,11 +255,9 @@ def _analysis_deltas(a: Side, b: Side) -> list[Delta]:
 
 def _by_name(a: pl.DataFrame, b: pl.DataFrame) -> list[NameDelta]:
     """Per-name total time and instances, matched by name, largest absolute time change first."""
-    joined = (a.join(b, on="name", how="full", coalesce=True, suffix="_b")
-              .select("name", pl.col("total_ns").fill_null(0).alias("a_ns"),
-                      pl.col("total_ns_b").fill_null(0).alias("b_ns"),
-                      pl.col("instances").fill_null(0).alias("a_instances"),
-                      pl.col("instances_b").fill_null(0).alias("b_instances"))
+    joined = (a.join(b, on="name", how="full", coalesce=True, suffix="_b").fill_null(0)
+              .rename({"total_ns": "a_ns", "total_ns_b": "b_ns", "instances": "a_instances",
+                       "instances_b": "b_instances"})
               .with_columns((pl.col("b_ns") - pl.col("a_ns")).alias("delta_ns"))
               .with_columns(pl.when(pl.col("a_ns") > 0).then(pl.col("delta_ns") / pl.col("a_ns")).alias("change"))
               .sort([pl.col("delta_ns").abs(), pl.col("name")], descending=[True, False]))

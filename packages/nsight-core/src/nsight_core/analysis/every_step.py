@@ -179,9 +179,8 @@ def gpu_work_of(frames: Events) -> pl.LazyFrame:
 
 
 def launched_by_id(work: pl.LazyFrame, calls: pl.LazyFrame) -> pl.DataFrame:
-    """WORK (a filter of :func:`gpu_work_of`, a window's) by start with the call that launched each piece
-    (:func:`projection.launched`), the calls found among CALLS by correlation id: only those of the window's ids are
-    read, and of an id two processes used, the first call is the one."""
+    """WORK (a window's, of :func:`gpu_work_of`) by start with each piece's launching call (:func:`projection.launched`)
+    from CALLS, by correlation id: only the window's are read; of an id two processes used, the first."""
     ran = work.collect(engine="streaming").sort("start_ns", maintain_order=True)
     ids = ran["correlation_id"].drop_nulls()
     among = (pl.col("correlation_id").is_between(ids.min(), ids.max()) & pl.col("correlation_id").is_in(ids.implode())

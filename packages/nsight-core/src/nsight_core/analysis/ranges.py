@@ -51,9 +51,8 @@ per level, rather than joining by level: at a few levels the passes take a tenth
 
 
 def _filled_parents(levels: pl.Series) -> pl.Expr:
-    """Each row's parent (id, _level and start_ns of :func:`with_parents`' keys): the latest row one level up that
-    started no later, as its as-of join finds it. Per level, its latest row so far, read at the last row starting
-    with this one (a parent may start at the same time and come later)."""
+    """Each row's parent (id, _level and start_ns of :func:`with_parents`' keys) as its as-of join finds it: per level,
+    the latest row so far, read at the last row starting with this one (a parent may start at the same time, later)."""
     ids, level, start = pl.col("id"), pl.col("_level"), pl.col("start_ns")
     last_with_start = pl.when((start != start.shift(-1)).fill_null(True)).then(ids).backward_fill()
     present = set(levels.to_list())

@@ -97,9 +97,8 @@ def _drawn(trace: EventTables | Events, view: StepView, step: int, roles: list[R
 
 
 def step_events(trace: EventTables | Events, start_ns: int, end_ns: int) -> pl.DataFrame:
-    """Every event of TRACE overlapping [START_NS, END_NS), in EVENT_SCHEMA, by start. TRACE's frames lazy (a capture
-    too large to read whole): streamed, the NVTX ranges' depth counted among those overlapping the span, which hold
-    every range that encloses one of them."""
+    """Every event of TRACE overlapping [START_NS, END_NS), in EVENT_SCHEMA, by start. Lazy frames (a large capture) are
+    streamed, NVTX depth counted among the ranges overlapping the span, which hold all that enclose one."""
     def overlapping(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
         return frame.lazy().filter((pl.col("start_ns") < end_ns) & (pl.col("end_ns") > start_ns)).collect()
 

@@ -175,9 +175,8 @@ def _with_depth(carried: pl.DataFrame | None, window: pl.DataFrame) -> tuple[pl.
 
 def nvtx_views(windows: Iterable[pl.DataFrame], origin_ns: int, edges: list[int],
                limit: int = MAX_TIMELINE_RANGES) -> tuple[list[NvtxInstance], list[NvtxBucket]]:
-    """The timeline's NVTX ranges from ranges with depth in WINDOWS: the LIMIT longest (:func:`nvtx_instances`) and,
-    where EDGES are given, each thread's outermost ranges per slice (:func:`_buckets`). A fold: the longest so far and
-    the time per (thread, slice, name) so far, each window's added."""
+    """The timeline's NVTX ranges from ranges with depth in WINDOWS: the LIMIT longest and, given EDGES, each thread's
+    outermost ranges per slice (:func:`_buckets`), folded: the longest and time per (thread, slice, name) so far."""
     Views = tuple[pl.DataFrame, pl.DataFrame | None]
 
     def added(views: Views | None, window: pl.DataFrame) -> Views:

@@ -41,9 +41,8 @@ class UserWindow(BaseModel):
 
 def user_window(window_start_ns: int, window_end_ns: int, marks: pl.DataFrame | pl.LazyFrame,
                 events: Sequence[pl.DataFrame | pl.LazyFrame], osrt: pl.DataFrame | pl.LazyFrame) -> UserWindow:
-    """The user's window within the collection window [WINDOW_START_NS, WINDOW_END_NS). MARKS: nvtx_marks (time_ns,
-    name, domain). EVENTS: frames with start_ns/end_ns of the user's CUDA and NVTX activity. OSRT: OS-runtime calls,
-    where the settle sleep shows without marks. Lazy frames are streamed."""
+    """The user's window within the collection window [WINDOW_START_NS, WINDOW_END_NS): from MARKS (nvtx_marks), else
+    EVENTS (the user's CUDA and NVTX frames), else OSRT calls (the settle sleep). Lazy frames are streamed."""
     live, stop = marked_window(marks)
     total = window_end_ns - window_start_ns
     if live is not None:

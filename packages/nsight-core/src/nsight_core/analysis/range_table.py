@@ -113,11 +113,9 @@ def _nested(ranges: pl.LazyFrame, calls: pl.LazyFrame, work: pl.LazyFrame,
         median = [] if cuts else [duration.median().alias("_median")]
         sums.append(window.lazy().group_by(KEY).agg(*exact.counts(duration), duration.min().alias("_min"),
                                                     duration.max().alias("_max"), *median).collect())
-        present = pl.concat([
-            carried.with_columns(pl.lit(True).alias("_carried")),
-            window.with_columns(pl.lit(0, pl.Int64).alias("gpu_ops"), pl.lit(None, pl.Int64).alias("gpu_start_ns"),
-                                pl.lit(None, pl.Int64).alias("gpu_end_ns"))
-            .select(list(kept)).cast(kept).with_columns(pl.lit(False).alias("_carried"))])  # type: ignore[arg-type]
+        fresh = window.cast({name: kept[name] for name in window.columns}).with_columns(
+            pl.lit(0, pl.Int64).alias("gpu_ops"), pl.lit(False).alias("_carried"))  # GPU spans null: the concat's fill
+        present = pl.concat([carried.with_columns(pl.lit(True).alias("_carried")), fresh], how="diagonal")
         nested = with_parents(with_depth(by_start(present)))
         # Each child's time to its parent's family (no parent: no family, a null KEY).
         children.append(nested.lazy().select(pl.col(KEY).gather(pl.col("parent")), duration.alias("_children"),

@@ -152,10 +152,9 @@ def _on_gpus(*frames: pl.LazyFrame) -> pl.LazyFrame:
 def nvtx_windows(nvtx: pl.LazyFrame, rows: int | None) -> Iterator[pl.DataFrame]:
     """NVTX ranges with their ``depth`` (as ``Trace.nvtx``) in windows of start time; where the frame has none (scanned
     from disk), each window's is counted with the ranges of earlier windows open at its start (:func:`_with_depth`)."""
-    columns = ["start_ns", "end_ns", "name", "thread"]  # what the views read: a window holds no other
-    if depth_read(nvtx):
-        return start_windows(nvtx.select(*columns, "depth"), rows)
-    return scan(start_windows(nvtx.select(columns), rows), None, _with_depth)
+    depth = depth_read(nvtx)
+    windows = start_windows(nvtx.select("start_ns", "end_ns", "name", "thread", *depth), rows)  # what the views read
+    return windows if depth else scan(windows, None, _with_depth)
 
 
 def _with_depth(carried: pl.DataFrame | None, window: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:

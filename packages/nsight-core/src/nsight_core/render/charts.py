@@ -283,8 +283,7 @@ def _nvtx_lane(trace: TraceSummary, x_scale: alt.Scale, axis_title: str) -> tupl
         if aggregated else alt.value(1),
         tooltip=tooltip,
     ).properties(width=WIDTH, height=22 * len(order))
-    columns = ["row", "name", "legend", "start_ms", "end_ms", "duration_ms", "fraction"]
-    return chart, rows.select(columns).to_dicts()
+    return chart, rows.select("row", "name", "legend", "start_ms", "end_ms", "duration_ms", "fraction").to_dicts()
 
 def budget_charts(drawing: StepDrawing) -> list[ChartSpec]:
     """The steady state's median step as one bar of its parts, then every step's bar (the same parts and colors). Drawn
@@ -334,8 +333,7 @@ def median_budget_chart(drawing: StepDrawing, parts: Sequence[str], colors: alt.
     base = alt.Chart(alt.Data(name="median")).encode(y=alt.Y("step:O", title=None, axis=None))
     bar = base.mark_bar(height=34).encode(
         x=alt.X("ms:Q", stack="zero", title="Time in the median step (ms)",
-                scale=alt.Scale(domain=[0, wall / NS_PER_MS])),
-        color=colors, order=alt.Order("order:Q"),
+                scale=alt.Scale(domain=[0, wall / NS_PER_MS])), color=colors, order=alt.Order("order:Q"),
         tooltip=[_tip("part:N", "Part"), _tip("ms:Q", "Time (ms)", ",.3f"), _tip("share:Q", "Share of the step", ".1%"),
                  _tip("cause:N", "The host meanwhile, mostly")])
     text = base.mark_text(color="white", fontWeight="bold", fontSize=11,  # cut to its part's width
@@ -351,16 +349,14 @@ def step_budgets_chart(drawing: StepDrawing, parts: Sequence[str], colors: alt.C
     title = "Where each step's time went"
     group = -(-budgets.height // MAX_BUDGET_BARS)
     if group > 1:
-        columns = ["wall_ns", *(f"{part}_ns" for part in parts)]
-        budgets = (budgets.with_columns((pl.col("step") // group * group).alias("step"))
-                   .group_by("step").agg(pl.col(column).mean().round(0).cast(pl.Int64) for column in columns))
+        budgets = (budgets.with_columns((pl.col("step") // group * group).alias("step")).group_by("step")
+                   .agg(pl.col("wall_ns", *(f"{part}_ns" for part in parts)).mean().round(0).cast(pl.Int64)))
         title += f" (each bar the mean of {group} consecutive steps)"
     warmup = f"; step {int(budgets['step'][0])} is the warm-up" if drawing.warmup_steps and group == 1 else ""
-    rows = _long(budgets, parts)
     chart = alt.Chart(alt.Data(name="budgets")).mark_bar().encode(
         x=alt.X("step:O", title=f"Step{warmup}", axis=alt.Axis(labelOverlap=True)),
         y=alt.Y("ms:Q", stack="zero", title="Time (ms)"), color=colors, order=alt.Order("order:Q"),
         tooltip=[_tip("step:O", "Step"), _tip("part:N", "Part"), _tip("ms:Q", "Time (ms)", ",.3f"),
                  _tip("share:Q", "Share of the step", ".1%")],
     ).properties(width=WIDTH, height=180)
-    return ChartSpec(title=title, spec=_spec(chart, budgets=rows.to_dicts()))
+    return ChartSpec(title=title, spec=_spec(chart, budgets=_long(budgets, parts).to_dicts()))

@@ -7,8 +7,9 @@ number, and then give the gate numbers for reference only: a reader must not tak
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
-from nsight_core.analysis.diff import Delta, GateOutcome, NameDelta, Reason, TraceDiff
+from nsight_core.analysis.diff import Delta, GateOutcome, Reason, TraceDiff
 from nsight_core.render.text import _short, _table, printable
 from nsight_core.units import duration, quantity
 
@@ -86,14 +87,11 @@ def _delta_cells(delta: Delta) -> list[str]:
     return [quantity(delta.a, delta.unit), quantity(delta.b, delta.unit), signed, _change(delta.change)]
 
 
-def _name_cells(row: NameDelta) -> list[str]:
-    return [duration(row.a_ns), duration(row.b_ns), duration(row.delta_ns, signed=True), _change(row.change),
-            f"{row.a_instances:,} -> {row.b_instances:,}"]
-
-
-def _named(result: TraceDiff) -> list[tuple[str, list[NameDelta]]]:
-    """The kernels and NVTX range families that changed most, with the title of their table."""
-    return [(f"{title}: top {min(TOP_NAMES, len(rows))} of {len(rows)} by change", rows[:TOP_NAMES])
+def _named(result: TraceDiff, name: Callable[[str], str]) -> list[tuple[str, list[list[str]]]]:
+    """The kernels and NVTX range families that changed most: their table's title and rows (NAME: a name's cell)."""
+    return [(f"{title}: top {min(TOP_NAMES, len(rows))} of {len(rows)} by change",
+             [[duration(r.a_ns), duration(r.b_ns), duration(r.delta_ns, signed=True), _change(r.change),
+               f"{r.a_instances:,} -> {r.b_instances:,}", name(r.name)] for r in rows[:TOP_NAMES]])
             for title, rows in (("Kernels", result.kernels), ("NVTX ranges (summed time)", result.ranges)) if rows]
 
 
@@ -102,10 +100,8 @@ def render_diff(result: TraceDiff) -> str:
     lines = [verdict_line(result), f"A: {printable(result.a)}", f"B: {printable(result.b)}", ""]
     lines += _table(["Group", "Metric", "A", "B", "B - A", "Change"],
                     [[d.group, d.name, *_delta_cells(d)] for d in result.deltas])
-    for title, rows in _named(result):
-        lines += ["", f"== {title}"]
-        lines += _table(["A", "B", "B - A", "Change", "Count", "Name"],
-                        [[*_name_cells(r), _short(r.name)] for r in rows])
+    for title, rows in _named(result, _short):
+        lines += ["", f"== {title}", *_table(["A", "B", "B - A", "Change", "Count", "Name"], rows)]
     return "\n".join(lines) + "\n"
 
 
@@ -139,9 +135,7 @@ def render_markdown(result: TraceDiff, percent: float | None = None) -> str:
             lines += [f"For reference only: {numbers}", ""]
     lines += _md_table(["A", "B", "B - A", "Change", "Metric"],
                        [[*_delta_cells(d), f"{d.group}: {d.name}"] for d in result.deltas])
-    for title, rows in _named(result):
-        lines += ["", f"<details><summary>{title}</summary>", ""]
-        lines += _md_table(["A", "B", "B - A", "Change", "Count", "Name"],
-                           [[*_name_cells(r), _cell(_short(r.name))] for r in rows])
-        lines += ["", "</details>"]
+    for title, rows in _named(result, lambda name: _cell(_short(name))):
+        lines += ["", f"<details><summary>{title}</summary>", "",
+                  *_md_table(["A", "B", "B - A", "Change", "Count", "Name"], rows), "", "</details>"]
     return "\n".join(lines) + "\n"

@@ -32,16 +32,12 @@ def saving_text(saving: Saving) -> str:
 
 def where_text(where: Where) -> str:
     """Where a number was measured: 'step 3', 'Device-to-Host copy at 547.331 ms', 'range data'."""
-    parts = []
-    if where.kind == "step" and where.step is not None:
-        parts.append(f"step {where.step}" + (f" ({where.name})" if where.name else ""))
-    elif where.name:
-        parts.append(f"{where.kind} {where.name}")
-    if where.kind != "step" and where.step is not None:
-        parts.append(f"in step {where.step}")
-    if where.start_ns is not None:
-        parts.append(f"at {_ns(where.start_ns)}")
-    return " ".join(parts)
+    own_step = where.kind == "step" and where.step is not None
+    parts = (f"step {where.step}" + (f" ({where.name})" if where.name else "") if own_step
+             else f"{where.kind} {where.name}" if where.name else "",
+             f"in step {where.step}" if where.step is not None and not own_step else "",
+             f"at {_ns(where.start_ns)}" if where.start_ns is not None else "")
+    return " ".join(part for part in parts if part)
 
 
 def evidence_text(evidence: Evidence) -> str:

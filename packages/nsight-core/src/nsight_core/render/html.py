@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import uuid
 from collections.abc import Callable, Sequence
@@ -56,8 +57,7 @@ def vega_bundle() -> str:
     """vega + vega-lite + vega-embed (render/vendor/: the npm builds Altair's specs need, scripts/vendor-vega.sh) as one
     script, read once per process. The wrapper's `define`, `module` and `exports` hide a host page's module loader, so
     each UMD build sets its global wherever the fragment is embedded."""
-    vendor = resources.files("nsight_core.render") / "vendor"
-    builds = "\n".join((vendor / f"{name}.min.js").read_text(encoding="utf-8")
+    builds = "\n".join((resources.files("nsight_core.render") / "vendor" / f"{name}.min.js").read_text(encoding="utf-8")
                        for name in ("vega", "vega-lite", "vega-embed"))
     return f"(function (define, module, exports) {{\n{builds}\n}}).call(window);"
 
@@ -90,11 +90,11 @@ class GrowingFragment:
 
     def add(self, profile: CaptureProfile) -> None:
         """Render PROFILE's section, after those added before (its element ids have a prefix of their own)."""
-        self._sections.append(Markup(_templates().get_template("section.html.j2").render(s=_section(profile, _Ids()))))
+        self._sections.append(Markup(_templates().get_template("section.html.j2").render(s=_section(profile, _ids()))))
 
     def render(self, notes: Sequence[str] = ()) -> str:
         """The fragment (see :func:`render_fragment`) of the captures added so far, then NOTES."""
-        root = _Ids().next("report")
+        root = _ids()("report")
         return _templates().get_template("report.html.j2").render(
             root=root, style=Markup(_asset("report.css")), sections=self._sections, report_notes=list(notes),
             bundle=Markup(vega_bundle()), step_view=Markup(_asset("step_view.js")),
@@ -135,34 +135,27 @@ def _templates() -> jinja2.Environment:
                               autoescape=True, keep_trailing_newline=False, undefined=jinja2.StrictUndefined)
 
 
-class _Ids:
-    """Element ids unique on any page: a random prefix per render, a counter within it."""
-
-    def __init__(self) -> None:
-        self._prefix = "nsr-" + uuid.uuid4().hex[:10]
-        self._count = 0
-
-    def next(self, kind: str) -> str:
-        self._count += 1
-        return f"{self._prefix}-{kind}-{self._count}"
+def _ids() -> Callable[[str], str]:
+    """Element ids unique on any page, each named by its kind: a random prefix per render, a counter within it."""
+    prefix, count = "nsr-" + uuid.uuid4().hex[:10], itertools.count(1)
+    return lambda kind: f"{prefix}-{kind}-{next(count)}"
 
 
-def _section(profile: CaptureProfile, ids: _Ids) -> dict[str, Any]:
+def _section(profile: CaptureProfile, ids: Callable[[str], str]) -> dict[str, Any]:
     """What the template shows of one capture: plain values and words, formatted here, escaped there."""
     stats = profile.stats
     return {
-        "id": ids.next("section"), "title": profile.title, "source": profile.source,
+        "id": ids("section"), "title": profile.title, "source": profile.source,
         "timeline": profile.trace is not None,  # events to export (recorded CSVs have totals only)
         "incomplete": profile.completeness.warnings if profile.completeness and not profile.completeness.complete
         else [],
         "diagnosis": _diagnosis(profile.analysis) if profile.analysis is not None else None,
         "steps": _steps(profile, ids),
         "tiles": profile.tiles,
-        "charts": [{"title": chart.title, "missing": chart.missing, "id": ids.next("chart"),
+        "charts": [{"title": chart.title, "missing": chart.missing, "id": ids("chart"),
                     "spec": Markup(script_json(chart.spec)) if chart.spec is not None else None}
                    for chart in _charts().capture_charts(profile)],
         "notes": profile.notes,
-        # Every requested report that has rows, in the requested order.
         "tables": [_table(report, stats.frame(report)) for report in stats.reports
                    if report not in stats.skipped and (report in stats.other or table_of(report) is not None)],
         "skipped": list(stats.skipped.items()),
@@ -183,13 +176,12 @@ def _diagnosis(analysis: Analysis) -> dict[str, Any]:
     }
 
 
-def _steps(profile: CaptureProfile, ids: _Ids) -> dict[str, Any] | None:
+def _steps(profile: CaptureProfile, ids: Callable[[str], str]) -> dict[str, Any] | None:
     """The step view of PROFILE (its drawn steps, render/step_view.py), None without steps."""
-    drawing = profile.steps_drawn
-    if drawing is None or not drawing.steps:
+    if (drawing := profile.steps_drawn) is None or not drawing.steps:
         return None
     parts = {part for step in drawing.steps for part in step.idle["part"].unique().to_list()}
-    return {"id": ids.next("steps"), "data": Markup(script_json(step_view_data(drawing))),
+    return {"id": ids("steps"), "data": Markup(script_json(step_view_data(drawing))),
             "panels": step_panels(drawing),
             "legend": [(label, KIND_COLORS[kind]) for kind, label in KIND_LABELS.items()
                        if kind in {k for step in drawing.steps for k in step.events["kind"].unique().to_list()}]

@@ -89,13 +89,12 @@ def _nvtx(trace: Trace) -> list[Part]:
     """Push/pop ranges as "X" slices (they nest); start/end ranges as async begin/end pairs (they may overlap)."""
     name, args = in_domain(), pl.struct("domain", "depth", "closed")
     push_pop = pl.col("kind") == "push_pop"
-    parts: list[Part] = [(trace.nvtx.filter(push_pop), _slice("nvtx", name, PID, TID, args))]
     crossing = trace.nvtx.with_row_index("_id").filter(~push_pop)
-    for phase, time in (("b", "start_ns"), ("e", "end_ns")):
-        parts.append((crossing, [name.alias("name"), pl.lit("nvtx").alias("cat"), pl.lit(phase).alias("ph"),
-                                 (pl.col(time) / _US).alias("ts"), PID.alias("pid"), TID.alias("tid"),
-                                 pl.col("_id").alias("id"), args.alias("args")]))
-    return parts
+    return [(trace.nvtx.filter(push_pop), _slice("nvtx", name, PID, TID, args)),
+            *((crossing, [name.alias("name"), pl.lit("nvtx").alias("cat"), pl.lit(phase).alias("ph"),
+                          (pl.col(time) / _US).alias("ts"), PID.alias("pid"), TID.alias("tid"),
+                          pl.col("_id").alias("id"), args.alias("args")])
+              for phase, time in (("b", "start_ns"), ("e", "end_ns")))]
 
 
 def _metadata(trace: Trace) -> list[Part]:

@@ -128,20 +128,17 @@ def _step(step: DrawnStep, drawing: StepDrawing, names: dict[str, int], labels: 
     for name in shown["name"].unique(maintain_order=True).to_list():
         names.setdefault(name, len(names))
     origin = step.start_ns
+    times = [(pl.col("start_ns") - origin).alias("s"), (pl.col("end_ns") - pl.col("start_ns")).alias("d")]
     stretches = step.idle.with_columns(_idle_label())
     for label in stretches["label"].unique(maintain_order=True).to_list():
         labels.setdefault(label, len(labels))
-    idle = stretches.select((pl.col("start_ns") - origin).alias("s"), (pl.col("end_ns") - pl.col("start_ns"))
-                            .alias("d"), "part", pl.col("label").replace_strict(labels, return_dtype=pl.Int64))
-    columns = shown.select(
-        "row", (pl.col("start_ns") - origin).alias("s"), (pl.col("end_ns") - pl.col("start_ns")).alias("d"),
-        pl.col("name").replace_strict(names, return_dtype=pl.Int64).alias("n"),
-        pl.col("kind").replace_strict(kinds, return_dtype=pl.Int64).alias("k"), "bytes")
+    idle = stretches.select(*times, "part", pl.col("label").replace_strict(labels, return_dtype=pl.Int64))
+    columns = shown.select(pl.col("row").alias("r"), *times, pl.col("name").replace_strict(names, return_dtype=pl.Int64)
+                           .alias("n"), pl.col("kind").replace_strict(kinds, return_dtype=pl.Int64).alias("k"), "bytes")
     sizes = [size(value) if value is not None else None for value in columns["bytes"].to_list()]
     return {"step": step.step, "hidden": step.roles == ["evidence"], "t0": origin, "span": step.end_ns - origin,
             "gpu": [step.gpu_start_ns - origin, step.gpu_end_ns - origin],
             "cpu": [step.cpu_start_ns - origin, step.cpu_end_ns - origin],
             "rows": rows, "gpu_rows": gpu_rows, "idle": idle.rows(),
-            "ev": {"r": columns["row"].to_list(), "s": columns["s"].to_list(), "d": columns["d"].to_list(),
-                   "n": columns["n"].to_list(), "k": columns["k"].to_list(),
+            "ev": {**{name: columns[name].to_list() for name in ("r", "s", "d", "n", "k")},
                    "b": sizes if any(value is not None for value in sizes) else None}}

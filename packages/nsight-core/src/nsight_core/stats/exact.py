@@ -83,8 +83,7 @@ def medians(frame: pl.LazyFrame, key: str, value: str | pl.Expr, groups: pl.Data
     width = pl.lit(2.0).pow(exponent).cast(pl.Int64)
     counts = (frame.select(key, value.alias("_value")).join(groups.lazy().select(key, "_min"), on=key)
               .group_by(key, ((offset // width) * width + pl.col("_min")).alias("_lo"), width.alias("_width"))
-              .agg(pl.len().cast(pl.Int64).alias("_count"))
-              .collect(engine="streaming"))
+              .agg(pl.len().cast(pl.Int64).alias("_count")).collect(engine="streaming"))
     picked = _picked(counts.join(ranks.select(key, "_which"), on=key), ranks, key)
     found = [picked.filter("_done").select(key, "_which", "_lo")]
     targets = picked.filter(~pl.col("_done")).select(key, "_which", "_rank", "_lo", "_width")
@@ -100,8 +99,7 @@ def medians(frame: pl.LazyFrame, key: str, value: str | pl.Expr, groups: pl.Data
                   .filter((pl.col("_value") >= pl.col("_lo")) & (pl.col("_value") < pl.col("_lo") + pl.col("_width")))
                   .group_by(key, pl.col("_lo").alias("_from"), "_width",
                             (pl.col("_lo") + (pl.col("_value") - pl.col("_lo")) // step * step).alias("_bucket"))
-                  .agg(pl.len().cast(pl.Int64).alias("_count"))
-                  .collect(engine="streaming"))
+                  .agg(pl.len().cast(pl.Int64).alias("_count")).collect(engine="streaming"))
         within = counts.join(targets.select(key, "_which", pl.col("_lo").alias("_from"), "_width"),
                              on=[key, "_from", "_width"])
         picked = _picked(within.select(key, "_which", pl.col("_bucket").alias("_lo"), step.alias("_width"), "_count"),

@@ -55,8 +55,7 @@ def _sqlite_round(value: pl.Expr) -> pl.Expr:
 
 def _exact_round(value: pl.Expr) -> pl.Expr:
     """One decimal of the double's exact value, halves away from zero (per report row: a report is small)."""
-    tenth = Decimal("0.1")
-    return value.map_elements(lambda number: float(Decimal(number).quantize(tenth, ROUND_HALF_UP)),
+    return value.map_elements(lambda number: float(Decimal(number).quantize(Decimal("0.1"), ROUND_HALF_UP)),
                               return_dtype=pl.Float64)
 
 

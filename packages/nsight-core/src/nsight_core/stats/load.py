@@ -55,8 +55,7 @@ def _run_nsys_stats(stats: ProfileStats, trace: Trace, reports: list[str], nsys:
     available = nsys.available_reports
     run_names = {report: _resolve(report, available) for report in reports}
     for report, name in list(run_names.items()):
-        base = name.partition(":")[0]
-        if base not in available:
+        if (base := name.partition(":")[0]) not in available:
             close = difflib.get_close_matches(base, sorted(available | set(DEFAULT_REPORTS)), n=3, cutoff=0.6)
             hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
             stats.skipped[report] = f"unknown report: this nsys ({nsys.version}) has no report named {base!r}{hint}"
@@ -145,15 +144,13 @@ def stats_from_csv_dir(path: Path, reports: Sequence[str] | None = None) -> Prof
             raise StatsError(f"{directory} holds recorded CSVs of {len(groups)} captures (prefixes: {found}). "
                              f"Pass one of them as {directory}/<prefix>.")
         prefix = next(iter(groups))
-    files = groups.get(prefix)
-    if not files:
+    if not (files := groups.get(prefix)):
         raise StatsError(f"No recorded CSVs named {prefix}_<report>.csv in {directory}.")
     wanted = list(dict.fromkeys(reports)) if reports is not None else sorted(files, key=_default_order)
     stats = ProfileStats(reports=wanted)
     by_canonical = {canonical(name): file for name, file in files.items()}
     for report in wanted:
-        file = files.get(report) or by_canonical.get(canonical(report))
-        if file is None:
+        if (file := files.get(report) or by_canonical.get(canonical(report))) is None:
             stats.skipped[report] = f"not recorded: no {prefix}_{report}.csv in {directory}"
         else:
             add_report(stats, report, read_csv_text(file))

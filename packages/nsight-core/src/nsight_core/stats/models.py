@@ -123,11 +123,6 @@ class ProfileStats(BaseModel):
             return pl.DataFrame(schema={name: _POLARS_TYPES[f.annotation] for name, f in model.model_fields.items()})
         return pl.DataFrame([row.model_dump() for row in rows])
 
-    @property
-    def is_empty(self) -> bool:
-        return not (self.kernels or self.api_calls or self.memory_time or self.memory_size
-                    or self.nvtx_ranges or self.graphs or any(self.other.values()))
-
 
 TABLE_MODELS: dict[str, type[_Row]] = {  # each typed list's row model
     "kernels": KernelRow, "api_calls": ApiCallRow, "memory_time": MemoryTimeRow, "memory_size": MemorySizeRow,

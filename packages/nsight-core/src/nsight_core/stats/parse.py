@@ -23,13 +23,11 @@ from nsight_core.stats.reports import NAME_HEADERS, header_field, table_of
 
 
 def _split_row(line: str, columns: int, name_last: bool) -> list[str]:
-    if name_last:
-        fields = line.split(",", columns - 1)
-        if len(fields) == columns:
-            name = fields[-1]
-            if len(name) >= 2 and name[0] == name[-1] == '"' and "," in name:
-                fields[-1] = name[1:-1]
-            return fields
+    if name_last and len(fields := line.split(",", columns - 1)) == columns:
+        name = fields[-1]
+        if len(name) >= 2 and name[0] == name[-1] == '"' and "," in name:
+            fields[-1] = name[1:-1]
+        return fields
     return next(csv.reader([line]))
 
 

@@ -56,8 +56,7 @@ def header_field(header: str, size_report: bool) -> tuple[str, bool, float] | No
     key = "".join(header.split()).lower()
     if key.endswith("(kib)") and (field := _FIELD_OF.get(key.replace("(kib)", "(mb)"))):
         return field, False, KIB_TO_MB
-    field = _FIELD_OF.get(key)
-    if field is None:
+    if (field := _FIELD_OF.get(key)) is None:
         return None
     if size_report and field in {"avg_ns", "med_ns", "min_ns", "max_ns", "stddev_ns", "total_time_ns"}:
         return field.replace("_ns", "_mb").replace("total_time", "total"), False, 1.0

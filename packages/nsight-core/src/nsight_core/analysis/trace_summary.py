@@ -220,10 +220,8 @@ def _bucket_times(nvtx: pl.DataFrame, edges: list[int]) -> pl.DataFrame:
                                     ((pl.col("end_ns") - origin) / width).ceil().clip(1, last + 1).cast(pl.Int64))
                       .alias("bucket"))
               .explode("bucket")
-              .with_columns(pl.col("bucket").replace_strict(dict(enumerate(edges[:-1])), return_dtype=pl.Int64)
-                            .alias("b0"),
-                            pl.col("bucket").replace_strict(dict(enumerate(edges[1:])), return_dtype=pl.Int64)
-                            .alias("b1"))
+              .with_columns(pl.col("bucket").replace_strict(dict(enumerate(bounds)), return_dtype=pl.Int64).alias(name)
+                            for name, bounds in (("b0", edges[:-1]), ("b1", edges[1:])))
               .with_columns((pl.min_horizontal("end_ns", "b1") - pl.max_horizontal("start_ns", "b0")).alias("ns")))
     return pieces.group_by(*_SLICE, "name").agg(pl.col("ns").sum())
 

@@ -156,10 +156,8 @@ def side_from_stats(source: str, stats: ProfileStats) -> Side:
     """A side from recorded statistics: per-name totals only."""
     kernels = stats.frame("kernels").select("name", pl.col("instances").cast(pl.Int64),
                                             pl.col("total_time_ns").cast(pl.Int64).alias("total_ns"))
-    ranges = (stats.frame("nvtx_ranges")
-              .group_by(family_pattern(pl.col("name").str.strip_prefix(":")).alias("name"))
-              .agg(pl.col("instances").sum().cast(pl.Int64), pl.col("total_time_ns").sum().cast(pl.Int64)
-                   .alias("total_ns")))
+    ranges = (stats.frame("nvtx_ranges").group_by(family_pattern(pl.col("name").str.strip_prefix(":")).alias("name"))
+              .agg(pl.col("instances", "total_time_ns").sum().cast(pl.Int64)).rename({"total_time_ns": "total_ns"}))
     return Side(source=source, kernels=kernels, ranges=ranges, analysis=None, gpu_busy_ns=None)
 
 

@@ -363,9 +363,6 @@ class Trace:
     def meta(self) -> Mapping[str, str]:
         """Facts about the export and the target: EXPORT_PRODUCT_VERSION, CudaDriverVersion, ..., and where the export
         has them (SQLite), how the capture was made: PROCESS_0:COMMAND, PROCESS_0:ARGUMENT_0, ..."""
-        facts: dict[str, str] = {}
-        for table in ("META_DATA_CAPTURE", "TARGET_INFO_SYSTEM_ENV", "META_DATA_EXPORT"):
-            frame = self._read(table, {"name": STR, "value": STR}, required=("name", "value"))
-            if frame is not None:
-                facts.update(frame.fill_null("").iter_rows())
-        return facts
+        frames = [self._read(table, {"name": STR, "value": STR}, required=("name", "value"))
+                  for table in ("META_DATA_CAPTURE", "TARGET_INFO_SYSTEM_ENV", "META_DATA_EXPORT")]
+        return dict(row for frame in frames if frame is not None for row in frame.fill_null("").iter_rows())

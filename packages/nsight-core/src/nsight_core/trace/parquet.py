@@ -78,8 +78,7 @@ class SlicedParquetTables:
             raise SchemaMismatch(table, mistyped)
         return pl.scan_parquet(self._holding(table)).select(
             pl.lit(None, dtype).alias(name) if name not in schema else pl.col(name) if schema[name] == dtype
-            else pl.col(name).cast(dtype)
-            for name, dtype in made.items())
+            else pl.col(name).cast(dtype) for name, dtype in made.items())
 
     def read(self, table: str, wanted: Wanted) -> pl.DataFrame | None:
         scanned = self.scan(table, wanted)

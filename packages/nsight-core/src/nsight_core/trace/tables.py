@@ -106,9 +106,8 @@ class ArrowDirTables:
         try:
             with self._files[table].open("rb") as stream:
                 head = stream.read(8)
-                marked = head[:4] == _CONTINUATION
-                (size,) = struct.unpack("<i", head[4:8] if marked else head[:4])
-                prefix = head if marked else head[:4]
+                prefix = head if head[:4] == _CONTINUATION else head[:4]  # ends with the message's length
+                (size,) = struct.unpack("<i", prefix[-4:])
                 stream.seek(len(prefix))
                 message = stream.read(size)
             if size <= 0 or len(message) != size:
@@ -266,16 +265,13 @@ class SqliteTables:
         if connection is None:
             return None
         shared = self._arrow is not None and connection is self._arrow.connection
-        with self._lock if shared else contextlib.nullcontext():
-            statement = AdbcStatement(connection)
+        with self._lock if shared else contextlib.nullcontext(), AdbcStatement(connection) as statement:
             try:
                 statement.set_sql_query(query)
                 stream, _ = statement.execute_query()
                 return pl.DataFrame(stream)
             except (Error, pl.exceptions.PolarsError):
                 return None
-            finally:
-                statement.close()
 
     def _mistyped(self, table: str, schema: Schema, present: frozenset[str]) -> dict[str, str]:
         """The columns of SCHEMA whose values in TABLE are of another storage class than the type wanted:

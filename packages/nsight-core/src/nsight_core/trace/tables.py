@@ -183,12 +183,9 @@ class SqliteTables:
         listed = ", ".join(f'"{c}"' if c in present else f'NULL AS "{c}"' for c in schema)
         if self._arrow is not None and not where:
             own = _arrow_connection(self.source) if rowids is not None else None  # a slice's, read beside the others
-            try:
+            with contextlib.closing(own) if own is not None else contextlib.nullcontext():
                 connection = self._arrow.connection if rowids is None else own.connection if own else None
                 yield from self._arrow_batches(table, schema, present, listed, rows, connection, rowids)
-            finally:
-                if own is not None:
-                    own.close()
             return
         # In the table's own order, whatever indexes a tool added: the Trace reads a table's columns in more than one
         # query and lines them up by row (an index that covers a query would give its rows in the index's order).

@@ -15,7 +15,7 @@ piece ends where some GPU work starts; what held that work up is its cause, as o
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import polars as pl
 
@@ -165,19 +165,17 @@ def _with_blame(pieces: pl.DataFrame, syncs: pl.DataFrame, windows: pl.DataFrame
         "_cpu_start", "_s_start", "_s_end")
 
 
-class _Causes:
+class _Causes(NamedTuple):
     """The causes of the idle pieces (:func:`_with_cause`), a row each: step, a, b, the columns that name a cause
     (launch_name, sync_name, short) and each candidate's nanoseconds (_c0, _c1, ...), each nanosecond in exactly one.
     A column per cause: the sums per step are a group-by, a piece's largest cause a horizontal maximum."""
 
-    def __init__(self, frame: pl.DataFrame, candidates: list[tuple[Label, Label, Label]],
-                 named: dict[int, str]) -> None:
-        self.frame = frame
-        self.candidates = candidates
-        """(part, cpu_kind, cpu_name) of each _c<i>, in the order that breaks ties (the first of equal causes): a
-        value, or an expression where it varies by stretch."""
-        self.named = named
-        """The candidates whose name is a column of FRAME (launch_name, sync_name), by index."""
+    frame: pl.DataFrame
+    candidates: list[tuple[Label, Label, Label]]
+    """(part, cpu_kind, cpu_name) of each _c<i>, in the order that breaks ties (the first of equal causes): a value,
+    or an expression where it varies by stretch."""
+    named: dict[int, str]
+    """The candidates whose name is a column of FRAME (launch_name, sync_name), by index."""
 
     @classmethod
     def of(cls, idle: pl.DataFrame, host: Host) -> _Causes:

@@ -177,7 +177,7 @@ def _user_ranges(frames: Events, windows: pl.DataFrame, pattern: str, thread: in
 
 
 def sync_calls(frames: Events) -> pl.DataFrame:
-    """The CUDA calls that block until the GPU catches up : a few per step."""
+    """The CUDA calls that block until the GPU catches up: a few per step."""
     pageable = frames.memcpy.filter(PAGEABLE).select("correlation_id").collect(engine="streaming")["correlation_id"]
     return (frames.cuda_api.filter(matching(frames.cuda_api, "name", blocks)
                                    | pl.col("correlation_id").is_in(pageable.implode()))

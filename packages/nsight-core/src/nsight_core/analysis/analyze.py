@@ -92,9 +92,8 @@ def analyze_steps(trace: EventTables, window_rows: int | None = WINDOW_ROWS) -> 
         if every is None:
             # Steps in its first ranges (or kernels), not in all of them: its ranges overlap later on.
             if not isinstance(chosen, CaptureAsStep):
-                chosen = CaptureAsStep(candidates=chosen.candidates,
-                                       reason="the step ranges chosen from the capture's start overlap each other "
-                                              "later on")
+                reason = "the step ranges chosen from the capture's start overlap each other later on"
+                chosen = CaptureAsStep(candidates=chosen.candidates, reason=reason)
             every = capture_as_step(frames, chosen, window.start_ns, window.end_ns, window_rows)
         budgets = every_budget(frames, every, window_rows, coded)
         meta = getattr(trace, "meta", None) or {}

@@ -201,9 +201,6 @@ def _add_reports_option(parser: argparse.ArgumentParser) -> None:
 class _PrintVersion(argparse.Action):
     """`--version`: the installed version, looked up only when asked, not by every `nsight run` building its parser."""
 
-    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, help: str | None = None) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
-
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
                  option_string: str | None = None) -> NoReturn:
         import importlib.metadata
@@ -220,7 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nsight", description="Profile programs with NVIDIA Nsight Systems and "
                                      "summarise where the GPU time went.")
     parser.add_argument("-v", "--verbose", action="store_true", help="show progress and debug messages")
-    parser.add_argument("--version", action=_PrintVersion, help="print nsight's version and exit")
+    parser.add_argument("--version", action=_PrintVersion, nargs=0, default=argparse.SUPPRESS,
+                        help="print nsight's version and exit")
     commands = parser.add_subparsers(dest="name", required=True, metavar="COMMAND")
 
     run = commands.add_parser(

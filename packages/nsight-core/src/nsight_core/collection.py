@@ -71,8 +71,7 @@ class Collector:
         self._running: Path | None = None  # the report base of the collection nsys is recording
         self._overlapped: list[str] = []
         self._started_at = 0.0
-        # The process this slot's collections belong to (a forked child inherits this object; see start).
-        self._pid = lineage.forked_from() or os.getpid()
+        self._pid = lineage.forked_from() or os.getpid()  # whose collections these are (a forked child inherits them)
         self._claim: int | None = None  # the descriptor holding the running collection's claim
         self._named: set[Path] = set()  # names taken here: one whose stop wrote nothing stays named in its warning
 

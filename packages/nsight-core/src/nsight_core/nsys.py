@@ -32,7 +32,6 @@ ENV_NSYS = "NSIGHT_NSYS"
 INSTALL_PREFIX_ENV = "NSIGHT_NSYS_PREFIX"
 
 DEFAULT_TRACE: tuple[str, ...] = ("cuda", "nvtx")
-"""The nsys trace domains recorded unless told otherwise."""
 CaptureMode = Literal["process", "manual"]
 DEFAULT_CAPTURE: CaptureMode = "process"
 """One default for `nsight run` and `Session.run`: the whole run, like the Flyte decorator's 'task'."""
@@ -68,8 +67,7 @@ def installer_prefix() -> Path:
     """Where scripts/install-nsys.sh puts nsys (the same default as the script)."""
     if prefix := os.environ.get(INSTALL_PREFIX_ENV):
         return Path(prefix)
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / "nsight" / "nsys"
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "nsight" / "nsys"
 
 
 # What nsys sets in the processes it profiles to inject its collectors into them (measured, 2023.4.4).
@@ -318,8 +316,7 @@ class Nsys:
     def export_types(self) -> frozenset[str]:
         """The export types this nsys knows (`nsys export --help`: sqlite, arrowdir, ...)."""
         match = re.search(r"Possible values are:\s*([a-z, \n\t]+?)\.", self._export_help)
-        words = re.findall(r"[a-z]+", match.group(1)) if match else []
-        return frozenset(word for word in words if word != "and")
+        return frozenset(re.findall(r"[a-z]+", match.group(1)) if match else ()) - {"and"}
 
     @property
     def exports_time_slices(self) -> bool:

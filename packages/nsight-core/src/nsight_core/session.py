@@ -188,7 +188,7 @@ class Session:
                         one_line(again.output))
 
     def _prepare_output_dir(self) -> None:
-        """Create the output folder (and point `latest` at a time-named one) or say why it cannot be."""
+        """Create the output folder or say why it cannot be."""
         try:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             if not os.access(self.output_dir, os.W_OK | os.X_OK):

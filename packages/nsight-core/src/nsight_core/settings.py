@@ -27,8 +27,7 @@ _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 def sanitize(name: str, fallback: str = "nsight", max_length: int = 96) -> str:
     """A name safe as an nsys session name and a file name: only [A-Za-z0-9._-], no leading dot/dash."""
-    cleaned = _SAFE.sub("_", name).strip("._-")[:max_length].strip("._-")
-    return cleaned or fallback
+    return _SAFE.sub("_", name).strip("._-")[:max_length].strip("._-") or fallback
 
 
 def validate_trace(trace: Sequence[str] | str) -> tuple[str, ...]:

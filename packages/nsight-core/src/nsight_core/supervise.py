@@ -63,11 +63,10 @@ def attempt_names(session: str) -> list[str]:
 
 
 def run_command(session: str, launch: Launch, command: Sequence[str], timeout: float | None = None) -> Finished:
-    """Run COMMAND under nsys as LAUNCH says, with COMMAND's stdio untouched and nsys' own output on stderr. SIGTERM and
-    SIGINT go to nsys once each (a second SIGINT while it writes the trace drops it); nsys runs in its own process
-    group, so a terminal's Ctrl-C reaches it once. SESSION: the nsys session of the run (:func:`attempt_names`), whose
-    leftover agents are ended. A launch that never started COMMAND (after START_ATTEMPTS) says why only in the
-    result's ``nsys_output``."""
+    """Run COMMAND under nsys as LAUNCH says, with COMMAND's stdio untouched and nsys' own output on stderr; nsys runs
+    in its own process group, so a terminal's Ctrl-C reaches it once (forwarded). SESSION: the nsys session of the run
+    (:func:`attempt_names`), whose leftover agents are ended. A launch that never started COMMAND (after
+    START_ATTEMPTS) says why only in the result's ``nsys_output``."""
     end_what_killed_runs_left()
     names = attempt_names(session)
     used: list[str] = []
@@ -144,9 +143,8 @@ def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], pending: P
     if out_fd is None or err_fd is None:
         # Descriptors 3-9 are taken (nsys' injection holds 3-13 in a process it profiles): the child puts the copies
         # on 3 and 4 itself, over this process' own, which nsys does not get anyway.
-        high = [os.dup(stdout), os.dup(stderr)]
-        ours += high
-        moves = [(high[0], 3), (high[1], 4)]
+        moves = [(os.dup(stdout), 3), (os.dup(stderr), 4)]
+        ours += [high for high, _ in moves]
         out_fd, err_fd = 3, 4
     read_fd, write_fd = os.pipe()
     argv = [*nsys_argv, "/bin/sh", "-c", _REDIRECT, "nsight", str(pending), str(out_fd), str(err_fd), *command]
@@ -164,9 +162,8 @@ def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], pending: P
     received: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
-        repeated = signum in received  # nsys, signalled again while it writes the trace, drops it
         received.append(signum)
-        if not repeated:
+        if received.count(signum) == 1:  # nsys, signalled again while it writes the trace, drops it
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signum)
 

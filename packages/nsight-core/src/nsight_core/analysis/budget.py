@@ -120,9 +120,8 @@ def budget_of(rows: pl.DataFrame, activities: pl.DataFrame, thread: int | None) 
             for part in PARTS}
     parts = [BudgetPart(part=part, total_ns=total, per_step_p50_ns=p50, per_step_mean_ns=total / count,
                         fraction=total / wall if wall else 0.0) for part, (total, p50) in sums.items()]
-    top = (activities.group_by("part", "cpu_kind", "cpu_name").agg(pl.col("total_ns").sum())
-           .sort(["total_ns", "part", "cpu_kind", "cpu_name"], descending=[True, False, False, False])
-           .head(TOP_ACTIVITIES))
+    top = activities.group_by("part", "cpu_kind", "cpu_name").agg(pl.col("total_ns").sum()).sort(
+        ["total_ns", "part", "cpu_kind", "cpu_name"], descending=[True, False, False, False]).head(TOP_ACTIVITIES)
     idle = [CpuActivity(part=row["part"], kind=row["cpu_kind"], name=row["cpu_name"], total_ns=row["total_ns"],
                         per_step_mean_ns=row["total_ns"] / count, fraction=row["total_ns"] / wall if wall else 0.0)
             for row in top.to_dicts()]

@@ -286,9 +286,8 @@ def known_causes(context: Context, inputs: CauseInputs) -> Causes:
              allocator_churn(context, inputs, claims), per_tensor_launches(context, inputs, claims)]
     steps = max(inputs.steps, 1)
     reads = dict(inputs.reads.iter_rows())
-    taken = pl.DataFrame([(*key, ns) for key, ns in claims.items() if key[1] is not None],
-                         schema={"part": pl.String, "cpu_kind": pl.String, "cpu_name": pl.String, "_taken": pl.Float64},
-                         orient="row")
+    taken = pl.DataFrame([(*key, ns) for key, ns in claims.items() if key[1] is not None], orient="row",
+                         schema={"part": pl.String, "cpu_kind": pl.String, "cpu_name": pl.String, "_taken": pl.Float64})
     left = (inputs.activities.join(taken, on=["part", "cpu_kind", "cpu_name"], how="left", nulls_equal=True)
             .select("part", "cpu_kind", "cpu_name",
                     ((pl.col("total_ns") - pl.col("_taken").fill_null(0)) / steps).alias("per_step_ns"))
@@ -327,9 +326,8 @@ def named(findings: list[Finding | None], causes: Causes, syncs: pl.DataFrame) -
             finding = finding.model_copy(update={"evidence": [*finding.evidence, *shown],
                                                  "subject": "unexplained" if other else finding.subject})
         elif finding is not None and finding.kind == "untraced_host":
-            finding = finding.model_copy(update={"evidence": [
-                *finding.evidence, *(e for e in top(("gpu_idle",)) if e.metric != "untraced_host_per_step"),
-                *causes.sampled]})
+            shown = [e for e in top(("gpu_idle",)) if e.metric != "untraced_host_per_step"]
+            finding = finding.model_copy(update={"evidence": [*finding.evidence, *shown, *causes.sampled]})
         out.append(finding)
     return out
 

@@ -193,8 +193,7 @@ def exposed_copy(context: Context, pageable: list[Finding]) -> Finding | None:
     claimed = sum(f.saving.per_step_ns * context.budget.steps for f in pageable
                   if f.saving is not None and f.saving.per_step_ns is not None)
     total = max(finding.saving.total_ns - claimed, 0.0)
-    per_step = total / context.budget.steps if finding.saving.per_step_ns is not None and context.budget.steps \
-        else None
+    per_step = total / context.budget.steps if finding.saving.per_step_ns is not None and context.budget.steps else None
     return reported("exposed_copy", saving_of(context, per_step, total), finding.evidence)
 
 
@@ -319,9 +318,8 @@ def findings_of(context: Context, gpu: GpuInputs | None) -> list[Finding]:
         found = causes.findings if causes else []
         # The other findings read the budget less what the known causes claimed: no time is saved twice.
         rest = context.model_copy(update={"budget": causes.budget}) if causes else context
-        pageable = [finding for finding in pageable_copies(rest, gpu.copies, gpu.copy_steps, gpu.pinned)
-                    if not (finding.subject == "Device-to-Host" and any(f.kind == "bulk_device_to_host"
-                                                                          for f in found))]
+        pageable = [finding for finding in pageable_copies(rest, gpu.copies, gpu.copy_steps, gpu.pinned) if not (
+            finding.subject == "Device-to-Host" and any(f.kind == "bulk_device_to_host" for f in found))]
         # The GPU's idle time by root cause (gpu_budget.py), one finding each, then the busy parts'.
         idle = [sync_wait(rest, gpu.syncs, gpu.small_reads),
                 _activity_finding(rest, ("nvtx",), "host_work", "gpu_idle_while_host_in_range_per_step"),

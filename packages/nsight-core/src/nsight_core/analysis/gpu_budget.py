@@ -111,8 +111,7 @@ def _pieces(windows: pl.DataFrame, work: pl.DataFrame, lo: int, hi: int) -> pl.D
     # each layer's count is then what runs, between 0 and 2**LAYER_BITS).
     counts = edges.select("t", pl.col("d").cum_sum()).filter(pl.col("t") != pl.col("t").shift(-1).fill_null(-1))
     running = [(pl.col("d") // (1 << (LAYER_BITS * index))) % (1 << LAYER_BITS) > 0 for index in range(3)]
-    state = (pl.when(running[0]).then(0).when(running[1]).then(1).when(running[2]).then(2).otherwise(3)
-             .cast(pl.UInt8))
+    state = pl.when(running[0]).then(0).when(running[1]).then(1).when(running[2]).then(2).otherwise(3).cast(pl.UInt8)
     pieces = counts.select(pl.col("t").alias("start_ns"), (pl.col("t").shift(-1) - pl.col("t")).alias("ns"),
                            state.alias("state")).filter(pl.col("ns") > 0)
     located = pieces.join_asof(windows.select("step", pl.col("start_ns").alias("_w"), pl.col("end_ns").alias("_we")),

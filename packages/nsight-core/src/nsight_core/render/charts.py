@@ -32,6 +32,7 @@ MAX_BUDGET_BARS = 200
 """Steps drawn as bars at most; more are drawn in groups of consecutive steps (each bar a group's mean step)."""
 LABELLED_SHARE = 0.08
 """A part of the median step's bar is labelled in place when it holds at least this share of the step."""
+_DURATIONS = "Instance durations of repeated NVTX ranges"
 TOP_LEGEND = 12
 """Range names in the timeline's legend (and colors); the others share one color as OTHER_RANGES."""
 TABLEAU = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
@@ -65,8 +66,7 @@ def capture_charts(profile: CaptureProfile) -> list[ChartSpec]:
 
 
 def warm_up() -> None:
-    """Make one small chart: Altair's first chart in a process pays a set-up, which a caller waiting for nsys' export
-    can pay then."""
+    """Make one small chart now: Altair's first chart in a process pays a set-up, which a caller waiting can pay."""
     with debug_mode(False):
         _total_time_bars(pl.DataFrame({"name": ["a"], "total_ms": [1.0]}), "name", "#76b900",
                          [alt.Tooltip("total_ms:Q", format=",.3f")])
@@ -144,15 +144,14 @@ def nvtx_families_chart(ranges: list[RangeFamily], top: int = TOP_N) -> ChartSpe
 
 def nvtx_family_distribution_chart(ranges: list[RangeFamily], top: int = TOP_N) -> ChartSpec:
     """For range families that ran more than once: min..max of instance durations, median and mean marked."""
-    title = "Instance durations of repeated NVTX ranges"
     repeated = [r for r in ranges if r.count > 1][:top]
     if not repeated:
-        return ChartSpec(title=title, missing="no NVTX range (or numbered family) ran more than once")
+        return ChartSpec(title=_DURATIONS, missing="no NVTX range (or numbered family) ran more than once")
     frame = pl.DataFrame([r.model_dump() for r in repeated]).select(
         in_domain("pattern").alias("name"), pl.col("count").alias("instances"),
         *((pl.col(f"{stat}_ns") / NS_PER_MS).alias(f"{alias}_ms")
           for stat, alias in (("min", "min"), ("p50", "med"), ("mean", "avg"), ("max", "max"))))
-    return ChartSpec(title=title, spec=_distribution(frame))
+    return ChartSpec(title=_DURATIONS, spec=_distribution(frame))
 
 
 def osrt_chart(trace: TraceSummary) -> ChartSpec:
@@ -166,14 +165,13 @@ def osrt_chart(trace: TraceSummary) -> ChartSpec:
 
 def nvtx_distribution_chart(stats: ProfileStats, top: int = TOP_N) -> ChartSpec:
     """For ranges that ran more than once: min..max of instance durations, median and mean marked."""
-    title = "Instance durations of repeated NVTX ranges"
     frame = stats.frame("nvtx_ranges").filter(pl.col("instances") > 1)
     if not frame.height:
-        return ChartSpec(title=title, missing="no NVTX range ran more than once")
+        return ChartSpec(title=_DURATIONS, missing="no NVTX range ran more than once")
     frame = frame.sort("total_time_ns", descending=True).head(top).select(
         "name", "instances", *((pl.col(f"{stat}_ns") / NS_PER_MS).alias(f"{stat}_ms")
                                for stat in ("min", "med", "avg", "max")))
-    return ChartSpec(title=title, spec=_distribution(frame))
+    return ChartSpec(title=_DURATIONS, spec=_distribution(frame))
 
 
 def _distribution(frame: pl.DataFrame) -> dict[str, Any]:
@@ -298,8 +296,7 @@ def budget_charts(drawing: StepDrawing) -> list[ChartSpec]:
 
 
 def _long(budgets: pl.DataFrame, parts: Sequence[str]) -> pl.DataFrame:
-    """BUDGETS (step, wall_ns, <part>_ns) as one row per step and part: step, part (its words), order (of PARTS), ms,
-    share."""
+    """BUDGETS (step, wall_ns, <part>_ns) as a row per step and part: step, part (its words), order, ms, share."""
     order = {f"{part}_ns": index for index, part in enumerate(parts)}
     return (budgets.unpivot(index=["step", "wall_ns"], on=list(order), variable_name="part", value_name="ns")
             .with_columns(pl.col("part").replace_strict(order, return_dtype=pl.Int64).alias("order"),

@@ -1,8 +1,7 @@
 """`nsight diff` in words: text for a terminal (the verdict first, on one line), Markdown for a pull request.
 
 Both say why two captures are not comparable (:class:`~nsight_core.analysis.diff.Reason` codes) before any
-number, and then give the gate numbers for reference only: a reader must not take them for a verdict.
-"""
+number, and then give the gate numbers for reference only: a reader must not take them for a verdict."""
 
 from __future__ import annotations
 

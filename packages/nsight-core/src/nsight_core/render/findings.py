@@ -1,6 +1,5 @@
 """Findings, steps and the step budget as words and numbers (terminal text; the page reuses the phrases): where the
-analysis' data become "≈ 38.2 ms per step, 61 % of the step".
-"""
+analysis' data become "≈ 38.2 ms per step, 61 % of the step"."""
 
 from __future__ import annotations
 
@@ -127,8 +126,7 @@ SUGGESTIONS: dict[str, str] = {
                               "step (torch.where for a branch); accumulate losses and metrics as tensors and read "
                               "them back every N steps.",
 }
-"""Each finding kind's one concrete change to make; KIND/SUBJECT first, where the subject names the cause more
-closely."""
+"""Each finding kind's one concrete change to make; KIND/SUBJECT first, where the subject names the cause better."""
 
 
 def finding_title(finding: Finding) -> str:
@@ -142,7 +140,6 @@ def finding_suggestion(finding: Finding) -> str:
 
 
 def _worded(words: dict[str, str], finding: Finding) -> str:
-    """WORDS for FINDING's kind and subject, else for its kind."""
     return words.get(f"{finding.kind}/{finding.subject}", words[finding.kind])
 
 

@@ -5,8 +5,7 @@
   (render/templates/), and chart specs are JSON with `<`, `>` and `&` escaped, so no name closes a script element.
 - Several reports on one page: element ids carry a random prefix per render, the styles (render/report.css) are scoped
   to `.nsight-report`, and the bundle installs itself only where `window.vegaEmbed` is missing.
-- Size: tables are cut at MAX_TABLE_ROWS with a note; charts hold only what they draw.
-"""
+- Size: tables are cut at MAX_TABLE_ROWS with a note; charts hold only what they draw."""
 
 from __future__ import annotations
 
@@ -47,8 +46,7 @@ MAX_TABLE_ROWS = 200
 
 @functools.cache
 def _asset(name: str) -> str:
-    """render/NAME (report.css, report.js, step_view.js), package data read once per process: the page needs no
-    network."""
+    """render/NAME (report.css, report.js, step_view.js): package data read once per process, no network needed."""
     return (resources.files("nsight_core.render") / name).read_text(encoding="utf-8")
 
 
@@ -118,8 +116,7 @@ def prepare() -> None:
 
 
 def _charts() -> ModuleType:
-    """render/charts.py, imported where a page is rendered: Altair takes 0.2 s to import, and `nsight stats` (text and
-    JSON) draws no chart."""
+    """render/charts.py, imported where a page is rendered: Altair takes 0.2 s to import; `nsight stats` draws none."""
     from nsight_core.render import charts as module
 
     return module

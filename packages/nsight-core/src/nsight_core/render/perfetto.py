@@ -3,8 +3,7 @@ process per GPU with a thread per stream (kernels, graph launches traced whole, 
 with their threads (NVTX ranges, CUDA API and OS-runtime calls, NVTX marks as instants), each named by a metadata event.
 Times are µs with ns as decimals. Push/pop ranges are nesting ``X`` slices; start/end ranges may overlap on a thread, so
 they are async begin/end pairs. Streamed: each slice of CHUNK_ROWS events becomes its JSON text in Polars
-(``struct.json_encode``, which escapes names) and is written before the next is made, no Python object per event.
-"""
+(``struct.json_encode``, which escapes names) and is written before the next is made, no Python object per event."""
 
 from __future__ import annotations
 

@@ -5,8 +5,7 @@ Why: one name may hold every event of a capture, and Polars' median keeps all it
 middle values instead, in a few streamed passes that count values per bucket, finer each pass down to one nanosecond
 or byte: memory grows with the number of groups, never with the events, and the result is Polars' exact median.
 Mean and sample standard deviation come from the integer sums of the values and of their squares (Int128), so they do
-not depend on the order in which the streaming engine adds its batches, as a float sum would in its last bits.
-"""
+not depend on the order in which the streaming engine adds its batches, as a float sum would in its last bits."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ _BUCKETS = 1 << BUCKET_BITS
 
 
 def sums(value: pl.Expr) -> list[pl.Expr]:
-    """The aggregations :func:`finish` turns into statistics: ``_n``, ``_sum``, ``_sum2``, ``min``-``max`` named
-    by the caller."""
+    """The aggregations :func:`finish` turns into statistics: ``_n``, ``_sum``, ``_sum2`` (min, max: the caller's)."""
     return [*counts(value), (value.cast(pl.Int128) ** 2).sum().alias("_sum2")]
 
 

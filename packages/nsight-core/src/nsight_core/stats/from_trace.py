@@ -5,8 +5,7 @@ statistics, the same order (ties in the key's order, as nsys' SQLite returns the
 as the nsys that wrote the export (2023.4.4 like SQLite's round(), the value times ten, halves away from zero; 2025.3
 the double's exact value). Equality with `nsys stats` is tested for both (tests/core/test_stats_from_events.py,
 tests/core/test_nsys_2025.py). A report whose events the capture lacks is skipped with nsys' reason; one whose table
-the export holds in a schema nsight-core cannot read, with the Trace's note.
-"""
+the export holds in a schema nsight-core cannot read, with the Trace's note."""
 
 from __future__ import annotations
 

@@ -115,8 +115,7 @@ def _split_name(stem: str, prefixes: set[str]) -> tuple[str, str] | None:
 
 def recorded_captures(directory: Path, prefix: str | None = None) -> dict[str, dict[str, Path]]:
     """Recorded CSVs in DIRECTORY grouped as {prefix: {report: file}} (`<prefix>_<report>.csv`). Default report names
-    identify the prefixes; a file of any other report joins the longest known prefix it starts with (PREFIX, when the
-    caller names one)."""
+    identify the prefixes (PREFIX too, where given); a file of any other report joins the longest one it starts with."""
     files = {file: _split_name(file.stem, set()) for file in sorted(directory.glob("*.csv"))}
     prefixes = {split[0] for split in files.values() if split} | ({prefix} if prefix else set())
     groups: dict[str, dict[str, Path]] = {}

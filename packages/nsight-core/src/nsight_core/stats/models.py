@@ -1,8 +1,7 @@
 """Typed rows and the per-capture statistics object.
 
 These models are the boundary between parsing and everything after it (analysis, rendering, the JSON the CLI prints,
-users' own tests), so field names are stable and unit-suffixed (ns or MB).
-"""
+users' own tests), so field names are stable and unit-suffixed (ns or MB)."""
 
 from __future__ import annotations
 

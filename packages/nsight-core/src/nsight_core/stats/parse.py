@@ -6,8 +6,7 @@ remainder is the name, unwrapped once when nsys wrapped it: commas, quotes and s
 newline inside a name is written raw too, so a line with fewer fields than the header continues the name above it.
 
 NVTX range names: nsys 2023.4 writes a default-domain range by its name (`step_0`), 2025.3 as `:step_0`; a report whose
-every name carries the separator drops the leading ':', so both versions' CSVs give the names the events give.
-"""
+every name carries the separator drops the leading ':', so both versions' CSVs give the names the events give."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Names of the nsys stats reports this package understands, and their header variants.
 
 nsys renamed its reports in 2023 (gpukernsum -> cuda_gpu_kern_sum, ...) and has changed column headers between
-versions ("Time(%)" / "Time (%)"): everything that depends on a version lives here, not in the parser or the models.
-"""
+versions ("Time(%)" / "Time (%)"): everything that depends on a version lives here, not in the parser or the models."""
 
 from __future__ import annotations
 

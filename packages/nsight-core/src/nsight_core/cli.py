@@ -303,8 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
         "allowed (NSIGHT_SUMMARY_MEMORY) is compared on what streams from disk: every step's time and budget, "
         "kernels, NVTX ranges, GPU busy time (no budget where its steps are not NVTX ranges). Exit status: "
         f"0 (also when not comparable, without a gate), {SLOWER_EXIT} when --fail-if-slower is exceeded, "
-        f"{NOT_COMPARABLE_EXIT} when --fail-if-slower is "
-        "given and the captures are not comparable, 1 on errors.")
+        f"{NOT_COMPARABLE_EXIT} when --fail-if-slower is given and the captures are not comparable, 1 on errors.")
     compare.add_argument("a", type=Path, metavar="A", help="the baseline capture")
     compare.add_argument("b", type=Path, metavar="B", help="the capture to judge against A")
     compare.add_argument("--fail-if-slower", type=float, default=None, metavar="PCT",
@@ -338,7 +337,6 @@ ANALYSIS_ALLOCATOR = "narenas:1,background_thread:true,dirty_decay_ms:100,muzzy_
 """For `nsight stats`, `report`, `export` and `diff`, unless the user chose one: one arena, freed pages handed back
 soon by jemalloc's own thread, where Polars' defaults keep them per thread, each stage's freed memory held for the
 next. Set in nsight's own process only (``main`` without ARGV), whose only children are nsys' exports."""
-
 
 POLARS_ALLOCATOR = re.compile(r"dirty_decay_ms:500,muzzy_decay_ms:1000(,thp:always,metadata_thp:always)?,?")
 """What Polars' import writes into ALLOCATOR_SETTING (its defaults, then the value it found): a process started by one

@@ -158,8 +158,7 @@ class Session:
                 timeout: float | None = None) -> tuple[Finished, list[Path]]:
         """Run ARGV under nsys (:func:`run_command`; a collection is stopped where nsys' temp folder fills); how it
         ended, and the base of every trace it recorded. Once every process of the session has ended, a raw stream nsys
-        kept of one of them is imported once more: nsys' own import (at a region's stop, or at the session's end for
-        a collection still recording) fails at times under load, and nothing else is left to import it."""
+        kept of one of them is imported once more: nsys' own import fails at times under load, and nothing else does."""
         with owned_folder("nsight-claims-") as scratch:
             claims = scratch / "claims"
             # A full temp folder stops the collection a region records now, in the attempt's nsys session.

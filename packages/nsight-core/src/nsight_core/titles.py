@@ -45,7 +45,6 @@ NOT_PROGRAMS = frozenset({"sh", "bash", "dash", "nsys-launcher"})
 """Names nsys may record for the command's process before it execs the command (`nsight run`'s shell, nsys' launcher):
 no program's name."""
 
-
 MAX_TITLE = 100
 
 

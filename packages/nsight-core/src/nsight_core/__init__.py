@@ -8,8 +8,7 @@ error nsight raises on purpose). :mod:`nsight_core.report` builds, renders and e
 
 Every name but the errors, ``find_nsys`` and ``DEFAULT_REPORTS`` loads on first use, not at import: a
 training script that only opens regions should not pay for the analysis stack (Polars), and
-`nsight stats`/`report` start a capture's export before they load pydantic.
-"""
+`nsight stats`/`report` start a capture's export before they load pydantic."""
 
 from __future__ import annotations
 

@@ -4,8 +4,7 @@ A region times a burst of empty kernel launches just before `nsys start` and aga
 difference per launch, what tracing adds to a call here, is written into the capture as the NVTX mark
 ``CALIBRATION_MARK`` for the analysis (else it uses the table of analysis/overhead.py). Only where the program has
 initialised CUDA through torch and CUDA is traced; any failure skips it. The traced burst (in the NVTX range
-``CALIBRATION_RANGE``) runs before the user's block: a region emits ``LIVE_MARK`` again after it.
-"""
+``CALIBRATION_RANGE``) runs before the user's block: a region emits ``LIVE_MARK`` again after it."""
 
 from __future__ import annotations
 

@@ -4,8 +4,7 @@ traces that never became reports.
 A region reserves ``<name>.nsys-rep`` with a claim, ``<name>.claim``, an exclusive ``flock`` held while its collection
 records and stops. The kernel frees a lock when its holder dies, however it dies, so a killed process never leaves a
 name taken, and a reused pid can never fake an owner. A run's outputs are the names its own regions claimed. A run's
-temp folders are claimed the same way (:func:`owned_folder`), so that the next run can clear those of a killed one.
-"""
+temp folders are claimed the same way (:func:`owned_folder`), so that the next run can clear those of a killed one."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 nsys records one collection per session at a time. A process launched into a session (:mod:`nsight_core.session`) holds
 one :class:`Collector`: the slot its regions take in turn, the `nsys start`/`stop` around each block, and the handlers
 that stop a collection left open at SIGTERM or exit, all the opening process's: a forked child
-(:mod:`nsight_core.lineage`) never stops, exits or signals on its parent's behalf.
-"""
+(:mod:`nsight_core.lineage`) never stops, exits or signals on its parent's behalf."""
 
 from __future__ import annotations
 

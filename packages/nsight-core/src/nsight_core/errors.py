@@ -1,8 +1,7 @@
 """The one exception family of nsight-core.
 
 Every failure a user can hit derives from :class:`NsightError`, so a caller (the Flyte adapter, a script, the CLI) can
-catch profiling problems without catching its own bugs. Messages say what failed and what to do about it.
-"""
+catch profiling problems without catching its own bugs. Messages say what failed and what to do about it."""
 
 from __future__ import annotations
 

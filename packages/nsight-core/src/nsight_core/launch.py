@@ -2,8 +2,7 @@
 
 Public (the Flyte adapter stamps :func:`exec_wrapper` into a task's environment): a missing nsys, a
 bad setting or too little temp space must cost the profile, never the job, so every failure here
-falls back to exec'ing the command unprofiled after one warning line.
-"""
+falls back to exec'ing the command unprofiled after one warning line."""
 
 from __future__ import annotations
 

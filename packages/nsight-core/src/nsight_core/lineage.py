@@ -2,8 +2,7 @@
 
 A forked child inherits its parent's session, regions and signal handlers as copies, but nsys does not record it, and
 the collection it would stop is its parent's. A process whose pid differs from the importer's is a forked copy (a
-spawned worker imports nsight-core anew). Imported with the package, so a child forked after it knows it is one.
-"""
+spawned worker imports nsight-core anew). Imported with the package, so a child forked after it knows it is one."""
 
 from __future__ import annotations
 

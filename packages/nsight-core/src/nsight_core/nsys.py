@@ -1,8 +1,7 @@
 """Finding nsys, and every nsys command line this project runs (the long `nsys launch`/`profile` of a command is
 supervised by :mod:`nsight_core.supervise`). Each call has a timeout; failures become
 :class:`~nsight_core.errors.NsysCommandError` with nsys' own words, since its exit code alone proves little
-(``nsys start`` on a missing session exits 0, ``nsys stats`` exits 0 for an unknown report).
-"""
+(``nsys start`` on a missing session exits 0, ``nsys stats`` exits 0 for an unknown report)."""
 
 from __future__ import annotations
 

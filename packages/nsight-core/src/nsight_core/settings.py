@@ -1,7 +1,6 @@
 """A session's settings, handed to the processes in it through their environment, and nsys' words when it writes
 no trace: what the parent side (:mod:`nsight_core.session`) and the child side (:mod:`nsight_core.collection`) both
-read, so that neither imports the other's module.
-"""
+read, so that neither imports the other's module."""
 
 from __future__ import annotations
 

@@ -6,8 +6,7 @@ numbers through here, so one quantity reads the same everywhere.
 - Durations in the largest unit that keeps the number >= 1 (ns, µs, ms, s), two decimals (whole ns).
 - Microseconds are ``µs``; only a stream that cannot encode it gets ``us`` (:func:`for_stream`).
 
-No Polars, no pydantic: memory.py and the CLI's messages use it before anything heavy is loaded.
-"""
+No Polars, no pydantic: memory.py and the CLI's messages use it before anything heavy is loaded."""
 
 from __future__ import annotations
 

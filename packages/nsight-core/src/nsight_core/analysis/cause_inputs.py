@@ -5,17 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from nsight_core.analysis.causes import (
-    BIG_KERNEL,
-    BIG_KERNEL_NS,
-    LOOP_MIN_LAUNCHES,
-    LOOP_MIN_REPEATS,
-    SELECT_KERNEL,
-    SMALL_COPY_MAX_BYTES,
-    SMALL_READ_BYTES,
-    TENSORS_PER_LAUNCH,
-    CauseInputs,
-)
+from nsight_core.analysis import causes
 from nsight_core.analysis.windows import start_cuts, step_batches
 from nsight_core.trace.streamed import WINDOW_ROWS, Events
 
@@ -31,7 +21,7 @@ _SCHEMAS: dict[str, dict[str, type[pl.DataType]]] = {"calls": CALL_COLUMNS, "cop
 
 
 def cause_inputs(frames: Events, steps: pl.DataFrame, thread: int | None, activities: pl.DataFrame | None,
-                 per_call_ns: float, window_rows: int | None = WINDOW_ROWS) -> CauseInputs:
+                 per_call_ns: float, window_rows: int | None = WINDOW_ROWS) -> causes.CauseInputs:
     """The inputs of :mod:`causes` over STEPS (the steady steps: step, start_ns, end_ns on the GPU's clock,
     cpu_start_ns, cpu_end_ns, by start) of the capture FRAMES holds, on the steps' THREAD; ACTIVITIES: the budget's
     CPU activities of their idle time (every_budget.Budgets.activities); PER_CALL_NS: what tracing added to a call."""
@@ -66,7 +56,7 @@ def cause_inputs(frames: Events, steps: pl.DataFrame, thread: int | None, activi
             found["loops"].append(loops_in(kernels, windows))
             found["reads"].append(_reads_in(copies, kernels, windows))
             after_bulk += _idle_after_bulk(copies, kernels, batch_calls, windows)
-    return CauseInputs(steps=steps.height, activities=activities if activities is not None else pl.DataFrame(
+    return causes.CauseInputs(steps=steps.height, activities=activities if activities is not None else pl.DataFrame(
         schema={"part": pl.String, "cpu_kind": pl.String, "cpu_name": pl.String, "total_ns": pl.Int64}),
         after_bulk_ns=float(after_bulk), per_call_ns=per_call_ns,
         **{key: _summed(parts, _SCHEMAS[key]) for key, parts in found.items()})
@@ -113,7 +103,7 @@ def _calls_in(calls: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
 def _copies_in(copies: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """The COPIES that start inside the steps' GPU WINDOWS per direction, small or not (COPY_COLUMNS)."""
     return in_steps(copies, windows).group_by(
-        "direction", (pl.col("bytes") <= SMALL_COPY_MAX_BYTES).alias("small")).agg(
+        "direction", (pl.col("bytes") <= causes.SMALL_COPY_MAX_BYTES).alias("small")).agg(
         pl.len().alias("copies"), pl.col("bytes").sum(), (pl.col("end_ns") - pl.col("start_ns")).sum().alias("ns"))
 
 
@@ -123,14 +113,15 @@ def loops_in(kernels: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     step with no large one among them (BIG_KERNEL, or BIG_KERNEL_NS or longer) of at least LOOP_MIN_LAUNCHES launches,
     each kernel repeated LOOP_MIN_REPEATS times on average: small kernels launched once per parameter or element."""
     located = in_steps(kernels, windows)
-    big = (pl.col("name").str.contains(BIG_KERNEL) | (pl.col("end_ns") - pl.col("start_ns") >= BIG_KERNEL_NS))
+    duration = pl.col("end_ns") - pl.col("start_ns")
+    big = pl.col("name").str.contains(causes.BIG_KERNEL) | (duration >= causes.BIG_KERNEL_NS)
     runs = located.with_columns(big.alias("_big")).with_columns(pl.col("_big").cum_sum().over("step").alias("_run"))
     per_name = (runs.filter(~pl.col("_big")).group_by("step", "_run", "name").agg(pl.len().alias("launches"))
                 .with_columns(pl.col("launches").sum().over("step", "_run").alias("_in_run"),
                               pl.len().over("step", "_run").alias("_names")))
-    loops = per_name.filter((pl.col("_in_run") >= LOOP_MIN_LAUNCHES)
-                            & (pl.col("_in_run") >= LOOP_MIN_REPEATS * pl.col("_names")))
-    kept = (pl.col("launches") + TENSORS_PER_LAUNCH - 1) // TENSORS_PER_LAUNCH
+    loops = per_name.filter((pl.col("_in_run") >= causes.LOOP_MIN_LAUNCHES)
+                            & (pl.col("_in_run") >= causes.LOOP_MIN_REPEATS * pl.col("_names")))
+    kept = (pl.col("launches") + causes.TENSORS_PER_LAUNCH - 1) // causes.TENSORS_PER_LAUNCH
     return loops.group_by("name").agg(pl.col("launches").sum(), kept.sum().alias("kept"))
 
 
@@ -140,7 +131,7 @@ def _idle_after_bulk(copies: pl.DataFrame, kernels: pl.DataFrame, calls: pl.Data
     the copies it can hold a stretch twice: the findings take at most the host's untraced time. CALLS: the CUDA calls
     of the steps' thread (their correlation ids)."""
     bulk = in_steps(copies.filter((pl.col("direction") == "Device-to-Host")
-                                  & (pl.col("bytes") > SMALL_COPY_MAX_BYTES)), windows)
+                                  & (pl.col("bytes") > causes.SMALL_COPY_MAX_BYTES)), windows)
     bulk = bulk.join(calls.select("correlation_id", pl.col("end_ns").alias("_returned")), on="correlation_id",
                      how="left").with_columns(pl.max_horizontal("end_ns", "_returned").alias("end_ns"))
     if not bulk.height:
@@ -158,10 +149,10 @@ def _idle_after_bulk(copies: pl.DataFrame, kernels: pl.DataFrame, calls: pl.Data
 def _reads_in(copies: pl.DataFrame, kernels: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """The small device-to-host reads (at most SMALL_READ_BYTES) in the steps' GPU WINDOWS, counted by whether the
     kernel that ended last before each on its stream selects (SELECT_KERNEL) or not (READ_COLUMNS)."""
-    reads = in_steps(copies.filter((pl.col("direction") == "Device-to-Host") & (pl.col("bytes") <= SMALL_READ_BYTES)),
-                     windows).sort("start_ns")
+    small = (pl.col("direction") == "Device-to-Host") & (pl.col("bytes") <= causes.SMALL_READ_BYTES)
+    reads = in_steps(copies.filter(small), windows).sort("start_ns")
     before = kernels.select(pl.col("end_ns").alias("_end"), "stream", pl.col("name").alias("_kernel")).sort("_end")
     named = reads.join_asof(before, left_on="start_ns", right_on="_end", by="stream", strategy="backward",
                             check_sortedness=False)
-    return named.group_by(pl.col("_kernel").str.contains(SELECT_KERNEL).fill_null(False).alias("select")).agg(
+    return named.group_by(pl.col("_kernel").str.contains(causes.SELECT_KERNEL).fill_null(False).alias("select")).agg(
         pl.len().alias("reads"))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal
 
 import polars as pl
 
+from nsight_core.analysis import precision
 from nsight_core.analysis.budget import PAGEABLE
 from nsight_core.analysis.finding_model import (
     WARNING_SHARE,
@@ -24,8 +25,6 @@ from nsight_core.analysis.finding_model import (
     severity_of,
     share_of,
 )
-from nsight_core.analysis.precision import saving_ns as precision_saving
-from nsight_core.analysis.precision import speedups
 from nsight_core.analysis.steps import FamilySteps, NvtxGpuSteps
 
 if TYPE_CHECKING:
@@ -246,7 +245,7 @@ def fp32_matmul(context: Context, totals: pl.DataFrame, capability: float | None
         return None
     steps = context.budget.steps
     per_step = summed / steps
-    tf32, bf16 = (precision_saving(per_step, speedup) for speedup in speedups(capability))
+    tf32, bf16 = (precision.saving_ns(per_step, speedup) for speedup in precision.speedups(capability))
     saving = saving_of(context, tf32, tf32 * steps) if tf32 is not None else None
     return Finding(
         kind="fp32_matmul", severity=severity_of(share_of(saving)) if saving else "info",

@@ -31,8 +31,7 @@ IDLE_COLUMNS = {"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "par
 STATES = ("compute", "exposed_comm", "exposed_copy", "idle")
 """What the GPU did in a piece of its timeline (:func:`_pieces`' state indexes it): the first that holds."""
 LAYER_BITS = 21
-"""Each GPU layer's count of running work in its own 21 bits of one integer (:func:`_pieces`): up to two million
-pieces of work of one layer at once."""
+"""Each GPU layer's count of running work in its own bits of one integer (:func:`_pieces`): up to 2**21 at once."""
 QUERY_CALLS = (r"(?i)GetName|IsCapturing|GetCaptureInfo|GetDevice$|GetDevice_|GetLastError|PeekAtLastError|"
                r"GetAttribute|GetProperties|DriverGetVersion|RuntimeGetVersion|FuncGetAttributes|GetFuncBySymbol|"
                r"KernelGetFunction|LibraryGetKernel")

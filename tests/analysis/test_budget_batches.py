@@ -66,7 +66,10 @@ def test_work_and_a_sync_that_cross_a_cut_count_in_the_next_batch() -> None:
                       {"start_ns": i64, "end_ns": i64, "name": text, "thread": i64, "correlation_id": i64})
     nvtx = windows.select(pl.col("cpu_start_ns").alias("start_ns"), pl.col("cpu_end_ns").alias("end_ns"),
                           pl.format("step_{}", "step").alias("name"), pl.lit(thread).alias("thread"))
-    host = host_time.Host.of(windows, nvtx.clear().select("start_ns", "end_ns", "name"), host_time.dispatch_runs(calls))
+    cuda_api = pl.concat([calls.select(blocking.columns), blocking]).lazy()
+    host_calls = host_time.HostCalls.of(["cudaDeviceSynchronize", "cudaLaunchKernel"], [], cuda_api=cuda_api,
+                                        osrt_calls=blocking.clear().lazy(), thread=thread)
+    host = host_time.Host.of(nvtx.clear().select("start_ns", "end_ns", "name"), host_calls)
     firsts = work["start_ns"].search_sorted(windows["start_ns"], side="left")
 
     def budget(work_per_batch: int | None) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -81,8 +84,9 @@ def test_work_and_a_sync_that_cross_a_cut_count_in_the_next_batch() -> None:
         "total_ns").iter_rows())
     # Busy until the long kernel ends (150); idle until the work at 200; the sync (90 to 196) drained the queue, and
     # the host waited in it longer (60) than the idle lasted (50): the whole stretch is the sync's, the host's
-    # catching up (the launch call, 197 to 199, and the rest) and the launch's latency too.
-    assert step_1 == {"compute//": 50, "sync_wait/cuda_api/cudaDeviceSynchronize": 46, "sync_wait/dispatch/": 3,
+    # catching up (the time before the launch call, the call from 197 to 199) and the launch's latency too.
+    assert step_1 == {"compute//": 50, "sync_wait/cuda_api/cudaDeviceSynchronize": 46,
+                      "sync_wait/dispatch/cudaLaunchKernel": 1, "sync_wait/cuda_api/cudaLaunchKernel": 2,
                       "sync_wait/untraced/": 1}
     batched = budget(1)  # one window per batch
     assert batched[0].equals(whole[0]) and batched[1].equals(whole[1])

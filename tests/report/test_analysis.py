@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from nsight_core.analysis.intervals import bucket_edges, busy_fractions, busy_ns, union_intervals
+from nsight_core.analysis.intervals import bucket_edges, busy_ns, busy_over, union_intervals
 from nsight_core.analysis.kernels import nccl_share, short_name, unique_short_names
 from nsight_core.analysis.trace_summary import nvtx_instances
 from nsight_core.trace.depth import with_depth
@@ -34,12 +34,12 @@ def test_busy_fraction_per_bucket() -> None:
     kernels = events([(0, 0, 150), (0, 300, 400), (0, 320, 360)])
     edges = bucket_edges(0, 400, 4)
     assert edges == [0, 100, 200, 300, 400]
-    assert busy_fractions(kernels, edges) == [1.0, 0.5, 0.0, 1.0]
+    assert busy_over([kernels], edges).fractions == [1.0, 0.5, 0.0, 1.0]
 
 
 def test_busy_fraction_is_per_gpu() -> None:
     kernels = events([(0, 0, 100), (1, 0, 50)])
-    assert busy_fractions(kernels, bucket_edges(0, 100, 1)) == [0.75]
+    assert busy_over([kernels], bucket_edges(0, 100, 1)).fractions == [0.75]
 
 
 def test_empty_span_has_no_buckets() -> None:

@@ -78,8 +78,7 @@ def every_budget(frames: Events, every: EveryStep, window_rows: int | None = WIN
         return _cpu_budget(frames, every, thread, window_rows, coded)
     work = gpu_work_of(frames)
     counts = _edge_counts(work.select("start_ns"), windows)
-    host = Host.of(windows, _user_ranges(frames, windows, stats.family.pattern, thread, window_rows),
-                   host_calls(frames, thread))
+    host = Host.of(_user_ranges(frames, windows, stats.family.pattern, thread, window_rows), host_calls(frames, thread))
     gpu = GpuSteps(windows=windows, frames=frames, work=work, host=host)
     # Per window, how much work starts before it, for the batches: after k edges, (k + 1) // 2 windows have begun.
     within = counts.group_by(((pl.col("_edge") + 1) // 2).alias("_window")).agg(pl.col("len").sum())

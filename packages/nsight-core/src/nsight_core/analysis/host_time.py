@@ -21,34 +21,25 @@ OTHER_RANGES = "(other ranges)"
 
 @dataclass(frozen=True, kw_only=True)
 class Host:
-    """What the steps' thread was in, as interval sets (:func:`_cumulative`): its STEPS, its user RANGES by name, and
-    its time outside them named by when any thread dispatched (DISPATCH) or by its CALLS (read by batch: :meth:`at`)."""
+    """What the steps' thread was in: its user RANGES by name, as interval sets (:func:`_cumulative`), and its time
+    outside them named by its CALLS (read by batch: :meth:`at`)."""
 
-    steps: pl.DataFrame
     ranges: dict[str, pl.DataFrame]
-    dispatch: pl.DataFrame
-    calls: HostCalls | None = None
+    calls: HostCalls
     tiling: pl.DataFrame | None = None
     """The batch's calls and the time before them (:meth:`HostCalls.tiling`), where :meth:`at` made it."""
 
     @classmethod
-    def of(cls, windows: pl.DataFrame, user: pl.DataFrame, named_by: pl.DataFrame | HostCalls) -> Host:
-        """The steps of WINDOWS, the USER ranges (:func:`outermost_user_ranges`) by TOP_RANGES names, and NAMED_BY:
-        when the host dispatched (:func:`dispatch_runs`), or its calls."""
-        steps = windows.select(pl.col("cpu_start_ns").alias("start_ns"), pl.col("cpu_end_ns").alias("end_ns"))
+    def of(cls, user: pl.DataFrame, calls: HostCalls) -> Host:
+        """The USER ranges (:func:`outermost_user_ranges`) by TOP_RANGES names, and the thread's CALLS."""
         top = (user.group_by("name").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("t"))
                .sort(["t", "name"], descending=[True, False]).head(TOP_RANGES)["name"])
         named = user.with_columns(pl.when(pl.col("name").is_in(top.implode())).then(pl.col("name"))
                                   .otherwise(pl.lit(OTHER_RANGES)).alias("name"))
-        dispatch = steps.clear() if isinstance(named_by, HostCalls) else named_by
-        return cls(steps=_cumulative(steps),
-                   ranges={name: _cumulative(frame) for (name,), frame in named.group_by("name")},
-                   dispatch=_cumulative(dispatch), calls=named_by if isinstance(named_by, HostCalls) else None)
+        return cls(ranges={name: _cumulative(frame) for (name,), frame in named.group_by("name")}, calls=calls)
 
     def at(self, lo: int, hi: int) -> Host:
         """This host with the calls of the time from LO to HI read (what :meth:`split` of spans in it names)."""
-        if self.calls is None:
-            return self
         masks = [frame.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)).select("start_ns", "end_ns")
                  for frame in self.ranges.values()]
         return replace(self, tiling=self.calls.tiling(lo, hi, pl.concat(masks) if masks else None))
@@ -56,22 +47,15 @@ class Host:
     def activities(self) -> list[tuple[str, str, str]]:
         """What the host can have done in a span, in :meth:`split`'s order: cpu_kind, cpu_name and the part where no
         sync caused it (user ranges, OS calls and untraced time idle the GPU; CUDA calls and dispatch: launch gaps)."""
-        named = self.calls.labels() if self.calls is not None else [("dispatch", "", "launch_gap")]
-        return [*(("nvtx", name, "gpu_idle") for name in self.ranges), *named, ("untraced", "", "gpu_idle")]
+        ranges = [("nvtx", name, "gpu_idle") for name in self.ranges]
+        return [*ranges, *self.calls.labels(), ("untraced", "", "gpu_idle")]
 
     def split(self, q0: pl.Series, q1: pl.Series) -> list[pl.Series]:
         """How much of each span from Q0 to Q1 the host spent in each of :meth:`activities`."""
         zero = pl.zeros(q0.len(), pl.Int64, eager=True)
-        if self.calls is not None:
-            covered = _covered(list(self.ranges.values()), q0, q1)
-            named = _coded_cover(self.tiling, len(self.calls.labels()), q0, q1)
-            return [*covered, *named, (q1 - q0 - sum(covered, zero) - sum(named, zero)).clip(lower_bound=0)]
-        in_steps, dispatching, *covered = _covered([self.steps, self.dispatch, *self.ranges.values()], q0, q1)
-        in_ranges_inside = sum((in_range * _inside(ranges, self.steps)
-                                for ranges, in_range in zip(self.ranges.values(), covered, strict=True)), zero)
-        dispatch = pl.select(pl.min_horizontal(pl.lit(dispatching), pl.lit((in_steps - in_ranges_inside)
-                                                                           .clip(lower_bound=0)))).to_series()
-        return [*covered, dispatch, (q1 - q0 - sum(covered, zero) - dispatch).clip(lower_bound=0)]
+        covered = _covered(list(self.ranges.values()), q0, q1)
+        named = _coded_cover(self.tiling, len(self.calls.labels()), q0, q1)
+        return [*covered, *named, (q1 - q0 - sum(covered, zero) - sum(named, zero)).clip(lower_bound=0)]
 
 
 TOP_CALLS = 8
@@ -197,15 +181,6 @@ def outermost_user_ranges(windows: pl.DataFrame, reach: int, ranges: pl.DataFram
     return max(reach, latest if latest is not None else -1), user.filter(pl.col("start_ns") >= before)
 
 
-def dispatch_runs(cuda_api: pl.DataFrame) -> pl.DataFrame:
-    """The CUDA calls of all threads merged across gaps shorter than DISPATCH_GAP_NS: when the host dispatched. Runs
-    are calls too: the runs of windows of calls, merged again, are the runs of all (a streamed capture's)."""
-    calls = by_start(cuda_api.select("start_ns", "end_ns")).with_columns(pl.col("end_ns").cum_max())
-    # By start, a run begins where a call starts a gap after all before it ended, and ends where the next begins.
-    begins = (pl.col("start_ns") - pl.col("end_ns").shift(1) > DISPATCH_GAP_NS).fill_null(True)
-    return calls.select(pl.col("start_ns").filter(begins), pl.col("end_ns").filter(begins.shift(-1).fill_null(True)))
-
-
 def _cumulative(intervals: pl.DataFrame) -> pl.DataFrame:
     """Non-overlapping INTERVALS by start with the summed length before each: what :func:`_covered` looks up."""
     ordered = intervals.select("start_ns", "end_ns").sort("start_ns")
@@ -224,11 +199,3 @@ def _covered(cumulatives: list[pl.DataFrame], q0: pl.Series, q1: pl.Series) -> l
             value).to_series()
     return [before(ends, cumulative) - before(starts, cumulative) for cumulative in cumulatives]
 
-
-def _inside(ranges: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:
-    """1 where a range lies inside a step, else 0: per range set, the share of its time that does (0 or 1 each)."""
-    total = int((ranges["end_ns"] - ranges["start_ns"]).sum())
-    if not total or not steps.height:
-        return pl.Series([0], dtype=pl.Int64)
-    within = _covered([steps], ranges["start_ns"], ranges["end_ns"])[0].sum()
-    return pl.Series([1 if within * 2 >= total else 0], dtype=pl.Int64)

@@ -92,11 +92,6 @@ def bucket_edges(start_ns: int, end_ns: int, buckets: int) -> list[int]:
     return [start_ns + round(i * width) for i in range(buckets + 1)]
 
 
-def busy_fractions(events: pl.DataFrame, edges: list[int]) -> list[float]:
-    """For each slice between consecutive EDGES: covered time / (slice width x devices with events)."""
-    return busy_over([events], edges).fractions
-
-
 def _covered_before(merged: pl.DataFrame, edges: list[int]) -> pl.Series:
     """For each edge t: how much of one device's (disjoint, sorted) intervals lies before t: the running sum of lengths
     up to the last interval starting before t (a binary search), less the part of it past t."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 
 from nsight_core.analysis import causes
-from nsight_core.analysis.windows import start_cuts, step_batches
+from nsight_core.analysis.windows import in_steps, start_cuts, step_batches
 from nsight_core.trace.streamed import WINDOW_ROWS, Events
 
 CALL_COLUMNS = {"name": pl.String, "calls": pl.Int64, "total_ns": pl.Int64}
@@ -72,14 +72,6 @@ def _summed(parts: list[pl.DataFrame], schema: dict[str, type[pl.DataType]]) -> 
             .agg(pl.col(values).sum()).sort(keys))
 
 
-def in_steps(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """EVENTS that start inside one of STEPS (step, start_ns, end_ns, by start), with its step, by start."""
-    located = events.sort("start_ns").join_asof(
-        steps.select("step", pl.col("start_ns").alias("_step_start"), pl.col("end_ns").alias("_step_end")),
-        left_on="start_ns", right_on="_step_start", strategy="backward")
-    return located.filter(pl.col("start_ns") < pl.col("_step_end")).drop("_step_start", "_step_end")
-
-
 def _untraced_samples(samples: pl.DataFrame, calls: pl.DataFrame, nvtx: pl.LazyFrame, steps: pl.DataFrame
                       ) -> pl.DataFrame:
     """The host time of the Python SAMPLES in the STEPS' ranges (step, start_ns, end_ns) outside every CUDA call
@@ -108,10 +100,9 @@ def _copies_in(copies: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
 
 
 def loops_in(kernels: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
-    """The loops of small kernels in the steps' GPU WINDOWS (LOOP_COLUMNS: per kernel name, its launches in loops and
-    how many a multi-tensor kernel would keep, one per TENSORS_PER_LAUNCH). A loop is a run of consecutive kernels of a
-    step with no large one among them (BIG_KERNEL, or BIG_KERNEL_NS or longer) of at least LOOP_MIN_LAUNCHES launches,
-    each kernel repeated LOOP_MIN_REPEATS times on average: small kernels launched once per parameter or element."""
+    """The loops of small kernels in the steps' GPU WINDOWS, per kernel name (LOOP_COLUMNS; kept: one launch per
+    TENSORS_PER_LAUNCH). A loop is a run of a step's consecutive kernels, none large (BIG_KERNEL, BIG_KERNEL_NS), of at
+    least LOOP_MIN_LAUNCHES launches, each kernel repeated LOOP_MIN_REPEATS times on average."""
     located = in_steps(kernels, windows)
     duration = pl.col("end_ns") - pl.col("start_ns")
     big = pl.col("name").str.contains(causes.BIG_KERNEL) | (duration >= causes.BIG_KERNEL_NS)
@@ -126,10 +117,9 @@ def loops_in(kernels: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
 
 
 def _idle_after_bulk(copies: pl.DataFrame, kernels: pl.DataFrame, calls: pl.DataFrame, windows: pl.DataFrame) -> int:
-    """The GPU's idle time right after each device-to-host copy above SMALL_COPY_MAX_BYTES in the steps' GPU WINDOWS:
-    from the copy's end, or its call's return where later, to the next kernel's start (or its step's end). Summed over
-    the copies it can hold a stretch twice: the findings take at most the host's untraced time. CALLS: the CUDA calls
-    of the steps' thread (their correlation ids)."""
+    """The GPU's idle time after each device-to-host copy above SMALL_COPY_MAX_BYTES in the steps' GPU WINDOWS, from
+    the copy's end (or its call's return in CALLS, where later) to the next kernel's start or its step's end. The sum
+    can hold a stretch twice: the findings take at most the host's untraced time."""
     bulk = in_steps(copies.filter((pl.col("direction") == "Device-to-Host")
                                   & (pl.col("bytes") > causes.SMALL_COPY_MAX_BYTES)), windows)
     bulk = bulk.join(calls.select("correlation_id", pl.col("end_ns").alias("_returned")), on="correlation_id",

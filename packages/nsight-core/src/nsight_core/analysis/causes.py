@@ -35,8 +35,7 @@ LOOP_MIN_REPEATS = 128
 """...with each of its kernels repeated this many times on average: once per tensor of a list of hundreds (a model's
 parameters), not a chain of ops on one tensor (which fusion, not a multi-tensor kernel, shortens)."""
 TENSORS_PER_LAUNCH = 64
-"""Tensors a multi-tensor kernel (torch._foreach_*, a foreach optimizer) handles per launch: PyTorch chunks its lists
-into launches of a few dozen tensors (the H200 per_param twin: 1,200 launches a step became 20)."""
+"""Tensors a multi-tensor kernel (torch._foreach_*, a foreach optimizer) handles per launch: a few dozen in PyTorch."""
 SMALL_COPY_MAX_BYTES = 1 << 20
 """A host-to-device copy of at most this (1 MiB) is a small one."""
 MANY_SMALL_COPIES = 32
@@ -84,8 +83,7 @@ class CauseInputs(NamedTuple):
     lines: pl.DataFrame
     """The calls by the user's Python line they came from (empty without backtraces): name, place, function, calls."""
     samples: pl.DataFrame
-    """The Python samples' host time outside CUDA calls and inner ranges (empty without sampling) by the user's line:
-    place (file:line), function, host_ns."""
+    """Sampled host time outside CUDA calls and inner ranges (empty without sampling): place, function, host_ns."""
 
 
 Claim = tuple[str, str | None, str | None]
@@ -300,10 +298,9 @@ def known_causes(context: Context, inputs: CauseInputs) -> Causes:
 
 
 def named(findings: list[Finding | None], causes: Causes, syncs: pl.DataFrame) -> list[Finding | None]:
-    """FINDINGS with what the known causes tell about the others: the sync finding's pattern (``mask_indexing`` where
-    its reads follow a selection, or where it sits in a selection's range; ``scalar_reads`` for other small reads),
-    with the user's Python lines it came from; and, for the launch gaps and the untraced time no known cause explains,
-    the host activities that fill them (and the untraced time's sampled Python lines)."""
+    """FINDINGS with what the known causes tell about the others: the sync finding's pattern (``mask_indexing`` after
+    or inside a selection) and its Python lines; for the launch gaps and the untraced time no known cause explains, the
+    host activities that fill them (and the untraced time's sampled Python lines)."""
     def top(parts: tuple[str, ...]) -> list[Evidence]:
         rows = causes.left.filter(pl.col("part").is_in(parts)).head(TOP_EVIDENCE)
         return [Evidence(metric=_METRICS[kind][0], value=ns, unit="ns",

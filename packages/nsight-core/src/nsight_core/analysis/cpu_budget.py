@@ -40,12 +40,8 @@ def budget_totals(steps: pl.DataFrame, kernels: pl.DataFrame, copies: pl.DataFra
                   osrt: pl.DataFrame, nesting: Nesting, sync: pl.DataFrame, thread: int | None) -> pl.DataFrame:
     """The STEPS (step, start_ns, end_ns; not overlapping) cut into pieces, one part each, summed per step, part and CPU
     activity (step, part, cpu_kind, cpu_name, total_ns). COPIES: memcpy and memset intervals; SYNC: the blocking calls
-    (:func:`every_budget.sync_calls`); of CUDA_API, OSRT and NESTING's ranges only THREAD's are attributed.
-
-    A batch of steps (about BATCH_EDGES cut points) at a time, by BATCH_WORKERS threads, their sums coded
-    (:func:`decoded`), one sweep each: a layer's coverage its starts less its ends so far, what the thread was in the
-    call or NVTX self piece started last if it has not ended. Where the GPU idles and no call waits, one kind of
-    non-overlapping interval needs no sweep, and ranges nesting inside one step add their self time with no pieces."""
+    (:func:`every_budget.sync_calls`); of CUDA_API, OSRT and NESTING's ranges only THREAD's are attributed. A batch of
+    steps (:func:`_batches`) at a time, by BATCH_WORKERS threads, each one sweep over its cut points, its sums coded."""
     lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
     overlapping = (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)
 
@@ -79,8 +75,8 @@ def budget_totals(steps: pl.DataFrame, kernels: pl.DataFrame, copies: pl.DataFra
     start, end = pl.col("start_ns"), pl.col("end_ns")
 
     def idle_runs(totals: pl.DataFrame) -> pl.DataFrame:
-        """TOTALS (_step, _name, total_ns) of steps the GPU idles through with no call waiting for it: each step is one
-        idle run, whose part its length decides (its pieces summed), with no fills over the pieces."""
+        """TOTALS (_step, _name, total_ns) of steps the GPU idles through with no call waiting for it, each one idle run
+        whose part its length decides."""
         run_ns = pl.col("total_ns").sum().over("_step")
         return totals.select("_step", pl.when(run_ns < LAUNCH_GAP_NS).then(PARTS.index("launch_gap"))
                              .otherwise(PARTS.index("gpu_idle")).cast(pl.UInt8).alias("_part"), "_name", "total_ns")
@@ -137,7 +133,7 @@ def budget_totals(steps: pl.DataFrame, kernels: pl.DataFrame, copies: pl.DataFra
         kind = pl.col("_kind")
 
         def seen(of: int) -> pl.Expr:
-            """How many events of kind OF lie at or before each row: a count of non-nulls, a third of a sum's cost."""
+            """How many events of kind OF lie at or before each row: a count of non-nulls, cheaper than a sum."""
             return pl.when(kind == of).then(True).cum_count().cast(pl.Int64)
 
         covered = {name: (layer.open_at(first_ns) + seen(2 * index) - seen(2 * index + 1) > 0).alias(name)

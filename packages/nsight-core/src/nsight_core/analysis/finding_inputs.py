@@ -8,9 +8,9 @@ import polars as pl
 
 from nsight_core.analysis import findings as find
 from nsight_core.analysis.budget import bound_by, is_thread
-from nsight_core.analysis.cause_inputs import cause_inputs, in_steps
+from nsight_core.analysis.cause_inputs import cause_inputs
 from nsight_core.analysis.causes import LAUNCH_API
-from nsight_core.analysis.codes import matching
+from nsight_core.analysis.codes import matching, pattern_of
 from nsight_core.analysis.every_budget import Budgets
 from nsight_core.analysis.every_step import EveryStep
 from nsight_core.analysis.finding_model import Context
@@ -21,7 +21,7 @@ from nsight_core.analysis.range_table import range_table
 from nsight_core.analysis.result import Analysis, Coverage
 from nsight_core.analysis.steps import CaptureAsStep, FamilySteps, GpuWindowSteps, StepStats
 from nsight_core.analysis.user_window import UserWindow
-from nsight_core.analysis.windows import start_cuts, step_batches, window_filters
+from nsight_core.analysis.windows import in_steps, start_cuts, step_batches, window_filters
 from nsight_core.marks import calibrated_ns
 from nsight_core.trace.depth import depth_read, with_depth
 from nsight_core.trace.streamed import WINDOW_ROWS, Events
@@ -76,11 +76,9 @@ def _calls(frames: Events, steps: pl.DataFrame, thread: int) -> int:
 
 def _syncs(frames: Events, steps: pl.DataFrame, calls: pl.DataFrame, thread: int | None,
            window_rows: int | None) -> tuple[pl.DataFrame, int]:
-    """STEPS' (by start) blocking calls on THREAD (CALLS: the budget's synchronising calls) counted by name and the
-    innermost range each came from (name, ``range``: a family by name, ``len``), and their small device-to-host copies
-    (scalar reads): counted in batches of steps holding about WINDOW_ROWS of THREAD's NVTX ranges, and added up. Each
-    batch's calls are named by the ranges that overlap its time, which hold every range a call in it can be in and
-    every range enclosing one of those (their depth is the capture's)."""
+    """STEPS' (by start) blocking calls on THREAD (of CALLS) counted by name and innermost range family (name, range,
+    len), and their small device-to-host copies, over batches of steps of about WINDOW_ROWS of THREAD's NVTX ranges.
+    A batch's overlapping ranges hold every range its calls are in, so their depth is the capture's."""
     reads = frames.memcpy.filter((pl.col("direction") == "Device-to-Host") & (pl.col("bytes") <= find.SMALL_COPY_BYTES))
     small = reads.select("start_ns", "end_ns", "direction", "bytes").collect(engine="streaming")
     ranges = frames.nvtx.filter(pl.col("thread") == thread).select("start_ns", "end_ns", "name", "thread",
@@ -92,8 +90,8 @@ def _syncs(frames: Events, steps: pl.DataFrame, calls: pl.DataFrame, thread: int
         meets = (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)
         nvtx = with_depth(ranges.filter(meets).collect(engine="streaming").sort("start_ns", maintain_order=True))
         blocking = in_steps(calls.filter(meets & is_thread(thread)), batch)
-        found.append(blocking.select("name", innermost_range(blocking, nvtx).str.replace_all(r"\d+", "{n}")
-                                     .alias("range")).group_by("name", "range").len())
+        found.append(blocking.select("name", pattern_of(pl.lit(innermost_range(blocking, nvtx))).alias("range"))
+                     .group_by("name", "range").len())
         small_reads += in_steps(small.filter(meets), batch).height
     return pl.concat(found).group_by("name", "range").agg(pl.col("len").sum()), small_reads
 

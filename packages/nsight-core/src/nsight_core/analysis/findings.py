@@ -45,10 +45,10 @@ FP32_GEMM = r"(?i)(sgemm|gemm.*(_ffma_|f32f32_f32f32_f32))"
 """cuBLAS kernels that multiply FP32 matrices on the FP32 pipes (`sm80_xmma_gemm_f32f32_f32f32_f32_..._ffma_...`)."""
 TENSOR_CORE_GEMM = r"(?i)(tf32|tensorop|hmma|bf16|f16)"
 NOMINAL_PINNED_BYTES_PER_S = 25e9
-"""What a pinned host copy achieves over PCIe 4.0 x16: the reference when the capture has no pinned copy of
-that direction to compare with (and its GPU is older than Hopper), so the saving errs low."""
+"""What a pinned host copy achieves over PCIe 4.0 x16: the reference where the capture has no pinned copy of that
+direction (and its GPU is older than Hopper), so the saving errs low."""
 NOMINAL_PINNED_PCIE5_BYTES_PER_S = 50e9
-"""The same over PCIe 5.0 x16, which Hopper and later GPUs have (an H200 reached 53 GB/s H2D pinned)."""
+"""The same over PCIe 5.0 x16, which Hopper and later GPUs have."""
 PCIE5_COMPUTE_CAPABILITY = 9.0
 KERNEL_TOTAL_COLUMNS = {"short_name": pl.String, "name": pl.String, "total_ns": pl.Int64}
 _ACTIVITY_PREFIX = {"untraced": "untraced_cpu", "dispatch": "dispatch"}
@@ -95,8 +95,7 @@ def _activity_finding(context: Context, kinds: tuple[str, ...], kind: FindingKin
 
 def sync_wait(context: Context, syncs: pl.DataFrame, small_reads: int) -> Finding | None:
     """Syncs that drain the GPU queue inside steps (`.item()`, `cudaStreamSynchronize`, sync copies): the saving is
-    the idle stretch each causes, until the next launch. SYNCS: blocking calls in the steady steps, counted by name and
-    innermost range (name, range, len); SMALL_READS: device-to-host copies of at most SMALL_COPY_BYTES in them."""
+    the idle stretch each causes, until the next launch. SYNCS and SMALL_READS: as in :class:`GpuInputs`."""
     steps = max(context.budget.steps if context.budget else 1, 1)
     calls = syncs.group_by("name", "range").agg(pl.col("len").sum()).sort(["len", "name", "range"],
                                                                            descending=[True, False, False])
@@ -204,7 +203,7 @@ def exposed_comm(context: Context) -> Finding | None:
 
 def kernel_totals(kernels: pl.DataFrame | pl.LazyFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """The time of the kernels that started in STEPS' span per short and full name (KERNEL_TOTAL_COLUMNS): what
-    :func:`device_bound` and :func:`fp32_matmul` rank. KERNELS lazy (a capture too large to read whole): streamed."""
+    :func:`device_bound` and :func:`fp32_matmul` rank. Lazy KERNELS are streamed."""
     if not steps.height:
         return pl.DataFrame(schema=KERNEL_TOTAL_COLUMNS)
     lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import polars as pl
 
+from nsight_core.analysis.windows import in_steps
+
 if TYPE_CHECKING:  # host_time reads QUERY_CALLS from here
     from nsight_core.analysis.host_time import Host
 
@@ -113,9 +115,7 @@ def _pieces(windows: pl.DataFrame, work: pl.DataFrame, lo: int, hi: int) -> pl.D
     state = pl.when(running[0]).then(0).when(running[1]).then(1).when(running[2]).then(2).otherwise(3).cast(pl.UInt8)
     pieces = counts.select(pl.col("t").alias("start_ns"), (pl.col("t").shift(-1) - pl.col("t")).alias("ns"),
                            state.alias("state")).filter(pl.col("ns") > 0)
-    located = pieces.join_asof(windows.select("step", pl.col("start_ns").alias("_w"), pl.col("end_ns").alias("_we")),
-                               left_on="start_ns", right_on="_w", strategy="backward")
-    return located.filter(pl.col("start_ns") < pl.col("_we")).drop("_w", "_we")
+    return in_steps(pieces, windows)
 
 
 def _with_cause(idle: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame) -> pl.DataFrame:
@@ -177,14 +177,12 @@ class _Causes(NamedTuple):
 
     @classmethod
     def of(cls, idle: pl.DataFrame, host: Host) -> _Causes:
-        """The causes of IDLE's pieces: untraced work, queued work (a launch gap or a stream wait), the launch's
-        latency, the sync, then what the HOST did after the sync's blame and before the launch."""
+        """The causes of IDLE's pieces (:func:`_with_blame`), HOST's activities among them."""
         untraced = pl.col("launch_ns").is_null()
         queued = ~untraced & (pl.col("launch_end_ns") <= pl.col("a"))
         late = ~untraced & (pl.col("launch_end_ns") > pl.col("a"))
         synced = late & (pl.col("blame_ns") > 0)
-        # A sync is to blame for as long as the host had waited in it for queued work (:func:`_with_blame`): without
-        # it, the host's later work would have overlapped that much GPU work. The rest of the stretch is the host's.
+        # A sync is to blame for its blame_ns (:func:`_with_blame`); the rest of the stretch is the host's.
         blamed_end = pl.col("a") + pl.col("blame_ns")
         call_end = pl.min_horizontal(pl.col("sync_end_ns").fill_null(pl.col("a")), blamed_end)
         gap = pl.col("b") - pl.col("a")

@@ -12,8 +12,7 @@ from pydantic import BaseModel, Field
 from nsight_core.analysis.budget import BudgetPart, Part, StepBudget
 
 PER_CALL_NS = {"2023": 1_000.0, "2024": 1_300.0, "2025": 1_300.0}
-"""By nsys' release year: what tracing adds to one CUDA call (H200 fix pairs: 1.0 µs with 2023.4.4, 1.3 µs with
-2025.3). A release not here takes the newest entry's."""
+"""By nsys' release year: what tracing adds to one CUDA call. A release not here takes the newest entry's."""
 FROM_PARTS: tuple[Part, ...] = ("launch_gap", "gpu_idle", "sync_wait")
 """The parts the overhead is taken from, in order: the GPU waited on the host's dispatch, then on the host at all, then
 on the host catching up after a sync (its calls were traced too)."""

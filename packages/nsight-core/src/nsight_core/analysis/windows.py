@@ -14,12 +14,9 @@ WINDOW_ROWS plus one bucket's events."""
 
 
 def start_windows(frame: pl.LazyFrame, rows: int | None) -> Iterator[pl.DataFrame]:
-    """FRAME's events (a start_ns column) in consecutive windows of start time, each of about ROWS events: every
-    event of a window starts no earlier than every event of the windows before it, and each event is in one window.
-
-    ROWS None, or FRAME no larger: FRAME whole, one window. Else the cuts come from a histogram of the starts (one
-    streamed pass, :func:`start_cuts`), and each window is a streamed query of its own (a Parquet scan skips the files
-    whose starts lie outside it: the spilled tables are in the export's order, which is mostly by start)."""
+    """FRAME's events (a start_ns column) in consecutive windows of start time cut by :func:`start_cuts`, each event
+    in one. Each window is a streamed query of its own: a Parquet scan skips the files whose starts lie outside it (the
+    spilled tables are in the export's order, mostly by start)."""
     if rows is None:
         yield frame.collect()
         return
@@ -29,7 +26,7 @@ def start_windows(frame: pl.LazyFrame, rows: int | None) -> Iterator[pl.DataFram
 
 def start_cuts(frame: pl.LazyFrame, rows: int | None) -> list[int]:
     """Start times that cut FRAME's events (a start_ns column) into windows of about ROWS events each, ascending; none
-    where ROWS is None or FRAME no larger. A window holds at most ROWS plus one histogram bucket's events."""
+    where ROWS is None or FRAME no larger."""
     if rows is None:
         return []
     start = pl.col("start_ns")
@@ -47,7 +44,7 @@ def start_cuts(frame: pl.LazyFrame, rows: int | None) -> list[int]:
 
 
 def window_filters(cuts: list[int], position: pl.Expr) -> Iterator[pl.Expr]:
-    """Per window that CUTS make, in order, the condition on POSITION that selects its rows: every row in one window."""
+    """Per window that CUTS make, in order, the condition on POSITION that selects its rows."""
     for lower, upper in zip([None, *cuts], [*cuts, None], strict=True):
         inside = pl.lit(True) if lower is None else position >= lower
         yield inside if upper is None else inside & (position < upper)
@@ -61,8 +58,16 @@ def step_batches(starts: pl.Series, cuts: list[int]) -> list[tuple[int, int]]:
     return list(zip(firsts, [*firsts[1:], starts.len()], strict=True))
 
 
+def in_steps(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """EVENTS that start inside one of STEPS (step, start_ns, end_ns, by start), with its step, by start."""
+    located = events.sort("start_ns").join_asof(
+        steps.select("step", pl.col("start_ns").alias("_step_start"), pl.col("end_ns").alias("_step_end")),
+        left_on="start_ns", right_on="_step_start", strategy="backward")
+    return located.filter(pl.col("start_ns") < pl.col("_step_end")).drop("_step_start", "_step_end")
+
+
 def batches(firsts: pl.Series, work: int | None) -> list[tuple[int, int]]:
-    """The windows cut into batches of about WORK pieces of GPU work (first window, windows; None: one batch);
+    """The windows cut into batches of about WORK pieces of GPU work (first window, windows; None: one batch), from
     FIRSTS: per window, how much work starts before it."""
     if work is None:
         return [(0, firsts.len())] if firsts.len() else []

@@ -1,5 +1,4 @@
-"""The data of one report section: a capture's statistics, its trace summary, "What to fix" and the verdict on
-whether it is complete (what :func:`nsight_core.profile.build_profile` makes and render/ draws)."""
+"""One report section's data (:class:`CaptureProfile`), which :func:`nsight_core.profile.build_profile` makes."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ from nsight_core.stats.models import ProfileStats
 
 
 class CaptureProfile(BaseModel):
-    """The data of one report section: a capture's stats, its event-trace summary and notes."""
+    """One report section's data: a capture's statistics, trace summary, "What to fix", completeness and notes."""
 
     title: str
     source: str = Field(description="The file or directory the profile was built from")

@@ -94,8 +94,7 @@ def every_budget(frames: Events, every: EveryStep, window_rows: int | None = WIN
 
 
 def host_calls(frames: Events, thread: int) -> HostCalls:
-    """The steps' THREAD's calls as the budget names them (:class:`host_time.HostCalls`): the TOP_CALLS CUDA and
-    OS-runtime call names by their time over the capture, read a batch of time at a time."""
+    """The steps' THREAD's :class:`host_time.HostCalls`: the TOP_CALLS CUDA and OS-runtime calls by time overall."""
     def top(calls: pl.LazyFrame) -> list[str]:
         return (calls.filter((pl.col("thread") == thread) & ~pl.col("name").str.contains(QUERY_CALLS))
                 .group_by("name").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("_t")).drop_nulls("name")
@@ -151,10 +150,9 @@ def _cpu_budget(frames: Events, every: EveryStep, thread: int | None, window_row
 
 def _summed(totals: Iterable[tuple[pl.DataFrame, pl.DataFrame]], warmup: int | None,
             thread: int | None, pieces: bool = False) -> tuple[StepBudget, pl.DataFrame, pl.DataFrame]:
-    """The budget of the steps but the WARMUP one, every step's budget (:func:`budget.per_step`) and the steady
-    steps' CPU activities summed (:func:`budget.cpu_activities`), from each batch's TOTALS (a budget's totals and its
-    steps), each reduced at once: all steps' totals are not held. PIECES: the steps are pieces of one step 0
-    (:func:`every_step.busy_pieces`), whose budgets add up to its budget."""
+    """The budget of the steps but the WARMUP one, every step's budget (:func:`budget.per_step`) and the steady steps'
+    CPU activities summed, from each batch's TOTALS (its totals and its steps), each reduced at once: all steps' totals
+    are not held. PIECES: the steps are pieces of one step 0 (:func:`every_step.busy_pieces`), which add up to it."""
     rows, activities = [], []
     for batch, steps in totals:
         rows.append(per_step(batch, steps))

@@ -93,9 +93,8 @@ def busy_pieces(frames: Events, start_ns: int, end_ns: int, window_rows: int | N
 
 def every_step(frames: Events, chosen: ChosenSteps, window_rows: int | None = WINDOW_ROWS) -> EveryStep | None:
     """Every step of the capture FRAMES holds, of the family CHOSEN: NVTX steps on the GPU's clock where at least
-    MIN_PROJECTED steps launched GPU work, else the ranges' own; kernel-period steps as periods of the kernel sequence.
-    None where CHOSEN found no steps, fewer than two of its steps are found, or its ranges overlap somewhere (no
-    steps then). WINDOW_ROWS: CUDA calls and GPU work per window (None: one window)."""
+    MIN_PROJECTED launched GPU work; None where CHOSEN found none, fewer than two are found, or its ranges overlap.
+    WINDOW_ROWS: CUDA calls and GPU work per window (None: one window)."""
     match chosen:
         case KernelPeriodSteps():
             return _kernel_periods(frames, chosen)
@@ -116,8 +115,7 @@ def _kernel_periods(frames: Events, chosen: KernelPeriodSteps) -> EveryStep | No
 
 
 def _nvtx_steps(frames: Events, chosen: NvtxCpuSteps, window_rows: int | None) -> EveryStep | None:
-    """CHOSEN's family's ranges in FRAMES, on the GPU's clock where enough launched GPU work; None if fewer than two or
-    overlapping."""
+    """CHOSEN's family's ranges in FRAMES as :func:`every_step` finds them."""
     family = chosen.family
     thread = family.thread
     # The family's names found among the distinct ones: its pattern's regex on every range took most of the pass.
@@ -137,11 +135,10 @@ def _nvtx_steps(frames: Events, chosen: NvtxCpuSteps, window_rows: int | None) -
 
 
 def gpu_spans(frames: Events, steps: pl.DataFrame, window_rows: int | None) -> pl.DataFrame:
-    """Per step that launched GPU work: where its compute starts and where its last work ends (step, gpu_start_ns,
-    gpu_end_ns), from FRAMES' CUDA calls and GPU work in windows of correlation id holding about WINDOW_ROWS of them,
-    merged by min and max. The start is the step's first work on a compute stream (one that runs kernels), else its
-    first work: a prefetch on a side stream must not pull the window early. A launch is the step's where its call
-    starts inside the step's range (:func:`step_of_launch`); an id two processes used is the earlier call's."""
+    """Per step that launched GPU work (:func:`step_of_launch`): where its compute starts and its last work ends (step,
+    gpu_start_ns, gpu_end_ns), from FRAMES' events in windows of about WINDOW_ROWS by correlation id. The start is the
+    step's first work on a stream that runs kernels, else its first work: a prefetch on a side stream must not pull
+    the window early. An id two processes used is the earlier call's."""
     calls = frames.cuda_api.select("correlation_id", pl.col("start_ns").alias("launch_ns"))
     work = gpu_work_of(frames)
     compute = (work.filter(pl.col("kind").is_in(["kernel", "graph"])).select(pl.col("stream").unique())

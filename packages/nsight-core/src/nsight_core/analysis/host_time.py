@@ -89,8 +89,7 @@ class HostCalls:
         return cuda.sort("start_ns", maintain_order=True), osrt.sort("start_ns", maintain_order=True)
 
     def labels(self) -> list[tuple[str, str, str]]:
-        """cpu_kind, cpu_name and part of each code: in each CUDA call, before each (the framework's time that led
-        to it), in each OS-runtime call."""
+        """cpu_kind, cpu_name and part of each code: in a CUDA call, before one (the framework's), in an OS call."""
         return [*(("cuda_api", name, "launch_gap") for name in self.names),
                 *(("dispatch", name, "launch_gap") for name in self.names),
                 *(("osrt", name, "gpu_idle") for name in self.osrt)]

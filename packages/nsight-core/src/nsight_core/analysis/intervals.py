@@ -14,8 +14,7 @@ import polars as pl
 
 def union_intervals(events: pl.DataFrame) -> pl.DataFrame:
     """Merge overlapping or touching [start_ns, end_ns) intervals, per device when there is one (device, start_ns,
-    end_ns, sorted). By start, an interval starts a new merged one when it starts after every earlier one ended (the
-    running maximum of their ends); a merged interval ends at that maximum at its last member."""
+    end_ns, sorted): by start, one that starts after every earlier one ended begins a new merged interval."""
     frame = _with_device(events)
     if frame.select(pl.col("device").n_unique()).item() <= 1:  # one GPU: no per-device windows, and no sort
         ordered = frame if frame["start_ns"].is_sorted() else frame.sort("start_ns")
@@ -47,11 +46,9 @@ def busy_over(windows: Iterable[pl.DataFrame], edges: list[int]) -> Busy:
     """The union of the intervals in WINDOWS (:func:`start_windows`: each window's events start no earlier than
     those of the windows before), measured whole and per slice between consecutive EDGES.
 
-    Window by window, exactly: by the time a window comes, the union so far ends, per device, at the largest end
-    seen (R), and covers [s, R] for the latest start s seen; every event of the window starts at or after s, so
-    its part before R is covered already. Each window's events are cut to start at R, merged, and their merged
-    intervals (disjoint from all earlier ones) add their length and their time before each edge. Nothing of a
-    window is kept but R per device and a number per edge."""
+    Exact window by window: per device the union so far covers [s, R] for the latest start s and the largest end R
+    seen, so a window's events, cut to start at R and merged, are disjoint from all earlier ones and add their length
+    and their time before each edge. Only R per device and a number per edge are kept."""
     reach: dict[int, int] = {}
     devices: set[int] = set()
     busy = 0

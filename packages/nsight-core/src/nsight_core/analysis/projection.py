@@ -24,11 +24,10 @@ def launched(work: pl.DataFrame, cuda_api: pl.DataFrame) -> pl.DataFrame:
     if calls.height and calls.select((pl.col("correlation_id").diff() > 0).all()).item():
         work_ids = work["correlation_id"]
         if not work_ids.null_count() and work_ids.is_sorted():
-            # The work ran in the order of its calls too (one stream, or streams in launch order): one merge of the
-            # two by id, exact matches only (faster than a binary search per work).
+            # The work ran in the order of its calls too (one stream, or streams in launch order): one merge by id.
             return work.join_asof(calls, on="correlation_id", strategy="backward", tolerance=0,
                                   check_sortedness=False)
-        # nsys numbers one process's calls in order: a binary search finds each work's call, no hash join (2x faster).
+        # nsys numbers one process's calls in order: a binary search finds each work's call, no hash join.
         position = pl.lit(ids).search_sorted(pl.col("correlation_id"), side="left").clip(upper_bound=ids.len() - 1)
         located = work.with_columns(position.alias("_at")).with_columns(
             (pl.lit(ids).gather(pl.col("_at")) == pl.col("correlation_id")).alias("_found"))

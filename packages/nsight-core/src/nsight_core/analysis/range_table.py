@@ -4,10 +4,7 @@ Per family (name pattern and domain): count, summed time, minimum and maximum ar
 exact in streamed passes (stats/exact.py); the mean is exact from the integer sum. Self time and the GPU work a range
 launched on its thread need each range's nesting, which is local in time but for the ranges still open: so the ranges
 come in windows of start time, and those still open at a window's start (as many as the nesting is deep) are carried
-into it with what they launched so far, so depths and parents are the capture's.
-
-The table needs the events and the user window alone: :func:`start_range_table` starts it in a thread beside the steps
-and their budget, and :func:`range_table` then takes that result."""
+into it with what they launched so far, so depths and parents are the capture's."""
 
 from __future__ import annotations
 

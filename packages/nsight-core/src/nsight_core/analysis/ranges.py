@@ -47,7 +47,7 @@ def with_parents(nvtx: pl.DataFrame) -> pl.DataFrame:
 
 FILLED_LEVELS = 32
 """Levels (thread and depth pairs) up to which :func:`with_parents` fills each level's latest range forward, a pass
-per level, rather than joining by level: at a few levels the passes take a tenth of the join's time."""
+per level, rather than joining by level: at a few levels the passes are the faster."""
 
 
 def _filled_parents(levels: pl.Series) -> pl.Expr:
@@ -113,7 +113,7 @@ class Nesting:
 def self_time(ranges: pl.DataFrame) -> pl.DataFrame:
     """RANGES (:func:`with_parents`' frame) with self_ns: the duration less the direct children's durations."""
     duration = pl.col("end_ns") - pl.col("start_ns")
-    # A lazy query: Polars' default engine groups a million rows by parent in less time than an eager group-by's.
+    # A lazy query: Polars' default engine groups by parent faster than an eager group-by.
     children = ranges.lazy().group_by("parent").agg(duration.sum()).drop_nulls("parent").collect()
     # A range's id is its row: the children's sums go to their parents' rows, no join of every range needed.
     summed = pl.zeros(ranges.height, pl.Int64, eager=True).scatter(children["parent"], children["end_ns"])
@@ -144,10 +144,9 @@ def self_pieces(ranges: pl.DataFrame, of: pl.Series | None = None) -> tuple[pl.D
 
 
 def nest(ranges: pl.DataFrame) -> bool:
-    """Whether RANGES (:func:`with_parents`' frame, one thread) nest: each lies inside its parent, after the previous
-    range of its parent (or the previous outermost one), so that their self pieces do not overlap. At a few depths, a
-    pass per depth checks each range against the one before it at its depth: where all lie inside their parents, that
-    is its previous sibling or inside one."""
+    """Whether RANGES (:func:`with_parents`' frame, one thread) nest: each inside its parent, after its parent's
+    previous range (or the previous outermost one), so their self pieces do not overlap. At a few depths the range
+    before one at its depth stands in for its previous sibling: where all lie in their parents, it is that or in one."""
     depth, end = pl.col("depth"), pl.col("end_ns")
     depths = ranges["depth"].unique()
     before = (pl.coalesce(*(pl.when(depth == value).then(pl.when(depth == value).then(end).forward_fill().shift(1))

@@ -44,7 +44,7 @@ class Analysis(BaseModel):
 
 def withhold_savings(analysis: Analysis, completeness: Completeness) -> Analysis:
     """ANALYSIS without savings when COMPLETENESS says the trace lost data: unrecorded time looks idle, and a saving
-    read from it is one the fix would not deliver (a capture whose CUDA events stop early claimed 102 % of its step)."""
+    read from it is one the fix would not deliver."""
     if completeness.complete:
         return analysis
     findings = [finding.model_copy(update={"saving": None, "severity": "info"}) for finding in analysis.findings]

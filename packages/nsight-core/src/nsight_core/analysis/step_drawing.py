@@ -119,9 +119,8 @@ def step_events(trace: EventTables | Events, start_ns: int, end_ns: int) -> pl.D
 
 
 def drawing_for(trace: EventTables | Events, analysis: Analysis, parts: Analyzed) -> StepDrawing | None:
-    """The steps of the capture TRACE holds that its ANALYSIS draws (PARTS: its every step and budget): the median and
-    slowest steady step, and the steps and events its findings' evidence points at (so a click on the evidence finds
-    them drawn), each drawn step's idle stretches budgeted again alone; None when the capture has no steps."""
+    """The steps of TRACE that its ANALYSIS draws (PARTS: its every step and budget; :func:`step_roles`, so a click on
+    a finding's evidence finds it drawn), their idle stretches budgeted again alone; None when there are no steps."""
     view, stats = parts.view, analysis.steps
     places = [e.where for finding in analysis.findings for e in finding.evidence if e.where is not None]
     evidence = (tuple(where.step for where in places if where.step is not None),

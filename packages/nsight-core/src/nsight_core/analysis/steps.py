@@ -131,9 +131,8 @@ Shaped = TypeVar("Shaped", bound=StepShape)
 
 
 def nvtx_families(nvtx: pl.DataFrame, family: tuple[pl.Series, pl.Series]) -> pl.DataFrame:
-    """Repeated range families (FAMILY: :func:`family_codes` of the names), best step candidate first: names that
-    say step/iter/batch, then sequential ones, then the outermost, then the longest in total. Columns: pattern, domain,
-    thread, depth, count, total_ns, p50_ns, p95_ns, min_ns, max_ns, first_ns, sequential, step_word."""
+    """Repeated range families (FAMILY: :func:`family_codes` of the names; :class:`StepFamily`'s columns and
+    step_word), best step candidate first: names that say step/iter/batch, then sequential, outermost, longest."""
     # Grouped by one code of (family, domain, thread) (:func:`joint_code`), not by the strings.
     parts = (family, distinct_codes(nvtx, "domain"), distinct_codes(nvtx, "thread"))
     keyed = by_start(nvtx.select(joint_code(*((pl.lit(codes), values.len()) for codes, values in parts)), "start_ns",
@@ -235,10 +234,9 @@ def _with_shape(stats: Shaped, steps: pl.DataFrame) -> Shaped:
 
 
 def kernel_period_steps(kernels: pl.DataFrame) -> tuple[pl.DataFrame, int | None, str | None, str]:
-    """Steps from the period of the repeating kernel sequence (in launch order on the GPU): the anchor is the first
-    kernel name that recurs at a constant distance at least MIN_PERIOD_REPEATS times, and the period counts when
-    PERIOD_MATCH of all kernels equal the kernel one period later (steps: :func:`period_steps`). Returns (steps,
-    period, the anchor's name, why not): an empty frame and None where there is no clear period."""
+    """Steps (:func:`period_steps`) from the period of the kernel sequence (by start): the anchor is the first kernel
+    name that recurs at a constant distance at least MIN_PERIOD_REPEATS times. Returns (steps, period, the anchor's
+    name, why not): an empty frame and None where there is no clear period."""
     empty = pl.DataFrame(schema=STEP_COLUMNS)
     if kernels.height < 2 * MIN_PERIOD_REPEATS:
         return empty, None, None, "too few kernels to find a repeating sequence and no repeated NVTX range"

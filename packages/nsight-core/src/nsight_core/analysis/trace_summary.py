@@ -97,8 +97,7 @@ def summarize_trace(trace: Trace, buckets: int = TIMELINE_BUCKETS, window_rows: 
     events per window (by default ``WINDOW_ROWS`` for a streamed capture, the frames whole for one read whole)."""
     frames = events(trace)
     rows = window_rows if window_rows is not None else WINDOW_ROWS if frames.streamed else None
-    # Kernels and the CUDA-graph launches traced whole: each piece of work once (``graphs`` leaves out launches whose
-    # nodes are kernels).
+    # Kernels and the CUDA-graph launches traced whole (``graphs`` leaves out those whose nodes are kernels).
     compute = _on_gpus(frames.kernels, frames.graphs)
     counts = row_counts(frames.kernels, frames.graphs, frames.memcpy, frames.memset, frames.cuda_api, frames.nvtx,
                         frames.nvtx_marks, frames.osrt, frames.samples)
@@ -159,9 +158,8 @@ def nvtx_windows(nvtx: pl.LazyFrame, rows: int | None) -> Iterator[pl.DataFrame]
 
 def _with_depth(carried: pl.DataFrame | None, window: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The ranges still open at WINDOW's last start, and WINDOW's ranges with their depth, given CARRIED: those of the
-    earlier windows still open at its first start. A range that ended by then, started before each of the window's,
-    counts once before a range and once as ended, so leaving it out changes no depth; the ranges still open are a
-    thread's stack, a handful."""
+    earlier windows still open at its first start (a thread's stack, a handful). A range that ended by then counts
+    once before each of the window's ranges and once as ended, so leaving it out changes no depth."""
     ranges = window.with_columns(pl.lit(False).alias("_carried"))
     if carried is not None:
         ranges = pl.concat([carried.with_columns(pl.lit(True).alias("_carried")), ranges])

@@ -63,8 +63,7 @@ def user_window(window_start_ns: int, window_end_ns: int, marks: pl.DataFrame | 
 
 
 def capture_window(trace: EventTables, frames: Events | None = None) -> UserWindow:
-    """The user's part of TRACE's collection window, from its marks, CUDA and NVTX events, or OS calls: of TRACE's
-    frames, or of FRAMES (:func:`trace.streamed.events`: a large capture's, scanned from disk, no frame read whole)."""
+    """The :func:`user_window` of TRACE, read from its frames or from FRAMES (:func:`trace.streamed.events`)."""
     of: EventTables | Events = trace if frames is None else frames
     return user_window(trace.window.start_ns, trace.window.end_ns, of.nvtx_marks,
                        [of.kernels, of.memcpy, of.memset, of.cuda_api, of.nvtx], of.osrt)

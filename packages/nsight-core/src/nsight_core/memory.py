@@ -6,10 +6,10 @@ summary's from the export's tables) is compared with what is allowed before it s
 not fit is scanned from disk in windows instead (trace/spill.py); one that would not fit even so is refused with an
 error that gives both numbers, and the trace is kept.
 
-What is allowed is a fixed budget (``DEFAULT_SUMMARY_BYTES``), not the machine's free memory, lowered only where
-the container's limit or the host leaves less. ``NSIGHT_SUMMARY_MEMORY`` sets another budget (``2G``, ``512M``:
-powers of 1024), or ``off`` to go ahead whatever it needs.
-"""
+What is allowed is a fixed budget (``DEFAULT_SUMMARY_BYTES``), not the machine's free memory, so that a capture is read
+the same way on any machine with room for it; it is lowered only where the container's limit or the host leaves less.
+``NSIGHT_SUMMARY_MEMORY`` sets another budget (``2G``, ``512M``: powers of 1024), or ``off`` to go ahead whatever it
+needs."""
 
 from __future__ import annotations
 
@@ -25,18 +25,17 @@ DEFAULT_SUMMARY_BYTES = 1 << 30
 """What a summary may take unless NSIGHT_SUMMARY_MEMORY says otherwise: a capture whose events would need more is
 scanned from disk in windows, which needs far less (``STREAMED_SUMMARY_BYTES``)."""
 EXPORT_BASE_BYTES = 32 << 20
-"""What nsys' export takes whatever the trace (measured 32-44 MB for small ones)."""
+"""What nsys' export takes whatever the trace."""
 EXPORT_BYTES_PER_TRACE_BYTE = {"arrowdir": 20, "sqlite": 0}
-"""nsys' export's peak per byte of the .nsys-rep, by export type, with a margin: the arrow export holds
-each table whole (5-15x measured: docs/large-captures.md), the SQLite export streams its rows."""
+"""nsys' export's peak per byte of the .nsys-rep, by export type, with a margin: the arrow export holds each table
+whole, the SQLite export streams its rows."""
 SUMMARY_BASE_BYTES = 64 << 20
 """What a summary takes whatever its size, beside the per-thread part below (its frames', reports' and page's
 fixed costs). The imports are not in it: a process that checks has made them."""
 SUMMARY_BYTES_PER_THREAD = 8 << 20
 """Per thread of Polars' pool: each keeps its own allocator arena and works on its own part of the data."""
 SUMMARY_BYTES_PER_STORED_BYTE = 7
-"""The summary's peak per byte of the event tables in the export, with a margin (measured up to 5.2x: the
-performance page `make bench` writes)."""
+"""The summary's peak per byte of the event tables in the export, with a margin (docs/performance.md)."""
 STREAMED_SUMMARY_BYTES = 384 << 20
 """What a summary scanned from disk may peak at over the imports, whatever the capture's size: its event tables
 stay on disk, one window of events (trace/streamed.py WINDOW_ROWS) and the reports' groups in memory."""
@@ -64,8 +63,7 @@ def export_bytes(trace_bytes: int, kind: str = "arrowdir", processes: int = 1) -
 
 def check_summary_memory(stored_bytes: int | None, what: str) -> None:
     """Raise :class:`NotEnoughMemoryError` when the summary of WHAT (events taking STORED_BYTES in their export, read
-    whole; None: streamed from disk) needs more than this process may take; do nothing when it fits or nothing is
-    known of the limit."""
+    whole; None: streamed from disk) needs more than this process may take (:func:`fits`)."""
     _check(summary_bytes(stored_bytes), f"summarising {what}", _events(stored_bytes))
 
 
@@ -77,16 +75,15 @@ def check_export_memory(trace_bytes: int, kind: str, what: str, processes: int =
 
 
 def fits(needed: int) -> bool:
-    """Whether NEEDED bytes (:func:`export_bytes`, :func:`summary_bytes`) fit what this process may take (True where
-    nothing is known of the limit): trace/export.py and trace/load.py choose by it how a capture is exported, read."""
+    """Whether NEEDED bytes fit what this process may take (True where nothing is known of the limit): how a capture is
+    exported and read is chosen by it."""
     allowed, _ = allowed_memory()
     return allowed is None or needed <= allowed
 
 
 def allowed_memory() -> tuple[int | None, str]:
-    """What a summary may take (None: the guard is off), and where that comes from: the budget (DEFAULT_SUMMARY_BYTES
-    or ``NSIGHT_SUMMARY_MEMORY``), lowered to what this process may still take where that is less (a fixed budget, not
-    the free memory: a capture is read the same way on any machine with room for it)."""
+    """What a summary may take (None: the guard is off), and where that comes from: the budget, lowered to what this
+    process may still take where that is less (see the module)."""
     setting = os.environ.get(ENV_SUMMARY_MEMORY, "").strip()
     if setting.lower() == "off":
         return None, setting

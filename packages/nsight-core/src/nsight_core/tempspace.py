@@ -2,8 +2,7 @@
 
 nsys writes every collection first as a raw stream, ``$TMPDIR/nsys-report-XXXX.qdstrm``. When that folder fills up (a
 pod's small tmpfs) nsys' injected library crashes the profiled program, so the space is checked before anything starts
-(too little: the program runs unprofiled), and :func:`watch` stops the collection before the folder fills.
-"""
+(too little: the program runs unprofiled), and :func:`watch` stops the collection before the folder fills."""
 
 from __future__ import annotations
 
@@ -22,8 +21,8 @@ from nsight_core.units import size
 
 ENV_MIN_TEMP_SPACE = "NSIGHT_MIN_TEMP_SPACE"
 MIN_TEMP_SPACE = 256 * 1024**2
-"""The free space nsys' temp folder needs by default: a CPU-side capture of a few minutes streams tens of MB,
-a GPU one hundreds; the raw stream grows faster than the `.nsys-rep` it becomes."""
+"""The free space nsys' temp folder needs by default, for the raw stream of a capture of a few minutes (which grows
+faster than the `.nsys-rep` it becomes)."""
 
 
 def nsys_temp_dir() -> Path:
@@ -76,8 +75,7 @@ def watch(stop: Callable[[], object], *, once: bool = False) -> Iterator[None]:
     if (wanted := needed()) is None:
         yield
         return
-    # An eighth of what a recording needs to start (32 MiB by default): left for nsys to finish the
-    # stream it is writing and for the program's own temp files.
+    # An eighth of what a recording needs to start: left for nsys to finish its stream and for the program's temp files.
     done, limit, folder = threading.Event(), wanted // 8, nsys_temp_dir()
 
     def look() -> None:

@@ -28,8 +28,7 @@ def sums(value: pl.Expr) -> list[pl.Expr]:
 
 
 def counts(value: pl.Expr) -> list[pl.Expr]:
-    """``_n`` and ``_sum`` of :func:`sums`: what a mean needs (:func:`mean`), without the squares' Int128 sum that only
-    a standard deviation reads and that costs more than the other two together."""
+    """``_n`` and ``_sum`` of :func:`sums`: what a mean needs, without the costlier Int128 sum of squares."""
     return [pl.len().cast(pl.Int64).alias("_n"), value.sum().alias("_sum")]
 
 
@@ -64,12 +63,10 @@ def medians(frame: pl.LazyFrame, key: str, value: str | pl.Expr, groups: pl.Data
     """KEY, ``_median``: the exact median of VALUE (an integer column of FRAME, or an expression of its columns) per
     KEY, by selection in streamed passes over FRAME. GROUPS: KEY, ``_n``, ``_min``, ``_max`` of VALUE per KEY (the
     report's first pass). Values that fit one window (WINDOW_ROWS) are held at once: Polars' median of them, the same
-    number, in one pass.
-
-    The first pass's buckets grow with the distance from the group's minimum, as a float's precision does (durations
-    cluster near their minimum with a few far outliers), so the middle value is usually found in that one pass. Each
-    later pass counts 2**16 even buckets inside the one found, reading only the rows whose VALUE lies there: where VALUE
-    is an expression of the scan's own columns, that condition reaches the Parquet scan."""
+    number, in one pass. Else the first pass's buckets grow with the distance from the group's minimum, as a float's
+    precision does (durations cluster near their minimum with a few far outliers), so the middle value is usually found
+    in that one pass; each later pass reads only the rows whose VALUE lies in the bucket found: where VALUE is an
+    expression of the scan's own columns, that condition reaches the Parquet scan."""
     value = pl.col(value) if isinstance(value, str) else value
     if int(groups["_n"].sum() or 0) <= WINDOW_ROWS:
         return (frame.group_by(key).agg(value.median().alias("_median")).collect(engine="streaming")

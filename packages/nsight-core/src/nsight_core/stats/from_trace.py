@@ -39,8 +39,7 @@ MB_DECIMALS = 3
 
 
 EXACT_ROUNDING_SINCE = 2025
-"""The first nsys year whose reports round a double's exact value (measured: 2023.4.4 does not, 2025.3 does;
-no 2024 release was measured)."""
+"""The first nsys year whose reports round a double's exact value (2023.4.4 does not, 2025.3 does; 2024 unchecked)."""
 _YEAR = re.compile(r"(\d{4})\.")
 
 Rounding = Callable[[pl.Expr], pl.Expr]
@@ -66,12 +65,11 @@ def rounding(trace: Trace) -> Rounding:
 
 def _summary(frame: pl.LazyFrame, key: str, value: str, streamed: bool, prefix: str,
              selected: tuple[pl.LazyFrame, pl.Expr] | None = None) -> pl.DataFrame:
-    """Per KEY of FRAME: total, instances, avg, med, min, max, stddev of VALUE (an integer column), named
-    PREFIX_total ... (``total_time_ns`` where PREFIX is 'time', else ``total_<prefix>``), plus ``name`` where KEY is
-    not the name. Where STREAMED: one pass of the streaming engine, the medians by selection
-    (:mod:`nsight_core.stats.exact`); else the in-memory engine, the median in an aggregation of its own over KEY and
-    VALUE alone (beside the sums it would leave the engine's fast path). Exact either way. SELECTED: the frame and
-    expression the selection's passes read VALUE from, where FRAME's column is made of others (a duration)."""
+    """Per KEY of FRAME: total, instances, avg, med, min, max, stddev of VALUE (an integer column), PREFIX the unit in
+    their names ('time': ns), plus ``name`` where KEY is not the name; exact either way. Where STREAMED: one pass of the
+    streaming engine, the medians by selection (:mod:`nsight_core.stats.exact`) over SELECTED where given (the frame and
+    expression to read VALUE from, where FRAME's column is made of others); else the in-memory engine, the median in an
+    aggregation of its own over KEY and VALUE alone (beside the sums it would leave the engine's fast path)."""
     named = [] if key == "name" else [pl.col("name").first()]
     values = pl.col(value)
     aggregated = frame.group_by(key).agg(

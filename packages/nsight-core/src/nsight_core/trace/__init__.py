@@ -1,8 +1,7 @@
 """The events of a capture as Polars frames: one export per capture, read column by column.
 
 The names load Polars on first use, not at import: ``nsight_core.trace.export`` (stdlib only) must start
-an export before the CLI imports Polars (see ``export_ahead``).
-"""
+an export before the CLI imports Polars (see ``export_ahead``)."""
 
 from __future__ import annotations
 

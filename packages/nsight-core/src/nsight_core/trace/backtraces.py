@@ -8,8 +8,7 @@ as marks of the domain 'Python Periodic Sampling', in the same layout. nsys 2025
 export's NVTX_EVENTS.binaryData with ``--include-blobs=true`` (NULL without it); nsys 2023.4.4's SQLite export has no
 such column, so its captures give no lines here. The payload (NVTX_PAYLOAD_SCHEMA_ENTRIES): a header of 32 bytes whose
 u64 at 24 is where the schema's data starts; there a u64 thread-state id, u32 state, u32 frame count, then per frame a
-u64 function and a u64 file (StringIds ids) and an i32 line, 24 bytes each, innermost first.
-"""
+u64 function and a u64 file (StringIds ids) and an i32 line, 24 bytes each, innermost first."""
 
 from __future__ import annotations
 

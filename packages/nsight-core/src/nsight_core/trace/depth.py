@@ -13,12 +13,9 @@ def with_depth(ranges: pl.DataFrame) -> pl.DataFrame:
     Ordered by start (outer ranges, the longer, first among ranges starting together), a range's depth is the number of
     its thread's ranges before it (all started no later) less those that ended by its start: an end at the instant of a
     start counts as before it, except a zero-length range's own end, which counts just after (so a range starting where
-    another ends is not inside it, and one starting where a zero-length range sits is). Columnar: a join_asof per thread
-    on the sorted ends, never a frame of every start and end with sort keys.
-
-    RANGES that have a depth keep it (a capture read whole: the loader counted it over every range of the thread):
-    ranges chosen by time hold every range that encloses one of them, so counting again gives the same number.
-    """
+    another ends is not inside it, and one starting where a zero-length range sits is). RANGES that have a depth keep it
+    (the loader counted it over every range of the thread): ranges chosen by time hold every range that encloses one
+    of them, so counting again gives the same number."""
     if "depth" in ranges.columns:
         return ranges
     start, end = pl.col("start_ns"), pl.col("end_ns")
@@ -29,7 +26,7 @@ def with_depth(ranges: pl.DataFrame) -> pl.DataFrame:
         order = keys.select(pl.arg_sort_by(["start_ns", "end_ns"], descending=[False, True])).to_series()
         ranges, keys = ranges[order], keys[order]
     # A zero-length range's own end sorts one nanosecond later (see above), so "ended by the start" is the last of the
-    # sorted ends at or before it: an as-of join, one merge of two sorted columns (a search per range: 7x longer).
+    # sorted ends at or before it: an as-of join per thread, one merge of two sorted columns.
     ended_at = (end + (end <= start).cast(I64)).alias("_end")
     before, ended_count = pl.int_range(pl.len(), dtype=I64), pl.int_range(1, pl.len() + 1, dtype=I64)
     by = None if keys["thread"].n_unique() == 1 else "thread"  # one thread (the usual case): nothing to group

@@ -1,16 +1,14 @@
 """Exports of a .nsys-rep, made once and reused only while they are complete and current.
 
-An export is written under a temporary name and renamed into place when nsys has finished, then a
-record is written beside it: the size and modification time of the report it was made from and the
-size of each of its files. It is reused only when that record matches both the report as it is now and
-the files on disk. Anything else (an interrupted export, a truncated or deleted file, a report recorded
-again or replaced at the same path, a damaged file a user left beside it) is redone, never read as
-"no data". Temporary folders that an interrupted export left behind are removed by the next export.
+An export is written under a temporary name and renamed into place when nsys has finished, then a record is written
+beside it: the size and modification time of the report it was made from and the size of each of its files. It is
+reused only when that record matches both the report as it is now and the files on disk. Anything else (an interrupted
+export, a truncated or deleted file, a report recorded again or replaced at the same path, a damaged file a user left
+beside it) is redone, never read as "no data"; temporary folders an interrupted export left are removed by the next.
 
-Exports go beside the report, or into a per-report cache folder when the report's folder is read-only.
-The CLI starts a capture's export in a background thread before it imports Polars and the analyses
-(:func:`export_ahead`), so nsys exports while Python imports.
-"""
+Exports go beside the report, or into a per-report cache folder when its folder is read-only (:func:`derived_dir`).
+Which export a capture gets, and why: :class:`ExportChoice`; how a large one is made in slices of time and read as one
+export: :func:`_export_sliced`. :func:`export_ahead` starts a capture's export while the CLI imports Polars."""
 
 from __future__ import annotations
 
@@ -54,13 +52,11 @@ PARQUET_META = "capture.sqlite"
 _SUFFIXES = {"arrowdir": ARROW_SUFFIX, "sqlite": SQLITE_SUFFIX, "sqlitedir": SLICED_SUFFIX,
              "parquetdir": PARQUET_SUFFIX}
 _RECORD = ".nsight-export.json"
-"""Inside an arrow directory: what it was made from and its files' sizes, written last. Beside a .sqlite:
-<name>.nsight.json."""
+"""The record (see the module) inside a folder export, written last; beside a .sqlite: <name>.nsight.json."""
 
 
 def is_event_source(path: Path) -> bool:
-    """PATH holds events (a trace, an SQLite export, one in time slices or an arrow-directory export), not recorded
-    CSVs."""
+    """PATH holds events (a trace, or its SQLite, sliced or arrow-directory export), not recorded CSVs."""
     return path.suffix in {*REPORT_SUFFIXES, SQLITE_SUFFIX} or (path.is_dir() and any(
         any(path.glob(pattern)) for pattern in ("*.arrow", SLICE_PATTERN, PARQUET_SLICE_PATTERN)))
 
@@ -127,8 +123,8 @@ def discard(export: Path) -> None:
 
 
 def export(report: Path, kind: str, nsys: Nsys | None = None, slices: int = 1) -> Path:
-    """The current KIND export of REPORT: reused when complete and current, else made (atomically). KIND 'sqlitedir'
-    and 'parquetdir': SQLite or Parquet in SLICES slices of time, exported side by side (:func:`_export_sliced`)."""
+    """The current KIND export of REPORT: reused when complete and current, else made (atomically); in SLICES slices
+    of time for the SLICED_KINDS (:func:`_export_sliced`)."""
     target = export_path(report, kind)
     if is_current(target, report):
         return target
@@ -173,9 +169,8 @@ def export(report: Path, kind: str, nsys: Nsys | None = None, slices: int = 1) -
 
 
 EXPORT_DISK_PER_TRACE_BYTE = 2
-"""The least disk an export of a .nsys-rep takes per byte of it: 2.5-9x for SQLite, about 10x for the arrow export. A
-folder with less free is refused before nsys starts (a large capture's export takes minutes); one with more that still
-fills is nsys' disk-full error (:class:`ExportDiskFullError`)."""
+"""The least disk an export takes per byte of the .nsys-rep: a folder with less free is refused before nsys spends its
+time; one with more that still fills is nsys' disk-full error (:class:`ExportDiskFullError`)."""
 
 
 def _check_disk(report: Path, folder: Path) -> None:
@@ -208,19 +203,19 @@ def _export_sliced(nsys: Nsys, report: Path, folder: Path, slices: int, kind: st
     side, as many at once as this process has cores.
 
     Why: nsys' SQLite export is the one whose memory does not grow with the capture, and it is slow (one core writes
-    every row), most of a large capture's summary. Its Parquet export is faster and holds what trace/spill.py would
-    copy from SQLite, but holds its events whole: in slices, each holds its share. Each slice is one ``nsys export
-    --times``: it decodes the whole report (about a twentieth of a whole export's time) and writes only its events, so
-    slices on N cores take about 1/N of the time (SQLite's 32 MB each), where they hold as many events each. Slices of
-    equal time seldom do (the window ends with nsys' own shutdown, and a program's pace changes), so there are more
-    slices than cores (``SLICES_PER_CORE``): a core that exported a light slice takes the next one.
+    every row). Its Parquet export is faster and holds what trace/spill.py would copy from SQLite, but holds its events
+    whole: in slices, each holds its share. Each slice is one ``nsys export --times``, which decodes the whole report
+    but writes only its events, so slices side by side take a fraction of one export's time where they hold as many
+    events each. Slices of equal time seldom do (the window ends with nsys' own shutdown, a program's pace changes), so
+    there are more slices than cores (``SLICES_PER_CORE``): a core that exported a light slice takes the next one.
 
-    Exact: nsys keeps an event in a range when it starts there (the ranges' ends are loose: ``S/E:``), and the
-    ranges meet without a gap or overlap (integer nanoseconds), so every event is in exactly one slice and tables
-    without time (strings, threads, processes, GPUs) are whole in each
-    (:class:`nsight_core.trace.sliced.SlicedSqliteTables` reads them as one export). The cuts divide the collection
-    window evenly: 0 to ANALYSIS_DETAILS' duration, from an export of that table alone (its startTime and stopTime
-    are on another clock base); the first and last slices are open, so nothing before or after the window is lost."""
+    Exact: nsys keeps an event in a range when it starts there (the ranges' ends are loose: ``S/E:``), and the ranges
+    meet without a gap or overlap (integer nanoseconds), so every event is in exactly one slice and tables without time
+    (strings, threads, processes, GPUs) are whole in each. Read as one export (trace/sliced.py, trace/parquet.py), a
+    table of events is its rows in every part, one part after the other, any other table the first part's. The cuts
+    divide the collection window evenly: 0 to ANALYSIS_DETAILS' duration, from an export of that table alone (its
+    startTime and stopTime are on another clock base); the first and last slices are open, so nothing before or after
+    the window is lost."""
     folder.mkdir()
     probe = folder / "span.sqlite"
     # nsys' Parquet export leaves META_DATA_CAPTURE out (how the capture was recorded): kept from the probe.
@@ -251,14 +246,14 @@ STREAM_ABOVE_BYTES = 128 << 20
 memory allowed: below it, the arrow export is the faster read and fits a summary's memory."""
 EVENT_BYTES_PER_TRACE_BYTE = 12
 """The event tables' bytes as Arrow (what a summary read whole grows with, memory.py) per byte of the .nsys-rep, the
-largest seen (NVTX captures; 0.6-1.9x on the GPU fixtures). Known before the export, so a capture whose frames might not
-fit read whole is streamed from the start (where a streamed summary fits), not refused after its export."""
+largest seen (NVTX captures). Known before the export, so a capture whose frames might not fit read whole is streamed
+from the start (where a streamed summary fits), not refused after its export."""
 SLICE_ABOVE_BYTES = 8 << 20
 """A streamed capture's SQLite export is made in slices of time side by side (:func:`_export_sliced`) from this size of
 .nsys-rep on, where there are cores for it: below, nsys' start and its decoding of the report for each slice outweigh
 what the slices save."""
 MAX_SLICES = 8
-"""At most this many slices (nsys processes of 32 MB each): each decodes the whole report again."""
+"""At most this many slices: each is an nsys process that decodes the whole report again."""
 SLICES_PER_CORE = 2
 """Slices of time per core this process may use, where it may use more than one (:func:`_export_sliced`: the cores
 that finish light slices take the others)."""
@@ -271,12 +266,10 @@ ENV_EXPORT_SLICES = "NSIGHT_EXPORT_SLICES"
 
 
 class ExportChoice(NamedTuple):
-    """Which export a capture's events are read from, and why. ``streamed``: SQLite, its reports, summary and
-    completeness streamed from Parquet on disk, because the trace is ``large`` (over ``stream_above_bytes``) or its
-    arrow export, or its frames read whole, would not fit the ``memory`` allowed (:mod:`nsight_core.memory`,
-    ``EVENT_BYTES_PER_TRACE_BYTE``); else read whole: the arrow export (``small``), or SQLite where this nsys has no
-    arrow export (``no_arrowdir``). A streamed capture's SQLite export is ``sqlitedir`` where it is made in
-    ``slices`` of time side by side (:func:`export_slices`), ``sqlite`` where in one file."""
+    """Which export a capture's events are read from, and why (the fields ``ExportRead`` reports). ``streamed``: its
+    events scanned from Parquet on disk, because the trace is ``large`` (over ``stream_above_bytes``) or its arrow
+    export, or its frames read whole, would not fit the ``memory`` allowed (``EVENT_BYTES_PER_TRACE_BYTE``); else read
+    whole: the arrow export (``small``), or SQLite where this nsys has no arrow export (``no_arrowdir``)."""
 
     kind: str
     streamed: bool
@@ -320,10 +313,9 @@ def _streamed(report: Path, reason: str, size: int, nsys: Nsys | None) -> Export
 
 def parquet_slices(trace_bytes: int, nsys: Nsys | None = None) -> int | None:
     """In how many slices of time a streamed capture of TRACE_BYTES is exported to Parquet: ``NSIGHT_EXPORT_SLICES``
-    where set, else the fewest from ``SLICES_PER_CORE`` per core (one on one core or below ``SLICE_ABOVE_BYTES``) and
-    one per ``PARQUET_SLICE_BYTES`` to ``MAX_SLICES`` whose nsys processes, as many at once as there are cores, fit
-    the memory allowed; None where none does, or this nsys' Parquet slices are not known to be read right
-    (:attr:`nsight_core.nsys.Nsys.exports_parquet_slices`): then SQLite."""
+    where set, else the fewest from :func:`_per_core` and one per ``PARQUET_SLICE_BYTES`` to ``MAX_SLICES`` whose nsys
+    processes, as many at once as there are cores, fit the memory allowed; None (then SQLite) where none does, or this
+    nsys' Parquet slices are not known to be read right (:attr:`nsight_core.nsys.Nsys.exports_parquet_slices`)."""
     if not (nsys or find_nsys()).exports_parquet_slices:
         return None
     wanted = _wanted_slices()
@@ -336,8 +328,8 @@ def parquet_slices(trace_bytes: int, nsys: Nsys | None = None) -> int | None:
 
 
 def _per_core(trace_bytes: int) -> int:
-    """``SLICES_PER_CORE`` per core this process may use, at most ``MAX_SLICES``, from ``SLICE_ABOVE_BYTES`` of trace
-    on where it may use more than one; else one."""
+    """``SLICES_PER_CORE`` per usable core (at most ``MAX_SLICES``) where there are several and the trace is at least
+    ``SLICE_ABOVE_BYTES``; else one."""
     cores = usable_cores()
     return min(cores * SLICES_PER_CORE, MAX_SLICES) if cores > 1 and trace_bytes >= SLICE_ABOVE_BYTES else 1
 
@@ -398,13 +390,10 @@ def chosen_export(report: Path, nsys: Nsys | None = None) -> tuple[ExportChoice,
 
 
 def export_ahead(reports: Iterable[Path]) -> dict[Path, Future[Path]]:
-    """Start :func:`capture_export` of each of REPORTS, one after the other, in a background thread.
-
-    Why: a fresh capture's export is nsys' work, in a process of its own, and it takes as long as importing Polars,
-    pydantic and Altair and more (0.5-1.2 s for 200 k kernels or 1 M NVTX ranges). Run side by side, the import is
-    hidden, and so is the next capture's export behind this one's analysis. ``result()`` gives the export, or raises its
-    error, in the caller's thread; the export found current there is reused by ``load_trace``.
-    """
+    """Start :func:`capture_export` of each of REPORTS, one after the other, in a background thread: nsys exports in a
+    process of its own while Python imports Polars, pydantic and Altair, and the next capture's export runs behind
+    this one's analysis. ``result()`` gives the export, or raises its error, in the caller's thread; ``load_trace``
+    reuses the export it finds current."""
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsight-export")
     try:
         return {report: pool.submit(capture_export, report) for report in reports}

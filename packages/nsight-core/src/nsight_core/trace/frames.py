@@ -1,8 +1,7 @@
 """The event tables analysis reads: a protocol, so analysis depends on no loader.
 
 ``nsight_core.load_trace``'s Trace satisfies it, and so does any object with these frames (a test's frames
-built by hand), which :func:`nsight_core.trace.streamed.events` makes lazy for the analysis' windows.
-"""
+built by hand), which :func:`nsight_core.trace.streamed.events` makes lazy for the analysis' windows."""
 
 from __future__ import annotations
 

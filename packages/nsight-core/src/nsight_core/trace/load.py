@@ -72,12 +72,8 @@ def _sqlite_remedy(sqlite: Path) -> str:
 
 
 def _from_report(report: Path, nsys: Nsys | None) -> Trace:
-    """Export REPORT once, as :func:`export_choice` picks, and open it: an arrow directory (read whole), or SQLite
-    (its tables streamed from Parquet on disk where the trace is large, :class:`SpilledTables`).
-
-    An export that turns out unreadable is discarded and made again once; a second failure is an error that names
-    the file, never an empty trace.
-    """
+    """Export REPORT once, as :func:`export_choice` picks, and open it. An export that turns out unreadable is
+    discarded and made again once; a second failure is an error that names the file, never an empty trace."""
     choice, target = chosen_export(report, nsys)
     try:
         tables = _open(target, choice)

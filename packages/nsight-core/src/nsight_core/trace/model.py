@@ -3,8 +3,7 @@
 Each frame is built on first use from only the columns it needs and kept (``nvtx`` and ``nvtx_marks`` come from
 one table, read for both at once). Names are resolved once per table through nsys' string table (StringIds) by a
 lookup column, after any sort (sorting copies the strings a frame holds). Times are nanoseconds on the capture's
-clock, the collection window from 0 to its duration (ANALYSIS_DETAILS). Frames and columns: trace/schema.py.
-"""
+clock, the collection window from 0 to its duration (ANALYSIS_DETAILS). Frames and columns: trace/schema.py."""
 
 from __future__ import annotations
 
@@ -81,17 +80,14 @@ class Trace:
 
     @property
     def event_bytes(self) -> int:
-        """About how many bytes the event tables behind the frames hold as Arrow, known before any is read: what
-        the memory of a summary grows with (:mod:`nsight_core.memory`)."""
+        """About the event tables' bytes as Arrow, known before any is read: what a summary's memory grows with."""
         return self.tables.arrow_bytes(EVENT_TABLES)
 
     def _read(self, table: str, wanted: Wanted, required: Collection[str] = ("start", "end")) -> pl.DataFrame | None:
-        """TABLE's WANTED columns, or None when the export has no such table.
-
-        A schema nsight-core has not seen degrades with a note (``notes[table]``), never a crash: without a
-        REQUIRED column (missing, or of another type) the table's events are left out; another such column is
-        null (every column read is in the 2023.4.4 and 2025.3 exports).
-        """
+        """TABLE's WANTED columns, or None when the export has no such table. A schema nsight-core has not seen
+        degrades with a note (``notes[table]``), never a crash: without a REQUIRED column (missing, or of another type)
+        the table's events are left out; another such column is null (every column read is in the 2023.4.4 and 2025.3
+        exports)."""
         present = self.tables.columns(table)
         if not present:
             return None
@@ -113,8 +109,6 @@ class Trace:
         return None if raw is None else raw.with_columns(pl.lit(None, _made(wanted)[name]).alias(name)
                                                          for name in mistyped).select(list(wanted))
 
-    # -- strings and enums, resolved once --------------------------------------------------------------
-
     def _frame(self, table: str, wanted: Wanted, *columns: pl.Expr | str,
                required: Collection[str] = ("start", "end")) -> pl.DataFrame:
         """TABLE's WANTED columns (:meth:`_read`) made into COLUMNS, by start time where it has one, only its rows that
@@ -134,8 +128,7 @@ class Trace:
         return self._frame("StringIds", {"id": I64, "value": STR}, "id", "value", required=("id", "value"))
 
     def _string(self, id_column: str, table: pl.DataFrame | None = None) -> pl.Expr:
-        """ID_COLUMN's string (null where the id is unknown) in TABLE (id, value; else the string table): one lookup
-        column, no join that copies the frame."""
+        """ID_COLUMN's string (null where unknown) in TABLE (id, value; else the string table): a lookup, no join."""
         table = self.strings if table is None else table
         return pl.col(id_column).replace_strict(table["id"], table["value"], default=None, return_dtype=STR)
 
@@ -147,8 +140,7 @@ class Trace:
         return frame.rename({"label": "value"})
 
     def _label(self, column: str, table: str, fallback: Mapping[int, str], lookup: Lookup | None = None) -> pl.Expr:
-        """COLUMN's enum label from TABLE (else FALLBACK) found by LOOKUP (else :meth:`_string`), "Unknown" where it
-        has none."""
+        """COLUMN's enum label from TABLE (else FALLBACK) by LOOKUP (else :meth:`_string`); "Unknown" where none."""
         return (lookup or self._string)(column, self._enum(table, fallback)).fill_null("Unknown")
 
     def event_columns(self, frame: str, lookup: Lookup) -> list[pl.Expr]:
@@ -188,8 +180,6 @@ class Trace:
         table, wanted = event_read(frame, self.tables.columns)
         return self._frame(table, wanted, *self.event_columns(frame, self._string), *more)
 
-    # -- GPU activity ----------------------------------------------------------------------------------
-
     @functools.cached_property
     def kernels(self) -> pl.DataFrame:
         """CUDA kernels, by start time."""
@@ -209,8 +199,6 @@ class Trace:
     sync = event_frame(_events, "sync", "CUDA synchronisation events (stream, event, context syncs) as the GPU side "
                        "saw them.")
 
-    # -- CPU side --------------------------------------------------------------------------------------
-
     cuda_api = event_frame(_events, "cuda_api", "CUDA runtime and driver API calls; names without nsys' "
                            "``_v3020``-style version suffix.")
     osrt = event_frame(_events, "osrt", "OS-runtime calls (trace=osrt): sleeps, locks, reads, polls; not nsys' own row "
@@ -218,8 +206,7 @@ class Trace:
 
     @functools.cached_property
     def api_names(self) -> pl.DataFrame:
-        """The string table with nsys' ``_v3020``-style version suffixes cut: the names of CUDA API calls (cut from the
-        string table, a few hundred strings, not from every call's name)."""
+        """The string table with nsys' ``_v3020``-style version suffixes cut (once, not per call): CUDA API names."""
         value = pl.col("value")
         return self.strings.with_columns(pl.when(value.str.slice(-6, 2) == "_v")
                                          .then(value.str.slice(0, value.str.len_chars() - 6)).otherwise(value))
@@ -234,7 +221,7 @@ class Trace:
     def _nvtx_events(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """NVTX ranges (``nvtx``) and marks (``nvtx_marks``) from the one table, text and domain resolved."""
         # The text first, alone: usually every name is a registered string and the text all null, which Polars still
-        # holds as 16 bytes a row (48 MB for 3 M ranges). Then it is a constant, let go before the rest is read.
+        # holds as 16 bytes a row. Then it is a constant, let go before the rest is read.
         texts = self._read("NVTX_EVENTS", {"text": STR}, required=())  # None: no such table (raw is None below)
         text = (texts["text"] if texts is not None and texts["text"].null_count() < texts.height
                 else pl.lit(None, STR).alias("text"))
@@ -267,11 +254,8 @@ class Trace:
         return self._nvtx_named(ranges, domains, "thread").select(list(NVTX_COLUMNS)), marks
 
     def _nvtx_named(self, events: pl.DataFrame, domains: pl.DataFrame, thread: str) -> pl.DataFrame:
-        """NVTX EVENTS with text, textId and domainId replaced by ``name`` (registered string, else the event's
-        own text, else '') and ``domain``; one at a time, each replaced column let go before the next is made.
-
-        DOMAINS: domainId, _pid (of the THREAD column's nsys thread id), domain.
-        """
+        """NVTX EVENTS with text, textId and domainId replaced by ``name`` (registered string, else the event's own
+        text, else '') and ``domain`` (from DOMAINS by domainId and the THREAD column's process), one at a time."""
         # Only as many whole-column passes as the names need: usually all are registered, or none is.
         name = (self._string("textId").fill_null("") if events["text"].null_count() == events.height
                 else pl.col("text").fill_null("") if events["textId"].null_count() == events.height
@@ -304,8 +288,6 @@ class Trace:
     def nvtx_marks(self) -> pl.DataFrame:
         """NVTX marks (instant events)."""
         return self._nvtx_events[1]
-
-    # -- the capture -----------------------------------------------------------------------------------
 
     @functools.cached_property
     def window(self) -> Window:

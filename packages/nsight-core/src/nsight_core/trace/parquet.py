@@ -1,9 +1,7 @@
 """A capture's Parquet export in slices of time (trace/export.py, kind 'parquetdir'), scanned as nsys wrote it.
 
-Why: a large capture's reports and analysis stream their events from Parquet (trace/streamed.py). From an SQLite export
-every table they read is first copied to Parquet (trace/spill.py), most of a large capture's summary; nsys' own
-Parquet export is that copy made by nsys, in less time than its SQLite export alone.
-"""
+Why: a large capture's reports stream their events from Parquet (trace/streamed.py); from an SQLite export every table
+they read is first copied there (trace/spill.py), where nsys' own Parquet export is that copy, made faster."""
 
 from __future__ import annotations
 
@@ -30,9 +28,8 @@ compressed)."""
 
 
 class SlicedParquetTables:
-    """An `nsys export --type parquetdir` in slices of time: FOLDER/part-NNN/<TABLE>.parquet. A table of events is its
-    rows in every part, one part after the other; any other table is the first part's (each part holds it whole), as
-    :class:`nsight_core.trace.sliced.SlicedSqliteTables` reads SQLite slices."""
+    """An `nsys export --type parquetdir` in slices of time, FOLDER/part-NNN/<TABLE>.parquet, read as one export
+    (trace/export.py :func:`_export_sliced`)."""
 
     def __init__(self, folder: Path, choice: ExportChoice | None = None) -> None:
         self.source = folder

@@ -4,30 +4,26 @@ codes nsys writes (NVTX event types, copy directions, memory kinds).
 Frames and columns (every frame has them, empty when nothing of the kind was traced):
 
 - ``kernels``: start_ns, end_ns, device, stream, name (demangled), short_name, correlation_id, pid
-- ``graphs``: CUDA-graph launches as the GPU ran them, one row per launch (nsys 2025's graph-level trace,
-  CUPTI_ACTIVITY_KIND_GRAPH_TRACE; its default, ``--cuda-graph-trace=graph``): start_ns, end_ns, device,
-  stream, graph_id, correlation_id (that of the ``cudaGraphLaunch`` call). The graph's kernels are not in
-  ``kernels`` then: a graph launch is GPU work as a kernel is. With ``--cuda-graph-trace=node`` nsys records
-  each node as a kernel carrying the launch's correlation id instead (and 2025.3 writes no graph rows); a graph
-  row whose correlation id some kernel carries is left out here, so graph work counts once, never twice.
-  Empty (with these columns) where the export has no graph trace (nsys 2023.4, or no graph ran).
+- ``graphs``: CUDA-graph launches as the GPU ran them, one row per launch (CUPTI_ACTIVITY_KIND_GRAPH_TRACE, nsys
+  2025's default ``--cuda-graph-trace=graph``): start_ns, end_ns, device, stream, graph_id, correlation_id (that of the
+  ``cudaGraphLaunch`` call); the graph's kernels are not in ``kernels`` then. With ``--cuda-graph-trace=node`` nsys
+  records each node as a kernel carrying the launch's correlation id instead (2025.3 writes no graph rows then): a
+  graph row whose correlation id a kernel carries is left out, so graph work counts once. Empty in nsys 2023.4.
 - ``memcpy``: start_ns, end_ns, device, stream, bytes, direction ("Host-to-Device" ...), src_kind,
   dst_kind ("Pageable", "Pinned", "Device" ...), correlation_id
 - ``memset``: start_ns, end_ns, device, stream, bytes, correlation_id
 - ``cuda_api``: start_ns, end_ns, name (no ``_v3020`` suffix, as nsys reports it), thread, correlation_id,
   name_id (nsys' string id of the full name: `nsys stats` groups calls by it)
 - ``sync``: CUDA synchronisation events: start_ns, end_ns, device, stream, kind, correlation_id
-- ``nvtx``: start_ns, end_ns, name, domain ('' = default), thread, depth (nesting level on its thread,
-  0 = outermost), kind ("push_pop" or "start_end"), closed (False: never ended; end_ns is then the
-  last NVTX timestamp, as `nsys stats` counts it)
+- ``nvtx``: start_ns, end_ns, name, domain ('' = default), thread, depth (nesting level on its thread, 0 = outermost),
+  kind ("push_pop" or "start_end"), closed (False: never ended, end_ns then NVTX's last timestamp, as in `nsys stats`)
 - ``nvtx_marks``: time_ns, name, domain, thread
 - ``osrt``: OS-runtime calls: start_ns, end_ns, name, thread, name_id (as for ``cuda_api``)
 - ``samples``: CPU samples: time_ns, thread, cpu
 - ``diagnostics``: nsys' own record of the capture (DIAGNOSTIC_EVENT, nsys 2025): time_ns, severity ("Info",
   "Warning", "Error" ...), source ("Injection", "Daemon", "Analysis" ...), text, pid; empty before 2025
 - ``cuda_contexts``: the CUDA contexts nsys saw (TARGET_INFO_CUDA_CONTEXT_INFO): device, context_id, pid
-- ``gpus``, ``processes``, ``threads``: device, process and thread info; ``meta``: export and target facts
-"""
+- ``gpus``, ``processes``, ``threads``: device, process and thread info; ``meta``: export and target facts"""
 
 from __future__ import annotations
 
@@ -98,9 +94,8 @@ streamed."""
 
 
 def event_read(frame: str, columns: Callable[[str], Collection[str]]) -> tuple[str, Wanted]:
-    """Event FRAME's table and the columns to read of it (EVENT_READS), given the export's COLUMNS of a table. OSRT_API
-    also its ``eventClass``, for :func:`osrt_calls`, where the export has it: every export seen does, and one that does
-    not gets no note for it."""
+    """Event FRAME's table and the columns to read of it (EVENT_READS), given the export's COLUMNS of a table; for
+    OSRT_API also its ``eventClass`` (:func:`osrt_calls`) where the export has it, with no note where not."""
     table, wanted = EVENT_READS[frame]
     classed = frame == "osrt" and "eventClass" in columns(table)
     return table, {**wanted, "eventClass": I64} if classed else wanted
@@ -112,7 +107,7 @@ FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 def osrt_calls(raw: FrameT) -> FrameT:
     """The rows of OSRT_API (RAW, as read) that are calls (ENUM_NSYS_EVENT_CLASS 27, TRACE_PROCESS_EVENT_OS_RUNTIME),
     as nsys' osrt_sum counts them: not its zero-length "OS runtime libraries profiling started" (31) at the start of
-    each collection. Every row where the export has no ``eventClass`` (none seen: it is read only where present)."""
+    each collection. Every row where the export has no ``eventClass``."""
     return raw.filter(pl.col("eventClass").is_null() | (pl.col("eventClass") == 27)) \
         if "eventClass" in raw.collect_schema() else raw
 

@@ -20,10 +20,8 @@ threads, processes, GPUs, enums) it writes whole into every slice."""
 
 
 class SlicedSqliteTables:
-    """A capture's SQLite export made in slices of time (trace/export.py :func:`_export_sliced`: a folder of
-    part-NNN.sqlite), read as one :class:`SqliteTables`: a table of events is its rows in every part, one part after
-    the other; any other table is the first part's (each part holds it whole). Each event lies in exactly one part,
-    so every table is the one-file export's rows; within a part they keep nsys' order."""
+    """A folder of part-NNN.sqlite, a capture's SQLite export in slices of time, read as one :class:`SqliteTables`
+    (how, and why it is exact: trace/export.py :func:`_export_sliced`); within a part, rows keep nsys' order."""
 
     def __init__(self, folder: Path, choice: ExportChoice | None = None) -> None:
         self.source = folder

@@ -1,18 +1,15 @@
 """A large capture's event tables copied to Parquet on disk, for summaries that stream: from its SQLite export, or
 rewritten from nsys' own Parquet export (:mod:`nsight_core.trace.parquet`) into row groups a window's scan skips.
 
-Why: nsys' arrow and parquet exports hold each table whole before writing it (their memory grows with the capture),
-and a Trace holds its frames whole after that. nsys' SQLite export streams (32 MB whatever the size). So a large
-capture is exported to SQLite and each table the summary reads is copied, its needed columns only, into Parquet
-files of ``SQLITE_BATCH_ROWS`` rows each (one fetch of rows at a time in memory); Polars' streaming engine then
-scans those files (:mod:`nsight_core.trace.streamed`: the reports, the summary, the completeness checks), so no
-whole event table is ever in memory.
+Why: a Trace holds its frames whole. From SQLite (the export whose memory does not grow with the capture) each table
+the summary reads is copied, its needed columns only, into Parquet files of ``SQLITE_BATCH_ROWS`` rows each (one batch
+at a time in memory); Polars' streaming engine then scans those files (:mod:`nsight_core.trace.streamed`), so no whole
+event table is ever in memory.
 
-The Parquet files live in a temporary folder beside the export (or in the temp folder where that is not writable); the
-folder is removed when the tables are closed, or garbage-collected, or at the latest when the interpreter exits; one a
-killed process left is removed by the next process that copies tables there. Before a table is copied the free space
-there is checked against the table's size as Arrow, an upper bound of its Parquet size.
-"""
+The files live in a temporary folder beside the export (or in the temp folder where that is not writable), removed
+when the tables are closed or garbage-collected, at the latest when the interpreter exits; one a killed process left is
+removed by the next process that copies tables there. Before a table is copied the free space there is checked against
+the table's size as Arrow, an upper bound of its Parquet size."""
 
 from __future__ import annotations
 
@@ -48,8 +45,7 @@ SPILL_PREFIX = "nsight-spill-"
 
 
 class SpilledTables:
-    """An export (SQLite, or nsys' Parquet in slices) read as it is, whose tables can also be scanned lazily from
-    Parquet copies."""
+    """An export (SQLite, or nsys' Parquet in slices) read as it is, its tables also scanned lazily from Parquet."""
 
     def __init__(self, export: SqliteExport | SlicedParquetTables, choice: ExportChoice,
                  folder: Path | None = None) -> None:
@@ -111,8 +107,7 @@ class SpilledTables:
         def copy(sqlite: SqliteExport, part: int, rowids: tuple[int, int] | None) -> None:
             for written, batch in enumerate(sqlite.batches(table, wanted, rowids=rowids)):
                 # Named in the table's order. Uncompressed: every pass of a summary reads the copy again, and
-                # decompressing it takes longer than reading it; it takes at most the table's bytes as Arrow, which the
-                # check above found free.
+                # decompressing takes longer than reading; at most the table's bytes as Arrow, found free above.
                 batch.write_parquet(target / f"{part:04d}-{written:06d}.parquet", compression="uncompressed")
 
         try:

@@ -5,11 +5,8 @@ For a capture read whole they are the Trace's frames made lazy. For one whose ex
 (:class:`~nsight_core.trace.spill.SpilledTables`, a large capture) they are scans of those files, named the way the
 Trace names its frames (the same string table, enum labels, NVTX domains), so that one query serves either and a
 streamed one never holds a whole event table. Each table is scanned with one set of columns, the union of what its
-readers need: a table is copied to Parquet once per set of columns, and that copy is the slow part.
-
-A table whose columns differ from the ones nsight-core reads is read through the Trace, whose notes say what was
-left out: the same numbers and the same notes as a capture read whole.
-"""
+readers need: a table is copied to Parquet once per set of columns, and that copy is the slow part. A table whose
+columns differ from the ones nsight-core reads is read through the Trace, with the same numbers and notes."""
 
 from __future__ import annotations
 
@@ -48,10 +45,9 @@ def is_streamed(trace: Trace | EventTables) -> bool:
 
 
 class Events:
-    """TRACE's event frames as lazy frames, with the Trace's column names (these columns; a frame of a capture read
-    whole has the Trace's others too, ``nvtx`` its ``depth``), each made on first use: a reader of some frames never
-    reads the others of a capture read whole. ``streamed``: scanned from Parquet on disk. Frames built by hand (any
-    :class:`EventTables`) are made lazy as they are."""
+    """TRACE's event frames as lazy frames with the Trace's column names (at least these: read whole, a frame keeps the
+    Trace's others, ``nvtx`` its ``depth``), each made on first use. ``streamed``: scanned from Parquet on disk. Frames
+    built by hand (any :class:`EventTables`) are made lazy as they are."""
 
     def __init__(self, trace: Trace | EventTables) -> None:
         self._frames = trace
@@ -170,12 +166,9 @@ def _scanned(trace: Trace, frame: str) -> pl.LazyFrame | None:
 
 
 def _nvtx(trace: Trace) -> tuple[pl.LazyFrame, pl.LazyFrame]:
-    """NVTX ranges and marks, as ``Trace.nvtx`` and ``Trace.nvtx_marks`` name them (ranges without ``depth``
-    where scanned: that needs the ranges in order, :mod:`nsight_core.analysis.windows`).
-
-    A range that never ended ends at the table's last timestamp (one streamed pass; none of an empty table); domains
-    are the few domain-creation events, looked up by (domain id, process).
-    """
+    """NVTX ranges and marks, as ``Trace.nvtx`` and ``Trace.nvtx_marks`` name them (ranges without ``depth`` where
+    scanned: that needs the ranges in order, :mod:`nsight_core.analysis.windows`). A range that never ended ends at the
+    table's last timestamp (one streamed pass); domains are the few domain-creation events, by (domain id, process)."""
     raw = _scan(trace, "NVTX_EVENTS", {"start": I64, "end": I64, "eventType": I64, "textId": I64, "text": STR,
                                        "globalTid": I64, "domainId": I64})
     if raw is None:

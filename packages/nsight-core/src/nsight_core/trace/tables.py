@@ -4,16 +4,13 @@ nsys names its tables and columns the same way in every export format (CUPTI_ACT
 deviceId ...), so the Trace is built from one interface, :class:`ExportTables`: "these columns of that table, or None
 when the export has no such table". nsys writes a table only when it holds data (lazy export), so a missing table means
 "nothing of this kind was traced", not an error. A column of another type than the Trace wants (a schema nsight-core has
-not seen) raises :class:`SchemaMismatch`, which names the table and the columns: the Trace turns that into a note and
-leaves the table's events out (or the column, where the events stand without it), never a crash.
+not seen) raises :class:`SchemaMismatch`, naming the table and the columns, which the Trace turns into a note.
 
 An arrow directory (`nsys export --type arrowdir`) holds one Arrow IPC *stream* file per table; Polars reads just the
-requested columns of it without a Python object per row. SQLite is the fallback for inputs that are already `.sqlite`
-exports, for an nsys without arrowdir and for captures too large for the arrow export's memory. It is read in batches,
-so memory stays bounded by one batch: with ADBC's SQLite driver where it is installed (the ``sqlite-arrow`` extra: Arrow
-batches straight into Polars, no Python object per row), else with the standard library's sqlite3, each batch of Python
-rows turned into a frame at once. A read with a condition (the Python backtraces' marks) is one sqlite3 query.
-"""
+requested columns of it without a Python object per row. SQLite (a `.sqlite` passed, an nsys without arrowdir, a capture
+too large for the arrow export's memory: trace/export.py) is read in batches, so memory stays bounded by one batch: with
+ADBC's SQLite driver where it is installed (the ``sqlite-arrow`` extra: Arrow batches straight into Polars), else with
+the standard library's sqlite3. A read with a condition (the Python backtraces' marks) is one sqlite3 query."""
 
 from __future__ import annotations
 
@@ -41,17 +38,15 @@ Schema = Mapping[str, pl.DataType | type[pl.DataType]]
 """Column name -> the Polars type the Trace wants it as."""
 Wanted = Mapping[str, pl.DataType | type[pl.DataType] | None]
 """The columns to read: name -> the Polars type the Trace wants, or None for an id that is only looked up or
-compared. That one keeps the export's own integer type: casting nsys' UInt32/UInt64 ids to Int64 would copy
-the column while the original is alive (3 M NVTX ranges: 72 MB at once, for columns dropped a moment later).
-Int64 where the column must be made (SQLite rows, a column the export lacks)."""
+compared. That one keeps the export's own integer type (casting nsys' UInt32/UInt64 ids to Int64 would copy the
+column while the original is alive), Int64 where the column must be made (SQLite rows, a column the export lacks)."""
 SQLITE_BATCH_ROWS = 200_000
 """Rows per sqlite3 fetch: bounds the Python objects alive at once on the SQLite path."""
 ENV_SQLITE_READER = "NSIGHT_SQLITE_READER"
 """``sqlite3``: read SQLite exports with the standard library even where ADBC's driver is installed (a way round a
 driver that misbehaves; the tests compare the two)."""
 SQLITE_TO_ARROW = 2.5
-"""Bytes as Arrow per byte of SQLite pages: SQLite stores integers in as few bytes as they need, Arrow in 8
-(kernels about 2x, NVTX ranges 2.5x)."""
+"""Bytes as Arrow per byte of SQLite pages: SQLite stores integers in as few bytes as they need, Arrow in 8."""
 
 
 class ExportTables(Protocol):
@@ -96,13 +91,9 @@ class ArrowDirTables:
         return self._columns[table]
 
     def _header(self, table: str) -> pl.DataFrame:
-        """An empty frame with TABLE's columns, from the stream's first message alone.
-
-        Polars reads a whole IPC stream even for ``n_rows=0``: for a table of a million NVTX ranges
-        that is every column of it (~150 MB and 0.1 s) just to learn the column names. The stream
-        starts with its schema message (an optional 0xFFFFFFFF marker, its length, the message), so
-        that message followed by the end-of-stream marker is a complete, empty stream.
-        """
+        """An empty frame with TABLE's columns, from the stream's first message alone: Polars reads a whole IPC stream
+        even for ``n_rows=0``. The stream starts with its schema message (an optional 0xFFFFFFFF marker, its length,
+        the message), so that message followed by the end-of-stream marker is a complete, empty stream."""
         try:
             with self._files[table].open("rb") as stream:
                 head = stream.read(8)
@@ -134,12 +125,9 @@ class ArrowDirTables:
 
 
 class SqliteTables:
-    """An `nsys export --type sqlite` file, read table by table in batches.
-
-    One connection, shared by the threads that read frames (the analysis runs beside the reports), one query at a
-    time under a lock: sqlite3 refuses a connection another thread made unless told, and reads nothing faster
-    for two cursors at once.
-    """
+    """An `nsys export --type sqlite` file, read table by table in batches through one connection, shared by the
+    threads that read frames (the analysis runs beside the reports), one query at a time under a lock: sqlite3 refuses
+    a connection another thread made unless told, and reads nothing faster for two cursors at once."""
 
     def __init__(self, path: Path, choice: ExportChoice | None = None) -> None:
         self.source = path
@@ -173,8 +161,7 @@ class SqliteTables:
 
     def batches(self, table: str, wanted: Wanted, rows: int = SQLITE_BATCH_ROWS, where: str = "",
                 rowids: tuple[int, int] | None = None) -> Iterator[pl.DataFrame]:
-        """TABLE's WANTED columns ROWS rows at a time, in its rows' order (none when the table is missing or empty):
-        what :meth:`read` joins, and what a spill to disk writes one at a time (:mod:`nsight_core.trace.spill`).
+        """TABLE's WANTED columns ROWS rows at a time, in its rows' order (none when the table is missing or empty).
         WHERE: an SQL condition on TABLE's rows. ROWIDS: only the rows of rowid LO <= rowid < HI, through an ADBC
         connection of their own (one of :meth:`rowid_slices`, read beside the others)."""
         if table not in self._tables:
@@ -286,8 +273,7 @@ class SqliteTables:
 
     def arrow_bytes(self, tables: Iterable[str]) -> int:
         """From the tables' pages (SQLite's dbstat), or the whole file's size where SQLite lacks dbstat. Each table's
-        count is kept: dbstat reads every page of the file (0.33 s for a 500 MB export), and a streamed profile asks
-        for the event tables' bytes several times."""
+        count is kept: dbstat reads every page of the file, and a streamed profile asks more than once."""
         present = sorted({table for table in tables if table in self._tables})
         with self._lock:
             if missing := [table for table in present if table not in self._table_bytes]:

@@ -1,13 +1,12 @@
-"""Which nsys wrote a .nsys-rep, read from the file itself: a report newer than the nsys installed here fails
-its export with nsys' own protobuf error ("Can't parse message of type QuadDAnalysis.Data.SessionState because
-it is missing required fields"), which says nothing about versions. Read first, the version gives one line
-instead: who wrote it, who is here, and the way out.
+"""Which nsys wrote a .nsys-rep, read from the file itself: a report newer than the nsys installed here fails its
+export with nsys' own protobuf error ("Can't parse message of type QuadDAnalysis.Data.SessionState because it is
+missing required fields"), which says nothing about versions. Read first, the version gives one line instead: who
+wrote it, who is here, and the way out.
 
 A .nsys-rep ends with its session record, a protobuf message holding the capture's start time, the host's name and the
-writing nsys' version, each a length-prefixed string: ``*`` (field 5) host, ``2`` (field 6) version. Measured on every
-fixture (nsys 2023.4.4 and 2025.3 reports): the record lies in the last 400 bytes, the version as nsys prints it
-("2025.3.1.0", "2023.4.4.54-234433681190v0"). Standard library only: the CLI checks before it loads Polars.
-"""
+writing nsys' version, each a length-prefixed string: ``*`` (field 5) host, ``2`` (field 6) version, as nsys prints it
+(reports of nsys 2025.3 and 2023.4.4: "2025.3.1.0", "2023.4.4.54-234433681190v0"). Standard library only: the CLI
+checks before it loads Polars."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """One call from a capture's events to its steps, budget, NVTX range table and findings: the one pipeline.
 
-``analyze(trace)`` takes anything with the Trace's frames (:class:`EventTables`) and returns one typed
-:class:`Analysis`. Every stage reads the events as lazy frames in windows (:mod:`nsight_core.analysis.windows`), so a
-capture of any size is analysed in bounded memory, and the answer does not depend on the machine's memory.
+Every stage reads the events as lazy frames in windows (:mod:`nsight_core.analysis.windows`), so a capture of any size
+is analysed in bounded memory, and the answer does not depend on the machine's memory.
 
 1. The step family is chosen from the capture's first CHOOSE_ROWS NVTX ranges and kernels (:func:`choose_steps`).
 2. Every step of that family over the whole capture (:func:`every_step.every_step`), on the GPU's clock where the
@@ -37,10 +36,9 @@ family chosen is the same on any machine; every step of it is then found over th
 
 
 def choose_steps(frames: Events) -> tuple[ChosenSteps, CodedRanges | None]:
-    """The step family of the capture FRAMES holds (:func:`steps.find_steps`), chosen by its first CHOOSE_ROWS NVTX
-    ranges and kernels: steps repeat, so the first of them show which family they are. Where those ranges are every
-    range of the capture, with the depth its loader counted (a capture read whole), they come back with their
-    families: the CPU budget's ranges are among them, and no name is coded twice (:class:`ranges.CodedRanges`)."""
+    """The step family of the capture FRAMES holds (:func:`steps.find_steps`) by its first CHOOSE_ROWS NVTX ranges and
+    kernels; and, where those are every range of the capture with its loader's depth (a capture read whole), the ranges
+    with their families, which the CPU budget reads: no name is coded twice (:class:`ranges.CodedRanges`)."""
     # The first ranges by start hold every range enclosing one of them: their depth among themselves is the capture's.
     depth = depth_read(frames.nvtx)
     nvtx = with_depth(_first(frames.nvtx.select("start_ns", "end_ns", "name", "domain", "thread", *depth)))
@@ -51,8 +49,7 @@ def choose_steps(frames: Events) -> tuple[ChosenSteps, CodedRanges | None]:
 
 
 def _first(frame: pl.LazyFrame) -> pl.DataFrame:
-    """FRAME's first CHOOSE_ROWS rows by start (in that order): its head where it is in order already (nsys writes
-    its tables by start; one pass checks), else a sort."""
+    """FRAME's first CHOOSE_ROWS rows by start: its head where already in order (as nsys writes; one pass checks)."""
     in_order = frame.select((pl.col("start_ns").diff().fill_null(0) >= 0).all()).collect(engine="streaming").item()
     ordered = frame if in_order else frame.sort("start_ns", maintain_order=True)
     return ordered.head(CHOOSE_ROWS).collect(engine="streaming")
@@ -74,9 +71,8 @@ class Analyzed:
 
 
 def analyze(trace: EventTables) -> Analysis:
-    """Steps, per-step budget, NVTX self times and findings of TRACE (pure: no I/O but reading its events). A capture
-    without GPU activity (CPU-only) gets no GPU findings: its GPU is idle by design, and its budget's idle time shows
-    what the CPU did."""
+    """Steps, per-step budget, NVTX self times and findings of TRACE (pure: no I/O but reading its events). A CPU-only
+    capture gets no GPU findings: its budget's idle time shows what the CPU did."""
     return analyze_steps(trace).analysis
 
 
@@ -90,7 +86,6 @@ def analyze_steps(trace: EventTables, window_rows: int | None = WINDOW_ROWS) -> 
         chosen, coded = choose_steps(frames)
         every = every_step(frames, chosen, window_rows)
         if every is None:
-            # Steps in its first ranges (or kernels), not in all of them: its ranges overlap later on.
             if not isinstance(chosen, CaptureAsStep):
                 reason = "the step ranges chosen from the capture's start overlap each other later on"
                 chosen = CaptureAsStep(candidates=chosen.candidates, reason=reason)
@@ -112,6 +107,5 @@ def step_view(trace: EventTables) -> StepView:
 
 
 def step_budgets(trace: EventTables) -> pl.DataFrame:
-    """One row per step: step, wall_ns and the budget parts (<part>_ns), which add up to wall_ns. Without steps, one row
-    (step 0) for the user's window."""
+    """One row per step: step, wall_ns and the <part>_ns that add up to it; without steps, step 0: the user's window."""
     return analyze_steps(trace).budgets.steps

@@ -94,8 +94,7 @@ def is_thread(thread: int | None) -> pl.Expr:
 
 
 def per_step(totals: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """One row per step of TOTALS (:func:`cpu_budget.budget_totals`): step, wall_ns and one <part>_ns column per part
-    (they add up to wall_ns)."""
+    """One row per step of TOTALS (:func:`cpu_budget.budget_totals`): step, wall_ns, and <part>_ns adding up to it."""
     total = pl.col("total_ns")
     parts = totals.group_by("step").agg(*(total.filter(pl.col("part") == part).sum().alias(f"{part}_ns")
                                           for part in PARTS))

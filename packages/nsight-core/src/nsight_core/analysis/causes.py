@@ -1,8 +1,7 @@
 """Known causes of a step's idle time (``allocator_churn``, ``per_tensor_launches``, ``small_copies``,
 ``bulk_device_to_host``), each a finding whose saving is its own part of the budget: the host time the budget names by
-the calls that cause it (host_time.HostCalls), less what the profiler's tracing added to those calls. What a cause
-claims is taken out of the budget the other findings read (:func:`less`), so that no time is saved twice.
-render/findings.py words them."""
+the calls that cause it (host_time.HostCalls), less what tracing added to them. What a cause claims is taken out of the
+budget the other findings read (:func:`less`): no time is saved twice. render/findings.py words them."""
 
 from __future__ import annotations
 
@@ -121,8 +120,7 @@ def _calls(inputs: CauseInputs, names: str) -> float:
 
 
 def _traced(inputs: CauseInputs, calls: float) -> float:
-    """What tracing added to CALLS calls that are no query (QUERY_CALLS: a kernel's name after its launch, a capture
-    check before a copy): each comes with its queries, and tracing adds its cost to every one."""
+    """What tracing added to CALLS calls that are no query, and to the queries (QUERY_CALLS) that come with each."""
     total = float(inputs.calls["calls"].sum())
     queries = _calls(inputs, QUERY_CALLS)
     return calls * (total / (total - queries) if total > queries else 1.0) * inputs.per_call_ns
@@ -157,16 +155,14 @@ def _finding(context: Context, kind: FindingKind, total_ns: float, steps: int,
 
 
 def lines_of(inputs: CauseInputs, names: str) -> list[Evidence]:
-    """The user's Python lines the steps' calls of NAMES (a pattern) came from, most calls first: the place a fix goes
-    (where the capture has Python backtraces: ``nsight run --python-backtrace``)."""
+    """The user's Python lines the calls of NAMES came from, most calls first (``nsight run --python-backtrace``)."""
     rows = (inputs.lines.filter(pl.col("name").str.contains(names)).group_by("place", "function")
             .agg(pl.col("calls").sum()))
     return _line_evidence(inputs, rows, "calls", "calls_from_line_per_step", "count")
 
 
 def sampled_lines(inputs: CauseInputs) -> list[Evidence]:
-    """The user's Python lines the host was on, sampled, while outside every CUDA call and range of a step: what its
-    untraced time did (where the capture sampled the Python stack)."""
+    """The user's Python lines sampled outside every CUDA call and range of a step: what its untraced time did."""
     return _line_evidence(inputs, inputs.samples, "host_ns", "sampled_host_time_at_line_per_step", "ns")
 
 
@@ -330,8 +326,7 @@ def named(findings: list[Finding | None], causes: Causes, syncs: pl.DataFrame) -
 
 
 def less(budget: StepBudget | None, claims: dict[Claim, float]) -> StepBudget | None:
-    """BUDGET without what CLAIMS took: each part less its claims, each CPU activity less its own (what the findings
-    of other causes read; the budget shown is the whole one)."""
+    """BUDGET less CLAIMS, per part and per CPU activity: what the other findings read (the budget shown is whole)."""
     if budget is None or not claims:
         return budget
     by_part = {part: sum(ns for (claimed, _, _), ns in claims.items() if claimed == part) for part, _, _ in claims}

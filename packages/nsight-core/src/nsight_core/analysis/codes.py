@@ -2,7 +2,7 @@
 column, several codes joined into one key, and tests run once per distinct value.
 
 Why: Polars groups by one integer column in a fraction of the time and memory it takes for strings or several
-columns, and a regex over a handful of distinct names costs nothing where one over every event costs seconds."""
+columns, and a regex over a handful of distinct names is cheap where one over every event is not."""
 
 from __future__ import annotations
 
@@ -44,9 +44,8 @@ def text_code(text: pl.Expr, distinct: pl.Series) -> pl.Expr:
 
 
 def joint_code(*parts: tuple[pl.Expr, int]) -> pl.Expr:
-    """One code per row for several PARTS (code, how many codes: each code an integer below that): equal for equal
-    tuples, the codes as the digits of one mixed-radix number (UInt32 where it fits, else UInt64), which Polars groups
-    by with no row encoding of the keys. A part with one value adds nothing. :func:`joint_parts` takes them back."""
+    """One code per row for several PARTS (code, number of codes), equal for equal tuples: the digits of one mixed-radix
+    number, which Polars groups by with no row encoding of the keys (:func:`joint_parts` takes them back)."""
     varying = [(code, size) for code, size in parts if size > 1]
     if not varying:
         return pl.repeat(0, pl.len(), dtype=pl.UInt32).alias("_key")
@@ -67,9 +66,8 @@ def joint_parts(joint: pl.Series, *sizes: int) -> list[pl.Series]:
 
 
 def matching(frame: pl.DataFrame | pl.LazyFrame, column: str, test: Callable[[pl.Expr], pl.Expr]) -> pl.Expr:
-    """A filter of FRAME to the rows whose COLUMN passes TEST, run once per distinct value: a regex over a handful of
-    call names, not over every call. By the values' ids where FRAME has them (``<column>_id``, as a loaded capture's
-    CUDA and OS calls have ``name_id``: each id one name), found among the integers, not the text."""
+    """A filter of FRAME to the rows whose COLUMN passes TEST, run once per distinct value; by the values' ids where
+    FRAME has them (``<column>_id``, as a loaded capture's calls have ``name_id``), found among integers, not text."""
     key = f"{column}_id" if f"{column}_id" in frame.collect_schema().names() else column
     distinct = frame.lazy().select(key, column).unique(key).collect(engine="streaming")
     return pl.col(key).is_in(distinct.filter(test(pl.col(column)))[key].implode())

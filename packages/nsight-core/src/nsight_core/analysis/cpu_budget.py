@@ -1,12 +1,11 @@
 """Where each step's wall time went on the CPU's clock: a partition of the step, so the parts add up to it.
 
 The step is cut at every boundary of GPU work and of what its CPU thread was doing (CUDA API and OS-runtime calls, NVTX
-ranges). Each piece belongs to one part, first match wins: ``compute`` (a kernel other than NCCL ran),
-``exposed_comm`` (only NCCL kernels), ``exposed_copy`` (only copies or memsets); else the GPU idled: ``sync_wait``
-while the thread sat in a synchronising call, and the refill after it where the GPU gets work again within
-LAUNCH_GAP_NS; other idle stretches shorter than LAUNCH_GAP_NS are ``launch_gap`` (what CUDA graphs remove), longer
-ones ``gpu_idle``. Idle time keeps what the thread was in: the CUDA API or OS-runtime call, else the innermost NVTX
-range (by family), else nothing traced."""
+ranges). Each piece is in one part, first match wins: ``compute`` (a kernel other than NCCL ran), ``exposed_comm`` (only
+NCCL kernels), ``exposed_copy`` (only copies or memsets); else the GPU idled: ``sync_wait`` while the thread sat in a
+synchronising call, and the refill after it where the GPU gets work again within LAUNCH_GAP_NS; other idle stretches
+shorter than LAUNCH_GAP_NS are ``launch_gap`` (what CUDA graphs remove), longer ones ``gpu_idle``. Idle time keeps what
+the thread was in: the CUDA API or OS-runtime call, else the innermost NVTX range (by family), else nothing traced."""
 
 from __future__ import annotations
 
@@ -75,8 +74,7 @@ def budget_totals(steps: pl.DataFrame, kernels: pl.DataFrame, copies: pl.DataFra
     start, end = pl.col("start_ns"), pl.col("end_ns")
 
     def idle_runs(totals: pl.DataFrame) -> pl.DataFrame:
-        """TOTALS (_step, _name, total_ns) of steps the GPU idles through with no call waiting for it, each one idle run
-        whose part its length decides."""
+        """TOTALS (_step, _name, total_ns) of steps idle throughout, no call waiting: one run each, by its length."""
         run_ns = pl.col("total_ns").sum().over("_step")
         return totals.select("_step", pl.when(run_ns < LAUNCH_GAP_NS).then(PARTS.index("launch_gap"))
                              .otherwise(PARTS.index("gpu_idle")).cast(pl.UInt8).alias("_part"), "_name", "total_ns")
@@ -111,8 +109,7 @@ def budget_totals(steps: pl.DataFrame, kernels: pl.DataFrame, copies: pl.DataFra
             pl.col("total_ns").sum())
 
     def summed(first_ns: int, last_ns: int) -> pl.DataFrame:
-        """The pieces of the steps in [FIRST_NS, LAST_NS] (their cut points all lie in it: steps' edges are cuts) summed
-        per step, part and CPU activity: _step, _part, _name, total_ns."""
+        """The steps in [FIRST_NS, LAST_NS] (all their cuts in it) as pieces summed: _step, _part, _name, total_ns."""
         candidates = {column: source.candidates(first_ns, last_ns) for column, source in lookups.items()}
         named = [column for column in ("_api", "_osrt", "_nvtx") if candidates[column].height]
         if gpu_idle and not candidates["_in_sync"].height and len(named) < 2:
@@ -285,8 +282,7 @@ def _within(ordered: pl.Series, first: int, last: int) -> pl.Series:
 
 
 def _coded(calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
-    """CALLS by start time as start_ns, end_ns, _code (the index of the call's name in the distinct names), and the
-    distinct names (null names have no code: such a call names nothing, as a null name did)."""
+    """CALLS by start as start_ns, end_ns, _code (into the distinct names, returned too; none for a null name)."""
     ordered = by_start(calls)
     codes, names = distinct_codes(ordered, "name")
     return ordered.select("start_ns", "end_ns", pl.when(pl.col("name").is_not_null()).then(codes).alias("_code")), names

@@ -121,8 +121,7 @@ def _merged(counts: list[pl.DataFrame]) -> pl.DataFrame:
 
 
 def _median(counts: pl.DataFrame) -> float:
-    """The median of the values COUNTS counts (ns, len, by value), as Polars takes it of the values themselves (the
-    mean of the two middle ones of an even number); 0.0 of none."""
+    """The median of COUNTS' values (ns, len, by value), as Polars takes it (middle two: their mean); 0.0 of none."""
     total = int(counts["len"].sum())
     if not total:
         return 0.0

@@ -112,8 +112,7 @@ def reported(kind: FindingKind, saving: Saving, evidence: list[Evidence], subjec
 
 
 def ordered(findings: list[Finding | None]) -> list[Finding]:
-    """The findings that apply, each at most its kind's CEILING, most severe and largest saving first; those about the
-    measurement itself last."""
+    """Findings that apply, each at most its kind's CEILING: most severe and largest saving first, measurements last."""
     rank = {"critical": 0, "warning": 1, "info": 2}
     found = [finding.model_copy(update={"severity": CEILING[finding.kind]})
              if finding.kind in CEILING and rank[finding.severity] < rank[CEILING[finding.kind]] else finding

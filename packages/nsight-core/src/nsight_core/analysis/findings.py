@@ -231,9 +231,8 @@ def device_bound(context: Context, totals: pl.DataFrame) -> Finding | None:
 
 
 def fp32_matmul(context: Context, totals: pl.DataFrame, capability: float | None) -> Finding | None:
-    """FP32 matrix kernels that use no tensor cores (cuBLAS' sgemm/f32 paths): TF32 or bf16 would run them on
-    tensor cores of a GPU of this compute CAPABILITY. The saving is TF32's (a flag, no change to the model), bf16's
-    is in the evidence (:mod:`precision`). TOTALS: :func:`kernel_totals` of the steady steps."""
+    """FP32 matrix kernels of TOTALS (:func:`kernel_totals`) without tensor cores (cuBLAS' sgemm/f32 paths): the saving
+    is TF32's on a GPU of this compute CAPABILITY (a flag, no model change), bf16's is evidence (:mod:`precision`)."""
     if context.budget is None or not context.budget.steps or context.step_p50_ns is None:
         return None
     name = pl.col("name")

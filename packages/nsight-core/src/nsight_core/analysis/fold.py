@@ -28,8 +28,7 @@ def row_counts(*frames: pl.LazyFrame) -> list[int]:
 
 
 def scan(windows: Iterable[Window], state: State, step: Callable[[State, Window], tuple[State, Out]]) -> Iterator[Out]:
-    """What STEP makes of each of WINDOWS with the STATE carried from the windows before it, one at a time (lazily:
-    its caller may let each go before the next is made)."""
+    """STEP's output for each of WINDOWS with the STATE carried so far, lazily: each may be let go before the next."""
     for window in windows:
         state, out = step(state, window)
         del window

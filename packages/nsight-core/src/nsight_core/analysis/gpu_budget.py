@@ -139,11 +139,10 @@ def _with_cause(idle: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame) -> 
 
 
 def _with_blame(pieces: pl.DataFrame, syncs: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
-    """PIECES (:func:`_with_cause`) with ``blame_ns``: how much of each late piece a sync of its step is to blame for.
-    A sync holds the host for as long as it waits for queued work (W); the host is then W late for all that follows,
-    so the idle time of the step after it, up to W in all, is the sync's: the stretch it drained, and the launch gaps
-    while the host catches up. SYNCS: the steps' thread's synchronising calls, by start; the stretch a sync drained is
-    its own whatever the step, the later ones of the step it began in (after WINDOWS' cpu_start_ns)."""
+    """PIECES (:func:`_with_cause`) with ``blame_ns``: how much of each late piece a sync of its step is to blame for. A
+    sync holds the host for as long as it waits for queued work (W), making it W late for all that follows: up to W of
+    the step's later idle time is the sync's. SYNCS: the steps' thread's synchronising calls, by start; the stretch a
+    sync drained is its own whatever the step, the later ones of the step it began in (after WINDOWS' cpu_start_ns)."""
     syncs = syncs.select(pl.col("start_ns").alias("_s_start"), pl.col("end_ns").alias("_s_end")).sort("_s_start")
     starts = windows.select("step", pl.col("cpu_start_ns").alias("_cpu_start"))
     located = (pieces.join(starts, on="step", how="left", maintain_order="left")
@@ -170,8 +169,7 @@ class _Causes(NamedTuple):
 
     frame: pl.DataFrame
     candidates: list[tuple[Label, Label, Label]]
-    """(part, cpu_kind, cpu_name) of each _c<i>, in the order that breaks ties (the first of equal causes): a value,
-    or an expression where it varies by stretch."""
+    """(part, cpu_kind, cpu_name) of each _c<i>, a value or an expression of the stretch, in tie-breaking order."""
     named: dict[int, str]
     """The candidates whose name is a column of FRAME (launch_name, sync_name), by index."""
 

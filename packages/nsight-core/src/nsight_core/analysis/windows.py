@@ -1,6 +1,5 @@
-"""How every pass over a capture's events is cut: windows of start time (or of correlation id) holding about
-WINDOW_ROWS events each, and batches of steps inside them. One planner for every pass, whatever the capture's size;
-the answers do not depend on where the cuts fall."""
+"""How every pass over a capture's events is cut: windows of start time (or of correlation id) holding about WINDOW_ROWS
+events each, and batches of steps inside them; the answers do not depend on where the cuts fall."""
 
 from __future__ import annotations
 
@@ -9,14 +8,12 @@ from collections.abc import Iterator
 import polars as pl
 
 HISTOGRAM_BUCKETS = 1 << 16
-"""The windows are cut between buckets of a histogram of start times this fine: a window holds at most
-WINDOW_ROWS plus one bucket's events."""
+"""The windows are cut between buckets of a start-time histogram this fine: at most WINDOW_ROWS plus one bucket each."""
 
 
 def start_windows(frame: pl.LazyFrame, rows: int | None) -> Iterator[pl.DataFrame]:
-    """FRAME's events (a start_ns column) in consecutive windows of start time cut by :func:`start_cuts`, each event
-    in one. Each window is a streamed query of its own: a Parquet scan skips the files whose starts lie outside it (the
-    spilled tables are in the export's order, mostly by start)."""
+    """FRAME's events in consecutive windows of start time (:func:`start_cuts`), each a streamed query: a Parquet scan
+    skips the files whose starts lie outside it (spilled tables are in the export's order, mostly by start)."""
     if rows is None:
         yield frame.collect()
         return
@@ -25,8 +22,7 @@ def start_windows(frame: pl.LazyFrame, rows: int | None) -> Iterator[pl.DataFram
 
 
 def start_cuts(frame: pl.LazyFrame, rows: int | None) -> list[int]:
-    """Start times that cut FRAME's events (a start_ns column) into windows of about ROWS events each, ascending; none
-    where ROWS is None or FRAME no larger."""
+    """Ascending start times cutting FRAME's events into windows of about ROWS (none: ROWS None or FRAME no larger)."""
     if rows is None:
         return []
     start = pl.col("start_ns")
@@ -67,8 +63,7 @@ def in_steps(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 
 
 def batches(firsts: pl.Series, work: int | None) -> list[tuple[int, int]]:
-    """The windows cut into batches of about WORK pieces of GPU work (first window, windows; None: one batch), from
-    FIRSTS: per window, how much work starts before it."""
+    """Batches of about WORK pieces of GPU work (first window, windows; None: one); FIRSTS: work before each window."""
     if work is None:
         return [(0, firsts.len())] if firsts.len() else []
     cuts, begin = [], 0

@@ -16,9 +16,8 @@ SYNC_API = r"^cu(da)?(DeviceSynchronize|StreamSynchronize|EventSynchronize|CtxSy
 Part = Literal["compute", "exposed_comm", "exposed_copy", "sync_wait", "launch_gap", "gpu_idle", "stream_wait",
                "profiler_overhead"]
 PARTS: tuple[Part, ...] = get_args(Part)
-"""``stream_wait`` (the GPU waited on queued work's dependency) is measured on the GPU's clock only
-(:mod:`nsight_core.analysis.gpu_budget`); ``profiler_overhead`` (what nsys' tracing added) is taken out of the steady
-steps' launch gaps and idle time (:mod:`nsight_core.analysis.overhead`)."""
+"""``stream_wait`` (the GPU waited on queued work's dependency) is measured on the GPU's clock only (:mod:`gpu_budget`);
+``profiler_overhead`` (nsys' tracing) comes out of the steady steps' launch gaps and idle time (:mod:`overhead`)."""
 CpuKind = Literal["cuda_api", "osrt", "nvtx", "untraced", "dispatch"]
 DEVICE_BOUND_BUSY = 0.9
 """Steps whose GPU windows are at least this busy are device-bound: the host kept the GPU fed."""

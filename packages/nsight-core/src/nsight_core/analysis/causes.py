@@ -294,9 +294,8 @@ def known_causes(context: Context, inputs: CauseInputs) -> Causes:
 
 
 def named(findings: list[Finding | None], causes: Causes, syncs: pl.DataFrame) -> list[Finding | None]:
-    """FINDINGS with what the known causes tell about the others: the sync finding's pattern (``mask_indexing`` after
-    or inside a selection) and its Python lines; for the launch gaps and the untraced time no known cause explains, the
-    host activities that fill them (and the untraced time's sampled Python lines)."""
+    """FINDINGS with what the known causes tell of the others: the sync finding's pattern (``mask_indexing``) and Python
+    lines; the host activities in the launch gaps and untraced time no known cause explains (and its sampled lines)."""
     def top(parts: tuple[str, ...]) -> list[Evidence]:
         rows = causes.left.filter(pl.col("part").is_in(parts)).head(TOP_EVIDENCE)
         return [Evidence(metric=_METRICS[kind][0], value=ns, unit="ns",

@@ -1,8 +1,7 @@
-"""Codes for grouping and matching by name: a name's family pattern, integer codes for the distinct values of a
-column, several codes joined into one key, and tests run once per distinct value.
-
-Why: Polars groups by one integer column in a fraction of the time and memory it takes for strings or several
-columns, and a regex over a handful of distinct names is cheap where one over every event is not."""
+"""Codes for grouping and matching by name: a name's family pattern, integer codes for the distinct values of a column,
+several codes joined into one key, and tests run once per distinct value. Why: Polars groups by one integer column in a
+fraction of the time and memory it takes for strings or several columns, and a regex over a handful of distinct names is
+cheap where one over every event is not."""
 
 from __future__ import annotations
 

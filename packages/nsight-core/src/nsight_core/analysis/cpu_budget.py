@@ -37,10 +37,9 @@ def _decode(codes: pl.Expr, values: pl.Series) -> pl.Expr:
 
 def budget_totals(steps: pl.DataFrame, kernels: pl.DataFrame, copies: pl.DataFrame, cuda_api: pl.DataFrame,
                   osrt: pl.DataFrame, nesting: Nesting, sync: pl.DataFrame, thread: int | None) -> pl.DataFrame:
-    """The STEPS (step, start_ns, end_ns; not overlapping) cut into pieces, one part each, summed per step, part and CPU
-    activity (step, part, cpu_kind, cpu_name, total_ns). COPIES: memcpy and memset intervals; SYNC: the blocking calls
-    (:func:`every_budget.sync_calls`); of CUDA_API, OSRT and NESTING's ranges only THREAD's are attributed. A batch of
-    steps (:func:`_batches`) at a time, by BATCH_WORKERS threads, each one sweep over its cut points, its sums coded."""
+    """The STEPS (not overlapping) cut into pieces of one part each, summed per step, part and CPU activity (step, part,
+    cpu_kind, cpu_name, total_ns); only THREAD's calls and ranges are attributed. COPIES: memcpy and memset intervals;
+    SYNC: :func:`every_budget.sync_calls`. Batches of steps (:func:`_batches`) on BATCH_WORKERS threads."""
     lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
     overlapping = (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)
 
@@ -162,8 +161,7 @@ def budget_totals(steps: pl.DataFrame, kernels: pl.DataFrame, copies: pl.DataFra
             pl.when(layer("compute")).then(PARTS.index("compute"))
             .when(layer("comm")).then(PARTS.index("exposed_comm"))
             .when(layer("copy")).then(PARTS.index("exposed_copy")).cast(pl.UInt8).alias("_gpu"),
-            # What the CPU thread was in at each piece's start: a sync call; its CUDA API call, OS-runtime call,
-            # innermost range (as a code of its name).
+            # What the CPU thread was in at each piece's start: a sync call; its call or innermost range (name codes).
             (within("_in_sync").fill_null(False) if candidates["_in_sync"].height else pl.lit(False)).alias("_in_sync"),
             *(found(column).alias(column) for column in ("_api", "_osrt", "_nvtx")))
         name = pl.coalesce("_api", "_osrt", "_nvtx", untraced)
@@ -306,7 +304,6 @@ def _nvtx_pieces(nesting: Nesting, thread: int | None, lo: int, hi: int,
         family = family.scatter(ranges["name"].is_null().arg_true(), None)
     whole, of = None, None
     if steps is not None and nest(ranges):
-        # The step each range starts in (the last to start at or before it), by an as-of join of the two in start order.
         located = (ranges if "self_ns" in ranges.columns else self_time(ranges)).select(
             "start_ns", "end_ns", "self_ns", pl.lit(family).alias("_code")).join_asof(
             steps.select(pl.col("start_ns").alias("_start"), pl.col("end_ns").alias("_end"),

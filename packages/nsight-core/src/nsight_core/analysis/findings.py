@@ -147,9 +147,8 @@ def nominal_pinned(capability: float | None) -> float:
 
 def pageable_copies(context: Context, memcpy: pl.DataFrame | pl.LazyFrame, steps: pl.DataFrame,
                     nominal: float = NOMINAL_PINNED_BYTES_PER_S) -> list[Finding]:
-    """Copies to or from pageable host memory of at least PAGEABLE_MIN_BYTES, one finding per direction. The saving is
-    each copy's time less its time at the best pinned bandwidth of its direction (else NOMINAL); per step: what the
-    copies inside STEPS (the steady ones) save, over their number. MEMCPY may be lazy (streamed)."""
+    """Pageable copies of PAGEABLE_MIN_BYTES or more, a finding per direction, saving each copy's time less its time at
+    its direction's best pinned bandwidth (else NOMINAL); per step: those in STEPS over their number."""
     duration = pl.col("end_ns") - pl.col("start_ns")
     big = memcpy.lazy().filter((pl.col("bytes") >= PAGEABLE_MIN_BYTES) & (duration > 0))
     pinned_best, pageable_big = pl.collect_all([
@@ -317,7 +316,6 @@ def findings_of(context: Context, gpu: GpuInputs | None) -> list[Finding]:
         rest = context.model_copy(update={"budget": causes.budget}) if causes else context
         pageable = [finding for finding in pageable_copies(rest, gpu.copies, gpu.copy_steps, gpu.pinned) if not (
             finding.subject == "Device-to-Host" and any(f.kind == "bulk_device_to_host" for f in found))]
-        # The GPU's idle time by root cause (gpu_budget.py), one finding each, then the busy parts'.
         idle = [sync_wait(rest, gpu.syncs, gpu.small_reads),
                 _activity_finding(rest, ("nvtx",), "host_work", "gpu_idle_while_host_in_range_per_step"),
                 _activity_finding(rest, ("untraced", "osrt", "cuda_api"), "untraced_host",

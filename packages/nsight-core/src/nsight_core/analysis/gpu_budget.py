@@ -42,9 +42,8 @@ before a copy): the framework's bookkeeping, named by the call they lead to."""
 Label = str | None | pl.Expr
 """A cause's part, cpu_kind or cpu_name: the same for every stretch, or an expression of the stretch's columns."""
 WorkBetween = Callable[[int, int], pl.DataFrame]
-"""The launched GPU work that ran between LO and HI: at least every piece that ends after LO and starts by HI (a
-piece that ended by LO may be there too), by start, with start_ns, end_ns, kind, comm, launch_ns, launch_end_ns and
-launch_name (:func:`nsight_core.analysis.projection.launched`)."""
+"""Launched GPU work between LO and HI, by start: every piece ending after LO and starting by HI (some ended by LO,
+maybe), with start_ns, end_ns, kind, comm, launch_ns, launch_end_ns, launch_name (:func:`projection.launched`)."""
 
 
 def step_syncs(blocking: pl.DataFrame, thread: int | None) -> pl.DataFrame:

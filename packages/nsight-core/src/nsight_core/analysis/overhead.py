@@ -1,9 +1,8 @@
 """The profiler's own cost: what nsys' CUDA tracing adds to every CUDA API call, taken out of the step.
 
-With CUDA traced, each runtime call runs nsys' callbacks, so a host-bound loop runs slower under the profiler. A
-step's overhead is its calls times the cost per call (PER_CALL_NS by nsys version, measured on the fix pairs:
-tests/fixtures/README.md; or what the capture's region measured in its own process, nsight_core.calibration), taken
-out of the launch gaps and idle time, where the GPU waited on the host, never out of the GPU's own work."""
+With CUDA traced, each runtime call runs nsys' callbacks, so a host-bound loop runs slower profiled. A step's overhead,
+its calls times the cost per call (PER_CALL_NS by nsys version, measured on the fix pairs: tests/fixtures/README.md; or
+as measured in its region's process, nsight_core.calibration), comes out of the GPU's waits on the host."""
 
 from __future__ import annotations
 

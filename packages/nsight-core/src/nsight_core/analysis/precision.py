@@ -1,8 +1,7 @@
 """What running FP32 matrix work on tensor cores would save (TF32, or bf16 autocast), from the GPU's peak rates.
 
-A large GEMM runs close to peak on CUDA cores (plain FP32) or tensor cores (TF32, bf16) alike, so the saving is the
-kernels' time times (1 - FP32 peak / tensor peak); small GEMMs gain less, so it is an estimate to check. GPUs before
-compute capability 8.0 (no TF32, no bf16) get no saving."""
+A large GEMM runs near peak on CUDA or tensor cores alike, so the saving is the kernels' time times (1 - FP32 peak /
+tensor peak); small GEMMs gain less: an estimate to check. None before compute capability 8.0 (no TF32, no bf16)."""
 
 from __future__ import annotations
 

@@ -47,9 +47,8 @@ def window_filters(cuts: list[int], position: pl.Expr) -> Iterator[pl.Expr]:
 
 
 def step_batches(starts: pl.Series, cuts: list[int]) -> list[tuple[int, int]]:
-    """Consecutive batches of steps (their STARTS, sorted) that CUTS (start times, :func:`start_cuts`) make, as row
-    positions (first, end): each batch begins at the step a cut falls in (the first step at least), so a step is never
-    split and the events of one window of start time lie in one batch or the batch before."""
+    """Consecutive batches of steps (STARTS, sorted) by CUTS (:func:`start_cuts`), as (first, end) rows: each begins at
+    the step a cut falls in, so no step is split and a window's events lie in one batch or the one before."""
     firsts = sorted({0, *(max(int(starts.search_sorted(cut, side="right")) - 1, 0) for cut in cuts)})
     return list(zip(firsts, [*firsts[1:], starts.len()], strict=True))
 

@@ -21,10 +21,11 @@ OTHER_RANGES = "(other ranges)"
 
 @dataclass(frozen=True, kw_only=True)
 class Host:
-    """What the steps' thread was in: its user RANGES by name, as interval sets (:func:`_cumulative`), and its time
-    outside them named by its CALLS (read by batch: :meth:`at`)."""
+    """What the steps' thread was in: its user RANGES (start_ns, end_ns, _code: by start, disjoint), each coded by its
+    name in NAMES, and its time outside them named by its CALLS (read by batch: :meth:`at`)."""
 
-    ranges: dict[str, pl.DataFrame]
+    names: list[str]
+    ranges: pl.DataFrame
     calls: HostCalls
     tiling: pl.DataFrame | None = None
     """The batch's calls and the time before them (:meth:`HostCalls.tiling`), where :meth:`at` made it."""
@@ -36,24 +37,25 @@ class Host:
                .sort(["t", "name"], descending=[True, False]).head(TOP_RANGES)["name"])
         named = user.with_columns(pl.when(pl.col("name").is_in(top.implode())).then(pl.col("name"))
                                   .otherwise(pl.lit(OTHER_RANGES)).alias("name"))
-        return cls(ranges={name: _cumulative(frame) for (name,), frame in named.group_by("name")}, calls=calls)
+        names = [name for (name,), _ in named.group_by("name")]
+        code = pl.col("name").replace_strict(names, range(len(names)), return_dtype=pl.UInt32).alias("_code")
+        return cls(names=names, ranges=named.select("start_ns", "end_ns", code).sort("start_ns"), calls=calls)
 
     def at(self, lo: int, hi: int) -> Host:
         """This host with the calls of the time from LO to HI read (what :meth:`split` of spans in it names)."""
-        masks = [frame.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)).select("start_ns", "end_ns")
-                 for frame in self.ranges.values()]
-        return replace(self, tiling=self.calls.tiling(lo, hi, pl.concat(masks) if masks else None))
+        mask = self.ranges.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)).select("start_ns", "end_ns")
+        return replace(self, tiling=self.calls.tiling(lo, hi, mask))
 
     def activities(self) -> list[tuple[str, str, str]]:
         """What the host can have done in a span, in :meth:`split`'s order: cpu_kind, cpu_name and the part where no
         sync caused it (user ranges, OS calls and untraced time idle the GPU; CUDA calls and dispatch: launch gaps)."""
-        ranges = [("nvtx", name, "gpu_idle") for name in self.ranges]
+        ranges = [("nvtx", name, "gpu_idle") for name in self.names]
         return [*ranges, *self.calls.labels(), ("untraced", "", "gpu_idle")]
 
     def split(self, q0: pl.Series, q1: pl.Series) -> list[pl.Series]:
         """How much of each span from Q0 to Q1 the host spent in each of :meth:`activities`."""
         zero = pl.zeros(q0.len(), pl.Int64, eager=True)
-        covered = _covered(list(self.ranges.values()), q0, q1)
+        covered = _coded_cover(self.ranges, len(self.names), q0, q1)
         named = _coded_cover(self.tiling, len(self.calls.labels()), q0, q1)
         return [*covered, *named, (q1 - q0 - sum(covered, zero) - sum(named, zero)).clip(lower_bound=0)]
 
@@ -81,13 +83,6 @@ class HostCalls:
         return cls(names=[*names, OTHER_CALLS], osrt=[*osrt, OTHER_CALLS] if osrt else [], cuda_api=cuda_api,
                    osrt_calls=osrt_calls, thread=thread)
 
-    def between(self, lo: int, hi: int) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """The thread's CUDA and OS-runtime calls (start_ns, end_ns, name, by start) meeting the time from LO to HI."""
-        meets = (pl.col("thread") == self.thread) & (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)
-        read = [calls.filter(meets).select("start_ns", "end_ns", "name") for calls in (self.cuda_api, self.osrt_calls)]
-        cuda, osrt = pl.collect_all(read, engine="streaming")
-        return cuda.sort("start_ns", maintain_order=True), osrt.sort("start_ns", maintain_order=True)
-
     def labels(self) -> list[tuple[str, str, str]]:
         """cpu_kind, cpu_name and part of each code: in a CUDA call, before one (the framework's), in an OS call."""
         return [*(("cuda_api", name, "launch_gap") for name in self.names),
@@ -99,11 +94,14 @@ class HostCalls:
         return (names.replace_strict(known[:-1], range(offset, offset + other), default=offset + other)
                 .cast(pl.UInt32).alias("_code"))
 
-    def tiling(self, lo: int, hi: int, mask: pl.DataFrame | None) -> pl.DataFrame:
+    def tiling(self, lo: int, hi: int, mask: pl.DataFrame) -> pl.DataFrame:
         """The thread's time from LO to HI cut into pieces, one code of :meth:`labels` each (start_ns, end_ns, _code, by
         start): a CUDA call, else an OS-runtime call, else the time before a CUDA call within DISPATCH_GAP_NS of the one
         before; none inside MASK (the user ranges). Queries (QUERY_CALLS) count as time before the call they lead to."""
-        cuda, osrt = self.between(lo - DISPATCH_GAP_NS, hi + DISPATCH_GAP_NS)
+        meets = ((pl.col("thread") == self.thread) & (pl.col("end_ns") > lo - DISPATCH_GAP_NS)
+                 & (pl.col("start_ns") < hi + DISPATCH_GAP_NS))
+        cuda, osrt = pl.collect_all([calls.filter(meets).select("start_ns", "end_ns", "name")
+                                     for calls in (self.cuda_api, self.osrt_calls)], engine="streaming")
         name, span = pl.col("name"), ("start_ns", "end_ns")
         chain = (pl.col("start_ns") - pl.col("end_ns").shift(1) >= DISPATCH_GAP_NS).fill_null(True).cum_sum()
         query = name.str.contains(QUERY_CALLS)
@@ -115,10 +113,10 @@ class HostCalls:
             cuda.select(pl.col("end_ns").shift(1).alias("start_ns"), pl.col("start_ns").alias("end_ns"), leading)
             .filter(pl.col("end_ns") - pl.col("start_ns") > 0, pl.col("end_ns") - pl.col("start_ns") < DISPATCH_GAP_NS),
             cuda.filter(pl.col("_query")).select(*span, leading)]).sort("start_ns")
-        masked = [] if mask is None else [_unnested(mask).select(*span, pl.lit(MASKED, pl.UInt32).alias("_code"))]
+        masked = _unnested(mask).select(*span, pl.lit(MASKED, pl.UInt32).alias("_code"))
         calls = cuda.filter(~pl.col("_query")).select(*span, self._code(name, self.names, 0))
         in_osrt = [_unnested(osrt).select(*span, self._code(name, self.osrt, 2 * len(self.names)))] if self.osrt else []
-        return _painted([*masked, calls, *in_osrt, before], lo, hi).filter(pl.col("_code") != MASKED)
+        return _painted([masked, calls, *in_osrt, before], lo, hi).filter(pl.col("_code") != MASKED)
 
 
 MASKED = 2**32 - 1
@@ -149,8 +147,8 @@ def _painted(layers: list[pl.DataFrame], lo: int, hi: int) -> pl.DataFrame:
 
 
 def _coded_cover(tiling: pl.DataFrame | None, count: int, q0: pl.Series, q1: pl.Series) -> list[pl.Series]:
-    """How much of each span from Q0 to Q1 TILING's pieces of each of COUNT codes cover: per code, the length of its
-    pieces before each point is a column, so that two as-of lookups give every code's coverage."""
+    """How much of each span from Q0 to Q1 (each in order: no sort) TILING's pieces (disjoint, by start) of each of
+    COUNT codes cover: a column per code holds the length of its pieces before each, read by two as-of lookups."""
     if tiling is None or not tiling.height:
         return [pl.zeros(q0.len(), pl.Int64, eager=True) for _ in range(count)]
     length = pl.col("end_ns") - pl.col("start_ns")
@@ -178,23 +176,3 @@ def outermost_user_ranges(windows: pl.DataFrame, reach: int, ranges: pl.DataFram
     before = pl.max_horizontal(pl.col("end_ns").cum_max().shift(1).fill_null(-1), pl.lit(reach))
     latest = user.select(pl.col("end_ns").max()).item()
     return max(reach, latest if latest is not None else -1), user.filter(pl.col("start_ns") >= before)
-
-
-def _cumulative(intervals: pl.DataFrame) -> pl.DataFrame:
-    """Non-overlapping INTERVALS by start with the summed length before each: what :func:`_covered` looks up."""
-    ordered = intervals.select("start_ns", "end_ns").sort("start_ns")
-    length = pl.col("end_ns") - pl.col("start_ns")
-    return ordered.with_columns((length.cum_sum() - length).alias("_before"))
-
-
-def _covered(cumulatives: list[pl.DataFrame], q0: pl.Series, q1: pl.Series) -> list[pl.Series]:
-    """How much of each span from Q0 to Q1 each of CUMULATIVES' interval sets covers: what lies before the span's end
-    less what lies before its start (Q0 and Q1 each in order: no sort)."""
-    value = (pl.col("_before") + (pl.min_horizontal("t", "end_ns") - pl.col("start_ns"))).fill_null(0)
-    starts, ends = pl.DataFrame({"t": q0}), pl.DataFrame({"t": q1})
-
-    def before(points: pl.DataFrame, cumulative: pl.DataFrame) -> pl.Series:
-        return points.join_asof(cumulative, left_on="t", right_on="start_ns", strategy="backward").select(
-            value).to_series()
-    return [before(ends, cumulative) - before(starts, cumulative) for cumulative in cumulatives]
-

@@ -1,10 +1,9 @@
 """What nsys' CUDA tracing costs each CUDA call in this process, measured as a region starts.
 
-A region times a burst of empty kernel launches just before `nsys start` and again once collection is live; the
-difference per launch, what tracing adds to a call here, is written into the capture as the NVTX mark
-``CALIBRATION_MARK`` for the analysis (else it uses the table of analysis/overhead.py). Only where the program has
-initialised CUDA through torch and CUDA is traced; any failure skips it. The traced burst (in the NVTX range
-``CALIBRATION_RANGE``) runs before the user's block: a region emits ``LIVE_MARK`` again after it."""
+A region times a burst of empty kernel launches before `nsys start` and again once collection is live, and marks the
+difference per launch in the capture (``CALIBRATION_MARK``; else the analysis uses analysis/overhead.py's table). Only
+where the program initialised CUDA through torch and CUDA is traced; any failure skips it. The traced burst (NVTX range
+``CALIBRATION_RANGE``) precedes the user's block: ``LIVE_MARK`` is emitted again after it."""
 
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ from nsight_core.marks import CALIBRATION_MARK, CALIBRATION_RANGE, LIVE_MARK, ma
 log = logging.getLogger("nsight")
 
 LAUNCHES = 500
-"""Empty kernels a burst launches: about a millisecond, short beside a region's 0.25 s wait."""
+"""Empty kernels a burst launches: short beside a region's START_SETTLE_SECONDS wait."""
 CHUNK = 50
 """Launches between two synchronisations: far fewer than a launch queue holds."""
 BURSTS = 3
@@ -64,8 +63,7 @@ def before_start(trace: tuple[str, ...]) -> float | None:
 
 
 def after_start(untraced_ns: float | None) -> None:
-    """Time the burst again now that collection is live, and mark what tracing added per call; then mark the user's
-    window as starting after the burst."""
+    """Time the burst with collection live, mark what tracing added per call, then mark the user's window's start."""
     torch = _torch_with_cuda() if untraced_ns is not None else None
     if torch is None or untraced_ns is None:
         return

@@ -25,4 +25,3 @@ class Capture(BaseModel):
     overlapped: tuple[str, ...] = ()
     """Regions that could not record while this one did (nested or concurrent ones): nsys records the
     whole process, so their activity is in this trace too. A report must say so, not hide it."""
-

@@ -94,9 +94,8 @@ def dead_folders(prefix: str) -> Iterator[tuple[Path, str]]:
 
 
 def abandoned(folder: Path, pattern: str) -> Iterator[Path]:
-    """The files and folders in FOLDER named by PATTERN (a regular expression whose first group is the id of the
-    process that made them) whose process is gone: killed before it could remove them, they would stay for good. Those
-    of a live process, another user's too, may be in use."""
+    """The files and folders in FOLDER named by PATTERN (its first group the id of the process that made them) whose
+    process is gone: they would stay for good. A live process's, another user's too, may be in use."""
     for leftover in folder.iterdir():
         if (match := re.fullmatch(pattern, leftover.name)) is None or int(match.group(1)) == os.getpid():
             continue
@@ -117,14 +116,13 @@ def remove_raw_streams(base: Path, nsys_output: str) -> None:
 
 
 RAW_STREAM_HEAD = 1024**2
-"""How much of a raw stream's start is searched for the run that wrote it: its header holds the profiled
-command's environment (about 3 KB into the stream in the tests; a pod's environment can be far larger)."""
+"""How much of a raw stream's start is searched for the run that wrote it: its header holds the profiled command's
+environment, which in a pod can be large."""
 
 
 def remove_raw_streams_of(folder: Path) -> None:
-    """Delete the raw streams a killed run's collection left in nsys' temp folder (incomplete: never a report); FOLDER
-    is the run's dead :func:`owned_folder`. A stream's header records the command's environment, which names FOLDER
-    (the signal file under it): only those go, and another session's live stream stays."""
+    """Delete the raw streams a killed run left in nsys' temp folder (never reports): those whose header, the recorded
+    environment, names FOLDER, the run's dead :func:`owned_folder`; another session's live stream stays."""
     needle = f"={folder}{os.sep}".encode()
     for stream in nsys_temp_dir().glob("nsys-report-*.qdstrm"):
         with contextlib.suppress(OSError), stream.open("rb") as head:
@@ -138,4 +136,3 @@ _QDSTRM = re.compile(r"""['"]?(/[^'"\n]*?\.qdstrm)['"]?""")
 def named_raw_streams(nsys_output: str) -> list[Path]:
     """The .qdstrm files nsys' messages name ("Generating '/tmp/nsys-report-1a2b.qdstrm'")."""
     return sorted({Path(found) for found in _QDSTRM.findall(nsys_output)})
-

@@ -78,8 +78,7 @@ def _unknown_reports(stats: ProfileStats) -> int:
 
 
 def _exports_ahead(paths: Sequence[Path]) -> Callable[[Path], object]:
-    """Start exporting the .nsys-rep files among PATHS before the heavy imports (they overlap nsys' export); what it
-    returns waits for a PATH's export, where it has one."""
+    """Start exporting the .nsys-rep files of PATHS before the heavy imports; returns a wait for a path's export."""
     exports = export_ahead(path for path in paths if path.suffix in REPORT_SUFFIXES and path.is_file())
     return lambda path: exports[path].result() if path in exports else None
 
@@ -334,9 +333,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 ALLOCATOR_SETTING = "_RJEM_MALLOC_CONF"
 """How Polars' allocator (its own copy of jemalloc) is configured: read once, as Polars is imported."""
 ANALYSIS_ALLOCATOR = "narenas:1,background_thread:true,dirty_decay_ms:100,muzzy_decay_ms:0"
-"""For `nsight stats`, `report`, `export` and `diff`, unless the user chose one: one arena, freed pages handed back
-soon by jemalloc's own thread, where Polars' defaults keep them per thread, each stage's freed memory held for the
-next. Set in nsight's own process only (``main`` without ARGV), whose only children are nsys' exports."""
+"""For `nsight stats`, `report`, `export` and `diff`, unless the user chose one: one arena, whose freed pages jemalloc's
+own thread hands back soon (Polars' defaults hold them per thread for the next stage). Set in nsight's own process only
+(``main`` without ARGV), whose only children are nsys' exports."""
 
 POLARS_ALLOCATOR = re.compile(r"dirty_decay_ms:500,muzzy_decay_ms:1000(,thp:always,metadata_thp:always)?,?")
 """What Polars' import writes into ALLOCATOR_SETTING (its defaults, then the value it found): a process started by one
@@ -369,9 +368,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _exit_now(code: int) -> NoReturn:
-    """End the process of `nsight stats`, `report` or `export` without Python's teardown of Polars, pydantic and
-    Altair, which they do not need: their files are closed and their output is flushed here. Only for the program
-    itself (``main`` without ARGV)."""
+    """End `nsight stats`, `report` or `export` (``main`` without ARGV) without Python's teardown of Polars, pydantic
+    and Altair, which they do not need: files are closed, output flushed here."""
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError):  # a reader that went away (`| head`): nothing more to say

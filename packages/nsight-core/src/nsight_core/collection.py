@@ -56,8 +56,7 @@ class Collector:
     another holds it waits (:meth:`start`), else runs unprofiled; the lock is never held while nsys runs."""
 
     def __init__(self, settings: Settings, nsys: Callable[[], Nsys]) -> None:
-        """NSYS finds the nsys when a region first needs it: a missing one costs that region's profile, never the
-        look-up of the session."""
+        """NSYS finds nsys when a region first needs it: a missing one costs that region's profile, not the look-up."""
         self.settings = settings
         self.name = settings.name
         self.output_dir = settings.output_dir
@@ -253,9 +252,8 @@ class Collector:
 
 @contextlib.contextmanager
 def _interrupts_deferred() -> Iterator[None]:
-    """Hold Ctrl-C back while nsys writes the trace (a second one killed `nsys stop` half way, losing it): raised once
-    the trace is written where the block ended normally, dropped where a KeyboardInterrupt unwinds. In the main thread
-    only (Python's signal rule)."""
+    """Hold Ctrl-C back while nsys writes the trace (a second one kills `nsys stop` half way, losing it): raised once
+    the trace is written where the block ended normally, else dropped. Main thread only (Python's rule)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -275,17 +273,15 @@ _previous_sigterm: Any = None
 
 
 def _mask_sigterm(how: int) -> None:
-    """Around a fork, once the SIGTERM handler is ours: SIGTERM blocked in the forking thread (HOW: SIG_BLOCK before,
-    SIG_UNBLOCK after in the parent), so it stays pending in the kernel; CPython drops a signal that reaches a child
-    before its re-initialisation (a terminated `multiprocessing.Pool` worker then never died)."""
+    """Around a fork once the SIGTERM handler is ours, SIGTERM blocked in the forking thread (HOW: SIG_BLOCK, then
+    SIG_UNBLOCK in the parent) stays pending: CPython drops one that reaches a child before its re-initialisation."""
     if _previous_sigterm is not None:
         signal.pthread_sigmask(how, {signal.SIGTERM})
 
 
 def _after_fork_in_child() -> None:
-    """A forked child: a fresh lock (another thread of the parent may have held it at the fork), and SIGTERM handled as
-    it was before nsight (the collection is the parent's; the default action kills at once), then any SIGTERM held back
-    during the fork delivered."""
+    """A forked child: a fresh lock (another thread may have held it at the fork), SIGTERM handled as before nsight (the
+    collection is the parent's; the default kills at once), then any SIGTERM held back during the fork delivered."""
     global _current_lock, _previous_sigterm
     _current_lock = threading.Lock()
     if _previous_sigterm is None:

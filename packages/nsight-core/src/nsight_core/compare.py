@@ -1,6 +1,5 @@
-"""`nsight diff`: load two captures and compare them (:mod:`nsight_core.analysis.diff`). A trace or export gives
-events and is checked for completeness; recorded CSVs give per-name totals only, and the comparison says what it
-could not compare."""
+"""`nsight diff`: load two captures and compare them (:mod:`nsight_core.analysis.diff`). A trace or export gives events,
+checked for completeness; recorded CSVs only per-name totals, and the comparison says what it could not compare."""
 
 from __future__ import annotations
 

@@ -56,8 +56,7 @@ class StatsError(NsightError):
 
 
 class NotEnoughMemoryError(NsightError):
-    """A capture's export or summary would need more memory than the process may take, so neither was made
-    (:mod:`nsight_core.memory`); the trace is kept."""
+    """An export or summary would take more memory than allowed (:mod:`nsight_core.memory`); the trace is kept."""
 
 
 def is_permission_failure(text: str) -> bool:

@@ -1,8 +1,7 @@
 """The exec wrapper: what a container runtime re-execs an action into, so it runs under `nsys launch`.
 
-Public (the Flyte adapter stamps :func:`exec_wrapper` into a task's environment): a missing nsys, a
-bad setting or too little temp space must cost the profile, never the job, so every failure here
-falls back to exec'ing the command unprofiled after one warning line."""
+Public (the Flyte adapter stamps :func:`exec_wrapper` into a task's environment). A missing nsys, a bad setting or too
+little temp space costs the profile, never the job: every failure execs the command unprofiled, warned once."""
 
 from __future__ import annotations
 
@@ -27,9 +26,8 @@ __all__ = ["exec_launch", "exec_wrapper"]
 def exec_launch(argv: Sequence[str], *, name: str, trace: Sequence[str] | str = DEFAULT_TRACE,
                 sample: str | None = None, output_dir: str | Path | None = None,
                 cuda_graph_trace: str | None = None, python_backtrace: bool = False) -> NoReturn:
-    """Run ARGV under `nsys launch` and exit as it did, or replace this process with ARGV alone. It stays nsys'
-    parent: nsys exits 0 when signalled itself, so a preempted pod would report success; its parent forwards
-    SIGTERM/SIGINT and exits 128+N. A random suffix keeps a retried attempt off the last one's session and paths."""
+    """Run ARGV under `nsys launch` and exit as it did (128+N after a forwarded SIGTERM/SIGINT: nsys exits 0 when
+    signalled), or exec ARGV alone. A random suffix keeps a retry off the last attempt's session and paths."""
     if not argv:
         raise ValueError("no command to launch: give the program and its arguments after --.")
     own: Path | None = None  # the temp folder this launch makes (no OUTPUT_DIR): removed where nothing was written
@@ -59,8 +57,7 @@ def _exec_unprofiled(argv: Sequence[str], why: str, own: Path | None) -> NoRetur
 
 
 def _remove_if_empty(folder: Path | None) -> None:
-    """Remove FOLDER where it holds nothing (no region recorded): a launch per task would leave one in the temp folder
-    each time."""
+    """Remove FOLDER if empty (no region recorded): else a launch per task leaves one in the temp folder each time."""
     if folder is not None:
         with contextlib.suppress(OSError):  # not empty, or already gone
             folder.rmdir()

@@ -57,8 +57,7 @@ def marked_window(marks: pl.DataFrame | pl.LazyFrame) -> tuple[int | None, int |
 
 
 def calibrated_ns(marks: pl.DataFrame | pl.LazyFrame) -> float | None:
-    """What tracing cost each CUDA call as the capture's region measured it (the last CALIBRATION_MARK of MARKS);
-    None where it did not."""
+    """What tracing cost each CUDA call as the region measured it (the last CALIBRATION_MARK of MARKS), or None."""
     import polars as pl
 
     found = (marks.lazy().filter(pl.col("name").str.starts_with(CALIBRATION_MARK)).sort("time_ns").last()

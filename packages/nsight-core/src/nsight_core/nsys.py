@@ -69,16 +69,15 @@ def installer_prefix() -> Path:
     return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "nsight" / "nsys"
 
 
-# What nsys sets in the processes it profiles to inject its collectors into them (measured, 2023.4.4).
+# What nsys sets in the processes it profiles to inject its collectors into them (nsys 2023.4.4).
 _INJECTION_VARIABLES = ("NVTX_INJECTION64_PATH", "NVTX_INJECTION32_PATH", "QUADD_INJECTION_PROXY",
                         "QUADD_INJECTION_CONFIG")
 _INJECTION_LIBRARIES = ("libToolsInjection", "libLinuxKeyboardInterceptor")
 
 
 def uninjected_env() -> dict[str, str]:
-    """This process's environment without nsys' injection (the user's own preloads stay), for nsys' own commands: a
-    profiled process hands nsys' LD_PRELOAD on, and where `nsys` is a wrapper script, the injected shell registers
-    as a profiled process that `nsys stop` then waits for."""
+    """This environment without nsys' injection (the user's preloads stay), for nsys' own commands: a profiled process
+    passes nsys' LD_PRELOAD on, and an injected `nsys` wrapper script's shell is a process `nsys stop` waits for."""
     env = {name: value for name, value in os.environ.items() if name not in _INJECTION_VARIABLES}
     preload = [entry for entry in env.pop("LD_PRELOAD", "").split(":")
                if entry and not Path(entry).name.startswith(_INJECTION_LIBRARIES)]
@@ -108,10 +107,9 @@ PYTHON_BACKTRACE_THRESHOLD_NS = 10_000
 kernel launches, which bounds the cost."""
 PYTHON_BACKTRACE_FLAGS = ("--python-backtrace=cuda", f"--cudabacktrace=all:{PYTHON_BACKTRACE_THRESHOLD_NS}",
                           "--python-sampling=true")
-"""The nsys flags (`launch` and `profile` options) that record the Python call stack of CUDA calls, and samples of the
-host's Python stack (1 kHz: what the host did between CUDA calls, where nothing else is traced). nsys takes a call's
-Python stack with its native one, so ``--cudabacktrace`` must name the calls (one value: nsys 2023.4.4 keeps only the
-last of a list of kinds and refuses the flag twice), and CPU sampling must be on."""
+"""The `launch`/`profile` flags that record CUDA calls' Python call stacks and sample the host's Python stack at 1 kHz
+(what it did between CUDA calls). nsys takes a call's Python stack with its native one: ``--cudabacktrace`` must name
+the calls (one value: nsys 2023.4.4 keeps a list's last kind only, refusing the flag twice) and CPU sampling be on."""
 
 
 def validate_python_backtrace(python_backtrace: bool, sample: str | None) -> bool:
@@ -360,4 +358,3 @@ _LOST_AGENT = re.compile(r"Connection to Agent lost|Local Endpoint is not availa
 def lost_its_agent(nsys_output: str) -> bool:
     """Whether nsys says it lost its agent (a transient failure of 2023.4.4 under load, not a setting)."""
     return bool(_LOST_AGENT.search(nsys_output))
-

@@ -87,8 +87,7 @@ def with_steps_drawn(profile: CaptureProfile, draw: Callable[[Analysis], StepDra
 
 
 def capture_paths(path: str | Path) -> list[Path]:
-    """The captures PATH names: itself, or each recorded prefix (`DIR/training`, `DIR/evaluation`) of a directory of
-    several regions' CSVs."""
+    """The captures PATH names: itself, or each recorded prefix (`DIR/training`, ...) of a folder of regions' CSVs."""
     path = Path(path)
     if not path.is_dir():
         return [path]

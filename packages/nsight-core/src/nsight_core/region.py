@@ -21,10 +21,9 @@ log = logging.getLogger("nsight")
 
 
 class Region:
-    """Records its block as one capture; never raises because of profiling. Where a collection cannot start (nested in
-    the region recording, or another records past :meth:`Collector.start`'s wait) it logs ``could not start
-    collection`` and runs the block unprofiled. ``on_capture`` runs after the stop, also when the block raised; its
-    errors are logged. A cancellation while the collection starts stops it once started."""
+    """Records its block as one capture; profiling never makes it raise: where a collection cannot start (nested in the
+    recording region, or past :meth:`Collector.start`'s wait) it logs ``could not start collection`` and runs the block
+    unprofiled. ``on_capture`` runs after the stop, even if the block raised. A cancelled start is undone."""
 
     def __init__(self, session: Collector | None, name: str,
                  on_capture: Callable[[Capture], None] | None = None) -> None:

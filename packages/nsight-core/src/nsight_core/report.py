@@ -4,8 +4,7 @@ whole timeline. The CLI and the Flyte adapter call these names and nothing deepe
 >>> profile = build_profile("training.nsys-rep")
 >>> Path("report.html").write_text(render_page([profile]))
 >>> print(stats_text(profile))
->>> export_perfetto("training.nsys-rep", "training.json.gz")
-"""
+>>> export_perfetto("training.nsys-rep", "training.json.gz")"""
 
 from __future__ import annotations
 
@@ -30,8 +29,7 @@ PERFETTO_SUFFIX = ".perfetto.json.gz"
 
 
 def stats_text(profile: CaptureProfile, limit: int | None = DEFAULT_LIMIT) -> str:
-    """What `nsight stats` prints: a warning when the trace is incomplete, What to fix (steps, budget, findings),
-    then every table, each cut to its first LIMIT rows (None: all) with a line saying how many were cut."""
+    """What `nsight stats` prints: an incomplete trace's warning, What to fix, then the tables (:func:`render_text`)."""
     text = render_completeness(profile.completeness) if profile.completeness is not None else ""
     if profile.analysis is not None:
         text += render_analysis(profile.analysis) + "\n"
@@ -39,9 +37,8 @@ def stats_text(profile: CaptureProfile, limit: int | None = DEFAULT_LIMIT) -> st
 
 
 def stats_json(profile: CaptureProfile) -> dict[str, Any]:
-    """What `nsight stats --json` prints: every report's rows, the skipped reports with why, and for captures with
-    events the window, steps, budget, ranges, findings and completeness. Numbers only: durations in ns (``*_ns``),
-    sizes as nsys reports them (``*_mb``: decimal MB) or in bytes."""
+    """What `nsight stats --json` prints, numbers only: durations in ns (``*_ns``), sizes in bytes or as nsys reports
+    them (``*_mb``: decimal MB)."""
     payload = profile.stats.model_dump(mode="json", exclude={"reports"})
     if profile.analysis is not None:
         fields = {"window", "steps", "budget", "budget_scope", "coverage", "overhead", "ranges", "savings_withheld"}
@@ -77,9 +74,8 @@ def perfetto_path(capture: str | Path) -> Path:
 
 
 def export_perfetto(capture: str | Path, output: str | Path | None = None) -> PerfettoExport:
-    """Write CAPTURE's whole timeline (a .nsys-rep, or its .sqlite or arrow export) as Chrome Trace Event JSON, which
-    ui.perfetto.dev and chrome://tracing open: gzip-compressed when OUTPUT ends in ``.gz`` (by default
-    :func:`perfetto_path`). Written a slice of events at a time, so its memory is the trace's frames and one slice."""
+    """Write CAPTURE's whole timeline (:mod:`~nsight_core.render.perfetto`) to OUTPUT, by default :func:`perfetto_path`,
+    gzip-compressed where it ends in ``.gz``; a slice at a time, so its memory is the trace's frames and one slice."""
     capture = Path(capture)
     target = Path(output) if output is not None else perfetto_path(capture)
     if capture.exists() and not is_event_source(capture):

@@ -108,9 +108,8 @@ class Session:
         raise ValueError(f"capture={capture!r} is not a capture mode: use 'process' or 'manual'.")
 
     def _launch(self, capture: CaptureMode, claims: Path | None = None) -> Launch:
-        """What each attempt of :func:`run_command` runs in the nsys session it names: nsys' command line, and for
-        regions an environment that names that session and CLAIMS (the processes' `nsys start` and `stop` use it).
-        The attempt's session is the one a full temp folder's stop ends."""
+        """What each attempt of :func:`run_command` runs in the nsys session it names (the one a full temp folder's stop
+        ends): nsys' command line, and for regions an environment naming that session and CLAIMS."""
 
         def attempt(name: str) -> tuple[list[str], dict[str, str] | None]:
             self._recording = name
@@ -243,4 +242,3 @@ def _check_runnable(program: str) -> None:
                                         "it through its interpreter); nothing was run.")
     raise CommandNotFoundError(f"command not found: {program!r} is not an executable file nor on PATH; "
                                "nothing was run.")
-

@@ -1,6 +1,5 @@
-"""A session's settings, handed to the processes in it through their environment, and nsys' words when it writes
-no trace: what the parent side (:mod:`nsight_core.session`) and the child side (:mod:`nsight_core.collection`) both
-read, so that neither imports the other's module."""
+"""A session's settings, handed to its processes through their environment, and nsys' words when it writes no trace:
+what both the parent (:mod:`nsight_core.session`) and child (:mod:`nsight_core.collection`) side read."""
 
 from __future__ import annotations
 
@@ -43,9 +42,8 @@ def validate_trace(trace: Sequence[str] | str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Settings:
-    """One session as every process in it sees it: written into the command's environment by the parent
-    (:meth:`to_env`), read back by each process nsys starts (:meth:`from_env`). Paths are absolute: the program may
-    change directory before it opens a region."""
+    """One session as every process in it sees it: put into the command's environment by the parent (:meth:`to_env`),
+    read back by each process nsys starts (:meth:`from_env`). Paths are absolute: the program may change directory."""
 
     name: str
     trace: tuple[str, ...]
@@ -96,5 +94,3 @@ def diagnose(nsys_output: str, where: Path) -> str | None:
     if match := _NSYS_ERROR.search(nsys_output):
         return f"nsys refused or failed: {one_line(match.group(0))}"
     return None
-
-

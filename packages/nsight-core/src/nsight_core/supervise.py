@@ -2,8 +2,7 @@
 
 `nsight run` and `nsight launch` stay nsys' parent: they hand the command its stdout/stderr, hold nsys' own messages
 back until the command started, forward SIGTERM/SIGINT once each, run nsys again where it failed before starting
-anything, end an nsys agent that outlives nsys (or a killed run), and make nsys die with them (a parent-death signal).
-"""
+anything, end an nsys agent that outlives nsys (or a killed run), and make nsys die with them (parent-death signal)."""
 
 from __future__ import annotations
 
@@ -63,10 +62,9 @@ def attempt_names(session: str) -> list[str]:
 
 
 def run_command(session: str, launch: Launch, command: Sequence[str], timeout: float | None = None) -> Finished:
-    """Run COMMAND under nsys as LAUNCH says, with COMMAND's stdio untouched and nsys' own output on stderr; nsys runs
-    in its own process group, so a terminal's Ctrl-C reaches it once (forwarded). SESSION: the nsys session of the run
-    (:func:`attempt_names`), whose leftover agents are ended. A launch that never started COMMAND (after
-    START_ATTEMPTS) says why only in the result's ``nsys_output``."""
+    """Run COMMAND under nsys as LAUNCH says, its stdio untouched, nsys' output on stderr; nsys has its own process
+    group, so a terminal's Ctrl-C reaches it once (forwarded). Leftover agents of SESSION's attempts
+    (:func:`attempt_names`) are ended. A launch that never started COMMAND says why only in ``nsys_output``."""
     end_what_killed_runs_left()
     names = attempt_names(session)
     used: list[str] = []
@@ -90,9 +88,8 @@ def run_command(session: str, launch: Launch, command: Sequence[str], timeout: f
 
 
 def end_what_killed_runs_left() -> None:
-    """End the nsys agents of runs that were killed (nothing of theirs ran to clean up) and delete their temp folders
-    (:func:`nsight_core.claims.owned_folder`, which name the session of each of their attempts) with the raw streams
-    they left: nsys killed as it starts its agent leaves the agent running, holding nsys' session lock in $TMPDIR."""
+    """End the nsys agents of killed runs, delete their temp folders (:func:`~nsight_core.claims.owned_folder`, naming
+    each attempt's session) and raw streams: an nsys killed starting its agent leaves it holding the session lock."""
     for folder, sessions in dead_folders("nsight-"):
         for session in sessions.split():
             end_leftover_agents(session, grace=0.5)
@@ -100,9 +97,8 @@ def end_what_killed_runs_left() -> None:
 
 
 def end_leftover_agents(session: str, grace: float = 2.0) -> list[int]:
-    """End the agents of nsys session SESSION that outlive nsys (after SIGTERM, or a lost agent), each given GRACE
-    seconds, then SIGTERM, then SIGKILL; their pids. One holds the command's stdout and stderr (a caller waiting for
-    their end waits forever) and a session lock in $TMPDIR."""
+    """End nsys session SESSION's agents that outlive nsys (after SIGTERM, or a lost agent), holding the command's stdio
+    (its reader would wait forever) and a session lock: GRACE seconds, then SIGTERM, then SIGKILL; their pids."""
     wanted = [b"--start-agent", f"--session-name={session}".encode()]
     found = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
@@ -204,9 +200,8 @@ _PR_SET_PDEATHSIG = 1
 
 
 def _terminated_with(parent: int, moves: Sequence[tuple[int, int]] = ()) -> Callable[[], None]:
-    """What a child runs before it execs nsys: each (from, to) of MOVES, a descriptor copied onto another; then
-    SIGTERM when PARENT dies, even by SIGKILL, which nsys passes on to the command and writes the trace so far, so
-    nothing records on orphaned. The kernel keeps it across the exec; a parent gone before it was set is checked."""
+    """What a child runs before it execs nsys: MOVES' descriptors copied (from, to), then SIGTERM when PARENT dies, even
+    by SIGKILL (kept across the exec; a parent already gone is checked): nsys passes it on, writes the trace so far."""
     libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the child must not load a library
 
     def arm() -> None:
@@ -251,9 +246,8 @@ def _fileno(stream: Any, default: int) -> int:
 
 
 class _Relay:
-    """nsys' own messages on their way to stderr, held back until nsys started the command: a launch that never does
-    (a rejected setting, a lost agent) would print usage text or words a retry makes moot; its ``tail`` goes into the
-    one warning the caller prints instead."""
+    """nsys' messages on their way to stderr, held back until nsys started the command: a launch that never does (a
+    rejected setting, a lost agent) would print words a retry makes moot; its ``tail`` goes in one warning."""
 
     def __init__(self, keep: int = 16_384) -> None:
         self.tail = bytearray()

@@ -19,10 +19,9 @@ GENERATED_NAME = re.compile(r"nsight-[0-9a-f]{8}")
 
 
 def capture_title(path: Path, trace: Trace) -> str:
-    """A capture's section title: its file's name (its region's, or a named run's); for an unnamed run's capture (a
-    random id, nsight-cb27362c) the command it recorded, where the export holds it (META_DATA_CAPTURE), else the program
-    with the most CPU events, named by its main thread: nsys names a process when it starts, which for `nsight run` is
-    the shell that then execs the command."""
+    """A capture's section title: its file's name (a region's, or a named run's); for an unnamed run's (nsight-cb27362c)
+    the command it recorded where the export holds it (META_DATA_CAPTURE), else the program with the most CPU events,
+    named by its main thread (nsys names a process at its start: for `nsight run`, the shell)."""
     if not GENERATED_NAME.fullmatch(path.stem):
         return path.stem
     if command := recorded_command(trace.meta):
@@ -42,8 +41,7 @@ def capture_title(path: Path, trace: Trace) -> str:
 
 
 NOT_PROGRAMS = frozenset({"sh", "bash", "dash", "nsys-launcher"})
-"""Names nsys may record for the command's process before it execs the command (`nsight run`'s shell, nsys' launcher):
-no program's name."""
+"""What nsys may name the command's process before its exec (`nsight run`'s shell, nsys' launcher): not a program."""
 
 MAX_TITLE = 100
 

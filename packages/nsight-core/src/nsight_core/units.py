@@ -1,10 +1,6 @@
-"""The one formatter of durations, sizes, rates and shares: every page, table, chart, message and finding writes its
-numbers through here, so one quantity reads the same everywhere.
-
-- Sizes in binary units (B, KiB, MiB, GiB, TiB); nsys' tables keep their decimal MB numbers (``total_mb``), but any
-  size shown as words goes through :func:`size`.
-- Durations in the largest unit that keeps the number >= 1 (ns, µs, ms, s), two decimals (whole ns).
-- Microseconds are ``µs``; only a stream that cannot encode it gets ``us`` (:func:`for_stream`).
+"""The one formatter of durations, sizes, rates and shares, so that one quantity reads the same on every page, table,
+chart, message and finding: sizes in binary units (nsys' tables keep their decimal ``*_mb``), durations in the largest
+unit that keeps the number >= 1.
 
 No Polars, no pydantic: memory.py and the CLI's messages use it before anything heavy is loaded."""
 
@@ -61,9 +57,8 @@ def rate(bytes_per_s: float | None) -> str:
 
 
 def quantity(value: float | None, unit: Unit | str) -> str:
-    """VALUE in UNIT (``ns``, ``bytes``, ``bytes_per_s``, ``fraction``: ``61.0%``, ``count``: thousands separated,
-    one decimal where not whole: a per-step mean) as a person reads it: the entry point for numbers whose unit comes
-    with them (findings' evidence, diff deltas)."""
+    """VALUE in UNIT as a person reads it, for numbers whose unit comes with them (findings' evidence, diff deltas): a
+    ``count`` has thousands separated, one decimal where not whole (a per-step mean)."""
     if value is None:
         return "-"
     formats: dict[str, Callable[[float], str]] = {"ns": duration, "bytes": size, "bytes_per_s": rate,
@@ -72,9 +67,8 @@ def quantity(value: float | None, unit: Unit | str) -> str:
 
 
 def for_stream(text: str, stream: TextIO) -> str:
-    """TEXT as STREAM can write it: unchanged when its encoding holds every character (UTF-8 terminals, files);
-    else ``µs`` spelled ``us`` where the encoding lacks ``µ``, and any other character it lacks replaced, instead
-    of a UnicodeEncodeError in the middle of a table (``LANG=C``, a Windows console)."""
+    """TEXT as STREAM can write it: unchanged where its encoding holds every character, else ``µs`` spelled ``us`` where
+    ``µ`` is missing and any other missing character replaced, not a UnicodeEncodeError mid-table (``LANG=C``)."""
     encoding = getattr(stream, "encoding", None) or "utf-8"
     try:
         MICROSECONDS.encode(encoding)

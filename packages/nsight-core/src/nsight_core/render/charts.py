@@ -20,6 +20,7 @@ from nsight_core.analysis.step_drawing import StepDrawing
 from nsight_core.analysis.summary import NEEDS_TRACE
 from nsight_core.analysis.trace_summary import TraceSummary
 from nsight_core.render.findings import PART_LABELS
+from nsight_core.render.perfetto import os_tid
 from nsight_core.render.step_view import PART_COLORS, cpu_words
 from nsight_core.stats.models import ProfileStats
 from nsight_core.trace.schema import in_domain
@@ -49,9 +50,8 @@ class ChartSpec(BaseModel):
 
 
 def capture_charts(profile: CaptureProfile) -> list[ChartSpec]:
-    """All charts of one capture, in display order. Altair's debug mode is off (it validates every row as a chart is
-    made; :func:`_spec` says where the schema is checked), and every channel is its object, never a shorthand string,
-    which Altair resolves by hashing the schema of each of its channel classes."""
+    """All charts of one capture, in display order, with Altair's debug mode off (it validates every row; :func:`_spec`
+    says where the schema is checked) and channel objects, never the shorthand strings Altair resolves by hashing."""
     with debug_mode(False):
         stats = profile.stats
         if (analysis := profile.analysis) is not None:
@@ -73,9 +73,8 @@ def warm_up() -> None:
 
 
 def _spec(chart: alt.TopLevelMixin, **datasets: list[dict[str, Any]]) -> dict[str, Any]:
-    """CHART as a Vega-Lite dict with DATASETS, the rows of each data its parts name (``alt.Data(name=...)``), added
-    after Altair made it (inline values it would convert one by one). Not validated: the shapes are this module's own,
-    and tests/report/test_chart_specs.py checks each against the schema."""
+    """CHART as a Vega-Lite dict with DATASETS (the rows of each ``alt.Data(name=...)``) added after Altair made it,
+    which would convert inline values one by one. Unvalidated: tests/report/test_chart_specs.py checks the shapes."""
     spec = chart.configure_view(stroke=None).to_dict(validate=False)
     if datasets:
         spec["datasets"] = datasets
@@ -87,7 +86,6 @@ def _bar_height(rows: int) -> int:
 
 
 def _tip(field: str, title: str, number: str | None = None) -> alt.Tooltip:
-    """A tooltip line: FIELD (`name:type`) titled TITLE, its numbers in d3's format NUMBER where given."""
     return alt.Tooltip(field, title=title) if number is None else alt.Tooltip(field, title=title, format=number)
 
 
@@ -245,9 +243,8 @@ def timeline_chart(trace: TraceSummary | None) -> ChartSpec:
                                              ranges=ranges))
 
 def _nvtx_lane(trace: TraceSummary, x_scale: alt.Scale, axis_title: str) -> tuple[alt.Chart, list[dict[str, Any]]]:
-    """The timeline's NVTX rows, one per thread (and nesting level), the range names in a legend: each range, or for a
-    capture of more than MAX_TIMELINE_RANGES, each thread's outermost ranges per slice (a mark per range would be
-    thousands of invisible slivers), as opaque as the slice is covered."""
+    """The timeline's NVTX rows, one per thread and depth, names in a legend: each range, or beyond MAX_TIMELINE_RANGES
+    each thread's outermost ranges per slice (not slivers), as opaque as the slice is covered."""
     aggregated = bool(trace.nvtx_buckets)
     frame = pl.DataFrame([drawn.model_dump() for drawn in trace.nvtx_buckets or trace.nvtx]).with_columns(
         pl.lit(0).alias("depth") if aggregated else pl.lit(1.0).alias("fraction"))
@@ -256,7 +253,7 @@ def _nvtx_lane(trace: TraceSummary, x_scale: alt.Scale, axis_title: str) -> tupl
     names = top["name"].head(TOP_LEGEND).to_list()
     thread = pl.col("thread")
     label = pl.format("{} ({})", thread.replace_strict(trace.thread_names, default="thread", return_dtype=pl.String),
-                      thread % (1 << 24))
+                      os_tid(thread))
     rows = frame.with_columns(
         pl.when(pl.col("name").is_in(names)).then("name").otherwise(pl.lit(OTHER_RANGES)).alias("legend"),
         pl.when(pl.col("depth") == 0).then(label).otherwise(pl.format("{} level {}", label, pl.col("depth") + 1))

@@ -52,9 +52,8 @@ def _asset(name: str) -> str:
 
 @functools.cache
 def vega_bundle() -> str:
-    """vega + vega-lite + vega-embed (render/vendor/: the npm builds Altair's specs need, scripts/vendor-vega.sh) as one
-    script, read once per process. The wrapper's `define`, `module` and `exports` hide a host page's module loader, so
-    each UMD build sets its global wherever the fragment is embedded."""
+    """vega + vega-lite + vega-embed (render/vendor/, scripts/vendor-vega.sh) as one script, read once per process. The
+    wrapper's `define`, `module` and `exports` hide a host page's module loader, so each UMD build sets its global."""
     builds = "\n".join((resources.files("nsight_core.render") / "vendor" / f"{name}.min.js").read_text(encoding="utf-8")
                        for name in ("vega", "vega-lite", "vega-embed"))
     return f"(function (define, module, exports) {{\n{builds}\n}}).call(window);"
@@ -68,8 +67,7 @@ def script_json(value: Any) -> str:
 
 
 def render_fragment(profiles: Sequence[CaptureProfile], notes: Sequence[str] = ()) -> str:
-    """The report as a self-contained HTML fragment, safe inside any page and repeated on one: one section per capture,
-    then NOTES."""
+    """The report as an HTML fragment safe inside any page, and repeated on one: a section per capture, then NOTES."""
     fragment = GrowingFragment()
     for profile in profiles:
         fragment.add(profile)
@@ -106,8 +104,7 @@ def render_page(profiles: Sequence[CaptureProfile], title: str = "GPU Profile", 
 
 
 def prepare() -> None:
-    """Compile the page's templates, read the script bundle and make a first chart now, not at the first render: a
-    caller waiting for nsys' export has the time then."""
+    """Compile the templates, read the scripts and make a first chart now, while a caller waits for nsys' export."""
     for name in ("report.html.j2", "section.html.j2", "page.html.j2"):
         _templates().get_template(name)
     vega_bundle()
@@ -116,7 +113,7 @@ def prepare() -> None:
 
 
 def _charts() -> ModuleType:
-    """render/charts.py, imported where a page is rendered: Altair takes 0.2 s to import; `nsight stats` draws none."""
+    """render/charts.py, imported where a page is rendered: Altair is slow to import, and `nsight stats` draws none."""
     from nsight_core.render import charts as module
 
     return module

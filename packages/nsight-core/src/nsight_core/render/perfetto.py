@@ -1,8 +1,7 @@
 """A capture's whole timeline as Chrome Trace Event JSON, the format ui.perfetto.dev and chrome://tracing open: a
 process per GPU with a thread per stream (kernels, graph launches traced whole, copies, memsets), the traced processes
 with their threads (NVTX ranges, CUDA API and OS-runtime calls, NVTX marks as instants), each named by a metadata event.
-Times are µs with ns as decimals. Push/pop ranges are nesting ``X`` slices; start/end ranges may overlap on a thread, so
-they are async begin/end pairs. Streamed: each slice of CHUNK_ROWS events becomes its JSON text in Polars
+Times are µs with ns as decimals. Streamed: each slice of CHUNK_ROWS events becomes its JSON text in Polars
 (``struct.json_encode``, which escapes names) and is written before the next is made, no Python object per event."""
 
 from __future__ import annotations
@@ -10,6 +9,7 @@ from __future__ import annotations
 import gzip
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import polars as pl
 
@@ -59,9 +59,17 @@ def _slice(category: str, name: pl.Expr, pid: pl.Expr, tid: pl.Expr, args: pl.Ex
     return fields if args is None else [*fields, args.alias("args")]
 
 
+Thread = TypeVar("Thread", int, pl.Expr)
+
+
+def os_tid(thread: Thread) -> Thread:
+    """The OS thread id in nsys' thread id (an int or a column): its low 24 bits, below the pid (:func:`pid_of`)."""
+    return thread % (1 << 24)
+
+
 THREAD = pl.col("thread")
 GPU_PID, STREAM = pl.col("device") + GPU_PID_BASE, pl.col("stream")
-PID, TID = pid_of(THREAD), THREAD % (1 << 24)
+PID, TID = pid_of(THREAD), os_tid(THREAD)
 
 
 def _events(trace: Trace) -> Iterator[tuple[str, list[Part]]]:

@@ -15,6 +15,7 @@ from nsight_core.analysis.kernels import short_name
 from nsight_core.analysis.step_drawing import DrawnStep, StepDrawing
 from nsight_core.analysis.steps import KernelPeriodSteps, NvtxCpuSteps, NvtxGpuSteps
 from nsight_core.render.findings import CPU_LABELS, PART_LABELS
+from nsight_core.render.perfetto import os_tid
 from nsight_core.units import duration, size
 
 PART_COLORS = {"compute": "#76b900", "exposed_comm": "#e8710a", "exposed_copy": "#4c78a8", "sync_wait": "#d93025",
@@ -102,7 +103,7 @@ def _rows(events: pl.DataFrame, drawing: StepDrawing) -> tuple[pl.DataFrame, lis
     rows = [{"label": f"GPU {device} · stream {stream}", "lane": "gpu", "key": f"g{device}.{stream}"}
             for device, stream in gpu.iter_rows()]
     for thread in order:
-        label = f"{drawing.thread_names.get(thread) or 'thread'} ({thread % (1 << 24)})"
+        label = f"{drawing.thread_names.get(thread) or 'thread'} ({os_tid(thread)})"
         mine = cpu.filter(pl.col("thread") == thread)
         levels = mine.filter(pl.col("kind") == "nvtx").select((pl.col("depth").max() + 1).fill_null(0)).item()
         rows += [{"label": f"{label} NVTX" if not level else f"  NVTX level {level + 1}", "lane": "cpu",

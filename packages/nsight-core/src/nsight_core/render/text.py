@@ -44,9 +44,8 @@ DEFAULT_LIMIT = 50
 
 
 def render_text(stats: ProfileStats, limit: int | None = DEFAULT_LIMIT) -> str:
-    """Every table of STATS, each cut to its first LIMIT rows (None: all) with a line saying how many were cut, then
-    the skipped reports with their reasons. The tables are in nsys' order (the most time first), so the cut rows
-    are the ones that matter least."""
+    """Every table of STATS, each cut to its first LIMIT rows (None: all; nsys' order puts those that matter most first)
+    with a line saying how many were cut, then the skipped reports with their reasons."""
     lines: list[str] = []
     for table, title in _TITLES.items():
         rows = getattr(stats, table)

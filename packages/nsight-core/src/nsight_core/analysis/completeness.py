@@ -297,8 +297,7 @@ def _reached(reach: _Reach, window: list[pl.DataFrame]) -> _Reach:
 
 def _overlaps(ranges: pl.DataFrame, events: pl.DataFrame, carried: pl.Series, by: str | None = None) -> pl.Series:
     """Per range (in RANGES' order): does any of EVENTS (on the same BY, when given), or an earlier event that reaches
-    as far as CARRIED (per range, null for none), overlap it? Exactly when the running maximum of the events' ends (by
-    start) at the last event starting before the range ends reaches the range's start."""
+    as far as CARRIED (per range, null for none), overlap it, by the test of :func:`_ranges_with_cuda`?"""
     ranges = ranges.with_columns(carried.alias("_carried"))
     reached = pl.col("_carried")
     if events.height:

@@ -31,8 +31,7 @@ from nsight_core.trace.frames import EventTables
 from nsight_core.trace.streamed import WINDOW_ROWS, Events, events
 
 CHOOSE_ROWS = 1_000_000
-"""NVTX ranges, and kernels, from the capture's start that choose its step family: a fixed number, so that the
-family chosen is the same on any machine; every step of it is then found over the whole capture."""
+"""NVTX ranges and kernels from the start that choose the step family: a fixed number, the same on any machine."""
 
 
 def choose_steps(frames: Events) -> tuple[ChosenSteps, CodedRanges | None]:

@@ -1,5 +1,4 @@
-"""What the findings of a known cause read (:class:`causes.CauseInputs`), made in batches of steady steps and summed, so
-that the answer is the same whatever the windows' size."""
+"""Known causes' inputs (:class:`causes.CauseInputs`), summed over batches of steady steps: the same for any windows."""
 
 from __future__ import annotations
 

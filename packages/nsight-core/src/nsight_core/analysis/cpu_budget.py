@@ -124,8 +124,7 @@ def budget_totals(steps: pl.DataFrame, kernels: pl.DataFrame, copies: pl.DataFra
                            (source.edges(first_ns, last_ns)[1], _EDGE, False)]
         merged = _events(events).sort("start_ns", maintain_order=True)
         del events  # the sources' slices: the sorted events hold their times now
-        # The state after each time's events: a layer's coverage counts its starts less its ends (from those before the
-        # batch on); a lookup's row is the last interval to start.
+        # The state after each time's events: a layer's coverage (starts less ends so far), a lookup's last row begun.
         kind = pl.col("_kind")
 
         def seen(of: int) -> pl.Expr:

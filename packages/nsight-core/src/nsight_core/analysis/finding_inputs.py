@@ -97,8 +97,7 @@ def _syncs(frames: Events, steps: pl.DataFrame, calls: pl.DataFrame, thread: int
 
 
 def _launch_shape(frames: Events, steps: pl.DataFrame, window_rows: int | None) -> tuple[float, float, float]:
-    """Kernels per step, median kernel duration and median launch-call duration in STEPS, from windows of correlation
-    id: per window, the launches in the steps and the kernels they launched, their durations counted per value."""
+    """Kernels per step, median kernel and launch-call durations in STEPS, counted in windows of correlation id."""
     duration = (pl.col("end_ns") - pl.col("start_ns")).alias("ns")
     is_launch = matching(frames.cuda_api, "name", lambda name: name.str.contains(LAUNCH_API))
     calls = frames.cuda_api.filter(is_launch).select("correlation_id", "start_ns", "end_ns")

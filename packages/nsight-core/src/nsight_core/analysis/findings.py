@@ -94,8 +94,7 @@ def _activity_finding(context: Context, kinds: tuple[str, ...], kind: FindingKin
 
 
 def sync_wait(context: Context, syncs: pl.DataFrame, small_reads: int) -> Finding | None:
-    """Syncs that drain the GPU queue inside steps (`.item()`, `cudaStreamSynchronize`, sync copies): the saving is
-    the idle stretch each causes, until the next launch. SYNCS and SMALL_READS: as in :class:`GpuInputs`."""
+    """Syncs that drain the GPU queue in steps (`.item()`, a stream sync, a sync copy): the idle time each causes."""
     steps = max(context.budget.steps if context.budget else 1, 1)
     calls = syncs.group_by("name", "range").agg(pl.col("len").sum()).sort(["len", "name", "range"],
                                                                            descending=[True, False, False])
@@ -105,8 +104,7 @@ def sync_wait(context: Context, syncs: pl.DataFrame, small_reads: int) -> Findin
     if small_reads:
         extra.append(Evidence(metric="small_device_to_host_copies_per_step", value=small_reads / steps, unit="count",
                               where=Where(kind="copy", name="Device-to-Host")))
-    # torch.tensor(list, device=...), .to() or .cpu() of unpinned memory. Small reads back say more (the value, not
-    # the memory, is the cause).
+    # Pageable copies: torch.tensor(list, device=...), .to() or .cpu(); small reads say more (the value is the cause).
     copies = calls.filter(pl.col("name").str.contains(PAGEABLE_COPY_CALL)).height
     subject = "scalar_reads" if small_reads else "pageable_transfer" if copies else ""
     return _budget_finding(context, "sync_wait", extra, seen=int(calls["len"].sum()) >= steps, subject=subject)
@@ -201,8 +199,7 @@ def exposed_comm(context: Context) -> Finding | None:
 
 
 def kernel_totals(kernels: pl.DataFrame | pl.LazyFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """The time of the kernels that started in STEPS' span per short and full name (KERNEL_TOTAL_COLUMNS): what
-    :func:`device_bound` and :func:`fp32_matmul` rank. Lazy KERNELS are streamed."""
+    """The time of the kernels started in STEPS' span per short and full name (KERNEL_TOTAL_COLUMNS), streamed."""
     if not steps.height:
         return pl.DataFrame(schema=KERNEL_TOTAL_COLUMNS)
     lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)

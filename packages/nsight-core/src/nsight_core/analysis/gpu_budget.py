@@ -77,8 +77,7 @@ def budget_in_batches(windows: pl.DataFrame, cuts: list[tuple[int, int]], betwee
 
 def _batch_budget(windows: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame, host: Host, lo: int,
                   hi: int, stretches: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """WINDOWS (from LO to HI) cut into parts and idle causes: the sums per step, part and CPU activity (TOTAL_COLUMNS),
-    and each idle stretch with its largest cause (IDLE_COLUMNS). WORK: the GPU work; SYNCS: the thread's syncs."""
+    """WINDOWS (LO to HI) in parts and causes: the sums (TOTAL_COLUMNS), each idle stretch's largest (IDLE_COLUMNS)."""
     # Only the columns the timeline needs are copied (the launches' text is not).
     pieces = _pieces(windows, work.select("start_ns", "end_ns", "kind", "comm").filter(
         (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)), lo, hi)

@@ -1,9 +1,8 @@
 """nsight-core: run code under NVIDIA Nsight Systems and find out where the GPU time went.
 
-The public API: :class:`Session` (run a command under nsys; open regions inside it), :func:`range` (a region of the
-current session, a no-op outside one), :func:`load_trace` (a capture's events as Polars frames), :func:`load_stats`
-(typed statistics of a capture or of recorded CSVs), :func:`analyze`, :func:`diff`, :data:`DEFAULT_REPORTS`, every type
-these return, and the :class:`NsightError` family; :mod:`nsight_core.report` builds, renders and exports reports.
+The public API: :class:`Session` (run a command under nsys; open regions inside it), :func:`range` (a region; a no-op
+outside a session), :func:`load_trace`, :func:`load_stats`, :func:`analyze`, :func:`diff`, :data:`DEFAULT_REPORTS`, the
+types these return and the :class:`NsightError` family; :mod:`nsight_core.report` makes the reports.
 
 Every name but the errors, ``find_nsys`` and ``DEFAULT_REPORTS`` loads on first use: a training script that only opens
 regions should not pay for Polars, and `nsight stats`/`report` start a capture's export before they load pydantic."""

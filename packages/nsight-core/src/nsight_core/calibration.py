@@ -1,9 +1,7 @@
-"""What nsys' CUDA tracing costs each CUDA call in this process, measured as a region starts.
-
-A region times a burst of empty kernel launches before `nsys start` and again once collection is live, and marks the
-difference per launch in the capture (``CALIBRATION_MARK``; else the analysis uses analysis/overhead.py's table). Only
-where the program initialised CUDA through torch and CUDA is traced; any failure skips it. The traced burst (NVTX range
-``CALIBRATION_RANGE``) precedes the user's block: ``LIVE_MARK`` is emitted again after it."""
+"""What nsys' CUDA tracing costs each CUDA call in this process, measured as a region starts: it times a burst of empty
+kernel launches before `nsys start` and again once collection is live, and marks the difference per launch
+(``CALIBRATION_MARK``; else analysis/overhead.py's table applies). Only where the program initialised CUDA through torch
+and CUDA is traced; any failure skips it. ``LIVE_MARK`` follows the traced burst."""
 
 from __future__ import annotations
 

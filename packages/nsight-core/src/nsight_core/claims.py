@@ -1,10 +1,9 @@
 """Report names reserved across processes, temp folders that say whether their owner lives, and the raw streams of
 traces that never became reports.
 
-A region reserves ``<name>.nsys-rep`` with a claim, ``<name>.claim``, an exclusive ``flock`` held while its collection
-records and stops. The kernel frees a lock when its holder dies, however it dies, so a killed process never leaves a
-name taken, and a reused pid can never fake an owner. A run's outputs are the names its own regions claimed. A run's
-temp folders are claimed the same way (:func:`owned_folder`), so that the next run can clear those of a killed one."""
+A region reserves ``<name>.nsys-rep`` with ``<name>.claim``, an exclusive ``flock`` held while its collection records
+and stops: the kernel frees it however its holder dies, so a killed process never leaves a name taken and a reused pid
+never fakes an owner. A run's temp folders are claimed alike (:func:`owned_folder`) for the next run to clear."""
 
 from __future__ import annotations
 
@@ -60,9 +59,8 @@ OWNER = "owner"
 
 @contextlib.contextmanager
 def owned_folder(prefix: str, note: str = "") -> Iterator[Path]:
-    """A new temp folder (``$TMPDIR/PREFIX…``), deleted at the end of the block, that says whether its owner lives: a
-    process killed by SIGKILL leaves it, and what it names (an nsys agent that outlived it). OWNER holds NOTE and a
-    ``flock`` while the block runs, named only once locked: one that can be locked is a dead process's."""
+    """A new temp folder (``$TMPDIR/PREFIX…``), deleted after the block, that says whether its owner lives: OWNER holds
+    NOTE (what a killed owner leaves) and a ``flock``, named only once locked, so a lockable one is a dead process's."""
     folder = Path(tempfile.mkdtemp(prefix=prefix))
     fd = os.open(folder / f".{OWNER}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
@@ -116,8 +114,7 @@ def remove_raw_streams(base: Path, nsys_output: str) -> None:
 
 
 RAW_STREAM_HEAD = 1024**2
-"""How much of a raw stream's start is searched for the run that wrote it: its header holds the profiled command's
-environment, which in a pod can be large."""
+"""How much of a raw stream's start is searched for its header, the profiled command's environment (large in a pod)."""
 
 
 def remove_raw_streams_of(folder: Path) -> None:

@@ -333,9 +333,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 ALLOCATOR_SETTING = "_RJEM_MALLOC_CONF"
 """How Polars' allocator (its own copy of jemalloc) is configured: read once, as Polars is imported."""
 ANALYSIS_ALLOCATOR = "narenas:1,background_thread:true,dirty_decay_ms:100,muzzy_decay_ms:0"
-"""For `nsight stats`, `report`, `export` and `diff`, unless the user chose one: one arena, whose freed pages jemalloc's
-own thread hands back soon (Polars' defaults hold them per thread for the next stage). Set in nsight's own process only
-(``main`` without ARGV), whose only children are nsys' exports."""
+"""For `nsight stats`, `report`, `export` and `diff`, unless the user chose one: one arena, freed pages handed back soon
+by jemalloc's own thread, where Polars' defaults keep them per thread, each stage's freed memory held for the next. Set
+in nsight's own process only (``main`` without ARGV), whose only children are nsys' exports."""
 
 POLARS_ALLOCATOR = re.compile(r"dirty_decay_ms:500,muzzy_decay_ms:1000(,thp:always,metadata_thp:always)?,?")
 """What Polars' import writes into ALLOCATOR_SETTING (its defaults, then the value it found): a process started by one

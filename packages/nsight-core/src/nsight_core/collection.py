@@ -1,9 +1,8 @@
 """Recording regions from inside a process of a session: the collection slot.
 
-nsys records one collection per session at a time. A process launched into a session (:mod:`nsight_core.session`) holds
-one :class:`Collector`: the slot its regions take in turn, the `nsys start`/`stop` around each block, and the handlers
-that stop a collection left open at SIGTERM or exit, all the opening process's: a forked child
-(:mod:`nsight_core.lineage`) never stops, exits or signals on its parent's behalf."""
+nsys records one collection per session at a time. A launched process (:mod:`nsight_core.session`) holds one
+:class:`Collector`: the slot its regions take in turn, the `nsys start`/`stop` around each block, and the handlers
+stopping one left open at SIGTERM or exit; a forked child (:mod:`nsight_core.lineage`) never acts for its parent."""
 
 from __future__ import annotations
 
@@ -41,8 +40,7 @@ START_WAIT_CAP = 2 * START_RETRY_SECONDS + 4 * QUICK_TIMEOUT + STOP_TIMEOUT
 """The longest a region ever waits for another of its process: the bounds of the other's start, block and stop summed,
 reached only when an nsys command outlives its own timeout."""
 _START_RETRY_INTERVAL = 0.5
-# On SIGTERM a pod has a grace period (30 s by default) before SIGKILL: the stop must fit in it.
-ABORT_STOP_TIMEOUT = 20.0
+ABORT_STOP_TIMEOUT = 20.0  # the stop must fit a pod's grace period between SIGTERM and SIGKILL (30 s by default)
 
 # The collections (slot tokens) of the regions whose blocks enclose the code running in this context: asyncio tasks and
 # asyncio.to_thread inherit it, a threading.Thread starts without it.
@@ -78,9 +76,8 @@ class Collector:
         return self._nsys()
 
     def _report_base(self, region: str) -> Path:
-        """A path no earlier region of any process used, nor one of this process whose stop wrote nothing, reserved by a
-        claim (:mod:`nsight_core.claims`) until the stop is done and listed in the run's ``claims``, so a
-        `Session.run`'s reports are the files its own regions created."""
+        """A path no earlier region of any process used, nor one of this process whose stop wrote nothing, claimed
+        (:mod:`nsight_core.claims`) until its stop is done and listed in the run's ``claims``: the run's reports."""
         stem = sanitize(region, fallback="region")
         for attempt in itertools.count():
             candidate = self.output_dir / (stem if attempt == 0 else f"{stem}.{attempt}")
@@ -230,9 +227,8 @@ class Collector:
         return capture
 
     def abort(self, why: str, timeout: float = ABORT_STOP_TIMEOUT) -> None:
-        """Stop the running collection, if any, within TIMEOUT and without a lock (a signal handler, the exit): the
-        trace nsys writes is kept, nobody publishes it. A stream nsys' importer failed on is imported once more in what
-        is left of TIMEOUT: nothing after this process imports it (`nsight launch` ends with the command)."""
+        """Stop the running collection, if any, within TIMEOUT and without a lock (a signal handler, the exit); its
+        trace kept, unpublished. A stream nsys failed to import is imported again in the time left: none later would."""
         if (base := self._running) is None:
             return
         self._running = None
@@ -312,9 +308,8 @@ def current_collector() -> Collector | None:
 
 
 def _handle_termination() -> None:
-    """In a process launched into a session: on SIGTERM (a preempted pod) or at exit, stop the running collection so its
-    trace is flushed within the grace period, then hand the signal to its previous handler, or re-raise it so the exit
-    status says SIGTERM. From the main thread only: elsewhere left to the next call from there."""
+    """In a launched process, on SIGTERM (a preempted pod) or at exit: stop the running collection so its trace is
+    flushed in the grace period, then hand the signal to its previous handler or re-raise it. Main thread only."""
     global _previous_sigterm
     if _previous_sigterm is not None or threading.current_thread() is not threading.main_thread():
         return

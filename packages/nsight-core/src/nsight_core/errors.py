@@ -1,7 +1,6 @@
-"""The one exception family of nsight-core.
-
-Every failure a user can hit derives from :class:`NsightError`, so a caller (the Flyte adapter, a script, the CLI) can
-catch profiling problems without catching its own bugs. Messages say what failed and what to do about it."""
+"""The one exception family of nsight-core: every failure a user can hit derives from :class:`NsightError`, so a caller
+(the Flyte adapter, a script, the CLI) can catch profiling problems without catching its own bugs. Messages say what
+failed and what to do about it."""
 
 from __future__ import annotations
 
@@ -31,13 +30,11 @@ class NsysCommandError(NsightError):
 
 
 class ReportTooNewError(NsysCommandError):
-    """A .nsys-rep written by a newer nsys than the one installed, which cannot read it: the message names both
-    versions and the way out (a newer nsys via NSIGHT_NSYS, or the report's .sqlite/.arrowdir export)."""
+    """A .nsys-rep from a newer nsys than the installed one, which cannot read it; the message gives the ways out."""
 
 
 class ExportDiskFullError(NsysCommandError):
-    """`nsys export` ran out of disk space in FOLDER (nsys' SQLite export exits 0 then, with an empty file): the
-    message names the folder and the way out."""
+    """`nsys export` ran out of disk space in FOLDER (its SQLite export then exits 0 with an empty file)."""
 
     def __init__(self, report: Path, folder: Path) -> None:
         super().__init__(

@@ -1,7 +1,6 @@
-"""The exec wrapper: what a container runtime re-execs an action into, so it runs under `nsys launch`.
-
-Public (the Flyte adapter stamps :func:`exec_wrapper` into a task's environment). A missing nsys, a bad setting or too
-little temp space costs the profile, never the job: every failure execs the command unprofiled, warned once."""
+"""The exec wrapper: what a container runtime re-execs an action into, so it runs under `nsys launch`. Public (the Flyte
+adapter stamps :func:`exec_wrapper` into a task's environment). A missing nsys, a bad setting or too little temp space
+costs the profile, never the job: every failure execs the command unprofiled, warned once."""
 
 from __future__ import annotations
 
@@ -66,8 +65,7 @@ def _remove_if_empty(folder: Path | None) -> None:
 # The exec wrapper for container runtimes (Flyte's _F_EXEC_WRAPPER), POSIX sh: the runtime execvp's its first word, and
 # a missing `nsight` would kill the job. `nsight` on PATH, else beside the entrypoint (an unactivated venv), else the
 # entrypoint's #! interpreter's `-m nsight_core.cli` (a --target install), else unprofiled after one warning.
-# $1 session, $2 trace, $3 sample, $4 CUDA graph trace ('' for nsys' default), then the command; no $NAME: runtimes
-# expand those.
+# $1 session, $2 trace, $3 sample, $4 graph trace ('': nsys' default), then the command; no $NAME: runtimes expand it.
 _WRAPPER = """__nsight_s=$1 __nsight_t=$2 __nsight_m=$3 __nsight_g=$4; shift 4
 for __nsight_c in "$(command -v nsight)" "${1%/*}/nsight"; do
   if [ -f "$__nsight_c" ] && [ -x "$__nsight_c" ]; then

@@ -1,8 +1,6 @@
-"""Which process this is: the one that imported nsight-core, or a forked copy of it.
-
-A forked child inherits its parent's session, regions and signal handlers as copies, but nsys does not record it, and
-the collection it would stop is its parent's. A process whose pid differs from the importer's is a forked copy (a
-spawned worker imports nsight-core anew). Imported with the package, so a child forked after it knows it is one."""
+"""Which process this is: the one that imported nsight-core, or a forked copy of it. A forked child inherits its
+parent's session, regions and signal handlers, but nsys does not record it and the collection is its parent's. A pid
+unlike the importer's is a forked copy (a spawned worker imports nsight-core anew)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""NVTX marks a region emits about itself (in domain ``OWN_DOMAIN``), so an analysis can tell the profiler's time
-from the user's: ``LIVE_MARK`` once collection is live, ``STOP_MARK`` just before `nsys stop`; the user's block lies
-between (analysis/user_window.py). Emitted with the `nvtx` extra, else skipped (the user's window is then the first
-to last CUDA or NVTX event); a failing mark never reaches the user's code."""
+"""NVTX marks a region emits about itself (in domain ``OWN_DOMAIN``), so an analysis can tell the profiler's time from
+the user's: ``LIVE_MARK`` once collection is live, ``STOP_MARK`` just before `nsys stop`; the user's block lies between
+(analysis/user_window.py). Emitted with the `nvtx` extra, else skipped; a failing mark never reaches the user's code."""
 
 from __future__ import annotations
 

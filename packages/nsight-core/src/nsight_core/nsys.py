@@ -1,7 +1,6 @@
-"""Finding nsys, and every nsys command line this project runs (the long `nsys launch`/`profile` of a command is
-supervised by :mod:`nsight_core.supervise`). Each call has a timeout; failures become
-:class:`~nsight_core.errors.NsysCommandError` with nsys' own words, since its exit code alone proves little
-(``nsys start`` on a missing session exits 0, ``nsys stats`` exits 0 for an unknown report)."""
+"""Finding nsys, and every nsys command line this project runs (:mod:`nsight_core.supervise` runs the long ones). Each
+call has a timeout; failures become :class:`~nsight_core.errors.NsysCommandError` with nsys' own words, since its exit
+code alone proves little (``nsys start`` on a missing session exits 0, ``nsys stats`` exits 0 for an unknown report)."""
 
 from __future__ import annotations
 
@@ -87,8 +86,7 @@ def uninjected_env() -> dict[str, str]:
 
 
 CUDA_GRAPH_TRACES = ("graph", "node")
-"""nsys --cuda-graph-trace (on `launch` and `profile`): ``graph`` records each graph launch whole (nsys' default),
-``node`` each of the graph's kernels."""
+"""nsys --cuda-graph-trace values: ``graph`` records each graph launch whole (nsys' default), ``node`` each kernel."""
 
 
 def validate_cuda_graph_trace(value: str | None) -> str | None:
@@ -103,8 +101,7 @@ ENV_PYTHON_BACKTRACE = "NSIGHT_PYTHON_BACKTRACE"
 """Set to 1, `nsight run` and `nsight launch` record Python backtraces without --python-backtrace (as the Flyte
 decorator's python_backtrace does)."""
 PYTHON_BACKTRACE_THRESHOLD_NS = 10_000
-"""CUDA calls this long (10 µs) or longer get their Python call stack: allocations, frees, copies and syncs, not most
-kernel launches, which bounds the cost."""
+"""Only CUDA calls at least this long get a Python stack, bounding the cost: allocations, frees, copies, syncs."""
 PYTHON_BACKTRACE_FLAGS = ("--python-backtrace=cuda", f"--cudabacktrace=all:{PYTHON_BACKTRACE_THRESHOLD_NS}",
                           "--python-sampling=true")
 """The `launch`/`profile` flags that record CUDA calls' Python call stacks and sample the host's Python stack at 1 kHz
@@ -113,8 +110,7 @@ the calls (one value: nsys 2023.4.4 keeps a list's last kind only, refusing the 
 
 
 def validate_python_backtrace(python_backtrace: bool, sample: str | None) -> bool:
-    """PYTHON_BACKTRACE, checked against SAMPLE before any process starts: nsys takes the stacks with its CPU
-    samples, and records none where sampling is off."""
+    """PYTHON_BACKTRACE, checked against SAMPLE before any process starts: nsys takes the stacks with CPU samples."""
     if python_backtrace and sample == "none":
         raise ValueError("python_backtrace needs nsys' CPU sampling, which sample='none' turns off: leave sample out "
                          "(nsys' default) or set it to 'process-tree'.")
@@ -258,14 +254,12 @@ class Nsys:
 
     @functools.cached_property
     def importer(self) -> Path | None:
-        """nsys' QdstrmImporter, the helper that turns a raw stream into a report (``host-<platform>/`` of the
-        installation the nsys binary belongs to); None where there is none (a stand-in nsys)."""
+        """nsys' QdstrmImporter (raw stream to report) in its installation's ``host-*/``; None for a stand-in nsys."""
         return next(iter(sorted(self.path.resolve().parent.parent.glob("host-*/QdstrmImporter"))), None)
 
     def import_kept_stream(self, base: Path, timeout: float = STOP_TIMEOUT) -> NsysResult | None:
-        """Import the raw stream nsys kept as BASE.qdstrm (where its importer failed, or "succeeded with non-fatal
-        errors": a clean import replaces that report) once more, within TIMEOUT, deleting the stream once imported;
-        the import's result (its words without the progress bar) where it wrote BASE.nsys-rep, else None."""
+        """Import BASE.qdstrm, the raw stream nsys kept (its import failed, or "succeeded with non-fatal errors": a
+        clean one replaces that report), again within TIMEOUT; the result where it wrote BASE.nsys-rep, else None."""
         stream, report = (base.with_name(base.name + suffix) for suffix in (".qdstrm", ".nsys-rep"))
         if not stream.is_file() or self.importer is None:
             return None
@@ -346,8 +340,7 @@ class Nsys:
 
 
 _IMPORTED = (0, 3)
-"""QdstrmImporter's exit codes when it wrote the report: 3 is nsys' "Importation succeeded with non-fatal errors"
-(2 its "Importation failed")."""
+"""QdstrmImporter's exit codes when it wrote the report (3: "Importation succeeded with non-fatal errors"; 2 failed)."""
 
 _LOST_AGENT = re.compile(r"Connection to Agent lost|Local Endpoint is not available|^\s*End of file\.?\s*$"
                          r"|^\s*Connection refused\.?\s*$", re.MULTILINE)

@@ -1,7 +1,6 @@
-"""One capture, everything the GPU Profile report shows about it. A capture is exported once and read as a Trace: the
-tables, summary, What to fix and completeness come from its events (`nsys stats` runs only for reports beyond the
-default ones), read in windows of lazy frames, scanned from Parquet copies on disk (trace/spill.py) where the capture
-is too large for the memory allowed: the same page whatever the memory. Recorded CSVs have stats only."""
+"""One capture, everything the GPU Profile report shows about it, from its events: exported once and read as a Trace
+(`nsys stats` runs only for reports beyond the default ones), scanned from Parquet copies on disk (trace/spill.py) where
+too large for the memory allowed, so the page is the same whatever the memory. Recorded CSVs have stats only."""
 
 from __future__ import annotations
 
@@ -31,9 +30,9 @@ log = logging.getLogger("nsight")
 
 def build_profile(path: str | Path, reports: Sequence[str] | None = DEFAULT_REPORTS, title: str | None = None,
                   facts: CaptureFacts | None = None) -> CaptureProfile:
-    """Profile of PATH: a .nsys-rep/.qdrep, its .sqlite or arrow export, or recorded CSVs (DIR or DIR/PREFIX).
-    REPORTS: the nsys reports to show (None: the default ones of a trace, every one recorded of CSVs). FACTS: how the
-    capture was made (nsys' output, versions); by default what lies beside PATH. Each stage logs to "nsight"."""
+    """Profile of PATH: a .nsys-rep/.qdrep, its .sqlite or arrow export, or recorded CSVs (DIR or DIR/PREFIX). REPORTS:
+    the nsys reports to show (None: the default ones of a trace, every one recorded of CSVs). FACTS: how the capture was
+    made (nsys' output, versions); by default what lies beside PATH. Each stage logs to "nsight"."""
     path = Path(path)
     if not is_event_source(path):
         return CaptureProfile(title=title or path.name, source=str(path), stats=load_stats(path, reports))

@@ -50,7 +50,6 @@ def stats_json(profile: CaptureProfile) -> dict[str, Any]:
 
 
 def write_page(profiles: list[CaptureProfile], output: str | Path, title: str = "GPU Profile") -> Path:
-    """Write the standalone page of PROFILES (one section each) to OUTPUT; OUTPUT."""
     output = Path(output)
     try:
         output.write_text(render_page(profiles, title=title), encoding="utf-8")

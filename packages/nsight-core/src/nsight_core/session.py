@@ -1,7 +1,6 @@
 """Profiling sessions: ``Session(...).run(argv)`` runs a command under nsys (:mod:`nsight_core.supervise`),
-``Session.current().range(...)`` records a region from inside one (:mod:`nsight_core.collection`). The session's
-:class:`Settings` reach its processes through their environment. No nsys exit code is trusted alone: the reports a
-run lists are the files its regions created."""
+``Session.current().range(...)`` records a region from inside one (:mod:`nsight_core.collection`). No nsys exit code is
+trusted alone: the reports a run lists are the files its regions created."""
 
 from __future__ import annotations
 

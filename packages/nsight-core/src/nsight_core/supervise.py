@@ -130,8 +130,7 @@ def _running(pid: int) -> bool:
 
 def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], pending: Path, env: Mapping[str, str],
                     timeout: float | None, session: str) -> tuple[Finished, bool]:
-    """One run of COMMAND under nsys; whether a failure to start it was transient (worth another try). SESSION: the
-    nsys session NSYS_ARGV creates, whose agent a launch that hung leaves behind."""
+    """One run of COMMAND in the nsys session SESSION that NSYS_ARGV creates; whether a failed start was transient."""
     stdout, stderr = _fileno(sys.stdout, 1), _fileno(sys.stderr, 2)
     out_fd, err_fd = _low_dup(stdout), _low_dup(stderr)
     ours = [fd for fd in (out_fd, err_fd) if fd is not None]  # closed here once nsys has its copies
@@ -215,8 +214,7 @@ def _terminated_with(parent: int, moves: Sequence[tuple[int, int]] = ()) -> Call
 
 
 def _await_start(process: subprocess.Popen[bytes], pending: Path) -> bool:
-    """Wait until nsys starts the command (PENDING is gone) or ends without; False when it hung (nsys 2023.4.4 under
-    load) and was killed after QUICK_TIMEOUT: nothing of the user's ran, and the caller may try again."""
+    """Wait until nsys starts the command (PENDING is gone) or ends; False where it hung (under load) and was killed."""
     deadline = time.monotonic() + QUICK_TIMEOUT
     while pending.exists() and process.poll() is None:
         if time.monotonic() >= deadline:

@@ -48,7 +48,7 @@ MAX_TITLE = 100
 
 def recorded_command(meta: Mapping[str, str]) -> list[str]:
     """The command a capture recorded, from the export's META (empty when it does not say): without the shell that
-    `nsight run` starts it with (``/bin/sh -c SCRIPT nsight PENDING FD FD CMD...``, nsys.py)."""
+    `nsight run` starts it with (``/bin/sh -c SCRIPT nsight PENDING FD FD CMD...``, supervise.py)."""
     arguments = takewhile(lambda key: key in meta, (f"PROCESS_0:ARGUMENT_{index}" for index in count()))
     argv = [meta.get("PROCESS_0:COMMAND", ""), *(meta[key] for key in arguments)]
     if argv[:2] == ["/bin/sh", "-c"] and argv[3:4] == ["nsight"]:

@@ -1,8 +1,7 @@
 """The one formatter of durations, sizes, rates and shares, so that one quantity reads the same on every page, table,
 chart, message and finding: sizes in binary units (nsys' tables keep their decimal ``*_mb``), durations in the largest
-unit that keeps the number >= 1.
-
-No Polars, no pydantic: memory.py and the CLI's messages use it before anything heavy is loaded."""
+unit that keeps the number >= 1. No Polars, no pydantic: memory.py and the CLI's messages use it before anything heavy
+is loaded."""
 
 from __future__ import annotations
 

@@ -173,8 +173,7 @@ def nvtx_distribution_chart(stats: ProfileStats, top: int = TOP_N) -> ChartSpec:
 
 
 def _distribution(frame: pl.DataFrame) -> dict[str, Any]:
-    """Per name (rows: name, instances, min_ms, med_ms, avg_ms, max_ms): a min..max rule, median tick, mean dot. The
-    axis and tooltip are the layer's, which its marks inherit (Altair copies what each mark is given)."""
+    """Per name of FRAME: a min..max rule, median tick and mean dot; axis and tooltip on the layer, not per mark."""
     chart = alt.layer(
         alt.Chart().mark_rule(strokeWidth=3, color="#9aa5b1").encode(
             x=alt.X("min_ms:Q", title="Instance duration (ms): min to max, | median, ● mean"), x2=alt.X2("max_ms")),

@@ -1,7 +1,6 @@
-"""`nsight diff` in words: text for a terminal (the verdict first, on one line), Markdown for a pull request.
-
-Both say why two captures are not comparable (:class:`~nsight_core.analysis.diff.Reason` codes) before any
-number, and then give the gate numbers for reference only: a reader must not take them for a verdict."""
+"""`nsight diff` in words: text for a terminal (the verdict first, on one line), Markdown for a pull request. Both say
+why two captures are not comparable (:class:`~nsight_core.analysis.diff.Reason` codes) before any number, then give the
+gate numbers for reference only, not to be taken for a verdict."""
 
 from __future__ import annotations
 
@@ -121,8 +120,7 @@ def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def render_markdown(result: TraceDiff, percent: float | None = None) -> str:
-    """The comparison as a pull-request comment: the verdict, the gate of PERCENT % where one was set, why the
-    captures are not comparable, then a table of the compared numbers and the top kernels and ranges (folded)."""
+    """The comparison as a pull-request comment: verdict, PERCENT % gate, why not comparable, the tables (folded)."""
     title = "not comparable" if result.reasons else verdict_line(result)
     lines = [f"### nsight diff: {title}", "", f"**A** {_cell(result.a)} vs **B** {_cell(result.b)}", ""]
     if percent is not None:

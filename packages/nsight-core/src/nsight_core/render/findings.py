@@ -130,7 +130,6 @@ SUGGESTIONS: dict[str, str] = {
 
 
 def finding_title(finding: Finding) -> str:
-    """FINDING's one-line title."""
     return _worded(TITLES, finding).format(subject=finding.subject)
 
 

@@ -121,8 +121,7 @@ def _charts() -> ModuleType:
 
 @functools.cache
 def _templates() -> jinja2.Environment:
-    """The report's templates (render/templates/), autoescaped: names from traces are always text. Jinja2 is imported
-    here, where a page is rendered: `nsight stats` and `diff` print none."""
+    """Templates (render/templates/), autoescaped as trace names are text; Jinja2 loads only where a page renders."""
     import jinja2
 
     return jinja2.Environment(loader=jinja2.PackageLoader("nsight_core.render", "templates"),

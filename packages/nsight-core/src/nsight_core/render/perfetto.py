@@ -105,8 +105,7 @@ def _nvtx(trace: Trace) -> list[Part]:
 
 
 def _metadata(trace: Trace) -> list[Part]:
-    """process_name and thread_name events for every process and thread that has an event: GPUs by device and model,
-    streams by number; processes and threads by the names nsys recorded, else by their ids."""
+    """process_name and thread_name events for every process and thread with an event: recorded names, else ids."""
     streams = pl.concat([frame.select("device", "stream")
                          for frame in (trace.kernels, trace.graphs, trace.memcpy, trace.memset)])
     streams = streams.unique().sort("device", "stream")

@@ -1,7 +1,6 @@
 """The step view's data and words: what render/step_view.js draws of a capture's drawn steps (analysis/step_drawing.py).
-
-The page carries each step as columns (one number each per event, names once in a table), to keep its JSON small;
-times are nanoseconds since the step's drawn start. Every word a person reads on the view is made here."""
+The page carries each step as columns (one number each per event, names once in a table), to keep its JSON small; times
+are nanoseconds since the step's drawn start. Every word a person reads on the view is made here."""
 
 from __future__ import annotations
 

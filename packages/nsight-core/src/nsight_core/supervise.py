@@ -287,8 +287,7 @@ def run_plain(argv: Sequence[str]) -> int:
 
 
 def never_started(nsys_output: str) -> str:
-    """Why the command never ran, in nsys' words (all of them where they are few: a rejected setting is
-    followed by usage text), with the remedies where nsys was refused permissions."""
+    """Why the command never ran, in nsys' last words, with the remedies where nsys was refused permissions."""
     words = one_line(nsys_output)
     why = f"nsys ended without starting it (its last words: {words[-600:] or 'no message'})"
     return f"{why}. {PERMISSION_REMEDIES}" if is_permission_failure(words) else why

@@ -280,8 +280,7 @@ def _nvtx_lane(trace: TraceSummary, x_scale: alt.Scale, axis_title: str) -> tupl
     return chart, rows.select("row", "name", "legend", "start_ms", "end_ms", "duration_ms", "fraction").to_dicts()
 
 def budget_charts(drawing: StepDrawing) -> list[ChartSpec]:
-    """The steady state's median step as one bar of its parts, then every step's bar (the same parts and colors). Drawn
-    for captures that traced GPU work (:func:`capture_charts`): a CPU capture's GPU is idle by design."""
+    """The median step's bar of its parts, then every step's bar; for captures that traced GPU work."""
     budgets = drawing.budgets
     if not budgets.height:
         return []

@@ -35,9 +35,8 @@ CHOOSE_ROWS = 1_000_000
 
 
 def choose_steps(frames: Events) -> tuple[ChosenSteps, CodedRanges | None]:
-    """The step family of the capture FRAMES holds (:func:`steps.find_steps`) by its first CHOOSE_ROWS NVTX ranges and
-    kernels; and, where those are every range of the capture with its loader's depth (a capture read whole), the ranges
-    with their families, which the CPU budget reads: no name is coded twice (:class:`ranges.CodedRanges`)."""
+    """FRAMES' step family (:func:`steps.find_steps`) by the first CHOOSE_ROWS NVTX ranges and kernels; and, where those
+    are all the ranges and the loader counted their depth, them with their families (:class:`ranges.CodedRanges`)."""
     # The first ranges by start hold every range enclosing one of them: their depth among themselves is the capture's.
     depth = depth_read(frames.nvtx)
     nvtx = with_depth(_first(frames.nvtx.select("start_ns", "end_ns", "name", "domain", "thread", *depth)))

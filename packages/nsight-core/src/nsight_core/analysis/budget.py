@@ -75,8 +75,7 @@ def blocks(name: pl.Expr) -> pl.Expr:
 
 
 def step_thread(nvtx_thread: int | None, cuda_api: pl.LazyFrame, osrt: pl.LazyFrame) -> int | None:
-    """The CPU thread of the steps: the NVTX family's, else the one with the most CUDA, else OS-runtime, calls (a
-    streamed count per thread: the calls of a capture too large to read whole are scans of disk)."""
+    """The steps' thread: the NVTX family's, else the one with most CUDA, else OS-runtime, calls (streamed counts)."""
     if nvtx_thread is not None:
         return nvtx_thread
     for calls in (cuda_api, osrt):

@@ -210,8 +210,7 @@ def per_tensor_launches(context: Context, inputs: CauseInputs, claims: dict[Clai
     if not steps or launched / steps < LOOP_MIN_LAUNCHES or not launches:
         return None
     removed = min(launched - kept, launches)
-    # The launches' idle time outside syncs (a sync's own finding has the gaps after it): per launch, times those
-    # a multi-tensor kernel removes.
+    # The launches' idle time outside syncs (whose finding has the gaps after them), per launch, times those removed.
     held = _activity(inputs, LAUNCH_API, parts=("launch_gap", "gpu_idle"))
     total = _claim(claims, held, removed / launches) - _traced(inputs, removed)
     top = inputs.loops.sort(["launches", "name"], descending=[True, False]).head(5)

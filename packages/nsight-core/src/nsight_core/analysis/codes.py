@@ -14,8 +14,7 @@ NUMBER_PLACEHOLDER = "{n}"
 
 
 def family_pattern(name: pl.Expr) -> pl.Expr:
-    """The family of a range name: each run of digits becomes {n} (`epoch3/step_7` -> `epoch{n}/step_{n}`), made once
-    per distinct name (a million ranges have a handful of names) and looked up."""
+    """A range name's family: digit runs become {n} (`epoch3/step_7` -> `epoch{n}/step_{n}`), once per distinct name."""
     distinct = name.unique(maintain_order=True)
     return name.replace_strict(distinct, pattern_of(distinct))
 

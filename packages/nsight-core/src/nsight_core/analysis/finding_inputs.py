@@ -1,6 +1,5 @@
 """The findings' inputs over every steady step (:class:`findings.GpuInputs`), made in windows and merged exactly (each
-is local in time or a sum), and the analysis they complete (:func:`analysis_of`). A capture without steps is one step,
-its user window, whose calls are read in its pieces (every_step.busy_pieces)."""
+is local in time or a sum), and the analysis they complete (:func:`analysis_of`)."""
 
 from __future__ import annotations
 

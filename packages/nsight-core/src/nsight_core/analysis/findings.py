@@ -1,6 +1,5 @@
 """What to fix, and how much each fix would save: every saving is time the step budget measured (for copies, achieved
-against achievable bandwidth), and the budget's parts are disjoint, so no two findings save the same time. Results are
-numbers with units and references to steps, ranges, kernels and copies; the renderer words them."""
+against achievable bandwidth), and the budget's parts are disjoint, so no two findings save the same time."""
 
 from __future__ import annotations
 
@@ -241,14 +240,12 @@ def fp32_matmul(context: Context, totals: pl.DataFrame, capability: float | None
     per_step = summed / steps
     tf32, bf16 = (precision.saving_ns(per_step, speedup) for speedup in precision.speedups(capability))
     saving = saving_of(context, tf32, tf32 * steps) if tf32 is not None else None
-    return Finding(
-        kind="fp32_matmul", severity=severity_of(share_of(saving)) if saving else "info",
-        evidence=[Evidence(metric="fp32_matmul_time_per_step", value=per_step, unit="ns"),
-                  Evidence(metric="fp32_matmul_fraction_of_step_time", value=share, unit="fraction"),
-                  *(Evidence(metric=f"{kind}_saving_per_step", value=value, unit="ns")
-                    for kind, value in (("tf32", tf32), ("bf16", bf16)) if value is not None),
-                  *_top_kernels(fp32, steps)],
-        saving=saving)
+    return Finding(kind="fp32_matmul", severity=severity_of(share_of(saving)) if saving else "info", evidence=[
+        Evidence(metric="fp32_matmul_time_per_step", value=per_step, unit="ns"),
+        Evidence(metric="fp32_matmul_fraction_of_step_time", value=share, unit="fraction"),
+        *(Evidence(metric=f"{kind}_saving_per_step", value=value, unit="ns")
+          for kind, value in (("tf32", tf32), ("bf16", bf16)) if value is not None),
+        *_top_kernels(fp32, steps)], saving=saving)
 
 
 def warmup(context: Context) -> Finding | None:
@@ -257,12 +254,10 @@ def warmup(context: Context) -> Finding | None:
     if not stats.warmup or not isinstance(stats, FamilySteps):
         return None
     first = Where(kind="step", name=stats.family.pattern, step=0)
-    return Finding(
-        kind="warmup", severity="info",
-        evidence=[Evidence(metric="first_step", value=stats.family.first_ns, unit="ns", where=first),
-                  Evidence(metric="step_p50", value=stats.family.p50_ns, unit="ns"),
-                  Evidence(metric="first_step_excess", value=stats.warmup_excess_ns, unit="ns", where=first)],
-        saving=saving_of(context, None, stats.warmup_excess_ns))
+    return Finding(kind="warmup", severity="info", saving=saving_of(context, None, stats.warmup_excess_ns), evidence=[
+        Evidence(metric="first_step", value=stats.family.first_ns, unit="ns", where=first),
+        Evidence(metric="step_p50", value=stats.family.p50_ns, unit="ns"),
+        Evidence(metric="first_step_excess", value=stats.warmup_excess_ns, unit="ns", where=first)])
 
 
 def step_count(context: Context) -> Finding | None:

@@ -1,6 +1,5 @@
-"""Passes over windows of events (analysis/windows.py) that carry a small state from each window into the next: the
-loop written once, so that a pass is a pure step function of the state and one window. Each window is let go before
-the next is read: a pass holds one window and the carried state, whatever the capture's size."""
+"""Passes over windows of events (analysis/windows.py) that carry a small state from each window into the next: the loop
+written once, so that a pass is a pure step function of the state and one window, holding one at a time."""
 
 from __future__ import annotations
 

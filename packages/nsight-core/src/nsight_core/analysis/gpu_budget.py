@@ -95,8 +95,7 @@ def _batch_budget(windows: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame
 
 
 def _pieces(windows: pl.DataFrame, work: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
-    """The GPU timeline between LO and HI cut at every edge of WORK and of WINDOWS: step, start_ns, ns, state (into
-    STATES). The three layers' counts are one integer, LAYER_BITS each: one cumulative sum of the edges counts all."""
+    """The GPU timeline from LO to HI cut at every edge of WORK and WINDOWS: step, start_ns, ns, state (into STATES)."""
     copy = pl.col("kind").is_in(["copy", "memset"])
     step = (pl.when(copy).then(1 << (2 * LAYER_BITS)).when(pl.col("comm")).then(1 << LAYER_BITS).otherwise(1)
             .cast(pl.Int64))
@@ -137,10 +136,9 @@ def _with_cause(idle: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame) -> 
 
 
 def _with_blame(pieces: pl.DataFrame, syncs: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
-    """PIECES (:func:`_with_cause`) with ``blame_ns``: how much of each late piece a sync of its step is to blame for. A
-    sync holds the host for as long as it waits for queued work (W), making it W late for all that follows: up to W of
-    the step's later idle time is the sync's. SYNCS: the steps' thread's synchronising calls, by start; the stretch a
-    sync drained is its own whatever the step, the later ones of the step it began in (after WINDOWS' cpu_start_ns)."""
+    """PIECES (:func:`_with_cause`) with ``blame_ns``: how much of each late piece a sync of its step is to blame for,
+    up to its wait for queued work in all. SYNCS: the steps' thread's synchronising calls, by start; the stretch a sync
+    drained is its own whatever the step, the later ones of the step it began in (after WINDOWS' cpu_start_ns)."""
     syncs = syncs.select(pl.col("start_ns").alias("_s_start"), pl.col("end_ns").alias("_s_end")).sort("_s_start")
     starts = windows.select("step", pl.col("cpu_start_ns").alias("_cpu_start"))
     located = (pieces.join(starts, on="step", how="left", maintain_order="left")

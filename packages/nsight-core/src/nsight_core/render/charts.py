@@ -20,10 +20,9 @@ from nsight_core.analysis.step_drawing import StepDrawing
 from nsight_core.analysis.summary import NEEDS_TRACE
 from nsight_core.analysis.trace_summary import TraceSummary
 from nsight_core.render.findings import PART_LABELS
-from nsight_core.render.perfetto import os_tid
 from nsight_core.render.step_view import PART_COLORS, cpu_words
 from nsight_core.stats.models import ProfileStats
-from nsight_core.trace.schema import in_domain
+from nsight_core.trace.schema import in_domain, os_tid
 from nsight_core.units import BYTES_PER_NSYS_MB, MIB, MICROSECONDS, duration
 
 TOP_N = 20

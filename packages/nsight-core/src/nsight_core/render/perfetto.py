@@ -9,12 +9,11 @@ from __future__ import annotations
 import gzip
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import polars as pl
 
 from nsight_core.trace.model import Trace
-from nsight_core.trace.schema import in_domain, pid_of
+from nsight_core.trace.schema import in_domain, os_tid, pid_of
 
 CHUNK_ROWS = 10_000
 GPU_PID_BASE = 1 << 24
@@ -57,14 +56,6 @@ def _slice(category: str, name: pl.Expr, pid: pl.Expr, tid: pl.Expr, args: pl.Ex
               (pl.col("start_ns") / _US).alias("ts"), ((pl.col("end_ns") - pl.col("start_ns")) / _US).alias("dur"),
               pid.alias("pid"), tid.alias("tid")]
     return fields if args is None else [*fields, args.alias("args")]
-
-
-Thread = TypeVar("Thread", int, pl.Expr)
-
-
-def os_tid(thread: Thread) -> Thread:
-    """The OS thread id in nsys' thread id (an int or a column): its low 24 bits, below the pid (:func:`pid_of`)."""
-    return thread % (1 << 24)
 
 
 THREAD = pl.col("thread")

@@ -14,7 +14,7 @@ from nsight_core.analysis.kernels import short_name
 from nsight_core.analysis.step_drawing import DrawnStep, StepDrawing
 from nsight_core.analysis.steps import KernelPeriodSteps, NvtxCpuSteps, NvtxGpuSteps
 from nsight_core.render.findings import CPU_LABELS, PART_LABELS
-from nsight_core.render.perfetto import os_tid
+from nsight_core.trace.schema import os_tid
 from nsight_core.units import duration, size
 
 PART_COLORS = {"compute": "#76b900", "exposed_comm": "#e8710a", "exposed_copy": "#4c78a8", "sync_wait": "#d93025",

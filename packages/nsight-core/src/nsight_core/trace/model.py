@@ -37,6 +37,7 @@ from nsight_core.trace.schema import (
     Lookup,
     event_read,
     nvtx_domains,
+    os_tid,
     osrt_calls,
     pid_of,
 )
@@ -338,7 +339,7 @@ class Trace:
     def threads(self) -> pl.DataFrame:
         """Named threads: the nsys thread id (``thread`` in the other frames), OS tid and pid, name."""
         return self._frame("ThreadNames", {"nameId": I64, "globalTid": I64}, pl.col("globalTid").alias("thread"),
-                           (pl.col("globalTid") % (1 << 24)).alias("tid"), pid_of(pl.col("globalTid")).alias("pid"),
+                           os_tid(pl.col("globalTid")).alias("tid"), pid_of(pl.col("globalTid")).alias("pid"),
                            self._string("nameId").fill_null("").alias("name"), required=("globalTid",))
 
     @functools.cached_property

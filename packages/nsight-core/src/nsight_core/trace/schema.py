@@ -132,3 +132,11 @@ def in_domain(name: str = "name") -> pl.Expr:
 def pid_of(global_id: pl.Expr) -> pl.Expr:
     """The OS process id inside nsys' global thread/process ids (bits 24..47)."""
     return (global_id // (1 << 24)) % (1 << 24)
+
+
+Thread = TypeVar("Thread", int, pl.Expr)
+
+
+def os_tid(thread: Thread) -> Thread:
+    """The OS thread id in nsys' thread id (an int or a column): its low 24 bits, below the pid (:func:`pid_of`)."""
+    return thread % (1 << 24)

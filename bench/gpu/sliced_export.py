@@ -1,6 +1,6 @@
 """Whether nsight's SQLite export in slices of time (trace/export.py: one `nsys export --times` a slice, side by side)
 holds exactly the one-file export's rows with the nsys on PATH, and how much faster it is: what must hold before an nsys
-version gets slices (nsys.py SLICED_EXPORT_VERSIONS: 2025.3 since it passed, session S). For every REPORT that nsys can
+version gets slices (nsys.py SLICED_EXPORT_VERSIONS). For every REPORT that nsys can
 read, the one-file export and nsight's export in 2, 4 and 8 slices, each on a fresh copy and timed; then every table:
 a table of events (a ``start`` or ``timestamp`` column) must hold, over its slices, the one file's rows as a multiset,
 any other table the one file's rows in each slice. Rows are compared by a sum of their hashes and their count, streamed

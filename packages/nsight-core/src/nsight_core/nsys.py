@@ -58,7 +58,8 @@ SLICED_EXPORT_VERSIONS = ("2023.4.", "2025.3.")
 
 PARQUET_SLICED_VERSIONS = ("2023.4.",)
 """nsys versions whose Parquet exports in slices of time were checked to read as their SQLite export on every fixture
-(tests/core/test_sliced_export.py); any other streams a large capture from SQLite."""
+(tests/core/test_sliced_export.py); any other streams a large capture from SQLite. nsys 2025.3's Parquet leaves NVTX
+binaryData out (the Python line of each CUDA call) and writes DIAGNOSTIC_EVENT's globalPid unsigned, above Int64."""
 
 
 def installer_prefix() -> Path:

@@ -8,6 +8,7 @@ from typing import Any
 
 import polars as pl
 import pytest
+from fixture_sets import unpacked
 
 from nsight_core.analysis.budget import BudgetPart, CpuActivity, StepBudget
 from nsight_core.analysis.cause_inputs import loops_in
@@ -18,7 +19,7 @@ OTHER_CAPTURES = ["h200-diagnosis/diagnosis.nsys-rep", "h200-torch-mlp/training.
                   "h200-two-streams/two_streams.nsys-rep", "h200-2025-process/nsight-0013a405.sqlite",
                   "h200-2025-graph-node/graph_node.sqlite", "h200-quick-start-cuda13-incomplete/train.nsys-rep",
                   "h200-ddp-cuda13-incomplete/train_ddp.nsys-rep",
-                  "h200-fix-pairs-v2-2025/python-backtrace-2025/small_step-backtrace.sqlite"]
+                  str(unpacked("h200-fix-pairs-v2-2025") / "python-backtrace-2025" / "small_step-backtrace.sqlite")]
 """The fixtures beside the fix pairs (test_fix_pairs.py checks those)."""
 
 

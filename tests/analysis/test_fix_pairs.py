@@ -149,7 +149,7 @@ def test_single_precision_matmuls_are_named_with_the_tensor_core_saving(version:
     assert "fp32_matmul" not in {f.kind for f in _analysis(version, "tf32-fixed").findings}
 
 
-V2 = {"2023.4.4": FIXTURES / "h200-fix-pairs-v2", "2025.3": FIXTURES / "h200-fix-pairs-v2-2025"}
+V2 = {"2023.4.4": FIXTURES / "h200-fix-pairs-v2", "2025.3": unpacked("h200-fix-pairs-v2-2025")}
 """The second set of fix pairs (tests/fixtures/README.md): the same harness, more causes."""
 
 
@@ -172,6 +172,9 @@ H100_DEEP = {"2023.4.4-h100-deep": unpacked("h100-deep-causes"), "2025.3-h100-de
 SPIN = {"2023.4.4-h100-spin": unpacked("h100-spin-causes"), "2025.3-h100-spin": unpacked("h100-spin-causes-2025")}
 """The eighth: the hidden syncs and the pageable copy after a spin kernel of fixed cycles instead of GEMMs, on an H100,
 both nsys versions: GPU work whose time does not move with the clocks a fix changes."""
+H100_ALL = {"2023.4.4-h100-all": unpacked("h100-pairs"), "2025.3-h100-all": unpacked("h100-pairs-2025")}
+"""The ninth: the second and third sets' fifteen cases on an H100 with both nsys versions, each region with the
+tracing cost it measured as it started."""
 
 
 def _v2(version: str, region: str) -> nsight_core.Analysis:
@@ -183,21 +186,18 @@ def _recorded_step_ms(folder: Path, case: str, variant: str) -> float:
     return float(cases[case]["variants"][variant]["step_ms"])
 
 
-def _v2_step_ms(version: str, case: str, variant: str) -> float:
-    return _recorded_step_ms(V2[version], case, variant)
-
-
-@pytest.mark.parametrize("version", list(V2))
+@pytest.mark.parametrize("folder", [*V2.values(), *H100_ALL.values()], ids=[*V2, *H100_ALL])
 @pytest.mark.parametrize(("case", "metric"), [("tf32", "tf32_saving_per_step"), ("bf16", "bf16_saving_per_step")])
-def test_the_tensor_core_saving_of_fp32_matmuls_is_the_real_one(version: str, case: str, metric: str) -> None:
+def test_the_tensor_core_saving_of_fp32_matmuls_is_the_real_one(folder: Path, case: str, metric: str) -> None:
     """FP32 GEMMs against TF32 allowed, and against bf16 autocast: the saving predicted from the GPU's peak rates
-    lands within 30 % of the unprofiled difference, and the fixed twin has no FP32 matmul left."""
-    finding = next(f for f in _v2(version, f"{case}-problem").findings if f.kind == "fp32_matmul")
+    (an H200's or an H100's) lands within 30 % of the unprofiled difference, and the fixed twin has no FP32 matmul
+    left."""
+    finding = next(f for f in _recorded(folder, f"{case}-problem").findings if f.kind == "fp32_matmul")
     predicted = next(e.value for e in finding.evidence if e.metric == metric) / 1e6
-    real = _v2_step_ms(version, case, "problem") - _v2_step_ms(version, case, "fixed")
+    real = _recorded_step_ms(folder, case, "problem") - _recorded_step_ms(folder, case, "fixed")
     assert abs(predicted - real) <= TOLERANCE * real, (predicted, real)
     assert finding.severity == "warning", "a precision is the user's trade-off: never critical"
-    assert "fp32_matmul" not in {f.kind for f in _v2(version, f"{case}-fixed").findings}
+    assert "fp32_matmul" not in {f.kind for f in _recorded(folder, f"{case}-fixed").findings}
 
 
 @pytest.mark.parametrize("version", list(RECORDINGS))
@@ -234,7 +234,7 @@ def test_no_tensor_core_saving_is_claimed_on_a_gpu_without_them(capability: str,
     assert finding.severity == ("warning" if claimed else "info")
 
 
-@pytest.mark.parametrize("folder", [*V2.values(), *H100.values()], ids=[*V2, *H100])
+@pytest.mark.parametrize("folder", [*V2.values(), *H100.values(), *H100_ALL.values()], ids=[*V2, *H100, *H100_ALL])
 @pytest.mark.parametrize("variant", ["problem", "fixed"])
 def test_a_prefetch_on_a_side_stream_does_not_pull_the_step_window_early(folder: Path, variant: str) -> None:
     """Step i+1's input copied on a second stream while step i computes (fixed), against copied on the compute stream
@@ -248,15 +248,21 @@ def test_a_prefetch_on_a_side_stream_does_not_pull_the_step_window_early(folder:
 
 UNEXPLAINED = {("2023.4.4", "small_step", "problem"), ("2023.4.4", "mask_sync", "problem"),
                ("2023.4.4", "per_param", "fixed"), ("2023.4.4", "graph", "problem"),
-               ("2025.3", "alloc_churn", "fixed")}
+               ("2025.3", "alloc_churn", "fixed"), ("2025.3-h100-all", "alloc_churn", "fixed"),
+               ("2023.4.4-h100-all", "small_copies", "fixed"), ("2025.3-h100-all", "small_copies", "fixed")}
 """Host-bound steps whose profiled step differs from the unprofiled one far more (or the other way) than their CUDA
 calls explain at the cost per call the other pairs show: small steps of the 2023.4.4 recording (0.2-0.8 ms, where the
-same code recorded with 2025.3 lands), and the 2025.3 recording's MLP without empty_cache (2.2 ms slower profiled;
-with 2023.4.4 it lands). A known gap of the per-call model, kept visible (strict xfail)."""
+same code recorded with 2025.3 lands), and the MLP without empty_cache under 2025.3, on the H200 and again on the H100
+(2.1-2.2 ms slower profiled; with 2023.4.4 it lands). On the H100, small_copies' fixed twin (the 256 samples stacked
+and pinned on the host, one copy) ran 1.53 ms (2023.4.4) and 2.70 ms (2025.3) a step unprofiled, 2.1-9.8 ms profiled
+with 19 CUDA calls a step: the host code before a step's first call (torch.stack and pin_memory) took about 3 ms in the
+region's first 14 steps and 0.13 ms in its last six. The same slow start shows in the MLP's 2025.3 steps (9-10.6 ms,
+then 7.2-7.7 ms against 6.9 unprofiled). Time nsys takes from host code outside CUDA calls, which a cost per call
+cannot see. A known gap of the per-call model, kept visible (strict xfail)."""
 ESTIMATED = [pytest.param(recordings[version], case, variant, id=f"{case}-{variant}-{version}",
                          marks=[pytest.mark.xfail(strict=True, reason="UNEXPLAINED")]
                          if (version, case, variant) in UNEXPLAINED else [])
-             for recordings in (V2, CAUSES, H100, CALIBRATED, DEEP, H100_DEEP, SPIN) for version in recordings
+             for recordings in (V2, CAUSES, H100, CALIBRATED, DEEP, H100_DEEP, SPIN, H100_ALL) for version in recordings
              for case, found in json.loads((recordings[version] / "truth.json").read_text())["cases"].items()
              for variant in found["variants"] if not _lost_data(version, case, variant)]
 
@@ -316,19 +322,26 @@ CAUSE_PAIRS = [
     (SPIN, Pair("item_if_spin", "fixed", ("sync_wait",))),
     (SPIN, Pair("mask_tail_spin", "fixed", ("sync_wait",))),
     (SPIN, Pair("list_tensor_spin", "fixed", ("sync_wait",))),
+    *((H100_ALL, Pair(case, "fixed", causes)) for case, causes in (
+        ("per_param", ("per_tensor_launches",)), ("small_copies", ("small_copies",)),
+        ("checkpoint", ("bulk_device_to_host",)), ("mask_sync", ("sync_wait",)), ("alloc_churn", ("allocator_churn",)),
+        ("sync_log", ("sync_wait",)), ("pageable", ("pageable_copy",)), ("mask_tail", ("sync_wait",)),
+        ("item_if", ("sync_wait",)))),
 ]
 """Known causes (analysis/causes.py, and the hidden syncs named by their pattern) whose fix the recordings measured
 well above the host's noise, with the recordings that hold them."""
 CAUSE_CASES = [pytest.param(recordings[version], pair, id=f"{pair.case}-{version}")
                for recordings, pair in CAUSE_PAIRS for version in recordings]
 NOISY_TRUTH = {("alloc_churn", "2023.4.4"), ("alloc_churn", "2025.3"), ("mask_tail", "2025.3"), ("item_if", "2023.4.4"),
-               ("item_if", "2025.3"), ("alloc_churn", "2023.4.4-calibrated"), ("alloc_churn_deep", "2023.4.4-deep")}
+               ("item_if", "2025.3"), ("alloc_churn", "2023.4.4-calibrated"), ("alloc_churn_deep", "2023.4.4-deep"),
+               ("alloc_churn", "2025.3-h100-all")}
 """Savings off by more than 30 % where the unprofiled truth moves more than the profiled pair: mask_tail's real saving
 was 1.19 ms in one recording and 2.71 ms in the other (the prediction: 1.27 and 1.89 ms); item_if's profiled pair
 differs by 1.7 ms and more, its unprofiled one by 0.9-1.0 ms (predicted: 1.96 and 1.93 ms). alloc_churn's real saving
 is 0.58 to 1.57 times the difference of its profiled pair (estimated steps) across five recordings of the same loop:
 1.94 ms against 3.36 (predicted 2.58), 5.32 against 3.39 (predicted 3.59), 7.73 against 6.01 (predicted 3.22); the
-two others land (2.36 against 2.92 predicted, 4.68 against 3.55); at batch 32768 it lands with 2025.3, and with
+two others land (2.36 against 2.92 predicted, 4.68 against 3.55), and on the H100 with 2025.3 its fixed twin's
+unprofiled runs spread 5.89-7.90 ms (6.99 against 4.14 predicted); at batch 32768 it lands with 2025.3, and with
 2023.4.4 its profiled problem ran 21 % slower than its unprofiled runs (12.95-14.77 ms). Kept visible (strict xfail)."""
 GPU_CLOCKS = {(case, version) for case in ("item_if_deep", "mask_tail_deep", "list_tensor_deep")
               for version in ("2023.4.4-deep", "2025.3-deep")}
@@ -337,6 +350,12 @@ longer than their problems' (620 against 667-673 µs in item_if_deep, with both 
 idles runs at lower clocks, so part of the idle time removed comes back as slower work. The prediction is the idle
 time (1.90 ms against a profiled pair 1.06 ms apart); the capture holds no clocks to foresee the rest. Kept visible
 (strict xfail)."""
+HIDDEN_LAUNCHES = {("mask_sync", "2025.3-h100-all")}
+"""A saving 44 % under the real one: on the H100 with 2025.3 the sync's fix saved 1.00 ms (2.47 against 1.46 ms
+unprofiled; the profiled pair's estimated steps 0.91 ms apart), where the sync finding predicts 0.57 ms. The problem's
+60 small launches after the sync also show as 0.54 ms of launch gaps, which the fix hides behind the GPU's work once
+the host no longer waits; the sync's saving does not yet count them. With 2023.4.4 on the same GPU it lands (0.61
+against 0.61). Kept visible (strict xfail)."""
 
 
 @pytest.mark.parametrize(("folder", "pair"), CAUSE_CASES)
@@ -349,6 +368,8 @@ def test_a_known_cause_is_the_top_finding(folder: Path, pair: Pair) -> None:
     pytest.param(recordings[version], pair, id=f"{pair.case}-{version}",
                  marks=[pytest.mark.xfail(strict=True, reason="NOISY_TRUTH")] if (pair.case, version) in NOISY_TRUTH
                  else [pytest.mark.xfail(strict=True, reason="GPU_CLOCKS")] if (pair.case, version) in GPU_CLOCKS
+                 else [pytest.mark.xfail(strict=True, reason="HIDDEN_LAUNCHES")]
+                 if (pair.case, version) in HIDDEN_LAUNCHES
                  else []) for recordings, pair in CAUSE_PAIRS for version in recordings])
 def test_a_known_cause_saves_what_its_fix_saved(folder: Path, pair: Pair) -> None:
     problem = _recorded(folder, f"{pair.case}-problem")
@@ -416,7 +437,7 @@ def test_a_scalar_read_keeps_its_pattern(version: str) -> None:
 
 
 ALL_VARIANTS = [(version, case, variant, recordings)
-                for recordings in (RECORDINGS, V2, CAUSES, H100, CALIBRATED, DEEP, H100_DEEP)
+                for recordings in (RECORDINGS, V2, CAUSES, H100, CALIBRATED, DEEP, H100_DEEP, H100_ALL)
                 for version in recordings
                 for case, found in json.loads((recordings[version] / "truth.json").read_text())["cases"].items()
                 for variant in found["variants"]]

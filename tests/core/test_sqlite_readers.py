@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from fixture_sets import fanned
+from fixture_sets import fanned, unpacked
 
 from nsight_core.trace import spill as spill_module
 from nsight_core.trace import tables as tables_module
@@ -179,7 +179,7 @@ def test_reading_an_export_leaves_no_file_open_once_its_trace_is_gone() -> None:
 
     from nsight_core.profile import build_profile
 
-    exports = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "h200-fix-pairs-v2-2025").glob("*.sqlite"))[:2]
+    exports = sorted(unpacked("h200-fix-pairs-v2-2025").glob("*.sqlite"))[:2]
     build_profile(exports[0])  # imports and caches made once
     gc.collect()
     before = len(os.listdir("/proc/self/fd"))

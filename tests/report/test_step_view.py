@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fixture_sets import unpacked
 from report_helpers import Chromium
 
 from nsight_core.analysis import step_drawing
@@ -189,7 +190,7 @@ def test_a_step_of_too_many_events_keeps_the_longest(monkeypatch: pytest.MonkeyP
 def test_kernels_in_an_anonymous_namespace_are_named_by_their_function() -> None:
     """A foreach optimizer's kernels (``void at::native::<unnamed>::multi_tensor_apply_kernel<...>(...)``) are labelled
     ``multi_tensor_apply_kernel`` in the step view, as in the charts, not left blank."""
-    profile = build_profile(FIXTURES / "h200-fix-pairs-v2-2025" / "per_param-fixed.sqlite")
+    profile = build_profile(unpacked("h200-fix-pairs-v2-2025") / "per_param-fixed.sqlite")
     assert profile.steps_drawn is not None
     data = step_view_data(profile.steps_drawn)
     shorts = {short for name, short in zip(data["names"], data["short"], strict=True) if "<unnamed>::" in name}

@@ -246,19 +246,18 @@ def test_a_prefetch_on_a_side_stream_does_not_pull_the_step_window_early(folder:
     assert analysis.steps.family.max_ns < 2 * analysis.steps.family.p50_ns, "no window swallows the ones after it"
 
 
-UNEXPLAINED = {("2023.4.4", "small_step", "problem"), ("2023.4.4", "mask_sync", "problem"),
-               ("2023.4.4", "per_param", "fixed"), ("2023.4.4", "graph", "problem"),
-               ("2025.3", "alloc_churn", "fixed"), ("2025.3-h100-all", "alloc_churn", "fixed"),
+UNEXPLAINED = {("2023.4.4", "mask_sync", "problem"), ("2023.4.4", "per_param", "fixed"),
+               ("2023.4.4", "graph", "problem"), ("2025.3", "alloc_churn", "fixed"),
                ("2023.4.4-h100-all", "small_copies", "fixed"), ("2025.3-h100-all", "small_copies", "fixed")}
 """Host-bound steps whose profiled step differs from the unprofiled one far more (or the other way) than their CUDA
 calls explain at the cost per call the other pairs show: small steps of the 2023.4.4 recording (0.2-0.8 ms, where the
-same code recorded with 2025.3 lands), and the MLP without empty_cache under 2025.3, on the H200 and again on the H100
-(2.1-2.2 ms slower profiled; with 2023.4.4 it lands). On the H100, small_copies' fixed twin (the 256 samples stacked
-and pinned on the host, one copy) ran 1.53 ms (2023.4.4) and 2.70 ms (2025.3) a step unprofiled, 2.1-9.8 ms profiled
-with 19 CUDA calls a step: the host code before a step's first call (torch.stack and pin_memory) took about 3 ms in the
-region's first 14 steps and 0.13 ms in its last six. The same slow start shows in the MLP's 2025.3 steps (9-10.6 ms,
-then 7.2-7.7 ms against 6.9 unprofiled). Time nsys takes from host code outside CUDA calls, which a cost per call
-cannot see. A known gap of the per-call model, kept visible (strict xfail)."""
+same code recorded with 2025.3 lands; graph's problem ran faster profiled than unprofiled), and the MLP without
+empty_cache under 2025.3 on the H200 (2.0 ms slower profiled, 32 % over; with 2023.4.4, and on the H100, it lands). On
+the H100, small_copies' fixed twin (the 256 samples stacked and pinned on the host, one copy) ran 1.53 ms (2023.4.4)
+and 2.70 ms (2025.3) a step unprofiled, 2.1-9.8 ms profiled with 36 CUDA calls a step: the host code before a step's
+first call (torch.stack and pin_memory) took about 3 ms in the region's first 14 steps and 0.13 ms in its last six.
+Time nsys takes from host code outside CUDA calls, which a cost per call cannot see. A known gap of the per-call model,
+kept visible (strict xfail)."""
 ESTIMATED = [pytest.param(recordings[version], case, variant, id=f"{case}-{variant}-{version}",
                          marks=[pytest.mark.xfail(strict=True, reason="UNEXPLAINED")]
                          if (version, case, variant) in UNEXPLAINED else [])
@@ -283,6 +282,24 @@ def test_the_estimated_step_is_the_unprofiled_step_and_no_saving_exceeds_it(fold
     assert sum(part.total_ns for part in budget.parts) == budget.wall_ns
     savings = [f.saving.per_step_ns for f in analysis.findings if f.saving and f.saving.per_step_ns is not None]
     assert all(saving <= analysis.steps.estimated_p50_ns for saving in savings)
+
+
+def test_tracing_cost_counts_the_backward_pass_launched_from_autograds_thread() -> None:
+    """The MLP without empty_cache on the H100 with 2025.3: autograd launches its backward pass from a thread of its
+    own while the step's thread waits, so those calls were traced too. Counted with the step's own, the estimate lands
+    within 30 % (counted without them it did not: 9.0 ms against 6.9 ms unprofiled)."""
+    folder = H100_ALL["2025.3-h100-all"]
+    analysis = _recorded(folder, "alloc_churn-fixed")
+    assert isinstance(analysis.steps, NvtxGpuSteps) and analysis.overhead is not None
+    trace = nsight_core.load_trace(folder / "alloc_churn-fixed.sqlite")
+    steps = trace.nvtx.filter(pl.col("name").str.starts_with("step_"))
+    [thread] = steps["thread"].unique().to_list()
+    in_steps = trace.cuda_api.filter(pl.col("start_ns").is_between(steps["start_ns"].min(), steps["end_ns"].max()))
+    assert in_steps["thread"].n_unique() > 1
+    own = in_steps.filter(pl.col("thread") == thread).height / steps.height
+    assert analysis.overhead.calls_per_step > 2 * own, (analysis.overhead.calls_per_step, own)
+    real = _recorded_step_ms(folder, "alloc_churn", "fixed")
+    assert abs(analysis.steps.estimated_p50_ns / 1e6 - real) <= TOLERANCE * real
 
 
 def test_a_region_measures_what_tracing_costs_in_its_own_process() -> None:

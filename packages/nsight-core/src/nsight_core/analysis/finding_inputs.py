@@ -39,7 +39,7 @@ def analysis_of(frames: Events, gpus: pl.DataFrame | None, window: UserWindow, e
         case GpuWindowSteps():
             # An NVTX family's steps, on its thread; at least MIN_PROJECTED of them (analysis/every_step.py).
             assert thread is not None and steady.height
-            budget, overhead = with_overhead(budget, _calls(frames, steady_ranges, thread) / steady.height,
+            budget, overhead = with_overhead(budget, _calls(frames, steady_ranges) / steady.height,
                                              nsys_version, calibrated_ns(frames.nvtx_marks))
             stats = found.bounded(bound_by(budgets.budget), max(found.family.p50_ns - overhead.per_step_ns, 0.0))
             p50: float | None = stats.estimated_p50_ns
@@ -66,10 +66,11 @@ def analysis_of(frames: Events, gpus: pl.DataFrame | None, window: UserWindow, e
                     ranges=range_table(frames, window.span_ns, window_rows), findings=find.findings_of(context, gpu))
 
 
-def _calls(frames: Events, steps: pl.DataFrame, thread: int) -> int:
-    """THREAD's CUDA calls from the first of STEPS (by start) to the end of the last: what tracing slowed."""
+def _calls(frames: Events, steps: pl.DataFrame) -> int:
+    """Every thread's CUDA calls from the first of STEPS (by start) to the end of the last: what tracing slowed. Not the
+    steps' thread alone: autograd launches a backward pass from a thread of its own while the step's thread waits."""
     lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
-    inside = (pl.col("thread") == thread) & (pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)
+    inside = (pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)
     return int(frames.cuda_api.filter(inside).select(pl.len()).collect(engine="streaming").item())
 
 

@@ -24,7 +24,7 @@ class ProfilerOverhead(BaseModel):
                                "else PER_CALL_NS of the nsys version")
     calibrated: bool = Field(default=False, description="True where per_call_ns was measured in the capture's process")
     nsys_version: str | None = Field(description="The nsys that wrote the export; None where it does not say")
-    calls_per_step: float = Field(description="CUDA API calls on the steps' thread per steady step")
+    calls_per_step: float = Field(description="CUDA API calls of every thread per steady step")
     per_step_ns: float = Field(description="Taken out of each step: calls x cost, at most the time the GPU waited on "
                                "the host")
 

@@ -3,7 +3,7 @@
 Every stage reads the events as lazy frames in windows (:mod:`nsight_core.analysis.windows`), so a capture of any size
 is analysed in bounded memory, and the answer does not depend on the machine's memory.
 
-1. The step family is chosen from the capture's first CHOOSE_ROWS NVTX ranges and kernels (:func:`choose_steps`).
+1. The step family is chosen from the capture's first CHOOSE_ROWS NVTX ranges and kernels (:func:`first_ranges`).
 2. Every step of that family over the whole capture (:func:`every_step.every_step`), on the GPU's clock where the
    steps launched GPU work; a capture without steps is one step, its user window, cut into pieces.
 3. Every step's budget (:func:`every_budget.every_budget`), then the NVTX range table and the findings' inputs
@@ -17,14 +17,13 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from nsight_core.analysis.codes import family_codes
 from nsight_core.analysis.every_budget import Budgets, every_budget
 from nsight_core.analysis.every_step import EveryStep, capture_as_step, every_step
 from nsight_core.analysis.finding_inputs import analysis_of
 from nsight_core.analysis.range_table import start_range_table
 from nsight_core.analysis.ranges import CodedRanges
 from nsight_core.analysis.result import Analysis, StepView, steps_view
-from nsight_core.analysis.steps import CaptureAsStep, ChosenSteps, find_steps
+from nsight_core.analysis.steps import CaptureAsStep, find_steps
 from nsight_core.analysis.user_window import capture_window
 from nsight_core.trace.depth import depth_read, with_depth
 from nsight_core.trace.frames import EventTables
@@ -34,16 +33,14 @@ CHOOSE_ROWS = 1_000_000
 """NVTX ranges and kernels from the start that choose the step family: a fixed number, the same on any machine."""
 
 
-def choose_steps(frames: Events) -> tuple[ChosenSteps, CodedRanges | None]:
-    """FRAMES' step family (:func:`steps.find_steps`) by the first CHOOSE_ROWS NVTX ranges and kernels; and, where those
-    are all the ranges and the loader counted their depth, them with their families (:class:`ranges.CodedRanges`)."""
+def first_ranges(frames: Events) -> CodedRanges:
+    """FRAMES' first CHOOSE_ROWS NVTX ranges by start, which choose the step family with as many kernels
+    (:func:`steps.find_steps`); whole where they are all the ranges and the loader counted their depth."""
     # The first ranges by start hold every range enclosing one of them: their depth among themselves is the capture's.
     depth = depth_read(frames.nvtx)
     nvtx = with_depth(_first(frames.nvtx.select("start_ns", "end_ns", "name", "domain", "thread", *depth)))
-    codes = family_codes(nvtx, "name")
-    stats = find_steps(nvtx, _first(frames.kernels.select("start_ns", "end_ns", "name")), codes)[0]
     whole = bool(depth) and (nvtx.height < CHOOSE_ROWS or frames.nvtx.select(pl.len()).collect().item() == nvtx.height)
-    return stats, CodedRanges(ranges=nvtx, family=codes[0], families=codes[1]) if whole else None
+    return CodedRanges(ranges=nvtx, frames=frames, whole=whole)
 
 
 def _first(frame: pl.LazyFrame) -> pl.DataFrame:
@@ -79,9 +76,10 @@ def analyze_steps(trace: EventTables, window_rows: int | None = WINDOW_ROWS) -> 
     WINDOW_ROWS: events per window (None: one window); the answer is the same whatever it is."""
     frames = events(trace)
     window = capture_window(trace, frames)
+    coded = first if (first := first_ranges(frames)).whole else None  # all the ranges: their codes serve every stage
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsight-range-table") as pool:
-        start_range_table(pool, frames, window.span_ns, window_rows)  # what the findings' inputs take at the end
-        chosen, coded = choose_steps(frames)
+        start_range_table(pool, frames, window.span_ns, window_rows, coded)  # what the findings' inputs take at the end
+        chosen = find_steps(first.ranges, _first(frames.kernels.select("start_ns", "end_ns", "name")), first.codes)[0]
         every = every_step(frames, chosen, window_rows)
         if every is None:
             if not isinstance(chosen, CaptureAsStep):

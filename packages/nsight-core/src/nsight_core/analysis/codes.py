@@ -24,10 +24,11 @@ def pattern_of(name: pl.Expr) -> pl.Expr:
     return name.str.replace_all(r"\d+", NUMBER_PLACEHOLDER, literal=False)
 
 
-def distinct_codes(frame: pl.DataFrame, column: str) -> tuple[pl.Series, pl.Series]:
+def distinct_codes(frame: pl.DataFrame, column: str, among: pl.Series | None = None) -> tuple[pl.Series, pl.Series]:
     """FRAME's COLUMN as UInt32 codes (null a value like any other) and the distinct values they index, sorted: a
-    binary search in the few distinct values finds the codes with no hash table per value."""
-    distinct = frame.select(pl.col(column).unique().sort()).to_series()
+    binary search in the few distinct values finds the codes with no hash table per value. AMONG: values that hold
+    every one of COLUMN's, where the caller found them already (the capture's distinct names): no pass to find them."""
+    distinct = (frame if among is None else among.to_frame(column)).select(pl.col(column).unique().sort())[column]
     if distinct.len() == 1:  # one value throughout (one thread, the default domain): no search per row
         return pl.zeros(frame.height, pl.UInt32, eager=True).alias(column), distinct
     if distinct.dtype == pl.String and not distinct.null_count():  # text: a hash lookup, not string comparisons
@@ -71,9 +72,10 @@ def matching(frame: pl.DataFrame | pl.LazyFrame, column: str, test: Callable[[pl
     return pl.col(key).is_in(distinct.filter(test(pl.col(column)))[key].implode())
 
 
-def family_codes(frame: pl.DataFrame, column: str) -> tuple[pl.Series, pl.Series]:
-    """The family (:func:`family_pattern`) of each name in FRAME's COLUMN as a code, and the families it indexes."""
-    name_codes, distinct = distinct_codes(frame, column)
+def family_codes(frame: pl.DataFrame, column: str, among: pl.Series | None = None) -> tuple[pl.Series, pl.Series]:
+    """The family (:func:`family_pattern`) of each name in FRAME's COLUMN as a code, and the families it indexes (of
+    the names AMONG, where given: :func:`distinct_codes`)."""
+    name_codes, distinct = distinct_codes(frame, column, among)
     patterns = pl.select(pattern_of(pl.lit(distinct)).alias("pattern"))
     pattern_codes, families = distinct_codes(patterns, "pattern")
     return pattern_codes.gather(name_codes), families

@@ -16,7 +16,7 @@ import polars as pl
 from nsight_core.analysis.codes import family_codes, joint_code, pattern_of, text_code
 from nsight_core.analysis.every_step import gpu_work_of, launched_by_id
 from nsight_core.analysis.projection import range_gpu_spans
-from nsight_core.analysis.ranges import RangeFamily, by_start, with_parents
+from nsight_core.analysis.ranges import CodedRanges, RangeFamily, by_start, with_parents
 from nsight_core.analysis.windows import start_cuts, window_filters
 from nsight_core.stats import exact
 from nsight_core.trace.depth import depth_read, with_depth
@@ -32,10 +32,13 @@ _STARTED: weakref.WeakKeyDictionary[Events, dict[tuple[int, int | None], Future[
 """Per capture's frames, the range tables :func:`start_range_table` started, by user window and window size."""
 
 
-def start_range_table(pool: Executor, frames: Events, span_ns: int, window_rows: int | None = WINDOW_ROWS) -> None:
+def start_range_table(pool: Executor, frames: Events, span_ns: int, window_rows: int | None = WINDOW_ROWS,
+                      coded: CodedRanges | None = None) -> None:
     """Start :func:`range_table` of FRAMES in POOL, for the next call with the same arguments to take: it reads only
-    the events, so it runs beside what finds the steps and budgets them (Polars computes without the GIL)."""
-    _STARTED.setdefault(frames, {})[(span_ns, window_rows)] = pool.submit(_range_table, frames, span_ns, window_rows)
+    the events, so it runs beside what finds the steps and budgets them (Polars computes without the GIL). CODED: all
+    of FRAMES' ranges, whose families and nesting the steps and the CPU budget read too (made once for all)."""
+    _STARTED.setdefault(frames, {})[(span_ns, window_rows)] = pool.submit(_range_table, frames, span_ns, window_rows,
+                                                                          coded)
 
 
 def range_table(frames: Events, span_ns: int, window_rows: int | None = WINDOW_ROWS) -> list[RangeFamily]:
@@ -45,18 +48,22 @@ def range_table(frames: Events, span_ns: int, window_rows: int | None = WINDOW_R
     return started.result() if started is not None else _range_table(frames, span_ns, window_rows)
 
 
-def _range_table(frames: Events, span_ns: int, window_rows: int | None) -> list[RangeFamily]:
-    key, families = _family_key(frames.nvtx_names)
-    # The ranges' nesting depth where the frame has it (a capture read whole): the depth of each window's ranges among
-    # the carried ones is that same number, counted again.
-    ranges = frames.nvtx.select("start_ns", "end_ns", "thread", key, *depth_read(frames.nvtx))
+def _range_table(frames: Events, span_ns: int, window_rows: int | None,
+                 coded: CodedRanges | None = None) -> list[RangeFamily]:
     calls = frames.cuda_api.select("correlation_id", "start_ns", "end_ns", "name", "thread")
     work = gpu_work_of(frames)
     # Windows of about WINDOW_ROWS ranges, calls and GPU work together: a window's calls bring their work with them.
     cuts = start_cuts(pl.concat([frame.select("start_ns") for frame in (frames.nvtx, calls, work)]), window_rows)
+    # The nesting first (:class:`CodedRanges`): meanwhile the steps' search codes the families, which it needs at once.
+    parents = coded.nested["parent"] if coded is not None and not cuts else None
+    key, families = _family_key(frames.nvtx_names, coded.codes[0] if coded is not None else None)
+    # The ranges' nesting depth where the frame has it (a capture read whole): the depth of each window's ranges among
+    # the carried ones is that same number, counted again.
+    ranges = (frames.nvtx if coded is None else coded.ranges).select(  # the codes put in place: the ranges at hand
+        "start_ns", "end_ns", "thread", key, *depth_read(frames.nvtx)).lazy()
     if not cuts:  # one window: its ranges read once, for the nesting and the medians both
         ranges = ranges.collect().lazy()
-    groups, children, spans = _nested(ranges, calls, work, cuts)
+    groups, children, spans = _nested(ranges, calls, work, cuts, parents)
     if not groups.height:
         return []
     groups = groups.join(families, on=KEY)
@@ -76,28 +83,28 @@ def _range_table(frames: Events, span_ns: int, window_rows: int | None) -> list[
     return [RangeFamily(**row) for row in rows.to_dicts()]
 
 
-def _family_key(names: pl.DataFrame) -> tuple[pl.Expr, pl.DataFrame]:
+def _family_key(names: pl.DataFrame, family: pl.Series | None = None) -> tuple[pl.Expr, pl.DataFrame]:
     """KEY of each range, one integer per family (name pattern and domain: :func:`codes.joint_code` of their codes), as
-    an expression of its name and domain, and the families (KEY, pattern, domain). NAMES: the capture's distinct
-    (name, domain) pairs, whose patterns are made once: per range, two hash lookups, no regex."""
+    an expression of its name (or FAMILY, its family's code among NAMES) and domain, and the families (KEY, pattern,
+    domain). NAMES: the capture's distinct (name, domain) pairs, whose patterns are made once: no regex per range."""
     distinct = names.select(pl.col("name").unique().sort())
     pattern, patterns = family_codes(distinct, "name")
     domains = names.select(pl.col("domain").unique().sort()).to_series()
     # Elementwise (a lookup a batch at a time, not a gather of the whole column): a window's filter on the ranges'
     # starts then reaches the scan below it, which reads that window's rows only.
-    family = text_code(pl.col("name"), distinct.to_series()).map_batches(
+    by_name = text_code(pl.col("name"), distinct.to_series()).map_batches(
         lambda codes: pattern.gather(codes), return_dtype=pattern.dtype, is_elementwise=True)
-    key = joint_code((family, patterns.len()), (text_code(pl.col("domain"), domains), domains.len())) \
-        .cast(pl.Int64).alias(KEY)
-    return key, names.select(key, pattern_of(pl.col("name")).alias("pattern"), "domain").unique(KEY)
+    named, key = (joint_code((code, patterns.len()), (text_code(pl.col("domain"), domains), domains.len()))
+                  .cast(pl.Int64).alias(KEY) for code in (by_name, by_name if family is None else pl.lit(family)))
+    return key, names.select(named, pattern_of(pl.col("name")).alias("pattern"), "domain").unique(KEY)
 
 
-def _nested(ranges: pl.LazyFrame, calls: pl.LazyFrame, work: pl.LazyFrame,
-            cuts: list[int]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+def _nested(ranges: pl.LazyFrame, calls: pl.LazyFrame, work: pl.LazyFrame, cuts: list[int],
+            parents: pl.Series | None = None) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Per family (KEY), window by window of start time (CUTS): its RANGES' count, sums, minimum and maximum of their
     durations (:func:`exact.counts`, ``_min``, ``_max``), the summed time of its ranges' direct children
     (``_children``), and its ranges' GPU work (gpu_ops, gpu_span_ns summed over the ranges that launched any, ``_spans``
-    of them; CALLS launched WORK). RANGES' ``depth`` where they have it, else counted."""
+    of them; CALLS launched WORK). RANGES' ``depth`` where they have it, else counted; PARENTS: theirs (one window)."""
     kept = {**CARRIED, **({"depth": pl.Int64} if "depth" in ranges.collect_schema().names() else {})}
     carried = pl.DataFrame(schema=kept)
     duration = pl.col("end_ns") - pl.col("start_ns")
@@ -113,7 +120,7 @@ def _nested(ranges: pl.LazyFrame, calls: pl.LazyFrame, work: pl.LazyFrame,
         fresh = window.cast({name: kept[name] for name in window.columns}).with_columns(
             pl.lit(0, pl.Int64).alias("gpu_ops"), pl.lit(False).alias("_carried"))  # GPU spans null: the concat's fill
         present = pl.concat([carried.with_columns(pl.lit(True).alias("_carried")), fresh], how="diagonal")
-        nested = with_parents(with_depth(by_start(present)))
+        nested = with_parents(with_depth(by_start(present)), parents)
         # Each child's time to its parent's family (no parent: no family, a null KEY).
         children.append(nested.lazy().select(pl.col(KEY).gather(pl.col("parent")), duration.alias("_children"),
                                              "_carried")

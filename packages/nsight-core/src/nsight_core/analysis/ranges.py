@@ -4,12 +4,14 @@ overlap (`nsys stats` totals nest, counting a child's time again in its parent).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import polars as pl
 from pydantic import BaseModel, Field
 
 from nsight_core.analysis.codes import distinct_codes, family_codes
+from nsight_core.trace.streamed import Events
 
 
 class RangeFamily(BaseModel):
@@ -30,17 +32,19 @@ class RangeFamily(BaseModel):
                                     "its first GPU work to the end of its last (None: they launched none)")
 
 
-def with_parents(nvtx: pl.DataFrame) -> pl.DataFrame:
+def with_parents(nvtx: pl.DataFrame, parents: pl.Series | None = None) -> pl.DataFrame:
     """NVTX ranges by start with an ``id`` (the row's position) and the ``parent`` they are nested in (null: outermost):
-    the latest range one depth up on the same thread that started no later."""
+    the latest range one depth up on the same thread that started no later. PARENTS: those, where the caller has any."""
     ranges = by_start(nvtx).select(pl.int_range(pl.len(), dtype=pl.Int64).alias("id"), pl.all())
+    if parents is not None:
+        return ranges.with_columns(parents)
     # (thread, depth) as one 32-bit integer: a join by two columns, or by 64-bit ones, takes far more memory.
     keys = ranges.select(pl.col("id").cast(pl.UInt32), _thread_level(ranges).alias("_level"), "start_ns")
     levels = keys["_level"].unique()
     if levels.len() <= FILLED_LEVELS:
         return ranges.with_columns(keys.select(_filled_parents(levels)).to_series().cast(pl.Int64))
-    parents = keys.select(pl.col("id").alias("parent"), pl.col("_level") + 1, pl.col("start_ns").alias("_parent_start"))
-    found = keys.join_asof(parents, left_on="start_ns", right_on="_parent_start", by="_level", strategy="backward",
+    above = keys.select(pl.col("id").alias("parent"), pl.col("_level") + 1, pl.col("start_ns").alias("_parent_start"))
+    found = keys.join_asof(above, left_on="start_ns", right_on="_parent_start", by="_level", strategy="backward",
                            check_sortedness=False)
     return ranges.with_columns(found["parent"].cast(pl.Int64))
 
@@ -78,17 +82,30 @@ def _thread_level(ranges: pl.DataFrame) -> pl.Expr:
 
 @dataclass(frozen=True, kw_only=True)
 class CodedRanges:
-    """NVTX RANGES by start, each one's family a code into FAMILIES (:func:`family_codes`), made once (a hash lookup
-    per name) for the steps' family and, where they are all the capture's ranges, the CPU budget's :class:`Nesting`."""
+    """The first NVTX RANGES of FRAMES by start (WHOLE: all, with the loader's depth), whose families and nesting are
+    made once, on first use: the range table's thread asks for the nesting first, while the steps' search codes."""
 
     ranges: pl.DataFrame
-    family: pl.Series
-    families: pl.Series
+    frames: Events
+    whole: bool
+
+    @functools.cached_property
+    def codes(self) -> tuple[pl.Series, pl.Series]:
+        """Each range's family as a code into the families (:func:`family_codes`) of the capture's distinct names."""
+        return family_codes(self.ranges, "name", self.frames.nvtx_names["name"])
+
+    @functools.cached_property
+    def nested(self) -> pl.DataFrame:
+        """The ranges with their parents (:func:`with_parents`) and self times (:func:`self_time`)."""
+        return self_time(with_parents(self.ranges))
 
     def nesting(self, keep: pl.Expr, *columns: str) -> Nesting:
         """The :class:`Nesting` of the ranges KEEP selects (their COLUMNS), with their codes."""
         kept = self.ranges.select(keep.fill_null(False)).to_series()
-        return Nesting.of(self.ranges.filter(kept).select(*columns), (self.family.filter(kept), self.families))
+        nested = self.nested if kept.all() else self_time(with_parents(self.ranges.filter(kept)))
+        family, families = self.codes
+        return Nesting(ranges=nested.select("id", *columns, "parent", "self_ns"), family=family.filter(kept),
+                       families=families)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,12 +118,10 @@ class Nesting:
     families: pl.Series
 
     @classmethod
-    def of(cls, nvtx: pl.DataFrame, families: tuple[pl.Series, pl.Series] | None = None) -> Nesting:
-        """The nesting of NVTX; FAMILIES: :func:`family_codes` of its names, where the caller has them already."""
+    def of(cls, nvtx: pl.DataFrame) -> Nesting:
+        """The nesting of NVTX."""
         ranges = self_time(with_parents(nvtx))
-        if families is None or not nvtx["start_ns"].is_sorted():  # with_parents sorted: the codes lost their rows
-            families = family_codes(ranges, "name")
-        family, codes = families
+        family, codes = family_codes(ranges, "name")
         return cls(ranges=ranges, family=family, families=codes)
 
 
@@ -147,13 +162,12 @@ def nest(ranges: pl.DataFrame) -> bool:
     """Whether RANGES (:func:`with_parents`' frame, one thread) nest: each inside its parent, after its parent's
     previous range (or the previous outermost one), so their self pieces do not overlap. At a few depths the range
     before one at its depth stands in for its previous sibling: where all lie in their parents, it is that or in one."""
-    depth, end = pl.col("depth"), pl.col("end_ns")
+    depth, start, end = pl.col("depth"), pl.col("start_ns"), pl.col("end_ns")
     depths = ranges["depth"].unique()
-    before = (pl.coalesce(*(pl.when(depth == value).then(pl.when(depth == value).then(end).forward_fill().shift(1))
-                            for value in depths)) if depths.len() <= FILLED_LEVELS else end.shift(1).over("parent"))
-    after_sibling = pl.col("start_ns") >= before
-    inside_parent = pl.col("end_ns") <= pl.col("end_ns").gather(pl.col("parent"))
-    return bool(ranges.select((after_sibling.fill_null(True) & inside_parent.fill_null(True)).all()).item())
+    tests = ([start.filter(depth == value) >= end.filter(depth == value).shift(1) for value in depths]
+             if depths.len() <= FILLED_LEVELS else [start >= end.shift(1).over("parent")])  # after the sibling
+    tests.append(end <= end.gather(pl.col("parent")))  # inside the parent
+    return bool(ranges.select(pl.all_horizontal(*(test.fill_null(True).all() for test in tests))).item())
 
 
 def in_parent_order(pieces: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]) -> pl.DataFrame:

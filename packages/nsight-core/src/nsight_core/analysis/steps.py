@@ -139,7 +139,7 @@ def nvtx_families(nvtx: pl.DataFrame, family: tuple[pl.Series, pl.Series]) -> pl
                                  "end_ns", "depth", (pl.col("end_ns") - pl.col("start_ns")).alias("_duration")))
     families = keyed.group_by("_key", maintain_order=True).agg(
         pl.len().alias("count"), pl.col("depth").min().alias("depth"), *_duration_stats(pl.col("_duration")),
-        (pl.col("start_ns").shift(-1) >= pl.col("end_ns")).drop_nulls().all().alias("sequential"),
+        (pl.col("start_ns").slice(1) >= pl.col("end_ns").slice(0, pl.len() - 1)).all().alias("sequential"),
     ).filter(pl.col("count") >= 2)
     # Ranges without a name (frames built by hand; the loader names them '') are no family to call steps.
     (patterns, domains, threads) = (values for _, values in parts)

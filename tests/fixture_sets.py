@@ -45,6 +45,12 @@ def unpacked(archive: str) -> Path:
     return target / archive
 
 
+def exports_2025() -> list[Path]:
+    """nsys 2025.3's SQLite exports of the H200 captures, with nsys 2025.3's own `nsys stats` CSVs beside most of them:
+    the folders' and the packed second fix-pair set's."""
+    return sorted([*FIXTURES.glob("h200-*2025*/*.sqlite"), *unpacked("h200-fix-pairs-v2-2025").glob("*.sqlite")])
+
+
 def name(path: Path) -> str:
     return path.relative_to(FIXTURES).as_posix()
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from capture_helpers import nsight_here
+from fixture_sets import exports_2025
 
 import nsight_core
 from nsight_core.stats.load import stats_from_csv_dir, stats_of_trace
@@ -25,13 +26,17 @@ from nsight_core.stats.models import ProfileStats
 from nsight_core.stats.reports import DEFAULT_REPORTS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-EXPORTS = sorted(FIXTURES.glob("h200-*2025*/*.sqlite"))
+EXPORTS = exports_2025()
 WITH_STATS = [export for export in EXPORTS if export.with_name(f"{export.stem}_cuda_api_sum.csv").exists()]
 """The exports nsys 2025.3's own `nsys stats` CSVs were recorded beside (all of them: the packed sets have none)."""
 TABLES = {"cuda_gpu_kern_sum": "kernels", "cuda_gpu_mem_time_sum": "memory_time",
           "cuda_gpu_mem_size_sum": "memory_size", "cuda_api_sum": "api_calls", "nvtx_pushpop_sum": "nvtx_ranges"}
 GRAPH_FIXED = FIXTURES / "h200-fix-pairs-2025" / "graph-fixed.sqlite"
 QUICK_START = FIXTURES / "h200-fix-pairs-2025" / "quick_start-as_is.sqlite"
+
+
+def _id(export: Path) -> str:
+    return f"{export.parent.name}/{export.name}"
 
 
 def rows(stats: ProfileStats, report: str) -> list[dict[str, Any]]:
@@ -51,7 +56,7 @@ def copy_of(export: Path, folder: Path) -> Path:
 
 
 def test_every_2025_fixture_is_here() -> None:
-    names = {p.relative_to(FIXTURES).as_posix() for p in EXPORTS}
+    names = {_id(p) for p in EXPORTS}
     assert len(names) == 45 and len(WITH_STATS) == 45
     assert {"h200-fix-pairs-2025/graph-fixed.sqlite", "h200-2025-graph-node/graph_node.sqlite",
             "h200-2025-process/nsight-0013a405.sqlite"} <= names
@@ -63,7 +68,7 @@ def test_every_2025_fixture_is_here() -> None:
         assert version.startswith("2025.3"), export
 
 
-@pytest.mark.parametrize("export", WITH_STATS, ids=lambda p: p.relative_to(FIXTURES).as_posix())
+@pytest.mark.parametrize("export", WITH_STATS, ids=lambda p: _id(p))
 def test_reports_equal_nsys_2025_stats(export: Path, tmp_path: Path) -> None:
     """Every default report from the events equals nsys 2025.3's own CSV, rounding included (2025.3 rounds the
     double's exact value, 2023.4.4 like SQLite), NVTX names without 2025.3's ':' of the default domain."""

@@ -13,6 +13,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from capture_helpers import nsight_here
+from fixture_sets import exports_2025
 
 import nsight_core
 from nsight_core.analysis.completeness import _ranges_with_cuda, capture_facts, check_completeness
@@ -139,7 +140,7 @@ def test_graph_launches_without_gpu_work_are_incomplete(tmp_path):
     assert "20 of 20 CUDA graph launches have no GPU work" in done.stdout
 
 
-@pytest.mark.parametrize("export", sorted(FIXTURES.glob("h200-*2025*/*.sqlite")), ids=lambda p: p.name)
+@pytest.mark.parametrize("export", exports_2025(), ids=lambda p: p.name)
 def test_nsys_2025_captures_are_complete_with_nsys_warnings_kept(export):
     """Every 2025.3 capture is complete (graph-fixed too: its launches are on the GPU as graph rows); nsys'
     warnings are kept with their text, none of them a loss."""

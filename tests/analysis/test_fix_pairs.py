@@ -303,6 +303,20 @@ def test_tracing_cost_counts_the_backward_pass_launched_from_autograds_thread() 
     assert abs(analysis.steps.estimated_p50_ns / 1e6 - real) <= TOLERANCE * real
 
 
+def test_tracing_cost_leaves_out_the_calls_of_another_process() -> None:
+    """The same MLP step as if a second rank in the capture made the same CUDA calls in a process of its own: the
+    step's tracing cost counts its own process only, so the estimate does not move."""
+    trace = nsight_core.load_trace(H100_ALL["2025.3-h100-all"] / "alloc_churn-fixed.sqlite")
+    frames = {name: getattr(trace, name) for name in ("kernels", "memcpy", "memset", "nvtx", "nvtx_marks", "osrt",
+                                                      "window", "gpus")}
+    other_rank = trace.cuda_api.with_columns(pl.col("thread") + (1 << 24),  # the next pid, no GPU work of its own
+                                             pl.lit(None, pl.Int64).alias("correlation_id"))
+    alone = nsight_core.analyze(SimpleNamespace(**frames, cuda_api=trace.cuda_api))
+    beside = nsight_core.analyze(SimpleNamespace(**frames, cuda_api=pl.concat([trace.cuda_api, other_rank])))
+    assert alone.overhead is not None and beside.overhead is not None
+    assert beside.overhead.calls_per_step == alone.overhead.calls_per_step
+
+
 ALONE = unpacked("h100-small-copies-alone-2025")
 """small_copies' fixed twin alone in its process on the H100 with 2025.3: nsys' defaults and CPU sampling off, with
 torch's 16 intra-op threads and with one (tests/fixtures/README.md)."""

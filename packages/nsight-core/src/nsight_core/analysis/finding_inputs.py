@@ -23,6 +23,7 @@ from nsight_core.analysis.user_window import UserWindow
 from nsight_core.analysis.windows import in_steps, start_cuts, step_batches, window_filters
 from nsight_core.marks import calibrated_ns
 from nsight_core.trace.depth import depth_read, with_depth
+from nsight_core.trace.schema import pid_of
 from nsight_core.trace.streamed import WINDOW_ROWS, Events
 
 
@@ -39,7 +40,7 @@ def analysis_of(frames: Events, gpus: pl.DataFrame | None, window: UserWindow, e
         case GpuWindowSteps():
             # An NVTX family's steps, on its thread; at least MIN_PROJECTED of them (analysis/every_step.py).
             assert thread is not None and steady.height
-            budget, overhead = with_overhead(budget, _calls(frames, steady_ranges) / steady.height,
+            budget, overhead = with_overhead(budget, _calls(frames, steady_ranges, thread) / steady.height,
                                              nsys_version, calibrated_ns(frames.nvtx_marks))
             stats = found.bounded(bound_by(budgets.budget), max(found.family.p50_ns - overhead.per_step_ns, 0.0))
             p50: float | None = stats.estimated_p50_ns
@@ -66,11 +67,13 @@ def analysis_of(frames: Events, gpus: pl.DataFrame | None, window: UserWindow, e
                     ranges=range_table(frames, window.span_ns, window_rows), findings=find.findings_of(context, gpu))
 
 
-def _calls(frames: Events, steps: pl.DataFrame) -> int:
-    """Every thread's CUDA calls from the first of STEPS (by start) to the end of the last: what tracing slowed. Not the
-    steps' thread alone: autograd launches a backward pass from a thread of its own while the step's thread waits."""
+def _calls(frames: Events, steps: pl.DataFrame, thread: int) -> int:
+    """The CUDA calls of every thread of THREAD's process from the first of STEPS (by start) to the end of the last:
+    what tracing slowed. Not THREAD's alone: autograd launches a backward pass from a thread of its own while the step's
+    thread waits. Not other processes' (the other ranks of a capture of several): they have steps of their own."""
     lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
-    inside = (pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)
+    process = pid_of(pl.col("thread")) == pid_of(pl.lit(thread))
+    inside = process & (pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)
     return int(frames.cuda_api.filter(inside).select(pl.len()).collect(engine="streaming").item())
 
 

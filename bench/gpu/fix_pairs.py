@@ -31,6 +31,10 @@ Cases (variants: the problem first, then its fixes):
               made once): SGD with momentum, Nesterov and weight decay, `foreach=False` (5 kernels a parameter,
               1,200 a step) | `foreach=True` (the same maths in a few dozen multi-tensor kernels). Recorded
               over STEPS_OF["per_param"] steps, so that its 1,200 launches a step keep the capture small.
+- deep_adam:  a deep, narrow training step: a 96-layer 256-wide FP32 MLP, batch 128, forward and backward (about
+              600 kernels), then Adam with `foreach=False` (about 1,000 more, a few per parameter) | `foreach=True`:
+              the fixed twin still launches hundreds of kernels a step and stays host-bound. Recorded over
+              STEPS_OF["deep_adam"] steps.
 - prefetch:   a 128 MiB fp32 batch in pinned memory copied on the compute stream right before a ~4 ms bf16
               training step (copy and compute in series) | the batch of step i+1 copied on a side stream
               (torch.cuda.Stream, an event the compute stream waits on, record_stream) while step i computes.
@@ -105,7 +109,7 @@ LOAD_S = 0.008
 LOG_S = 0.002
 COPY_BYTES = 64 * 2**20
 DEVICE = "cuda"
-STEPS_OF = {"per_param": 12}
+STEPS_OF = {"per_param": 12, "deep_adam": 12}
 """Cases recorded over fewer steps than STEPS (their steps launch so much that a capture would grow large)."""
 TAIL_OPS = 30
 """mask_sync/list_tensor: the tiny ops after the value the host waits for (two kernels each)."""
@@ -382,6 +386,24 @@ def per_param() -> dict[str, Step]:
     return {"problem": lambda i: loops.step(), "fixed": lambda i: multi.step()}
 
 
+def deep_adam() -> dict[str, Step]:
+    model = mlp(256, 96)
+    x = torch.randn(128, 256, device=DEVICE)
+
+    def train(foreach: bool) -> Step:
+        opt = torch.optim.Adam(model.parameters(), lr=1e-6, foreach=foreach)
+
+        def step(i: int) -> None:
+            loss = model(x).pow(2).mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+
+        return step
+
+    return {"problem": train(False), "fixed": train(True)}
+
+
 def prefetch() -> dict[str, Step]:
     train = trainer(mlp(4096, 3, torch.bfloat16))
     host = torch.randn(8192, 4096).pin_memory()  # 128 MiB, already pinned: only where the copy runs differs
@@ -589,7 +611,7 @@ CASES: dict[str, Callable[[], dict[str, Step]]] = {
     "dataloader": dataloader,  # first: its workers fork before any region has been opened
     "host_load": host_load, "sync_log": sync_log, "graph": graph, "pageable": pageable, "two": two,
     "gpu_bound": gpu_bound, "tf32": tf32, "quick_start": quick_start,
-    "small_step": small_step, "per_param": per_param, "prefetch": prefetch, "bf16": bf16,
+    "small_step": small_step, "per_param": per_param, "deep_adam": deep_adam, "prefetch": prefetch, "bf16": bf16,
     "small_copies": small_copies, "checkpoint": checkpoint, "mask_sync": mask_sync, "list_tensor": list_tensor,
     "alloc_churn": alloc_churn, "mask_tail": mask_tail, "item_if": item_if,
     # The same causes in steps the GPU bounds once fixed: their truth moves less with the host.

@@ -11,7 +11,14 @@ import pytest
 from fixture_sets import unpacked
 
 from nsight_core.analysis.budget import BudgetPart, CpuActivity, StepBudget
-from nsight_core.analysis.cause_inputs import loops_in
+from nsight_core.analysis.cause_inputs import (
+    COPY_COLUMNS,
+    LINE_COLUMNS,
+    LOOP_COLUMNS,
+    READ_COLUMNS,
+    SAMPLE_COLUMNS,
+    loops_in,
+)
 from nsight_core.analysis.causes import LOOP_MIN_LAUNCHES, TENSORS_PER_LAUNCH, CauseInputs, known_causes, less
 from nsight_core.analysis.finding_model import Context
 
@@ -36,21 +43,26 @@ def test_no_undivided_dispatch_time_on_any_fixture(capture: str, load: Callable[
 def _kernels(names: list[str], ns: int = 1_000) -> pl.DataFrame:
     starts = [index * 10_000 for index in range(len(names))]
     return pl.DataFrame({"start_ns": starts, "end_ns": [start + ns for start in starts], "stream": [7] * len(names),
-                         "name": names})
+                         "name": names, "correlation_id": list(range(len(names)))})
 
 
 def test_a_loop_of_small_kernels_between_gemms_is_found_and_what_foreach_keeps() -> None:
     """Two steps: a GEMM, then 2 x 150 small kernels of two names in a loop, then a GEMM; the second step's run of
-    small kernels is short (a forward pass: no loop)."""
+    small kernels is short (a forward pass: no loop). Each kernel's launch call took 3 µs, 4 µs after the last: the
+    host spent the loop's span issuing it, shared by its launches."""
     loop = ["gemm_a", *(["add_kernel", "mul_kernel"] * 150), "gemm_b"]
     forward = ["gemm_a", "relu", "gemm_b", "relu", "add_kernel"]
     kernels = _kernels(loop + forward)
     windows = pl.DataFrame({"step": [0, 1], "start_ns": [0, len(loop) * 10_000],
                             "end_ns": [len(loop) * 10_000, (len(loop) + len(forward)) * 10_000]})
-    found = dict(loops_in(kernels, windows).select("name", pl.struct("launches", "kept")).iter_rows())
+    calls = kernels.select("correlation_id", start_ns=pl.col("correlation_id") * 7_000,
+                           end_ns=pl.col("correlation_id") * 7_000 + 3_000)
+    found = dict(loops_in(kernels, windows, calls).select("name", pl.struct("launches", "kept", "timed", "host_ns"))
+                 .iter_rows())
     per_launch = -(-150 // TENSORS_PER_LAUNCH)
-    assert found == {"add_kernel": {"launches": 150, "kept": per_launch},
-                     "mul_kernel": {"launches": 150, "kept": per_launch}}
+    span = 300 * 7_000 + 3_000 - 1 * 7_000  # the first looped launch (id 1) to the end of the last (id 300)
+    assert found == {"add_kernel": {"launches": 150, "kept": per_launch, "timed": 150, "host_ns": span // 2},
+                     "mul_kernel": {"launches": 150, "kept": per_launch, "timed": 150, "host_ns": span // 2}}
     assert LOOP_MIN_LAUNCHES <= 300
 
 
@@ -97,3 +109,27 @@ def test_a_checkpoint_and_many_small_copies_never_claim_one_copys_time_twice() -
     assert sum(found.values()) <= 10_000_000 + 20_000_000 + 5_000_000  # exposed copies, copy calls, host after
     assert causes.claims[("exposed_copy", None, None)] <= 10_000_000
     assert causes.claims[("gpu_idle", "cuda_api", "cudaMemcpyAsync")] <= 20_000_000
+
+
+def test_a_loop_of_launches_saves_at_most_the_host_time_spent_issuing_it() -> None:
+    """One 10 ms step of 1,000 launches whose dispatch held the GPU idle 9 ms in all (a model's layers cost more per
+    launch than an optimizer's loop): 800 of them are a loop over tensors that the host issued in 4 ms. A multi-tensor
+    kernel removes the loop's launches and the host time they took, not 800 / 1,000 of the step's whole dispatch."""
+    wall = 10_000_000
+    parts = [BudgetPart(part=p, total_ns=t, per_step_p50_ns=t, per_step_mean_ns=t, fraction=t / wall)
+             for p, t in (("compute", 1_000_000), ("gpu_idle", 9_000_000))]
+    kept = -(-800 // TENSORS_PER_LAUNCH)
+    inputs = CauseInputs(
+        steps=1, activities=pl.DataFrame({"part": ["gpu_idle"], "cpu_kind": ["dispatch"],
+                                          "cpu_name": ["cudaLaunchKernel"], "total_ns": [9_000_000]}),
+        calls=pl.DataFrame({"name": ["cudaLaunchKernel"], "calls": [1_000], "total_ns": [3_000_000]}),
+        copies=pl.DataFrame(schema=COPY_COLUMNS),
+        loops=pl.DataFrame({"name": ["add_kernel"], "launches": [800], "kept": [kept], "timed": [800],
+                            "host_ns": [4_000_000]}, schema=LOOP_COLUMNS),
+        reads=pl.DataFrame(schema=READ_COLUMNS), after_bulk_ns=0.0, per_call_ns=0.0,
+        lines=pl.DataFrame(schema=LINE_COLUMNS), samples=pl.DataFrame(schema=SAMPLE_COLUMNS))
+    budget = StepBudget(steps=1, wall_ns=wall, parts=parts, idle_activities=[], thread=1)
+    context = Context.model_construct(budget=budget, window_ns=wall, step_p50_ns=float(wall))
+
+    found = {finding.kind: finding for finding in known_causes(context, inputs).findings}
+    assert found["per_tensor_launches"].saving.per_step_ns == pytest.approx((800 - kept) / 800 * 4_000_000)

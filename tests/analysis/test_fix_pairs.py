@@ -175,6 +175,10 @@ both nsys versions: GPU work whose time does not move with the clocks a fix chan
 H100_ALL = {"2023.4.4-h100-all": unpacked("h100-pairs"), "2025.3-h100-all": unpacked("h100-pairs-2025")}
 """The ninth: the second and third sets' fifteen cases on an H100 with both nsys versions, each region with the
 tracing cost it measured as it started."""
+H100_ADAM = {"2023.4.4-h100-adam": unpacked("h100-deep-adam"), "2025.3-h100-adam": unpacked("h100-deep-adam-2025")}
+"""The tenth: a 96-layer MLP's training step with Adam per parameter (about 1,500 launches a step on the step's
+thread, 680 on autograd's) | foreach (its fixed twin still launches about 800 kernels a step), on an H100 with both
+nsys versions: the shape of a larger model, host-bound either way."""
 
 
 def _v2(version: str, region: str) -> nsight_core.Analysis:
@@ -262,7 +266,8 @@ kept visible (strict xfail)."""
 ESTIMATED = [pytest.param(recordings[version], case, variant, id=f"{case}-{variant}-{version}",
                          marks=[pytest.mark.xfail(strict=True, reason="UNEXPLAINED")]
                          if (version, case, variant) in UNEXPLAINED else [])
-             for recordings in (V2, CAUSES, H100, CALIBRATED, DEEP, H100_DEEP, SPIN, H100_ALL) for version in recordings
+             for recordings in (V2, CAUSES, H100, CALIBRATED, DEEP, H100_DEEP, SPIN, H100_ALL, H100_ADAM)
+             for version in recordings
              for case, found in json.loads((recordings[version] / "truth.json").read_text())["cases"].items()
              for variant in found["variants"] if not _lost_data(version, case, variant)]
 
@@ -375,6 +380,7 @@ CAUSE_PAIRS = [
         ("checkpoint", ("bulk_device_to_host",)), ("mask_sync", ("sync_wait",)), ("alloc_churn", ("allocator_churn",)),
         ("sync_log", ("sync_wait",)), ("pageable", ("pageable_copy",)), ("mask_tail", ("sync_wait",)),
         ("item_if", ("sync_wait",)))),
+    (H100_ADAM, Pair("deep_adam", "fixed", ("per_tensor_launches",))),  # Adam foreach=False | True
 ]
 """Known causes (analysis/causes.py, and the hidden syncs named by their pattern) whose fix the recordings measured
 well above the host's noise, with the recordings that hold them."""
@@ -404,6 +410,15 @@ unprofiled; the profiled pair's estimated steps 0.91 ms apart), where the sync f
 60 small launches after the sync also show as 0.54 ms of launch gaps, which the fix hides behind the GPU's work once
 the host no longer waits; the sync's saving does not yet count them. With 2023.4.4 on the same GPU it lands (0.61
 against 0.61). Kept visible (strict xfail)."""
+FOREACH_HOST = {("deep_adam", "2023.4.4-h100-adam"), ("deep_adam", "2025.3-h100-adam")}
+"""Savings 34 % (2023.4.4) and 74 % (2025.3) above the real ones: 24.5 and 21.9 ms predicted against 18.2 and 12.6 ms
+saved by Adam's foreach=True. The prediction is the per-parameter loop's host time (28.5 ms a step profiled with
+2025.3), less tracing's cost on its calls at the calibrated cost per call, less nothing for what a foreach optimizer
+keeps. Two gaps: tracing adds more to a launch the more host work surrounds it (bench/gpu/loop_cost.py, on the H100,
+per launch: with 2025.3 +3.4 µs for the calibration's empty kernel, +5.5 for `t.add_(1)`, +6.4 for seven ops in turn,
++7.3 in Adam's loop; with 2023.4.4 +1.3, +2.3, +2.5, +2.5), and the fixed twin's foreach Adam still spent 5.5 ms of
+host time a step on 20 launches, which the problem's capture cannot show. The estimated steps land. Kept visible
+(strict xfail)."""
 
 
 @pytest.mark.parametrize(("folder", "pair"), CAUSE_CASES)
@@ -418,6 +433,7 @@ def test_a_known_cause_is_the_top_finding(folder: Path, pair: Pair) -> None:
                  else [pytest.mark.xfail(strict=True, reason="GPU_CLOCKS")] if (pair.case, version) in GPU_CLOCKS
                  else [pytest.mark.xfail(strict=True, reason="HIDDEN_LAUNCHES")]
                  if (pair.case, version) in HIDDEN_LAUNCHES
+                 else [pytest.mark.xfail(strict=True, reason="FOREACH_HOST")] if (pair.case, version) in FOREACH_HOST
                  else []) for recordings, pair in CAUSE_PAIRS for version in recordings])
 def test_a_known_cause_saves_what_its_fix_saved(folder: Path, pair: Pair) -> None:
     problem = _recorded(folder, f"{pair.case}-problem")
@@ -485,7 +501,7 @@ def test_a_scalar_read_keeps_its_pattern(version: str) -> None:
 
 
 ALL_VARIANTS = [(version, case, variant, recordings)
-                for recordings in (RECORDINGS, V2, CAUSES, H100, CALIBRATED, DEEP, H100_DEEP, H100_ALL)
+                for recordings in (RECORDINGS, V2, CAUSES, H100, CALIBRATED, DEEP, H100_DEEP, H100_ALL, H100_ADAM)
                 for version in recordings
                 for case, found in json.loads((recordings[version] / "truth.json").read_text())["cases"].items()
                 for variant in found["variants"]]

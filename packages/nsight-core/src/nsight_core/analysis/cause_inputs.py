@@ -10,7 +10,7 @@ from nsight_core.trace.streamed import WINDOW_ROWS, Events
 
 CALL_COLUMNS = {"name": pl.String, "calls": pl.Int64, "total_ns": pl.Int64}
 COPY_COLUMNS = {"direction": pl.String, "small": pl.Boolean, "copies": pl.Int64, "bytes": pl.Int64, "ns": pl.Int64}
-LOOP_COLUMNS = {"name": pl.String, "launches": pl.Int64, "kept": pl.Int64}
+LOOP_COLUMNS = {"name": pl.String, "launches": pl.Int64, "kept": pl.Int64, "timed": pl.Int64, "host_ns": pl.Int64}
 READ_COLUMNS = {"select": pl.Boolean, "reads": pl.Int64}
 LINE_COLUMNS = {"name": pl.String, "place": pl.String, "function": pl.String, "calls": pl.Int64}
 SAMPLE_COLUMNS = {"place": pl.String, "function": pl.String, "host_ns": pl.Float64}
@@ -49,10 +49,11 @@ def cause_inputs(frames: Events, steps: pl.DataFrame, thread: int | None, activi
             copies, kernels = pl.collect_all(
                 [frames.memcpy.filter(meets).select("start_ns", "end_ns", "stream", "bytes", "direction",
                                                     "correlation_id"),
-                 frames.kernels.filter(meets).select("start_ns", "end_ns", "stream", "name")], engine="streaming")
+                 frames.kernels.filter(meets).select("start_ns", "end_ns", "stream", "name", "correlation_id")],
+                engine="streaming")
             windows = batch.select("step", "start_ns", "end_ns")
             found["copies"].append(_copies_in(copies, windows))
-            found["loops"].append(loops_in(kernels, windows))
+            found["loops"].append(loops_in(kernels, windows, batch_calls))
             found["reads"].append(_reads_in(copies, kernels, windows))
             after_bulk += _idle_after_bulk(copies, kernels, batch_calls, windows)
     return causes.CauseInputs(steps=steps.height, activities=activities if activities is not None else pl.DataFrame(
@@ -98,21 +99,30 @@ def _copies_in(copies: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
         pl.len().alias("copies"), pl.col("bytes").sum(), (pl.col("end_ns") - pl.col("start_ns")).sum().alias("ns"))
 
 
-def loops_in(kernels: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+def loops_in(kernels: pl.DataFrame, windows: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     """The loops of small kernels in the steps' GPU WINDOWS, per kernel name (LOOP_COLUMNS; kept: one launch per
     TENSORS_PER_LAUNCH). A loop is a run of a step's consecutive kernels, none large (BIG_KERNEL, BIG_KERNEL_NS), of at
-    least LOOP_MIN_LAUNCHES launches, each kernel repeated LOOP_MIN_REPEATS times on average."""
+    least LOOP_MIN_LAUNCHES launches, each kernel repeated LOOP_MIN_REPEATS times on average. host_ns: the host's time
+    issuing each loop, from its first launch call's start to its last's end (CALLS: the steps' thread's), shared among
+    its kernels by their launches with a call there (timed): the per-tensor host code a multi-tensor kernel removes."""
     located = in_steps(kernels, windows)
     duration = pl.col("end_ns") - pl.col("start_ns")
     big = pl.col("name").str.contains(causes.BIG_KERNEL) | (duration >= causes.BIG_KERNEL_NS)
     runs = located.with_columns(big.alias("_big")).with_columns(pl.col("_big").cum_sum().over("step").alias("_run"))
-    per_name = (runs.filter(~pl.col("_big")).group_by("step", "_run", "name").agg(pl.len().alias("launches"))
-                .with_columns(pl.col("launches").sum().over("step", "_run").alias("_in_run"),
-                              pl.len().over("step", "_run").alias("_names")))
+    issued = calls.select("correlation_id", _call_start="start_ns", _call_end="end_ns")
+    small = runs.filter(~pl.col("_big")).join(issued, on="correlation_id", how="left")
+    run = ("step", "_run")
+    spans = small.group_by(run).agg((pl.col("_call_end").max() - pl.col("_call_start").min()).alias("_span"))
+    counted = pl.len().alias("launches"), pl.col("_call_start").count().alias("timed")
+    per_name = (small.group_by(*run, "name").agg(*counted).join(spans, on=list(run))
+                .with_columns(pl.col("launches").sum().over(run).alias("_in_run"), pl.len().over(run).alias("_names"),
+                              pl.col("timed").sum().over(run).alias("_timed_in_run")))
     loops = per_name.filter((pl.col("_in_run") >= causes.LOOP_MIN_LAUNCHES)
                             & (pl.col("_in_run") >= causes.LOOP_MIN_REPEATS * pl.col("_names")))
     kept = (pl.col("launches") + causes.TENSORS_PER_LAUNCH - 1) // causes.TENSORS_PER_LAUNCH
-    return loops.group_by("name").agg(pl.col("launches").sum(), kept.sum().alias("kept"))
+    host = (pl.col("_span").fill_null(0) * pl.col("timed") / pl.max_horizontal("_timed_in_run", 1)).round()
+    return loops.group_by("name").agg(pl.col("launches").sum(), kept.sum().alias("kept"), pl.col("timed").sum(),
+                                      host.sum().cast(pl.Int64).alias("host_ns"))
 
 
 def _idle_after_bulk(copies: pl.DataFrame, kernels: pl.DataFrame, calls: pl.DataFrame, windows: pl.DataFrame) -> int:

@@ -72,7 +72,8 @@ class CauseInputs(NamedTuple):
     copies: pl.DataFrame
     """Copies in the steps: direction, small (at most SMALL_COPY_MAX_BYTES), copies, bytes, ns."""
     loops: pl.DataFrame
-    """Kernels launched in loops (cause_inputs.loops_in): name, launches, kept (by a multi-tensor kernel)."""
+    """Kernels launched in loops (cause_inputs.loops_in): name, launches, kept (by a multi-tensor kernel), timed (with
+    a call on the steps' thread), host_ns (the host's time issuing the loops, shared by those launches)."""
     reads: pl.DataFrame
     """Small device-to-host reads: select (after a selecting kernel), reads."""
     after_bulk_ns: float
@@ -210,15 +211,19 @@ def per_tensor_launches(context: Context, inputs: CauseInputs, claims: dict[Clai
     if not steps or launched / steps < LOOP_MIN_LAUNCHES or not launches:
         return None
     removed = min(launched - kept, launches)
-    # The launches' idle time outside syncs (whose finding has the gaps after them), per launch, times those removed.
+    # The launches' idle time outside syncs (whose finding has the gaps after them), per launch, times those removed;
+    # at most the host's time per launch inside the loops: a step's other launches (a model's layers) cost more each.
     held = _activity(inputs, LAUNCH_API, parts=("launch_gap", "gpu_idle"))
-    total = _claim(claims, held, removed / launches) - _traced(inputs, removed)
-    top = inputs.loops.sort(["launches", "name"], descending=[True, False]).head(5)
+    share, held_ns = removed / launches, float(held["total_ns"].sum())
+    if (timed := float(inputs.loops["timed"].sum())) and held_ns:
+        share = min(share, removed * float(inputs.loops["host_ns"].sum()) / timed / held_ns)
+    total = _claim(claims, held, share) - _traced(inputs, removed)
+    top = inputs.loops.sort(["launches", "name"], descending=[True, False]).head(5).select("name", "launches")
     evidence = [Evidence(metric="launches_in_loops_per_step", value=launched / steps, unit="count"),
                 Evidence(metric="launches_left_per_step", value=(launches - removed) / steps, unit="count"),
                 Evidence(metric="gpu_idle_per_launch", value=float(held["total_ns"].sum()) / launches, unit="ns"),
                 *(Evidence(metric="kernel_launches_per_step", value=n / steps, unit="count",
-                           where=Where(kind="kernel", name=name)) for name, n, _ in top.iter_rows())]
+                           where=Where(kind="kernel", name=name)) for name, n in top.iter_rows())]
     return _finding(context, "per_tensor_launches", total, steps, evidence)
 
 

@@ -600,3 +600,25 @@ def test_a_capture_without_python_backtraces_names_no_line() -> None:
     finding = next(f for f in _recorded(CAUSES["2025.3"], "alloc_churn-problem").findings
                    if f.kind == "allocator_churn")
     assert [e for e in finding.evidence if e.where is not None and e.where.kind == "line"] == []
+
+
+@pytest.mark.parametrize(("folder", "case", "variant"), [
+    *((H100_ALL[version], "small_step", variant) for version in H100_ALL for variant in ("problem", "fixed")),
+    *((H100_ADAM[version], "deep_adam", variant) for version in H100_ADAM for variant in ("problem", "fixed"))])
+def test_the_backward_pass_is_named_by_the_thread_that_launched_it(folder: Path, case: str, variant: str) -> None:
+    """A training step's thread waits in loss.backward() while autograd's thread launches the backward pass: the GPU's
+    idle time there is the other thread's dispatch, and the finding says so with that thread's launches, not "mark the
+    host work with NVTX ranges"."""
+    analysis = _recorded(folder, f"{case}-{variant}")
+    finding = next(f for f in analysis.findings if f.kind == "untraced_host")
+    assert finding.subject == "other_threads"
+    calls = {e.where.name: e.value for e in finding.evidence
+             if e.metric == "other_threads_calls_per_step" and e.where is not None}
+    assert any(name.startswith("cudaLaunchKernel") and count >= 10 for name, count in calls.items()), calls
+    assert "autograd" in finding_title(finding) and "NVTX" not in finding_suggestion(finding)
+
+
+def test_host_time_with_no_other_thread_at_work_stays_untraced() -> None:
+    """The foreach optimizer's step alone (no backward pass): its untraced host time is its own thread's Python."""
+    analysis = _recorded(H100_ALL["2025.3-h100-all"], "per_param-fixed")
+    assert [f.subject for f in analysis.findings if f.kind == "untraced_host"] == [""]

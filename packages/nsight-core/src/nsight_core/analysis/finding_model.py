@@ -67,7 +67,8 @@ class Finding(BaseModel):
                          "direction of a pageable_copy; 'scalar_reads' for a sync_wait of .item()-style reads, "
                          "'mask_indexing' for one of a selection's size, 'pageable_transfer' for one of a copy of "
                          "pageable memory; 'unexplained' for a launch_bound whose gaps the host spends in calls other "
-                         "than launches")
+                         "than launches; 'other_threads' for an untraced_host whose time other threads of the steps' "
+                         "process spent issuing CUDA calls (autograd's backward pass)")
     evidence: list[Evidence]
     saving: Saving | None = Field(description="None for findings that are about the measurement itself")
 

@@ -52,6 +52,8 @@ TITLES: dict[str, str] = {
                               "every step",
     "host_work": "The GPU waits while the host runs the ranges below between steps",
     "untraced_host": "The GPU waits on host time outside every NVTX range",
+    "untraced_host/other_threads": "The GPU waits while other threads of the process issue its work (autograd's "
+                                   "backward pass), and the step's thread waits on them",
     "allocator_churn": "The GPU waits while the host allocates and frees device memory every step",
     "per_tensor_launches": "The same small kernels are launched once per tensor, in loops of hundreds a step",
     "small_copies": "Many small host-to-device copies a step, one at a time",
@@ -81,6 +83,10 @@ SUGGESTIONS: dict[str, str] = {
                  "(DataLoader num_workers>0, a loader thread or queue) and move logging or I/O off the step's thread.",
     "untraced_host": "Mark the host work between steps with NVTX ranges (flyteplugins.nsight.nvtx / nvtx.annotate) to "
                      "see what it is, or trace OS-runtime calls (trace=cuda,nvtx,osrt).",
+    "untraced_host/other_threads": "Where their calls are launches, the backward pass is dispatch-bound: fewer, "
+                                   "larger kernels (torch.compile), the step captured as a CUDA graph "
+                                   "(torch.compile(mode='reduce-overhead')), or a larger batch. Where they are a "
+                                   "loader's pin-memory thread, prefetch further ahead.",
     "stream_wait": "Check cross-stream dependencies (wait_stream, events, a copy on the default stream) that "
                    "serialise work the GPU could overlap.",
     "allocator_churn": "Let PyTorch's caching allocator keep its memory: drop torch.cuda.empty_cache() from the loop, "

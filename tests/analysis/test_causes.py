@@ -15,6 +15,7 @@ from nsight_core.analysis.cause_inputs import (
     COPY_COLUMNS,
     LINE_COLUMNS,
     LOOP_COLUMNS,
+    OTHER_COLUMNS,
     READ_COLUMNS,
     SAMPLE_COLUMNS,
     loops_in,
@@ -97,6 +98,7 @@ def test_a_checkpoint_and_many_small_copies_never_claim_one_copys_time_twice() -
                              "copies": [1, 64], "bytes": [64 << 20, 64 * 4096], "ns": [30_000_000, 2_000_000]}),
         loops=pl.DataFrame(schema={"name": pl.String, "launches": pl.Int64, "kept": pl.Int64}),
         reads=pl.DataFrame(schema={"select": pl.Boolean, "reads": pl.Int64}), after_bulk_ns=5_000_000,
+        others=pl.DataFrame(schema=OTHER_COLUMNS), others_ns=0.0,
         per_call_ns=0.0, lines=pl.DataFrame(schema={"name": pl.String, "place": pl.String, "function": pl.String,
                                                     "calls": pl.Int64}),
         samples=pl.DataFrame(schema={"place": pl.String, "function": pl.String, "host_ns": pl.Float64}))
@@ -126,7 +128,8 @@ def test_a_loop_of_launches_saves_at_most_the_host_time_spent_issuing_it() -> No
         copies=pl.DataFrame(schema=COPY_COLUMNS),
         loops=pl.DataFrame({"name": ["add_kernel"], "launches": [800], "kept": [kept], "timed": [800],
                             "host_ns": [4_000_000]}, schema=LOOP_COLUMNS),
-        reads=pl.DataFrame(schema=READ_COLUMNS), after_bulk_ns=0.0, per_call_ns=0.0,
+        reads=pl.DataFrame(schema=READ_COLUMNS), after_bulk_ns=0.0, others=pl.DataFrame(schema=OTHER_COLUMNS),
+        others_ns=0.0, per_call_ns=0.0,
         lines=pl.DataFrame(schema=LINE_COLUMNS), samples=pl.DataFrame(schema=SAMPLE_COLUMNS))
     budget = StepBudget(steps=1, wall_ns=wall, parts=parts, idle_activities=[], thread=1)
     context = Context.model_construct(budget=budget, window_ns=wall, step_p50_ns=float(wall))

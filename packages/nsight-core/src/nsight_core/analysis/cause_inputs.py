@@ -6,6 +6,7 @@ import polars as pl
 
 from nsight_core.analysis import causes
 from nsight_core.analysis.windows import in_steps, start_cuts, step_batches
+from nsight_core.trace.schema import pid_of
 from nsight_core.trace.streamed import WINDOW_ROWS, Events
 
 CALL_COLUMNS = {"name": pl.String, "calls": pl.Int64, "total_ns": pl.Int64}
@@ -14,9 +15,11 @@ LOOP_COLUMNS = {"name": pl.String, "launches": pl.Int64, "kept": pl.Int64, "time
 READ_COLUMNS = {"select": pl.Boolean, "reads": pl.Int64}
 LINE_COLUMNS = {"name": pl.String, "place": pl.String, "function": pl.String, "calls": pl.Int64}
 SAMPLE_COLUMNS = {"place": pl.String, "function": pl.String, "host_ns": pl.Float64}
+OTHER_COLUMNS = {"name": pl.String, "calls": pl.Int64}
 _SCHEMAS: dict[str, dict[str, type[pl.DataType]]] = {"calls": CALL_COLUMNS, "copies": COPY_COLUMNS,
                                                      "loops": LOOP_COLUMNS, "reads": READ_COLUMNS,
-                                                     "lines": LINE_COLUMNS, "samples": SAMPLE_COLUMNS}
+                                                     "lines": LINE_COLUMNS, "samples": SAMPLE_COLUMNS,
+                                                     "others": OTHER_COLUMNS}
 
 
 def cause_inputs(frames: Events, steps: pl.DataFrame, thread: int | None, activities: pl.DataFrame | None,
@@ -25,10 +28,12 @@ def cause_inputs(frames: Events, steps: pl.DataFrame, thread: int | None, activi
     cpu_start_ns, cpu_end_ns, by start) of the capture FRAMES holds, on the steps' THREAD; ACTIVITIES: the budget's
     CPU activities of their idle time (every_budget.Budgets.activities); PER_CALL_NS: what tracing added to a call."""
     found: dict[str, list[pl.DataFrame]] = {key: [] for key in _SCHEMAS}
-    after_bulk = 0
+    after_bulk = others_ns = 0
     if steps.height and thread is not None:
         calls = frames.cuda_api.filter(pl.col("thread") == thread).select("start_ns", "end_ns", "name",
                                                                           "correlation_id")
+        process = (pid_of(pl.col("thread")) == pid_of(pl.lit(thread))) & (pl.col("thread") != thread)
+        others = frames.cuda_api.filter(process).select("start_ns", "end_ns", "name")
         stacks = frames.python_lines.filter(pl.col("thread") == thread).select(
             "start_ns", pl.format("{}:{}", "file", "line").alias("place"), "function", "sample_ns")
         lines, samples = stacks.filter(pl.col("sample_ns") == 0), stacks.filter(pl.col("sample_ns") > 0)
@@ -41,6 +46,9 @@ def cause_inputs(frames: Events, steps: pl.DataFrame, thread: int | None, activi
             ranges = batch.select("step", start_ns=pl.col("cpu_start_ns"), end_ns=pl.col("cpu_end_ns"))
             batch_calls = calls.filter(meets).collect(engine="streaming")
             found["calls"].append(_calls_in(batch_calls, ranges))
+            named, span = _others_in(others.filter(meets).collect(engine="streaming"), ranges)
+            found["others"].append(named)
+            others_ns += span
             if lines.height:
                 found["lines"].append(in_steps(batch_calls.join(lines.drop("sample_ns"), on="start_ns"), ranges)
                                       .group_by("name", "place", "function").agg(pl.len().alias("calls")))
@@ -58,7 +66,7 @@ def cause_inputs(frames: Events, steps: pl.DataFrame, thread: int | None, activi
             after_bulk += _idle_after_bulk(copies, kernels, batch_calls, windows)
     return causes.CauseInputs(steps=steps.height, activities=activities if activities is not None else pl.DataFrame(
         schema={"part": pl.String, "cpu_kind": pl.String, "cpu_name": pl.String, "total_ns": pl.Int64}),
-        after_bulk_ns=float(after_bulk), per_call_ns=per_call_ns,
+        after_bulk_ns=float(after_bulk), others_ns=float(others_ns), per_call_ns=per_call_ns,
         **{key: _summed(parts, _SCHEMAS[key]) for key, parts in found.items()})
 
 
@@ -90,6 +98,15 @@ def _calls_in(calls: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     """The CALLS that start inside the steps' RANGES, counted and timed per name (CALL_COLUMNS)."""
     duration = (pl.col("end_ns") - pl.col("start_ns")).sum().alias("total_ns")
     return in_steps(calls, ranges).group_by("name").agg(pl.len().alias("calls"), duration)
+
+
+def _others_in(calls: pl.DataFrame, ranges: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """The CALLS (other threads' of the steps' process) that start inside the steps' RANGES, counted per name
+    (OTHER_COLUMNS), and the time from each step's first of them to its last (at most the step's end), summed."""
+    located = in_steps(calls, ranges).join(ranges.select("step", _end="end_ns"), on="step")
+    span = located.group_by("step").agg(pl.min_horizontal(pl.col("end_ns").max(), pl.col("_end").first())
+                                        - pl.col("start_ns").min()).to_series(1).sum()
+    return located.group_by("name").agg(pl.len().alias("calls")), int(span)
 
 
 def _copies_in(copies: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:

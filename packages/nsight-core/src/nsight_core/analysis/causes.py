@@ -35,6 +35,10 @@ LOOP_MIN_REPEATS = 128
 parameters), not a chain of ops on one tensor (which fusion, not a multi-tensor kernel, shortens)."""
 TENSORS_PER_LAUNCH = 64
 """Tensors a multi-tensor kernel (torch._foreach_*, a foreach optimizer) handles per launch: a few dozen in PyTorch."""
+OTHER_THREADS_SHARE = 0.5
+"""Other threads' CUDA time per step, as a share of the untraced idle time, from which that time is theirs."""
+TOP_OTHER_CALLS = 3
+"""Other threads' calls an untraced_host finding names."""
 SMALL_COPY_MAX_BYTES = 1 << 20
 """A host-to-device copy of at most this (1 MiB) is a small one."""
 MANY_SMALL_COPIES = 32
@@ -78,6 +82,10 @@ class CauseInputs(NamedTuple):
     """Small device-to-host reads: select (after a selecting kernel), reads."""
     after_bulk_ns: float
     """The GPU's idle time right after each bulk device-to-host copy, until its next work (in its step)."""
+    others: pl.DataFrame
+    """The CUDA calls other threads of the steps' process made in the steps (autograd's backward pass): name, calls."""
+    others_ns: float
+    """Their time: from each step's first such call to its last, summed over the steps."""
     per_call_ns: float
     """What the profiler's tracing added to each CUDA call (analysis/overhead.py; 0 where not estimated)."""
     lines: pl.DataFrame
@@ -107,6 +115,8 @@ class Causes:
     """The user's Python lines the steps' synchronising calls came from (:func:`lines_of`)."""
     sampled: list[Evidence]
     """The user's Python lines of the steps' untraced host time (:func:`sampled_lines`)."""
+    others: list[Evidence]
+    """What other threads of the steps' process did in the steps (:func:`other_threads`): their time, their calls."""
 
 
 def _activity(inputs: CauseInputs, names: str, kinds: tuple[str, ...] = ("cuda_api", "dispatch"),
@@ -294,7 +304,20 @@ def known_causes(context: Context, inputs: CauseInputs) -> Causes:
     return Causes(findings=[finding for finding in found if finding is not None], claims=claims,
                   budget=less(context.budget, claims), left=left, select_reads=float(reads.get(True, 0)) / steps,
                   scalar_reads=float(reads.get(False, 0)) / steps, lines=lines_of(inputs, SYNC_API),
-                  sampled=sampled_lines(inputs))
+                  sampled=sampled_lines(inputs), others=other_threads(inputs))
+
+
+def other_threads(inputs: CauseInputs) -> list[Evidence]:
+    """The time per step other threads of the steps' process spent making CUDA calls, then their top calls per step
+    (queries left out); none where they made none."""
+    steps = max(inputs.steps, 1)
+    calls = inputs.others.filter(~pl.col("name").str.contains(QUERY_CALLS))
+    if not calls.height:
+        return []
+    top = calls.sort(["calls", "name"], descending=[True, False]).head(TOP_OTHER_CALLS)
+    return [Evidence(metric="other_threads_cuda_time_per_step", value=inputs.others_ns / steps, unit="ns"),
+            *(Evidence(metric="other_threads_calls_per_step", value=count / steps, unit="count",
+                       where=Where(kind="api", name=name)) for name, count in top.iter_rows())]
 
 
 def named(findings: list[Finding | None], causes: Causes, syncs: pl.DataFrame) -> list[Finding | None]:
@@ -324,6 +347,11 @@ def named(findings: list[Finding | None], causes: Causes, syncs: pl.DataFrame) -
         elif finding is not None and finding.kind == "untraced_host":
             shown = [e for e in top(("gpu_idle",)) if e.metric != "untraced_host_per_step"]
             finding = finding.model_copy(update={"evidence": [*finding.evidence, *shown, *causes.sampled]})
+            # The steps' thread waited in loss.backward() while autograd's thread launched the backward pass.
+            idle = finding.saving.per_step_ns if finding.saving and finding.saving.per_step_ns else 0.0
+            if causes.others and causes.others[0].value >= OTHER_THREADS_SHARE * idle:
+                finding = finding.model_copy(update={"subject": "other_threads",
+                                                     "evidence": [*finding.evidence, *causes.others]})
         out.append(finding)
     return out
 

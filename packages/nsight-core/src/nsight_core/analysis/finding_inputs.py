@@ -57,12 +57,9 @@ def analysis_of(frames: Events, gpus: pl.DataFrame | None, window: UserWindow, e
         counted = steady if every.pieces is None else steady.clear()
         causes = cause_inputs(frames, counted, thread, budgets.activities, overhead.per_call_ns if overhead else 0.0,
                               window_rows)
-        others = _other_threads(frames, steady_ranges, thread, window_rows) \
-            if every.pieces is None and thread is not None and steady.height else None
         gpu = GpuInputs(syncs=syncs, small_reads=small_reads, shape=_launch_shape(frames, steady_ranges, window_rows),
                         copies=frames.memcpy, copy_steps=counted, pinned=find.nominal_pinned(capability),
-                        kernels=find.kernel_totals(frames.kernels, steady), capability=capability, causes=causes,
-                        other_threads=others)
+                        kernels=find.kernel_totals(frames.kernels, steady), capability=capability, causes=causes)
     coverage = Coverage(scope="every_step" if every.pieces is None else "capture_as_one_step",
                         steps=steps.height if every.pieces is None else 1)
     return Analysis(window=window, steps=stats, budget=budget, overhead=overhead,
@@ -78,26 +75,6 @@ def _calls(frames: Events, steps: pl.DataFrame, thread: int) -> int:
     process = pid_of(pl.col("thread")) == pid_of(pl.lit(thread))
     inside = process & (pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)
     return int(frames.cuda_api.filter(inside).select(pl.len()).collect(engine="streaming").item())
-
-
-def _other_threads(frames: Events, steps: pl.DataFrame, thread: int,
-                   window_rows: int | None) -> tuple[float, pl.DataFrame]:
-    """The CUDA calls of the other threads of THREAD's process in STEPS (step, start_ns, end_ns on the CPU's clock, by
-    start): the time per step from the first of them to the last (at most the step's end), and how many of each name
-    a step (name, calls). Over batches of steps of about WINDOW_ROWS of those calls."""
-    process = pid_of(pl.col("thread")) == pid_of(pl.lit(thread))
-    others = frames.cuda_api.filter(process & (pl.col("thread") != thread)).select("start_ns", "end_ns", "name")
-    spans, named = 0, []
-    for first, end in step_batches(steps["start_ns"], start_cuts(others, window_rows)):
-        batch = steps.slice(first, end - first)
-        lo, hi = batch.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
-        calls = in_steps(others.filter((pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi))
-                         .collect(engine="streaming"), batch).join(batch.select("step", _end="end_ns"), on="step")
-        spans += int(calls.group_by("step").agg(pl.min_horizontal(pl.col("end_ns").max(), pl.col("_end").first())
-                                                - pl.col("start_ns").min()).to_series(1).sum())
-        named.append(calls.group_by("name").len())
-    by_name = pl.concat(named).group_by("name").agg((pl.col("len").sum() / steps.height).alias("calls"))
-    return spans / steps.height, by_name
 
 
 def _syncs(frames: Events, steps: pl.DataFrame, calls: pl.DataFrame, thread: int | None,

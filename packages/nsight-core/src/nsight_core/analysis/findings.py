@@ -24,7 +24,6 @@ from nsight_core.analysis.finding_model import (
     severity_of,
     share_of,
 )
-from nsight_core.analysis.gpu_budget import QUERY_CALLS
 from nsight_core.analysis.steps import FamilySteps, NvtxGpuSteps
 
 if TYPE_CHECKING:
@@ -295,29 +294,6 @@ class GpuInputs:
     """The compute capability of the GPU the steps ran on (:func:`compute_capability`; None: unknown)."""
     causes: CauseInputs | None = None
     """What the findings of known causes read (analysis/causes.py); None: none looked for."""
-    other_threads: tuple[float, pl.DataFrame] | None = None
-    """The CUDA calls other threads of the steps' process issued in the steady steps: the time per step from the first
-    to the last in each step, and the calls per step by name (name, calls); None: not looked at."""
-
-
-OTHER_THREADS_SHARE = 0.5
-"""Other threads' CUDA time per step, as a share of the untraced idle time, from which that time is theirs."""
-
-
-def on_other_threads(finding: Finding | None, span_ns: float, calls: pl.DataFrame) -> Finding | None:
-    """FINDING, where it is untraced host time that other threads of the process spent issuing CUDA calls for at least
-    OTHER_THREADS_SHARE of it (SPAN_NS a step; CALLS: theirs per step, name and calls), with subject 'other_threads':
-    the steps' thread waited in `loss.backward()` while autograd's thread launched the backward pass."""
-    if finding is None or finding.kind != "untraced_host" or finding.saving is None or not calls.height:
-        return finding
-    idle = finding.saving.per_step_ns or 0.0
-    if span_ns < OTHER_THREADS_SHARE * idle:
-        return finding
-    top = calls.filter(~pl.col("name").str.contains(QUERY_CALLS)).sort(["calls", "name"], descending=[True, False])
-    return finding.model_copy(update={"subject": "other_threads", "evidence": [
-        *finding.evidence, Evidence(metric="other_threads_cuda_time_per_step", value=span_ns, unit="ns"),
-        *(Evidence(metric="other_threads_calls_per_step", value=count, unit="count", where=Where(kind="api", name=name))
-          for name, count in top.head(3).select("name", "calls").iter_rows())]})
 
 
 def findings_of(context: Context, gpu: GpuInputs | None) -> list[Finding]:
@@ -342,6 +318,4 @@ def findings_of(context: Context, gpu: GpuInputs | None) -> list[Finding]:
                         fp32_matmul(context, gpu.kernels, gpu.capability), device_bound(context, gpu.kernels)]
         if causes is not None:
             gpu_findings = named(gpu_findings, causes, gpu.syncs)
-        if gpu.other_threads is not None:
-            gpu_findings = [on_other_threads(finding, *gpu.other_threads) for finding in gpu_findings]
     return ordered([*gpu_findings, warmup(context), step_count(context)])

@@ -4,8 +4,10 @@ Each report is the query nsys runs (its reports/*.py, 2023.4) restated as one gr
 statistics, the same order (ties in the key's order, as nsys' SQLite returns them) and the same rounding to one decimal
 as the nsys that wrote the export (2023.4.4 like SQLite's round(), the value times ten, halves away from zero; 2025.3
 the double's exact value). Equality with `nsys stats` is tested for both (tests/core/test_stats_from_events.py,
-tests/core/test_nsys_2025.py). A report whose events the capture lacks is skipped with nsys' reason; one whose table
-the export holds in a schema nsight-core cannot read, with the Trace's note."""
+tests/core/test_nsys_2025.py). One difference: a region's calibration burst (nsight_core.calibration: its NVTX range,
+the CUDA calls in it and their kernels) is nsight's own work, not the program's, and is left out of every report. A
+report whose events the capture lacks is skipped with nsys' reason; one whose table the export holds in a schema
+nsight-core cannot read, with the Trace's note."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import Any, TypeVar, cast
 
 import polars as pl
 
-from nsight_core.marks import marked_window
+from nsight_core.marks import CALIBRATION_RANGE, marked_window
 from nsight_core.stats import exact
 from nsight_core.stats.models import (
     ApiCallRow,
@@ -103,9 +105,29 @@ def _time_summary(trace: Trace, frame: pl.LazyFrame, name: pl.Expr = _NAME, key:
         order, descending=[True] + [False] * (len(order) - 1))
 
 
+_BURST_RANGE = (pl.col("name") == CALIBRATION_RANGE) & (pl.col("domain") == "")
+
+
+def _programs(events: streamed.Events) -> tuple[pl.Expr, pl.Expr]:
+    """Filters that keep the program's CUDA calls and kernels: a region's calibration burst (its calls, on the burst's
+    thread inside its NVTX range, and the kernels they launched, run inside it) is nsight's own work. Both keep all
+    where the capture has no burst, as a whole-process capture has none."""
+    bursts = events.nvtx.filter(_BURST_RANGE).select("thread", "start_ns", "end_ns").collect(engine="streaming")
+    if not bursts.height:
+        return pl.lit(True), pl.lit(True)
+    in_burst = pl.any_horizontal([(pl.col("thread") == thread) & pl.col("start_ns").is_between(start, end)
+                                  for thread, start, end in bursts.iter_rows()])  # one row a region
+    launched = events.cuda_api.filter(in_burst).select(pl.col("correlation_id").drop_nulls()).collect(
+        engine="streaming")
+    run_inside = pl.any_horizontal([pl.col("start_ns").is_between(start, end) for _, start, end in bursts.iter_rows()])
+    ours = pl.col("correlation_id").is_in(launched["correlation_id"].implode()).fill_null(False) & run_inside
+    return ~in_burst, ~ours
+
+
 def kernel_summary(trace: Trace) -> list[KernelRow] | str:
     """cuda_gpu_kern_sum: kernels by demangled name."""
-    summary = _time_summary(trace, streamed.events(trace).kernels, by_instances=True)
+    events = streamed.events(trace)
+    summary = _time_summary(trace, events.kernels.filter(_programs(events)[1]), by_instances=True)
     return _rows(KernelRow, summary) if summary.height else "does not contain CUDA kernel data."
 
 
@@ -118,7 +140,8 @@ def graph_summary(trace: Trace) -> list[GraphRow]:
 
 def api_summary(trace: Trace) -> list[ApiCallRow] | str:
     """cuda_api_sum: CUDA runtime and driver calls by nsys' string id of the function (its full name)."""
-    summary = _time_summary(trace, streamed.events(trace).cuda_api, key="name_id")
+    events = streamed.events(trace)
+    summary = _time_summary(trace, events.cuda_api.filter(_programs(events)[0]), key="name_id")
     return _rows(ApiCallRow, summary) if summary.height else "does not contain CUDA trace data."
 
 
@@ -152,7 +175,7 @@ def _megabytes(size: float) -> float:
 
 def nvtx_summary(trace: Trace) -> list[NvtxRangeRow] | str:
     """nvtx_pushpop_sum: push/pop ranges by `domain:name` (the name alone in the default domain)."""
-    push_pop = streamed.events(trace).nvtx.filter(pl.col("kind") == "push_pop")
+    push_pop = streamed.events(trace).nvtx.filter((pl.col("kind") == "push_pop") & ~_BURST_RANGE)
     summary = _time_summary(trace, push_pop, in_domain())
     return _rows(NvtxRangeRow, summary) if summary.height else \
         "does not contain NV Tools Extension (NVTX) push/pop ranges."

@@ -38,7 +38,7 @@ def test_the_reports_leave_out_the_calibration_burst(streamed: bool, tmp_path: P
     """small_step's fixed twin, a region recorded on an H100 with nsys 2025.3: its calibration burst (1,500 empty
     kernels, each with a cudaLaunchKernel and a cuKernelGetName, in the range `nsight: calibration`) is nsight's own
     work. The reports show the program's: 19 launches a step over 20 steps, the one synchronise after its steps, no
-    spin_kernel and no calibration range; read whole or streamed from disk alike."""
+    spin_kernel and no calibration range, in the reports and the range table; read whole or streamed from disk alike."""
     source = unpacked("h100-pairs-2025") / "small_step-fixed.sqlite"
     copy = tmp_path / source.name
     shutil.copyfile(source, copy)
@@ -52,3 +52,5 @@ def test_the_reports_leave_out_the_calibration_burst(streamed: bool, tmp_path: P
     assert sum(row.instances for row in stats.kernels) == 660
     ranges = {row.name for row in stats.nvtx_ranges}
     assert "step_0" in ranges and CALIBRATION_RANGE not in ranges
+    families = {family.pattern for family in nsight_core.analyze(trace).ranges}
+    assert "step_{n}" in families and CALIBRATION_RANGE not in families

@@ -35,6 +35,9 @@ Cases (variants: the problem first, then its fixes):
               600 kernels), then Adam with `foreach=False` (about 1,000 more, a few per parameter) | `foreach=True`:
               the fixed twin still launches hundreds of kernels a step and stays host-bound. Recorded over
               STEPS_OF["deep_adam"] steps.
+- train_graph: small_step's training step without empty_cache, eager (forward on the step's thread, backward
+              launched by autograd's) | the whole step (forward, backward, SGD) captured once as a CUDA graph and
+              replayed (torch.cuda.graph, static input and gradients).
 - prefetch:   a 128 MiB fp32 batch in pinned memory copied on the compute stream right before a ~4 ms bf16
               training step (copy and compute in series) | the batch of step i+1 copied on a side stream
               (torch.cuda.Stream, an event the compute stream waits on, record_stream) while step i computes.
@@ -373,6 +376,34 @@ def small_step() -> dict[str, Step]:
     return {"problem": problem, "fixed": fixed}
 
 
+def train_graph() -> dict[str, Step]:
+    x = torch.randn(256, 512, device=DEVICE)
+    eager = trainer(mlp(512, 4))
+    model = mlp(512, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+
+    def step() -> None:
+        model(x).float().pow(2).mean().backward()
+        opt.step()
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up where the capture will run: the graph sees settled allocations
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    captured = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(captured):
+        step()
+
+    def replay(i: int) -> None:
+        captured.replay()
+
+    return {"problem": lambda i: eager(x), "fixed": replay}
+
+
 def per_param() -> dict[str, Step]:
     def optimizer(foreach: bool) -> torch.optim.Optimizer:
         params = []
@@ -611,7 +642,8 @@ CASES: dict[str, Callable[[], dict[str, Step]]] = {
     "dataloader": dataloader,  # first: its workers fork before any region has been opened
     "host_load": host_load, "sync_log": sync_log, "graph": graph, "pageable": pageable, "two": two,
     "gpu_bound": gpu_bound, "tf32": tf32, "quick_start": quick_start,
-    "small_step": small_step, "per_param": per_param, "deep_adam": deep_adam, "prefetch": prefetch, "bf16": bf16,
+    "small_step": small_step, "train_graph": train_graph, "per_param": per_param, "deep_adam": deep_adam,
+    "prefetch": prefetch, "bf16": bf16,
     "small_copies": small_copies, "checkpoint": checkpoint, "mask_sync": mask_sync, "list_tensor": list_tensor,
     "alloc_churn": alloc_churn, "mask_tail": mask_tail, "item_if": item_if,
     # The same causes in steps the GPU bounds once fixed: their truth moves less with the host.

@@ -108,26 +108,36 @@ def _time_summary(trace: Trace, frame: pl.LazyFrame, name: pl.Expr = _NAME, key:
 _BURST_RANGE = (pl.col("name") == CALIBRATION_RANGE) & (pl.col("domain") == "")
 
 
-def _programs(events: streamed.Events) -> tuple[pl.Expr, pl.Expr]:
-    """Filters that keep the program's CUDA calls and kernels: a region's calibration burst (its calls, on the burst's
-    thread inside its NVTX range, and the kernels they launched, run inside it) is nsight's own work. Both keep all
-    where the capture has no burst, as a whole-process capture has none."""
-    bursts = events.nvtx.filter(_BURST_RANGE).select("thread", "start_ns", "end_ns").collect(engine="streaming")
-    if not bursts.height:
-        return pl.lit(True), pl.lit(True)
-    in_burst = pl.any_horizontal([(pl.col("thread") == thread) & pl.col("start_ns").is_between(start, end)
-                                  for thread, start, end in bursts.iter_rows()])  # one row a region
-    launched = events.cuda_api.filter(in_burst).select(pl.col("correlation_id").drop_nulls()).collect(
-        engine="streaming")
+def _bursts(events: streamed.Events) -> pl.DataFrame:
+    """The calibration bursts' ranges (thread, start_ns, end_ns): one a region, none in a whole-process capture."""
+    return events.nvtx.filter(_BURST_RANGE).select("thread", "start_ns", "end_ns").collect(engine="streaming")
+
+
+def _in_burst(bursts: pl.DataFrame) -> pl.Expr:
+    """A CUDA call of a burst: on its thread, inside its range."""
+    return pl.any_horizontal([(pl.col("thread") == thread) & pl.col("start_ns").is_between(start, end)
+                              for thread, start, end in bursts.iter_rows()])
+
+
+def _programs_kernels(events: streamed.Events) -> pl.LazyFrame:
+    """The kernels less a calibration burst's: launched by its calls (by correlation id) and run inside its range."""
+    if not (bursts := _bursts(events)).height:
+        return events.kernels
+    launched = events.cuda_api.filter(_in_burst(bursts)).select(pl.col("correlation_id").drop_nulls()).collect(
+        engine="streaming")["correlation_id"]
     run_inside = pl.any_horizontal([pl.col("start_ns").is_between(start, end) for _, start, end in bursts.iter_rows()])
-    ours = pl.col("correlation_id").is_in(launched["correlation_id"].implode()).fill_null(False) & run_inside
-    return ~in_burst, ~ours
+    return events.kernels.filter(~(pl.col("correlation_id").is_in(launched.implode()).fill_null(False) & run_inside))
+
+
+def _programs_calls(events: streamed.Events) -> pl.LazyFrame:
+    """The CUDA calls less a calibration burst's."""
+    bursts = _bursts(events)
+    return events.cuda_api.filter(~_in_burst(bursts)) if bursts.height else events.cuda_api
 
 
 def kernel_summary(trace: Trace) -> list[KernelRow] | str:
     """cuda_gpu_kern_sum: kernels by demangled name."""
-    events = streamed.events(trace)
-    summary = _time_summary(trace, events.kernels.filter(_programs(events)[1]), by_instances=True)
+    summary = _time_summary(trace, _programs_kernels(streamed.events(trace)), by_instances=True)
     return _rows(KernelRow, summary) if summary.height else "does not contain CUDA kernel data."
 
 
@@ -140,8 +150,7 @@ def graph_summary(trace: Trace) -> list[GraphRow]:
 
 def api_summary(trace: Trace) -> list[ApiCallRow] | str:
     """cuda_api_sum: CUDA runtime and driver calls by nsys' string id of the function (its full name)."""
-    events = streamed.events(trace)
-    summary = _time_summary(trace, events.cuda_api.filter(_programs(events)[0]), key="name_id")
+    summary = _time_summary(trace, _programs_calls(streamed.events(trace)), key="name_id")
     return _rows(ApiCallRow, summary) if summary.height else "does not contain CUDA trace data."
 
 

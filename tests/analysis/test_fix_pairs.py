@@ -22,7 +22,7 @@ from shared_runs import computed_once
 import nsight_core
 from nsight_core.analysis.overhead import per_call_ns
 from nsight_core.analysis.steps import NvtxGpuSteps
-from nsight_core.render.findings import finding_suggestion, finding_title, overhead_text
+from nsight_core.render.findings import budget_lines, finding_suggestion, finding_title, overhead_text
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 RECORDINGS = {"2023.4.4": FIXTURES / "h200-fix-pairs", "2025.3": FIXTURES / "h200-fix-pairs-2025"}
@@ -625,9 +625,16 @@ def test_the_backward_pass_is_named_by_the_thread_that_launched_it(folder: Path,
              if e.metric == "other_threads_calls_per_step" and e.where is not None}
     assert any(name.startswith("cudaLaunchKernel") and count >= 10 for name, count in calls.items()), calls
     assert "autograd" in finding_title(finding) and "NVTX" not in finding_suggestion(finding)
+    # The budget names the same wait: the other thread's launches, not the steps' thread's "untraced CPU time".
+    elsewhere = {a.name: a for a in analysis.budget.idle_activities if a.kind == "other_threads"}
+    assert any(name.startswith("cudaLaunchKernel") for name in elsewhere), analysis.budget.idle_activities
+    assert all(a.part == "gpu_idle" for a in elsewhere.values())
+    lines = budget_lines(analysis.budget)
+    assert any(line.strip().startswith("waiting on other threads' CUDA call cudaLaunchKernel") for line in lines)
 
 
 def test_host_time_with_no_other_thread_at_work_stays_untraced() -> None:
     """The foreach optimizer's step alone (no backward pass): its untraced host time is its own thread's Python."""
     analysis = _recorded(H100_ALL["2025.3-h100-all"], "per_param-fixed")
     assert [f.subject for f in analysis.findings if f.kind == "untraced_host"] == [""]
+    assert "other_threads" not in {a.kind for a in analysis.budget.idle_activities}

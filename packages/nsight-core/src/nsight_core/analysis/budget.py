@@ -18,7 +18,7 @@ Part = Literal["compute", "exposed_comm", "exposed_copy", "sync_wait", "launch_g
 PARTS: tuple[Part, ...] = get_args(Part)
 """``stream_wait`` (the GPU waited on queued work's dependency) is measured on the GPU's clock only (:mod:`gpu_budget`);
 ``profiler_overhead`` (nsys' tracing) comes out of the steady steps' launch gaps and idle time (:mod:`overhead`)."""
-CpuKind = Literal["cuda_api", "osrt", "nvtx", "untraced", "dispatch"]
+CpuKind = Literal["cuda_api", "osrt", "nvtx", "untraced", "dispatch", "other_threads"]
 DEVICE_BOUND_BUSY = 0.9
 """Steps whose GPU windows are at least this busy are device-bound: the host kept the GPU fed."""
 PAGEABLE = (pl.col("src_kind") == "Pageable") | (pl.col("dst_kind") == "Pageable")
@@ -39,8 +39,10 @@ class CpuActivity(BaseModel):
     """What the step's CPU thread was doing while the GPU idled (sync waits and gaps)."""
 
     part: Part = Field(description="The idle part this time belongs to")
-    kind: CpuKind = Field(description="In a CUDA API call, an OS-runtime call, only an NVTX range, nothing traced, or "
-                          "dispatch: the framework's time on its way to the CUDA call NAME (and a launch's latency)")
+    kind: CpuKind = Field(description="In a CUDA API call, an OS-runtime call, only an NVTX range, nothing traced, "
+                          "dispatch: the framework's time on its way to the CUDA call NAME (and a launch's latency), "
+                          "or other_threads: nothing traced while another thread of the process made the call NAME "
+                          "that launched the work the GPU waited for (autograd's backward pass)")
     name: str = Field(description="The call or innermost range name; '' when untraced")
     total_ns: int
     per_step_mean_ns: float

@@ -324,7 +324,8 @@ def named(findings: list[Finding | None], causes: Causes, syncs: pl.DataFrame) -
     """FINDINGS with what the known causes tell of the others: the sync finding's pattern (``mask_indexing``) and Python
     lines; the host activities in the launch gaps and untraced time no known cause explains (and its sampled lines)."""
     def top(parts: tuple[str, ...]) -> list[Evidence]:
-        rows = causes.left.filter(pl.col("part").is_in(parts)).head(TOP_EVIDENCE)
+        rows = causes.left.filter(pl.col("part").is_in(parts) & pl.col("cpu_kind").is_in(list(_METRICS))).head(
+            TOP_EVIDENCE)
         return [Evidence(metric=_METRICS[kind][0], value=ns, unit="ns",
                          where=Where(kind=_METRICS[kind][1], name=name) if _METRICS[kind][1] else None)  # type: ignore[arg-type]
                 for _, kind, name, ns in rows.iter_rows() if kind in _METRICS]

@@ -50,6 +50,8 @@ NOMINAL_PINNED_PCIE5_BYTES_PER_S = 50e9
 """The same over PCIe 5.0 x16, which Hopper and later GPUs have."""
 PCIE5_COMPUTE_CAPABILITY = 9.0
 KERNEL_TOTAL_COLUMNS = {"short_name": pl.String, "name": pl.String, "total_ns": pl.Int64}
+OTHER_THREADS_METRIC = "gpu_idle_while_other_threads_call_per_step"
+"""The GPU's idle time before work another thread of the process launched, per call (budget kind other_threads)."""
 _ACTIVITY_PREFIX = {"untraced": "untraced_cpu", "dispatch": "dispatch"}
 """CPU activities named by their metric alone (no call or range to point at)."""
 
@@ -87,8 +89,10 @@ def _activity_finding(context: Context, kinds: tuple[str, ...], kind: FindingKin
         return None
     total = sum(a.total_ns for a in activities)
     saving = saving_of(context, per_step_of(context, total / max(context.budget.steps, 1)), total)
-    return reported(kind, saving, [Evidence(metric=metric, value=a.per_step_mean_ns, unit="ns",
-                                            where=Where(kind="range", name=a.name) if a.kind == "nvtx" else None)
+    return reported(kind, saving, [Evidence(metric=OTHER_THREADS_METRIC if a.kind == "other_threads" else metric,
+                                            value=a.per_step_mean_ns, unit="ns",
+                                            where=Where(kind="range", name=a.name) if a.kind == "nvtx"
+                                            else Where(kind="api", name=a.name) if a.name else None)
                                    for a in activities])
 
 
@@ -310,7 +314,7 @@ def findings_of(context: Context, gpu: GpuInputs | None) -> list[Finding]:
             finding.subject == "Device-to-Host" and any(f.kind == "bulk_device_to_host" for f in found))]
         idle = [sync_wait(rest, gpu.syncs, gpu.small_reads),
                 _activity_finding(rest, ("nvtx",), "host_work", "gpu_idle_while_host_in_range_per_step"),
-                _activity_finding(rest, ("untraced", "osrt", "cuda_api"), "untraced_host",
+                _activity_finding(rest, ("untraced", "osrt", "cuda_api", "other_threads"), "untraced_host",
                                   "gpu_idle_while_host_untraced_per_step"),
                 _budget_finding(rest, "stream_wait")]
         gpu_findings = [*found, *idle, launch_bound(rest, *gpu.shape), *pageable, exposed_copy(rest, pageable),

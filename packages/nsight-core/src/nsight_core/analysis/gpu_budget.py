@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import polars as pl
 
 from nsight_core.analysis.windows import in_steps
+from nsight_core.trace.schema import pid_of
 
 if TYPE_CHECKING:  # host_time reads QUERY_CALLS from here
     from nsight_core.analysis.host_time import Host
@@ -117,10 +118,11 @@ def _pieces(windows: pl.DataFrame, work: pl.DataFrame, lo: int, hi: int) -> pl.D
 
 def _with_cause(idle: pl.DataFrame, work: pl.DataFrame, syncs: pl.DataFrame) -> pl.DataFrame:
     """IDLE pieces with the work that ends each (its launch call) and the sync the host sat in when it began (SYNCS,
-    by start): step, a, b, launch_ns, launch_end_ns, launch_name, sync_name, sync_end_ns."""
+    by start): step, a, b, launch_ns, launch_end_ns, launch_name, launch_thread, sync_name, sync_end_ns."""
     # The pieces follow each other in time: by start, and so by end (no sort).
     pieces = idle.select("step", a=pl.col("start_ns"), b=(pl.col("start_ns") + pl.col("ns")).set_sorted())
-    nxt = work.select(pl.col("start_ns").alias("b"), "launch_ns", "launch_end_ns", "launch_name").sort("b")
+    nxt = work.select(pl.col("start_ns").alias("b"), "launch_ns", "launch_end_ns", "launch_name",
+                      pl.col("thread").alias("launch_thread")).sort("b")
     pieces = pieces.join_asof(nxt, on="b", strategy="forward")
     syncs = syncs.select(_sync_start=pl.col("start_ns"), sync_end_ns=pl.col("end_ns"), sync_name=pl.col("name"))
     syncs = syncs.sort("_sync_start")
@@ -182,7 +184,7 @@ class _Causes(NamedTuple):
         gap = pl.col("b") - pl.col("a")
         zero = pl.lit(0, pl.Int64)
         frame = idle.select(
-            "step", "a", "b", "launch_name", "sync_name", (gap < QUEUED_GAP_NS).alias("short"),
+            "step", "a", "b", "launch_name", "launch_thread", "sync_name", (gap < QUEUED_GAP_NS).alias("short"),
             pl.when(untraced).then(gap).otherwise(zero).alias("_c0"),
             pl.when(queued).then(gap).otherwise(zero).alias("_c1"),
             pl.when(late).then(pl.col("b") - pl.max_horizontal("late_end", blamed_end)).otherwise(zero).alias("_c2"),
@@ -198,7 +200,14 @@ class _Causes(NamedTuple):
                       host.split(frame["_q0"].gather(blamed), frame["_q1"].gather(blamed))] if blamed.len() else \
             [pl.zeros(frame.height, pl.Int64, eager=True)] * len(host.activities())
         after_launch = host.split(frame["_q1"], frame["_q2"])
-        host_causes = [column for pair in zip(after_sync, after_launch, strict=True) for column in pair]
+        # Untraced time on the steps' thread before work another thread of its process launched (loss.backward()
+        # waiting while autograd's engine launches the backward pass): that thread's dispatch, named by its call.
+        thread = pl.lit(host.calls.thread)
+        other = frame.select(((pl.col("launch_thread") != thread)
+                              & (pid_of(pl.col("launch_thread")) == pid_of(thread))).fill_null(False))
+        elsewhere = after_launch[-1].zip_with(other.to_series(), pl.zeros(frame.height, pl.Int64, eager=True))
+        after_launch[-1] = after_launch[-1] - elsewhere
+        host_causes = [*(column for pair in zip(after_sync, after_launch, strict=True) for column in pair), elsewhere]
         candidates: list[tuple[Label, Label, Label]] = [
             ("gpu_idle", "untraced", ""),
             (pl.when("short").then(pl.lit("launch_gap")).otherwise(pl.lit("stream_wait")), None, None),
@@ -206,9 +215,10 @@ class _Causes(NamedTuple):
             ("sync_wait", "cuda_api", pl.col("sync_name"))]
         for kind, name, part in host.activities():
             candidates += [("sync_wait", kind, name), (part, kind, name)]
-        frame = frame.drop("_q0", "_q1", "_q2").with_columns(
+        candidates.append(("gpu_idle", "other_threads", pl.col("launch_name")))
+        frame = frame.drop("_q0", "_q1", "_q2", "launch_thread").with_columns(
             values.alias(f"_c{index}") for index, values in enumerate(host_causes, start=4))
-        return cls(frame, candidates, {2: "launch_name", 3: "sync_name"})
+        return cls(frame, candidates, {2: "launch_name", 3: "sync_name", len(candidates) - 1: "launch_name"})
 
     def totals(self) -> pl.DataFrame:
         """The causes summed per step, part, cpu_kind and cpu_name (TOTAL_COLUMNS), none of 0 ns."""
@@ -240,7 +250,7 @@ class _Causes(NamedTuple):
         which = count - pl.max_horizontal((pl.col(f"_c{index}") == most).cast(pl.UInt32) * (count - index)
                                           for index in range(count))
         chosen = (self.frame.with_columns(pl.max_horizontal(f"_c{index}" for index in range(count)).alias("_most"))
-                  .filter(most > 0).select("step", "a", "b", "short", *self.named.values(), which.alias("_which")))
+                  .filter(most > 0).select("step", "a", "b", "short", *set(self.named.values()), which.alias("_which")))
         # Each cause's part, kind and name looked up by its index, the few that vary by stretch put in after.
         labels = {}
         for position, column in enumerate(("part", "cpu_kind", "cpu_name")):

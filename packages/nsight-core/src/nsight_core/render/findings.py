@@ -19,7 +19,7 @@ PART_LABELS = {"compute": "GPU compute", "exposed_comm": "exposed communication 
                "gpu_idle": "GPU idle", "stream_wait": "waits on other streams",
                "profiler_overhead": "profiler overhead (nsys tracing)"}
 CPU_LABELS = {"cuda_api": "in CUDA call", "osrt": "in OS call", "nvtx": "in range", "untraced": "untraced CPU time",
-              "dispatch": "framework time before CUDA call"}
+              "dispatch": "framework time before CUDA call", "other_threads": "waiting on other threads' CUDA call"}
 
 
 def saving_text(saving: Saving) -> str:

@@ -43,6 +43,12 @@ Cases (variants: the problem first, then its fixes):
               (torch.cuda.Stream, an event the compute stream waits on, record_stream) while step i computes.
 - bf16:       an FP32 GEMM-bound training step (three 4096-wide layers, batch 2048, TF32 off) | the same under
               `torch.autocast("cuda", dtype=torch.bfloat16)` (FP32 master weights, bf16 tensor-core GEMMs).
+- bf16_tf32:  bf16's step with TF32 on for matmuls | under bf16 autocast: TF32 GEMMs against bf16 ones.
+- conv_tf32:  a convolution-bound training step (six 3x3 convolutions of 128 channels on 56x56 images, batch 32,
+              NCHW, SGD) in FP32 with cuDNN's TF32 off | on (`torch.backends.cudnn.allow_tf32`, PyTorch's default).
+- conv_bf16:  the same step in FP32, TF32 off | under bf16 autocast.
+- conv_default: the same step with PyTorch's defaults (cuDNN's TF32 on) | under bf16 autocast: TF32 convolutions
+              against bf16 ones.
 - small_copies: 256 per-sample tensors (3x32x32 fp32) copied to the GPU one by one with `.to("cuda")` from
               pageable memory (a cudaMemcpyAsync and a stream synchronise each), then stacked on the GPU |
               stacked on the host, pinned and copied once with non_blocking=True. A small MLP then trains.
@@ -465,13 +471,13 @@ def prefetch() -> dict[str, Step]:
     return {"problem": problem, "fixed": fixed}
 
 
-def bf16() -> dict[str, Step]:
-    model = mlp(4096, 3)
+def precision_step(model: nn.Module, x: torch.Tensor, switch: Callable[[bool], None]) -> Callable[..., Step]:
+    """An SGD training step of MODEL on X whose variants set SWITCH (a TF32 flag) and bf16 autocast."""
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
-    x = torch.randn(2048, 4096, device=DEVICE)
 
-    def run(autocast: bool) -> Step:
+    def run(tf32: bool, autocast: bool) -> Step:
         def step(i: int) -> None:
+            switch(tf32)
             with torch.autocast("cuda", dtype=torch.bfloat16) if autocast else nullcontext():
                 loss = model(x).float().pow(2).mean()
             opt.zero_grad(set_to_none=True)
@@ -479,7 +485,23 @@ def bf16() -> dict[str, Step]:
             opt.step()
         return step
 
-    return {"problem": run(False), "fixed": run(True)}
+    return run
+
+
+def bf16(tf32: bool = False) -> dict[str, Step]:
+    run = precision_step(mlp(4096, 3), torch.randn(2048, 4096, device=DEVICE),
+                         lambda allow: setattr(torch.backends.cuda.matmul, "allow_tf32", allow))
+    return {"problem": run(tf32, False), "fixed": run(tf32, True)}
+
+
+def convolutions(tf32: tuple[bool, bool], autocast: tuple[bool, bool]) -> dict[str, Step]:
+    """The conv_* cases: the problem's and the fixed twin's cuDNN TF32 switch and bf16 autocast."""
+    layers: list[nn.Module] = []
+    for _ in range(6):
+        layers += [nn.Conv2d(128, 128, 3, padding=1), nn.ReLU()]
+    run = precision_step(nn.Sequential(*layers).to(DEVICE), torch.randn(32, 128, 56, 56, device=DEVICE),
+                         lambda allow: setattr(torch.backends.cudnn, "allow_tf32", allow))
+    return {"problem": run(tf32[0], autocast[0]), "fixed": run(tf32[1], autocast[1])}
 
 
 def small_copies() -> dict[str, Step]:
@@ -644,6 +666,10 @@ CASES: dict[str, Callable[[], dict[str, Step]]] = {
     "gpu_bound": gpu_bound, "tf32": tf32, "quick_start": quick_start,
     "small_step": small_step, "train_graph": train_graph, "per_param": per_param, "deep_adam": deep_adam,
     "prefetch": prefetch, "bf16": bf16,
+    "bf16_tf32": lambda: bf16(tf32=True),
+    "conv_tf32": lambda: convolutions((False, True), (False, False)),
+    "conv_bf16": lambda: convolutions((False, False), (False, True)),
+    "conv_default": lambda: convolutions((True, True), (False, True)),
     "small_copies": small_copies, "checkpoint": checkpoint, "mask_sync": mask_sync, "list_tensor": list_tensor,
     "alloc_churn": alloc_churn, "mask_tail": mask_tail, "item_if": item_if,
     # The same causes in steps the GPU bounds once fixed: their truth moves less with the host.

@@ -200,8 +200,9 @@ class _Causes(NamedTuple):
                       host.split(frame["_q0"].gather(blamed), frame["_q1"].gather(blamed))] if blamed.len() else \
             [pl.zeros(frame.height, pl.Int64, eager=True)] * len(host.activities())
         after_launch = host.split(frame["_q1"], frame["_q2"])
-        # Untraced time on the steps' thread before work another thread of its process launched (loss.backward()
-        # waiting while autograd's engine launches the backward pass): that thread's dispatch, named by its call.
+        # Untraced time on the steps' thread (split's last column) before work another thread of its process
+        # launched (loss.backward() waiting while autograd's engine launches the backward pass): that thread's
+        # dispatch, named by its call.
         thread = pl.lit(host.calls.thread)
         other = frame.select(((pl.col("launch_thread") != thread)
                               & (pid_of(pl.col("launch_thread")) == pid_of(thread))).fill_null(False))
@@ -250,7 +251,8 @@ class _Causes(NamedTuple):
         which = count - pl.max_horizontal((pl.col(f"_c{index}") == most).cast(pl.UInt32) * (count - index)
                                           for index in range(count))
         chosen = (self.frame.with_columns(pl.max_horizontal(f"_c{index}" for index in range(count)).alias("_most"))
-                  .filter(most > 0).select("step", "a", "b", "short", *set(self.named.values()), which.alias("_which")))
+                  .filter(most > 0).select("step", "a", "b", "short", *dict.fromkeys(self.named.values()),
+                                            which.alias("_which")))
         # Each cause's part, kind and name looked up by its index, the few that vary by stretch put in after.
         labels = {}
         for position, column in enumerate(("part", "cpu_kind", "cpu_name")):

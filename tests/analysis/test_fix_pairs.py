@@ -374,6 +374,17 @@ def test_a_region_measures_what_tracing_costs_in_its_own_process() -> None:
     assert "CUDA calls a step at 3.42 µs each, measured as the region started" in (overhead_text(analysis) or "")
 
 
+@pytest.mark.parametrize(("version", "release"), [("2023.4.4", "2023"), ("2025.3", "2025")])
+def test_a_capture_without_a_measured_cost_says_its_estimate_rests_on_the_usual_one(version: str, release: str) -> None:
+    """The second set's regions carry no calibration: the estimate uses the table's cost for their nsys, and the line
+    that shows it says so, so a user whose host traces slower knows what to weigh."""
+    analysis = _v2(version, "small_step-problem")
+    assert analysis.overhead is not None and not analysis.overhead.calibrated
+    cost = per_call_ns(analysis.overhead.nsys_version) / 1e3
+    assert (f"CUDA calls a step at {cost:.2f} µs each, the usual cost for nsys {release}, not measured in this process"
+            in (overhead_text(analysis) or ""))
+
+
 CAUSE_PAIRS = [
     (V2, Pair("per_param", "fixed", ("per_tensor_launches",))),  # SGD foreach=False over 240 parameters | True
     (V2, Pair("small_copies", "fixed", ("small_copies",))),  # 256 pageable samples copied one by one | one stacked

@@ -24,6 +24,14 @@ CALIBRATION_RANGE = "nsight: calibration"
 """The NVTX range of the calibration's traced launches."""
 
 
+def is_calibration_range(name: str = "name") -> pl.Expr:
+    """Whether a range (its NAME column, and its domain) is CALIBRATION_RANGE: nsight's own work, in the default
+    domain, never the program's."""
+    import polars as pl
+
+    return (pl.col(name) == CALIBRATION_RANGE) & (pl.col("domain") == "")
+
+
 @functools.cache
 def _emitter() -> Callable[[str], None] | None:
     if importlib.util.find_spec("nvtx") is None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal
 import polars as pl
 
 from nsight_core.analysis import precision
-from nsight_core.analysis.budget import PAGEABLE
+from nsight_core.analysis.budget import PAGEABLE, CpuActivity
 from nsight_core.analysis.finding_model import (
     WARNING_SHARE,
     Context,
@@ -54,6 +54,14 @@ OTHER_THREADS_METRIC = "gpu_idle_while_other_threads_call_per_step"
 """The GPU's idle time before work another thread of the process launched, per call (budget kind other_threads)."""
 _ACTIVITY_PREFIX = {"untraced": "untraced_cpu", "dispatch": "dispatch"}
 """CPU activities named by their metric alone (no call or range to point at)."""
+_ACTIVITY_WHERE = {"cuda_api": "api", "other_threads": "api", "osrt": "osrt", "nvtx": "range"}
+"""Where the other CPU activities' time was: the call (another thread's too) or the range that names them."""
+
+
+def _where(activity: CpuActivity) -> Where | None:
+    """The call or range ACTIVITY's time was in; None for those _ACTIVITY_PREFIX names."""
+    kind = _ACTIVITY_WHERE.get(activity.kind)
+    return Where(kind=kind, name=activity.name) if kind else None  # type: ignore[arg-type]
 
 
 def _budget_finding(context: Context, part: Literal["sync_wait", "exposed_copy", "exposed_comm", "stream_wait"],
@@ -68,10 +76,7 @@ def _budget_finding(context: Context, part: Literal["sync_wait", "exposed_copy",
                 Evidence(metric=f"{part}_per_step_p50", value=measured.per_step_p50_ns, unit="ns"),
                 Evidence(metric=f"{part}_fraction_of_step_time", value=measured.fraction, unit="fraction"),
                 *(Evidence(metric=f"{_ACTIVITY_PREFIX.get(activity.kind, 'cpu')}_during_{part}_per_step",
-                           value=activity.per_step_mean_ns, unit="ns",
-                           where=None if activity.kind in _ACTIVITY_PREFIX else Where(
-                               kind="api" if activity.kind == "cuda_api" else "osrt" if activity.kind == "osrt"
-                               else "range", name=activity.name))
+                           value=activity.per_step_mean_ns, unit="ns", where=_where(activity))
                   for activity in context.budget.idle_activities if activity.part == part),
                 *(extra or [])]
     return reported(part, saving, evidence, subject, seen)
@@ -90,9 +95,7 @@ def _activity_finding(context: Context, kinds: tuple[str, ...], kind: FindingKin
     total = sum(a.total_ns for a in activities)
     saving = saving_of(context, per_step_of(context, total / max(context.budget.steps, 1)), total)
     return reported(kind, saving, [Evidence(metric=OTHER_THREADS_METRIC if a.kind == "other_threads" else metric,
-                                            value=a.per_step_mean_ns, unit="ns",
-                                            where=Where(kind="range", name=a.name) if a.kind == "nvtx"
-                                            else Where(kind="api", name=a.name) if a.name else None)
+                                            value=a.per_step_mean_ns, unit="ns", where=_where(a))
                                    for a in activities])
 
 

@@ -29,10 +29,14 @@ class ProfilerOverhead(BaseModel):
                                "the host")
 
 
+def release_year(nsys_version: str | None) -> str:
+    """The year of the nsys release NSYS_VERSION (``2025`` of ``2025.3.2.0``); '' where unknown."""
+    return (nsys_version or "").split(".")[0]
+
+
 def per_call_ns(nsys_version: str | None) -> float:
     """PER_CALL_NS of the nsys release NSYS_VERSION (``2025.3.2.0``); the newest entry's where unknown."""
-    year = (nsys_version or "").split(".")[0]
-    return PER_CALL_NS.get(year, PER_CALL_NS[max(PER_CALL_NS)])
+    return PER_CALL_NS.get(release_year(nsys_version), PER_CALL_NS[max(PER_CALL_NS)])
 
 
 def with_overhead(budget: StepBudget, calls_per_step: float, nsys_version: str | None,

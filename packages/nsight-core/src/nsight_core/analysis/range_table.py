@@ -18,7 +18,7 @@ from nsight_core.analysis.every_step import gpu_work_of, launched_by_id
 from nsight_core.analysis.projection import range_gpu_spans
 from nsight_core.analysis.ranges import CodedRanges, RangeFamily, by_start, with_parents
 from nsight_core.analysis.windows import start_cuts, window_filters
-from nsight_core.marks import CALIBRATION_RANGE
+from nsight_core.marks import is_calibration_range
 from nsight_core.stats import exact
 from nsight_core.trace.depth import depth_read, with_depth
 from nsight_core.trace.streamed import WINDOW_ROWS, Events
@@ -80,7 +80,7 @@ def _range_table(frames: Events, span_ns: int, window_rows: int | None,
                     "mean_ns", pl.col("_min").alias("min_ns"), pl.col("_max").alias("max_ns"), "gpu_ops",
                     pl.when(pl.col("_spans") > 0).then(pl.col("gpu_span_ns")).alias("gpu_span_ns"))
             .with_columns((pl.col("self_ns") / span_ns if span_ns else pl.lit(0.0)).alias("self_fraction"))
-            .filter(~((pl.col("pattern") == CALIBRATION_RANGE) & (pl.col("domain") == "")))  # nsight's own burst
+            .filter(~is_calibration_range("pattern"))
             .sort(["self_ns", "pattern"], descending=[True, False]))
     return [RangeFamily(**row) for row in rows.to_dicts()]
 

@@ -8,6 +8,7 @@ from nsight_core.analysis.completeness import Completeness
 from nsight_core.analysis.finding_model import Evidence, Finding, Saving, Where
 from nsight_core.analysis.findings import MIN_STEPS
 from nsight_core.analysis.kernels import short_name
+from nsight_core.analysis.overhead import release_year
 from nsight_core.analysis.result import Analysis, Coverage
 from nsight_core.analysis.steps import CaptureAsStep, KernelPeriodSteps, NvtxGpuSteps, StepStats
 from nsight_core.render.text import printable
@@ -186,7 +187,7 @@ def overhead_text(analysis: Analysis) -> str | None:
     if overhead is None or not isinstance(steps, NvtxGpuSteps):
         return None
     # Where the cost was not measured, the estimate rests on a typical one: said, so a user can weigh it.
-    release = (overhead.nsys_version or "").split(".")[0]
+    release = release_year(overhead.nsys_version)
     basis = "measured as the region started" if overhead.calibrated else \
         f"the usual cost{f' for nsys {release}' if release else ''}, not measured in this process"
     return (f"p50 {_ns(steps.family.p50_ns)} profiled; about {_ns(steps.estimated_p50_ns)} without the profiler "

@@ -18,7 +18,7 @@ from typing import Any, TypeVar, cast
 
 import polars as pl
 
-from nsight_core.marks import CALIBRATION_RANGE, marked_window
+from nsight_core.marks import is_calibration_range, marked_window
 from nsight_core.stats import exact
 from nsight_core.stats.models import (
     ApiCallRow,
@@ -105,12 +105,9 @@ def _time_summary(trace: Trace, frame: pl.LazyFrame, name: pl.Expr = _NAME, key:
         order, descending=[True] + [False] * (len(order) - 1))
 
 
-_BURST_RANGE = (pl.col("name") == CALIBRATION_RANGE) & (pl.col("domain") == "")
-
-
 def _bursts(events: streamed.Events) -> pl.DataFrame:
     """The calibration bursts' ranges (thread, start_ns, end_ns): one a region, none in a whole-process capture."""
-    return events.nvtx.filter(_BURST_RANGE).select("thread", "start_ns", "end_ns").collect(engine="streaming")
+    return events.nvtx.filter(is_calibration_range()).select("thread", "start_ns", "end_ns").collect(engine="streaming")
 
 
 def _in_burst(bursts: pl.DataFrame) -> pl.Expr:
@@ -184,7 +181,7 @@ def _megabytes(size: float) -> float:
 
 def nvtx_summary(trace: Trace) -> list[NvtxRangeRow] | str:
     """nvtx_pushpop_sum: push/pop ranges by `domain:name` (the name alone in the default domain)."""
-    push_pop = streamed.events(trace).nvtx.filter((pl.col("kind") == "push_pop") & ~_BURST_RANGE)
+    push_pop = streamed.events(trace).nvtx.filter((pl.col("kind") == "push_pop") & ~is_calibration_range())
     summary = _time_summary(trace, push_pop, in_domain())
     return _rows(NvtxRangeRow, summary) if summary.height else \
         "does not contain NV Tools Extension (NVTX) push/pop ranges."

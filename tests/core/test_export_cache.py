@@ -217,6 +217,25 @@ def test_interrupted_export_is_redone_and_its_leftovers_removed(capture: Path, n
     assert sorted(path.name for path in capture.parent.iterdir()) == ["training.arrowdir", "training.nsys-rep"]
 
 
+def test_an_export_finished_meanwhile_by_another_process_is_kept(capture: Path, nsys: Nsys, tmp_path: Path) -> None:
+    """Two nsight processes on one capture (a page and a stats call, two ranks' tests): the one that finishes its
+    export second keeps the first one's, which the other may be reading, and drops its own."""
+    kept = tmp_path / "kept-inode"
+    racer = fake_nsys(tmp_path / "racer", nsys,
+                      'if [ "$1" = export ] && [ "$2" = --type ]; then\n'
+                      f'  NSIGHT_NSYS="$REAL" "{sys.executable}" -m nsight_core.cli stats "{capture}" --json'
+                      ' >/dev/null 2>&1\n'
+                      f'  stat -c %i "{arrow_export(capture)}" > "{kept}"\n'
+                      'fi\n'
+                      'exec "$REAL" "$@"')
+    done = subprocess.run([sys.executable, "-m", "nsight_core.cli", "stats", capture, "--json"],
+                          capture_output=True, text=True, timeout=240, env=nsight_env(NSIGHT_NSYS=str(racer)))
+    assert_right_numbers(done)
+    assert kept.read_text().strip() == str(arrow_export(capture).stat().st_ino), "the first export was replaced"
+    assert sorted(path.name for path in capture.parent.iterdir()) == ["training.arrowdir", "training.nsys-rep"]
+    assert "nsight: exporting" not in nsight("stats", capture, "--json").stderr, "the kept export is current"
+
+
 # -- SQLite ---------------------------------------------------------------------------------------------
 
 

@@ -155,6 +155,10 @@ def export(report: Path, kind: str, nsys: Nsys | None = None, slices: int = 1) -
         except NsysCommandError as error:
             raise explain_failure(report, nsys.version, nsys.path) or error from error
         record = {"report": version, "files": _sizes(temporary)}
+        if is_current(target, report):
+            # A concurrent export of the same report finished first: its files stay (another process may be reading
+            # them), this one goes.
+            return target
         discard(target)
         try:
             temporary.rename(target)

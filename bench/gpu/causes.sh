@@ -8,7 +8,7 @@
 # CASES (default alloc_churn,mask_tail,item_if) and BT_CASES (the problems recorded with backtraces; empty: none)
 # pick cases;
 # VERSIONS (default "2023 2025") the nsys versions; PREFIX (default h200) names the folders by the GPU; PAIRS_S
-# (default 200) caps the seconds of each version's pairs.
+# (default 200) caps the seconds of each version's pairs; PAIRS_ARGS adds options of fix_pairs.py (e.g. --probe).
 # Each version's stages stop once BUDGET_S seconds (default 420) have passed, so that the packing always happens.
 set -uo pipefail
 OUT=$(mkdir -p "$1" && cd "$1" && pwd)
@@ -29,7 +29,7 @@ record() {  # VERSION DEST: the pairs, then the problems with Python backtraces,
     > "$dest/device.txt" 2>&1; cat "$dest/device.txt"
   echo "== $version: pairs ($(left) s left)"
   timeout "$(limit "${PAIRS_S:-200}")" nsight run --capture manual --trace cuda,nvtx -o "$dest" -- \
-    python3 "$BENCH/fix_pairs.py" "$dest/truth.json" --cases "$CASES" > "$dest/run.txt" 2> "$dest/stderr.txt"
+    python3 "$BENCH/fix_pairs.py" "$dest/truth.json" --cases "$CASES" ${PAIRS_ARGS:-} > "$dest/run.txt" 2> "$dest/stderr.txt"
   echo "nsight run exited $?"; cat "$dest/run.txt"; grep -E "fix_pairs|Error|error" "$dest/stderr.txt" | tail -5
   if [ -n "$BT_CASES" ] && [ "$(left)" -gt 60 ]; then
     echo "== $version: problems with Python backtraces ($(left) s left)"

@@ -83,7 +83,8 @@ Cases (variants: the problem first, then its fixes):
               both twins) instead of GEMMs: GPU work of another kind than the *_deep cases', whose fixed twins' GEMMs
               ran 6-9 % longer than their problems' (a GPU that never idles runs at lower clocks).
 
-Options: `--cases` picks cases, `--variants` variants (e.g. `problem`), `--time-only` records nothing, and
+Options: `--cases` picks cases, `--variants` variants (e.g. `problem`), `--time-only` records nothing,
+`--probe` times four kinds of host work (probes()) just before each region and inside it, into the truth, and
 `--region cuda-profiler` makes each region a cudaProfilerStart/Stop pair (torch.cuda.profiler) instead of
 an nsight region, for `nsys profile --capture-range=cudaProfilerApi --capture-range-end=stop` (one region
 then: nsys stops collecting at the first stop). The TF32 switches are set off before each case (the tf32 case
@@ -681,6 +682,10 @@ CASES: dict[str, Callable[[], dict[str, Step]]] = {
 }
 
 
+PROBE = False
+"""--probe: time probes() before and inside each region."""
+
+
 def timed(step: Step, steps: int = STEPS) -> list[float]:
     """REPEATS runs of STEPS steps with nothing collecting: seconds per step of each run."""
     runs = []
@@ -707,9 +712,41 @@ class CudaProfilerRegion:
         torch.cuda.profiler.stop()
 
 
+def probes() -> dict[str, float]:
+    """Host ns per unit of four kinds of work, each the fastest of 3 bursts: an empty kernel launch, `t.add_(1)` on
+    the GPU, a small CPU tensor add (torch's dispatch, no CUDA call) and pure Python: what tracing adds to each, timed
+    with and without the collection, tells a per-call cost from a slowdown of the host's own work."""
+    gpu, cpu = torch.zeros(1, device="cuda"), torch.zeros(16)
+    work: dict[str, Callable[[], object]] = {
+        "empty": lambda: torch.cuda._sleep(0), "add": lambda: gpu.add_(1), "cpu_torch": lambda: torch.add(cpu, cpu),
+        "python": lambda: sum(range(200))}
+    out = {}
+    for kind, unit in work.items():
+        best = float("inf")
+        for _ in range(3):
+            spent = 0
+            for _ in range(10):
+                torch.cuda.synchronize()
+                start = time.perf_counter_ns()
+                for _ in range(50):
+                    unit()
+                spent += time.perf_counter_ns() - start
+            best = min(best, spent / 500)
+        out[kind] = best
+    torch.cuda.synchronize()
+    return out
+
+
+PROBED: dict[str, dict[str, float]] = {}
+
+
 def recorded(name: str, step: Step, region: Callable[[str], object], steps: int = STEPS) -> None:
     torch.cuda.synchronize()
+    if PROBE:
+        PROBED["before"] = probes()
     with region(name):  # type: ignore[attr-defined]
+        if PROBE:
+            PROBED["during"] = probes()
         for i in range(steps):
             torch.cuda.nvtx.range_push(f"step_{i}")
             step(i)
@@ -725,7 +762,10 @@ def main() -> None:
     parser.add_argument("--time-only", action="store_true", help="time the variants, record nothing")
     parser.add_argument("--region", choices=("nsight", "cuda-profiler"), default="nsight",
                         help="what a region is: an nsight_core.range (default) or cudaProfilerStart/Stop")
+    parser.add_argument("--probe", action="store_true", help="time probes() before and inside each region")
     args = parser.parse_args()
+    global PROBE
+    PROBE = args.probe
     wanted = {v for v in args.variants.split(",") if v}
     if args.time_only:
         region: Callable[[str], object] = lambda name: nullcontext()  # noqa: E731
@@ -754,6 +794,8 @@ def main() -> None:
                 result[variant] = {"step_ms": statistics.median(runs) * 1e3, "runs_ms": [r * 1e3 for r in runs],
                                    "region": f"{case}-{variant}", "steps": steps}
                 recorded(f"{case}-{variant}", step, region, steps)
+                if PROBE:
+                    result[variant]["probe"] = dict(PROBED)
                 print(f"fix_pairs: {case}-{variant}: {result[variant]['step_ms']:.3f} ms/step "
                       f"({', '.join(f'{r * 1e3:.3f}' for r in runs)})", flush=True)
             cases[case] = {"variants": result}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import statistics
 from pathlib import Path
 from types import SimpleNamespace
 from typing import NamedTuple
@@ -20,7 +21,7 @@ from fixture_sets import unpacked
 from shared_runs import computed_once
 
 import nsight_core
-from nsight_core.analysis.overhead import per_call_ns
+from nsight_core.analysis.overhead import HOST_SPEED_CHANGED, per_call_ns
 from nsight_core.analysis.steps import NvtxGpuSteps
 from nsight_core.render.findings import budget_lines, finding_suggestion, finding_title, overhead_text
 
@@ -191,6 +192,11 @@ PRECISION = {"2023.4.4-h100-precision": unpacked("h100-precision"),
 """The twelfth: convolution-bound training steps (six 3x3 convolutions of 128 channels, cuDNN's FFT, Winograd and
 implicit-GEMM kernels) in FP32 | TF32 and | bf16 autocast, and TF32 convolutions or GEMMs | bf16 autocast, on an H100
 with both nsys versions."""
+HOST_SPEED = {"2023.4.4-h100-host-speed": unpacked("h100-host-speed"),
+              "2025.3-h100-host-speed": unpacked("h100-host-speed-2025")}
+"""The thirteenth: eight cases of the sets above on an H100 with both nsys versions, each region with the host's own
+speed measured across its start (HOST_SPEED_MARK) and the truth with four kinds of host work timed just before the
+region and inside it (`probe`: fix_pairs.py --probe)."""
 
 
 def _v2(version: str, region: str) -> nsight_core.Analysis:
@@ -268,7 +274,8 @@ def test_a_prefetch_on_a_side_stream_does_not_pull_the_step_window_early(folder:
 UNEXPLAINED = {("2023.4.4", "mask_sync", "problem"), ("2023.4.4", "per_param", "fixed"),
                ("2023.4.4", "graph", "problem"), ("2025.3", "alloc_churn", "fixed"),
                ("2023.4.4-h100-all", "small_copies", "fixed"), ("2025.3-h100-all", "small_copies", "fixed"),
-               ("2025.3-h100-precision", "bf16_tf32", "fixed")}
+               ("2025.3-h100-precision", "bf16_tf32", "fixed"), ("2023.4.4-h100-host-speed", "per_param", "problem"),
+               ("2025.3-h100-host-speed", "small_step", "problem")}
 """Host-bound steps whose profiled step differs from the unprofiled one far more (or the other way) than their CUDA
 calls explain at the cost per call the other pairs show: small steps of the 2023.4.4 recording (0.2-0.8 ms, where the
 same code recorded with 2025.3 lands; graph's problem ran faster profiled than unprofiled), and the MLP without
@@ -279,13 +286,18 @@ first call (torch.stack and pin_memory) took about 3 ms in the region's first 14
 Recorded alone in a process it lands (test below): the slow start came with the eight cases the process ran before it.
 With 2025.3 on the H100, bf16_tf32's fixed twin (a training step under bf16 autocast, 98 CUDA calls a step) ran
 1.89 ms unprofiled and 2.56 ms profiled, where its region measured 0.25 µs a call (its 2023.4.4 twin: 2.35 µs, and it
-lands). Time nsys takes from host code outside CUDA calls, which a cost per call cannot see. A known gap of the
+lands). Time nsys takes from host code outside CUDA calls, which a cost per call cannot see. The thirteenth set timed
+the host's own work beside each region (HOST_SPEED): a pure-Python loop took 0.5x to 2.1x as long inside a region as
+just before it, either way, on a timescale of milliseconds, so host-bound truth and capture can sample different spells.
+There, per_param's problem with 2023.4.4 ran faster profiled (14.8 ms) than unprofiled (16.1 ms), after a start
+across which the host slowed 1.44x and its calibration read 1.72 µs a call (-34 %), and small_step's problem with
+2025.3 ran 2.53 ms profiled against 1.80 unprofiled with the host's speed unchanged (+35 %). A known gap of the
 per-call model, kept visible (strict xfail)."""
 ESTIMATED = [pytest.param(recordings[version], case, variant, id=f"{case}-{variant}-{version}",
                          marks=[pytest.mark.xfail(strict=True, reason="UNEXPLAINED")]
                          if (version, case, variant) in UNEXPLAINED else [])
              for recordings in (V2, CAUSES, H100, CALIBRATED, DEEP, H100_DEEP, SPIN, H100_ALL, H100_ADAM, TRAIN_GRAPH,
-                                PRECISION)
+                                PRECISION, HOST_SPEED)
              for version in recordings
              for case, found in json.loads((recordings[version] / "truth.json").read_text())["cases"].items()
              for variant in found["variants"] if not _lost_data(version, case, variant)]
@@ -383,6 +395,28 @@ def test_a_capture_without_a_measured_cost_says_its_estimate_rests_on_the_usual_
     cost = per_call_ns(analysis.overhead.nsys_version) / 1e3
     assert (f"CUDA calls a step at {cost:.2f} µs each, the usual cost for nsys {release}, not measured in this process"
             in (overhead_text(analysis) or ""))
+    assert analysis.overhead.host_slowdown is None and "host's own speed" not in (overhead_text(analysis) or "")
+
+
+@pytest.mark.parametrize("version", list(HOST_SPEED))
+def test_a_host_that_changed_speed_as_the_capture_started_is_said_to_have(version: str) -> None:
+    """Each region of the thirteenth set timed a pure-Python loop on both sides of its start. Tracing leaves such code
+    alone (the ratio's median is within 10 % of 1), yet starts fell into spells of a host twice as slow or as fast:
+    the estimate's line says so exactly where the ratio reaches HOST_SPEED_CHANGED either way; the JSON carries it."""
+    folder = HOST_SPEED[version]
+    cases = json.loads((folder / "truth.json").read_text())["cases"]
+    analyses = [_recorded(folder, f"{case}-{variant}") for case, found in cases.items()
+                for variant in found["variants"]]
+    measured = [(a, a.overhead.host_slowdown) for a in analyses if a.overhead and a.overhead.host_slowdown]
+    slowdowns = [slowdown for _, slowdown in measured]
+    assert len(measured) == sum(a.overhead is not None for a in analyses) >= 15
+    assert 0.9 <= statistics.median(slowdowns) <= 1.1
+    assert min(slowdowns) <= 1 / HOST_SPEED_CHANGED and max(slowdowns) >= HOST_SPEED_CHANGED
+    for analysis, slowdown in measured:
+        text = overhead_text(analysis) or ""
+        said = f"the host's own speed changed as the capture started (a loop with no CUDA call took {slowdown:.2f}x"
+        assert (said in text) == (max(slowdown, 1 / slowdown) >= HOST_SPEED_CHANGED), text
+        assert analysis.model_dump(mode="json")["overhead"]["host_slowdown"] == slowdown
 
 
 CAUSE_PAIRS = [
@@ -413,6 +447,9 @@ CAUSE_PAIRS = [
     (H100_ADAM, Pair("deep_adam", "fixed", ("per_tensor_launches",))),  # Adam foreach=False | True
     # The whole training step as one CUDA graph: both findings' advice, both their savings.
     (TRAIN_GRAPH, Pair("train_graph", "fixed", ("launch_bound", "untraced_host"))),
+    *((HOST_SPEED, Pair(case, "fixed", causes)) for case, causes in (
+        ("per_param", ("per_tensor_launches",)), ("small_copies", ("small_copies",)), ("mask_sync", ("sync_wait",)),
+        ("alloc_churn", ("allocator_churn",)), ("sync_log", ("sync_wait",)), ("graph", ("launch_bound",)))),
 ]
 """Known causes (analysis/causes.py, and the hidden syncs named by their pattern) whose fix the recordings measured
 well above the host's noise, with the recordings that hold them."""
@@ -436,12 +473,19 @@ longer than their problems' (620 against 667-673 µs in item_if_deep, with both 
 idles runs at lower clocks, so part of the idle time removed comes back as slower work. The prediction is the idle
 time (1.90 ms against a profiled pair 1.06 ms apart); the capture holds no clocks to foresee the rest. Kept visible
 (strict xfail)."""
-HIDDEN_LAUNCHES = {("mask_sync", "2025.3-h100-all")}
+HIDDEN_LAUNCHES = {("mask_sync", "2025.3-h100-all"), ("mask_sync", "2023.4.4-h100-host-speed")}
 """A saving 44 % under the real one: on the H100 with 2025.3 the sync's fix saved 1.00 ms (2.47 against 1.46 ms
 unprofiled; the profiled pair's estimated steps 0.91 ms apart), where the sync finding predicts 0.57 ms. The problem's
 60 small launches after the sync also show as 0.54 ms of launch gaps, which the fix hides behind the GPU's work once
 the host no longer waits; the sync's saving does not yet count them. With 2023.4.4 on the same GPU it lands (0.61
-against 0.61). Kept visible (strict xfail)."""
+against 0.61); in the thirteenth set it does not (0.50 against 0.79 ms). Kept visible (strict xfail)."""
+ALLOCATOR_ELSEWHERE = {("alloc_churn", "2023.4.4-h100-host-speed"), ("alloc_churn", "2025.3-h100-host-speed")}
+"""Savings 60 % (2023.4.4) and 40 % (2025.3) under the real ones: 2.96 and 3.30 ms predicted against 7.31 and 5.54 ms
+saved by dropping empty_cache(), the estimated steps 5.76 and 4.15 ms apart. The finding counts the step's thread's
+cudaMalloc and cudaFree (38 a step, 2.8 ms); the fix also removed autograd's thread's (4 cudaMalloc a step, 0.53 ms)
+and, with 2023.4.4, made autograd's launches 26-29 % faster, which no call of the problem's capture shows. There the
+host's dispatch and autograd's thread (3.20 and 2.97 ms predicted) rank above the allocator. Kept visible (strict
+xfail)."""
 FOREACH_HOST = {("deep_adam", "2023.4.4-h100-adam"), ("deep_adam", "2025.3-h100-adam")}
 """Savings 34 % (2023.4.4) and 74 % (2025.3) above the real ones: 24.5 and 21.9 ms predicted against 18.2 and 12.6 ms
 saved by Adam's foreach=True. The prediction is the per-parameter loop's host time (28.5 ms a step profiled with
@@ -453,7 +497,9 @@ host time a step on 20 launches, which the problem's capture cannot show. The es
 (strict xfail)."""
 
 
-@pytest.mark.parametrize(("folder", "pair"), CAUSE_CASES)
+@pytest.mark.parametrize(("folder", "pair"), [
+    pytest.param(*case.values, id=case.id, marks=[pytest.mark.xfail(strict=True, reason="ALLOCATOR_ELSEWHERE")])
+    if case.id == "alloc_churn-2023.4.4-h100-host-speed" else case for case in CAUSE_CASES])
 def test_a_known_cause_is_the_top_finding(folder: Path, pair: Pair) -> None:
     problem = _recorded(folder, f"{pair.case}-problem")
     assert problem.findings[0].kind in pair.causes, [f.kind for f in problem.findings]
@@ -466,6 +512,8 @@ def test_a_known_cause_is_the_top_finding(folder: Path, pair: Pair) -> None:
                  else [pytest.mark.xfail(strict=True, reason="HIDDEN_LAUNCHES")]
                  if (pair.case, version) in HIDDEN_LAUNCHES
                  else [pytest.mark.xfail(strict=True, reason="FOREACH_HOST")] if (pair.case, version) in FOREACH_HOST
+                 else [pytest.mark.xfail(strict=True, reason="ALLOCATOR_ELSEWHERE")]
+                 if (pair.case, version) in ALLOCATOR_ELSEWHERE
                  else []) for recordings, pair in CAUSE_PAIRS for version in recordings])
 def test_a_known_cause_saves_what_its_fix_saved(folder: Path, pair: Pair) -> None:
     problem = _recorded(folder, f"{pair.case}-problem")

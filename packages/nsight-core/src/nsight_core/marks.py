@@ -20,6 +20,9 @@ LIVE_MARK = "collection live"
 STOP_MARK = "collection stopping"
 CALIBRATION_MARK = "nsight: tracing cost per CUDA call:"
 """Followed by the cost in ns (nsight_core.calibration); emitted through torch's NVTX, in the default domain."""
+HOST_SPEED_MARK = "nsight: host time for the same Python once live:"
+"""Followed by the ratio, once collection was live against just before, of the host's time for one pure-Python loop
+(``1.000 x``: unchanged); emitted beside CALIBRATION_MARK."""
 CALIBRATION_RANGE = "nsight: calibration"
 """The NVTX range of the calibration's traced launches."""
 
@@ -63,13 +66,24 @@ def marked_window(marks: pl.DataFrame | pl.LazyFrame) -> tuple[int | None, int |
     return (None if live is None else int(live)), (None if stop is None else int(stop))
 
 
-def calibrated_ns(marks: pl.DataFrame | pl.LazyFrame) -> float | None:
-    """What tracing cost each CUDA call as the region measured it (the last CALIBRATION_MARK of MARKS), or None."""
+def _last_value(marks: pl.DataFrame | pl.LazyFrame, prefix: str, unit: str) -> float | None:
+    """The number before UNIT in the last of MARKS whose name starts with PREFIX, or None."""
     import polars as pl
 
-    found = (marks.lazy().filter(pl.col("name").str.starts_with(CALIBRATION_MARK)).sort("time_ns").last()
-             .select(pl.col("name").str.extract(r"(\d+(?:\.\d+)?) ns$").cast(pl.Float64)).collect())
+    found = (marks.lazy().filter(pl.col("name").str.starts_with(prefix)).sort("time_ns").last()
+             .select(pl.col("name").str.extract(rf"(\d+(?:\.\d+)?) {unit}$").cast(pl.Float64)).collect())
     return float(found.item()) if found.height and found.item() is not None else None
+
+
+def calibrated_ns(marks: pl.DataFrame | pl.LazyFrame) -> float | None:
+    """What tracing cost each CUDA call as the region measured it (the last CALIBRATION_MARK of MARKS), or None."""
+    return _last_value(marks, CALIBRATION_MARK, "ns")
+
+
+def host_slowdown(marks: pl.DataFrame | pl.LazyFrame) -> float | None:
+    """How many times longer the host took for the same pure-Python loop once collection was live than just before
+    (the last HOST_SPEED_MARK of MARKS), or None where the region did not measure it."""
+    return _last_value(marks, HOST_SPEED_MARK, "x")
 
 
 START_SETTLE_SECONDS = 0.25

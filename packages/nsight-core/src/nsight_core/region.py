@@ -44,7 +44,7 @@ class Region:
         if self.session is None:
             return
         self._pid = os.getpid()
-        untraced_ns = calibration.before_start(self.session.settings.trace)
+        untraced = calibration.before_start(self.session.settings.trace)
         try:
             self._token = self.session.start(self.name)
             self._started = True
@@ -52,7 +52,7 @@ class Region:
             log.warning("could not start collection for region %r; running it unprofiled: %s", self.name,
                         one_line(exc))
             return
-        calibration.after_start(untraced_ns)
+        calibration.after_start(untraced)
 
     def _enclose(self) -> None:
         """Mark the code of the block, in the caller's context, as recorded by this region."""

@@ -21,7 +21,7 @@ from nsight_core.analysis.result import Analysis, Coverage
 from nsight_core.analysis.steps import CaptureAsStep, FamilySteps, GpuWindowSteps, StepStats
 from nsight_core.analysis.user_window import UserWindow
 from nsight_core.analysis.windows import in_steps, start_cuts, step_batches, window_filters
-from nsight_core.marks import calibrated_ns
+from nsight_core.marks import calibrated_ns, host_slowdown
 from nsight_core.trace.depth import depth_read, with_depth
 from nsight_core.trace.schema import pid_of
 from nsight_core.trace.streamed import WINDOW_ROWS, Events
@@ -41,7 +41,8 @@ def analysis_of(frames: Events, gpus: pl.DataFrame | None, window: UserWindow, e
             # An NVTX family's steps, on its thread; at least MIN_PROJECTED of them (analysis/every_step.py).
             assert thread is not None and steady.height
             budget, overhead = with_overhead(budget, _calls(frames, steady_ranges, thread) / steady.height,
-                                             nsys_version, calibrated_ns(frames.nvtx_marks))
+                                             nsys_version, calibrated_ns(frames.nvtx_marks),
+                                             host_slowdown(frames.nvtx_marks))
             stats = found.bounded(bound_by(budgets.budget), max(found.family.p50_ns - overhead.per_step_ns, 0.0))
             p50: float | None = stats.estimated_p50_ns
         case FamilySteps():

@@ -15,6 +15,10 @@ PER_CALL_NS = {"2023": 1_000.0, "2024": 1_300.0, "2025": 1_300.0}
 FROM_PARTS: tuple[Part, ...] = ("launch_gap", "gpu_idle", "sync_wait")
 """The parts the overhead is taken from, in order: the GPU waited on the host's dispatch, then on the host at all, then
 on the host catching up after a sync (its calls were traced too)."""
+HOST_SPEED_CHANGED = 1.25
+"""A host whose own code took this many times longer (or shorter) once collection was live than just before changed
+speed by itself: on the GPU machines measured, a host's speed held within 0.82-1.16x across most starts, and some
+starts fell into spells about twice as slow or as fast, whichever way, traced or not."""
 
 
 class ProfilerOverhead(BaseModel):
@@ -27,6 +31,15 @@ class ProfilerOverhead(BaseModel):
     calls_per_step: float = Field(description="CUDA API calls of every thread per steady step")
     per_step_ns: float = Field(description="Taken out of each step: calls x cost, at most the time the GPU waited on "
                                "the host")
+    host_slowdown: float | None = Field(default=None, description="How many times as long the host took for the same "
+                                        "pure-Python loop (no CUDA call) once collection was live as just before; "
+                                        "None where not measured")
+
+    def host_speed_changed(self) -> bool:
+        """Whether the host's own speed changed across the start by HOST_SPEED_CHANGED or more, either way: the
+        capture's host-bound times may then not be the program's usual ones, whatever tracing cost."""
+        slowdown = self.host_slowdown
+        return slowdown is not None and slowdown > 0 and max(slowdown, 1 / slowdown) >= HOST_SPEED_CHANGED
 
 
 def release_year(nsys_version: str | None) -> str:
@@ -40,9 +53,11 @@ def per_call_ns(nsys_version: str | None) -> float:
 
 
 def with_overhead(budget: StepBudget, calls_per_step: float, nsys_version: str | None,
-                  calibrated_ns: float | None = None) -> tuple[StepBudget, ProfilerOverhead]:
+                  calibrated_ns: float | None = None,
+                  host_slowdown: float | None = None) -> tuple[StepBudget, ProfilerOverhead]:
     """BUDGET with the profiler's overhead as a part of its own (``profiler_overhead``), taken from FROM_PARTS, and the
-    overhead: CALLS_PER_STEP CUDA calls at CALIBRATED_NS each, else at :func:`per_call_ns`, at most what those hold."""
+    overhead: CALLS_PER_STEP CUDA calls at CALIBRATED_NS each, else at :func:`per_call_ns`, at most what those hold.
+    HOST_SLOWDOWN, as the region measured it, is carried to be said, never taken out: it is the host's, not nsys'."""
     cost = calibrated_ns if calibrated_ns is not None else per_call_ns(nsys_version)
     steps = max(budget.steps, 1)
     wanted = calls_per_step * cost * budget.steps
@@ -65,5 +80,6 @@ def with_overhead(budget: StepBudget, calls_per_step: float, nsys_version: str |
     parts = [part.model_copy(update={"total_ns": part.total_ns + drift}) if part.part == "profiler_overhead" else part
              for part in parts]
     overhead = ProfilerOverhead(per_call_ns=cost, calibrated=calibrated_ns is not None, nsys_version=nsys_version,
-                                calls_per_step=calls_per_step, per_step_ns=taken / steps)
+                                calls_per_step=calls_per_step, per_step_ns=taken / steps,
+                                host_slowdown=host_slowdown)
     return budget.model_copy(update={"parts": parts}), overhead

@@ -19,6 +19,7 @@ import polars as pl
 import pytest
 from analysis_helpers import FIXTURES, copy_capture
 from capture_helpers import nsight_here
+from fixture_sets import unpacked
 
 import nsight_core
 from nsight_core.cli import NOT_COMPARABLE_EXIT, SLOWER_EXIT
@@ -80,6 +81,26 @@ def test_json_is_one_object_with_the_verdict(tmp_path: Path) -> None:
     assert data["gate"]["change"] == pytest.approx(0.5, rel=1e-3)
     assert {k["name"] for k in data["kernels"]} and all(k["change"] == pytest.approx(0.5, abs=1e-3)
                                                         for k in data["kernels"])
+
+
+def test_a_host_that_changed_speed_as_a_capture_started_is_noted_beside_the_verdict() -> None:
+    """alloc_churn's fix on an H100 with nsys 2025.3 (tests/fixtures/h100-host-speed-2025): the fixed twin's host took
+    0.50x as long for the same Python loop once collection was live, the problem's held (1.04x). The text and the
+    Markdown note B's spell beside the verdict, which it leaves alone, and the JSON carries the ratio; two captures
+    whose hosts held have no note."""
+    folder = unpacked("h100-host-speed-2025")
+    problem, fixed = folder / "alloc_churn-problem.sqlite", folder / "alloc_churn-fixed.sqlite"
+    text, markdown = nsight_diff(problem, fixed), nsight_diff(problem, fixed, "--markdown")
+    note = ("B's host changed speed by itself as its capture started (a loop with no CUDA call took 0.50x as long once "
+            "collection was live): its host-bound step times may not be its usual ones")
+    verdict, second = text.stdout.splitlines()[:2]
+    assert text.returncode == 0 and verdict.startswith("B is") and second == f"note: {note}"
+    assert "A's host" not in text.stdout
+    assert f"**Note:** {note}" in markdown.stdout
+    data = json.loads(nsight_diff(problem, fixed, "--json").stdout)
+    assert data["host_speed_changed"] == {"b": pytest.approx(0.5, abs=0.005)} and data["verdict"] == "faster"
+    held = nsight_diff(folder / "bf16_tf32-problem.sqlite", folder / "bf16_tf32-fixed.sqlite")
+    assert held.returncode == 0 and "note:" not in held.stdout and "host changed speed" not in held.stdout
 
 
 def test_a_missing_capture_is_an_error_not_a_pass(tmp_path: Path) -> None:

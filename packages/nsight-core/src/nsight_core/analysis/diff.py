@@ -117,6 +117,10 @@ class TraceDiff(BaseModel):
     deltas: list[Delta] = Field(description="Step statistics, budget parts per step and summary numbers")
     kernels: list[NameDelta] = Field(description="Matched by name, largest absolute time change first")
     ranges: list[NameDelta] = Field(description="NVTX range families matched by pattern, largest change first")
+    host_speed_changed: dict[Literal["a", "b"], float] = Field(
+        default_factory=dict, description="The sides whose host changed speed by itself as the capture started "
+        "(overhead.host_slowdown, where it reached HOST_SPEED_CHANGED either way): their host-bound step times may be "
+        "the host's spell, not the code's. A note beside the verdict, which it leaves alone")
 
     def outcome(self, percent: float) -> GateOutcome:
         """A gate of PERCENT %: slower (B over A by more than PERCENT %), passed, or not_comparable (not a pass)."""
@@ -272,6 +276,10 @@ def diff_sides(a: Side, b: Side) -> TraceDiff:
                           int(b.kernels["total_ns"].sum())))
     summary.append(_delta("summary", "kernel_launches", "count", int(a.kernels["instances"].sum()),
                           int(b.kernels["instances"].sum())))
+    sides: tuple[tuple[Literal["a", "b"], Side], ...] = (("a", a), ("b", b))
+    changed = {name: overhead.host_slowdown for name, side in sides
+               if side.analysis is not None and (overhead := side.analysis.overhead) is not None
+               and overhead.host_slowdown is not None and overhead.host_speed_changed()}
     return TraceDiff(a=a.source, b=b.source, verdict=_verdict(gate, reasons), gate=gate, reasons=reasons,
                      deltas=[*_analysis_deltas(a, b), *summary], kernels=_by_name(a.kernels, b.kernels),
-                     ranges=_by_name(a.ranges, b.ranges))
+                     ranges=_by_name(a.ranges, b.ranges), host_speed_changed=changed)

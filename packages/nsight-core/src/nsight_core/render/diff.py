@@ -65,6 +65,13 @@ def verdict_line(result: TraceDiff) -> str:
     return f"B is {abs(gate.change):.1%} {result.verdict} than A: {plain}"
 
 
+def host_notes(result: TraceDiff) -> list[str]:
+    """A sentence per side whose host changed speed by itself as its capture started: the verdict may be the host's."""
+    return [f"{side.upper()}'s host changed speed by itself as its capture started (a loop with no CUDA call took "
+            f"{slowdown:.2f}x as long once collection was live): its host-bound step times may not be its usual ones"
+            for side, slowdown in sorted(result.host_speed_changed.items())]
+
+
 def gate_line(result: TraceDiff, percent: float) -> str:
     """Why a gate of PERCENT % failed (the CLI's message on stderr), or that it passed."""
     outcome = result.outcome(percent)
@@ -95,7 +102,8 @@ def _named(result: TraceDiff, name: Callable[[str], str]) -> list[tuple[str, lis
 
 def render_diff(result: TraceDiff) -> str:
     """The verdict, the step/budget/summary deltas, and the kernels and NVTX ranges that changed most."""
-    lines = [verdict_line(result), f"A: {printable(result.a)}", f"B: {printable(result.b)}", ""]
+    lines = [verdict_line(result), *(f"note: {note}" for note in host_notes(result)),
+             f"A: {printable(result.a)}", f"B: {printable(result.b)}", ""]
     lines += _table(["Group", "Metric", "A", "B", "B - A", "Change"],
                     [[d.group, d.name, *_delta_cells(d)] for d in result.deltas])
     for title, rows in _named(result, _short):
@@ -123,6 +131,7 @@ def render_markdown(result: TraceDiff, percent: float | None = None) -> str:
     """The comparison as a pull-request comment: verdict, PERCENT % gate, why not comparable, the tables (folded)."""
     title = "not comparable" if result.reasons else verdict_line(result)
     lines = [f"### nsight diff: {title}", "", f"**A** {_cell(result.a)} vs **B** {_cell(result.b)}", ""]
+    lines += [*(f"**Note:** {note}" for note in host_notes(result)), ""] if result.host_speed_changed else []
     if percent is not None:
         lines += [f"**Gate** (fail when B is more than {percent:g} % slower): "
                   f"**{_OUTCOME_WORDS[result.outcome(percent)]}**", ""]

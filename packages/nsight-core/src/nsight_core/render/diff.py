@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from nsight_core.analysis.diff import Delta, GateOutcome, Reason, TraceDiff
+from nsight_core.render.findings import host_spell
 from nsight_core.render.text import _short, _table, printable
 from nsight_core.units import duration, quantity
 
@@ -67,8 +68,8 @@ def verdict_line(result: TraceDiff) -> str:
 
 def host_notes(result: TraceDiff) -> list[str]:
     """A sentence per side whose host changed speed by itself as its capture started: the verdict may be the host's."""
-    return [f"{side.upper()}'s host changed speed by itself as its capture started (a loop with no CUDA call took "
-            f"{slowdown:.2f}x as long once collection was live): its host-bound step times may not be its usual ones"
+    return [f"{side.upper()}'s host changed speed by itself as its capture started ({host_spell(slowdown)}): its "
+            "host-bound step times may not be its usual ones"
             for side, slowdown in sorted(result.host_speed_changed.items())]
 
 

@@ -179,6 +179,11 @@ def steps_text(steps: StepStats) -> str:
             f"p95 {_ns(family.p95_ns)}, max {_ns(family.max_ns)}{warmup}, trend {steps.trend}{clock}")
 
 
+def host_spell(slowdown: float) -> str:
+    """What the region measured of the host's own speed across its start, in words (overhead.host_slowdown)."""
+    return f"a loop with no CUDA call took {slowdown:.2f}x as long once collection was live"
+
+
 def overhead_text(analysis: Analysis) -> str | None:
     """The step without the profiler, in one line ("p50 2.02 ms profiled; about 1.00 ms without the profiler
     (tracing added about 1.02 ms: 76 CUDA calls a step at 13.42 µs each, measured as the region started)"); None
@@ -191,9 +196,9 @@ def overhead_text(analysis: Analysis) -> str | None:
     basis = "measured as the region started" if overhead.calibrated else \
         f"the usual cost{f' for nsys {release}' if release else ''}, not measured in this process"
     # A host that changed speed by itself as the capture started: no cost per call explains that, so it is said.
-    host = (f"; the host's own speed changed as the capture started (a loop with no CUDA call took "
-            f"{overhead.host_slowdown:.2f}x as long once collection was live), so host-bound times here may not be "
-            "the program's usual ones") if overhead.host_speed_changed() else ""
+    host = (f"; the host's own speed changed as the capture started ({host_spell(overhead.host_slowdown)}), so "
+            "host-bound times here may not be the program's usual ones") \
+        if overhead.host_slowdown is not None and overhead.host_speed_changed() else ""
     return (f"p50 {_ns(steps.family.p50_ns)} profiled; about {_ns(steps.estimated_p50_ns)} without the profiler "
             f"(tracing added about {_ns(overhead.per_step_ns)}: {overhead.calls_per_step:,.0f} CUDA calls a step"
             f" at {_ns(overhead.per_call_ns)} each, {basis}){host}")

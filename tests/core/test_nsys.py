@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
@@ -190,6 +191,10 @@ def test_an_agent_left_behind_by_nsys_is_ended(tmp_path: Path) -> None:
     ignore_term = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
     ours, theirs = (subprocess.Popen([sys.executable, "-c", ignore_term, "--start-agent", f"--session-name={name}"])
                     for name in ("nsight-left-1", "nsight-other-1"))
+    deadline = time.monotonic() + 30  # a fresh child may not have exec'd its command line yet (a loaded machine)
+    while not all(b"--start-agent" in Path(f"/proc/{p.pid}/cmdline").read_bytes() for p in (ours, theirs)) \
+            and time.monotonic() < deadline:
+        time.sleep(0.01)
     try:
         assert end_leftover_agents("nsight-left-1", grace=0.5) == [ours.pid]
         assert not Path(f"/proc/{ours.pid}").exists()  # SIGTERM ignored: killed, and reaped

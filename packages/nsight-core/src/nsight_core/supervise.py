@@ -119,13 +119,17 @@ def end_leftover_agents(session: str, grace: float = 2.0) -> list[int]:
 
 
 def _running(pid: int) -> bool:
-    """Whether PID runs (a zombie does not); reaps it where this process inherited it (a pod's PID 1)."""
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
+    """Whether PID runs (a zombie does not); reaps it where this process inherited it (a pod's PID 1). It is reaped
+    once seen dead: one that died between a first reap and the look would stay a zombie."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
     except (OSError, IndexError):
         return False
+    if state != "Z":
+        return True
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+    return False
 
 
 def _run_under_nsys(nsys_argv: Sequence[str], command: Sequence[str], pending: Path, env: Mapping[str, str],

@@ -277,9 +277,8 @@ def diff_sides(a: Side, b: Side) -> TraceDiff:
     summary.append(_delta("summary", "kernel_launches", "count", int(a.kernels["instances"].sum()),
                           int(b.kernels["instances"].sum())))
     sides: tuple[tuple[Literal["a", "b"], Side], ...] = (("a", a), ("b", b))
-    changed = {name: overhead.host_slowdown for name, side in sides
-               if side.analysis is not None and (overhead := side.analysis.overhead) is not None
-               and overhead.host_slowdown is not None and overhead.host_speed_changed()}
+    changed = {name: slowdown for name, side in sides if side.analysis is not None
+               and side.analysis.overhead is not None and (slowdown := side.analysis.overhead.host_speed_change())}
     return TraceDiff(a=a.source, b=b.source, verdict=_verdict(gate, reasons), gate=gate, reasons=reasons,
                      deltas=[*_analysis_deltas(a, b), *summary], kernels=_by_name(a.kernels, b.kernels),
                      ranges=_by_name(a.ranges, b.ranges), host_speed_changed=changed)

@@ -35,11 +35,13 @@ class ProfilerOverhead(BaseModel):
                                         "pure-Python loop (no CUDA call) once collection was live as just before; "
                                         "None where not measured")
 
-    def host_speed_changed(self) -> bool:
-        """Whether the host's own speed changed across the start by HOST_SPEED_CHANGED or more, either way: the
-        capture's host-bound times may then not be the program's usual ones, whatever tracing cost."""
+    def host_speed_change(self) -> float | None:
+        """host_slowdown where the host's own speed changed across the start by HOST_SPEED_CHANGED or more, either
+        way (the capture's host-bound times may then not be the program's usual ones, whatever tracing cost); else
+        None."""
         slowdown = self.host_slowdown
-        return slowdown is not None and slowdown > 0 and max(slowdown, 1 / slowdown) >= HOST_SPEED_CHANGED
+        changed = slowdown is not None and slowdown > 0 and max(slowdown, 1 / slowdown) >= HOST_SPEED_CHANGED
+        return slowdown if changed else None
 
 
 def release_year(nsys_version: str | None) -> str:

@@ -196,9 +196,8 @@ def overhead_text(analysis: Analysis) -> str | None:
     basis = "measured as the region started" if overhead.calibrated else \
         f"the usual cost{f' for nsys {release}' if release else ''}, not measured in this process"
     # A host that changed speed by itself as the capture started: no cost per call explains that, so it is said.
-    host = (f"; the host's own speed changed as the capture started ({host_spell(overhead.host_slowdown)}), so "
-            "host-bound times here may not be the program's usual ones") \
-        if overhead.host_slowdown is not None and overhead.host_speed_changed() else ""
+    host = (f"; the host's own speed changed as the capture started ({host_spell(slowdown)}), so host-bound times "
+            "here may not be the program's usual ones") if (slowdown := overhead.host_speed_change()) else ""
     return (f"p50 {_ns(steps.family.p50_ns)} profiled; about {_ns(steps.estimated_p50_ns)} without the profiler "
             f"(tracing added about {_ns(overhead.per_step_ns)}: {overhead.calls_per_step:,.0f} CUDA calls a step"
             f" at {_ns(overhead.per_call_ns)} each, {basis}){host}")

@@ -49,6 +49,11 @@ Cases (variants: the problem first, then its fixes):
 - conv_bf16:  the same step in FP32, TF32 off | under bf16 autocast.
 - conv_default: the same step with PyTorch's defaults (cuDNN's TF32 on) | under bf16 autocast: TF32 convolutions
               against bf16 ones.
+- tf32_small: small_step's FP32 MLP (4 layers of 512, batch 256) without empty_cache, TF32 off | on: the host
+              bounds the step, so faster GEMMs leave longer gaps.
+- tf32_balanced: the same at 1024 wide, batch 512: GEMMs about as long as the host's launches.
+- tf32_wide:  the same at 2048 wide, batch 1024: the GPU bounds the FP32 step.
+- bf16_small: tf32_small's problem | under bf16 autocast (more kernels: the casts).
 - small_copies: 256 per-sample tensors (3x32x32 fp32) copied to the GPU one by one with `.to("cuda")` from
               pageable memory (a cudaMemcpyAsync and a stream synchronise each), then stacked on the GPU |
               stacked on the host, pinned and copied once with non_blocking=True. A small MLP then trains.
@@ -495,6 +500,14 @@ def bf16(tf32: bool = False) -> dict[str, Step]:
     return {"problem": run(tf32, False), "fixed": run(tf32, True)}
 
 
+def small_precision(width: int, batch: int, autocast: bool = False) -> dict[str, Step]:
+    """The tf32_small, tf32_balanced and bf16_small cases: an FP32 MLP of 4 layers of WIDTH, batch BATCH, whose
+    fixed twin allows TF32 (or runs under bf16 autocast, AUTOCAST)."""
+    run = precision_step(mlp(width, 4), torch.randn(batch, width, device=DEVICE),
+                         lambda allow: setattr(torch.backends.cuda.matmul, "allow_tf32", allow))
+    return {"problem": run(False, False), "fixed": run(not autocast, autocast)}
+
+
 def convolutions(tf32: tuple[bool, bool], autocast: tuple[bool, bool]) -> dict[str, Step]:
     """The conv_* cases: the problem's and the fixed twin's cuDNN TF32 switch and bf16 autocast."""
     layers: list[nn.Module] = []
@@ -671,6 +684,8 @@ CASES: dict[str, Callable[[], dict[str, Step]]] = {
     "conv_tf32": lambda: convolutions((False, True), (False, False)),
     "conv_bf16": lambda: convolutions((False, False), (False, True)),
     "conv_default": lambda: convolutions((True, True), (False, True)),
+    "tf32_small": lambda: small_precision(512, 256), "tf32_balanced": lambda: small_precision(1024, 512),
+    "tf32_wide": lambda: small_precision(2048, 1024), "bf16_small": lambda: small_precision(512, 256, autocast=True),
     "small_copies": small_copies, "checkpoint": checkpoint, "mask_sync": mask_sync, "list_tensor": list_tensor,
     "alloc_churn": alloc_churn, "mask_tail": mask_tail, "item_if": item_if,
     # The same causes in steps the GPU bounds once fixed: their truth moves less with the host.

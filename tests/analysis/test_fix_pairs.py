@@ -21,6 +21,7 @@ from fixture_sets import unpacked
 from shared_runs import computed_once
 
 import nsight_core
+from nsight_core.analysis.finding_model import REPORT_SHARE
 from nsight_core.analysis.overhead import HOST_SPEED_CHANGED, per_call_ns
 from nsight_core.analysis.steps import NvtxGpuSteps
 from nsight_core.render.findings import budget_lines, finding_suggestion, finding_title, overhead_text
@@ -223,6 +224,25 @@ def test_the_tensor_core_saving_of_fp32_matmuls_is_the_real_one(folder: Path, ca
     assert abs(predicted - real) <= TOLERANCE * real, (predicted, real)
     assert finding.severity == "warning", "a precision is the user's trade-off: never critical"
     assert "fp32_matmul" not in {f.kind for f in _recorded(folder, f"{case}-fixed").findings}
+
+
+HOST_BOUND_FP32 = [pytest.param(recordings[version], region, id=f"{region}-{version}")
+                   for recordings, regions in ((RECORDINGS, ("graph-problem",)),
+                                               (V2, ("graph-problem", "small_step-fixed")),
+                                               (H100_ALL, ("graph-problem", "small_step-fixed")))
+                   for version in recordings for region in regions]
+
+
+@pytest.mark.parametrize(("folder", "region"), HOST_BOUND_FP32)
+def test_fp32_gemms_in_a_step_the_host_bounds_are_no_warning(folder: Path, region: str) -> None:
+    """A small FP32 MLP whose host launches each kernel as the GPU gets to it: faster GEMMs would only lengthen the
+    gaps, so TF32 and bf16 are claimed to save (almost) nothing and the finding, where made, is info."""
+    analysis = _recorded(folder, region)
+    assert isinstance(analysis.steps, NvtxGpuSteps) and analysis.steps.bound == "host"
+    finding = next(f for f in analysis.findings if f.kind == "fp32_matmul")
+    saved = [e.value for e in finding.evidence if e.metric in ("tf32_saving_per_step", "bf16_saving_per_step")]
+    assert finding.severity == "info" and len(saved) == 2
+    assert all(value <= REPORT_SHARE * analysis.steps.estimated_p50_ns for value in saved), saved
 
 
 @pytest.mark.parametrize("version", list(RECORDINGS))

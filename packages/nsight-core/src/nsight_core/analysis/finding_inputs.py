@@ -6,12 +6,13 @@ from __future__ import annotations
 import polars as pl
 
 from nsight_core.analysis import findings as find
+from nsight_core.analysis import precision, what_if
 from nsight_core.analysis.budget import bound_by, is_thread
 from nsight_core.analysis.cause_inputs import cause_inputs
 from nsight_core.analysis.causes import LAUNCH_API
 from nsight_core.analysis.codes import matching, pattern_of
 from nsight_core.analysis.every_budget import Budgets
-from nsight_core.analysis.every_step import EveryStep
+from nsight_core.analysis.every_step import EveryStep, gpu_work_of, launched_by_id
 from nsight_core.analysis.finding_model import Context
 from nsight_core.analysis.findings import GpuInputs
 from nsight_core.analysis.overhead import with_overhead
@@ -58,14 +59,42 @@ def analysis_of(frames: Events, gpus: pl.DataFrame | None, window: UserWindow, e
         counted = steady if every.pieces is None else steady.clear()
         causes = cause_inputs(frames, counted, thread, budgets.activities, overhead.per_call_ns if overhead else 0.0,
                               window_rows)
+        kernels = find.kernel_totals(frames.kernels, steady)
+        faster = (_faster_matmuls(frames, steady, budgets.syncs, capability, window_rows)
+                  if find.fp32_matmuls(kernels).height else precision.NOT_REPLAYED)
         gpu = GpuInputs(syncs=syncs, small_reads=small_reads, shape=_launch_shape(frames, steady_ranges, window_rows),
                         copies=frames.memcpy, copy_steps=counted, pinned=find.nominal_pinned(capability),
-                        kernels=find.kernel_totals(frames.kernels, steady), capability=capability, causes=causes)
+                        kernels=kernels, causes=causes, faster_matmuls=faster)
     coverage = Coverage(scope="every_step" if every.pieces is None else "capture_as_one_step",
                         steps=steps.height if every.pieces is None else 1)
     return Analysis(window=window, steps=stats, budget=budget, overhead=overhead,
                     budget_scope="steps" if every.pieces is None else "capture", coverage=coverage,
                     ranges=range_table(frames, window.span_ns, window_rows), findings=find.findings_of(context, gpu))
+
+
+def _faster_matmuls(frames: Events, steps: pl.DataFrame, syncs: pl.DataFrame, capability: float | None,
+                    window_rows: int | None) -> precision.Replayed:
+    """What STEPS (start_ns, end_ns; by start) would win with their FP32 matrix kernels running as much faster as the
+    GPU's tensor cores (of compute CAPABILITY) promise with TF32 and under bf16: the GPU's timeline replayed
+    (what_if.Replay) with the steps' thread's SYNCS (gpu_budget.step_syncs), in windows of about WINDOW_ROWS pieces
+    of work by start."""
+    lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
+    inside = (pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)
+    work = gpu_work_of(frames).filter(inside)
+    calls = syncs.filter(inside).select("start_ns", "end_ns")
+    speeds = precision.speedups(capability)
+    replays = [what_if.Replay(calls) if speed is not None else None for speed in speeds]
+    for window in window_filters(start_cuts(work, window_rows), pl.col("start_ns")):
+        fp32 = find.fp32_matmuls(frames.kernels.filter(inside & window)).select("correlation_id").collect(
+            engine="streaming")["correlation_id"]
+        ran = launched_by_id(work.filter(window), frames.cuda_api)
+        is_fp32 = (pl.col("kind") == "kernel") & pl.col("correlation_id").is_in(fp32.implode())
+        for replay, speed in zip(replays, speeds, strict=True):
+            if replay is not None:
+                replay.add(ran.select(*(column for column in what_if.WORK_COLUMNS if column != "speedup"),
+                                      pl.when(is_fp32).then(speed).otherwise(1.0).alias("speedup"))
+                           .cast(what_if.WORK_COLUMNS))
+    return precision.Replayed(*(replay.saved_ns() if replay is not None else None for replay in replays))
 
 
 def _calls(frames: Events, steps: pl.DataFrame, thread: int) -> int:

@@ -4,7 +4,7 @@ against achievable bandwidth), and the budget's parts are disjoint, so no two fi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import polars as pl
 
@@ -40,6 +40,7 @@ TOP_KERNELS = 5
 PAGEABLE_COPY_CALL = r"^cu(da)?Memcpy\w*Async"
 """An asynchronous copy among the blocking calls: there only because it moved pageable memory (a sync_wait of
 subject ``pageable_transfer``); a synchronous cudaMemcpy blocks whatever its memory."""
+Frame = TypeVar("Frame", pl.DataFrame, pl.LazyFrame)
 FP32_GEMM = r"(?i)(sgemm|gemm.*(_ffma_|f32f32_f32f32_f32))"
 """cuBLAS kernels that multiply FP32 matrices on the FP32 pipes (`sm80_xmma_gemm_f32f32_f32f32_f32_..._ffma_...`)."""
 TENSOR_CORE_GEMM = r"(?i)(tf32|tensorop|hmma|bf16|f16)"
@@ -232,23 +233,28 @@ def device_bound(context: Context, totals: pl.DataFrame) -> Finding | None:
     return Finding(kind="device_bound", severity="info", evidence=evidence, saving=None)
 
 
-def fp32_matmul(context: Context, totals: pl.DataFrame, capability: float | None) -> Finding | None:
-    """FP32 matrix kernels of TOTALS (:func:`kernel_totals`) without tensor cores (cuBLAS' sgemm/f32 paths): the saving
-    is TF32's on a GPU of this compute CAPABILITY (a flag, no model change), bf16's is evidence (:mod:`precision`)."""
+def fp32_matmuls(kernels: Frame) -> Frame:
+    """The FP32 matrix kernels of KERNELS (:func:`kernel_totals`, or any frame with a name) that run without tensor
+    cores: cuBLAS' and cuDNN's sgemm/f32 paths."""
+    name = pl.col("name")
+    return kernels.filter(name.str.contains(FP32_GEMM) & ~name.str.contains(TENSOR_CORE_GEMM))
+
+
+def fp32_matmul(context: Context, totals: pl.DataFrame, faster: precision.Replayed) -> Finding | None:
+    """FP32 matrix kernels of TOTALS (:func:`kernel_totals`) without tensor cores: the saving is what allowing TF32 (a
+    flag, no model change) would win the steps, FASTER's replay of their timeline; bf16's is evidence."""
     if context.budget is None or not context.budget.steps or context.step_p50_ns is None:
         return None
-    name = pl.col("name")
-    fp32 = totals.filter(name.str.contains(FP32_GEMM) & ~name.str.contains(TENSOR_CORE_GEMM))
+    fp32 = fp32_matmuls(totals)
     summed = float(fp32["total_ns"].sum())
     share = summed / context.budget.wall_ns if context.budget.wall_ns else 0.0
     if share < WARNING_SHARE:
         return None
     steps = context.budget.steps
-    per_step = summed / steps
-    tf32, bf16 = (precision.saving_ns(per_step, speedup) for speedup in precision.speedups(capability))
+    tf32, bf16 = (None if total is None else total / steps for total in faster)
     saving = saving_of(context, tf32, tf32 * steps) if tf32 is not None else None
     return Finding(kind="fp32_matmul", severity=severity_of(share_of(saving)) if saving else "info", evidence=[
-        Evidence(metric="fp32_matmul_time_per_step", value=per_step, unit="ns"),
+        Evidence(metric="fp32_matmul_time_per_step", value=summed / steps, unit="ns"),
         Evidence(metric="fp32_matmul_fraction_of_step_time", value=share, unit="fraction"),
         *(Evidence(metric=f"{kind}_saving_per_step", value=value, unit="ns")
           for kind, value in (("tf32", tf32), ("bf16", bf16)) if value is not None),
@@ -297,10 +303,10 @@ class GpuInputs:
     """The nominal pinned bandwidth (:func:`nominal_pinned`)."""
     kernels: pl.DataFrame
     """:func:`kernel_totals` of the steady steps."""
-    capability: float | None = None
-    """The compute capability of the GPU the steps ran on (:func:`compute_capability`; None: unknown)."""
     causes: CauseInputs | None = None
     """What the findings of known causes read (analysis/causes.py); None: none looked for."""
+    faster_matmuls: precision.Replayed = precision.NOT_REPLAYED
+    """What the steady steps would win with their FP32 matrix kernels on tensor cores (:func:`fp32_matmul`)."""
 
 
 def findings_of(context: Context, gpu: GpuInputs | None) -> list[Finding]:
@@ -322,7 +328,7 @@ def findings_of(context: Context, gpu: GpuInputs | None) -> list[Finding]:
                 _budget_finding(rest, "stream_wait")]
         gpu_findings = [*found, *idle, launch_bound(rest, *gpu.shape), *pageable, exposed_copy(rest, pageable),
                         exposed_comm(rest),
-                        fp32_matmul(context, gpu.kernels, gpu.capability), device_bound(context, gpu.kernels)]
+                        fp32_matmul(context, gpu.kernels, gpu.faster_matmuls), device_bound(context, gpu.kernels)]
         if causes is not None:
             gpu_findings = named(gpu_findings, causes, gpu.syncs)
     return ordered([*gpu_findings, warmup(context), step_count(context)])

@@ -1,7 +1,8 @@
-"""What running FP32 matrix work on tensor cores would save (TF32, or bf16 autocast), from the GPU's peak rates.
+"""How much faster FP32 matrix work runs on tensor cores (TF32, or bf16 autocast), from the GPU's peak rates.
 
-A large GEMM runs near peak on CUDA or tensor cores alike, so the saving is the kernels' time times (1 - FP32 peak /
-tensor peak); small GEMMs gain less: an estimate to check. None before compute capability 8.0 (no TF32, no bf16)."""
+A large GEMM runs near peak on CUDA or tensor cores alike, so it runs tensor peak / FP32 peak times faster; small GEMMs
+gain less: an estimate to check. What that wins a step depends on what waited for the GEMMs (analysis/what_if.py).
+None before compute capability 8.0 (no TF32, no bf16)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,12 @@ def speedups(capability: float | None) -> Speedups:
                       for tensor in (peak.tf32, peak.bf16)))
 
 
-def saving_ns(fp32_gemm_ns: float, speedup: float | None) -> float | None:
-    """The time FP32_GEMM_NS of FP32 GEMMs would save running SPEEDUP times faster (None: no speedup)."""
-    return fp32_gemm_ns * (1 - 1 / speedup) if speedup else None
+class Replayed(NamedTuple):
+    """What the steps would win over the capture with TF32 and under bf16 (None: no tensor cores for that type)."""
+
+    tf32_ns: float | None
+    bf16_ns: float | None
+
+
+NOT_REPLAYED = Replayed(None, None)
+"""No FP32 matrix kernel, or no tensor cores: nothing to win."""

@@ -43,7 +43,8 @@ class Replay:
         if not work.height:
             return
         pieces = self._sooner(work)
-        self._tails.append(pieces.group_by("_segment").agg(pl.col("end_ns", "_sooner").sort_by("end_ns").last()))
+        last = pl.col("end_ns", "_sooner").sort_by("end_ns", "_sooner").last()
+        self._tails.append(pieces.group_by("_segment").agg(last))
         # Later work starts after this window's last start: of the pieces ended by then, only the last can be waited
         # on, and those still running.
         both = pl.concat([self._carried, pieces])
@@ -55,7 +56,7 @@ class Replay:
         the sync that ends the cut waited."""
         if not self._tails:
             return 0.0
-        last = pl.concat(self._tails).group_by("_segment").agg(pl.col("_sooner").sort_by("end_ns").last())
+        last = pl.concat(self._tails).group_by("_segment").agg(pl.col("_sooner").sort_by("end_ns", "_sooner").last())
         if not self._ends.len():
             return float(last["_sooner"].sum())
         wait = pl.lit(self._waits).gather(pl.col("_segment").clip(upper_bound=self._ends.len() - 1))

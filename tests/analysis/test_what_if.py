@@ -67,3 +67,10 @@ def test_work_on_another_stream_that_waited_for_a_gemm_passes_its_gain_on() -> N
 def test_nothing_faster_wins_nothing() -> None:
     work = _work((0, 100, None, None, 1.0), (101, 151, 1, 3, 1.0), (300, 310, 200, 290, 1.0))
     assert saved_ns(work, _syncs((160, 170))) == 0.0
+
+
+def test_work_beside_a_gemm_on_another_stream_bounds_what_it_wins() -> None:
+    """A GEMM and a kernel of about its length on another stream, run side by side: the loop waits for both, so a
+    faster GEMM wins only the microsecond by which it ended last."""
+    work = _work((0, 100, None, None, 4.0), (1, 99, None, None, 1.0))
+    assert saved_ns(work, NO_SYNCS) == pytest.approx(1 * US)

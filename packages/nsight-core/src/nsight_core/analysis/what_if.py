@@ -43,8 +43,8 @@ class Replay:
         if not work.height:
             return
         pieces = self._sooner(work)
-        last = pl.col("end_ns", "_sooner").sort_by("end_ns", "_sooner").last()
-        self._tails.append(pieces.group_by("_segment").agg(last))
+        self._tails.append(pieces.group_by("_segment").agg(
+            pl.col("end_ns").max(), (pl.col("end_ns") - pl.col("_sooner")).max().alias("_replayed_end")))
         # Later work starts after this window's last start: of the pieces ended by then, only the last can be waited
         # on, and those still running.
         both = pl.concat([self._carried, pieces])
@@ -52,11 +52,12 @@ class Replay:
         self._carried = both.filter(pl.col("end_ns") >= ended) if ended is not None else both
 
     def saved_ns(self) -> float:
-        """What the work added so far would win the host: per cut, how much sooner its last piece ends, at most what
-        the sync that ends the cut waited."""
+        """What the work added so far would win the host: per cut, how much sooner its work is all done, at most
+        what the sync that ends the cut waited."""
         if not self._tails:
             return 0.0
-        last = pl.concat(self._tails).group_by("_segment").agg(pl.col("_sooner").sort_by("end_ns", "_sooner").last())
+        last = (pl.concat(self._tails).group_by("_segment").agg(pl.col("end_ns", "_replayed_end").max())
+                .select("_segment", (pl.col("end_ns") - pl.col("_replayed_end")).clip(0).alias("_sooner")))
         if not self._ends.len():
             return float(last["_sooner"].sum())
         wait = pl.lit(self._waits).gather(pl.col("_segment").clip(upper_bound=self._ends.len() - 1))

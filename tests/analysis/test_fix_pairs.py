@@ -236,13 +236,14 @@ HOST_BOUND_FP32 = [pytest.param(recordings[version], region, id=f"{region}-{vers
 @pytest.mark.parametrize(("folder", "region"), HOST_BOUND_FP32)
 def test_fp32_gemms_in_a_step_the_host_bounds_are_no_warning(folder: Path, region: str) -> None:
     """A small FP32 MLP whose host launches each kernel as the GPU gets to it: faster GEMMs would only lengthen the
-    gaps, so TF32 and bf16 are claimed to save (almost) nothing and the finding, where made, is info."""
+    gaps, so TF32 and bf16 are claimed to save (almost) nothing, the finding is info and its advice says why."""
     analysis = _recorded(folder, region)
     assert isinstance(analysis.steps, NvtxGpuSteps) and analysis.steps.bound == "host"
     finding = next(f for f in analysis.findings if f.kind == "fp32_matmul")
     saved = [e.value for e in finding.evidence if e.metric in ("tf32_saving_per_step", "bf16_saving_per_step")]
     assert finding.severity == "info" and len(saved) == 2
     assert all(value <= REPORT_SHARE * analysis.steps.estimated_p50_ns for value in saved), saved
+    assert finding.subject == "host_bound" and "Nothing to win yet" in finding_suggestion(finding)
 
 
 @pytest.mark.parametrize("version", list(RECORDINGS))

@@ -68,7 +68,8 @@ class Finding(BaseModel):
                          "'mask_indexing' for one of a selection's size, 'pageable_transfer' for one of a copy of "
                          "pageable memory; 'unexplained' for a launch_bound whose gaps the host spends in calls other "
                          "than launches; 'other_threads' for an untraced_host whose time other threads of the steps' "
-                         "process spent issuing CUDA calls (autograd's backward pass)")
+                         "process spent issuing CUDA calls (autograd's backward pass); 'host_bound' for an "
+                         "fp32_matmul that tensor cores would win nothing, the host bounding the step")
     evidence: list[Evidence]
     saving: Saving | None = Field(description="None for findings that are about the measurement itself")
 

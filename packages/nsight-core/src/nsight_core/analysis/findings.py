@@ -11,6 +11,7 @@ import polars as pl
 from nsight_core.analysis import precision
 from nsight_core.analysis.budget import PAGEABLE, CpuActivity
 from nsight_core.analysis.finding_model import (
+    REPORT_SHARE,
     WARNING_SHARE,
     Context,
     Evidence,
@@ -253,7 +254,10 @@ def fp32_matmul(context: Context, totals: pl.DataFrame, faster: precision.Replay
     steps = context.budget.steps
     tf32, bf16 = (None if total is None else total / steps for total in faster)
     saving = saving_of(context, tf32, tf32 * steps) if tf32 is not None else None
-    return Finding(kind="fp32_matmul", severity=severity_of(share_of(saving)) if saving else "info", evidence=[
+    # Tensor cores there, and nothing they would win: the host bounds the step (what_if.py).
+    idle = saving is not None and share_of(saving) < REPORT_SHARE
+    return Finding(kind="fp32_matmul", severity=severity_of(share_of(saving)) if saving else "info",
+                   subject="host_bound" if idle else "", evidence=[
         Evidence(metric="fp32_matmul_time_per_step", value=summed / steps, unit="ns"),
         Evidence(metric="fp32_matmul_fraction_of_step_time", value=share, unit="fraction"),
         *(Evidence(metric=f"{kind}_saving_per_step", value=value, unit="ns")

@@ -119,6 +119,9 @@ SUGGESTIONS: dict[str, str] = {
               "cache compilation (torch.compile cache, cudnn.benchmark tuned once).",
     "no_steps": "Mark each training step with an NVTX range (nsight_core or nvtx: range('step_<n>')).",
     "too_few_steps": f"Profile at least {MIN_STEPS} steps (10 or more after the warm-up) for stable percentiles.",
+    "fp32_matmul/host_bound": "Nothing to win yet: the GPU waits on the host's launches, so faster matrix "
+                              "multiplies would only lengthen its gaps. Once the host keeps ahead, allow TF32 "
+                              "(torch.set_float32_matmul_precision('high')) or bf16 autocast.",
     "launch_bound/unexplained": "No known cause fits: the evidence names the calls the host is in (or on its way to) "
                                 "while the GPU waits, and their time per step. Find what makes them in the step's code "
                                 "(nsight run --python-backtrace names the line of each slow CUDA call).",

@@ -280,6 +280,24 @@ def test_no_tensor_core_saving_is_claimed_on_a_gpu_without_them(capability: str,
     assert finding.severity == ("warning" if claimed else "info")
 
 
+def test_another_rank_in_the_capture_leaves_the_tensor_core_saving_alone() -> None:
+    """The FP32 GEMM loop beside a second process on a second GPU whose kernels (no GEMMs) end half a microsecond
+    after each of the first's: the saving is the first process's replay alone, not a chain through the other's."""
+    trace = nsight_core.load_trace(V2["2023.4.4"] / "tf32-problem.nsys-rep")
+    frames = {name: getattr(trace, name) for name in ("kernels", "memcpy", "memset", "cuda_api", "nvtx", "nvtx_marks",
+                                                      "osrt", "window")}
+    shift, ids, rank = pl.lit(500), pl.col("correlation_id") + int(trace.cuda_api["correlation_id"].max()) + 1, 1 << 24
+    other = {"kernels": trace.kernels.with_columns(pl.col("start_ns", "end_ns") + shift, ids, pl.col("device") + 1,
+                                                   pl.col("pid") + 1, pl.lit("elementwise_kernel").alias("name")),
+             "cuda_api": trace.cuda_api.with_columns(pl.col("start_ns", "end_ns") + shift, ids,
+                                                     pl.col("thread") + rank)}
+    alone, beside = (nsight_core.analyze(SimpleNamespace(**{**frames, **extra}, gpus=trace.gpus))
+                     for extra in ({}, {name: pl.concat([frames[name], frame]) for name, frame in other.items()}))
+    saved = [next(e.value for f in analysis.findings if f.kind == "fp32_matmul" for e in f.evidence
+                  if e.metric == "tf32_saving_per_step") for analysis in (alone, beside)]
+    assert saved[1] == pytest.approx(saved[0]) and saved[0] > 0.8 * alone.steps.estimated_p50_ns
+
+
 @pytest.mark.parametrize("folder", [*V2.values(), *H100.values(), *H100_ALL.values()], ids=[*V2, *H100, *H100_ALL])
 @pytest.mark.parametrize("variant", ["problem", "fixed"])
 def test_a_prefetch_on_a_side_stream_does_not_pull_the_step_window_early(folder: Path, variant: str) -> None:

@@ -120,8 +120,10 @@ def loops_in(kernels: pl.DataFrame, windows: pl.DataFrame, calls: pl.DataFrame) 
     """The loops of small kernels in the steps' GPU WINDOWS, per kernel name (LOOP_COLUMNS; kept: one launch per
     TENSORS_PER_LAUNCH). A loop is a run of a step's consecutive kernels, none large (BIG_KERNEL, BIG_KERNEL_NS), of at
     least LOOP_MIN_LAUNCHES launches, each kernel repeated LOOP_MIN_REPEATS times on average. host_ns: the host's time
-    issuing each loop, from its first launch call's start to its last's end (CALLS: the steps' thread's), shared among
-    its kernels by their launches with a call there (timed): the per-tensor host code a multi-tensor kernel removes."""
+    issuing each loop that a multi-tensor kernel removes: its launches with a call there (timed; CALLS: the steps'
+    thread's) at the loop's median interval between launch calls, at most the loop's span from its first call's start
+    to its last's end shared among its kernels by those launches. Longer intervals hold the loop's other host work per
+    tensor (a CPU step counter, Python bookkeeping), which a multi-tensor optimizer keeps."""
     located = in_steps(kernels, windows)
     duration = pl.col("end_ns") - pl.col("start_ns")
     big = pl.col("name").str.contains(causes.BIG_KERNEL) | (duration >= causes.BIG_KERNEL_NS)
@@ -129,7 +131,8 @@ def loops_in(kernels: pl.DataFrame, windows: pl.DataFrame, calls: pl.DataFrame) 
     issued = calls.select("correlation_id", _call_start="start_ns", _call_end="end_ns")
     small = runs.filter(~pl.col("_big")).join(issued, on="correlation_id", how="left")
     run = ("step", "_run")
-    spans = small.group_by(run).agg((pl.col("_call_end").max() - pl.col("_call_start").min()).alias("_span"))
+    spans = small.group_by(run).agg((pl.col("_call_end").max() - pl.col("_call_start").min()).alias("_span"),
+                                    pl.col("_call_start").sort().diff().median().alias("_interval"))
     counted = pl.len().alias("launches"), pl.col("_call_start").count().alias("timed")
     per_name = (small.group_by(*run, "name").agg(*counted).join(spans, on=list(run))
                 .with_columns(pl.col("launches").sum().over(run).alias("_in_run"), pl.len().over(run).alias("_names"),
@@ -137,7 +140,8 @@ def loops_in(kernels: pl.DataFrame, windows: pl.DataFrame, calls: pl.DataFrame) 
     loops = per_name.filter((pl.col("_in_run") >= causes.LOOP_MIN_LAUNCHES)
                             & (pl.col("_in_run") >= causes.LOOP_MIN_REPEATS * pl.col("_names")))
     kept = (pl.col("launches") + causes.TENSORS_PER_LAUNCH - 1) // causes.TENSORS_PER_LAUNCH
-    host = (pl.col("_span").fill_null(0) * pl.col("timed") / pl.max_horizontal("_timed_in_run", 1)).round()
+    host = pl.min_horizontal(pl.col("_span").fill_null(0) * pl.col("timed") / pl.max_horizontal("_timed_in_run", 1),
+                             pl.col("_interval").fill_null(0) * pl.col("timed")).round()
     return loops.group_by("name").agg(pl.col("launches").sum(), kept.sum().alias("kept"), pl.col("timed").sum(),
                                       host.sum().cast(pl.Int64).alias("host_ns"))
 

@@ -501,8 +501,8 @@ def bf16(tf32: bool = False) -> dict[str, Step]:
 
 
 def small_precision(width: int, batch: int, autocast: bool = False) -> dict[str, Step]:
-    """The tf32_small, tf32_balanced and bf16_small cases: an FP32 MLP of 4 layers of WIDTH, batch BATCH, whose
-    fixed twin allows TF32 (or runs under bf16 autocast, AUTOCAST)."""
+    """The tf32_small, tf32_balanced, tf32_wide and bf16_small cases: an FP32 MLP of 4 layers of WIDTH, batch
+    BATCH, whose fixed twin allows TF32 (or runs under bf16 autocast, AUTOCAST)."""
     run = precision_step(mlp(width, 4), torch.randn(batch, width, device=DEVICE),
                          lambda allow: setattr(torch.backends.cuda.matmul, "allow_tf32", allow))
     return {"problem": run(False, False), "fixed": run(not autocast, autocast)}

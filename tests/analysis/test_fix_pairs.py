@@ -535,8 +535,8 @@ interval between them (the rest of its host time, a CPU step counter and Python 
 keeps), less tracing's cost on their calls at the calibrated cost per call. Tracing adds more to a launch the more
 host work surrounds it (bench/gpu/loop_cost.py, on the H100, per launch: with 2025.3 +3.4 µs for the calibration's
 empty kernel, +5.5 for `t.add_(1)`, +6.4 for seven ops in turn, +7.3 in Adam's loop; with 2023.4.4 +1.3, +2.3, +2.5,
-+2.5): with 2025.3 the calibration takes about 5 µs a launch too little out of the loop's interval. The estimated
-steps land. Kept visible (strict xfail)."""
++2.5): the calibration's cost per call, measured on empty launches, leaves part of tracing's cost in the loop's
+interval. The estimated steps land. Kept visible (strict xfail)."""
 
 
 @pytest.mark.parametrize(("folder", "pair"), [

@@ -60,8 +60,9 @@ def analysis_of(frames: Events, gpus: pl.DataFrame | None, window: UserWindow, e
         causes = cause_inputs(frames, counted, thread, budgets.activities, overhead.per_call_ns if overhead else 0.0,
                               window_rows)
         kernels = find.kernel_totals(frames.kernels, steady)
-        faster = (_faster_matmuls(frames, steady, budgets.syncs, thread, capability, window_rows)
-                  if find.fp32_matmuls(kernels).height else precision.NOT_REPLAYED)
+        fp32 = find.fp32_matmuls(kernels)["name"]
+        faster = (_faster_matmuls(frames, budgets, steady, fp32, thread, capability, window_rows)
+                  if fp32.len() else precision.NOT_REPLAYED)
         gpu = GpuInputs(syncs=syncs, small_reads=small_reads, shape=_launch_shape(frames, steady_ranges, window_rows),
                         copies=frames.memcpy, copy_steps=counted, pinned=find.nominal_pinned(capability),
                         kernels=kernels, causes=causes, faster_matmuls=faster)
@@ -72,25 +73,26 @@ def analysis_of(frames: Events, gpus: pl.DataFrame | None, window: UserWindow, e
                     ranges=range_table(frames, window.span_ns, window_rows), findings=find.findings_of(context, gpu))
 
 
-def _faster_matmuls(frames: Events, steps: pl.DataFrame, syncs: pl.DataFrame, thread: int | None,
+def _faster_matmuls(frames: Events, budgets: Budgets, steps: pl.DataFrame, fp32: pl.Series, thread: int | None,
                     capability: float | None, window_rows: int | None) -> precision.Replayed:
-    """What STEPS (start_ns, end_ns; by start) would win with their FP32 matrix kernels running as much faster as the
-    GPU's tensor cores (of compute CAPABILITY) promise with TF32 and under bf16: the GPU's timeline replayed
-    (what_if.Replay) with the steps' thread's SYNCS (gpu_budget.step_syncs), in windows of about WINDOW_ROWS pieces
-    of work by start. Only the work THREAD's process launched: other ranks' run on GPUs of their own."""
+    """What STEPS (start_ns, end_ns; by start) would win with their FP32 matrix kernels (by name: FP32) running as much
+    faster as the GPU's tensor cores (of compute CAPABILITY) promise with TF32 and under bf16: the GPU's timeline
+    replayed (what_if.Replay) with the steps' thread's syncs, in windows of about WINDOW_ROWS pieces of work by start.
+    The GPU work the BUDGETS read where they have it. Only the work THREAD's process launched: other ranks' run on
+    GPUs of their own."""
     lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
     inside = (pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)
-    work = gpu_work_of(frames).filter(inside)
-    calls = syncs.filter(inside).select("start_ns", "end_ns")
+    work = (budgets.gpu.work if budgets.gpu is not None else gpu_work_of(frames)).filter(inside)
+    calls = budgets.syncs.filter(inside).select("start_ns", "end_ns")
     speeds = precision.speedups(capability)
     replays = [what_if.Replay(calls) if speed is not None else None for speed in speeds]
+    named = pl.col("name").is_in(fp32.implode())
     for window in window_filters(start_cuts(work, window_rows), pl.col("start_ns")):
-        fp32 = find.fp32_matmuls(frames.kernels.filter(inside & window)).select("correlation_id").collect(
-            engine="streaming")["correlation_id"]
+        ids = frames.kernels.filter(inside & window & named).select("correlation_id").collect(engine="streaming")
         ran = launched_by_id(work.filter(window), frames.cuda_api)
         if thread is not None:
             ran = ran.filter(pid_of(pl.col("thread")) == pid_of(pl.lit(thread)))
-        is_fp32 = (pl.col("kind") == "kernel") & pl.col("correlation_id").is_in(fp32.implode())
+        is_fp32 = (pl.col("kind") == "kernel") & pl.col("correlation_id").is_in(ids["correlation_id"].implode())
         for replay, speed in zip(replays, speeds, strict=True):
             if replay is not None:
                 replay.add(ran.select(*(column for column in what_if.WORK_COLUMNS if column != "speedup"),

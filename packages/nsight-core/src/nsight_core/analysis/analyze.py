@@ -4,6 +4,9 @@ Every stage reads the events as lazy frames in windows (:mod:`nsight_core.analys
 is analysed in bounded memory, and the answer does not depend on the machine's memory.
 
 1. The step family is chosen from the capture's first CHOOSE_ROWS NVTX ranges and kernels (:func:`first_ranges`).
+   Of a capture of several processes that ran kernels (the ranks `torchrun` starts, under one nsys), the rest reads
+   the events of the family's process alone (:func:`steps_process`): another rank's GPU would fill this one's idle
+   time, and its calls reuse this one's correlation ids.
 2. Every step of that family over the whole capture (:func:`every_step.every_step`), on the GPU's clock where the
    steps launched GPU work; a capture without steps is one step, its user window, cut into pieces.
 3. Every step's budget (:func:`every_budget.every_budget`), then the NVTX range table and the findings' inputs
@@ -23,11 +26,12 @@ from nsight_core.analysis.finding_inputs import analysis_of
 from nsight_core.analysis.range_table import start_range_table
 from nsight_core.analysis.ranges import CodedRanges
 from nsight_core.analysis.result import Analysis, StepView, steps_view
-from nsight_core.analysis.steps import CaptureAsStep, find_steps
+from nsight_core.analysis.steps import CaptureAsStep, FamilySteps, StepStats, find_steps
 from nsight_core.analysis.user_window import capture_window
 from nsight_core.trace.depth import depth_read, with_depth
 from nsight_core.trace.frames import EventTables
-from nsight_core.trace.streamed import WINDOW_ROWS, Events, events
+from nsight_core.trace.schema import pid_of
+from nsight_core.trace.streamed import WINDOW_ROWS, Events, Process, events
 
 CHOOSE_ROWS = 1_000_000
 """NVTX ranges and kernels from the start that choose the step family: a fixed number, the same on any machine."""
@@ -41,6 +45,20 @@ def first_ranges(frames: Events) -> CodedRanges:
     nvtx = with_depth(_first(frames.nvtx.select("start_ns", "end_ns", "name", "domain", "thread", *depth)))
     whole = bool(depth) and (nvtx.height < CHOOSE_ROWS or frames.nvtx.select(pl.len()).collect().item() == nvtx.height)
     return CodedRanges(ranges=nvtx, frames=frames, whole=whole)
+
+
+def steps_process(frames: Events, chosen: StepStats) -> Events:
+    """FRAMES as the process of CHOSEN's step ranges made them, where kernels of other processes are in the capture
+    too; else FRAMES. Its GPUs are the ones it launched kernels on (one pass over the kernels' process and device)."""
+    thread = chosen.family.thread if isinstance(chosen, FamilySteps) else None
+    if thread is None or "pid" not in frames.kernels.collect_schema():
+        return frames
+    launched = frames.kernels.select("pid", "device").unique().collect(engine="streaming")
+    pid = int(pl.select(pid_of(pl.lit(thread))).item())
+    devices = launched.filter(pl.col("pid") == pid)["device"].unique().sort()
+    if launched["pid"].n_unique() < 2 or not devices.len():
+        return frames
+    return frames.of_process(Process(pid=pid, devices=tuple(devices.to_list())))
 
 
 def _first(frame: pl.LazyFrame) -> pl.DataFrame:
@@ -80,6 +98,7 @@ def analyze_steps(trace: EventTables, window_rows: int | None = WINDOW_ROWS) -> 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsight-range-table") as pool:
         start_range_table(pool, frames, window.span_ns, window_rows, coded)  # what the findings' inputs take at the end
         chosen = find_steps(first.ranges, _first(frames.kernels.select("start_ns", "end_ns", "name")), first.codes)[0]
+        frames = steps_process(frames, chosen)
         every = every_step(frames, chosen, window_rows)
         if every is None:
             if not isinstance(chosen, CaptureAsStep):

@@ -155,7 +155,8 @@ class Trace:
         match frame:
             case "kernels":
                 return [*on_gpu, lookup("demangledName", self.strings).fill_null("").alias("name"),
-                        lookup("shortName", self.strings).fill_null("").alias("short_name"), correlation]
+                        lookup("shortName", self.strings).fill_null("").alias("short_name"), correlation,
+                        pid_of(pl.col("globalPid")).alias("pid")]
             case "graphs":
                 return [*on_gpu, pl.col("graphId").alias("graph_id"), correlation]
             case "memcpy":
@@ -184,7 +185,7 @@ class Trace:
     @functools.cached_property
     def kernels(self) -> pl.DataFrame:
         """CUDA kernels, by start time."""
-        return self._events("kernels", pid_of(pl.col("globalPid")).alias("pid"))
+        return self._events("kernels")
 
     @functools.cached_property
     def graphs(self) -> pl.DataFrame:

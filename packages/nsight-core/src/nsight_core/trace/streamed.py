@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import weakref
+from typing import NamedTuple
 
 import polars as pl
 
@@ -44,23 +45,53 @@ def is_streamed(trace: Trace | EventTables) -> bool:
     return isinstance(getattr(trace, "tables", None), SpilledTables)
 
 
+class Process(NamedTuple):
+    """One process of a capture of several (the ranks `torchrun` starts, under one nsys) and the GPUs it launched
+    kernels on: what :meth:`Events.of_process` keeps."""
+
+    pid: int
+    devices: tuple[int, ...]
+
+    def keeps(self, frame: str) -> pl.Expr | None:
+        """The rows of event FRAME that are this process's: its threads' calls, its own kernels, and the other work
+        (copies, memsets, graph launches, which carry no process) of its GPUs; None: the frame is not one of them."""
+        if frame in ("cuda_api", "osrt"):
+            return pid_of(pl.col("thread")) == self.pid
+        if frame == "kernels":
+            return pl.col("pid") == self.pid
+        return pl.col("device").is_in(self.devices) if frame in ("memcpy", "memset", "graphs") else None
+
+
 class Events:
     """TRACE's event frames as lazy frames with the Trace's column names (at least these: read whole, a frame keeps the
     Trace's others, ``nvtx`` its ``depth``), each made on first use. ``streamed``: scanned from Parquet on disk. Frames
-    built by hand (any :class:`EventTables`) are made lazy as they are."""
+    built by hand (any :class:`EventTables`) are made lazy as they are. PROCESS: of a capture of several processes,
+    only that one's CUDA calls, OS calls and GPU work (NVTX ranges and samples are read whole: their readers pick
+    threads)."""
 
-    def __init__(self, trace: Trace | EventTables) -> None:
+    def __init__(self, trace: Trace | EventTables, process: Process | None = None) -> None:
         self._frames = trace
         self._trace = trace if isinstance(trace, Trace) else None
+        self._process = process
         self.streamed = is_streamed(trace)
 
+    def of_process(self, process: Process) -> Events:
+        """These events as PROCESS alone made them (:class:`Process`)."""
+        return Events(self._frames, process)
+
     def _frame(self, frame: str) -> pl.LazyFrame:
-        """Event FRAME scanned from disk (:func:`_scanned`) where the capture is streamed, else the frame made lazy."""
+        """Event FRAME scanned from disk (:func:`_scanned`) where the capture is streamed, else the frame made lazy;
+        of the process alone where there is one."""
         scanned = _scanned(self._trace, frame) if self._trace else None
-        return scanned if scanned is not None else getattr(self._frames, frame).lazy()
+        return self._own(frame, scanned if scanned is not None else getattr(self._frames, frame).lazy())
+
+    def _own(self, frame: str, rows: pl.LazyFrame) -> pl.LazyFrame:
+        """ROWS of event FRAME, of the process alone where there is one."""
+        keeps = self._process.keeps(frame) if self._process is not None else None
+        return rows if keeps is None else rows.filter(keeps)
 
     kernels = event_frame(_frame, "kernels", "start_ns, end_ns, device, stream, name (demangled), short_name, "
-                          "correlation_id")
+                          "correlation_id, pid")
     memcpy = event_frame(_frame, "memcpy", "start_ns, end_ns, device, stream, bytes, direction, src_kind, dst_kind, "
                          "correlation_id")
     memset = event_frame(_frame, "memset", "start_ns, end_ns, device, stream, bytes, correlation_id")
@@ -74,7 +105,8 @@ class Events:
         launched = _scanned(self._trace, "graphs") if self._trace else None
         if launched is None:
             graphs = getattr(self._frames, "graphs", None)
-            return graphs.lazy() if graphs is not None else pl.LazyFrame(schema=GRAPH_COLUMNS)
+            return self._own("graphs", graphs.lazy()) if graphs is not None else pl.LazyFrame(schema=GRAPH_COLUMNS)
+        launched = self._own("graphs", launched)
         # The launches whose nodes are kernels, found from the launches' side: a hash of the launches' ids, the kernels
         # streamed past it (a hash of the kernels' distinct ids grows with the kernels).
         with_kernels = (self.kernels.select("correlation_id")
@@ -85,7 +117,8 @@ class Events:
     def python_lines(self) -> pl.DataFrame:
         """start_ns, thread, file, line, function: the user's Python line of each CUDA call nsys took a Python
         backtrace of (:mod:`nsight_core.trace.backtraces`); empty for frames built by hand"""
-        return python_lines(self._trace) if self._trace else pl.DataFrame(schema=LINE_COLUMNS)
+        lines = python_lines(self._trace) if self._trace else pl.DataFrame(schema=LINE_COLUMNS)
+        return lines if self._process is None else lines.filter(pid_of(pl.col("thread")) == self._process.pid)
 
     @functools.cached_property
     def nvtx(self) -> pl.LazyFrame:

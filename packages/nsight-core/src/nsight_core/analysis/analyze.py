@@ -47,18 +47,16 @@ def first_ranges(frames: Events) -> CodedRanges:
     return CodedRanges(ranges=nvtx, frames=frames, whole=whole)
 
 
-def steps_process(frames: Events, chosen: StepStats) -> Events:
-    """FRAMES as the process of CHOSEN's step ranges made them, where kernels of other processes are in the capture
-    too; else FRAMES. Its GPUs are the ones it launched kernels on (one pass over the kernels' process and device)."""
+def steps_process(frames: Events, chosen: StepStats, first: pl.DataFrame) -> Events:
+    """FRAMES as the process of CHOSEN's step ranges made them, where the capture's FIRST kernels (pid, device) are
+    of other processes too; else FRAMES. Its GPUs are those it launched them on: ranks start together, each on its
+    own GPU, so the first kernels tell without a pass over the rest."""
     thread = chosen.family.thread if isinstance(chosen, FamilySteps) else None
-    if thread is None or "pid" not in frames.kernels.collect_schema():
+    if thread is None or "pid" not in first.columns or first["pid"].n_unique() < 2:
         return frames
-    launched = frames.kernels.select("pid", "device").unique().collect(engine="streaming")
     pid = int(pl.select(pid_of(pl.lit(thread))).item())
-    devices = launched.filter(pl.col("pid") == pid)["device"].unique().sort()
-    if launched["pid"].n_unique() < 2 or not devices.len():
-        return frames
-    return frames.of_process(Process(pid=pid, devices=tuple(devices.to_list())))
+    devices = first.filter(pl.col("pid") == pid)["device"].unique().sort()
+    return frames.of_process(Process(pid=pid, devices=tuple(devices.to_list()))) if devices.len() else frames
 
 
 def _first(frame: pl.LazyFrame) -> pl.DataFrame:
@@ -97,8 +95,10 @@ def analyze_steps(trace: EventTables, window_rows: int | None = WINDOW_ROWS) -> 
     coded = first if (first := first_ranges(frames)).whole else None  # all the ranges: their codes serve every stage
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsight-range-table") as pool:
         start_range_table(pool, frames, window.span_ns, window_rows, coded)  # what the findings' inputs take at the end
-        chosen = find_steps(first.ranges, _first(frames.kernels.select("start_ns", "end_ns", "name")), first.codes)[0]
-        frames = steps_process(frames, chosen)
+        processes = ["pid", "device"] if "pid" in frames.kernels.collect_schema() else []  # none in hand-made frames
+        kernels = _first(frames.kernels.select("start_ns", "end_ns", "name", *processes))
+        chosen = find_steps(first.ranges, kernels.select("start_ns", "end_ns", "name"), first.codes)[0]
+        frames = steps_process(frames, chosen, kernels)
         every = every_step(frames, chosen, window_rows)
         if every is None:
             if not isinstance(chosen, CaptureAsStep):

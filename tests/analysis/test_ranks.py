@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,13 @@ def with_a_second_rank(source: Path, target: Path, shift_ns: int) -> Path:
     return target
 
 
+def first_pid(export: Path) -> int:
+    """The pid of the process recorded in EXPORT (the first rank's)."""
+    with sqlite3.connect(export) as db:
+        [(global_pid,)] = db.execute("SELECT DISTINCT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall()
+    return int(global_pid) // NEXT_PROCESS % NEXT_PROCESS
+
+
 def stats(capture: Path, scanned: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """`nsight stats --json` of CAPTURE, read whole or (SCANNED) streamed from its export in windows."""
     with monkeypatch.context() as patched:
@@ -62,6 +71,7 @@ def own(payload: dict[str, Any]) -> dict[str, Any]:
     found["steps"] = {key: value for key, value in found["steps"].items() if key != "candidates"}
     found["steps"]["family"] = {key: value for key, value in found["steps"]["family"].items() if key != "thread"}
     found["budget"] = {key: value for key, value in found["budget"].items() if key != "thread"}
+    found["coverage"] = {key: value for key, value in found["coverage"].items() if key not in ("process", "gpus")}
     return found
 
 
@@ -77,4 +87,18 @@ def test_each_rank_of_a_capture_is_its_own_analysis(region: str, tmp_path: Path,
     whole = stats(two, False, monkeypatch)
     assert whole["steps"]["candidates"][0]["count"] == whole["steps"]["candidates"][1]["count"], "two ranks' steps"
     assert own(whole) == alone
+    rank = whole["steps"]["family"]["thread"] // NEXT_PROCESS % NEXT_PROCESS
+    assert (whole["coverage"]["process"], whole["coverage"]["gpus"]) == (rank, [rank - first_pid(source)])
     assert own(stats(shutil.copyfile(two, tmp_path / "scanned.sqlite"), True, monkeypatch)) == alone
+
+
+def test_the_text_says_which_rank_it_covers(tmp_path: Path) -> None:
+    """`nsight stats` of a capture of two ranks says the analysis is of one process and its GPU alone."""
+    source = PAIRS / "mask_sync-problem.sqlite"
+    two = with_a_second_rank(source, tmp_path / "ranks.sqlite", 700_000)
+    shown = subprocess.run([sys.executable, "-m", "nsight_core.cli", "stats", str(two)], capture_output=True,
+                           text=True, check=True).stdout
+    pids = {first_pid(source) + rank: rank for rank in (0, 1)}
+    [line] = [line for line in shown.splitlines() if line.startswith("covers:")]
+    assert any(line.endswith(f"of process {pid} alone (GPU {gpu}): the capture holds other processes' GPU work too")
+               for pid, gpu in pids.items()), line

@@ -67,7 +67,9 @@ def analysis_of(frames: Events, gpus: pl.DataFrame | None, window: UserWindow, e
                         copies=frames.memcpy, copy_steps=counted, pinned=find.nominal_pinned(capability),
                         kernels=kernels, causes=causes, faster_matmuls=faster)
     coverage = Coverage(scope="every_step" if every.pieces is None else "capture_as_one_step",
-                        steps=steps.height if every.pieces is None else 1)
+                        steps=steps.height if every.pieces is None else 1,
+                        process=frames.process.pid if frames.process else None,
+                        gpus=list(frames.process.devices) if frames.process else [])
     return Analysis(window=window, steps=stats, budget=budget, overhead=overhead,
                     budget_scope="steps" if every.pieces is None else "capture", coverage=coverage,
                     ranges=range_table(frames, window.span_ns, window_rows), findings=find.findings_of(context, gpu))

@@ -23,6 +23,9 @@ class Coverage(BaseModel):
         description="every_step: every step of the family found; capture_as_one_step: no steps were found (steps' "
                     "reason says why), the user window is budgeted as one step")
     steps: int = Field(description="Steps analysed (warm-up included); 1 for the capture as one step")
+    process: int | None = Field(default=None, description="The steps' process, where the capture holds other "
+                                "processes' GPU work too (ranks): the analysis is of its calls and GPUs alone")
+    gpus: list[int] = Field(default_factory=list, description="With process: the GPUs it launched kernels on")
 
 
 class Analysis(BaseModel):

@@ -210,7 +210,10 @@ def coverage_text(coverage: Coverage) -> str:
     """What "What to fix" covers of the capture, in one line."""
     if coverage.scope == "capture_as_one_step":
         return "covers: the whole capture, as one step (no steps were found)"
-    return f"covers: every step ({coverage.steps:,}), from the first to the last"
+    alone = "" if coverage.process is None else \
+        (f", of process {coverage.process} alone (GPU {', '.join(map(str, coverage.gpus))}): the capture holds other "
+         "processes' GPU work too")
+    return f"covers: every step ({coverage.steps:,}), from the first to the last{alone}"
 
 
 def budget_lines(budget: StepBudget) -> list[str]:

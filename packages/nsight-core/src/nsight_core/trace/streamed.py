@@ -72,7 +72,7 @@ class Events:
     def __init__(self, trace: Trace | EventTables, process: Process | None = None) -> None:
         self._frames = trace
         self._trace = trace if isinstance(trace, Trace) else None
-        self._process = process
+        self.process = process
         self.streamed = is_streamed(trace)
 
     def of_process(self, process: Process) -> Events:
@@ -87,7 +87,7 @@ class Events:
 
     def _own(self, frame: str, rows: pl.LazyFrame) -> pl.LazyFrame:
         """ROWS of event FRAME, of the process alone where there is one."""
-        keeps = self._process.keeps(frame) if self._process is not None else None
+        keeps = self.process.keeps(frame) if self.process is not None else None
         return rows if keeps is None else rows.filter(keeps)
 
     kernels = event_frame(_frame, "kernels", "start_ns, end_ns, device, stream, name (demangled), short_name, "
@@ -118,7 +118,7 @@ class Events:
         """start_ns, thread, file, line, function: the user's Python line of each CUDA call nsys took a Python
         backtrace of (:mod:`nsight_core.trace.backtraces`); empty for frames built by hand"""
         lines = python_lines(self._trace) if self._trace else pl.DataFrame(schema=LINE_COLUMNS)
-        return lines if self._process is None else lines.filter(pid_of(pl.col("thread")) == self._process.pid)
+        return lines if self.process is None else lines.filter(pid_of(pl.col("thread")) == self.process.pid)
 
     @functools.cached_property
     def nvtx(self) -> pl.LazyFrame:

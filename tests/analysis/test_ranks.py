@@ -92,6 +92,22 @@ def test_each_rank_of_a_capture_is_its_own_analysis(region: str, tmp_path: Path,
     assert own(stats(shutil.copyfile(two, tmp_path / "scanned.sqlite"), True, monkeypatch)) == alone
 
 
+def test_ranks_without_step_ranges_are_the_busiest_ones_steps(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """No step ranges: the steps are the kernel sequence's period on one GPU (of the process that launched most of
+    the first kernels), not a sequence of two GPUs' kernels mixed."""
+    source = shutil.copyfile(PAIRS / "small_step-problem.sqlite", tmp_path / "alone.sqlite")
+    with sqlite3.connect(source) as db:
+        db.execute("DELETE FROM NVTX_EVENTS WHERE coalesce(text, (SELECT value FROM StringIds WHERE id = textId)) "
+                   "LIKE 'step_%'")
+    alone = stats(source, False, monkeypatch)
+    assert alone["steps"]["mode"] == "kernel-period" and alone["coverage"]["process"] is None
+    ranks = with_a_second_rank(source, tmp_path / "ranks.sqlite", alone["steps"]["family"]["p50_ns"] // 3)
+    two = stats(ranks, False, monkeypatch)
+    assert own(two) == own(alone)
+    assert two["coverage"]["gpus"] == [two["coverage"]["process"] - first_pid(source)], "a rank's own GPU"
+
+
 def test_the_text_says_which_rank_it_covers(tmp_path: Path) -> None:
     """`nsight stats` of a capture of two ranks says the analysis is of one process and its GPU alone."""
     source = PAIRS / "mask_sync-problem.sqlite"

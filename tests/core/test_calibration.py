@@ -4,6 +4,7 @@ only where the program already did (the GPU recordings of tests/fixtures/h100-fi
 from __future__ import annotations
 
 import shutil
+import sqlite3
 from pathlib import Path
 
 import polars as pl
@@ -12,6 +13,7 @@ from fixture_sets import unpacked
 
 import nsight_core
 from nsight_core import calibration
+from nsight_core.analysis.steps import KernelPeriodSteps
 from nsight_core.marks import CALIBRATION_RANGE
 from nsight_core.stats.load import stats_of_trace
 from nsight_core.trace.export import ExportChoice
@@ -54,3 +56,20 @@ def test_the_reports_leave_out_the_calibration_burst(streamed: bool, tmp_path: P
     assert "step_0" in ranges and CALIBRATION_RANGE not in ranges
     families = {family.pattern for family in nsight_core.analyze(trace).ranges}
     assert "step_{n}" in families and CALIBRATION_RANGE not in families
+
+
+def test_a_region_without_step_ranges_finds_its_steps_after_the_calibration(tmp_path: Path) -> None:
+    """small_step's problem (a region on an H100, nsys 2025.3, recorded without the `nvtx` package, so without the
+    region's own marks) with its step ranges taken out: the user's window starts after the calibration, whose 1,500
+    launches of one kernel would otherwise be the sequence's first repeating kernel (no period to cut into steps). The
+    steps are the kernel sequence's period: 19 of the 20 recorded (its anchor kernel runs mid-step, and the period
+    from the last one is cut by the capture's end)."""
+    copy = shutil.copyfile(unpacked("h100-pairs-2025") / "small_step-problem.sqlite", tmp_path / "no_steps.sqlite")
+    with sqlite3.connect(copy) as db:
+        db.execute("DELETE FROM NVTX_EVENTS WHERE coalesce(text, (SELECT value FROM StringIds WHERE id = textId)) "
+                   "LIKE 'step_%'")
+    trace = nsight_core.load_trace(copy)
+    analysis = nsight_core.analyze(trace)
+    burst = trace.nvtx.filter(pl.col("name") == CALIBRATION_RANGE)
+    assert analysis.window.source == "events" and analysis.window.start_ns > burst["end_ns"].max()
+    assert isinstance(analysis.steps, KernelPeriodSteps) and analysis.steps.family.count == 19

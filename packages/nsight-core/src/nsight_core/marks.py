@@ -75,6 +75,16 @@ def _last_value(marks: pl.DataFrame | pl.LazyFrame, prefix: str, unit: str) -> f
     return float(found.item()) if found.height and found.item() is not None else None
 
 
+def calibrated_until(marks: pl.DataFrame | pl.LazyFrame) -> int | None:
+    """When the region's calibration was done (the last CALIBRATION_MARK or HOST_SPEED_MARK of MARKS), or None."""
+    import polars as pl
+
+    done = (marks.lazy().filter(pl.col("name").str.starts_with(CALIBRATION_MARK)
+                                | pl.col("name").str.starts_with(HOST_SPEED_MARK))
+            .select(pl.col("time_ns").max()).collect().item())
+    return None if done is None else int(done)
+
+
 def calibrated_ns(marks: pl.DataFrame | pl.LazyFrame) -> float | None:
     """What tracing cost each CUDA call as the region measured it (the last CALIBRATION_MARK of MARKS), or None."""
     return _last_value(marks, CALIBRATION_MARK, "ns")

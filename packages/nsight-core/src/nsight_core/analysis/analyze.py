@@ -5,8 +5,8 @@ is analysed in bounded memory, and the answer does not depend on the machine's m
 
 1. The step family is chosen from the capture's first CHOOSE_ROWS NVTX ranges and kernels (:func:`first_ranges`).
    Of a capture of several processes that ran kernels (the ranks `torchrun` starts, under one nsys), the rest reads
-   the events of the family's process alone (:func:`steps_process`): another rank's GPU would fill this one's idle
-   time, and its calls reuse this one's correlation ids.
+   the events of one process alone (:func:`steps_process`), the NVTX family's or else the busiest: another rank's
+   GPU would fill this one's idle time, and its calls reuse this one's correlation ids.
 2. Every step of that family over the whole capture (:func:`every_step.every_step`), on the GPU's clock where the
    steps launched GPU work; a capture without steps is one step, its user window, cut into pieces.
 3. Every step's budget (:func:`every_budget.every_budget`), then the NVTX range table and the findings' inputs
@@ -26,7 +26,7 @@ from nsight_core.analysis.finding_inputs import analysis_of
 from nsight_core.analysis.range_table import start_range_table
 from nsight_core.analysis.ranges import CodedRanges
 from nsight_core.analysis.result import Analysis, StepView, steps_view
-from nsight_core.analysis.steps import CaptureAsStep, FamilySteps, StepStats, find_steps
+from nsight_core.analysis.steps import CaptureAsStep, ChosenSteps, FamilySteps, find_steps
 from nsight_core.analysis.user_window import capture_window
 from nsight_core.trace.depth import depth_read, with_depth
 from nsight_core.trace.frames import EventTables
@@ -47,16 +47,24 @@ def first_ranges(frames: Events) -> CodedRanges:
     return CodedRanges(ranges=nvtx, frames=frames, whole=whole)
 
 
-def steps_process(frames: Events, chosen: StepStats, first: pl.DataFrame) -> Events:
-    """FRAMES as the process of CHOSEN's step ranges made them, where the capture's FIRST kernels (pid, device) are
-    of other processes too; else FRAMES. Its GPUs are those it launched them on: ranks start together, each on its
-    own GPU, so the first kernels tell without a pass over the rest."""
+def steps_process(frames: Events, first: CodedRanges, kernels: pl.DataFrame) -> tuple[Events, ChosenSteps]:
+    """The step family chosen from FIRST's ranges and the capture's first KERNELS (start_ns, end_ns, name; pid and
+    device where known), and FRAMES as the family's process made them where those kernels are of several processes
+    (ranks); else FRAMES. The process of an NVTX family's thread; without one, the process that launched most of
+    them, whose kernels alone then give the steps. Its GPUs are those it launched them on: ranks start together, each
+    on its own GPU, so the first kernels tell without a pass over the rest."""
+    chosen = find_steps(first.ranges, kernels.select("start_ns", "end_ns", "name"), first.codes)[0]
+    if "pid" not in kernels.columns or kernels["pid"].n_unique() < 2:
+        return frames, chosen
     thread = chosen.family.thread if isinstance(chosen, FamilySteps) else None
-    if thread is None or "pid" not in first.columns or first["pid"].n_unique() < 2:
-        return frames
-    pid = int(pl.select(pid_of(pl.lit(thread))).item())
-    devices = first.filter(pl.col("pid") == pid)["device"].unique().sort()
-    return frames.of_process(Process(pid=pid, devices=tuple(devices.to_list()))) if devices.len() else frames
+    pid = int(pl.select(pid_of(pl.lit(thread))).item()) if thread is not None else \
+        int(kernels["pid"].value_counts(sort=True).sort("count", "pid", descending=[True, False])["pid"][0])
+    own = kernels.filter(pl.col("pid") == pid)
+    if not own.height:
+        return frames, chosen
+    if thread is None:
+        chosen = find_steps(first.ranges, own.select("start_ns", "end_ns", "name"), first.codes)[0]
+    return frames.of_process(Process(pid=pid, devices=tuple(own["device"].unique().sort().to_list()))), chosen
 
 
 def _first(frame: pl.LazyFrame) -> pl.DataFrame:
@@ -96,9 +104,9 @@ def analyze_steps(trace: EventTables, window_rows: int | None = WINDOW_ROWS) -> 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsight-range-table") as pool:
         start_range_table(pool, frames, window.span_ns, window_rows, coded)  # what the findings' inputs take at the end
         processes = ["pid", "device"] if "pid" in frames.kernels.collect_schema() else []  # none in hand-made frames
-        kernels = _first(frames.kernels.select("start_ns", "end_ns", "name", *processes))
-        chosen = find_steps(first.ranges, kernels.select("start_ns", "end_ns", "name"), first.codes)[0]
-        frames = steps_process(frames, chosen, kernels)
+        # The user's kernels: not the region's calibration launches before its window, which recur at every kernel.
+        users = frames.kernels.filter(pl.col("start_ns") >= window.start_ns)
+        frames, chosen = steps_process(frames, first, _first(users.select("start_ns", "end_ns", "name", *processes)))
         every = every_step(frames, chosen, window_rows)
         if every is None:
             if not isinstance(chosen, CaptureAsStep):

@@ -3,7 +3,9 @@
 After `nsys start` the region sleeps START_SETTLE_SECONDS so collection is live before the user's code runs; with
 `osrt` tracing that sleep shows as the user's ``clock_nanosleep``. The user's window therefore runs from the NVTX mark
 ``LIVE_MARK`` a region emits once collection is live to ``STOP_MARK`` before it stops, where the capture has them; else
-from the first to the last CUDA or NVTX event, a sleep as long as the settle wait at the start being the profiler's."""
+from the first to the last CUDA or NVTX event after the region's calibration (its marks: emitted through torch, they
+are there without the `nvtx` package that LIVE_MARK needs), a sleep as long as the settle wait at the start being the
+profiler's."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 import polars as pl
 from pydantic import BaseModel, Field
 
-from nsight_core.marks import START_SETTLE_SECONDS, marked_window
+from nsight_core.marks import START_SETTLE_SECONDS, calibrated_until, marked_window
 
 if TYPE_CHECKING:
     from nsight_core.trace.frames import EventTables
@@ -48,14 +50,15 @@ def user_window(window_start_ns: int, window_end_ns: int, marks: pl.DataFrame | 
     if live is not None:
         start, end = live, stop if stop is not None else window_end_ns
         return UserWindow(start_ns=start, end_ns=end, source="marks", profiler_ns=total - (end - start))
-    # Each frame's first start and last end in the window (no frame of all their events at once).
-    in_window = (pl.col("end_ns") > window_start_ns) & (pl.col("start_ns") < window_end_ns)
+    # Each frame's first start and last end in the window after the calibration (no frame of all their events at once).
+    after = max(window_start_ns, calibrated_until(marks) or window_start_ns)
+    in_window = (pl.col("end_ns") > after) & (pl.col("start_ns") < window_end_ns)
     bounds = pl.concat([frame.lazy().select(pl.col("start_ns").filter(in_window).min(),
                                             pl.col("end_ns").filter(in_window).max()) for frame in events]
                        ).drop_nulls().collect(engine="streaming")
     if bounds.height:
         first, last = bounds.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
-        start, end = max(int(first), window_start_ns), min(int(last), window_end_ns)
+        start, end = max(int(first), after), min(int(last), window_end_ns)
         return UserWindow(start_ns=start, end_ns=end, source="events", profiler_ns=total - (end - start))
     settle = profiler_calls(osrt.lazy(), window_start_ns).collect(engine="streaming")
     start = int(settle.select(pl.col("end_ns").max()).item()) if settle.height else window_start_ns

@@ -49,6 +49,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.nsys, pytest.mark.timeout(2400)]
 
 BOUND_MB = 2048
 """The whole pipeline's bound: 2 GiB, whatever the capture's size."""
+ONE_PROCESS = {"process": None, "gpus": []}
+"""The coverage of a capture of one process: all of it."""
 
 
 def record(ranges: int, folder: Path) -> Path:
@@ -83,7 +85,7 @@ def test_30m_ranges_get_stats_and_page_under_2_gib(tmp_path: Path, monkeypatch: 
     steps, budget = payload["steps"], payload["budget"]
     assert steps["family"]["pattern"] == "step" and steps["family"]["count"] == ranges // 1000
     assert budget["steps"] == ranges // 1000 - steps["warmup"] and budget["wall_ns"] > 0
-    assert payload["coverage"] == {"scope": "every_step", "steps": ranges // 1000}
+    assert payload["coverage"] == {"scope": "every_step", "steps": ranges // 1000, **ONE_PROCESS}
     text = page.read_text()
     assert "30,000,000" in text and "Capture span" in text, "the page's tiles are missing"
     assert report.tree_mb < BOUND_MB and stats.tree_mb < BOUND_MB, (report.tree_mb, stats.tree_mb)
@@ -107,7 +109,7 @@ def test_3m_ranges_give_the_same_json_whatever_the_memory(tmp_path: Path) -> Non
         answers[setting] = payload, payload.pop("export")
     assert answers["512M"][1]["streamed"] and not answers["off"][1]["streamed"], "both ways of reading it are tested"
     assert answers["512M"][0] == answers["1G"][0] == answers["off"][0]
-    assert answers["off"][0]["coverage"] == {"scope": "every_step", "steps": 3_000}
+    assert answers["off"][0]["coverage"] == {"scope": "every_step", "steps": 3_000, **ONE_PROCESS}
 
 
 def test_1m_ranges_streamed_summary_equals_the_whole_frames(nsys: Nsys, tmp_path: Path) -> None:
@@ -143,7 +145,7 @@ def test_a_long_gpu_capture_gets_what_to_fix_over_every_step_under_2_gib(tmp_pat
     assert payload["budget"]["steps"] == 160_000 and payload["steps"]["mode"] == "nvtx-gpu"
     assert payload["steps"]["bound"] == "host"
     assert {finding["kind"] for finding in payload["findings"]} >= {"host_work"}
-    assert payload["coverage"] == {"scope": "every_step", "steps": 160_000} and not payload["notes"]
+    assert payload["coverage"] == {"scope": "every_step", "steps": 160_000, **ONE_PROCESS} and not payload["notes"]
     assert stats.tree_mb < BOUND_MB, stats.tree_mb
 
 
@@ -155,8 +157,8 @@ kernel recurs at a constant distance."""
 
 
 @pytest.mark.parametrize(("change", "mode", "coverage"), [
-    ("", "kernel-period", {"scope": "every_step", "steps": 160_000}),
-    (SHUFFLED_NAMES, "capture-as-one-step", {"scope": "capture_as_one_step", "steps": 1})],
+    ("", "kernel-period", {"scope": "every_step", "steps": 160_000, **ONE_PROCESS}),
+    (SHUFFLED_NAMES, "capture-as-one-step", {"scope": "capture_as_one_step", "steps": 1, **ONE_PROCESS})],
     ids=["kernel-periods", "no-steps"])
 def test_a_long_gpu_loop_without_nvtx_gets_what_to_fix_over_all_of_it_under_2_gib(
         change: str, mode: str, coverage: dict[str, object], tmp_path: Path) -> None:

@@ -61,7 +61,7 @@ def analysis_of(frames: Events, gpus: pl.DataFrame | None, window: UserWindow, e
                               window_rows)
         kernels = find.kernel_totals(frames.kernels, steady)
         fp32 = find.fp32_matmuls(kernels)["name"]
-        faster = (_faster_matmuls(frames, budgets, steady, fp32, thread, capability, window_rows)
+        faster = (_faster_matmuls(frames, budgets, steady, fp32, capability, window_rows)
                   if fp32.len() else precision.NOT_REPLAYED)
         gpu = GpuInputs(syncs=syncs, small_reads=small_reads, shape=_launch_shape(frames, steady_ranges, window_rows),
                         copies=frames.memcpy, copy_steps=counted, pinned=find.nominal_pinned(capability),
@@ -75,13 +75,13 @@ def analysis_of(frames: Events, gpus: pl.DataFrame | None, window: UserWindow, e
                     ranges=range_table(frames, window.span_ns, window_rows), findings=find.findings_of(context, gpu))
 
 
-def _faster_matmuls(frames: Events, budgets: Budgets, steps: pl.DataFrame, fp32: pl.Series, thread: int | None,
+def _faster_matmuls(frames: Events, budgets: Budgets, steps: pl.DataFrame, fp32: pl.Series,
                     capability: float | None, window_rows: int | None) -> precision.Replayed:
     """What STEPS (start_ns, end_ns; by start) would win with their FP32 matrix kernels (by name: FP32) running as much
     faster as the GPU's tensor cores (of compute CAPABILITY) promise with TF32 and under bf16: the GPU's timeline
     replayed (what_if.Replay) with the steps' thread's syncs, in windows of about WINDOW_ROWS pieces of work by start.
-    The GPU work the BUDGETS read where they have it. Only the work THREAD's process launched: other ranks' run on
-    GPUs of their own."""
+    The GPU work the BUDGETS read where they have it: of a capture of several ranks, the steps' process's alone
+    (analyze.steps_process), so another rank's kernels close no chain of queued GEMMs."""
     lo, hi = steps.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
     inside = (pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)
     work = (budgets.gpu.work if budgets.gpu is not None else gpu_work_of(frames)).filter(inside)
@@ -92,8 +92,6 @@ def _faster_matmuls(frames: Events, budgets: Budgets, steps: pl.DataFrame, fp32:
     for window in window_filters(start_cuts(work, window_rows), pl.col("start_ns")):
         ids = frames.kernels.filter(inside & window & named).select("correlation_id").collect(engine="streaming")
         ran = launched_by_id(work.filter(window), frames.cuda_api)
-        if thread is not None:
-            ran = ran.filter(pid_of(pl.col("thread")) == pid_of(pl.lit(thread)))
         is_fp32 = (pl.col("kind") == "kernel") & pl.col("correlation_id").is_in(ids["correlation_id"].implode())
         for replay, speed in zip(replays, speeds, strict=True):
             if replay is not None:
